@@ -1,0 +1,59 @@
+# Exactly-once micro-batches into Delta Lake with Airflow + Spark. See README.md.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+PIPELINE ?= orders
+RUNS ?= 1
+CONF ?=
+DATE ?=
+FORMAT ?= table
+PYTEST_ARGS ?=
+
+.PHONY: help setup venv jars demo test test-unit run ledger sweep lock clean
+
+help:
+	@echo "make setup | demo | test | run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
+
+setup: venv jars
+
+# Python environment from the pinned lock; re-installed when requirements.txt changes.
+venv: $(VENV)/.installed
+$(VENV)/.installed: requirements.txt
+	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	@touch $@
+
+# JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored).
+jars: .jars/.resolved
+.jars/.resolved: include/pom.xml
+	rm -rf .jars && mkdir -p .jars
+	mvn --batch-mode --quiet -f include/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.jars
+	@ls .jars/*.jar >/dev/null
+	@touch $@
+
+demo: setup
+	bash include/demo.sh
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+run: setup
+	bash include/run_pipeline.sh "$(PIPELINE)" "$(RUNS)" '$(CONF)' "$(DATE)"
+
+ledger: venv
+	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"
+
+sweep: venv
+	@source include/env.sh && python -m eobatch.cli sweep "$(PIPELINE)" --all
+
+lock: venv
+	(echo "# Full pinned lock of requirements.in for Python 3.11 (regenerate with: make lock)"; \
+	 $(VENV)/bin/pip freeze --exclude-editable) > requirements.txt
+
+clean:
+	rm -rf .demo .cache .pytest_cache

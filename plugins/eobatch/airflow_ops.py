@@ -1,0 +1,208 @@
+"""Airflow operators and sensor: thin declarations over ``eobatch.protocol``.
+
+No I/O at construction (DAG parse time): each task keeps only the pipeline file's path and
+loads the config, the protocol and its clients when it runs. The batch id and the attempt
+id travel between tasks by XCom; offsets never do (they live in the ledger and the table).
+"""
+
+from __future__ import annotations
+
+import time
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from . import launch
+from .config import load_pipeline
+from .delta_sink import FingerprintMismatch
+from .protocol import CommitBlocked, LedgerMismatch, Protocol, ProtocolError
+from .verify import NotReady, VerifyFailed
+
+PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
+
+
+def _protocol(pipeline_file: str) -> Protocol:
+    return Protocol(load_pipeline(pipeline_file))
+
+
+def _params(context) -> dict:
+    return dict(context.get("params") or {})
+
+
+class RecoverOperator(BaseOperator):
+    """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept."""
+
+    ui_color = "#f3e5f5"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        t0 = time.time()
+        proto = _protocol(self.pipeline_file)
+        try:
+            rec = proto.recover()
+        except (LedgerMismatch, FingerprintMismatch, CommitBlocked) as e:
+            raise AirflowFailException(str(e)) from e
+        for a in rec.actions:
+            self.log.info("recover: %s", a)
+        self.log.info("recover: ledger at batch %s, tables committed up to batch %s%s (%.2fs)",
+                      rec.latest, rec.committed,
+                      f", batch {rec.pending} pending" if rec.pending else "", time.time() - t0)
+        return {"latest": rec.latest, "committed": rec.committed, "pending": rec.pending}
+
+
+class PlanOperator(BaseOperator):
+    """begin: record the next batch's exact source range before any data is written."""
+
+    ui_color = "#e3f2fd"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        proto = _protocol(self.pipeline_file)
+        limit = _params(context).get("max_records_per_batch")
+        try:
+            plan, new = proto.plan(max_records=int(limit) if limit else None)
+        except (LedgerMismatch, ProtocolError) as e:
+            raise AirflowFailException(str(e)) from e
+        if plan is None:
+            raise AirflowSkipException(
+                f"nothing new in {proto.cfg.source.path}: no batch planned, the tables are unchanged")
+        for note in plan.notes:
+            self.log.warning("plan: %s", note)
+        self.log.info("plan: batch %s %s: %s, %s records%s", plan.batch_id,
+                      "PLANNED" if new else "re-staged with its recorded range",
+                      plan.range_summary(), plan.rows_in,
+                      f" (planned in {plan.plan_seconds:.2f}s)" if new else "")
+        return plan.batch_id
+
+
+class StageOperator(SparkSubmitOperator):
+    """stage: spark-submit of spark_jobs/stage_batch.py for the planned batch, new attempt id.
+
+    The attempt id is pushed to XCom *before* the job starts so that abort can find and
+    remove this attempt's files whatever happens to the job.
+    """
+
+    ui_color = "#fff3e0"
+
+    def __init__(self, *, pipeline_file: str, conn_id: str = "spark_default", **kwargs):
+        super().__init__(application=launch.STAGE_APP, conn_id=conn_id, **kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        cfg = load_pipeline(self.pipeline_file)
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        attempt = launch.new_attempt_id(ti.try_number)
+        ti.xcom_push(key="attempt", value=attempt)
+        self.conf = {**launch.spark_conf(cfg), **(self.conf or {})}
+        self.jars = ",".join(launch.jars())
+        self.py_files = launch.pyfiles_zip()
+        self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
+        self.application_args = ["--spec", launch.encode_spec(launch.job_spec(cfg, batch_id, attempt))]
+        env = launch.spark_env()
+        self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+                         if k in env} | dict(self.env_vars or {})
+        if cfg.spark.driver_memory:
+            self._driver_memory = cfg.spark.driver_memory
+        if cfg.spark.executor_memory:
+            self._executor_memory = cfg.spark.executor_memory
+        self._hook = None
+        self.log.info("stage: batch %s attempt %s via spark connection %r", batch_id, attempt, self._conn_id)
+        t0 = time.time()
+        super().execute(context)
+        self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
+        return attempt
+
+
+class VerifySensor(BaseSensorOperator):
+    """pre-commit: verify every partition of the staged attempt; success = PREPARED.
+
+    Runs in reschedule mode: between pokes it holds no worker slot. A missing stage summary
+    means "not yet" (poke again); anything wrong in what was staged fails at once.
+    """
+
+    ui_color = "#e8f5e9"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 5)
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def poke(self, context):
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        proto = _protocol(self.pipeline_file)
+        try:
+            p = proto.verify(batch_id, attempt)
+        except NotReady as e:
+            self.log.info("verify: %s", e)
+            return False
+        except (VerifyFailed, ProtocolError) as e:
+            raise AirflowFailException(str(e)) from e
+        self.log.info("verify: batch %s PREPARED from attempt %s in %.2fs: %d rows in = %d valid + %d "
+                      "quarantined; %d rows to publish in %d files (%d bytes); fingerprint %s",
+                      batch_id, p.attempt, p.verify_seconds, p.rows_in, p.rows_valid, p.rows_quarantined,
+                      p.rows_published, p.files, p.bytes, p.fingerprint[:16])
+        return PokeReturnValue(is_done=True, xcom_value={"attempt": p.attempt, "fingerprint": p.fingerprint})
+
+
+class CommitOperator(BaseOperator):
+    """commit: one Delta transaction per participant; retried until it succeeds (never aborted)."""
+
+    ui_color = "#c8e6c9"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        batch_id = int(context["ti"].xcom_pull(task_ids=PLAN_TASK))
+        proto = _protocol(self.pipeline_file)
+        try:
+            c = proto.commit(batch_id)
+        except (FingerprintMismatch, LedgerMismatch) as e:
+            raise AirflowFailException(str(e)) from e
+        p = proto.ledger.prepared(batch_id)
+        self.log.info("commit: batch %s COMMITTED in %.2fs: Delta versions %s; %d rows published, %d "
+                      "quarantined", batch_id, c.commit_seconds, c.delta_versions, p.rows_published,
+                      p.rows_quarantined)
+        return {"batch_id": batch_id, "delta_versions": c.delta_versions}
+
+
+class AbortOperator(BaseOperator):
+    """abort: a failed attempt's staged files are removed (never those of a PREPARED batch)."""
+
+    ui_color = "#ffebee"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        ti = context["ti"]
+        batch_id = ti.xcom_pull(task_ids=PLAN_TASK)
+        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        if batch_id is None or attempt is None:
+            self.log.info("abort: no attempt was started; nothing to remove")
+            return None
+        proto = _protocol(self.pipeline_file)
+        prepared = proto.ledger.prepared(int(batch_id))
+        if prepared is not None and prepared.attempt == attempt:
+            self.log.warning("abort: batch %s attempt %s is PREPARED; it is not aborted: the next run's "
+                             "recover commits it", batch_id, attempt)
+            return None
+        removed = proto.abort(int(batch_id), attempt, reason=f"run {context.get('run_id')} failed")
+        self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the batch stays "
+                      "PLANNED and the next run re-stages the same range", batch_id, attempt, len(removed))
+        return len(removed)
+

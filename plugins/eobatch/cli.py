@@ -1,0 +1,138 @@
+"""Command line of the product (no Airflow needed): ledger, status, sweep.
+
+    python -m eobatch.cli ledger orders [--format table|json]
+    python -m eobatch.cli sweep orders [--all]
+
+(`make ledger PIPELINE=orders [FORMAT=json]` calls the first.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .config import ConfigError, find_pipeline
+from .protocol import Protocol
+
+
+def ledger_rows(proto: Protocol) -> list[dict]:
+    versions = proto.committed_versions()
+    rows = []
+    for plan in proto.ledger.plans():
+        b = plan.batch_id
+        prepared = proto.ledger.prepared(b)
+        committed = proto.ledger.committed(b)
+        state = proto.state(b, versions)
+        attempts = proto.ledger.attempts(b)
+        row = {
+            "batch_id": b,
+            "state": state,
+            "source_range": plan.range_summary(),
+            "rows_in": plan.rows_in,
+            "rows_published": prepared.rows_published if prepared else None,
+            "rows_quarantined": prepared.rows_quarantined if prepared else None,
+            "files": prepared.files if prepared else None,
+            "bytes": prepared.bytes if prepared else None,
+            "delta_version": (committed.delta_versions.get("sink") if committed else None),
+            "quarantine_delta_version": (committed.delta_versions.get("quarantine") if committed else None),
+            "attempts": len(attempts),
+            "aborted_attempts": sum(1 for a in attempts if proto.ledger.aborted_info(b, a)),
+            "plan_s": plan.plan_seconds,
+            "stage_s": prepared.stage_seconds if prepared else None,
+            "verify_s": prepared.verify_seconds if prepared else None,
+            "commit_s": committed.commit_seconds if committed else None,
+            "recovered": committed.recovered if committed else None,
+            "planned_at": plan.planned_at,
+            "notes": list(plan.notes),
+            "offsets": plan.range,
+        }
+        if state == "COMMITTED" and committed is None:
+            row["notes"].append("ledger entry missing: the next run's recover completes it")
+        rows.append(row)
+    return rows
+
+
+TABLE_COLS = [("batch_id", "batch"), ("state", "state"), ("source_range", "source range"), ("rows_in", "in"),
+              ("rows_published", "published"), ("rows_quarantined", "quarantined"), ("files", "files"),
+              ("bytes", "bytes"), ("delta_version", "delta v"), ("attempts", "attempts"), ("plan_s", "plan s"),
+              ("stage_s", "stage s"), ("verify_s", "verify s"), ("commit_s", "commit s")]
+
+
+def render_table(rows: list[dict]) -> str:
+    def cell(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.2f}"
+        return str(v)
+
+    header = [h for _, h in TABLE_COLS]
+    body = [[cell(r[k]) for k, _ in TABLE_COLS] for r in rows]
+    widths = [max(len(x) for x in col) for col in zip(header, *body)] if body else [len(h) for h in header]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body]
+    notes = [f"batch {r['batch_id']}: {n}" for r in rows for n in r["notes"]]
+    if notes:
+        lines += ["", "notes:"] + [f"  {n}" for n in notes]
+    return "\n".join(lines)
+
+
+def show(proto: Protocol, limit: int) -> None:
+    from deltalake import DeltaTable
+
+    for participant, part in proto.participants.items():
+        if not part.exists():
+            print(f"{participant} table {part.uri}: not created yet")
+            continue
+        dt = DeltaTable(part.uri)
+        t = dt.to_pyarrow_table()
+        print(f"{participant} table {part.uri}: Delta version {dt.version()}, {t.num_rows} rows, "
+              f"txn({proto.app_id}) = {dt.transaction_version(proto.app_id)}")
+        for row in t.slice(max(0, t.num_rows - limit)).to_pylist():
+            print("   ", json.dumps(row, default=str))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="eobatch", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    lp = sub.add_parser("ledger", help="the batches of a pipeline: state, range, counts, versions, timings")
+    lp.add_argument("pipeline")
+    lp.add_argument("--format", choices=["table", "json"], default="table")
+    shp = sub.add_parser("show", help="what the pipeline's tables publish (read with delta-rs)")
+    shp.add_argument("pipeline")
+    shp.add_argument("--limit", type=int, default=5)
+    sp = sub.add_parser("sweep", help="delete staged files of dead or zombie attempts")
+    sp.add_argument("pipeline")
+    sp.add_argument("--all", action="store_true", help="every batch, not only the newest ones")
+    args = ap.parse_args(argv)
+    try:
+        cfg = find_pipeline(args.pipeline)
+    except (KeyError, ConfigError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return 2
+    proto = Protocol(cfg)
+    if args.cmd == "ledger":
+        rows = ledger_rows(proto)
+        if args.format == "json":
+            print(json.dumps(rows, indent=1, default=str))
+        else:
+            versions = proto.committed_versions()
+            print(f"pipeline {cfg.name}: {cfg.source.path} -> {cfg.sink_table}; committed txn versions {versions}")
+            print(render_table(rows) if rows else "(no batches yet)")
+        return 0
+    if args.cmd == "show":
+        show(proto, args.limit)
+        return 0
+    if args.cmd == "sweep":
+        removed = proto.sweep(recent=None if args.all else 5)
+        print(f"swept {len(removed)} orphan file(s)")
+        for r in removed:
+            print(f"  {r}")
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,414 @@
+"""Pipeline YAML: loading and validation (pure Python, no Airflow, no pyspark).
+
+Every error names the file and the key, e.g. ``orders.yaml: source.path: must be ...``.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import yaml
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+SIMPLE_TYPES = {
+    "STRING", "VARCHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT",
+    "BYTE", "DOUBLE", "FLOAT", "REAL", "BOOLEAN", "DATE", "TIMESTAMP", "BINARY",
+}
+PARTITION_TYPES = {"STRING", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "DATE", "BOOLEAN"}
+TRANSFORMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                              "spark_jobs", "transforms")
+
+
+class ConfigError(ValueError):
+    def __init__(self, file: str, key: str, message: str):
+        self.file, self.key = file, key
+        super().__init__(f"{os.path.basename(file)}: {key}: {message}" if key else f"{os.path.basename(file)}: {message}")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # upper-cased Spark SQL type text, e.g. DOUBLE, DECIMAL(10,2), ARRAY<STRING>
+    not_null: bool = False
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    kind: str
+    path: str | None = None
+    max_records_per_batch: int = 100_000
+    interval_prefix: str | None = None
+    bootstrap_servers: str | None = None
+    topic: str | None = None
+    starting_offsets: str = "earliest"
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    conn_id: str = "spark_default"
+    conf: dict = field(default_factory=dict)
+    driver_memory: str | None = None
+    executor_memory: str | None = None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    file: str
+    mode: str
+    schedule: str | None
+    source: SourceConfig
+    schema: str
+    columns: tuple[Column, ...]
+    transform: str
+    transform_options: dict
+    sink_table: str
+    partition_by: tuple[str, ...]
+    quarantine_table: str
+    max_record_bytes: int = 1 << 20
+    description: str = ""
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    stage_retries: int = 1
+    commit_retries: int = 8
+    retry_delay_seconds: float = 10.0
+    verify_timeout_seconds: int = 900
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes what a batch publishes."""
+        d = {
+            "schema": self.schema, "transform": self.transform, "options": self.transform_options,
+            "sink": self.sink_table, "partition_by": list(self.partition_by),
+            "quarantine": self.quarantine_table, "source": asdict(self.source),
+            "max_record_bytes": self.max_record_bytes,
+        }
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def app_id(self) -> str:
+        """The Delta txn appId of this pipeline."""
+        return self.name
+
+
+TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
+            "description", "max_record_bytes", "spark", "retries"}
+SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix", "bootstrap_servers",
+               "topic", "starting_offsets"}
+SINK_KEYS = {"table", "partition_by"}
+QUARANTINE_KEYS = {"table"}
+SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
+RETRY_KEYS = {"stage", "commit", "delay_seconds", "verify_timeout_seconds"}
+
+
+def _split_top(s: str, sep: str = ",") -> list[str]:
+    parts, depth, cur, quote = [], 0, [], None
+    for ch in s:
+        if quote:
+            cur.append(ch)
+            if ch == quote:
+                quote = None
+            continue
+        if ch in "'\"`":
+            quote = ch
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p.strip() for p in parts]
+
+
+def _check_type(t: str) -> bool:
+    t = t.strip().upper()
+    if t in SIMPLE_TYPES:
+        return True
+    if re.fullmatch(r"DECIMAL\s*\(\s*\d+\s*(,\s*\d+\s*)?\)", t) or t == "DECIMAL":
+        return True
+    m = re.fullmatch(r"(ARRAY|MAP|STRUCT)\s*<(.*)>", t, re.S)
+    if not m:
+        return False
+    kind, inner = m.group(1), m.group(2)
+    if kind == "ARRAY":
+        return _check_type(inner)
+    if kind == "MAP":
+        kv = _split_top(inner)
+        return len(kv) == 2 and all(_check_type(x) for x in kv)
+    for f in _split_top(inner):
+        fm = re.fullmatch(r"`?([A-Za-z_][A-Za-z0-9_]*)`?\s*:?\s*(.+)", f, re.S)
+        if not fm or not _check_type(fm.group(2)):
+            return False
+    return True
+
+
+def parse_schema(ddl: str, file: str = "<schema>", key: str = "schema") -> tuple[Column, ...]:
+    """Parse a Spark DDL record schema ("a STRING, b DOUBLE NOT NULL") without Spark."""
+    if not isinstance(ddl, str) or not ddl.strip():
+        raise ConfigError(file, key, "must be a non-empty Spark DDL string such as 'id STRING, amount DOUBLE'")
+    cols: list[Column] = []
+    for part in _split_top(ddl):
+        m = re.fullmatch(r"`?([A-Za-z_][A-Za-z0-9_]*)`?\s+(.+?)(\s+NOT\s+NULL)?(\s+COMMENT\s+'[^']*')?",
+                         part, re.S | re.I)
+        if not m:
+            raise ConfigError(file, key, f"cannot parse column definition {part!r} (expected 'name TYPE')")
+        name, typ, nn = m.group(1), re.sub(r"\s+", " ", m.group(2).strip()).upper(), bool(m.group(3))
+        if not _check_type(typ):
+            raise ConfigError(file, key, f"column {name!r}: unknown or unsupported type {m.group(2).strip()!r}")
+        if name.lower() in {c.name.lower() for c in cols}:
+            raise ConfigError(file, key, f"column {name!r} is declared twice")
+        if name.startswith("_"):
+            raise ConfigError(file, key, f"column {name!r}: names starting with '_' are reserved")
+        cols.append(Column(name, typ, nn))
+    return tuple(cols)
+
+
+def _req(d: dict, k: str, file: str, prefix: str = ""):
+    if k not in d or d[k] is None:
+        raise ConfigError(file, prefix + k, "is required")
+    return d[k]
+
+
+def _unknown(d: dict, allowed: set, file: str, prefix: str = "") -> None:
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise ConfigError(file, prefix + extra[0],
+                          f"unknown key (allowed: {', '.join(sorted(allowed))})")
+
+
+def _table_path(v: Any, file: str, key: str) -> str:
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(file, key, "must be a path or s3a:// URI")
+    v = v.strip()
+    if v.startswith(("s3a://", "s3://")):
+        if not re.fullmatch(r"s3a?://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?", v):
+            raise ConfigError(file, key, f"{v!r} is not a valid s3a://bucket/prefix URI")
+        return v.rstrip("/")
+    if "://" in v:
+        raise ConfigError(file, key, f"unsupported scheme in {v!r} (use a local path or s3a://)")
+    if not os.path.isabs(v):
+        raise ConfigError(file, key, f"{v!r} must be an absolute path")
+    return os.path.normpath(v)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}
+
+
+def _expand(v: Any) -> Any:
+    """${VAR} and ${VAR:-default} in strings, so one YAML serves demo, tests and clusters.
+
+    ``EOBATCH_DATA_DIR`` defaults to the repository's ``.demo/data`` folder.
+    """
+    if isinstance(v, str):
+        def sub(m):
+            name, default = m.group(1), m.group(3)
+            val = os.environ.get(name) or BUILTIN_VARS.get(name)
+            if val is None or val == "":
+                if default is None:
+                    raise KeyError(name)
+                return default
+            return val
+        return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}", sub, v)
+    if isinstance(v, dict):
+        return {k: _expand(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_expand(x) for x in v]
+    return v
+
+
+def _pos_int(v: Any, file: str, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise ConfigError(file, key, f"must be a positive integer, got {v!r}")
+    return v
+
+
+def load_pipeline(file: str) -> PipelineConfig:
+    try:
+        with open(file, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(file, "", f"invalid YAML: {e}") from None
+    except OSError as e:
+        raise ConfigError(file, "", f"cannot read: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
+    try:
+        raw = _expand(raw)
+    except KeyError as e:
+        raise ConfigError(file, "", f"environment variable {e.args[0]} is not set (use ${{VAR:-default}})") from None
+    _unknown(raw, TOP_KEYS, file)
+
+    name = _req(raw, "name", file)
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ConfigError(file, "name", f"{name!r} must match [a-z][a-z0-9_]* (it is the DAG id and the Delta appId)")
+
+    mode = raw.get("mode", "continuous")
+    if mode not in ("continuous", "interval"):
+        raise ConfigError(file, "mode", f"{mode!r} must be 'continuous' or 'interval'")
+    if mode == "interval":
+        raise ConfigError(file, "mode", "interval mode is not available yet; use 'continuous'")
+
+    schedule = raw.get("schedule")
+    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+        raise ConfigError(file, "schedule", "must be null, a cron expression or a preset such as '@hourly'")
+    if isinstance(schedule, str):
+        _check_schedule(schedule, file)
+
+    src = _req(raw, "source", file)
+    if not isinstance(src, dict):
+        raise ConfigError(file, "source", "must be a mapping with 'kind'")
+    _unknown(src, SOURCE_KEYS, file, "source.")
+    kind = _req(src, "kind", file, "source.")
+    if kind not in ("files", "kafka"):
+        raise ConfigError(file, "source.kind", f"{kind!r} must be 'files' or 'kafka'")
+    if kind == "kafka":
+        raise ConfigError(file, "source.kind", "the kafka source is not available yet; use 'files'")
+    limit = _pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
+    path = _table_path(_req(src, "path", file, "source."), file, "source.path")
+    source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit,
+                          interval_prefix=src.get("interval_prefix"))
+
+    schema = _req(raw, "schema", file)
+    columns = parse_schema(schema, file)
+
+    tr = raw.get("transform", "passthrough")
+    options: dict = {}
+    if isinstance(tr, dict):
+        _unknown(tr, {"name", "options"}, file, "transform.")
+        options = tr.get("options") or {}
+        if not isinstance(options, dict):
+            raise ConfigError(file, "transform.options", "must be a mapping")
+        tr = _req(tr, "name", file, "transform.")
+    if not isinstance(tr, str) or not NAME_RE.fullmatch(tr):
+        raise ConfigError(file, "transform", f"{tr!r} must be a module name in spark_jobs/transforms/")
+    if not os.path.exists(os.path.join(TRANSFORMS_DIR, tr + ".py")):
+        known = sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))
+        raise ConfigError(file, "transform", f"no module {tr!r} in spark_jobs/transforms/ (known: {', '.join(known)})")
+
+    sink = _req(raw, "sink", file)
+    if not isinstance(sink, dict):
+        raise ConfigError(file, "sink", "must be a mapping with 'table'")
+    _unknown(sink, SINK_KEYS, file, "sink.")
+    sink_table = _table_path(_req(sink, "table", file, "sink."), file, "sink.table")
+    pby = sink.get("partition_by") or []
+    if not isinstance(pby, list) or not all(isinstance(c, str) for c in pby):
+        raise ConfigError(file, "sink.partition_by", "must be a list of column names")
+    if tr == "passthrough":
+        types = {c.name: c.type for c in columns}
+        for c in pby:
+            if c not in types:
+                raise ConfigError(file, "sink.partition_by", f"{c!r} is not a column of the schema")
+            if types[c] not in PARTITION_TYPES:
+                raise ConfigError(file, "sink.partition_by", f"{c!r} has type {types[c]}; partition columns must be one of {sorted(PARTITION_TYPES)}")
+        if pby and len(pby) == len(columns):
+            raise ConfigError(file, "sink.partition_by", "at least one column must stay out of the partitioning")
+
+    q = _req(raw, "quarantine", file)
+    if not isinstance(q, dict):
+        raise ConfigError(file, "quarantine", "must be a mapping with 'table'")
+    _unknown(q, QUARANTINE_KEYS, file, "quarantine.")
+    q_table = _table_path(_req(q, "table", file, "quarantine."), file, "quarantine.table")
+    tables = {"source.path": path, "sink.table": sink_table, "quarantine.table": q_table}
+    for a, pa in tables.items():
+        for b, pb in tables.items():
+            if a < b and (pa == pb or pa.startswith(pb + "/") or pb.startswith(pa + "/")):
+                raise ConfigError(file, b, f"{pb!r} overlaps {a} {pa!r}; they must be separate folders")
+
+    mrb = _pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")
+
+    sp = raw.get("spark") or {}
+    if not isinstance(sp, dict):
+        raise ConfigError(file, "spark", "must be a mapping")
+    _unknown(sp, SPARK_KEYS, file, "spark.")
+    sconf = sp.get("conf") or {}
+    if not isinstance(sconf, dict):
+        raise ConfigError(file, "spark.conf", "must be a mapping of Spark settings")
+    spark = SparkConfig(conn_id=str(sp.get("conn_id", "spark_default")),
+                        conf={str(k): str(v) for k, v in sconf.items()},
+                        driver_memory=sp.get("driver_memory"), executor_memory=sp.get("executor_memory"))
+
+    rt = raw.get("retries") or {}
+    if not isinstance(rt, dict):
+        raise ConfigError(file, "retries", "must be a mapping (stage, commit, delay_seconds, verify_timeout_seconds)")
+    _unknown(rt, RETRY_KEYS, file, "retries.")
+    stage_retries = rt.get("stage", 1)
+    commit_retries = rt.get("commit", 8)
+    for k, v in (("stage", stage_retries), ("commit", commit_retries)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ConfigError(file, f"retries.{k}", f"must be a non-negative integer, got {v!r}")
+    delay = rt.get("delay_seconds", 10)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
+        raise ConfigError(file, "retries.delay_seconds", f"must be a non-negative number, got {delay!r}")
+    vto = _pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
+
+    desc = raw.get("description", "")
+    return PipelineConfig(
+        name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
+        schema=schema, columns=columns, transform=tr, transform_options=options,
+        sink_table=sink_table, partition_by=tuple(pby), quarantine_table=q_table,
+        max_record_bytes=mrb, description=str(desc), spark=spark,
+        stage_retries=stage_retries, commit_retries=commit_retries,
+        retry_delay_seconds=float(delay), verify_timeout_seconds=vto,
+    )
+
+
+PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
+
+
+def _check_schedule(s: str, file: str) -> None:
+    s = s.strip()
+    if s.startswith("@"):
+        if s not in PRESETS:
+            raise ConfigError(file, "schedule", f"unknown preset {s!r} (known: {', '.join(sorted(PRESETS))})")
+        return
+    fields = s.split()
+    if len(fields) not in (5, 6) or not all(re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", f) for f in fields):
+        raise ConfigError(file, "schedule", f"{s!r} is not a cron expression (5 fields) or a preset")
+    try:
+        from croniter import croniter  # ships with Airflow; optional here
+    except ImportError:
+        return
+    if not croniter.is_valid(s):
+        raise ConfigError(file, "schedule", f"{s!r} is not a valid cron expression")
+
+
+def pipelines_dir() -> str:
+    return os.environ.get("PIPELINES_DIR") or os.path.join(REPO, "include", "pipelines")
+
+
+def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+    """Every *.yaml of the pipelines folder: ({name: config}, {file: error}).
+
+    A bad file never stops the others from loading; duplicate names are errors of the later file.
+    """
+    directory = directory or pipelines_dir()
+    good: dict[str, PipelineConfig] = {}
+    errors: dict[str, str] = {}
+    for f in sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml"))):
+        try:
+            cfg = load_pipeline(f)
+        except ConfigError as e:
+            errors[f] = str(e)
+            continue
+        if cfg.name in good:
+            errors[f] = str(ConfigError(f, "name", f"{cfg.name!r} is already defined in {os.path.basename(good[cfg.name].file)}"))
+            continue
+        good[cfg.name] = cfg
+    return good, errors
+
+
+def find_pipeline(name: str, directory: str | None = None) -> PipelineConfig:
+    good, errors = load_all(directory)
+    if name in good:
+        return good[name]
+    hint = "; ".join(errors.values())
+    raise KeyError(f"no pipeline named {name!r} in {directory or pipelines_dir()}" + (f" (errors: {hint})" if hint else ""))

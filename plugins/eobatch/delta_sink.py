@@ -1,0 +1,150 @@
+"""A Delta table as a participant of the two-phase commit, through delta-rs.
+
+It answers "what is committed" (the txn version of the pipeline's appId) and "commit these
+already-written files with txn(appId, batch)" as one metadata-only Delta transaction.
+delta-rs checks none of our invariants (it accepts missing files, a wrong schema, a txn
+version lower than the stored one): every such check is made here or in ``verify``.
+A concurrent commit with the same appId fails in delta-rs with CommitFailedError (its
+conflict checker sees both transactions touch the same txn); the caller then re-reads.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+
+import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class CommitConflict(RuntimeError):
+    """Another writer committed first; re-read the table and decide again."""
+
+
+class FingerprintMismatch(RuntimeError):
+    """The table holds this batch with a different file set than the one prepared."""
+
+
+def schema_from_b64(s: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s)))
+
+
+def schema_to_b64(schema: pa.Schema) -> str:
+    return base64.b64encode(schema.serialize().to_pybytes()).decode()
+
+
+def normalize_type(t: pa.DataType) -> str:
+    """A type name that treats Arrow's large/view variants and UTC spellings alike."""
+    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "string"
+    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        return "binary"
+    if pa.types.is_timestamp(t):
+        tz = "UTC" if t.tz in ("UTC", "Etc/UTC", "+00:00", "Z") else t.tz
+        return f"timestamp[{t.unit},{tz}]"
+    if pa.types.is_large_list(t) or pa.types.is_list(t) or pa.types.is_list_view(t):
+        return f"list<{normalize_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "struct<" + ",".join(f"{f.name}:{normalize_type(f.type)}" for f in t) + ">"
+    if pa.types.is_map(t):
+        return f"map<{normalize_type(t.key_type)},{normalize_type(t.item_type)}>"
+    return str(t)
+
+
+def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+    return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
+
+
+class DeltaParticipant:
+    def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
+        self.name = name
+        self.uri = table_uri
+        self.storage_options = storage_options or None
+
+    def _table(self):
+        from deltalake import DeltaTable
+
+        try:
+            return DeltaTable(self.uri, storage_options=self.storage_options)
+        except Exception as e:  # TableNotFoundError differs between versions
+            if "no log files" in str(e).lower() or "not a delta table" in str(e).lower() or type(e).__name__ == "TableNotFoundError":
+                return None
+            raise
+
+    def exists(self) -> bool:
+        return self._table() is not None
+
+    def committed_version(self, app_id: str) -> int:
+        """The last batch of ``app_id`` this table holds (0 when none or no table)."""
+        dt = self._table()
+        if dt is None:
+            return 0
+        return dt.transaction_version(app_id) or 0
+
+    def table_schema(self) -> pa.Schema | None:
+        dt = self._table()
+        if dt is None:
+            return None
+        return pa.schema(dt.schema().to_arrow())
+
+    def partition_columns(self) -> list[str] | None:
+        dt = self._table()
+        return None if dt is None else list(dt.metadata().partition_columns)
+
+    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None:
+        """(version, commitInfo) of the commit that carried this batch, newest first."""
+        dt = self._table()
+        if dt is None:
+            return None
+        for limit in (20, None):
+            for h in dt.history(limit):
+                if h.get("eo.pipeline") == app_id and str(h.get("eo.batchId")) == str(batch_id):
+                    return int(h["version"]), h
+            if limit is not None and dt.version() < limit:
+                break
+        return None
+
+    def ensure_table(self, schema: pa.Schema, partition_by: list[str]) -> None:
+        from deltalake import DeltaTable
+
+        if self._table() is not None:
+            return
+        log.info("%s: creating Delta table %s (partitioned by %s)", self.name, self.uri, partition_by or "nothing")
+        DeltaTable.create(self.uri, schema=schema, mode="ignore", partition_by=partition_by or None,
+                          storage_options=self.storage_options)
+
+    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
+               partition_by: list[str], metadata: dict) -> int:
+        """One Delta transaction: the files, txn(app_id, batch_id), and ``metadata``.
+
+        Returns the new table version. Raises CommitConflict when another writer won.
+        """
+        from deltalake.exceptions import CommitFailedError
+        from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+        self.ensure_table(schema, partition_by)
+        dt = self._table()
+        now = int(time.time() * 1000)
+        actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
+                             int(a.get("modification_time") or now), True, a.get("stats") or "{}")
+                   for a in adds]
+        try:
+            dt.create_write_transaction(
+                actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
+                commit_properties=CommitProperties(custom_metadata=metadata,
+                                                   app_transactions=[Transaction(app_id, batch_id)]),
+            )
+        except CommitFailedError as e:
+            raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
+        found = self.find_batch_commit(app_id, batch_id)
+        return found[0] if found else -1
+
+    def live_files(self) -> set[str]:
+        dt = self._table()
+        if dt is None:
+            return set()
+        return set(dt.files())
+

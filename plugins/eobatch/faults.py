@@ -1,0 +1,47 @@
+"""Named crash points for fault-injection tests and `make chaos`.
+
+Production code calls ``crash_point("commit.after_delta_commit")`` at each phase boundary.
+Nothing happens unless the environment variable ``EOBATCH_CRASH`` names that point; then the
+process dies at once with ``os._exit(137)`` (what ``kill -9`` looks like to everyone else),
+without cleanup, ``finally`` blocks or flushing. With ``EOBATCH_CRASH_ONCE_DIR`` set, each point
+fires once only (a marker file records it), so the next attempt gets through.
+``EOBATCH_PAUSE`` names points where the process instead sleeps (up to 10 minutes), so a test
+can ``kill -9`` it at a known place, e.g. a spark-submit in the middle of writing.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+POINTS = (
+    "plan.after_record",
+    "stage.after_first_file",
+    "verify.after_prepared",
+    "commit.after_first_participant",
+    "commit.after_delta_commit",
+)
+
+
+def crash_point(name: str) -> None:
+    if name in os.environ.get("EOBATCH_PAUSE", "").split(","):
+        import time
+
+        sys.stderr.write(f"eobatch: paused at {name}\n")
+        sys.stderr.flush()
+        time.sleep(600)
+    wanted = os.environ.get("EOBATCH_CRASH", "")
+    if not wanted or name not in wanted.split(","):
+        return
+    once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
+    if once_dir:
+        os.makedirs(once_dir, exist_ok=True)
+        marker = os.path.join(once_dir, name)
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.close(fd)
+        except FileExistsError:
+            return
+    sys.stderr.write(f"eobatch: injected crash at {name}\n")
+    sys.stderr.flush()
+    os._exit(137)

@@ -1,0 +1,238 @@
+"""Records and layout shared by the Airflow side and the Spark job (pure Python).
+
+Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
+
+    T/_eo_ledger/plans/<batch>.json                        PLANNED   (put-if-absent; the exact source range)
+    T/_eo_ledger/attempts/<batch>/<attempt>/manifests/<participant>/part-<n>.json
+                                                           one per Spark partition, written by the task
+    T/_eo_ledger/attempts/<batch>/<attempt>/stage.json     STAGED    (written by the driver at the end)
+    T/_eo_ledger/attempts/<batch>/<attempt>/aborted.json   the attempt was aborted and its files removed
+    T/_eo_ledger/prepared/<batch>.json                     PREPARED  (put-if-absent; the file set to commit)
+    T/_eo_ledger/committed/<batch>.json                    COMMITTED (ledger copy; the truth is the Delta txn)
+    T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
+    Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
+
+``_eo_ledger`` starts with ``_`` so Delta readers and VACUUM leave it alone; staged data lives
+under the table root (delta-rs reads relative paths only) in a folder that does not start
+with ``_`` or ``.``, so VACUUM can later clean files that compaction removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+from .storage import join
+
+FORMAT_VERSION = 1
+BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABORTED"]
+LEDGER_DIR = "_eo_ledger"
+STAGING_DIR = "eo_batches"
+SINK, QUARANTINE = "sink", "quarantine"
+PARTICIPANTS = (SINK, QUARANTINE)
+
+QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
+
+
+def bid(batch_id: int) -> str:
+    return f"{batch_id:010d}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    sink_table: str
+    quarantine_table: str
+
+    @property
+    def ledger(self) -> str:
+        return join(self.sink_table, LEDGER_DIR)
+
+    def table(self, participant: str) -> str:
+        return self.sink_table if participant == SINK else self.quarantine_table
+
+    def plan(self, batch_id: int) -> str:
+        return join(self.ledger, "plans", bid(batch_id) + ".json")
+
+    def plans_dir(self) -> str:
+        return join(self.ledger, "plans")
+
+    def attempts_dir(self, batch_id: int) -> str:
+        return join(self.ledger, "attempts", bid(batch_id))
+
+    def attempt_dir(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempts_dir(batch_id), attempt)
+
+    def stage_summary(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "stage.json")
+
+    def aborted(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "aborted.json")
+
+    def manifest(self, batch_id: int, attempt: str, participant: str, partition: int) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "manifests", participant, f"part-{partition:05d}.json")
+
+    def prepared(self, batch_id: int) -> str:
+        return join(self.ledger, "prepared", bid(batch_id) + ".json")
+
+    def committed(self, batch_id: int) -> str:
+        return join(self.ledger, "committed", bid(batch_id) + ".json")
+
+    def staging_root(self, participant: str) -> str:
+        return join(self.table(participant), STAGING_DIR)
+
+    def batch_staging_rel(self, batch_id: int) -> str:
+        return f"{STAGING_DIR}/b{bid(batch_id)}"
+
+    def attempt_staging_rel(self, batch_id: int, attempt: str) -> str:
+        """Staging folder of one attempt, relative to each participant table's root."""
+        return f"{self.batch_staging_rel(batch_id)}/{attempt}"
+
+
+class Record:
+    """JSON (de)serialisation for the dataclass records below."""
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1, default=str).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str):
+        d = json.loads(data)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class BatchPlan(Record):
+    """PLANNED: what a batch contains, written before any data is."""
+
+    pipeline: str
+    batch_id: int
+    source_kind: str
+    range: dict  # files: {"files": [{"path", "size", "mtime_ms", "records"}]}
+    rows_in: int | None  # the source's own count of records in the range, when it knows it
+    config_fingerprint: str
+    planned_at: str
+    plan_seconds: float = 0.0
+    notes: list = field(default_factory=list)
+    format: int = FORMAT_VERSION
+
+    def range_summary(self) -> str:
+        if self.source_kind == "files":
+            files = self.range.get("files", [])
+            if not files:
+                return "0 files"
+            names = [f["path"].rsplit("/", 1)[-1] for f in files]
+            shown = ", ".join(names[:3]) + (f", +{len(names) - 3}" if len(names) > 3 else "")
+            return f"{len(files)} files [{shown}]"
+        return json.dumps(self.range, sort_keys=True)
+
+
+@dataclass
+class StagedFile(Record):
+    path: str  # relative to the participant table's root
+    size: int
+    rows: int
+    partition_values: dict = field(default_factory=dict)
+
+
+@dataclass
+class PartitionManifest(Record):
+    """Written by each Spark task for its partition: what it wrote, where, how many rows."""
+
+    batch_id: int
+    attempt: str
+    participant: str
+    partition: int
+    task_attempt: int
+    rows: int
+    files: list  # of StagedFile dicts
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class StageSummary(Record):
+    """STAGED: written by the Spark driver once every task of the attempt has finished."""
+
+    batch_id: int
+    attempt: str
+    rows_in: int  # records read (non-blank lines)
+    rows_valid: int  # parsed and fitting the schema
+    rows_quarantined: int
+    row_preserving: bool  # the transform publishes exactly the valid rows
+    partitions: dict  # participant -> number of Spark partitions (manifests 0..n-1)
+    manifests: dict  # participant -> list of PartitionManifest dicts, as the driver collected them
+    arrow_schema: dict  # participant -> base64 Arrow IPC schema of the staged files
+    partition_by: dict  # participant -> list of partition columns
+    stage_seconds: float
+    spark_app_id: str = ""
+    config_fingerprint: str = ""
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class PreparedBatch(Record):
+    """PREPARED: the verified file set of one attempt. From here on the commit must succeed."""
+
+    pipeline: str
+    batch_id: int
+    attempt: str
+    adds: dict  # participant -> list of {"path","size","partition_values","modification_time","stats"}
+    arrow_schema: dict  # participant -> base64 Arrow IPC schema
+    partition_by: dict
+    fingerprint: str
+    rows_in: int
+    rows_valid: int
+    rows_quarantined: int
+    rows_published: int
+    bytes: int
+    files: int
+    prepared_at: str
+    verify_seconds: float
+    stage_seconds: float
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class CommittedBatch(Record):
+    """COMMITTED (ledger copy). The Delta txn version is the source of truth."""
+
+    pipeline: str
+    batch_id: int
+    fingerprint: str
+    delta_versions: dict  # participant -> table version holding this batch's txn
+    committed_at: str
+    commit_seconds: float
+    recovered: bool = False  # completed by recovery rather than by the batch's own commit task
+    format: int = FORMAT_VERSION
+
+
+def fingerprint_of(adds: dict[str, list[dict]]) -> str:
+    """Fingerprint of a file set: participant, relative path and size of every file."""
+    h = hashlib.sha256()
+    for participant in sorted(adds):
+        for a in sorted(adds[participant], key=lambda x: x["path"]):
+            h.update(f"{participant}\0{a['path']}\0{a['size']}\n".encode())
+    return h.hexdigest()
+
+
+def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) -> dict[str, Any]:
+    """What each Delta commit of a batch carries in its commitInfo, besides txn(appId, version)."""
+    return {
+        "eo.pipeline": plan.pipeline,
+        "eo.batchId": str(plan.batch_id),
+        "eo.attempt": prepared.attempt,
+        "eo.participant": participant,
+        "eo.fingerprint": prepared.fingerprint,
+        "eo.source": plan.source_kind,
+        "eo.offsets": json.dumps(compact_offsets(plan), sort_keys=True, separators=(",", ":")),
+        "eo.rows": json.dumps({"in": prepared.rows_in, "published": prepared.rows_published,
+                               "quarantined": prepared.rows_quarantined}),
+    }
+
+
+def compact_offsets(plan: BatchPlan) -> Any:
+    if plan.source_kind == "files":
+        return [[f["path"], f["size"], f["mtime_ms"]] for f in plan.range.get("files", [])]
+    return plan.range

@@ -1,0 +1,128 @@
+"""What a stage attempt's spark-submit needs: the job spec, the code zip, the jars, the conf.
+
+Shared by the Airflow stage operator and by tests/benchmarks that launch the job directly,
+so both run exactly the same command. No Airflow imports here.
+"""
+
+from __future__ import annotations
+
+import base64
+import glob
+import hashlib
+import io
+import json
+import os
+import secrets
+import zipfile
+
+from .config import PipelineConfig
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+STAGE_APP = os.path.join(REPO, "spark_jobs", "stage_batch.py")
+
+# Settings every stage job runs with: deterministic time zone, no speculative duplicate tasks
+# (one manifest per partition), no UI port on shared CI machines, loopback for local mode.
+SPARK_DEFAULTS = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.speculation": "false",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def new_attempt_id(try_number: int | None = None) -> str:
+    """Attempt-unique name: a retried or zombie spark-submit never writes another's files."""
+    prefix = f"t{try_number}-" if try_number is not None else ""
+    return f"{prefix}{secrets.token_hex(6)}"
+
+
+def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
+    return {
+        "pipeline": cfg.name, "batch_id": batch_id, "attempt": attempt, "schema": cfg.schema,
+        "not_null": [c.name for c in cfg.columns if c.not_null], "transform": cfg.transform,
+        "transform_options": cfg.transform_options, "sink_table": cfg.sink_table,
+        "quarantine_table": cfg.quarantine_table, "partition_by": list(cfg.partition_by),
+        "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
+    }
+
+
+def encode_spec(spec: dict) -> str:
+    return base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
+
+
+def jars_dir() -> str:
+    return os.environ.get("EOBATCH_JARS_DIR") or os.path.join(REPO, ".jars")
+
+
+def jars() -> list[str]:
+    found = sorted(glob.glob(os.path.join(jars_dir(), "*.jar")))
+    if not found:
+        raise FileNotFoundError(
+            f"no JVM jars in {jars_dir()}: run `make jars` (mvn resolves include/pom.xml into it)")
+    return found
+
+
+def _code_files() -> list[tuple[str, str]]:
+    out = []
+    for base, arc in ((os.path.join(REPO, "plugins", "eobatch"), "eobatch"),
+                      (os.path.join(REPO, "spark_jobs"), "spark_jobs")):
+        for path in sorted(glob.glob(os.path.join(base, "**", "*.py"), recursive=True)):
+            out.append((path, os.path.join(arc, os.path.relpath(path, base))))
+    return out
+
+
+def pyfiles_zip(cache_dir: str | None = None) -> str:
+    """A zip of the eobatch package and spark_jobs/, for --py-files; cached by content hash."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for path, arc in _code_files():
+            info = zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0))
+            with open(path, "rb") as f:
+                z.writestr(info, f.read())
+    data = buf.getvalue()
+    digest = hashlib.sha256(data).hexdigest()[:16]
+    cache_dir = cache_dir or os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
+    os.makedirs(cache_dir, exist_ok=True)
+    target = os.path.join(cache_dir, f"eobatch-{digest}.zip")
+    if not os.path.exists(target):
+        tmp = f"{target}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    return target
+
+
+def spark_conf(cfg: PipelineConfig) -> dict:
+    conf = dict(SPARK_DEFAULTS)
+    conf.update(cfg.spark.conf)
+    return conf
+
+
+def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]") -> list[str]:
+    """The spark-submit command line (for tests and benchmarks; Airflow uses its hook)."""
+    argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
+            "--jars", ",".join(jars()), "--py-files", pyfiles_zip()]
+    for k, v in spark_conf(cfg).items():
+        argv += ["--conf", f"{k}={v}"]
+    if cfg.spark.driver_memory:
+        argv += ["--driver-memory", cfg.spark.driver_memory]
+    argv += [STAGE_APP, "--spec", encode_spec(job_spec(cfg, batch_id, attempt))]
+    return argv
+
+
+def spark_env() -> dict:
+    """Environment for spark-submit: loopback for local mode, the venv's python for workers."""
+    import sys
+
+    env = dict(os.environ)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    bindir = os.path.dirname(sys.executable)
+    if bindir not in env.get("PATH", "").split(os.pathsep):
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    return env

@@ -1,0 +1,85 @@
+"""The batch ledger: one put-if-absent file per batch and phase (see formats.Layout)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .formats import (
+    BatchPlan, CommittedBatch, Layout, PartitionManifest, PreparedBatch, StageSummary, bid,
+)
+from .storage import join, storage_for
+
+_BATCH_FILE = re.compile(r"^(\d{10})\.json$")
+
+
+class LedgerError(RuntimeError):
+    pass
+
+
+class Ledger:
+    def __init__(self, layout: Layout, storage=None):
+        self.layout = layout
+        self.fs = storage or storage_for(layout.sink_table)
+
+    # -- reading -------------------------------------------------------------------
+    def _read(self, path: str, cls):
+        try:
+            return cls.from_json(self.fs.read_bytes(path))
+        except FileNotFoundError:
+            return None
+
+    def plan(self, batch_id: int) -> BatchPlan | None:
+        return self._read(self.layout.plan(batch_id), BatchPlan)
+
+    def prepared(self, batch_id: int) -> PreparedBatch | None:
+        return self._read(self.layout.prepared(batch_id), PreparedBatch)
+
+    def committed(self, batch_id: int) -> CommittedBatch | None:
+        return self._read(self.layout.committed(batch_id), CommittedBatch)
+
+    def stage_summary(self, batch_id: int, attempt: str) -> StageSummary | None:
+        return self._read(self.layout.stage_summary(batch_id, attempt), StageSummary)
+
+    def manifest(self, batch_id: int, attempt: str, participant: str, partition: int) -> PartitionManifest | None:
+        return self._read(self.layout.manifest(batch_id, attempt, participant, partition), PartitionManifest)
+
+    def batch_ids(self) -> list[int]:
+        out = []
+        for f in self.fs.list_files(self.layout.plans_dir(), recursive=False):
+            m = _BATCH_FILE.match(f.path.rsplit("/", 1)[-1])
+            if m:
+                out.append(int(m.group(1)))
+        return sorted(out)
+
+    def latest_batch_id(self) -> int:
+        ids = self.batch_ids()
+        return ids[-1] if ids else 0
+
+    def plans(self) -> list[BatchPlan]:
+        return [p for p in (self.plan(i) for i in self.batch_ids()) if p is not None]
+
+    def attempts(self, batch_id: int) -> list[str]:
+        return self.fs.list_dirs(self.layout.attempts_dir(batch_id))
+
+    def aborted_info(self, batch_id: int, attempt: str) -> dict | None:
+        try:
+            return json.loads(self.fs.read_bytes(self.layout.aborted(batch_id, attempt)))
+        except FileNotFoundError:
+            return None
+
+    # -- writing -------------------------------------------------------------------
+    def put_plan(self, plan: BatchPlan) -> bool:
+        return self.fs.put_if_absent(self.layout.plan(plan.batch_id), plan.to_json())
+
+    def put_prepared(self, prepared: PreparedBatch) -> bool:
+        return self.fs.put_if_absent(self.layout.prepared(prepared.batch_id), prepared.to_json())
+
+    def put_committed(self, committed: CommittedBatch) -> bool:
+        return self.fs.put_if_absent(self.layout.committed(committed.batch_id), committed.to_json())
+
+    def put_aborted(self, batch_id: int, attempt: str, info: dict) -> None:
+        self.fs.write_atomic(self.layout.aborted(batch_id, attempt), json.dumps(info, sort_keys=True).encode())
+
+    def describe(self, batch_id: int) -> str:
+        return f"batch {batch_id} ({join(self.layout.ledger, 'plans', bid(batch_id) + '.json')})"

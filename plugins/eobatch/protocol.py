@@ -1,0 +1,347 @@
+"""The exactly-once protocol of one pipeline: one state machine, five verbs.
+
+::
+
+            plan                stage               verify              commit
+ (none) ─────────▶ PLANNED ─────────▶ STAGED ─────────▶ PREPARED ─────────▶ COMMITTED
+                      │                  │                                   ▲
+                      └──── abort ───────┴──▶ (attempt aborted)  recover ────┘
+
+Like Flink's TwoPhaseCommitSinkFunction (beginTransaction / preCommit / commit / abort,
+with a commit issued again on restore), with a batch in the role of a checkpoint:
+
+``plan``    (begin) write the batch plan, the exact source range, put-if-absent, before any
+            data is written. Never plans N+1 while N is not committed.
+``stage``   (write) done by the spark-submit job under attempt-unique names + manifests;
+            idempotent: a new attempt never touches another attempt's files.
+``verify``  (pre-commit) check every manifest, file, size, footer, count and schema; then write
+            PREPARED put-if-absent. From here on the batch must commit; it is never aborted.
+``commit``  one Delta transaction per participant: the prepared files, txn(appId=pipeline,
+            version=batch), the offsets and the fingerprint. Idempotent: a participant that
+            already holds the batch is checked (same fingerprint) and skipped.
+``abort``   remove one failed attempt's staged files; refuses a PREPARED attempt.
+``recover`` at the start of every run: check ledger and tables agree (no gap, no unknown
+            batch), commit a PREPARED batch, hand back a PLANNED/STAGED batch for re-staging,
+            sweep orphan files of dead or zombie attempts.
+
+The tables' txn version is the source of truth for "which batch committed"; the batch plan is
+the truth for "what that batch contained". Nothing lives only in Airflow's database.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import time
+from dataclasses import dataclass
+
+from . import faults
+from .config import PipelineConfig
+from .delta_sink import CommitConflict, DeltaParticipant, FingerprintMismatch, schema_from_b64
+from .formats import (
+    PARTICIPANTS, BatchPlan, BatchState, CommittedBatch, Layout, PreparedBatch, commit_metadata,
+    fingerprint_of,
+)
+from .ledger import Ledger
+from .sources import source_for
+from .storage import join, relpath, storage_for
+from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
+
+log = logging.getLogger("eobatch")
+
+
+class ProtocolError(RuntimeError):
+    """A state the protocol cannot resolve by itself; the message says how to repair."""
+
+
+class LedgerMismatch(ProtocolError):
+    pass
+
+
+class ConcurrentPlan(ProtocolError):
+    pass
+
+
+class CommitBlocked(ProtocolError):
+    pass
+
+
+def utcnow() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class Recovery:
+    latest: int  # highest planned batch id (0: none)
+    committed: int  # highest batch committed in every participant
+    pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
+    actions: list  # what recovery did, for the task log
+
+
+class Protocol:
+    def __init__(self, cfg: PipelineConfig, storage_options: dict | None = None):
+        self.cfg = cfg
+        self.app_id = cfg.app_id
+        self.layout = Layout(cfg.sink_table, cfg.quarantine_table)
+        self.ledger = Ledger(self.layout)
+        self.participants = {
+            p: DeltaParticipant(p, self.layout.table(p), storage_options) for p in PARTICIPANTS
+        }
+        self._fs = {p: storage_for(self.layout.table(p)) for p in PARTICIPANTS}
+
+    def fs_for(self, participant: str):
+        return self._fs[participant]
+
+    # -- queries ---------------------------------------------------------------------
+    def committed_versions(self) -> dict[str, int]:
+        return {p: part.committed_version(self.app_id) for p, part in self.participants.items()}
+
+    def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
+        versions = versions if versions is not None else self.committed_versions()
+        if self.ledger.plan(batch_id) is None:
+            return None
+        if min(versions.values()) >= batch_id:
+            return "COMMITTED"
+        if self.ledger.prepared(batch_id) is not None:
+            return "PREPARED"
+        for a in self.ledger.attempts(batch_id):
+            if self.ledger.stage_summary(batch_id, a) and not self.ledger.aborted_info(batch_id, a):
+                return "STAGED"
+        return "PLANNED"
+
+    def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        for p, v in versions.items():
+            table = self.layout.table(p)
+            if v > latest:
+                raise LedgerMismatch(
+                    f"{p} table {table} holds batch {v} of {self.app_id!r} but the ledger "
+                    f"({self.layout.ledger}) only knows batches up to {latest}. The ledger was lost or "
+                    f"belongs to another table. Repair: restore the ledger folder, or rewind the table "
+                    f"to a version before that batch. Nothing was published.")
+            if v < latest - 1:
+                raise LedgerMismatch(
+                    f"gap: the ledger planned batch {latest} but the {p} table {table} holds only up to "
+                    f"batch {v}; batches {v + 1}..{latest - 1} are missing from the table (was it "
+                    f"restored or rewritten?). Repair: rewind the pipeline to batch {v + 1} so those "
+                    f"ranges are replayed. Nothing was published.")
+
+    # -- recover ---------------------------------------------------------------------
+    def recover(self, sweep: bool = True) -> Recovery:
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        actions: list[str] = []
+        pending = None
+        if latest and min(versions.values()) < latest:
+            prepared = self.ledger.prepared(latest)
+            if prepared is not None:
+                actions.append(f"batch {latest} was PREPARED but not committed everywhere "
+                               f"({versions}): committing it now")
+                self.commit(latest, recovered=True)
+            else:
+                ahead = [p for p, v in versions.items() if v >= latest]
+                if ahead:
+                    raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
+                                         f"this ledger was not written by this pipeline's commit path")
+                pending = latest
+                actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
+                               f"with the same source range")
+        elif latest and self.ledger.committed(latest) is None:
+            self._write_committed(latest, recovered=True)
+            actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
+                           f"(crash after the Delta commit): ledger completed")
+        if sweep:
+            removed = self.sweep()
+            if removed:
+                actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
+        committed = min(self.committed_versions().values()) if latest else 0
+        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions)
+
+    # -- plan (begin) ----------------------------------------------------------------
+    def plan(self, max_records: int | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new). An uncommitted batch is returned as it is (never planned past)."""
+        t0 = time.time()
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        if latest and min(versions.values()) < latest:
+            if self.ledger.prepared(latest) is not None:
+                raise ProtocolError(f"batch {latest} is PREPARED and must be committed before a new plan "
+                                    f"(run recover)")
+            return self.ledger.plan(latest), False
+        limit = max_records or self.cfg.source.max_records_per_batch
+        source = source_for(self.cfg)
+        rng, n, notes = source.next_range(self.ledger.plans(), limit)
+        if rng is None:
+            for msg in notes:
+                log.warning(msg)
+            return None, False
+        plan = BatchPlan(
+            pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
+            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
+            plan_seconds=round(time.time() - t0, 3), notes=notes,
+        )
+        if not self.ledger.put_plan(plan):
+            raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
+                                 f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
+        faults.crash_point("plan.after_record")
+        return plan, True
+
+    # -- verify (pre-commit) ---------------------------------------------------------
+    def verify(self, batch_id: int, attempt: str) -> PreparedBatch:
+        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt)."""
+        t0 = time.time()
+        existing = self.ledger.prepared(batch_id)
+        if existing is not None:
+            if existing.attempt != attempt:
+                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
+                            "will be swept", batch_id, existing.attempt, attempt)
+            return existing
+        plan = self.ledger.plan(batch_id)
+        if plan is None:
+            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
+                                               self.participants)
+        prepared = PreparedBatch(
+            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
+            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
+            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
+            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
+            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
+            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
+        )
+        if not self.ledger.put_prepared(prepared):
+            winner = self.ledger.prepared(batch_id)
+            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
+                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
+            return winner
+        faults.crash_point("verify.after_prepared")
+        return prepared
+
+    # -- commit ----------------------------------------------------------------------
+    def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
+        found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
+        if found is None:
+            log.warning("%s: txn says batch %s is committed but its commit info is no longer in the "
+                        "log history (log cleaned up?); fingerprint not checked", participant, batch_id)
+            return -1
+        version, info = found
+        if info.get("eo.fingerprint") != prepared.fingerprint:
+            raise FingerprintMismatch(
+                f"{participant} table {self.layout.table(participant)} version {version} holds batch "
+                f"{batch_id} with file-set fingerprint {info.get('eo.fingerprint')}, but the PREPARED "
+                f"batch has {prepared.fingerprint} (attempt {prepared.attempt}). Another writer "
+                f"committed a different file set for this batch; stop and inspect.")
+        return version
+
+    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        t0 = time.time()
+        plan = self.ledger.plan(batch_id)
+        prepared = self.ledger.prepared(batch_id)
+        if plan is None or prepared is None:
+            raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
+        versions: dict[str, int] = {}
+        done_now = 0
+        for participant in PARTICIPANTS:
+            part = self.participants[participant]
+            v = part.committed_version(self.app_id)
+            if v >= batch_id:
+                versions[participant] = self._check_committed(participant, batch_id, prepared)
+                log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
+                         participant, batch_id, versions[participant])
+                continue
+            if v != batch_id - 1:
+                raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
+                                     f"committed after it (gap)")
+            problems = recheck_files(self.layout, self.fs_for, {participant: prepared.adds[participant]})
+            if problems:
+                raise CommitBlocked(
+                    f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
+                    ". Its staged files were removed (VACUUM or by hand). Repair: "
+                    f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to re-stage the same range.")
+            try:
+                versions[participant] = part.commit(
+                    self.app_id, batch_id, prepared.adds[participant],
+                    schema_from_b64(prepared.arrow_schema[participant]),
+                    list(prepared.partition_by.get(participant, [])),
+                    commit_metadata(plan, prepared, participant),
+                )
+            except CommitConflict:
+                if part.committed_version(self.app_id) >= batch_id:
+                    versions[participant] = self._check_committed(participant, batch_id, prepared)
+                    log.info("%s: a concurrent committer published batch %s first (same fingerprint)",
+                             participant, batch_id)
+                    continue
+                raise
+            done_now += 1
+            log.info("%s: committed batch %s as Delta version %s (%d files)", participant, batch_id,
+                     versions[participant], len(prepared.adds[participant]))
+            if done_now == 1:
+                faults.crash_point("commit.after_first_participant")
+        faults.crash_point("commit.after_delta_commit")
+        return self._write_committed(batch_id, recovered, versions, time.time() - t0)
+
+    def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
+                         seconds: float = 0.0) -> CommittedBatch:
+        prepared = self.ledger.prepared(batch_id)
+        if versions is None:
+            versions = {p: self._check_committed(p, batch_id, prepared) for p in PARTICIPANTS}
+        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=prepared.fingerprint,
+                             delta_versions=versions, committed_at=utcnow(),
+                             commit_seconds=round(seconds, 3), recovered=recovered)
+        if not self.ledger.put_committed(rec):
+            rec = self.ledger.committed(batch_id)
+        return rec
+
+    # -- abort -----------------------------------------------------------------------
+    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None and prepared.attempt == attempt:
+            raise ProtocolError(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                f"never aborted")
+        removed = []
+        for participant in PARTICIPANTS:
+            fs = self.fs_for(participant)
+            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
+            for f in list(fs.list_files(folder)):
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        self.ledger.put_aborted(batch_id, attempt, {"reason": reason[:2000], "aborted_at": utcnow(),
+                                                    "files_removed": len(removed)})
+        return removed
+
+    # -- sweep -----------------------------------------------------------------------
+    def sweep(self, recent: int | None = 5) -> list[str]:
+        """Delete staged files no commit will ever reference.
+
+        Looks at the ``recent`` newest batches (all when None). For a PREPARED or committed batch
+        every file outside its prepared set goes (failed attempts, zombies that finished late);
+        for the batch still PLANNED, every attempt goes: sweep runs at the start of a run, before
+        this run stages, so any attempt there belongs to a dead or zombie run.
+        """
+        latest = self.ledger.latest_batch_id()
+        removed: list[str] = []
+        for participant in PARTICIPANTS:
+            fs = self.fs_for(participant)
+            table = self.layout.table(participant)
+            root = self.layout.staging_root(participant)
+            for d in fs.list_dirs(root):
+                if not d.startswith("b") or not d[1:].isdigit():
+                    continue
+                b = int(d[1:])
+                if recent is not None and b < latest - recent:
+                    continue
+                prepared = self.ledger.prepared(b) if b <= latest else None
+                keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
+                folder = join(root, d)
+                for f in list(fs.list_files(folder)):
+                    if relpath(f.path, table) not in keep:
+                        fs.delete(f.path)
+                        removed.append(f.path)
+                fs.remove_empty_dirs(folder)
+        return removed
+
+
+__all__ = ["Protocol", "Recovery", "ProtocolError", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
+           "FingerprintMismatch", "NotReady", "VerifyFailed"]

@@ -1,0 +1,99 @@
+"""Files source: JSON-lines objects of a landing folder.
+
+Offsets are the landing objects consumed: (path, size, modification time). A batch takes
+whole files, oldest first (modification time, then path), at least one, up to the record
+limit. A file is consumed once, whenever it lands; a consumed file that later changes size
+or modification time is reported (log and batch plan notes), never published again.
+
+Files whose name starts with ``.`` or ``_`` (and files in such folders) are ignored, as Spark
+does: producers should write under such a name and rename into place when complete.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..storage import FileInfo, storage_for
+
+log = logging.getLogger(__name__)
+BLANK = b" \t\r\x0b\x0c"
+
+
+def count_records(fs, path: str) -> int:
+    """Non-blank lines of a file, counted the way the Spark job counts them."""
+    n = 0
+    tail = b""
+    with fs.open_read(path) as f:
+        while True:
+            chunk = f.read(1 << 22)
+            if not chunk:
+                break
+            lines = (tail + chunk).split(b"\n")
+            tail = lines.pop()
+            n += sum(1 for line in lines if line.strip(BLANK))
+    if tail.strip(BLANK):
+        n += 1
+    return n
+
+
+def _visible(root: str, path: str) -> bool:
+    rel = path[len(root.rstrip("/")) + 1:]
+    return not any(part.startswith((".", "_")) for part in rel.split("/"))
+
+
+class FilesSource:
+    kind = "files"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.root = cfg.source.path
+        self.fs = storage_for(self.root)
+
+    def list_landing(self) -> list[FileInfo]:
+        files = [f for f in self.fs.list_files(self.root)
+                 if f.path.endswith(".jsonl") and _visible(self.root, f.path)]
+        return sorted(files, key=lambda f: (f.mtime_ms, f.path))
+
+    def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int, list[str]]:
+        """(range, records, notes) of the next batch; range None when nothing is new."""
+        consumed: dict[str, dict] = {}
+        reported: set[str] = set()
+        for p in previous_plans:
+            for f in p.range.get("files", []):
+                consumed[f["path"]] = f
+            reported.update(n.split(" ", 2)[1] for n in p.notes if n.startswith("changed "))
+        notes = []
+        chosen, total = [], 0
+        for f in self.list_landing():
+            old = consumed.get(f.path)
+            if old is not None:
+                if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):
+                    msg = (f"changed {f.path} after it was consumed in an earlier batch "
+                           f"(size {old['size']} -> {f.size}, mtime {old['mtime_ms']} -> {f.mtime_ms}); "
+                           f"not published again")
+                    log.warning(msg)
+                    if f.path not in reported:
+                        notes.append(msg)
+                continue
+            n = count_records(self.fs, f.path)
+            if chosen and total + n > limit:
+                break
+            chosen.append({"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": n})
+            total += n
+            if total >= limit:
+                break
+        if not chosen:
+            return None, 0, notes
+        return {"files": chosen}, total, notes
+
+    def check_unchanged(self, rng: dict) -> list[str]:
+        """Problems with the planned files as they are now (gone, resized, rewritten)."""
+        problems = []
+        for f in rng.get("files", []):
+            st = self.fs.stat(f["path"])
+            if st is None:
+                problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")
+            elif (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
+                problems.append(f"{f['path']}: changed since planned (size {f['size']} -> {st.size}, "
+                                f"mtime {f['mtime_ms']} -> {st.mtime_ms})")
+        return problems

@@ -1,0 +1,228 @@
+"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers, never data.
+
+Checks, for every participant and every Spark partition of the attempt:
+* the stage summary is there (else: not ready yet);
+* each partition's manifest is there and says what the driver collected;
+* each listed file exists with the listed size, its footer's row count matches, its schema
+  is the staged schema, and that schema fits the table (when the table exists);
+* rows in (the source's own count) = rows valid + rows quarantined; quarantine rows match;
+  a row-preserving transform published exactly the valid rows.
+The result is the AddAction list per participant (with stats from the footers) and a
+fingerprint of the file set: what PREPARED records and commit publishes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .delta_sink import normalize_type, schema_from_b64, schema_signature
+from .formats import PARTICIPANTS, QUARANTINE, SINK, BatchPlan, Layout, StageSummary, fingerprint_of
+from .storage import join
+
+
+class NotReady(Exception):
+    """The attempt has not finished staging yet (no stage summary)."""
+
+
+class VerifyFailed(Exception):
+    """The staged output is wrong; the attempt must be aborted and the batch re-staged."""
+
+
+def _json_value(v, t: pa.DataType, is_max: bool):
+    if v is None:
+        return None
+    if isinstance(v, bool) or pa.types.is_boolean(t):
+        return None  # Delta collects no min/max for booleans
+    if pa.types.is_timestamp(t):
+        if isinstance(v, int):
+            unit = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": 0.001}[t.unit]
+            micros = int(v * unit)
+        else:
+            if v.tzinfo is None:
+                v = v.replace(tzinfo=_dt.timezone.utc)
+            micros = int((v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)) / _dt.timedelta(microseconds=1))
+        ms = (math.ceil(micros / 1000) if is_max else math.floor(micros / 1000))  # Delta keeps ms
+        d = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=ms)
+        return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
+    if pa.types.is_date(t):
+        if isinstance(v, int):
+            v = _dt.date(1970, 1, 1) + _dt.timedelta(days=v)
+        return v.isoformat()
+    if isinstance(v, (bytes, bytearray)):
+        try:
+            v = v.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(v, str):
+        return v if len(v) <= 32 else None  # longer values would need Delta's truncation rules
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return None
+    if isinstance(v, (int, float)):
+        return v
+    return None
+
+
+def footer_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
+    """Delta AddFile stats (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
+    mins, maxs, nulls = {}, {}, {}
+    top = {f.name: f.type for f in schema}
+    for ci in range(meta.num_columns):
+        col0 = meta.row_group(0).column(ci) if meta.num_row_groups else None
+        if col0 is None:
+            break
+        path = col0.path_in_schema
+        if "." in path or path not in top:
+            continue  # nested columns: no stats
+        t = top[path]
+        lo = hi = None
+        nc, ok = 0, True
+        for rg in range(meta.num_row_groups):
+            st = meta.row_group(rg).column(ci).statistics
+            if st is None:
+                ok = False
+                break
+            nc += st.null_count or 0
+            if st.has_min_max:
+                lo = st.min if lo is None or st.min < lo else lo
+                hi = st.max if hi is None or st.max > hi else hi
+        if not ok:
+            continue
+        nulls[path] = nc
+        a, b = _json_value(lo, t, False), _json_value(hi, t, True)
+        if a is not None and b is not None:
+            mins[path], maxs[path] = a, b
+    return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+                      separators=(",", ":"))
+
+
+def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str,
+                   participants: dict) -> tuple[StageSummary, dict, dict]:
+    """Verify one attempt. Returns (summary, adds per participant, totals).
+
+    ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
+    maps names to DeltaParticipant (for the table schema check).
+    """
+    batch_id = plan.batch_id
+    summary = ledger.stage_summary(batch_id, attempt)
+    if summary is None:
+        raise NotReady(f"batch {batch_id} attempt {attempt}: no stage summary yet at "
+                       f"{layout.stage_summary(batch_id, attempt)}")
+    problems: list[str] = []
+    adds: dict[str, list[dict]] = {}
+    rows: dict[str, int] = {}
+    nbytes = nfiles = 0
+    for participant in PARTICIPANTS:
+        fs = fs_for(participant)
+        table_root = layout.table(participant)
+        n = int(summary.partitions.get(participant, -1))
+        if n < 0:
+            problems.append(f"{participant}: the stage summary lists no partitions")
+            continue
+        expected = schema_from_b64(summary.arrow_schema[participant])
+        pcols = list(summary.partition_by.get(participant, []))
+        data_sig = schema_signature(expected, drop=tuple(pcols))
+        collected = {m["partition"]: m for m in summary.manifests.get(participant, [])}
+        adds[participant], rows[participant] = [], 0
+        seen_paths = set()
+        for p in range(n):
+            m = ledger.manifest(batch_id, attempt, participant, p)
+            if m is None:
+                problems.append(f"{participant}: manifest of Spark partition {p} of {n} is missing "
+                                f"({layout.manifest(batch_id, attempt, participant, p)})")
+                continue
+            if m.attempt != attempt or m.batch_id != batch_id:
+                problems.append(f"{participant}: manifest {p} belongs to batch {m.batch_id} attempt {m.attempt}")
+                continue
+            c = collected.get(p)
+            if c is None or c.get("files") != m.files or c.get("rows") != m.rows:
+                problems.append(f"{participant}: manifest {p} on storage differs from what the driver collected")
+                continue
+            prefix = layout.attempt_staging_rel(batch_id, attempt) + "/"
+            mrows = 0
+            for f in m.files:
+                rel = f["path"]
+                if not rel.startswith(prefix) or ".." in rel.split("/") or rel in seen_paths:
+                    problems.append(f"{participant}: manifest {p} lists {rel!r} outside its attempt folder or twice")
+                    continue
+                seen_paths.add(rel)
+                full = join(table_root, rel)
+                st = fs.stat(full)
+                if st is None:
+                    problems.append(f"{participant}: {rel} is listed in manifest {p} but missing")
+                    continue
+                if st.size != f["size"]:
+                    problems.append(f"{participant}: {rel} has {st.size} bytes, manifest {p} says {f['size']}")
+                    continue
+                try:
+                    with fs.open_read(full) as fh:
+                        pf = pq.ParquetFile(fh)
+                        meta, fschema = pf.metadata, pf.schema_arrow
+                except Exception as e:  # unreadable footer
+                    problems.append(f"{participant}: {rel}: unreadable Parquet footer: {e}")
+                    continue
+                if meta.num_rows != f["rows"]:
+                    problems.append(f"{participant}: {rel} holds {meta.num_rows} rows, manifest {p} says {f['rows']}")
+                    continue
+                if schema_signature(fschema) != data_sig:
+                    problems.append(f"{participant}: {rel} has schema {schema_signature(fschema)}, expected {data_sig}")
+                    continue
+                if set((f.get("partition_values") or {}).keys()) != set(pcols):
+                    problems.append(f"{participant}: {rel} partition values {f.get('partition_values')} do not match {pcols}")
+                    continue
+                mrows += f["rows"]
+                nbytes += st.size
+                nfiles += 1
+                adds[participant].append({
+                    "path": rel, "size": st.size, "partition_values": f.get("partition_values") or {},
+                    "modification_time": st.mtime_ms, "stats": footer_stats(meta, expected),
+                })
+            if mrows != m.rows:
+                problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")
+            rows[participant] += mrows
+        # the table, when it exists, must take this schema as it is
+        tschema = participants[participant].table_schema()
+        if tschema is not None:
+            if [(f.name, normalize_type(f.type)) for f in tschema] != [(f.name, normalize_type(f.type)) for f in expected]:
+                problems.append(f"{participant}: staged schema {schema_signature(expected)} does not match the "
+                                f"table's {schema_signature(tschema)} ({table_root}); schema changes are not applied automatically")
+            tparts = participants[participant].partition_columns()
+            if tparts is not None and list(tparts) != pcols:
+                problems.append(f"{participant}: partition columns {pcols} differ from the table's {list(tparts)}")
+    # reconciliation
+    if plan.rows_in is not None and summary.rows_in != plan.rows_in:
+        problems.append(f"the job read {summary.rows_in} records, the source range holds {plan.rows_in}")
+    if summary.rows_valid + summary.rows_quarantined != summary.rows_in:
+        problems.append(f"rows in {summary.rows_in} != valid {summary.rows_valid} + quarantined {summary.rows_quarantined}")
+    if QUARANTINE in rows and rows[QUARANTINE] != summary.rows_quarantined:
+        problems.append(f"quarantine files hold {rows[QUARANTINE]} rows, the job quarantined {summary.rows_quarantined}")
+    if summary.row_preserving and SINK in rows and rows[SINK] != summary.rows_valid:
+        problems.append(f"sink files hold {rows[SINK]} rows, the row-preserving transform had {summary.rows_valid} valid rows")
+    if problems:
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} failed verification: " + "; ".join(problems))
+    totals = {"rows_published": rows.get(SINK, 0), "bytes": nbytes, "files": nfiles}
+    return summary, adds, totals
+
+
+def recheck_files(layout: Layout, fs_for, adds: dict) -> list[str]:
+    """Before commit: every prepared file is still there with its size (VACUUM, manual deletes)."""
+    problems = []
+    for participant, lst in adds.items():
+        fs = fs_for(participant)
+        for a in lst:
+            st = fs.stat(join(layout.table(participant), a["path"]))
+            if st is None:
+                problems.append(f"{participant}: {a['path']} is gone")
+            elif st.size != a["size"]:
+                problems.append(f"{participant}: {a['path']} now has {st.size} bytes, prepared with {a['size']}")
+    return problems
+
+
+__all__ = ["NotReady", "VerifyFailed", "verify_attempt", "recheck_files", "footer_stats", "fingerprint_of"]

@@ -1,0 +1,316 @@
+"""spark-submit entry point: stage one attempt of one batch (no Airflow imports).
+
+    spark-submit --py-files eobatch.zip spark_jobs/stage_batch.py --spec <base64 JSON>
+
+1. read the batch plan from the ledger: exactly the recorded source range;
+2. split it into records (one JSON object per line, with its file and line number);
+3. classify: too large, invalid UTF-8, not a JSON object, type mismatch, missing required field
+   -> quarantine with the raw text and the reason; the rest parsed with the declared schema;
+4. apply the pipeline's transform to the valid records;
+5. write both outputs with attempt-unique file names under each table's eo_batches/ folder
+   (invisible to readers: not in the Delta log) and one manifest per Spark partition;
+6. write the stage summary (counts, partitions, schemas) last: the attempt is STAGED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import importlib
+import json
+import sys
+import time
+import uuid
+
+
+def _parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", required=True, help="base64 JSON job spec (built by the stage task)")
+    return ap.parse_args(argv)
+
+
+class TransformContext:
+    """What a transform may know besides its input DataFrame."""
+
+    def __init__(self, spark, pipeline: str, batch_id: int, options: dict):
+        self.spark, self.pipeline, self.batch_id, self.options = spark, pipeline, batch_id, options
+
+
+def load_transform(name: str):
+    mod = importlib.import_module(f"spark_jobs.transforms.{name}")
+    if not hasattr(mod, "transform"):
+        raise SystemExit(f"spark_jobs/transforms/{name}.py defines no transform(df, ctx)")
+    return mod
+
+
+def _glob_escape(path: str) -> str:
+    out = []
+    for ch in path:
+        out.append("\\" + ch if ch in "[]{}*?\\" else ch)
+    return "".join(out)
+
+
+def read_files_range(spark, rng: dict):
+    """One row per non-blank line: source (planned path), position (1-based line), raw."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    files = [f["path"] for f in rng["files"]]
+    planned = set(files)
+    to_planned = F.udf(lambda uri: _planned_path(uri, planned), T.StringType())
+    df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
+          .select(to_planned(F.col("_metadata.file_path")).alias("source"), F.col("value")))
+    lines = df.select("source", F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
+    lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
+                         F.regexp_replace("raw", "\r$", "").alias("raw"))
+    return lines.where(~F.col("raw").rlike("^[ \\t\\r\\x0B\\f]*$"))
+
+
+def _planned_path(uri: str, planned: set) -> str:
+    """The planned path of a file as Spark names it (a file: URI, percent-encoded)."""
+    from urllib.parse import unquote
+
+    p = uri
+    if p.startswith("file:"):
+        p = unquote(p[len("file:"):])
+        while p.startswith("//"):
+            p = p[1:]
+    return p if p in planned else uri
+
+
+def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
+    """Adds ``rec`` (the parsed record) and ``reason`` (null when the record is valid)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = T.StructType.fromDDL(ddl)
+    typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
+                         + [T.StructField("_corrupt_record", T.StringType(), True)])
+    loose = T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields])
+    opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    df = lines.select(
+        "source", "position", "raw",
+        F.from_json("raw", typed, opts).alias("rec"),
+        F.from_json("raw", loose).alias("loose"),
+    )
+    mismatches = [
+        F.when(F.col("loose")[f.name].isNotNull() & F.col("rec")[f.name].isNull(),
+               F.concat(F.lit(f"field '{f.name}': expected {f.dataType.simpleString().upper()}, got "),
+                        F.substring(F.col("loose")[f.name], 1, 80)))
+        for f in schema.fields
+    ]
+    missing = [F.when(F.col("rec")[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
+    size = F.octet_length("raw")
+    reason = (
+        F.when(size > max_record_bytes,
+               F.concat(F.lit("record too large: "), size.cast("string"),
+                        F.lit(f" bytes > max_record_bytes {max_record_bytes}")))
+        .when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
+        .when(F.json_object_keys("raw").isNull(), F.lit("malformed JSON: not a JSON object"))
+        .when(F.col("rec._corrupt_record").isNotNull(),
+              F.coalesce(F.concat_ws("; ", *mismatches) if mismatches else F.lit(None),
+                         F.lit("does not fit the schema")))
+    )
+    if missing:
+        reason = reason.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
+    return df.select("source", "position", "raw", "rec", reason.alias("reason"))
+
+
+def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict, partition_by: list[str],
+                    batch_id: int, attempt: str):
+    """Write ``df`` as Parquet files of this attempt, one manifest per Spark partition.
+
+    Returns the manifests as collected by the driver.
+    """
+    import pyspark
+
+    from eobatch.formats import Layout, PartitionManifest, StagedFile
+    from eobatch.storage import join, storage_for
+
+    layout = Layout(**ledger_spec)
+    staging_rel = layout.attempt_staging_rel(batch_id, attempt)
+    data_cols = [c for c in df.columns if c not in partition_by]
+    ordered = df.select(*data_cols, *partition_by)
+
+    def write_partition(batches):
+        import os
+
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from eobatch import faults
+
+        ctx = pyspark.TaskContext.get()
+        pid, tattempt = ctx.partitionId(), ctx.attemptNumber()
+        fs = storage_for(table_root)
+        afs = fs.arrow_fs()
+        writers: dict = {}
+        files: dict = {}
+        total = 0
+
+        def writer_for(key: tuple, schema):
+            if key not in writers:
+                sub = "/".join(f"{c}={_pv_path(v)}" for c, v in zip(partition_by, key))
+                name = f"part-{pid:05d}-{tattempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
+                rel = "/".join(x for x in (staging_rel, sub, name) if x)
+                full = fs.arrow_path(join(table_root, rel))
+                if fs.scheme == "file":
+                    os.makedirs(os.path.dirname(full), exist_ok=True)
+                writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy")
+                files[key] = {"path": rel, "rows": 0,
+                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key)}}
+            return writers[key]
+
+        for rb in batches:
+            if rb.num_rows == 0:
+                continue
+            t = pa.Table.from_batches([rb])
+            if not partition_by:
+                parts = [((), t)]
+            else:
+                keys = t.select(partition_by).group_by(partition_by).aggregate([]).to_pylist()
+                parts = []
+                for k in keys:
+                    mask = None
+                    for c in partition_by:
+                        v = k[c]
+                        m = pc.is_null(t[c]) if v is None else pc.equal(t[c], pa.scalar(v, t.schema.field(c).type))
+                        m = pc.fill_null(m, False)
+                        mask = m if mask is None else pc.and_(mask, m)
+                    parts.append((tuple(k[c] for c in partition_by), t.filter(mask)))
+            for key, part in parts:
+                data = part.drop_columns(partition_by) if partition_by else part
+                w = writer_for(key, data.schema)
+                w.write_table(data)
+                files[key]["rows"] += data.num_rows
+                total += data.num_rows
+            faults.crash_point("stage.after_first_file")
+        for w in writers.values():
+            w.close()
+        staged = []
+        for key, f in files.items():
+            info = fs.stat(join(table_root, f["path"]))
+            staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
+                                     partition_values=f["partition_values"]).__dict__)
+        m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
+                              task_attempt=tattempt, rows=total, files=sorted(staged, key=lambda x: x["path"]))
+        mfs = storage_for(layout.sink_table)
+        mfs.write_atomic(layout.manifest(batch_id, attempt, participant, pid), m.to_json())
+        yield pa.RecordBatch.from_pydict({"manifest": [m.to_json().decode()]})
+
+    rows = ordered.mapInArrow(write_partition, "manifest string").collect()
+    return sorted((json.loads(r["manifest"]) for r in rows), key=lambda m: m["partition"])
+
+
+def _pv(v):
+    """Delta partitionValues text of a partition value."""
+    import datetime as dt
+
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (dt.date, dt.datetime)):
+        return v.isoformat()
+    return str(v)
+
+
+def _pv_path(v) -> str:
+    from urllib.parse import quote
+
+    s = _pv(v)
+    return "__HIVE_DEFAULT_PARTITION__" if s is None else quote(s, safe="")
+
+
+def run(spec: dict) -> dict:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from eobatch.delta_sink import schema_to_b64
+    from eobatch.formats import QUARANTINE, SINK, Layout, StageSummary
+    from eobatch.ledger import Ledger
+    from eobatch.storage import storage_for
+
+    t0 = time.time()
+    batch_id, attempt = int(spec["batch_id"]), spec["attempt"]
+    layout = Layout(spec["sink_table"], spec["quarantine_table"])
+    ledger = Ledger(layout)
+    plan = ledger.plan(batch_id)
+    if plan is None:
+        raise SystemExit(f"batch {batch_id} has no plan at {layout.plan(batch_id)}")
+    if ledger.prepared(batch_id) is not None:
+        raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
+    log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt}: {msg}", flush=True)  # noqa: E731
+
+    if plan.source_kind == "files":
+        fs = storage_for(plan.range["files"][0]["path"]) if plan.range.get("files") else None
+        changed = []
+        for f in plan.range.get("files", []):
+            st = fs.stat(f["path"])
+            if st is None or (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
+                changed.append(f"{f['path']} (planned {f['size']} bytes, now {st.size if st else 'missing'})")
+        if changed:
+            raise SystemExit("the planned source files changed or vanished since the plan; the batch range "
+                             "can no longer be read exactly: " + ", ".join(changed))
+    else:
+        raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job")
+
+    spark = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}").getOrCreate()
+    for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
+        spark.conf.set(k, v)
+    log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
+
+    lines = read_files_range(spark, plan.range)
+    classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
+    classified = classified.persist()
+    counts = {bool(r["ok"]): r["n"] for r in
+              classified.groupBy(F.col("reason").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
+    rows_valid, rows_bad = counts.get(True, 0), counts.get(False, 0)
+    log(f"read {rows_valid + rows_bad} records: {rows_valid} valid, {rows_bad} to quarantine")
+
+    tmod = load_transform(spec["transform"])
+    ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
+    valid = classified.where(F.col("reason").isNull()).select("rec.*").drop("_corrupt_record")
+    out = tmod.transform(valid, ctx)
+    bad = classified.where(F.col("reason").isNotNull()).select(
+        F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
+        F.when(F.is_valid_utf8("raw"), F.substring("raw", 1, 65536))
+         .otherwise(F.make_valid_utf8(F.substring("raw", 1, 65536))).alias("raw"),
+        "reason")
+
+    ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
+    common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt)
+    pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
+    manifests = {
+        SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table, partition_by=pby[SINK], **common),
+        QUARANTINE: stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
+                                    partition_by=[], **common),
+    }
+    classified.unpersist()
+    schemas = {SINK: to_arrow_schema(out.schema, timezone="UTC"), QUARANTINE: to_arrow_schema(bad.schema, timezone="UTC")}
+    summary = StageSummary(
+        batch_id=batch_id, attempt=attempt, rows_in=rows_valid + rows_bad, rows_valid=rows_valid,
+        rows_quarantined=rows_bad, row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)),
+        partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
+        arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
+        stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
+        config_fingerprint=spec.get("config_fingerprint", ""),
+    )
+    storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
+    nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)
+    log(f"STAGED in {summary.stage_seconds:.1f}s: {sum(m['rows'] for m in manifests[SINK])} rows to publish, "
+        f"{rows_bad} quarantined, {nfiles} files over {summary.partitions} partitions")
+    return summary.__dict__
+
+
+def main(argv=None) -> int:
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    spec = json.loads(base64.b64decode(args.spec))
+    run(spec)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
