@@ -203,7 +203,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}
 
 
-def _expand(v: Any) -> Any:
+class _Unset(KeyError):
+    def __init__(self, var: str, key: str):
+        super().__init__(var)
+        self.var, self.key = var, key
+
+
+def _expand(v: Any, key: str = "") -> Any:
     """${VAR} and ${VAR:-default} in strings, so one YAML serves demo, tests and clusters.
 
     ``EOBATCH_DATA_DIR`` defaults to the repository's ``.demo/data`` folder.
@@ -214,14 +220,14 @@ def _expand(v: Any) -> Any:
             val = os.environ.get(name) or BUILTIN_VARS.get(name)
             if val is None or val == "":
                 if default is None:
-                    raise KeyError(name)
+                    raise _Unset(name, key)
                 return default
             return val
         return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}", sub, v)
     if isinstance(v, dict):
-        return {k: _expand(x) for k, x in v.items()}
+        return {k: _expand(x, f"{key}.{k}" if key else str(k)) for k, x in v.items()}
     if isinstance(v, list):
-        return [_expand(x) for x in v]
+        return [_expand(x, f"{key}[{i}]") for i, x in enumerate(v)]
     return v
 
 
@@ -243,8 +249,8 @@ def load_pipeline(file: str) -> PipelineConfig:
         raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
     try:
         raw = _expand(raw)
-    except KeyError as e:
-        raise ConfigError(file, "", f"environment variable {e.args[0]} is not set (use ${{VAR:-default}})") from None
+    except _Unset as e:
+        raise ConfigError(file, e.key, f"environment variable {e.var} is not set (use ${{VAR:-default}})") from None
     _unknown(raw, TOP_KEYS, file)
 
     name = _req(raw, "name", file)
@@ -287,6 +293,11 @@ def load_pipeline(file: str) -> PipelineConfig:
         options = tr.get("options") or {}
         if not isinstance(options, dict):
             raise ConfigError(file, "transform.options", "must be a mapping")
+        try:
+            json.dumps(options)
+        except TypeError as e:
+            raise ConfigError(file, "transform.options", f"values must be plain strings, numbers, lists or "
+                              f"mappings (quote dates and times): {e}") from None
         tr = _req(tr, "name", file, "transform.")
     if not isinstance(tr, str) or not NAME_RE.fullmatch(tr):
         raise ConfigError(file, "transform", f"{tr!r} must be a module name in spark_jobs/transforms/")
@@ -320,7 +331,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     tables = {"source.path": path, "sink.table": sink_table, "quarantine.table": q_table}
     for a, pa in tables.items():
         for b, pb in tables.items():
-            if a < b and (pa == pb or pa.startswith(pb + "/") or pb.startswith(pa + "/")):
+            if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                 raise ConfigError(file, b, f"{pb!r} overlaps {a} {pa!r}; they must be separate folders")
 
     mrb = _pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")

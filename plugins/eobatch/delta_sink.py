@@ -127,6 +127,13 @@ class DeltaParticipant:
 
         self.ensure_table(schema, partition_by)
         dt = self._table()
+        # Re-read the txn in the very snapshot this transaction is built on: a writer that
+        # committed before it is seen here, one that commits after it makes delta-rs fail
+        # the commit (same appId). A check made before ensure_table could be stale.
+        current = dt.transaction_version(app_id) or 0
+        if current != batch_id - 1:
+            raise CommitConflict(f"{self.name}: {self.uri} holds batch {current} of {app_id!r} at version "
+                                 f"{dt.version()}; batch {batch_id} cannot be appended on top of it now")
         now = int(time.time() * 1000)
         actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")

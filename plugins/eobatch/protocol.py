@@ -266,7 +266,8 @@ class Protocol:
                     list(prepared.partition_by.get(participant, [])),
                     commit_metadata(plan, prepared, participant),
                 )
-            except CommitConflict:
+            except CommitConflict as e:
+                log.info("%s", e)
                 if part.committed_version(self.app_id) >= batch_id:
                     versions[participant] = self._check_committed(participant, batch_id, prepared)
                     log.info("%s: a concurrent committer published batch %s first (same fingerprint)",

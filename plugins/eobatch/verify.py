@@ -40,14 +40,17 @@ def _json_value(v, t: pa.DataType, is_max: bool):
     if isinstance(v, bool) or pa.types.is_boolean(t):
         return None  # Delta collects no min/max for booleans
     if pa.types.is_timestamp(t):
+        # work in integer nanoseconds so that no unit loses the digits that decide the rounding
         if isinstance(v, int):
-            unit = {"s": 1_000_000, "ms": 1000, "us": 1, "ns": 0.001}[t.unit]
-            micros = int(v * unit)
+            nanos = v * {"s": 1_000_000_000, "ms": 1_000_000, "us": 1000, "ns": 1}[t.unit]
+        elif hasattr(v, "value"):  # pandas.Timestamp: integer nanoseconds
+            nanos = int(v.value)
         else:
             if v.tzinfo is None:
                 v = v.replace(tzinfo=_dt.timezone.utc)
-            micros = int((v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)) / _dt.timedelta(microseconds=1))
-        ms = (math.ceil(micros / 1000) if is_max else math.floor(micros / 1000))  # Delta keeps ms
+            delta = v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+            nanos = (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+        ms = -(-nanos // 1_000_000) if is_max else nanos // 1_000_000  # Delta keeps milliseconds
         d = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=ms)
         return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
     if pa.types.is_date(t):

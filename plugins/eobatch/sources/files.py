@@ -61,7 +61,8 @@ class FilesSource:
         for p in previous_plans:
             for f in p.range.get("files", []):
                 consumed[f["path"]] = f
-            reported.update(n.split(" ", 2)[1] for n in p.notes if n.startswith("changed "))
+            reported.update(n[len("changed "):].split(" after it was consumed", 1)[0]
+                            for n in p.notes if n.startswith("changed "))
         notes = []
         chosen, total = [], 0
         for f in self.list_landing():

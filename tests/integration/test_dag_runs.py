@@ -1,0 +1,123 @@
+"""The real DAG through real Airflow (`airflow dags test`), real spark-submit, real Delta."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
+from conftest import REPO, VENV_BIN, orders, write_pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def _ok(run):
+    assert run.rc == 0 and run.state == "success", run.log[-6000:]
+
+
+def test_three_batches_through_the_dag_exactly_once(pipeline, airflow):
+    p = pipeline
+    p.land("day1/a.jsonl", orders("a", 120), bad=['{"order_id": "x", "amount": "lots"}', "not json"])
+    p.land("day1/b.jsonl", orders("b", 80))
+    r1 = airflow(p)
+    _ok(r1)
+    assert any("plan: batch 1 PLANNED: 2 files" in line for line in r1.log.splitlines()), r1.log[-3000:]
+    assert "verify: batch 1 PREPARED" in r1.log and "commit: batch 1 COMMITTED" in r1.log
+
+    # a file that lands late, with an older modification time than what was consumed
+    p.land("day0/late.jsonl", orders("late", 30), mtime=time.time() - 86400)
+    _ok(airflow(p))
+
+    # nothing new: the run is skipped after plan and the tables do not change
+    versions = [c["version"] for c in delta_log_commits(p.sink)]
+    r3 = airflow(p)
+    _ok(r3)
+    assert "nothing new" in r3.log
+    assert [c["version"] for c in delta_log_commits(p.sink)] == versions
+
+    p.land("day2/c.jsonl", orders("c", 50), bad=["\x00garbage"])
+    _ok(airflow(p))
+    assert_exactly_once(p, batches=3)
+    assert len(read_rows(p.sink)) == 280
+
+    ledger = json.loads(subprocess.run(
+        [str(VENV_BIN / "python"), "-m", "eobatch.cli", "ledger", p.name, "--format", "json"],
+        env=airflow.env(p), capture_output=True, text=True, check=True).stdout)
+    assert [(b["batch_id"], b["state"], b["rows_in"], b["rows_published"], b["rows_quarantined"])
+            for b in ledger] == [(1, "COMMITTED", 202, 200, 2), (2, "COMMITTED", 30, 30, 0),
+                                 (3, "COMMITTED", 51, 50, 1)]
+    assert [b["delta_version"] for b in ledger] == [1, 2, 3]
+
+
+def test_crash_after_delta_commit_before_ledger_update(pipeline, airflow, tmp_path):
+    p = pipeline
+    p.land("a.jsonl", orders("a", 40))
+    crashed = airflow(p, extra_env={"EOBATCH_CRASH": "commit.after_delta_commit"})
+    assert crashed.rc != 0 and crashed.state != "success"
+    assert "injected crash at commit.after_delta_commit" in crashed.log
+    # both tables hold batch 1, the ledger does not know it committed
+    assert txn_version(p.sink, p.name) == 1 and txn_version(p.quarantine, p.name) == 1
+    assert not (p.sink / "_eo_ledger" / "committed" / "0000000001.json").exists()
+
+    p.land("b.jsonl", orders("b", 25))
+    r = airflow(p)
+    _ok(r)
+    assert "ledger completed" in r.log
+    assert "plan: batch 2 PLANNED: 1 files" in r.log
+    assert_exactly_once(p, batches=2)
+
+
+def test_crash_between_participant_commits_is_completed_by_recover(pipeline, airflow):
+    p = pipeline
+    p.land("a.jsonl", orders("a", 10), bad=["{oops"])
+    crashed = airflow(p, extra_env={"EOBATCH_CRASH": "commit.after_first_participant"})
+    assert crashed.rc != 0
+    assert txn_version(p.sink, p.name) == 1
+    assert not (p.quarantine / "_delta_log").exists() or txn_version(p.quarantine, p.name) in (None, 0)
+    r = airflow(p)
+    _ok(r)
+    assert "was PREPARED but not committed everywhere" in r.log
+    assert_exactly_once(p, batches=1)
+
+
+def test_failed_stage_is_aborted_and_the_same_range_restaged(pipeline, airflow):
+    p = pipeline
+    p.land("a.jsonl", orders("a", 60))
+    failed = airflow(p, extra_env={"EOBATCH_CRASH": "stage.after_first_file"})
+    assert failed.state == "failed", failed.log[-4000:]
+    assert "abort: batch 1 attempt" in failed.log
+    assert orphans(p.sink) == []  # abort removed what the dead attempt wrote
+    assert not (p.sink / "_delta_log").exists()
+
+    p.land("b.jsonl", orders("b", 5))  # lands after the plan: belongs to the next batch
+    r = airflow(p)
+    _ok(r)
+    assert "plan: batch 1 re-staged with its recorded range: 1 files" in r.log
+    _ok(airflow(p))
+    assert_exactly_once(p, batches=2)
+
+
+def test_bad_pipeline_files_are_import_errors_and_the_others_load(tmp_path, airflow):
+    good = write_pipeline(tmp_path, name="good_one")
+    (good.yaml_path.parent / "broken.yaml").write_text("name: broken\nsource: [\n")
+    (good.yaml_path.parent / "badkey.yaml").write_text(good.yaml_path.read_text().replace(
+        "name: good_one", "name: other").replace("mode: continuous", "mode: continuous\ncolour: red"))
+    env = airflow.env(good)
+    listed = subprocess.run([str(VENV_BIN / "airflow"), "dags", "list", "--local", "-o", "json"], env=env,
+                            capture_output=True, text=True)
+    dag_ids = {d["dag_id"] for d in json.loads(listed.stdout[listed.stdout.index("["):])}
+    assert "good_one" in dag_ids and "other" not in dag_ids
+    errors = subprocess.run([str(VENV_BIN / "airflow"), "dags", "list-import-errors", "--local", "-o", "json"],
+                            env=env, capture_output=True, text=True).stdout
+    assert "broken.yaml: invalid YAML" in errors
+    assert "badkey.yaml: colour: unknown key" in errors
+
+
+def test_make_run_refuses_bad_params(pipeline, airflow):
+    p = pipeline
+    p.land("a.jsonl", orders("a", 3))
+    r = airflow(p, conf={"max_records_per_batch": -5})
+    assert r.rc != 0 or r.state != "success"
+    assert not (p.sink / "_eo_ledger" / "plans").exists() or not list((p.sink / "_eo_ledger" / "plans").iterdir())

@@ -1,0 +1,63 @@
+"""Fixtures of the fast unit tests (no Spark, no Airflow, no network)."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
+if str(PLUGINS) not in sys.path:
+    sys.path.insert(0, str(PLUGINS))
+
+
+def base_pipeline(root: Path) -> dict:
+    """A valid pipeline definition whose folders all live under ``root``."""
+    return {
+        "name": "orders",
+        "description": "unit test pipeline",
+        "mode": "continuous",
+        "schedule": None,
+        "source": {"kind": "files", "path": str(root / "landing"), "max_records_per_batch": 100},
+        "schema": "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP",
+        "transform": "passthrough",
+        "sink": {"table": str(root / "lake" / "orders"), "partition_by": []},
+        "quarantine": {"table": str(root / "lake" / "orders_quarantine")},
+    }
+
+
+@pytest.fixture
+def base_cfg(tmp_path) -> dict:
+    return base_pipeline(tmp_path)
+
+
+@pytest.fixture
+def write_yaml(tmp_path):
+    """write_yaml(doc_or_text, name="pipeline.yaml", directory=None) -> path (str)."""
+
+    def _write(doc, name: str = "pipeline.yaml", directory: Path | None = None) -> str:
+        d = directory or (tmp_path / "pipelines")
+        d.mkdir(parents=True, exist_ok=True)
+        p = d / name
+        text = doc if isinstance(doc, str) else yaml.safe_dump(copy.deepcopy(doc), sort_keys=False)
+        p.write_text(text, encoding="utf-8")
+        return str(p)
+
+    return _write
+
+
+@pytest.fixture
+def make_cfg(tmp_path, write_yaml):
+    """A real PipelineConfig (via load_pipeline) whose landing folder is tmp_path/landing."""
+    from eobatch.config import load_pipeline
+
+    def _make(**overrides):
+        doc = base_pipeline(tmp_path)
+        doc.update(overrides)
+        (tmp_path / "landing").mkdir(parents=True, exist_ok=True)
+        return load_pipeline(write_yaml(doc))
+
+    return _make

@@ -1,0 +1,479 @@
+"""eobatch.config: loading, expansion and validation of pipeline YAML files."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+
+import pytest
+
+from eobatch import config
+from eobatch.config import Column, ConfigError, load_all, load_pipeline, parse_schema
+
+
+def _load(write_yaml, doc, name="pipeline.yaml"):
+    return load_pipeline(write_yaml(doc, name))
+
+
+def _expect_error(write_yaml, doc, key, name="pipeline.yaml", contains=None):
+    path = write_yaml(doc, name)
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    msg = str(ei.value)
+    assert msg.startswith(f"{name}:"), msg
+    assert os.path.dirname(path) not in msg  # the basename, not the full path
+    if key:
+        assert f": {key}:" in msg, msg
+        assert ei.value.key == key
+    if contains:
+        assert contains in msg, msg
+    return ei.value
+
+
+# -- a valid file ------------------------------------------------------------------
+
+
+def test_valid_pipeline_loads_with_all_fields(write_yaml, base_cfg, tmp_path):
+    path = write_yaml(base_cfg, "orders.yaml")
+    cfg = load_pipeline(path)
+    assert cfg.name == "orders"
+    assert cfg.app_id == "orders"
+    assert cfg.file == os.path.abspath(path)
+    assert cfg.mode == "continuous"
+    assert cfg.schedule is None
+    assert cfg.description == "unit test pipeline"
+    assert cfg.source.kind == "files"
+    assert cfg.source.path == str(tmp_path / "landing")
+    assert cfg.source.max_records_per_batch == 100
+    assert cfg.schema == base_cfg["schema"]
+    assert cfg.columns == (
+        Column("order_id", "STRING", True), Column("customer", "STRING", False),
+        Column("amount", "DOUBLE", False), Column("ts", "TIMESTAMP", False),
+    )
+    assert cfg.transform == "passthrough"
+    assert cfg.transform_options == {}
+    assert cfg.sink_table == str(tmp_path / "lake" / "orders")
+    assert cfg.quarantine_table == str(tmp_path / "lake" / "orders_quarantine")
+    assert cfg.partition_by == ()
+    # defaults
+    assert cfg.max_record_bytes == 1 << 20
+    assert cfg.spark.conn_id == "spark_default"
+    assert cfg.spark.conf == {}
+    assert cfg.stage_retries == 1 and cfg.commit_retries == 8
+    assert cfg.retry_delay_seconds == 10.0 and cfg.verify_timeout_seconds == 900
+
+
+def test_defaults_for_mode_and_transform_and_optional_sections(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    for k in ("mode", "schedule", "transform", "description"):
+        doc.pop(k)
+    cfg = _load(write_yaml, doc)
+    assert cfg.mode == "continuous"
+    assert cfg.schedule is None
+    assert cfg.transform == "passthrough"
+    assert cfg.description == ""
+
+
+def test_full_pipeline_with_transform_mapping_spark_and_retries(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc.update({
+        "schema": "event_id STRING NOT NULL, color STRING NOT NULL, ts TIMESTAMP NOT NULL",
+        "transform": {"name": "color_counts", "options": {"window": "1 minute", "time_column": "ts"}},
+        "max_record_bytes": 4096,
+        "spark": {"conn_id": "spark_local", "conf": {"spark.sql.shuffle.partitions": 8},
+                  "driver_memory": "1g"},
+        "retries": {"stage": 0, "commit": 3, "delay_seconds": 0.5, "verify_timeout_seconds": 60},
+        "schedule": "@hourly",
+    })
+    cfg = _load(write_yaml, doc)
+    assert cfg.transform == "color_counts"
+    assert cfg.transform_options == {"window": "1 minute", "time_column": "ts"}
+    assert cfg.max_record_bytes == 4096
+    assert cfg.spark.conn_id == "spark_local"
+    assert cfg.spark.conf == {"spark.sql.shuffle.partitions": "8"}  # values become strings
+    assert cfg.spark.driver_memory == "1g" and cfg.spark.executor_memory is None
+    assert (cfg.stage_retries, cfg.commit_retries) == (0, 3)
+    assert cfg.retry_delay_seconds == 0.5 and cfg.verify_timeout_seconds == 60
+    assert cfg.schedule == "@hourly"
+
+
+def test_partition_by_is_kept(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = "id STRING, day DATE, region STRING, amount DOUBLE"
+    doc["sink"]["partition_by"] = ["day", "region"]
+    assert _load(write_yaml, doc).partition_by == ("day", "region")
+
+
+def test_paths_are_normalised_and_s3a_is_accepted(write_yaml, base_cfg, tmp_path):
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = str(tmp_path) + "//landing/./x/../"
+    doc["sink"]["table"] = "s3a://my-bucket/lake/orders/"
+    cfg = _load(write_yaml, doc)
+    assert cfg.source.path == str(tmp_path / "landing")
+    assert cfg.sink_table == "s3a://my-bucket/lake/orders"
+
+
+# -- ${VAR} expansion ------------------------------------------------------------------
+
+
+def test_eobatch_data_dir_from_environment(write_yaml, base_cfg, tmp_path, monkeypatch):
+    monkeypatch.setenv("EOBATCH_DATA_DIR", str(tmp_path / "data"))
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "${EOBATCH_DATA_DIR}/landing/orders"
+    doc["sink"]["table"] = "${EOBATCH_DATA_DIR}/lake/orders"
+    doc["quarantine"]["table"] = "${EOBATCH_DATA_DIR}/lake/orders_q"
+    cfg = _load(write_yaml, doc)
+    assert cfg.source.path == str(tmp_path / "data" / "landing" / "orders")
+    assert cfg.sink_table == str(tmp_path / "data" / "lake" / "orders")
+    assert cfg.quarantine_table == str(tmp_path / "data" / "lake" / "orders_q")
+
+
+def test_eobatch_data_dir_defaults_to_repo_demo_data(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.delenv("EOBATCH_DATA_DIR", raising=False)
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "${EOBATCH_DATA_DIR}/landing/orders"
+    cfg = _load(write_yaml, doc)
+    assert cfg.source.path == os.path.join(config.REPO, ".demo", "data", "landing", "orders")
+
+
+def test_var_with_default(write_yaml, base_cfg, tmp_path, monkeypatch):
+    monkeypatch.delenv("EOBATCH_UNIT_ROOT", raising=False)
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "${EOBATCH_UNIT_ROOT:-" + str(tmp_path / "dflt") + "}/landing"
+    assert _load(write_yaml, doc).source.path == str(tmp_path / "dflt" / "landing")
+    # empty counts as unset
+    monkeypatch.setenv("EOBATCH_UNIT_ROOT", "")
+    assert _load(write_yaml, doc).source.path == str(tmp_path / "dflt" / "landing")
+    # set: the value wins over the default
+    monkeypatch.setenv("EOBATCH_UNIT_ROOT", str(tmp_path / "env"))
+    assert _load(write_yaml, doc).source.path == str(tmp_path / "env" / "landing")
+
+
+def test_expansion_in_nested_lists_and_mappings(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.setenv("EOBATCH_UNIT_COL", "region")
+    monkeypatch.setenv("EOBATCH_UNIT_MEM", "2g")
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = "id STRING, region STRING"
+    doc["sink"]["partition_by"] = ["${EOBATCH_UNIT_COL}"]
+    doc["spark"] = {"executor_memory": "${EOBATCH_UNIT_MEM}"}
+    cfg = _load(write_yaml, doc)
+    assert cfg.partition_by == ("region",)
+    assert cfg.spark.executor_memory == "2g"
+
+
+def test_unset_variable_without_default_is_an_error(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.delenv("EOBATCH_UNIT_NOT_SET", raising=False)
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "${EOBATCH_UNIT_NOT_SET}/landing"
+    _expect_error(write_yaml, doc, None, contains="EOBATCH_UNIT_NOT_SET")
+
+
+def test_unset_variable_error_names_the_key(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.delenv("EOBATCH_UNIT_NOT_SET", raising=False)
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "${EOBATCH_UNIT_NOT_SET}/landing"
+    _expect_error(write_yaml, doc, "source.path", contains="EOBATCH_UNIT_NOT_SET")
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_invalid_yaml_syntax(write_yaml):
+    path = write_yaml("name: orders\nsource: [unclosed\n", "broken.yaml")
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    assert str(ei.value).startswith("broken.yaml: invalid YAML")
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", ""])
+def test_not_a_mapping(write_yaml, text):
+    path = write_yaml(text, "list.yaml")
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    assert str(ei.value).startswith("list.yaml: must be a YAML mapping")
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(str(tmp_path / "nope.yaml"))
+    assert str(ei.value).startswith("nope.yaml: cannot read")
+
+
+def _set(doc, dotted, value):
+    *parents, last = dotted.split(".")
+    d = doc
+    for p in parents:
+        d = d[p]
+    if value is _DELETE:
+        d.pop(last)
+    else:
+        d[last] = value
+
+
+_DELETE = object()
+
+
+BAD_CASES = [
+    # (id, dotted key to set, value, expected error key, text in message)
+    ("unknown-top-key", "colour", "red", "colour", "unknown key"),
+    ("unknown-source-key", "source.bogus", 1, "source.bogus", "unknown key"),
+    ("unknown-sink-key", "sink.format", "delta", "sink.format", "unknown key"),
+    ("unknown-quarantine-key", "quarantine.path", "/x", "quarantine.path", "unknown key"),
+    ("unknown-spark-key", "spark", {"cores": 4}, "spark.cores", "unknown key"),
+    ("unknown-retries-key", "retries", {"forever": True}, "retries.forever", "unknown key"),
+    ("name-dash", "name", "Bad-Name", "name", "[a-z][a-z0-9_]*"),
+    ("name-digit", "name", "1abc", "name", "[a-z][a-z0-9_]*"),
+    ("name-upper", "name", "Orders", "name", None),
+    ("name-int", "name", 123, "name", None),
+    ("name-missing", "name", _DELETE, "name", "is required"),
+    ("mode-bad", "mode", "streaming", "mode", "'continuous' or 'interval'"),
+    ("mode-interval", "mode", "interval", "mode", "not available yet"),
+    ("schedule-garbage", "schedule", "every five minutes", "schedule", "not a cron expression"),
+    ("schedule-bad-field", "schedule", "61 * * * *", "schedule", None),
+    ("schedule-4-fields", "schedule", "* * * *", "schedule", None),
+    ("schedule-preset", "schedule", "@fortnightly", "schedule", "unknown preset"),
+    ("schedule-empty", "schedule", "  ", "schedule", None),
+    ("schedule-int", "schedule", 5, "schedule", None),
+    ("source-missing", "source", _DELETE, "source", "is required"),
+    ("source-not-mapping", "source", "files", "source", None),
+    ("source-kind-missing", "source.kind", _DELETE, "source.kind", "is required"),
+    ("source-kind-bad", "source.kind", "ftp", "source.kind", None),
+    ("source-kind-kafka", "source.kind", "kafka", "source.kind", "not available yet"),
+    ("source-path-missing", "source.path", _DELETE, "source.path", "is required"),
+    ("source-path-relative", "source.path", "landing/orders", "source.path", "absolute path"),
+    ("source-path-empty", "source.path", "", "source.path", None),
+    ("source-path-scheme", "source.path", "hdfs://namenode/landing", "source.path", "unsupported scheme"),
+    ("sink-scheme", "sink.table", "gs://bucket/lake/orders", "sink.table", "unsupported scheme"),
+    ("sink-bad-bucket", "sink.table", "s3a://B/lake", "sink.table", "not a valid s3a://"),
+    ("quarantine-relative", "quarantine.table", "lake/q", "quarantine.table", "absolute path"),
+    ("sink-missing", "sink", _DELETE, "sink", "is required"),
+    ("sink-table-missing", "sink.table", _DELETE, "sink.table", "is required"),
+    ("quarantine-missing", "quarantine", _DELETE, "quarantine", "is required"),
+    ("transform-unknown", "transform", "no_such_transform", "transform", "no module 'no_such_transform'"),
+    ("transform-bad-name", "transform", "../evil", "transform", None),
+    ("transform-mapping-no-name", "transform", {"options": {}}, "transform.name", "is required"),
+    ("transform-options-list", "transform", {"name": "passthrough", "options": [1]}, "transform.options", None),
+    ("transform-mapping-unknown", "transform", {"name": "passthrough", "opts": {}}, "transform.opts", None),
+    ("partition-not-column", "sink.partition_by", ["region"], "sink.partition_by", "'region' is not a column"),
+    ("partition-bad-type", "sink.partition_by", ["amount"], "sink.partition_by", "has type DOUBLE"),
+    ("partition-not-list", "sink.partition_by", "customer", "sink.partition_by", None),
+    ("max-records-zero", "source.max_records_per_batch", 0, "source.max_records_per_batch", "positive integer"),
+    ("max-records-negative", "source.max_records_per_batch", -5, "source.max_records_per_batch", None),
+    ("max-records-bool", "source.max_records_per_batch", True, "source.max_records_per_batch", None),
+    ("max-records-str", "source.max_records_per_batch", "10", "source.max_records_per_batch", None),
+    ("max-records-float", "source.max_records_per_batch", 1.5, "source.max_records_per_batch", None),
+    ("max-record-bytes-zero", "max_record_bytes", 0, "max_record_bytes", None),
+    ("retries-negative", "retries", {"stage": -1}, "retries.stage", None),
+    ("retries-bool", "retries", {"commit": True}, "retries.commit", None),
+    ("retries-delay", "retries", {"delay_seconds": "soon"}, "retries.delay_seconds", None),
+    ("spark-conf-list", "spark", {"conf": ["a"]}, "spark.conf", None),
+    ("schema-missing", "schema", _DELETE, "schema", "is required"),
+    ("schema-unknown-type", "schema", "a STRING, b FOO", "schema", "unknown or unsupported type"),
+    ("schema-duplicate", "schema", "a STRING, a INT", "schema", "declared twice"),
+    ("schema-duplicate-case", "schema", "a STRING, A INT", "schema", "declared twice"),
+    ("schema-underscore", "schema", "_a STRING, b INT", "schema", "reserved"),
+    ("schema-garbage", "schema", "garbage", "schema", "cannot parse"),
+    ("schema-trailing-comma", "schema", "a STRING,", "schema", "cannot parse"),
+    ("schema-empty", "schema", "  ", "schema", None),
+    ("schema-not-string", "schema", ["a STRING"], "schema", None),
+    ("schema-bad-array", "schema", "a ARRAY<FOO>", "schema", None),
+    ("schema-bad-map", "schema", "a MAP<STRING>", "schema", None),
+    ("schema-bad-struct", "schema", "a STRUCT<x FOO>", "schema", None),
+]
+
+
+@pytest.mark.parametrize("dotted,value,key,text", [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES])
+def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, text):
+    doc = copy.deepcopy(base_cfg)
+    _set(doc, dotted, value)
+    _expect_error(write_yaml, doc, key, name="orders.yaml", contains=text)
+
+
+def test_partition_by_every_column_is_an_error(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = "day DATE, region STRING"
+    doc["sink"]["partition_by"] = ["day", "region"]
+    _expect_error(write_yaml, doc, "sink.partition_by", contains="at least one column")
+
+
+def test_partition_by_not_checked_for_non_passthrough_transforms(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["transform"] = {"name": "color_counts"}
+    doc["sink"]["partition_by"] = ["window_start"]  # a column of the transform's output
+    assert _load(write_yaml, doc).partition_by == ("window_start",)
+
+
+@pytest.mark.parametrize("schedule", ["@hourly", "@daily", "@once", "@continuous", "*/5 * * * *",
+                                      "0 3 * * 1-5", "  @hourly  "])
+def test_good_schedules(write_yaml, base_cfg, schedule):
+    doc = copy.deepcopy(base_cfg)
+    doc["schedule"] = schedule
+    assert _load(write_yaml, doc).schedule == schedule
+
+
+OVERLAPS = [
+    ("sink-inside-source", {"source.path": "{r}/data", "sink.table": "{r}/data/lake"}, {"source.path", "sink.table"}),
+    ("source-inside-sink", {"sink.table": "{r}/lake", "source.path": "{r}/lake/landing"}, {"source.path", "sink.table"}),
+    ("same-sink-and-quarantine", {"sink.table": "{r}/lake/t", "quarantine.table": "{r}/lake/t"},
+     {"sink.table", "quarantine.table"}),
+    ("quarantine-inside-sink", {"sink.table": "{r}/lake/t", "quarantine.table": "{r}/lake/t/q"},
+     {"sink.table", "quarantine.table"}),
+    ("quarantine-is-source", {"source.path": "{r}/in", "quarantine.table": "{r}/in/"},
+     {"source.path", "quarantine.table"}),
+    ("after-normalisation", {"source.path": "{r}/in", "sink.table": "{r}/x/../in/lake"},
+     {"source.path", "sink.table"}),
+]
+
+
+@pytest.mark.parametrize("paths,keys", [c[1:] for c in OVERLAPS], ids=[c[0] for c in OVERLAPS])
+def test_overlapping_folders(write_yaml, base_cfg, tmp_path, paths, keys):
+    doc = copy.deepcopy(base_cfg)
+    for dotted, p in paths.items():
+        _set(doc, dotted, p.format(r=tmp_path))
+    path = write_yaml(doc, "orders.yaml")
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    msg = str(ei.value)
+    assert msg.startswith("orders.yaml: ")
+    assert "overlaps" in msg
+    assert ei.value.key in keys
+    assert all(k in msg for k in keys), msg
+
+
+def test_sibling_folders_with_common_prefix_do_not_overlap(write_yaml, base_cfg, tmp_path):
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = str(tmp_path / "orders")
+    doc["sink"]["table"] = str(tmp_path / "orders_table")
+    doc["quarantine"]["table"] = str(tmp_path / "orders_table_q")
+    cfg = _load(write_yaml, doc)
+    assert cfg.sink_table == str(tmp_path / "orders_table")
+
+
+def test_root_folder_overlaps_everything(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["source"]["path"] = "/"
+    _expect_error(write_yaml, doc, "source.path", contains="overlaps")
+
+
+def test_transform_options_with_yaml_date(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["transform"] = {"name": "passthrough", "options": {"since": datetime.date(2024, 1, 1)}}
+    path = write_yaml(doc, "orders.yaml")
+    assert "since: 2024-01-01" in open(path, encoding="utf-8").read()  # an unquoted YAML date
+    try:
+        cfg = load_pipeline(path)
+    except ConfigError as e:
+        assert "transform.options" in str(e)
+        return
+    assert len(cfg.fingerprint()) == 16
+
+
+# -- parse_schema --------------------------------------------------------------------
+
+
+def test_parse_schema_complex_types():
+    cols = parse_schema("a STRING NOT NULL, b DECIMAL(10,2), c ARRAY<STRING>, "
+                        "d STRUCT<x: INT, y: STRING>, e MAP<STRING,INT>")
+    assert [c.name for c in cols] == ["a", "b", "c", "d", "e"]
+    assert [c.not_null for c in cols] == [True, False, False, False, False]
+    assert cols[0].type == "STRING"
+    assert cols[1].type == "DECIMAL(10,2)"
+    assert cols[2].type == "ARRAY<STRING>"
+    assert cols[3].type.upper() == "STRUCT<X: INT, Y: STRING>"
+    assert cols[4].type == "MAP<STRING,INT>"
+
+
+def test_parse_schema_case_whitespace_backticks_comments():
+    cols = parse_schema("`id` bigint not null,\n  amount  decimal( 12 , 3 ) COMMENT 'money, in EUR',"
+                        " tags array<struct<k:string, v: map<string, array<int>>>>, d date")
+    assert cols == (
+        Column("id", "BIGINT", True),
+        Column("amount", "DECIMAL( 12 , 3 )", False),
+        Column("tags", "ARRAY<STRUCT<K:STRING, V: MAP<STRING, ARRAY<INT>>>>", False),
+        Column("d", "DATE", False),
+    )
+
+
+def test_parse_schema_error_uses_given_file_and_key():
+    with pytest.raises(ConfigError) as ei:
+        parse_schema("a NOPE", file="/x/y/p.yaml", key="schema")
+    assert str(ei.value).startswith("p.yaml: schema: column 'a'")
+
+
+# -- load_all ----------------------------------------------------------------------------
+
+
+def test_load_all_bad_file_does_not_stop_good_one(write_yaml, base_cfg, tmp_path):
+    d = tmp_path / "pipelines"
+    bad = copy.deepcopy(base_cfg)
+    bad["name"] = "Bad-Name"
+    bad_path = write_yaml(bad, "a_bad.yaml", d)
+    good = copy.deepcopy(base_cfg)
+    write_yaml(good, "b_good.yml", d)
+    write_yaml("not: [yaml", "c_broken.yaml", d)
+    (d / "notes.txt").write_text("ignored")
+    configs, errors = load_all(str(d))
+    assert list(configs) == ["orders"]
+    assert configs["orders"].file.endswith("b_good.yml")
+    assert set(errors) == {bad_path, str(d / "c_broken.yaml")}
+    assert errors[bad_path].startswith("a_bad.yaml: name: ")
+
+
+def test_load_all_duplicate_name_is_error_of_later_file(write_yaml, base_cfg, tmp_path):
+    d = tmp_path / "pipelines"
+    first = write_yaml(base_cfg, "a.yaml", d)
+    second = write_yaml(base_cfg, "b.yaml", d)
+    configs, errors = load_all(str(d))
+    assert configs["orders"].file == first
+    assert list(errors) == [second]
+    assert errors[second] == "b.yaml: name: 'orders' is already defined in a.yaml"
+
+
+def test_load_all_uses_pipelines_dir_env(write_yaml, base_cfg, tmp_path, monkeypatch):
+    d = tmp_path / "elsewhere"
+    write_yaml(base_cfg, "orders.yaml", d)
+    monkeypatch.setenv("PIPELINES_DIR", str(d))
+    configs, errors = load_all()
+    assert list(configs) == ["orders"] and errors == {}
+    assert config.find_pipeline("orders").name == "orders"
+    with pytest.raises(KeyError):
+        config.find_pipeline("missing")
+
+
+def test_shipped_pipelines_load(monkeypatch):
+    monkeypatch.delenv("PIPELINES_DIR", raising=False)
+    configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
+    assert errors == {}
+    assert {"orders", "colors"} <= set(configs)
+
+
+# -- fingerprint -----------------------------------------------------------------------------
+
+
+def test_fingerprint_changes_with_what_a_batch_publishes(write_yaml, base_cfg):
+    fp = _load(write_yaml, base_cfg).fingerprint()
+    assert len(fp) == 16 and int(fp, 16) >= 0
+    assert _load(write_yaml, base_cfg).fingerprint() == fp  # stable
+
+    changed = copy.deepcopy(base_cfg)
+    changed["schema"] = base_cfg["schema"] + ", region STRING"
+    assert _load(write_yaml, changed).fingerprint() != fp
+
+    changed = copy.deepcopy(base_cfg)
+    changed["source"]["max_records_per_batch"] = 7
+    assert _load(write_yaml, changed).fingerprint() != fp
+
+    changed = copy.deepcopy(base_cfg)
+    changed["max_record_bytes"] = 1000
+    assert _load(write_yaml, changed).fingerprint() != fp
+
+
+def test_fingerprint_ignores_schedule_description_and_retries(write_yaml, base_cfg):
+    fp = _load(write_yaml, base_cfg).fingerprint()
+    changed = copy.deepcopy(base_cfg)
+    changed["schedule"] = "*/5 * * * *"
+    changed["description"] = "something else"
+    changed["retries"] = {"commit": 1}
+    changed["spark"] = {"driver_memory": "4g"}
+    assert _load(write_yaml, changed).fingerprint() == fp

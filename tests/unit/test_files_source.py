@@ -1,0 +1,242 @@
+"""eobatch.sources.files: record counting and the choice of the next range of landing files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from eobatch.sources import source_for
+from eobatch.sources.files import FilesSource, count_records
+from eobatch.storage import LocalStorage
+
+CHUNK = 1 << 22  # count_records reads 4 MiB at a time
+T0 = 1_700_000_000  # seconds
+
+
+def _reference_count(data: bytes) -> int:
+    """What the Spark job keeps: lines split on \\n, minus whitespace-only ones."""
+    return sum(1 for line in data.split(b"\n") if line.strip(b" \t\r\x0b\x0c"))
+
+
+def _count(tmp_path, data: bytes) -> int:
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(data)
+    return count_records(LocalStorage(), str(p))
+
+
+@pytest.mark.parametrize("data,expected", [
+    (b"", 0),
+    (b"\n", 0),
+    (b"{}", 1),
+    (b"{}\n", 1),
+    (b'{"a":1}\n{"a":2}\n{"a":3}', 3),
+    (b'{"a":1}\n{"a":2}\n{"a":3}\n', 3),
+    (b'{"a":1}\r\n{"a":2}\r\n', 2),
+    (b'{"a":1}\r\n{"a":2}', 2),
+    (b"\r\n\r\n{}\r\n\r\n", 1),
+    (b"{}\n\n\n{}\n", 2),
+    (b"{}\n   \n\t\n \x0b\x0c\r\n{}", 2),
+    (b"   \n\t", 0),
+    (b"not json at all\n  {}  \n", 2),  # invalid lines are records too (they go to quarantine)
+])
+def test_count_records_small(tmp_path, data, expected):
+    assert _count(tmp_path, data) == expected
+    assert _reference_count(data) == expected
+
+
+@pytest.mark.parametrize("case", ["crlf-split", "blank-across", "record-across", "newline-at-boundary",
+                                  "many-lines"])
+def test_count_records_across_chunk_boundary(tmp_path, case):
+    if case == "crlf-split":  # \r is the last byte of chunk 1, \n the first of chunk 2
+        data = b"x" * (CHUNK - 1) + b"\r\n" + b'{"b":2}\r\n'
+    elif case == "blank-across":  # a whitespace-only line spans the boundary
+        data = b'{"a":1}\n' + b" " * CHUNK + b"\n" + b'{"b":2}'
+    elif case == "record-across":  # one record spans the boundary, no trailing newline
+        data = b'{"a":1}\n' + b"y" * (CHUNK + 10)
+    elif case == "newline-at-boundary":
+        data = b"z" * (CHUNK - 1) + b"\n" + b"\n" + b"w\n"
+    else:
+        line = b'{"id":"0123456789","amount":12.5}\n'  # 35 bytes: 4 MiB is not a multiple
+        data = line * ((CHUNK * 2) // len(line) + 17) + b"   \r\n"
+    assert len(data) > CHUNK
+    assert _count(tmp_path, data) == _reference_count(data)
+    expected = {"crlf-split": 2, "blank-across": 2, "record-across": 2, "newline-at-boundary": 2}
+    if case in expected:
+        assert _reference_count(data) == expected[case]
+
+
+# -- next_range ------------------------------------------------------------------------
+
+
+def _land(root: Path, rel: str, records: int, mtime_s: int, blank_lines: int = 0) -> str:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(f'{{"order_id":"{rel}-{i}"}}\n' for i in range(records)) + "\n" * blank_lines
+    p.write_text(body)
+    os.utime(p, ns=(mtime_s * 10**9, mtime_s * 10**9))
+    return str(p)
+
+
+def _plan(rng, notes=()):
+    """A previous batch plan as next_range sees it."""
+    return SimpleNamespace(range=rng or {"files": []}, notes=list(notes))
+
+
+def _paths(rng):
+    return [f["path"] for f in rng["files"]]
+
+
+@pytest.fixture
+def src(make_cfg):
+    cfg = make_cfg()
+    s = source_for(cfg)
+    assert isinstance(s, FilesSource)
+    return s
+
+
+@pytest.fixture
+def landing(src):
+    return Path(src.root)
+
+
+def test_empty_folder_has_nothing(src, landing):
+    assert list(landing.iterdir()) == []
+    assert src.next_range([], 100) == (None, 0, [])
+
+
+def test_missing_folder_has_nothing(make_cfg, tmp_path):
+    cfg = make_cfg()
+    os.rmdir(cfg.source.path)
+    assert FilesSource(cfg).next_range([], 100) == (None, 0, [])
+
+
+def test_oldest_mtime_first_and_whole_files_up_to_the_limit(src, landing):
+    c = _land(landing, "c.jsonl", 3, T0 + 1)
+    a = _land(landing, "a.jsonl", 4, T0 + 3)
+    b = _land(landing, "b.jsonl", 2, T0 + 2)
+    d = _land(landing, "d.jsonl", 1, T0 + 4)
+
+    rng, n, notes = src.next_range([], 10)
+    assert _paths(rng) == [c, b, a, d]
+    assert n == 10 and notes == []
+    assert rng["files"][0] == {"path": c, "size": os.path.getsize(c), "mtime_ms": (T0 + 1) * 1000, "records": 3}
+
+    rng, n, _ = src.next_range([], 9)  # d would make 10: stop before it
+    assert _paths(rng) == [c, b, a] and n == 9
+
+    rng, n, _ = src.next_range([], 6)  # a (4) does not fit after c+b (5); whole files only
+    assert _paths(rng) == [c, b] and n == 5
+
+    rng, n, _ = src.next_range([], 5)
+    assert _paths(rng) == [c, b] and n == 5
+
+
+def test_same_mtime_ordered_by_path(src, landing):
+    b = _land(landing, "b.jsonl", 1, T0)
+    a = _land(landing, "a.jsonl", 1, T0)
+    rng, n, _ = src.next_range([], 100)
+    assert _paths(rng) == [a, b] and n == 2
+
+
+def test_at_least_one_file_even_when_larger_than_the_limit(src, landing):
+    big = _land(landing, "big.jsonl", 50, T0)
+    _land(landing, "small.jsonl", 1, T0 + 1)
+    rng, n, notes = src.next_range([], 10)
+    assert _paths(rng) == [big]
+    assert n == 50 and notes == []
+
+
+def test_record_counts_skip_blank_lines(src, landing):
+    p = _land(landing, "x.jsonl", 3, T0, blank_lines=4)
+    rng, n, _ = src.next_range([], 100)
+    assert rng["files"] == [{"path": p, "size": os.path.getsize(p), "mtime_ms": T0 * 1000, "records": 3}]
+    assert n == 3
+
+
+def test_only_visible_jsonl_files_including_sub_folders(src, landing):
+    keep = [
+        _land(landing, "top.jsonl", 1, T0),
+        _land(landing, "2024/01/deep.jsonl", 1, T0 + 1),
+        _land(landing, "sub/x_y.jsonl", 1, T0 + 2),  # '_' inside a name is fine
+    ]
+    for rel in ["notes.json", "data.csv", "x.jsonl.gz", "x.jsonl.tmp", "README",
+                ".hidden.jsonl", "_temporary.jsonl", "sub/.in-progress.jsonl",
+                "_spark_metadata/0.jsonl", ".staging/a.jsonl", "ok/_tmp/b.jsonl", "ok/.x/c.jsonl"]:
+        _land(landing, rel, 1, T0 - 100)  # older than all: would come first if taken
+    rng, n, _ = src.next_range([], 100)
+    assert _paths(rng) == keep
+    assert n == 3
+
+
+def test_previously_planned_files_are_excluded(src, landing):
+    a = _land(landing, "a.jsonl", 2, T0)
+    b = _land(landing, "b.jsonl", 2, T0 + 1)
+    c = _land(landing, "c.jsonl", 2, T0 + 2)
+    rng1, n1, _ = src.next_range([], 4)
+    assert _paths(rng1) == [a, b] and n1 == 4
+    rng2, n2, notes = src.next_range([_plan(rng1)], 4)
+    assert _paths(rng2) == [c] and n2 == 2 and notes == []
+    assert src.next_range([_plan(rng1), _plan(rng2)], 4) == (None, 0, [])
+
+
+def test_late_file_with_older_mtime_is_still_picked_up(src, landing):
+    a = _land(landing, "a.jsonl", 1, T0 + 10)
+    b = _land(landing, "b.jsonl", 1, T0 + 20)
+    rng1, _, _ = src.next_range([], 100)
+    assert _paths(rng1) == [a, b]
+    late = _land(landing, "late.jsonl", 5, T0)  # lands now, but its mtime is older than a and b
+    rng2, n2, notes = src.next_range([_plan(rng1)], 100)
+    assert _paths(rng2) == [late] and n2 == 5 and notes == []
+
+
+def test_changed_consumed_file_is_reported_not_replanned(src, landing):
+    a = _land(landing, "a.jsonl", 2, T0)
+    rng1, _, _ = src.next_range([], 100)
+    assert _paths(rng1) == [a]
+    # a producer appends to a file that was already consumed
+    _land(landing, "a.jsonl", 5, T0 + 60)
+    new = _land(landing, "new.jsonl", 1, T0 + 61)
+    rng2, n2, notes = src.next_range([_plan(rng1)], 100)
+    assert _paths(rng2) == [new] and n2 == 1
+    assert len(notes) == 1
+    assert notes[0].startswith(f"changed {a} ")
+    assert "not published again" in notes[0]
+
+    # once recorded in a plan's notes, it is not reported again
+    rng3, n3, notes3 = src.next_range([_plan(rng1), _plan(rng2, notes)], 100)
+    assert (rng3, n3, notes3) == (None, 0, [])
+
+
+def test_changed_mtime_only_is_reported(src, landing):
+    a = _land(landing, "a.jsonl", 2, T0)
+    rng1, _, _ = src.next_range([], 100)
+    os.utime(a, ns=((T0 + 5) * 10**9, (T0 + 5) * 10**9))  # touched, same size
+    rng, n, notes = src.next_range([_plan(rng1)], 100)
+    assert rng is None and n == 0
+    assert len(notes) == 1 and notes[0].startswith(f"changed {a} ")
+
+
+def test_changed_note_with_space_in_path_is_reported_once(src, landing):
+    a = _land(landing, "my orders.jsonl", 2, T0)
+    rng1, _, _ = src.next_range([], 100)
+    _land(landing, "my orders.jsonl", 3, T0 + 60)
+    rng2, _, notes = src.next_range([_plan(rng1)], 100)
+    assert rng2 is None and len(notes) == 1 and notes[0].startswith(f"changed {a} ")
+    _, _, notes3 = src.next_range([_plan(rng1), _plan(None, notes)], 100)
+    assert notes3 == []
+
+
+def test_check_unchanged(src, landing):
+    a = _land(landing, "a.jsonl", 2, T0)
+    b = _land(landing, "b.jsonl", 2, T0 + 1)
+    rng, _, _ = src.next_range([], 100)
+    assert src.check_unchanged(rng) == []
+    os.remove(a)
+    _land(landing, "b.jsonl", 3, T0 + 1)
+    problems = src.check_unchanged(rng)
+    assert len(problems) == 2
+    assert problems[0].startswith(f"{a}: missing")
+    assert problems[1].startswith(f"{b}: changed since planned")
