@@ -107,7 +107,7 @@ def test_bad_pipeline_files_are_import_errors_and_the_others_load(tmp_path, airf
     env = airflow.env(good)
     listed = subprocess.run([str(VENV_BIN / "airflow"), "dags", "list", "--local", "-o", "json"], env=env,
                             capture_output=True, text=True)
-    dag_ids = {d["dag_id"] for d in json.loads(listed.stdout[listed.stdout.index("["):])}
+    dag_ids = {d["dag_id"] for d in json.loads(listed.stdout[listed.stdout.index('[{"dag_id"'):])}
     assert "good_one" in dag_ids and "other" not in dag_ids
     errors = subprocess.run([str(VENV_BIN / "airflow"), "dags", "list-import-errors", "--local", "-o", "json"],
                             env=env, capture_output=True, text=True).stdout
@@ -120,4 +120,5 @@ def test_make_run_refuses_bad_params(pipeline, airflow):
     p.land("a.jsonl", orders("a", 3))
     r = airflow(p, conf={"max_records_per_batch": -5})
     assert r.rc != 0 or r.state != "success"
+    assert "max_records_per_batch" in r.log and "-5" in r.log, r.log[-3000:]
     assert not (p.sink / "_eo_ledger" / "plans").exists() or not list((p.sink / "_eo_ledger" / "plans").iterdir())
