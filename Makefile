@@ -9,12 +9,12 @@ DATE ?=
 FORMAT ?= table
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars demo test test-unit run ledger sweep lock clean
+.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down
 
 help:
 	@echo "make setup | demo | test | run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
 
-setup: venv jars
+setup: venv jars kafka-jars
 
 # Python environment from the pinned lock; re-installed when requirements.txt changes.
 venv: $(VENV)/.installed
@@ -28,10 +28,26 @@ $(VENV)/.installed: requirements.txt
 jars: .jars/.resolved
 .jars/.resolved: include/pom.xml
 	rm -rf .jars && mkdir -p .jars
-	mvn --batch-mode --quiet -f include/pom.xml dependency:copy-dependencies \
+	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/pom.xml dependency:copy-dependencies \
 	    -DincludeScope=runtime -DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.jars
 	@ls .jars/*.jar >/dev/null
 	@touch $@
+
+# The Kafka broker (KRaft, single node) of `make up` and the tests: jars into .jars-kafka/.
+kafka-jars: .jars-kafka/.resolved
+.jars-kafka/.resolved: include/kafka-broker/pom.xml
+	rm -rf .jars-kafka && mkdir -p .jars-kafka
+	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/kafka-broker/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
+	@ls .jars-kafka/kafka_2.13-*.jar >/dev/null
+	@touch $@
+
+# Local services on loopback (a Kafka broker); `make up` writes .services/env.
+up: setup
+	@source include/env.sh && python -m eobatch.services up
+
+down: venv
+	@source include/env.sh && python -m eobatch.services down
 
 demo: setup
 	bash include/demo.sh

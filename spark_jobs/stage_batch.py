@@ -3,7 +3,10 @@
     spark-submit --py-files eobatch.zip spark_jobs/stage_batch.py --spec <base64 JSON>
 
 1. read the batch plan from the ledger: exactly the recorded source range;
-2. split it into records (one JSON object per line, with its file and line number);
+2. split it into records: files, one JSON object per line (source = file, position = line);
+   Kafka, one JSON value per record (source = topic/partition, position = offset, plus
+   _kafka_topic/_kafka_partition/_kafka_offset/_kafka_key/_kafka_timestamp for transforms;
+   columns whose name starts with "_" are never published);
 3. classify: too large, invalid UTF-8, not a JSON object, type mismatch, missing required field
    -> quarantine with the raw text and the reason; the rest parsed with the declared schema;
 4. apply the pipeline's transform to the valid records;
@@ -66,6 +69,36 @@ def read_files_range(spark, rng: dict):
     return lines.where(~F.col("raw").rlike("^[ \\t\\r\\x0B\\f]*$"))
 
 
+def read_kafka_range(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):
+    """One row per record of the planned offset ranges, plus _kafka_* metadata columns.
+
+    One Spark task per (partition, slice of at most ``slice_size`` offsets); see
+    eobatch.kafka_read for why this is not Spark's own Kafka source.
+    """
+    from pyspark.sql import functions as F
+
+    from eobatch.kafka_read import SPARK_SCHEMA, read_range, slices, to_arrow
+
+    topic, iso = rng["topic"], rng.get("isolation_level", "read_committed")
+    pieces = slices(rng["partitions"], slice_size)
+
+    def consume(batches):
+        for b in batches:
+            for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
+                for rows in read_range(servers, topic, part, start, end, iso, timeout=timeout):
+                    yield to_arrow(rows)
+
+    if pieces:
+        tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
+                                      "partition INT, start BIGINT, end BIGINT")
+        df = tasks.mapInArrow(consume, SPARK_SCHEMA)
+    else:
+        df = spark.createDataFrame([], SPARK_SCHEMA)
+    return df.select("source", "position", F.col("raw").cast("string").alias("raw"), "_kafka_topic",
+                     "_kafka_partition", "_kafka_offset",
+                     F.make_valid_utf8(F.col("_kafka_key").cast("string")).alias("_kafka_key"), "_kafka_timestamp")
+
+
 def _planned_path(uri: str, planned: set) -> str:
     """The planned path of a file as Spark names it (a file: URI, percent-encoded)."""
     from urllib.parse import unquote
@@ -88,8 +121,9 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
                          + [T.StructField("_corrupt_record", T.StringType(), True)])
     loose = T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields])
     opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
+    meta = [c for c in lines.columns if c.startswith("_")]  # source metadata, e.g. _kafka_offset
     df = lines.select(
-        "source", "position", "raw",
+        "source", "position", "raw", *meta,
         F.from_json("raw", typed, opts).alias("rec"),
         F.from_json("raw", loose).alias("loose"),
     )
@@ -102,7 +136,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
     missing = [F.when(F.col("rec")[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
     size = F.octet_length("raw")
     reason = (
-        F.when(size > max_record_bytes,
+        F.when(F.col("raw").isNull(), F.lit("null value (tombstone)"))
+        .when(size > max_record_bytes,
                F.concat(F.lit("record too large: "), size.cast("string"),
                         F.lit(f" bytes > max_record_bytes {max_record_bytes}")))
         .when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
@@ -113,7 +148,7 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
     )
     if missing:
         reason = reason.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
-    return df.select("source", "position", "raw", "rec", reason.alias("reason"))
+    return df.select("source", "position", "raw", *meta, "rec", reason.alias("reason"))
 
 
 def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict, partition_by: list[str],
@@ -244,7 +279,11 @@ def run(spec: dict) -> dict:
         raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
     log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt}: {msg}", flush=True)  # noqa: E731
 
-    if plan.source_kind == "files":
+    src = spec.get("source") or {}
+    if plan.source_kind == "kafka":
+        if not src.get("bootstrap_servers"):
+            raise SystemExit("the job spec names no Kafka bootstrap servers")
+    elif plan.source_kind == "files":
         fs = storage_for(plan.range["files"][0]["path"]) if plan.range.get("files") else None
         changed = []
         for f in plan.range.get("files", []):
@@ -262,18 +301,29 @@ def run(spec: dict) -> dict:
         spark.conf.set(k, v)
     log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
 
-    lines = read_files_range(spark, plan.range)
+    if plan.source_kind == "kafka":
+        lines = read_kafka_range(spark, plan.range, src["bootstrap_servers"],
+                                 float(src.get("consumer_timeout_seconds") or 120))
+    else:
+        lines = read_files_range(spark, plan.range)
     classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
     classified = classified.persist()
     counts = {bool(r["ok"]): r["n"] for r in
               classified.groupBy(F.col("reason").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
     rows_valid, rows_bad = counts.get(True, 0), counts.get(False, 0)
+    positions = {}
+    if plan.source_kind == "kafka":
+        positions = {str(r["p"]): [r["n"], r["lo"], r["hi"]] for r in classified.groupBy(
+            F.col("_kafka_partition").alias("p")).agg(F.count("*").alias("n"), F.min("position").alias("lo"),
+                                                     F.max("position").alias("hi")).collect()}
     log(f"read {rows_valid + rows_bad} records: {rows_valid} valid, {rows_bad} to quarantine")
 
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    valid = classified.where(F.col("reason").isNull()).select("rec.*").drop("_corrupt_record")
+    meta = [c for c in classified.columns if c.startswith("_")]
+    valid = classified.where(F.col("reason").isNull()).select("rec.*", *meta).drop("_corrupt_record")
     out = tmod.transform(valid, ctx)
+    out = out.select(*[c for c in out.columns if not c.startswith("_")])  # metadata is never published
     bad = classified.where(F.col("reason").isNotNull()).select(
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8("raw"), F.substring("raw", 1, 65536))
@@ -296,7 +346,7 @@ def run(spec: dict) -> dict:
         partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
-        config_fingerprint=spec.get("config_fingerprint", ""),
+        config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions,
     )
     storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
     nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)

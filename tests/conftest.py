@@ -110,6 +110,37 @@ def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, 
     return Pipeline(root, name, path, landing, sink, quarantine)
 
 
+def write_kafka_pipeline(root: Path, bootstrap: str, topic: str, name: str = "events", max_records: int = 100000,
+                         extra_source: str = "", schema: str | None = None) -> Pipeline:
+    pipelines = root / "pipelines"
+    pipelines.mkdir(parents=True, exist_ok=True)
+    sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
+    schema = schema or "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+    text = textwrap.dedent(f"""\
+        name: {name}
+        source:
+          kind: kafka
+          bootstrap_servers: "{bootstrap}"
+          topic: {topic}
+          max_records_per_batch: {max_records}
+          consumer_timeout_seconds: 15
+        """) + textwrap.indent(extra_source, "  ") + textwrap.dedent(f"""\
+        schema: "{schema}"
+        sink:
+          table: {sink}
+        quarantine:
+          table: {quarantine}
+        retries:
+          plan: 0
+          stage: 0
+          commit: 2
+          delay_seconds: 1
+        """)
+    path = pipelines / f"{name}.yaml"
+    path.write_text(text)
+    return Pipeline(root, name, path, root / "unused-landing", sink, quarantine)
+
+
 @pytest.fixture
 def pipeline(tmp_path) -> Pipeline:
     return write_pipeline(tmp_path)

@@ -17,6 +17,7 @@ from . import launch
 from .config import load_pipeline
 from .delta_sink import FingerprintMismatch
 from .protocol import CommitBlocked, LedgerMismatch, Protocol, ProtocolError
+from .sources.kafka import DataLossError
 from .verify import NotReady, VerifyFailed
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
@@ -68,11 +69,11 @@ class PlanOperator(BaseOperator):
         limit = _params(context).get("max_records_per_batch")
         try:
             plan, new = proto.plan(max_records=int(limit) if limit else None)
-        except (LedgerMismatch, ProtocolError) as e:
+        except (LedgerMismatch, ProtocolError, DataLossError) as e:  # not cured by retrying
             raise AirflowFailException(str(e)) from e
         if plan is None:
             raise AirflowSkipException(
-                f"nothing new in {proto.cfg.source.path}: no batch planned, the tables are unchanged")
+                f"nothing new in {proto.cfg.source.describe()}: no batch planned, the tables are unchanged")
         for note in plan.notes:
             self.log.warning("plan: %s", note)
         self.log.info("plan: batch %s %s: %s, %s records%s", plan.batch_id,

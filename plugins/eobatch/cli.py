@@ -29,7 +29,7 @@ def ledger_rows(proto: Protocol) -> list[dict]:
             "batch_id": b,
             "state": state,
             "source_range": plan.range_summary(),
-            "rows_in": plan.rows_in,
+            "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
             "rows_published": prepared.rows_published if prepared else None,
             "rows_quarantined": prepared.rows_quarantined if prepared else None,
             "files": prepared.files if prepared else None,
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             print(json.dumps(rows, indent=1, default=str))
         else:
             versions = proto.committed_versions()
-            print(f"pipeline {cfg.name}: {cfg.source.path} -> {cfg.sink_table}; committed txn versions {versions}")
+            print(f"pipeline {cfg.name}: {cfg.source.describe()} -> {cfg.sink_table}; committed txn versions {versions}")
             print(render_table(rows) if rows else "(no batches yet)")
         return 0
     if args.cmd == "show":

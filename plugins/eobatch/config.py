@@ -46,7 +46,15 @@ class SourceConfig:
     interval_prefix: str | None = None
     bootstrap_servers: str | None = None
     topic: str | None = None
-    starting_offsets: str = "earliest"
+    starting_offsets: str = "earliest"  # kafka: where a new pipeline starts (earliest | latest)
+    isolation_level: str = "read_committed"  # kafka: records of aborted transactions are never read
+    on_data_loss: str = "fail"  # kafka: records deleted before they were read: fail | accept
+    consumer_timeout_seconds: int = 120  # kafka: a stage read that makes no progress for this long fails
+
+    def describe(self) -> str:
+        if self.kind == "kafka":
+            return f"kafka topic {self.topic} at {self.bootstrap_servers}"
+        return str(self.path)
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,7 @@ class PipelineConfig:
     max_record_bytes: int = 1 << 20
     description: str = ""
     spark: SparkConfig = field(default_factory=SparkConfig)
+    plan_retries: int = 2
     stage_retries: int = 1
     commit_retries: int = 8
     retry_delay_seconds: float = 10.0
@@ -97,12 +106,14 @@ class PipelineConfig:
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
             "description", "max_record_bytes", "spark", "retries"}
-SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix", "bootstrap_servers",
-               "topic", "starting_offsets"}
+FILES_SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix"}
+KAFKA_SOURCE_KEYS = {"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets",
+                     "isolation_level", "on_data_loss", "consumer_timeout_seconds"}
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
-RETRY_KEYS = {"stage", "commit", "delay_seconds", "verify_timeout_seconds"}
+RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds"}
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -272,16 +283,36 @@ def load_pipeline(file: str) -> PipelineConfig:
     src = _req(raw, "source", file)
     if not isinstance(src, dict):
         raise ConfigError(file, "source", "must be a mapping with 'kind'")
-    _unknown(src, SOURCE_KEYS, file, "source.")
     kind = _req(src, "kind", file, "source.")
     if kind not in ("files", "kafka"):
         raise ConfigError(file, "source.kind", f"{kind!r} must be 'files' or 'kafka'")
-    if kind == "kafka":
-        raise ConfigError(file, "source.kind", "the kafka source is not available yet; use 'files'")
+    _unknown(src, FILES_SOURCE_KEYS if kind == "files" else KAFKA_SOURCE_KEYS, file, "source.")
     limit = _pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
-    path = _table_path(_req(src, "path", file, "source."), file, "source.path")
-    source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit,
-                          interval_prefix=src.get("interval_prefix"))
+    path = None
+    if kind == "files":
+        path = _table_path(_req(src, "path", file, "source."), file, "source.path")
+        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit,
+                              interval_prefix=src.get("interval_prefix"))
+    else:
+        servers = _req(src, "bootstrap_servers", file, "source.")
+        if not isinstance(servers, str) or not all(
+                re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
+            raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
+        topic = _req(src, "topic", file, "source.")
+        if not isinstance(topic, str) or not TOPIC_RE.fullmatch(topic):
+            raise ConfigError(file, "source.topic", f"{topic!r} is not a valid Kafka topic name")
+        choices = {"starting_offsets": ("earliest", "latest"),
+                   "isolation_level": ("read_committed", "read_uncommitted"),
+                   "on_data_loss": ("fail", "accept")}
+        vals = {}
+        for k, allowed in choices.items():
+            v = src.get(k, allowed[0])
+            if v not in allowed:
+                raise ConfigError(file, f"source.{k}", f"{v!r} must be one of {', '.join(allowed)}")
+            vals[k] = v
+        cto = _pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
+        source = SourceConfig(kind=kind, max_records_per_batch=limit, bootstrap_servers=servers.strip(),
+                              topic=topic, consumer_timeout_seconds=cto, **vals)
 
     schema = _req(raw, "schema", file)
     columns = parse_schema(schema, file)
@@ -328,7 +359,9 @@ def load_pipeline(file: str) -> PipelineConfig:
         raise ConfigError(file, "quarantine", "must be a mapping with 'table'")
     _unknown(q, QUARANTINE_KEYS, file, "quarantine.")
     q_table = _table_path(_req(q, "table", file, "quarantine."), file, "quarantine.table")
-    tables = {"source.path": path, "sink.table": sink_table, "quarantine.table": q_table}
+    tables = {"sink.table": sink_table, "quarantine.table": q_table}
+    if path:
+        tables["source.path"] = path
     for a, pa in tables.items():
         for b, pb in tables.items():
             if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
@@ -349,11 +382,12 @@ def load_pipeline(file: str) -> PipelineConfig:
 
     rt = raw.get("retries") or {}
     if not isinstance(rt, dict):
-        raise ConfigError(file, "retries", "must be a mapping (stage, commit, delay_seconds, verify_timeout_seconds)")
+        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds)")
     _unknown(rt, RETRY_KEYS, file, "retries.")
+    plan_retries = rt.get("plan", 2)
     stage_retries = rt.get("stage", 1)
     commit_retries = rt.get("commit", 8)
-    for k, v in (("stage", stage_retries), ("commit", commit_retries)):
+    for k, v in (("plan", plan_retries), ("stage", stage_retries), ("commit", commit_retries)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ConfigError(file, f"retries.{k}", f"must be a non-negative integer, got {v!r}")
     delay = rt.get("delay_seconds", 10)
@@ -367,7 +401,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         schema=schema, columns=columns, transform=tr, transform_options=options,
         sink_table=sink_table, partition_by=tuple(pby), quarantine_table=q_table,
         max_record_bytes=mrb, description=str(desc), spark=spark,
-        stage_retries=stage_retries, commit_retries=commit_retries,
+        plan_retries=plan_retries, stage_retries=stage_retries, commit_retries=commit_retries,
         retry_delay_seconds=float(delay), verify_timeout_seconds=vto,
     )
 

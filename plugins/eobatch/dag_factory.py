@@ -52,12 +52,12 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                 description="Upper bound of records for a new batch (default: the YAML's value)"),
         },
         tags=["eobatch", cfg.source.kind],
-        doc_md=DOC.format(name=cfg.name, source=cfg.source.path, sink=cfg.sink_table,
+        doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
                           quarantine=cfg.quarantine_table, transform=cfg.transform),
     ) as dag:
         f = cfg.file
         recover = RecoverOperator(task_id="recover", pipeline_file=f)
-        plan = PlanOperator(task_id="plan", pipeline_file=f)
+        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries)
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
                               retries=cfg.stage_retries)
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)

@@ -111,6 +111,7 @@ class BatchPlan(Record):
     batch_id: int
     source_kind: str
     range: dict  # files: {"files": [{"path", "size", "mtime_ms", "records"}]}
+    #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}
     rows_in: int | None  # the source's own count of records in the range, when it knows it
     config_fingerprint: str
     planned_at: str
@@ -126,6 +127,10 @@ class BatchPlan(Record):
             names = [f["path"].rsplit("/", 1)[-1] for f in files]
             shown = ", ".join(names[:3]) + (f", +{len(names) - 3}" if len(names) > 3 else "")
             return f"{len(files)} files [{shown}]"
+        if self.source_kind == "kafka":
+            from .sources.kafka import range_summary
+
+            return range_summary(self.range)
         return json.dumps(self.range, sort_keys=True)
 
 
@@ -157,7 +162,7 @@ class StageSummary(Record):
 
     batch_id: int
     attempt: str
-    rows_in: int  # records read (non-blank lines)
+    rows_in: int  # records read (non-blank lines; Kafka: records delivered)
     rows_valid: int  # parsed and fitting the schema
     rows_quarantined: int
     row_preserving: bool  # the transform publishes exactly the valid rows
@@ -168,6 +173,7 @@ class StageSummary(Record):
     stage_seconds: float
     spark_app_id: str = ""
     config_fingerprint: str = ""
+    source_positions: dict = field(default_factory=dict)  # kafka: {"<p>": [count, min offset, max offset]}
     format: int = FORMAT_VERSION
 
 
@@ -235,4 +241,9 @@ def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) 
 def compact_offsets(plan: BatchPlan) -> Any:
     if plan.source_kind == "files":
         return [[f["path"], f["size"], f["mtime_ms"]] for f in plan.range.get("files", [])]
+    if plan.source_kind == "kafka":
+        out = {"topic": plan.range["topic"], "partitions": plan.range["partitions"]}
+        if plan.range.get("lost"):
+            out["lost"] = plan.range["lost"]
+        return out
     return plan.range

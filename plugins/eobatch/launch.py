@@ -47,6 +47,8 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "transform_options": cfg.transform_options, "sink_table": cfg.sink_table,
         "quarantine_table": cfg.quarantine_table, "partition_by": list(cfg.partition_by),
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
+        "source": {"kind": cfg.source.kind, "bootstrap_servers": cfg.source.bootstrap_servers,
+                   "consumer_timeout_seconds": cfg.source.consumer_timeout_seconds},
     }
 
 

@@ -171,7 +171,7 @@ class Protocol:
             return self.ledger.plan(latest), False
         limit = max_records or self.cfg.source.max_records_per_batch
         source = source_for(self.cfg)
-        rng, n, notes = source.next_range(self.ledger.plans(), limit)
+        rng, n, notes = source.next_range(self.ledger.plans(), limit)  # may raise DataLossError
         if rng is None:
             for msg in notes:
                 log.warning(msg)

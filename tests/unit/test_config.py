@@ -239,7 +239,7 @@ BAD_CASES = [
     ("source-not-mapping", "source", "files", "source", None),
     ("source-kind-missing", "source.kind", _DELETE, "source.kind", "is required"),
     ("source-kind-bad", "source.kind", "ftp", "source.kind", None),
-    ("source-kind-kafka", "source.kind", "kafka", "source.kind", "not available yet"),
+    ("source-kind-kafka-with-path", "source.kind", "kafka", "source.path", "unknown key"),
     ("source-path-missing", "source.path", _DELETE, "source.path", "is required"),
     ("source-path-relative", "source.path", "landing/orders", "source.path", "absolute path"),
     ("source-path-empty", "source.path", "", "source.path", None),
@@ -477,3 +477,37 @@ def test_fingerprint_ignores_schedule_description_and_retries(write_yaml, base_c
     changed["retries"] = {"commit": 1}
     changed["spark"] = {"driver_memory": "4g"}
     assert _load(write_yaml, changed).fingerprint() == fp
+
+
+# -- kafka source -----------------------------------------------------------------------------
+
+
+def _kafka(base_cfg, **source):
+    cfg = copy.deepcopy(base_cfg)
+    cfg["source"] = {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092", "topic": "orders", **source}
+    return cfg
+
+
+def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
+    c = _load(write_yaml, _kafka(base_cfg))
+    assert (c.source.kind, c.source.topic, c.source.bootstrap_servers) == ("kafka", "orders", "127.0.0.1:9092")
+    assert (c.source.starting_offsets, c.source.isolation_level, c.source.on_data_loss) == (
+        "earliest", "read_committed", "fail")
+    assert c.source.path is None and "kafka topic orders" in c.source.describe()
+
+
+@pytest.mark.parametrize("source,key,msg", [
+    ({"bootstrap_servers": None}, "source.bootstrap_servers", "is required"),
+    ({"bootstrap_servers": "no-port"}, "source.bootstrap_servers", "host:port"),
+    ({"topic": "bad topic!"}, "source.topic", "not a valid Kafka topic"),
+    ({"isolation_level": "dirty"}, "source.isolation_level", "read_committed"),
+    ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
+    ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
+    ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
+])
+def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
+    cfg = _kafka(base_cfg, **source)
+    cfg["source"] = {k: v for k, v in cfg["source"].items() if v is not None}
+    with pytest.raises(ConfigError) as e:
+        _load(write_yaml, cfg)
+    assert e.value.key == key and msg in str(e.value)

@@ -16,4 +16,8 @@ def source_for(cfg):
         from .files import FilesSource
 
         return FilesSource(cfg)
+    if cfg.source.kind == "kafka":
+        from .kafka import KafkaSource
+
+        return KafkaSource(cfg)
     raise ValueError(f"unknown source kind {cfg.source.kind!r}")

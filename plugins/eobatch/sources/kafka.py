@@ -1,0 +1,146 @@
+"""Kafka source: exact offset ranges per partition, from a real broker.
+
+A batch's range is ``{"topic": t, "partitions": {"<p>": [from, to)}}`` for every partition of
+the topic, ``from`` being the previous batch's ``to`` (a partition new to the pipeline starts at
+offset 0, i.e. at its first record). ``to`` is at most the partition's end as a
+``read_committed`` consumer sees it (the last stable offset), so every transaction inside the
+range is decided: committed records are read, aborted ones and transaction markers are not.
+The record limit is spread over the partitions in proportion to their backlog.
+
+Records deleted by retention before they were read are data loss: planning fails with an error
+naming topic, partition and the missing range, unless the pipeline says
+``on_data_loss: accept``; then the plan starts at the first available offset and records the
+lost range in its notes and in the range itself (``lost``), so the ledger shows it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class DataLossError(RuntimeError):
+    pass
+
+
+class KafkaUnavailable(RuntimeError):
+    pass
+
+
+def _admin(servers: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": 10000,
+                        "client.id": "eobatch-plan"})
+
+
+def partition_offsets(servers: str, topic: str, isolation_level: str = "read_committed",
+                      timeout: float = 30.0) -> dict[int, tuple[int, int]]:
+    """{partition: (earliest, end)} where end is what a consumer of that isolation level can read."""
+    from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(servers)
+    try:
+        md = admin.list_topics(topic, timeout=timeout)
+    except KafkaException as e:
+        raise KafkaUnavailable(f"kafka {servers}: cannot read metadata of topic {topic!r}: {e}") from e
+    t = md.topics.get(topic)
+    if t is None or (t.error is not None and t.error.code() != 0):
+        raise KafkaUnavailable(f"kafka {servers}: topic {topic!r} is not available: {t.error if t else 'unknown'}")
+    parts = sorted(t.partitions)
+    if not parts:
+        raise KafkaUnavailable(f"kafka {servers}: topic {topic!r} has no partitions")
+    iso = IsolationLevel.READ_COMMITTED if isolation_level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
+    try:
+        lows = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest() for p in parts},
+                                  request_timeout=timeout)
+        highs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
+                                   isolation_level=iso, request_timeout=timeout)
+        low = {tp.partition: f.result().offset for tp, f in lows.items()}
+        high = {tp.partition: f.result().offset for tp, f in highs.items()}
+    except KafkaException as e:
+        raise KafkaUnavailable(f"kafka {servers}: cannot list offsets of topic {topic!r}: {e}") from e
+    return {p: (low[p], high[p]) for p in parts}
+
+
+def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
+    """How many offsets to take per partition: all when the backlog fits, else in proportion."""
+    total = sum(backlog.values())
+    if total <= limit:
+        return dict(backlog)
+    take = {p: (n * limit) // total for p, n in backlog.items()}
+    left = limit - sum(take.values())
+    for p in sorted(backlog, key=lambda q: backlog[q] - take[q], reverse=True):
+        if left <= 0:
+            break
+        if take[p] < backlog[p]:
+            take[p] += 1
+            left -= 1
+    return take
+
+
+class KafkaSource:
+    kind = "kafka"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.src = cfg.source
+
+    def describe(self) -> str:
+        return f"kafka {self.src.bootstrap_servers} topic {self.src.topic}"
+
+    def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int | None, list[str]]:
+        topic = self.src.topic
+        prev = previous_plans[-1].range if previous_plans else None
+        if prev is not None and prev.get("topic") != topic:
+            raise DataLossError(f"the last batch read topic {prev.get('topic')!r}, the pipeline now names "
+                                f"{topic!r}; changing the topic of a pipeline needs a new pipeline name")
+        offsets = partition_offsets(self.src.bootstrap_servers, topic, self.src.isolation_level)
+        notes: list[str] = []
+        start: dict[int, int] = {}
+        for p, (low, high) in offsets.items():
+            if prev is not None:
+                start[p] = int(prev["partitions"].get(str(p), [0, 0])[1])
+            else:
+                start[p] = low if self.src.starting_offsets == "earliest" else high
+        if prev is not None:
+            gone = sorted(set(int(p) for p in prev["partitions"]) - set(offsets))
+            if gone:
+                raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
+        lost = {}
+        for p, (low, high) in offsets.items():
+            if start[p] < low:
+                msg = (f"data loss: topic {topic!r} partition {p}: offsets [{start[p]}, {low}) were deleted "
+                       f"(retention) before they were read")
+                if self.src.on_data_loss != "accept":
+                    raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
+                                              "skip the lost records (the loss is recorded in the ledger)")
+                log.warning("%s; accepted (on_data_loss: accept)", msg)
+                notes.append(msg + "; accepted (on_data_loss: accept)")
+                lost[str(p)] = [start[p], low]
+                start[p] = low
+            if start[p] > high:
+                raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
+                                    f"{start[p]} but the partition ends at {high}: was the topic recreated?")
+        backlog = {p: offsets[p][1] - start[p] for p in offsets}
+        if sum(backlog.values()) == 0 and not lost:
+            return None, None, notes
+        take = spread(limit, backlog)
+        rng = {"topic": topic, "isolation_level": self.src.isolation_level,
+               "partitions": {str(p): [start[p], start[p] + take[p]] for p in sorted(offsets)}}
+        if lost:
+            rng["lost"] = lost
+        return rng, None, notes
+
+    def check_unchanged(self, rng: dict) -> list[str]:
+        return []
+
+
+def range_summary(rng: dict) -> str:
+    parts = rng.get("partitions", {})
+    n = sum(t - f for f, t in parts.values())
+    shown = " ".join(f"p{p}[{f},{t})" for p, (f, t) in sorted(parts.items(), key=lambda x: int(x[0])) if t > f)
+    lost = f" LOST {rng['lost']}" if rng.get("lost") else ""
+    return f"{rng.get('topic')}: {n} offsets {shown}{lost}"

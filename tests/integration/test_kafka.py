@@ -1,0 +1,226 @@
+"""The Kafka source against a real Apache Kafka broker (KRaft, started from Maven jars)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+
+import pytest
+from checks import delta_log_commits, orphans, read_rows, txn_version
+from conftest import orders, run_batch, stage, wait_for, write_kafka_pipeline
+
+from eobatch import launch
+from eobatch.services import KafkaBroker
+from eobatch.sources.kafka import DataLossError, partition_offsets
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    b = KafkaBroker(str(tmp_path_factory.mktemp("kafka"))).start()
+    yield b
+    b.stop(kill=True)
+
+
+def admin(b):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": b.bootstrap})
+
+
+def create_topic(b, topic: str, partitions: int = 3) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    a = admin(b)  # keep the client alive until its futures resolve
+    for f in a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+        f.result()
+
+
+def produce(b, topic: str, values: list[tuple[int, bytes]], txn: str | None = None, commit: bool = True):
+    """Produce (partition, value) pairs; in one transaction when txn names a transactional id."""
+    from confluent_kafka import Producer
+
+    conf = {"bootstrap.servers": b.bootstrap, "linger.ms": 5}
+    if txn:
+        conf["transactional.id"] = txn
+    p = Producer(conf)
+    if txn:
+        p.init_transactions(30)
+        p.begin_transaction()
+    for part, v in values:
+        p.produce(topic, value=v, partition=part, key=f"k{part}".encode())
+        p.poll(0)
+    p.flush(30)
+    if txn:
+        (p.commit_transaction if commit else p.abort_transaction)(30)
+
+
+def as_values(records: list[dict], partitions: int) -> list[tuple[int, bytes]]:
+    return [(i % partitions, json.dumps(r).encode()) for i, r in enumerate(records)]
+
+
+def ranges(p) -> list[dict]:
+    return [plan.range["partitions"] for plan in p.protocol().ledger.plans()]
+
+
+def assert_contiguous(p, ends: dict[str, int]) -> None:
+    """Each batch starts each partition where the previous one ended; the last reaches ``ends``;
+    the Delta history carries the same ranges."""
+    rs = ranges(p)
+    for prev, cur in zip(rs, rs[1:]):
+        for part, (f, _t) in cur.items():
+            assert f == prev.get(part, [0, 0])[1], f"partition {part}: gap or overlap {prev} -> {cur}"
+    assert {k: v[1] for k, v in rs[-1].items()} == ends
+    commits = [c for c in delta_log_commits(p.sink) if c["txns"]]
+    assert [json.loads(c["commitInfo"]["eo.offsets"])["partitions"] for c in commits] == rs
+
+
+def published_ids(p) -> collections.Counter:
+    return collections.Counter(r["order_id"] for r in read_rows(p.sink))
+
+
+def test_thousands_of_records_with_committed_and_aborted_transactions(tmp_path, broker, airflow):
+    topic = "orders_tx"
+    create_topic(broker, topic, 3)
+    plain = orders("plain", 3000)
+    committed = orders("txc", 600)
+    aborted = orders("txa", 400)
+    produce(broker, topic, as_values(plain[:1500], 3))
+    produce(broker, topic, as_values(committed, 3), txn="tx-commit")
+    produce(broker, topic, as_values(aborted, 3), txn="tx-abort", commit=False)
+    bad = [b'{"order_id": "bad-1", "amount": "many"}', b"not json", b"\xff\xfe invalid utf8"]
+    produce(broker, topic, [(i, v) for i, v in enumerate(bad)] + as_values(plain[1500:], 3))
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, max_records=2500)
+
+    first = airflow(p)  # the first batch through the real DAG
+    assert first.rc == 0 and first.state == "success", first.log[-5000:]
+    assert "plan: batch 1 PLANNED: orders_tx: 2500 offsets" in first.log
+    while run_batch(p) is not None:
+        pass
+    ids = published_ids(p)
+    assert not [k for k, v in ids.items() if v > 1], "duplicates"
+    assert set(ids) == {r["order_id"] for r in plain + committed}, "published != committed records"
+    assert not any(k.startswith("txa") for k in ids), "records of an aborted transaction were published"
+    q = read_rows(p.quarantine)
+    assert sorted(r["reason"] for r in q) == sorted(["field 'amount': expected DOUBLE, got many",
+                                                      "malformed JSON: not a JSON object", "invalid UTF-8"])
+    assert {r["source"].split("/")[0] for r in q} == {topic}
+    n = len(ranges(p))
+    assert txn_version(p.sink, p.name) == n == txn_version(p.quarantine, p.name)
+    ends = {str(part): hi for part, (_lo, hi) in partition_offsets(broker.bootstrap, topic).items()}
+    assert_contiguous(p, ends)
+    # the aborted transaction's records (and the markers) occupy offsets inside the ranges read
+    assert sum(ends.values()) >= len(plain) + len(committed) + len(bad) + len(aborted) + 2 * 3
+    assert orphans(p.sink) == [] and orphans(p.quarantine) == []
+    assert run_batch(p) is None  # idle now: nothing planned, nothing published
+
+
+def test_idle_topic_publishes_nothing(tmp_path, broker):
+    create_topic(broker, "idle", 2)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, "idle")
+    assert run_batch(p) is None
+    assert not (p.sink / "_delta_log").exists()
+
+
+def test_new_partition_is_read_from_its_first_offset(tmp_path, broker):
+    from confluent_kafka.admin import NewPartitions
+
+    create_topic(broker, "grow", 2)
+    produce(broker, "grow", as_values(orders("a", 40), 2))
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, "grow")
+    assert run_batch(p) == 1
+    a = admin(broker)
+    for f in a.create_partitions([NewPartitions("grow", 3)]).values():
+        f.result()
+    wait_for(lambda: len(admin(broker).list_topics("grow").topics["grow"].partitions) == 3, what="3 partitions")
+    produce(broker, "grow", [(2, json.dumps(r).encode()) for r in orders("new", 7)] +
+            [(0, json.dumps(r).encode()) for r in orders("b", 3)])
+    assert run_batch(p) == 2
+    assert ranges(p)[1]["2"] == [0, 7]
+    assert set(published_ids(p)) == {r["order_id"] for r in orders("a", 40) + orders("new", 7) + orders("b", 3)}
+    assert_contiguous(p, {"0": 23, "1": 20, "2": 7})
+
+
+def test_records_deleted_by_retention_before_they_were_read(tmp_path, broker):
+    from confluent_kafka import TopicPartition
+
+    create_topic(broker, "short", 1)
+    produce(broker, "short", as_values(orders("a", 100), 1))
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, "short")
+    assert run_batch(p) == 1
+    produce(broker, "short", as_values(orders("b", 50), 1))
+    a = admin(broker)
+    for f in a.delete_records([TopicPartition("short", 0, 120)]).values():  # what retention does
+        f.result()
+    with pytest.raises(DataLossError, match=r"topic 'short' partition 0: offsets \[100, 120\) were deleted"):
+        p.protocol().plan()
+    assert p.protocol().ledger.latest_batch_id() == 1  # nothing planned
+
+    # an explicit, documented setting accepts the loss and records it
+    text = p.yaml_path.read_text().replace("consumer_timeout_seconds: 15", "consumer_timeout_seconds: 15\n  on_data_loss: accept")
+    p.yaml_path.write_text(text)
+    assert run_batch(p) == 2
+    plan2 = p.protocol().ledger.plan(2)
+    assert plan2.range["lost"] == {"0": [100, 120]} and "data loss" in plan2.notes[0]
+    assert plan2.range["partitions"] == {"0": [120, 150]}
+    assert set(published_ids(p)) == {r["order_id"] for r in orders("a", 100) + orders("b", 50)[20:]}
+    lost = json.loads([c for c in delta_log_commits(p.sink) if c["txns"]][-1]["commitInfo"]["eo.offsets"])["lost"]
+    assert lost == {"0": [100, 120]}
+
+
+def test_broker_restarted_between_stage_and_commit_and_killed_mid_stage(tmp_path, broker):
+    create_topic(broker, "bounce", 3)
+    produce(broker, "bounce", as_values(orders("a", 900), 3))
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, "bounce", max_records=600)
+    proto = p.protocol()
+    plan, _ = proto.plan()
+    attempt = launch.new_attempt_id(1)
+    r = stage(p, plan.batch_id, attempt)
+    assert r.returncode == 0, r.stderr[-3000:]
+    broker.restart()  # between stage and commit
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+
+    # killed mid-stage: the read fails (no progress), the attempt is aborted, the range re-read
+    plan2, _ = proto.plan()
+    attempt2 = launch.new_attempt_id(1)
+    proc = stage(p, plan2.batch_id, attempt2, wait=False)
+    wait_for(lambda: proc.poll() is not None or "reading bounce" in (_peek(proc) or ""), timeout=120,
+             what="the stage job to start reading")
+    broker.stop(kill=True)
+    out, _ = proc.communicate(timeout=600)
+    out = _buf.pop(proc.pid, "") + out
+    assert proc.returncode != 0, out[-3000:]
+    assert "no progress reading bounce" in out or "cannot read the offsets" in out, out[-3000:]
+    proto.abort(plan2.batch_id, attempt2, "stage failed: broker down")
+    broker.start()
+    assert run_batch(p) == 2  # recover hands back batch 2 with its recorded range
+    assert proto.ledger.plan(2).range == plan2.range
+    while run_batch(p) is not None:
+        pass
+    ids = published_ids(p)
+    assert set(ids) == {r["order_id"] for r in orders("a", 900)} and max(ids.values()) == 1
+    assert_contiguous(p, {"0": 300, "1": 300, "2": 300})
+
+
+_buf: dict = {}
+
+
+def _peek(proc) -> str:
+    """Non-blocking read of what a Popen has printed so far."""
+    import os
+    import select
+
+    fd = proc.stdout.fileno()
+    os.set_blocking(fd, False)
+    chunks = []
+    while select.select([fd], [], [], 0)[0]:
+        data = os.read(fd, 65536)
+        if not data:
+            break
+        chunks.append(data.decode(errors="replace"))
+    os.set_blocking(fd, True)
+    _buf[proc.pid] = _buf.get(proc.pid, "") + "".join(chunks)
+    return _buf[proc.pid]
