@@ -56,13 +56,10 @@ def _glob_escape(path: str) -> str:
 def read_files_range(spark, rng: dict):
     """One row per non-blank line: source (planned path), position (1-based line), raw."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     files = [f["path"] for f in rng["files"]]
-    planned = set(files)
-    to_planned = F.udf(lambda uri: _planned_path(uri, planned), T.StringType())
     df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
-          .select(to_planned(F.col("_metadata.file_path")).alias("source"), F.col("value")))
+          .select(planned_path(F.col("_metadata.file_path")).alias("source"), F.col("value")))
     lines = df.select("source", F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
     lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
                          F.regexp_replace("raw", "\r$", "").alias("raw"))
@@ -99,16 +96,16 @@ def read_kafka_range(spark, rng: dict, servers: str, timeout: float, slice_size:
                      F.make_valid_utf8(F.col("_kafka_key").cast("string")).alias("_kafka_key"), "_kafka_timestamp")
 
 
-def _planned_path(uri: str, planned: set) -> str:
-    """The planned path of a file as Spark names it (a file: URI, percent-encoded)."""
-    from urllib.parse import unquote
+def planned_path(file_path):
+    """The planned path of a file from Spark's ``_metadata.file_path`` (a percent-encoded URI).
 
-    p = uri
-    if p.startswith("file:"):
-        p = unquote(p[len("file:"):])
-        while p.startswith("//"):
-            p = p[1:]
-    return p if p in planned else uri
+    A SQL expression, not a Python UDF: a UDF would start Python workers just for this.
+    ``+`` is protected before url_decode, which would turn it into a space.
+    """
+    from pyspark.sql import functions as F
+
+    local = F.regexp_replace(file_path, "^file:(//)?", "")
+    return F.url_decode(F.replace(local, F.lit("+"), F.lit("%2B")))
 
 
 def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
@@ -277,7 +274,8 @@ def run(spec: dict) -> dict:
         raise SystemExit(f"batch {batch_id} has no plan at {layout.plan(batch_id)}")
     if ledger.prepared(batch_id) is not None:
         raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
-    log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt}: {msg}", flush=True)  # noqa: E731
+    log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt} "  # noqa: E731
+                            f"+{time.time() - t0:.1f}s: {msg}", flush=True)
 
     src = spec.get("source") or {}
     if plan.source_kind == "kafka":
@@ -297,6 +295,7 @@ def run(spec: dict) -> dict:
         raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job")
 
     spark = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}").getOrCreate()
+    log("Spark session ready")
     for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(k, v)
     log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
@@ -333,11 +332,11 @@ def run(spec: dict) -> dict:
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt)
     pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
-    manifests = {
-        SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table, partition_by=pby[SINK], **common),
-        QUARANTINE: stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
-                                    partition_by=[], **common),
-    }
+    manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
+                                       partition_by=pby[SINK], **common)}
+    log(f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows")
+    manifests[QUARANTINE] = stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
+                                            partition_by=[], **common)
     classified.unpersist()
     schemas = {SINK: to_arrow_schema(out.schema, timezone="UTC"), QUARANTINE: to_arrow_schema(bad.schema, timezone="UTC")}
     summary = StageSummary(

@@ -1,9 +1,17 @@
-"""Command line of the product (no Airflow needed): ledger, status, sweep.
+"""Command line of the product (no Airflow needed).
 
-    python -m eobatch.cli ledger orders [--format table|json]
-    python -m eobatch.cli sweep orders [--all]
+    python -m eobatch.cli ledger orders [--format table|json]   # `make ledger`
+    python -m eobatch.cli show orders                           # what the tables publish
+    python -m eobatch.cli sweep orders [--all]                  # `make sweep`
 
-(`make ledger PIPELINE=orders [FORMAT=json]` calls the first.)
+The protocol's verbs, one process each, exactly what the Airflow tasks call (used by
+`make chaos`, and by an operator finishing a batch by hand):
+
+    python -m eobatch.cli recover orders
+    python -m eobatch.cli plan orders [--max-records N]         # prints the batch id (exit 6: nothing new)
+    python -m eobatch.cli verify orders BATCH ATTEMPT            # exit 3: not staged yet, 4: verification failed
+    python -m eobatch.cli commit orders BATCH
+    python -m eobatch.cli abort orders BATCH ATTEMPT
 """
 
 from __future__ import annotations
@@ -94,6 +102,42 @@ def show(proto: Protocol, limit: int) -> None:
             print("   ", json.dumps(row, default=str))
 
 
+def run_verb(proto: Protocol, args) -> int:
+    from .protocol import ProtocolError
+    from .sources.kafka import DataLossError
+    from .verify import NotReady, VerifyFailed
+
+    try:
+        if args.cmd == "recover":
+            rec = proto.recover()
+            print(json.dumps({"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
+                              "actions": rec.actions}))
+        elif args.cmd == "plan":
+            plan, new = proto.plan(args.max_records)
+            if plan is None:
+                print("nothing new")
+                return 6
+            print(json.dumps({"batch_id": plan.batch_id, "new": new, "range": plan.range_summary()}))
+        elif args.cmd == "verify":
+            p = proto.verify(args.batch, args.attempt)
+            print(json.dumps({"batch_id": p.batch_id, "attempt": p.attempt, "fingerprint": p.fingerprint}))
+        elif args.cmd == "commit":
+            c = proto.commit(args.batch)
+            print(json.dumps({"batch_id": c.batch_id, "delta_versions": c.delta_versions}))
+        elif args.cmd == "abort":
+            print(json.dumps({"removed": len(proto.abort(args.batch, args.attempt, "aborted by hand"))}))
+    except NotReady as e:
+        print(f"not ready: {e}", file=sys.stderr)
+        return 3
+    except VerifyFailed as e:
+        print(f"verification failed: {e}", file=sys.stderr)
+        return 4
+    except (ProtocolError, DataLossError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 5
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="eobatch", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -106,6 +150,14 @@ def main(argv=None) -> int:
     sp = sub.add_parser("sweep", help="delete staged files of dead or zombie attempts")
     sp.add_argument("pipeline")
     sp.add_argument("--all", action="store_true", help="every batch, not only the newest ones")
+    for verb, extra in (("recover", ()), ("plan", ()), ("verify", ("batch", "attempt")), ("commit", ("batch",)),
+                        ("abort", ("batch", "attempt"))):
+        vp = sub.add_parser(verb, help=f"the protocol's {verb} step, as the Airflow task runs it")
+        vp.add_argument("pipeline")
+        for a in extra:
+            vp.add_argument(a, type=int if a == "batch" else str)
+        if verb == "plan":
+            vp.add_argument("--max-records", type=int, default=None)
     args = ap.parse_args(argv)
     try:
         cfg = find_pipeline(args.pipeline)
@@ -125,6 +177,8 @@ def main(argv=None) -> int:
     if args.cmd == "show":
         show(proto, args.limit)
         return 0
+    if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
+        return run_verb(proto, args)
     if args.cmd == "sweep":
         removed = proto.sweep(recent=None if args.all else 5)
         print(f"swept {len(removed)} orphan file(s)")

@@ -18,9 +18,29 @@ POINTS = (
     "plan.after_record",
     "stage.after_first_file",
     "verify.after_prepared",
+    "commit.before_delta_commit",
     "commit.after_first_participant",
     "commit.after_delta_commit",
 )
+
+
+class InjectedFault(OSError):
+    """A transient failure injected by EOBATCH_FAIL (looks like a storage error to callers)."""
+
+
+def fail_point(name: str) -> None:
+    """Raise InjectedFault at ``name`` when ``EOBATCH_FAIL`` names it (once per marker dir)."""
+    wanted = os.environ.get("EOBATCH_FAIL", "")
+    if not wanted or name not in wanted.split(","):
+        return
+    once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
+    if once_dir:
+        os.makedirs(once_dir, exist_ok=True)
+        try:
+            os.close(os.open(os.path.join(once_dir, "fail-" + name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+    raise InjectedFault(f"injected transient storage error at {name}")
 
 
 def crash_point(name: str) -> None:

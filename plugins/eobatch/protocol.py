@@ -259,6 +259,7 @@ class Protocol:
                     f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
                     ". Its staged files were removed (VACUUM or by hand). Repair: "
                     f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to re-stage the same range.")
+            faults.fail_point("commit.before_delta_commit")
             try:
                 versions[participant] = part.commit(
                     self.app_id, batch_id, prepared.adds[participant],

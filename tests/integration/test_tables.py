@@ -34,7 +34,7 @@ def test_partitioned_table_opens_in_delta_spark_and_delta_rs(tmp_path):
     p = write_pipeline(tmp_path, partition_by=["customer"])
     p.land("a.jsonl", orders("a", 70), bad=['{"order_id": 1, "amount": [1]}'])
     assert run_batch(p) == 1
-    p.land("b.jsonl", orders("b", 30))
+    weird = p.land("b c+d%20[1].jsonl", orders("b", 30), bad=["{broken"])  # a name Spark must not mangle
     assert run_batch(p) == 2
     assert_exactly_once(p, batches=2)
 
@@ -57,11 +57,12 @@ def test_partitioned_table_opens_in_delta_spark_and_delta_rs(tmp_path):
         assert by_id[r["order_id"]]["amount"] == r["amount"]
     assert [h["operation"] for h in sorted(sink["history"], key=lambda h: h["version"])] == [
         "CREATE TABLE", "WRITE", "WRITE"]
-    assert [r["raw"] for r in spark[str(p.quarantine)]["rows"]] == p.landed_bad
+    assert sorted(r["raw"] for r in spark[str(p.quarantine)]["rows"]) == sorted(p.landed_bad)
+    assert {r["source"] for r in read_rows(p.quarantine) if r["raw"] == "{broken"} == {str(weird)}
 
     # one commit per batch, each carrying exactly its batch's files as offsets
     commits = [c for c in delta_log_commits(p.sink) if c["txns"]]
-    for c, name in zip(commits, ["a.jsonl", "b.jsonl"]):
+    for c, name in zip(commits, ["a.jsonl", "b c+d%20[1].jsonl"]):
         offsets = json.loads(c["commitInfo"]["eo.offsets"])
         assert [Path(o[0]).name for o in offsets] == [name]
 
