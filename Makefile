@@ -7,12 +7,17 @@ RUNS ?= 1
 CONF ?=
 DATE ?=
 FORMAT ?= table
+BATCHES ?= 20
+SEED ?= 1
+BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down
+.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos
 
 help:
-	@echo "make setup | demo | test | run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
+	@echo "make setup | demo | test | up | down"
+	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars
 
@@ -60,6 +65,10 @@ test-unit: setup
 
 run: setup
 	bash include/run_pipeline.sh "$(PIPELINE)" "$(RUNS)" '$(CONF)' "$(DATE)"
+
+# Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
+chaos: setup
+	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)"
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"

@@ -60,9 +60,13 @@ def read_files_range(spark, rng: dict):
     files = [f["path"] for f in rng["files"]]
     df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
           .select(planned_path(F.col("_metadata.file_path")).alias("source"), F.col("value")))
-    lines = df.select("source", F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
+    # split() decodes to Java strings, turning invalid UTF-8 into U+FFFD: remember which files
+    # had invalid bytes, so that their lines with U+FFFD are quarantined as invalid UTF-8.
+    lines = df.select("source", F.is_valid_utf8("value").alias("_utf8_file"),
+                      F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
     lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
-                         F.regexp_replace("raw", "\r$", "").alias("raw"))
+                         F.regexp_replace("raw", "\r$", "").alias("raw"),
+                         (F.col("_utf8_file") | ~F.col("raw").contains("\ufffd")).alias("_utf8_ok"))
     return lines.where(~F.col("raw").rlike("^[ \\t\\r\\x0B\\f]*$"))
 
 
@@ -137,7 +141,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
         .when(size > max_record_bytes,
                F.concat(F.lit("record too large: "), size.cast("string"),
                         F.lit(f" bytes > max_record_bytes {max_record_bytes}")))
-        .when(~F.is_valid_utf8("raw"), F.lit("invalid UTF-8"))
+        .when(~F.is_valid_utf8("raw") | (~F.col("_utf8_ok") if "_utf8_ok" in lines.columns else F.lit(False)),
+              F.lit("invalid UTF-8"))
         .when(F.json_object_keys("raw").isNull(), F.lit("malformed JSON: not a JSON object"))
         .when(F.col("rec._corrupt_record").isNotNull(),
               F.coalesce(F.concat_ws("; ", *mismatches) if mismatches else F.lit(None),

@@ -1,0 +1,76 @@
+"""The bad-input matrix: each bad record ends in quarantine with its reason, in the same batch as
+the good ones, never half-published; the counts reconcile for every batch."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from checks import assert_exactly_once, read_rows
+from conftest import orders, run_batch, write_pipeline
+
+pytestmark = pytest.mark.integration
+
+
+def test_bad_input_matrix(tmp_path):
+    p = write_pipeline(tmp_path, extra="max_record_bytes: 400\n")
+    good = orders("g", 5)
+    cases = {
+        '{"order_id": "m1", "amount": 1.0': "malformed JSON: not a JSON object",
+        "[1, 2, 3]": "malformed JSON: not a JSON object",
+        '"just a string"': "malformed JSON: not a JSON object",
+        '{"order_id": "t1", "amount": "12 euros"}': "field 'amount': expected DOUBLE, got 12 euros",
+        '{"order_id": "t2", "ts": "yesterday"}': "field 'ts': expected TIMESTAMP, got yesterday",
+        '{"customer": "nobody"}': "missing required field 'order_id'",
+        '{"order_id": null, "amount": 3}': "missing required field 'order_id'",
+        json.dumps({"order_id": "big", "customer": "x" * 500}): "record too large: ",
+    }
+    lines = [json.dumps(r) for r in good] + list(cases)
+    path = p.landing / "matrix.jsonl"
+    path.write_bytes(("\n".join(lines) + "\n").encode() + b'{"order_id": "\xff\xfe bad utf8"}\n' + b"\n   \n\r\n")
+    p.landed.extend(good)
+    (p.landing / "empty.jsonl").write_bytes(b"")
+    # schema drift: a new field is ignored, a changed type is quarantined
+    drift = [{"order_id": "d1", "amount": 1.5, "coupon": "NEW"}]
+    p.land("drift/a.jsonl", drift, bad=['{"order_id": "d2", "amount": {"value": 2}}'])
+    # the same file name in two folders: two different files
+    p.land("x/same.jsonl", orders("x", 2))
+    p.land("y/same.jsonl", orders("y", 3))
+
+    assert run_batch(p) == 1
+    q = read_rows(p.quarantine)
+    reasons = {r["raw"]: r["reason"] for r in q}
+    for raw, reason in cases.items():
+        assert reasons[raw].startswith(reason), (raw, reasons[raw])
+    utf8 = [r for r in q if r["reason"] == "invalid UTF-8"]
+    assert len(utf8) == 1 and utf8[0]["position"] == len(lines) + 1 and "\ufffd" in utf8[0]["raw"]
+    assert {r["reason"] for r in q if r["raw"].startswith('{"order_id": "d2"')} == {
+        "field 'amount': expected DOUBLE, got {\"value\":2}"}
+    assert all(r["source"] == str(path) for r in q if r["raw"] in cases)
+    by_raw_pos = {r["raw"]: r["position"] for r in q}
+    assert by_raw_pos['{"customer": "nobody"}'] == 5 + list(cases).index('{"customer": "nobody"}') + 1
+
+    published = {r["order_id"]: r for r in read_rows(p.sink)}
+    assert set(published) == {r["order_id"] for r in good + drift + orders("x", 2) + orders("y", 3)}
+    assert "coupon" not in published["d1"]
+
+    prepared = p.protocol().ledger.prepared(1)
+    assert prepared.rows_in == prepared.rows_valid + prepared.rows_quarantined == 5 + len(cases) + 1 + 2 + 2 + 3
+    plan = p.protocol().ledger.plan(1)
+    assert {f["path"].rsplit("/", 2)[-2] + "/" + f["path"].rsplit("/", 1)[-1] for f in plan.range["files"]} >= {
+        "x/same.jsonl", "y/same.jsonl"}
+    assert [f["records"] for f in plan.range["files"] if f["path"].endswith("empty.jsonl")] == [0]
+    p.landed_bad = list(cases) + ['{"order_id": "d2", "amount": {"value": 2}}']  # raw texts, but for the UTF-8 one
+    q_raws = sorted(r["raw"] for r in q if r["reason"] != "invalid UTF-8")
+    assert q_raws == sorted(p.landed_bad)
+
+
+def test_a_file_larger_than_the_batch_limit_is_one_whole_batch(tmp_path):
+    p = write_pipeline(tmp_path, max_records=10)
+    p.land("a-big.jsonl", orders("big", 35))
+    p.land("b-small.jsonl", orders("small", 4))
+    assert run_batch(p) == 1
+    assert run_batch(p) == 2
+    plans = [p.protocol().ledger.plan(b) for b in (1, 2)]
+    assert [pl.rows_in for pl in plans] == [35, 4]
+    assert_exactly_once(p, batches=2)

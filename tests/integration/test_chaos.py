@@ -1,0 +1,20 @@
+"""A short `make chaos` inside the test suite: faults at every phase boundary, two seeds.
+
+The long runs (hundreds of batches) stay in `make chaos BATCHES=... SEED=...`.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from chaos.run_chaos import Chaos
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize("seed", [11, 23])
+def test_short_chaos_run_is_exactly_once(tmp_path, seed):
+    res = Chaos(batches=6, seed=seed, workdir=tmp_path, fault_rate=0.8, quiet=True).run()
+    assert res["problems"] == []
+    assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
+    assert res["batches"] >= 6 and res["faults"] >= 3, res
