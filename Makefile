@@ -12,7 +12,7 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos
+.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos reset-batch
 
 help:
 	@echo "make setup | demo | test | up | down"
@@ -72,6 +72,10 @@ chaos: setup
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"
+
+reset-batch: venv
+	@test -n "$(BATCH)" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id>" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli reset-batch "$(PIPELINE)" "$(BATCH)"
 
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$(PIPELINE)" --all

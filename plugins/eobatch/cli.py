@@ -3,6 +3,7 @@
     python -m eobatch.cli ledger orders [--format table|json]   # `make ledger`
     python -m eobatch.cli show orders                           # what the tables publish
     python -m eobatch.cli sweep orders [--all]                  # `make sweep`
+    python -m eobatch.cli reset-batch orders 7                  # repair: re-plan batches 7.. no table holds
 
 The protocol's verbs, one process each, exactly what the Airflow tasks call (used by
 `make chaos`, and by an operator finishing a batch by hand):
@@ -158,6 +159,9 @@ def main(argv=None) -> int:
             vp.add_argument(a, type=int if a == "batch" else str)
         if verb == "plan":
             vp.add_argument("--max-records", type=int, default=None)
+    rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
+    rp.add_argument("pipeline")
+    rp.add_argument("batch", type=int)
     args = ap.parse_args(argv)
     try:
         cfg = find_pipeline(args.pipeline)
@@ -179,6 +183,17 @@ def main(argv=None) -> int:
         return 0
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)
+    if args.cmd == "reset-batch":
+        from .protocol import ProtocolError
+
+        try:
+            moved = proto.reset(args.batch)
+        except ProtocolError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 5
+        print(f"forgot batches {moved}: archived under {proto.layout.ledger}/archive/; the next run plans "
+              f"them again from the end of batch {args.batch - 1}")
+        return 0
     if args.cmd == "sweep":
         removed = proto.sweep(recent=None if args.all else 5)
         print(f"swept {len(removed)} orphan file(s)")

@@ -116,14 +116,14 @@ class Protocol:
                 raise LedgerMismatch(
                     f"{p} table {table} holds batch {v} of {self.app_id!r} but the ledger "
                     f"({self.layout.ledger}) only knows batches up to {latest}. The ledger was lost or "
-                    f"belongs to another table. Repair: restore the ledger folder, or rewind the table "
-                    f"to a version before that batch. Nothing was published.")
+                    f"belongs to another table. Repair: restore the ledger folder (_eo_ledger/), or restore "
+                    f"the table to a version before that batch. Nothing was published.")
             if v < latest - 1:
                 raise LedgerMismatch(
                     f"gap: the ledger planned batch {latest} but the {p} table {table} holds only up to "
                     f"batch {v}; batches {v + 1}..{latest - 1} are missing from the table (was it "
-                    f"restored or rewritten?). Repair: rewind the pipeline to batch {v + 1} so those "
-                    f"ranges are replayed. Nothing was published.")
+                    f"restored or rewritten?). Repair: `make reset-batch PIPELINE={self.app_id} BATCH={v + 1}` "
+                    f"so those ranges are planned and published again. Nothing was published.")
 
     # -- recover ---------------------------------------------------------------------
     def recover(self, sweep: bool = True) -> Recovery:
@@ -258,7 +258,7 @@ class Protocol:
                 raise CommitBlocked(
                     f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
                     ". Its staged files were removed (VACUUM or by hand). Repair: "
-                    f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to re-stage the same range.")
+                    f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again.")
             faults.fail_point("commit.before_delta_commit")
             try:
                 versions[participant] = part.commit(
@@ -312,6 +312,44 @@ class Protocol:
         self.ledger.put_aborted(batch_id, attempt, {"reason": reason[:2000], "aborted_at": utcnow(),
                                                     "files_removed": len(removed)})
         return removed
+
+    # -- reset (repair) ----------------------------------------------------------------
+    def reset(self, from_batch: int) -> list[int]:
+        """Forget batches ``from_batch``.. that no table holds, so their ranges are planned again.
+
+        The repair for a PREPARED batch whose staged files are gone, and for a gap between
+        ledger and tables (a table restored to an older version): the ledger records of those
+        batches move to ``_eo_ledger/archive/<time>/``; the next run plans from the end of
+        batch ``from_batch - 1`` and the sweep removes their staged files. Refused when any
+        table holds one of those batches (that would publish it twice).
+        """
+        versions = self.committed_versions()
+        if max(versions.values()) >= from_batch:
+            raise ProtocolError(f"cannot reset to batch {from_batch}: the tables hold batches up to {versions}; "
+                                f"resetting would publish them twice")
+        latest = self.ledger.latest_batch_id()
+        if from_batch < 1 or from_batch > latest:
+            raise ProtocolError(f"batch {from_batch} is not in the ledger (batches 1..{latest})")
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        archive = join(self.layout.ledger, "archive", stamp)
+        fs = self.ledger.fs
+        moved = []
+        for b in range(latest, from_batch - 1, -1):  # newest first: a crash leaves a consistent prefix
+            for path, name in ((self.layout.committed(b), "committed"), (self.layout.prepared(b), "prepared")):
+                if fs.exists(path):
+                    fs.write_atomic(join(archive, name, path.rsplit("/", 1)[-1]), fs.read_bytes(path))
+                    fs.delete(path)
+            for f in list(fs.list_files(self.layout.attempts_dir(b))):
+                fs.write_atomic(join(archive, "attempts", relpath(f.path, join(self.layout.ledger, "attempts"))),
+                                fs.read_bytes(f.path))
+                fs.delete(f.path)
+            fs.remove_empty_dirs(self.layout.attempts_dir(b))
+            plan = self.layout.plan(b)
+            fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
+            fs.delete(plan)
+            moved.append(b)
+        self.sweep(recent=None)
+        return sorted(moved)
 
     # -- sweep -----------------------------------------------------------------------
     def sweep(self, recent: int | None = 5) -> list[str]:
