@@ -28,19 +28,25 @@ class InjectedFault(OSError):
     """A transient failure injected by EOBATCH_FAIL (looks like a storage error to callers)."""
 
 
-def fail_point(name: str) -> None:
-    """Raise InjectedFault at ``name`` when ``EOBATCH_FAIL`` names it (once per marker dir)."""
-    wanted = os.environ.get("EOBATCH_FAIL", "")
+def _fires(var: str, name: str, marker: str) -> bool:
+    """``name`` is listed in ``$var`` and, with EOBATCH_CRASH_ONCE_DIR, has not fired before."""
+    wanted = os.environ.get(var, "")
     if not wanted or name not in wanted.split(","):
-        return
+        return False
     once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
     if once_dir:
         os.makedirs(once_dir, exist_ok=True)
         try:
-            os.close(os.open(os.path.join(once_dir, "fail-" + name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(os.path.join(once_dir, marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
-            return
-    raise InjectedFault(f"injected transient storage error at {name}")
+            return False
+    return True
+
+
+def fail_point(name: str) -> None:
+    """Raise InjectedFault at ``name`` when ``EOBATCH_FAIL`` names it (once per marker dir)."""
+    if _fires("EOBATCH_FAIL", name, "fail-" + name):
+        raise InjectedFault(f"injected transient storage error at {name}")
 
 
 def crash_point(name: str) -> None:
@@ -50,18 +56,8 @@ def crash_point(name: str) -> None:
         sys.stderr.write(f"eobatch: paused at {name}\n")
         sys.stderr.flush()
         time.sleep(600)
-    wanted = os.environ.get("EOBATCH_CRASH", "")
-    if not wanted or name not in wanted.split(","):
+    if not _fires("EOBATCH_CRASH", name, name):
         return
-    once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
-    if once_dir:
-        os.makedirs(once_dir, exist_ok=True)
-        marker = os.path.join(once_dir, name)
-        try:
-            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.close(fd)
-        except FileExistsError:
-            return
     sys.stderr.write(f"eobatch: injected crash at {name}\n")
     sys.stderr.flush()
     os._exit(137)

@@ -69,28 +69,25 @@ class LocalStorage:
     def open_read(self, path: str):
         return open(self._p(path), "rb")
 
-    def _tmp_for(self, p: str) -> str:
+    def _write_tmp(self, p: str, data: bytes) -> str:
+        """Write ``data`` durably to a temp file beside ``p`` (skipped by listings); return its path."""
         d, name = os.path.split(p)
         os.makedirs(d, exist_ok=True)
-        return os.path.join(d, f".{name}.{uuid.uuid4().hex}.tmp")
-
-    def write_atomic(self, path: str, data: bytes) -> None:
-        p = self._p(path)
-        tmp = self._tmp_for(p)
+        tmp = os.path.join(d, f".{name}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, p)
+        return tmp
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        p = self._p(path)
+        os.replace(self._write_tmp(p, data), p)
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
         """Create ``path`` with ``data`` unless it exists. True if this call created it."""
         p = self._p(path)
-        tmp = self._tmp_for(p)
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        tmp = self._write_tmp(p, data)
         try:
             os.link(tmp, p)  # atomic, fails if p exists: rename without overwrite
             return True
