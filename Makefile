@@ -17,7 +17,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make setup | demo | test | up | down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
-	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files] | sweep PIPELINE=<name>"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars
 

@@ -17,6 +17,11 @@ for each run, at most one fault:
   ledger_crash     kill -9 of the commit process after the Delta commits, before the ledger
   zombie           a second attempt of the same batch runs concurrently and finishes late
   land_during      new input lands while the batch is staged
+  broker_restart   (kafka) the broker is restarted between stage and verify
+  broker_kill      (kafka) the broker is killed during the stage, started again after it failed
+
+BACKEND=kafka produces JSON records to a 3-partition topic of a real broker (some inside
+producer transactions that commit, some in transactions that abort and must never appear).
 
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
 published rows = the good records landed (no duplicate, none lost), quarantined rows = the bad
@@ -45,22 +50,39 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from checks import delta_log_commits, orphans  # noqa: E402
-from conftest import base_env, write_pipeline  # noqa: E402
+from conftest import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
 from eobatch import launch  # noqa: E402
 
 FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
           "commit_crash", "ledger_crash", "zombie", "land_during"]
+KAFKA_FAULTS = FAULTS + ["broker_restart", "broker_kill"]
 PY = sys.executable
 
 
 class Chaos:
-    def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False):
+    def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
+                 backend: str = "files"):
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
         self.root = workdir
-        self.p = write_pipeline(self.root, name="chaos")
-        text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
-        self.p.yaml_path.write_text(text)
+        self.backend = backend
+        self.broker = None
+        if backend == "kafka":
+            from eobatch.services import KafkaBroker
+
+            self.broker = KafkaBroker(str(workdir / "kafka")).start()
+            self.topic = "chaos"
+            from confluent_kafka.admin import AdminClient, NewTopic
+
+            admin = AdminClient({"bootstrap.servers": self.broker.bootstrap})
+            for f in admin.create_topics([NewTopic(self.topic, num_partitions=3, replication_factor=1)]).values():
+                f.result()
+            self.p = write_kafka_pipeline(self.root, self.broker.bootstrap, self.topic, name="chaos", max_records=60)
+            self.txn_no = 0
+        else:
+            self.p = write_pipeline(self.root, name="chaos")
+            text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
+            self.p.yaml_path.write_text(text)
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent)})
         self.fault_rate = fault_rate
         self.faults = collections.Counter()
@@ -82,7 +104,34 @@ class Chaos:
         good = [{"order_id": f"s{self.seed}-f{k}-{i}", "customer": f"c{i % 5}", "amount": float(i),
                  "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(5, 40))]
         bad = [f'{{"order_id": "bad-{self.seed}-{k}-{j}", "amount": "x{j}"}}' for j in range(self.rnd.randint(0, 2))]
-        self.p.land(f"d{k % 3}/f{k:04d}.jsonl", good, bad=bad)
+        if self.backend == "kafka":
+            self.produce(good, bad)
+        else:
+            self.p.land(f"d{k % 3}/f{k:04d}.jsonl", good, bad=bad)
+
+    def produce(self, good: list[dict], bad: list[str]) -> None:
+        """Records to random partitions; sometimes in a transaction, which sometimes aborts."""
+        from confluent_kafka import Producer
+
+        mode = self.rnd.choice(["plain", "plain", "commit", "abort"])
+        conf = {"bootstrap.servers": self.broker.bootstrap, "linger.ms": 5}
+        if mode != "plain":
+            self.txn_no += 1
+            conf["transactional.id"] = f"chaos-{self.seed}-{self.txn_no}"
+        prod = Producer(conf)
+        if mode != "plain":
+            prod.init_transactions(30)
+            prod.begin_transaction()
+        for v in [json.dumps(r) for r in good] + bad:
+            prod.produce(self.topic, value=v.encode(), partition=self.rnd.randrange(3))
+        prod.flush(30)
+        if mode == "abort":
+            prod.abort_transaction(30)  # these records must never be published
+            return
+        if mode == "commit":
+            prod.commit_transaction(30)
+        self.p.landed.extend(good)
+        self.p.landed_bad.extend(bad)
 
     # -- one process per step, as Airflow runs each task -----------------------------------
     def verb(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -138,13 +187,23 @@ class Chaos:
             time.sleep(self.rnd.uniform(0.5, 4))
             self.land()
             rc = proc.wait()
+        elif fault == "broker_kill":
+            proc = self.stage(batch, attempt, wait=False)
+            time.sleep(self.rnd.uniform(0.0, 3))
+            self.broker.stop(kill=True)
+            rc = proc.wait()
+            self.broker.start()
+            if rc == 0:  # the job had read everything before the broker went down
+                fault = None
         else:
             env = self.crash_env("stage.after_first_file") if fault == "stage_crash" else None
             rc = self.stage(batch, attempt, env=env).returncode
         if rc != 0:
-            assert fault == "stage_crash", f"stage failed without an injected fault (rc {rc})"
+            assert fault in ("stage_crash", "broker_kill"), f"stage failed without an injected fault (rc {rc})"
             self.verb("abort", str(batch), attempt)
             return f"batch {batch}: stage failed, attempt aborted"
+        if fault == "broker_restart":
+            self.broker.restart()
         if fault == "verify_fail":
             files = self.staged_files(batch, attempt, tables=(self.p.sink,))
             if files:
@@ -196,7 +255,8 @@ class Chaos:
             runs += 1
             if self.rnd.random() < 0.8 or self.files == 0:
                 self.land()
-            fault = self.rnd.choice(FAULTS) if self.rnd.random() < self.fault_rate else None
+            kinds = KAFKA_FAULTS if self.backend == "kafka" else FAULTS
+            fault = self.rnd.choice(kinds) if self.rnd.random() < self.fault_rate else None
             self.say(f"run {runs} fault={fault or '-'}: {self.dag_run(fault)}")
         # drain: clean runs until every landed file is committed, then wait for zombies, sweep
         while True:
@@ -210,8 +270,13 @@ class Chaos:
         r = subprocess.run([PY, "-m", "eobatch.cli", "sweep", self.p.name, "--all"], env=self.env,
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
-        result = self.check()
-        result.update(runs=runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults))
+        try:
+            result = self.check()
+        finally:
+            if self.broker:
+                self.broker.stop(kill=True)
+        result.update(runs=runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
+                      backend=self.backend)
         return result
 
     # -- the independent check --------------------------------------------------------------
@@ -235,13 +300,16 @@ class Chaos:
         versions = [c["txns"][0]["version"] for c in commits]
         if versions != list(range(1, len(versions) + 1)):
             problems.append(f"txn versions in the sink log are not 1..n: {versions}")
-        for c in commits:
-            for path, _size, _mtime in json.loads(c["commitInfo"]["eo.offsets"]):
-                seen[path] += 1
-        landed_files = {str(f) for f in p.landing.rglob("*.jsonl")}
-        if set(seen) != landed_files or any(v != 1 for v in seen.values()):
-            problems.append(f"offsets: files committed {sum(seen.values())}, distinct {len(seen)}, "
-                            f"landed {len(landed_files)}")
+        if self.backend == "kafka":
+            problems += self.check_kafka_offsets(commits)
+        else:
+            for c in commits:
+                for path, _size, _mtime in json.loads(c["commitInfo"]["eo.offsets"]):
+                    seen[path] += 1
+            landed_files = {str(f) for f in p.landing.rglob("*.jsonl")}
+            if set(seen) != landed_files or any(v != 1 for v in seen.values()):
+                problems.append(f"offsets: files committed {sum(seen.values())}, distinct {len(seen)}, "
+                                f"landed {len(landed_files)}")
         qversions = [c["txns"][0]["version"] for c in delta_log_commits(p.quarantine) if c["txns"]]
         if qversions != versions:
             problems.append(f"quarantine txn versions {qversions} != sink {versions}")
@@ -255,11 +323,31 @@ class Chaos:
                 "records": sum(want.values()), "bad_records": sum(qwant.values())}
 
 
+    def check_kafka_offsets(self, commits: list[dict]) -> list[str]:
+        """Ranges in the Delta history start at 0, are contiguous, and end at each partition's end."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        problems, end = [], {}
+        for c in commits:
+            for part, (f, t) in json.loads(c["commitInfo"]["eo.offsets"])["partitions"].items():
+                if f != end.get(part, 0) or t < f:
+                    problems.append(f"partition {part}: batch {c['txns'][0]['version']} reads [{f}, {t}) after {end.get(part, 0)}")
+                end[part] = t
+        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "chaos-check",
+                             "isolation.level": "read_committed"})
+        for part in range(3):
+            _lo, hi = consumer.get_watermark_offsets(TopicPartition(self.topic, part), timeout=30)
+            if end.get(str(part), 0) != hi:
+                problems.append(f"partition {part}: committed up to {end.get(str(part), 0)}, the partition ends at {hi}")
+        consumer.close()
+        return problems
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--backend", choices=["files"], default="files")
+    ap.add_argument("--backend", choices=["files", "kafka"], default="files")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
     args = ap.parse_args(argv)
@@ -267,7 +355,7 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
-    res = Chaos(args.batches, args.seed, work, args.fault_rate).run()
+    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend).run()
     print(json.dumps(res, indent=1))
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
           and res["batches"] >= args.batches)
