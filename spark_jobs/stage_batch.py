@@ -287,15 +287,12 @@ def run(spec: dict) -> dict:
         if not src.get("bootstrap_servers"):
             raise SystemExit("the job spec names no Kafka bootstrap servers")
     elif plan.source_kind == "files":
-        fs = storage_for(plan.range["files"][0]["path"]) if plan.range.get("files") else None
-        changed = []
-        for f in plan.range.get("files", []):
-            st = fs.stat(f["path"])
-            if st is None or (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
-                changed.append(f"{f['path']} (planned {f['size']} bytes, now {st.size if st else 'missing'})")
+        from eobatch.sources.files import changed_since_plan
+
+        changed = changed_since_plan(plan.range)
         if changed:
             raise SystemExit("the planned source files changed or vanished since the plan; the batch range "
-                             "can no longer be read exactly: " + ", ".join(changed))
+                             "can no longer be read exactly: " + "; ".join(changed))
     else:
         raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job")
 

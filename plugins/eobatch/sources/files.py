@@ -88,13 +88,20 @@ class FilesSource:
         return {"files": chosen}, total, notes
 
     def check_unchanged(self, rng: dict) -> list[str]:
-        """Problems with the planned files as they are now (gone, resized, rewritten)."""
-        problems = []
-        for f in rng.get("files", []):
-            st = self.fs.stat(f["path"])
-            if st is None:
-                problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")
-            elif (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
-                problems.append(f"{f['path']}: changed since planned (size {f['size']} -> {st.size}, "
-                                f"mtime {f['mtime_ms']} -> {st.mtime_ms})")
-        return problems
+        return changed_since_plan(rng)
+
+
+def changed_since_plan(rng: dict) -> list[str]:
+    """Problems with a batch's planned files as they are now (gone, resized, rewritten).
+
+    The stage job calls this before reading: a range that changed can no longer be read exactly.
+    """
+    problems = []
+    for f in rng.get("files", []):
+        st = storage_for(f["path"]).stat(f["path"])
+        if st is None:
+            problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")
+        elif (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
+            problems.append(f"{f['path']}: changed since planned (size {f['size']} -> {st.size}, "
+                            f"mtime {f['mtime_ms']} -> {st.mtime_ms})")
+    return problems

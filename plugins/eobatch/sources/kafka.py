@@ -134,9 +134,6 @@ class KafkaSource:
             rng["lost"] = lost
         return rng, None, notes
 
-    def check_unchanged(self, rng: dict) -> list[str]:
-        return []
-
 
 def range_summary(rng: dict) -> str:
     parts = rng.get("partitions", {})
