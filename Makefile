@@ -12,14 +12,14 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos reset-batch
+.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch
 
 help:
-	@echo "make setup | demo | test | up | down"
+	@echo "make setup | demo | test | up | down | cluster-up | cluster-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
-	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka] | sweep PIPELINE=<name>"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] | sweep PIPELINE=<name>"
 
-setup: venv jars kafka-jars
+setup: venv jars kafka-jars s3-jars
 
 # Python environment from the pinned lock; re-installed when requirements.txt changes.
 venv: $(VENV)/.installed
@@ -29,13 +29,16 @@ $(VENV)/.installed: requirements.txt
 	$(VENV)/bin/pip install --quiet -r requirements.txt
 	@touch $@
 
-# JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored).
+# JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
+# Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://).
+SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator
 jars: .jars/.resolved
 .jars/.resolved: include/pom.xml
 	rm -rf .jars && mkdir -p .jars
 	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/pom.xml dependency:copy-dependencies \
-	    -DincludeScope=runtime -DincludeGroupIds=io.delta -DoutputDirectory=$(CURDIR)/.jars
-	@ls .jars/*.jar >/dev/null
+	    -DincludeScope=runtime -DincludeGroupIds=$(SPARK_JAR_GROUPS) \
+	    -DexcludeArtifactIds=hadoop-client-api,hadoop-client-runtime -DoutputDirectory=$(CURDIR)/.jars
+	@ls .jars/delta-spark_*.jar .jars/hadoop-aws-*.jar .jars/bundle-*.jar >/dev/null
 	@touch $@
 
 # The Kafka broker (KRaft, single node) of `make up` and the tests: jars into .jars-kafka/.
@@ -47,12 +50,29 @@ kafka-jars: .jars-kafka/.resolved
 	@ls .jars-kafka/kafka_2.13-*.jar >/dev/null
 	@touch $@
 
-# Local services on loopback (a Kafka broker); `make up` writes .services/env.
+# The S3-compatible server (S3Proxy, filesystem backend) of `make up` and the tests: .jars-s3proxy/.
+s3-jars: .jars-s3proxy/.resolved
+.jars-s3proxy/.resolved: include/s3proxy/pom.xml
+	rm -rf .jars-s3proxy && mkdir -p .jars-s3proxy
+	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/s3proxy/pom.xml \
+	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
+	@ls .jars-s3proxy/s3proxy-*.jar >/dev/null
+	@touch $@
+
+# Local services on loopback (a Kafka broker and an S3 server); `make up` writes .services/env.
 up: setup
 	@source include/env.sh && python -m eobatch.services up
 
 down: venv
 	@source include/env.sh && python -m eobatch.services down
+
+# A Spark standalone cluster on loopback (a master, two workers) from pyspark's own classes;
+# writes .services/cluster-env (AIRFLOW_CONN_SPARK_DEFAULT=spark://127.0.0.1:<port>).
+cluster-up: setup
+	@source include/env.sh && python -m eobatch.services cluster-up
+
+cluster-down: venv
+	@source include/env.sh && python -m eobatch.services cluster-down
 
 demo: setup
 	bash include/demo.sh
