@@ -260,6 +260,19 @@ def _pv_path(v) -> str:
     return "__HIVE_DEFAULT_PARTITION__" if s is None else quote(s, safe="")
 
 
+def executor_env(spec: dict, plan) -> dict:
+    """The S3 endpoint and credentials for the executors' environment (s3a's default credential
+    chain and the Parquet writers read them there). Set on the session by the driver, from its
+    own environment: never on the spark-submit command line. Spark redacts them in its UI and
+    event log (spark.redaction.regex)."""
+    from eobatch import s3conf
+
+    paths = [spec["sink_table"], spec["quarantine_table"]] + [f["path"] for f in plan.range.get("files", [])]
+    if not any(s3conf.is_s3(p) for p in paths):
+        return {}
+    return s3conf.credential_env()
+
+
 def run(spec: dict) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -296,7 +309,10 @@ def run(spec: dict) -> dict:
     else:
         raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job")
 
-    spark = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}").getOrCreate()
+    builder = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}")
+    for k, v in executor_env(spec, plan).items():
+        builder = builder.config(f"spark.executorEnv.{k}", v)
+    spark = builder.getOrCreate()
     log("Spark session ready")
     for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(k, v)

@@ -13,7 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import launch
+from . import launch, s3conf
 from .config import load_pipeline
 from .delta_sink import FingerprintMismatch
 from .protocol import CommitBlocked, LedgerMismatch, Protocol, ProtocolError
@@ -23,7 +23,39 @@ from .verify import NotReady, VerifyFailed
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
 
 
+AWS_CONN_ID = "aws_default"
+
+
+def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
+    """S3 credentials for this task process (and its spark-submit): the Airflow connection
+    ``aws_default`` when it exists (login = access key id, password = secret, extra:
+    ``endpoint_url``, ``region_name``, ``aws_session_token``), else the environment as it is.
+    The values are registered with Airflow's secrets masker: they never appear in task logs."""
+    import os
+
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except Exception:  # no such connection: credentials come from the environment (or nowhere)
+        return False
+    extra = conn.extra_dejson or {}
+    values = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
+              "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
+              "S3_ENDPOINT": extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get(
+                  "endpoint_url"),
+              "AWS_REGION": extra.get("region_name")}
+    for k, v in values.items():
+        if v:
+            if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+                mask_secret(v)
+            os.environ[k] = str(v)
+    return True
+
+
 def _protocol(pipeline_file: str) -> Protocol:
+    export_aws_connection()
     return Protocol(load_pipeline(pipeline_file))
 
 
@@ -97,19 +129,22 @@ class StageOperator(SparkSubmitOperator):
         self.pipeline_file = pipeline_file
 
     def execute(self, context):
+        export_aws_connection()
         cfg = load_pipeline(self.pipeline_file)
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = launch.new_attempt_id(ti.try_number)
         ti.xcom_push(key="attempt", value=attempt)
         self.conf = {**launch.spark_conf(cfg), **(self.conf or {})}
-        self.jars = ",".join(launch.jars())
+        self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip()
         self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
         self.application_args = ["--spec", launch.encode_spec(launch.job_spec(cfg, batch_id, attempt))]
         env = launch.spark_env()
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
+        if launch.uses_s3(cfg) and self._forwards_env():
+            self.env_vars |= s3conf.credential_env()
         if cfg.spark.driver_memory:
             self._driver_memory = cfg.spark.driver_memory
         if cfg.spark.executor_memory:
@@ -120,6 +155,20 @@ class StageOperator(SparkSubmitOperator):
         super().execute(context)
         self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
         return attempt
+
+
+    def _forwards_env(self) -> bool:
+        """S3 credentials go to spark-submit as its process environment for local[*] and
+        standalone (client mode): the hook neither logs nor puts them on the command line.
+        For YARN / Kubernetes the hook would turn env_vars into --conf values on the command
+        line; there the cluster's own identity (IAM role, IRSA, k8s secrets) must serve."""
+        from airflow.sdk import BaseHook
+
+        try:
+            host = BaseHook.get_connection(self._conn_id).host or ""
+        except Exception:
+            return True
+        return host.startswith(("local", "spark://"))
 
 
 class VerifySensor(BaseSensorOperator):

@@ -202,7 +202,7 @@ def _table_path(v: Any, file: str, key: str) -> str:
     if v.startswith(("s3a://", "s3://")):
         if not re.fullmatch(r"s3a?://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/[^\s]*)?", v):
             raise ConfigError(file, key, f"{v!r} is not a valid s3a://bucket/prefix URI")
-        return v.rstrip("/")
+        return "s3a://" + v.split("://", 1)[1].rstrip("/")  # one spelling everywhere: what Spark reads
     if "://" in v:
         raise ConfigError(file, key, f"unsupported scheme in {v!r} (use a local path or s3a://)")
     if not os.path.isabs(v):

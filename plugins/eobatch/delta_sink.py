@@ -60,9 +60,12 @@ def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tupl
 
 class DeltaParticipant:
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
+        from . import s3conf
+
         self.name = name
-        self.uri = table_uri
-        self.storage_options = storage_options or None
+        # S3 tables: delta-rs wants s3:// and the endpoint/credentials as storage options
+        self.uri = s3conf.table_uri(table_uri)
+        self.storage_options = storage_options or s3conf.delta_storage_options(table_uri)
 
     def _table(self):
         from deltalake import DeltaTable

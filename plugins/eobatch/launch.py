@@ -15,6 +15,7 @@ import os
 import secrets
 import zipfile
 
+from . import s3conf
 from .config import PipelineConfig
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,7 +32,11 @@ SPARK_DEFAULTS = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # Spark's default plus access_key / AWS_ACCESS_KEY_ID (spark.executorEnv.* the job sets)
+    "spark.redaction.regex": "(?i)secret|password|token|access[._]?key",
 }
+# Jars only a pipeline with s3a:// locations needs (hadoop-aws and the AWS SDK bundle it declares).
+S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 
 
 def new_attempt_id(try_number: int | None = None) -> str:
@@ -60,11 +65,21 @@ def jars_dir() -> str:
     return os.environ.get("EOBATCH_JARS_DIR") or os.path.join(REPO, ".jars")
 
 
-def jars() -> list[str]:
+def uses_s3(cfg: PipelineConfig) -> bool:
+    return any(s3conf.is_s3(p or "") for p in (cfg.source.path, cfg.sink_table, cfg.quarantine_table))
+
+
+def jars(cfg: PipelineConfig | None = None) -> list[str]:
+    """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location."""
     found = sorted(glob.glob(os.path.join(jars_dir(), "*.jar")))
     if not found:
         raise FileNotFoundError(
             f"no JVM jars in {jars_dir()}: run `make jars` (mvn resolves include/pom.xml into it)")
+    if cfg is not None and not uses_s3(cfg):
+        found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
+    elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
+        raise FileNotFoundError(f"pipeline {cfg.name} uses s3a:// but {jars_dir()} has no hadoop-aws jar: "
+                                f"run `make jars`")
     return found
 
 
@@ -99,7 +114,10 @@ def pyfiles_zip(cache_dir: str | None = None) -> str:
 
 
 def spark_conf(cfg: PipelineConfig) -> dict:
+    """``--conf`` of the stage job. Never a credential: those travel as environment variables."""
     conf = dict(SPARK_DEFAULTS)
+    if uses_s3(cfg):
+        conf.update(s3conf.spark_hadoop_conf())
     conf.update(cfg.spark.conf)
     return conf
 
@@ -107,7 +125,7 @@ def spark_conf(cfg: PipelineConfig) -> dict:
 def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]") -> list[str]:
     """The spark-submit command line (for tests and benchmarks; Airflow uses its hook)."""
     argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
-            "--jars", ",".join(jars()), "--py-files", pyfiles_zip()]
+            "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip()]
     for k, v in spark_conf(cfg).items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:

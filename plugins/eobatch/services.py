@@ -1,12 +1,21 @@
-"""Local services on loopback for development and tests: a real Apache Kafka broker.
+"""Local services on loopback for development and tests: a real Apache Kafka broker, an
+S3-compatible server, and a Spark standalone cluster.
 
-    python -m eobatch.services up   [--dir .services] [--kafka-port 9092]
+    python -m eobatch.services up   [--dir .services] [--kafka-port 9092] [--s3-port 9000]
     python -m eobatch.services down [--dir .services]
+    python -m eobatch.services cluster-up   [--dir .services] [--master-port 7077]
+    python -m eobatch.services cluster-down [--dir .services]
 
 ``up`` starts a single-node KRaft broker from the Maven Central jars in ``.jars-kafka/``
-(``make kafka-jars``), with its data under ``<dir>/kafka``, and writes ``<dir>/env``: shell
-exports of ``KAFKA_BOOTSTRAP`` (and the S3 variables once an S3 server is part of it).
-``down`` stops it. The test fixtures use the same ``KafkaBroker`` class.
+(``make kafka-jars``), with its data under ``<dir>/kafka``, and S3Proxy (``make s3-jars``,
+filesystem backend: its data under ``<dir>/s3/data`` survives a restart) with a bucket
+``eobatch``, and writes ``<dir>/env``: shell exports of ``KAFKA_BOOTSTRAP``, ``S3_ENDPOINT``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` (random per ``up``, file mode 0600) and
+``AWS_REGION``. ``down`` stops them.
+``cluster-up`` starts a Spark master and two workers (1 core, 2 GB each) on loopback from
+pyspark's own ``bin/spark-class`` and writes ``<dir>/cluster-env`` (the ``spark_default``
+Airflow connection pointing at ``spark://127.0.0.1:<port>``).
+The test fixtures use the same ``KafkaBroker``, ``S3Server`` and ``SparkCluster`` classes.
 """
 
 from __future__ import annotations
@@ -187,33 +196,349 @@ def _alive(pid: int) -> bool:
         return False
 
 
+S3PROXY_JARS = os.environ.get("EOBATCH_S3PROXY_JARS_DIR") or os.path.join(REPO, ".jars-s3proxy")
+
+S3PROXY_CONF = """\
+s3proxy.endpoint=http://127.0.0.1:{port}
+s3proxy.authorization=aws-v2-or-v4
+s3proxy.identity={key}
+s3proxy.credential={secret}
+jclouds.provider=filesystem-nio2
+jclouds.filesystem.basedir={data}
+"""
+
+
+class S3Server:
+    """S3Proxy (filesystem-nio2 backend) on loopback, data in ``home/data``.
+
+    ``restart()`` keeps the port, the credentials and the data (they are files on disk):
+    what a real S3 outage looks like to clients, connection refused, then the same objects.
+    """
+
+    def __init__(self, home: str, port: int | None = None, access_key: str | None = None,
+                 secret_key: str | None = None, region: str = "us-east-1"):
+        import secrets as _secrets
+
+        self.home = os.path.abspath(home)
+        self.port = port or free_port()
+        self.access_key = access_key or "eobatch-" + _secrets.token_hex(6)
+        self.secret_key = secret_key or _secrets.token_urlsafe(24)
+        self.region = region
+        self.proc: subprocess.Popen | None = None
+        self.start_seconds = 0.0
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.home, "s3proxy.pid")
+
+    def env(self) -> dict:
+        return {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": self.region}
+
+    def _jar(self) -> str:
+        found = sorted(glob.glob(os.path.join(S3PROXY_JARS, "s3proxy-*.jar")))
+        if not found:
+            raise FileNotFoundError(f"no S3Proxy jar in {S3PROXY_JARS}: run `make s3-jars`")
+        return found[-1]
+
+    def start(self, timeout: float = 60.0) -> "S3Server":
+        data = os.path.join(self.home, "data")
+        os.makedirs(data, exist_ok=True)
+        conf = os.path.join(self.home, "s3proxy.conf")
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the secret
+        with os.fdopen(fd, "w") as f:
+            f.write(S3PROXY_CONF.format(port=self.port, key=self.access_key, secret=self.secret_key, data=data))
+        out = open(os.path.join(self.home, "s3proxy.out"), "ab")
+        t0 = time.time()
+        self.proc = subprocess.Popen(["java", "-Xms64m", "-Xmx512m", "-cp", self._jar(), "org.gaul.s3proxy.Main",
+                                      "--properties", conf], stdout=out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        with open(self.pid_file, "w") as f:
+            f.write(str(self.proc.pid))
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"S3Proxy exited with {self.proc.returncode}; see {self.home}/s3proxy.out")
+            if port_open(self.port) and self._ready():
+                self.start_seconds = time.time() - t0
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"S3Proxy not ready on {self.endpoint} after {timeout}s")
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name=self.region,
+                            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+    def _ready(self) -> bool:
+        try:
+            self.client().list_buckets()
+            return True
+        except Exception:
+            return False
+
+    def create_bucket(self, name: str) -> None:
+        c = self.client()
+        try:
+            c.create_bucket(Bucket=name)
+        except Exception as e:  # already there (e.g. after a restart)
+            if "BucketAlready" not in type(e).__name__ and "BucketAlready" not in str(e):
+                raise
+
+    def stop(self, kill: bool = False) -> None:
+        _stop_group(self.proc.pid if self.proc else _read_pid(self.pid_file), kill)
+        if self.proc:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        if os.path.exists(self.pid_file):
+            os.unlink(self.pid_file)
+
+    def restart(self, kill: bool = False, down_seconds: float = 0.0) -> "S3Server":
+        self.stop(kill=kill)
+        if down_seconds:
+            time.sleep(down_seconds)
+        return self.start()
+
+
+def _stop_group(pid: int | None, kill: bool = False, grace: float = 30.0) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.1)
+    if _alive(pid):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def spark_home() -> str:
+    import pyspark
+
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+class SparkCluster:
+    """A Spark standalone cluster on loopback: one master, ``workers`` workers.
+
+    Started from pyspark's own ``bin/spark-class`` with the Master / Worker classes; each
+    process in its own session (``kill_worker`` kills a worker and its executors, like a lost
+    machine). Work and log folders under ``home``.
+    """
+
+    def __init__(self, home: str, workers: int = 2, cores: int = 1, memory: str = "2g",
+                 port: int | None = None, webui_port: int | None = None):
+        self.home = os.path.abspath(home)
+        self.n_workers, self.cores, self.memory = workers, cores, memory
+        self.port = port or free_port()
+        self.webui_port = webui_port or free_port()
+        self.master: subprocess.Popen | None = None
+        self.workers: list[subprocess.Popen | None] = [None] * workers
+        self.start_seconds = 0.0
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    def _env(self, name: str) -> dict:
+        import sys
+
+        env = dict(os.environ)
+        env.update({
+            "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_MASTER_HOST": "127.0.0.1",
+            "SPARK_LOG_DIR": os.path.join(self.home, "logs"), "SPARK_DAEMON_MEMORY": "512m",
+            "SPARK_LOCAL_DIRS": os.path.join(self.home, "local", name),
+            "PYSPARK_PYTHON": env.get("PYSPARK_PYTHON") or sys.executable,
+        })
+        bindir = os.path.dirname(sys.executable)
+        env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+        return env
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen:
+        os.makedirs(os.path.join(self.home, "local", name), exist_ok=True)
+        out = open(os.path.join(self.home, f"{name}.out"), "ab")
+        p = subprocess.Popen([os.path.join(spark_home(), "bin", "spark-class"), *args], env=self._env(name),
+                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(os.path.join(self.home, f"{name}.pid"), "w") as f:
+            f.write(str(p.pid))
+        return p
+
+    def _start_worker(self, i: int) -> None:
+        work = os.path.join(self.home, f"work-{i}")
+        os.makedirs(work, exist_ok=True)
+        self.workers[i] = self._spawn(f"worker-{i}", "org.apache.spark.deploy.worker.Worker", self.master_url,
+                                      "--host", "127.0.0.1", "--cores", str(self.cores), "--memory", self.memory,
+                                      "--work-dir", work, "--webui-port", str(free_port()))
+
+    def start(self, timeout: float = 120.0) -> "SparkCluster":
+        os.makedirs(os.path.join(self.home, "logs"), exist_ok=True)
+        t0 = time.time()
+        self.master = self._spawn("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                  "--port", str(self.port), "--webui-port", str(self.webui_port))
+        for i in range(self.n_workers):
+            self._start_worker(i)
+        self.wait_workers(self.n_workers, timeout)
+        self.start_seconds = time.time() - t0
+        return self
+
+    def state(self) -> dict:
+        import json
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json/", timeout=3) as r:
+            return json.loads(r.read())
+
+    def alive_workers(self) -> int:
+        try:
+            return int(self.state().get("aliveworkers", 0))
+        except Exception:
+            return 0
+
+    def wait_workers(self, n: int, timeout: float = 120.0) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.master is not None and self.master.poll() is not None:
+                raise RuntimeError(f"spark master exited; see {self.home}/master.out")
+            if self.alive_workers() >= n:
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{n} spark worker(s) not registered with {self.master_url} after {timeout}s; "
+                           f"see {self.home}/*.out")
+
+    def kill_worker(self, i: int) -> None:
+        """kill -9 of worker ``i`` and everything it started (its executors)."""
+        p = self.workers[i]
+        if p is not None:
+            _stop_group(p.pid, kill=True)
+            p.wait(timeout=30)
+            self.workers[i] = None
+
+    def restart_worker(self, i: int, timeout: float = 120.0) -> None:
+        self.kill_worker(i)
+        self._start_worker(i)
+        self.wait_workers(self.n_workers, timeout)
+
+    def stop(self) -> None:
+        for i in range(self.n_workers):
+            p = self.workers[i]
+            _stop_group(p.pid if p else _read_pid(os.path.join(self.home, f"worker-{i}.pid")))
+            self.workers[i] = None
+        _stop_group(self.master.pid if self.master else _read_pid(os.path.join(self.home, "master.pid")))
+        for p in [self.master]:
+            if p is not None:
+                try:
+                    p.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    pass
+        self.master = None
+        for name in ["master"] + [f"worker-{i}" for i in range(self.n_workers)]:
+            pid_file = os.path.join(self.home, f"{name}.pid")
+            if os.path.exists(pid_file):
+                os.unlink(pid_file)
+
+
+def _write_env(path: str, values: dict) -> None:
+    import shlex
+
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        for k, v in values.items():
+            f.write(f"export {k}={shlex.quote(str(v))}\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="eobatch.services", description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["up", "down"])
+    ap.add_argument("action", choices=["up", "down", "cluster-up", "cluster-down"])
     ap.add_argument("--dir", default=os.path.join(REPO, ".services"))
     ap.add_argument("--kafka-port", type=int, default=int(os.environ.get("KAFKA_PORT", "9092")))
+    ap.add_argument("--s3-port", type=int, default=int(os.environ.get("S3_PORT", "9000")))
+    ap.add_argument("--master-port", type=int, default=int(os.environ.get("SPARK_MASTER_PORT", "7077")))
+    ap.add_argument("--bucket", default=os.environ.get("S3_BUCKET", "eobatch"))
     args = ap.parse_args(argv)
+    if args.action.startswith("cluster"):
+        return _cluster(args)
     home = os.path.join(args.dir, "kafka")
+    s3_home = os.path.join(args.dir, "s3")
     env_file = os.path.join(args.dir, "env")
     if args.action == "down":
         KafkaBroker(home).stop()
+        S3Server(s3_home).stop()
         if os.path.exists(env_file):
             os.unlink(env_file)
         print("services stopped")
         return 0
     pid = _read_pid(os.path.join(home, "kafka.pid"))
     if pid and _alive(pid):
-        print(f"kafka already running (pid {pid}); see {env_file}")
+        print(f"services already running (kafka pid {pid}); see {env_file}")
         return 0
-    if port_open(args.kafka_port):
-        print(f"error: port {args.kafka_port} is taken; pass --kafka-port or KAFKA_PORT", file=sys.stderr)
-        return 1
+    for name, port in (("kafka", args.kafka_port), ("S3", args.s3_port)):
+        if port_open(port):
+            print(f"error: port {port} for {name} is taken; pass --{name.lower()}-port or "
+                  f"{name.upper()}_PORT", file=sys.stderr)
+            return 1
     broker = KafkaBroker(home, port=args.kafka_port).start()
-    os.makedirs(args.dir, exist_ok=True)
-    with open(env_file, "w") as f:
-        f.write(f"export KAFKA_BOOTSTRAP={broker.bootstrap}\n")
     print(f"kafka broker ready on {broker.bootstrap} in {broker.start_seconds:.1f}s (data: {home}/data)")
+    try:
+        s3 = S3Server(s3_home, port=args.s3_port).start()
+        s3.create_bucket(args.bucket)
+    except Exception:
+        broker.stop()
+        raise
+    print(f"S3 server (S3Proxy) ready on {s3.endpoint} in {s3.start_seconds:.1f}s, bucket s3a://{args.bucket} "
+          f"(data: {s3_home}/data)")
+    os.makedirs(args.dir, exist_ok=True)
+    _write_env(env_file, {"KAFKA_BOOTSTRAP": broker.bootstrap, **s3.env(), "S3_BUCKET": args.bucket})
     print(f"wrote {env_file}")
+    return 0
+
+
+def _cluster(args) -> int:
+    import json
+
+    home = os.path.join(args.dir, "spark")
+    env_file = os.path.join(args.dir, "cluster-env")
+    state_file = os.path.join(home, "cluster.json")
+    if args.action == "cluster-down":
+        try:
+            st = json.load(open(state_file))
+        except OSError:
+            st = {}
+        SparkCluster(home, workers=int(st.get("workers", 2)), port=st.get("port") or 1).stop()
+        for f in (env_file, state_file):
+            if os.path.exists(f):
+                os.unlink(f)
+        print("spark cluster stopped")
+        return 0
+    pid = _read_pid(os.path.join(home, "master.pid"))
+    if pid and _alive(pid):
+        print(f"spark cluster already running (master pid {pid}); see {env_file}")
+        return 0
+    if port_open(args.master_port):
+        print(f"error: port {args.master_port} is taken; pass --master-port or SPARK_MASTER_PORT", file=sys.stderr)
+        return 1
+    c = SparkCluster(home, port=args.master_port).start()
+    with open(state_file, "w") as f:
+        json.dump({"port": c.port, "webui_port": c.webui_port, "workers": c.n_workers}, f)
+    conn = json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": c.port,
+                       "extra": {"deploy-mode": "client"}})
+    _write_env(env_file, {"AIRFLOW_CONN_SPARK_DEFAULT": conn, "SPARK_MASTER_URL": c.master_url})
+    print(f"spark master {c.master_url} with {c.n_workers} workers ready in {c.start_seconds:.1f}s "
+          f"(UI http://127.0.0.1:{c.webui_port}); wrote {env_file}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Storage primitives the protocol relies on, for local paths (and later object stores).
+"""Storage primitives the protocol relies on, for local paths and S3 (``s3a://bucket/key``).
 
 The protocol needs exactly these operations:
 
@@ -153,8 +153,217 @@ class LocalStorage:
         os.makedirs(self._p(path), exist_ok=True)
 
 
+class S3StorageError(OSError):
+    """An S3 request failed; the message names the operation and the object, never a credential."""
+
+
+def _is_temp_name(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+class S3Storage:
+    """An S3 bucket (AWS or an S3-compatible server), addressed by ``s3a://bucket/key`` URIs.
+
+    * ``put_if_absent`` is one conditional PUT (``If-None-Match: *``): S3 lets exactly one writer
+      create a key; the others get 412 PreconditionFailed (False here). A 409
+      ConditionalRequestConflict (a concurrent conditional write in flight) is retried, and
+      then answers like any other loser when the key exists.
+    * ``write_atomic`` is one PUT: S3 objects are never torn.
+    * S3 has no folders: ``makedirs`` and ``remove_empty_dirs`` do nothing; ``list_dirs`` is a
+      delimiter listing of common prefixes.
+    Clients are created lazily (no I/O in the constructor) and cached per process.
+    """
+
+    scheme = "s3"
+
+    def __init__(self, settings=None):
+        self._settings = settings
+
+    # -- plumbing ------------------------------------------------------------------------
+    @property
+    def settings(self):
+        from . import s3conf
+
+        return self._settings or s3conf.settings()
+
+    @property
+    def client(self):
+        from . import s3conf
+
+        return s3conf.boto3_client(self.settings)
+
+    @staticmethod
+    def _split(path: str) -> tuple[str, str]:
+        from . import s3conf
+
+        return s3conf.split(path)
+
+    def _error(self, op: str, path: str, e: Exception) -> S3StorageError:
+        from . import s3conf
+
+        code = _code(e)
+        return S3StorageError(s3conf.redact(f"S3 {op} {path} failed: {code or type(e).__name__}: {e}",
+                                            self.settings))
+
+    def _call(self, op: str, path: str, fn, **kw):
+        try:
+            return fn(**kw)
+        except Exception as e:  # noqa: BLE001 - re-raised without credentials
+            if _code(e) in ("NoSuchKey", "404", "NotFound"):
+                raise FileNotFoundError(path) from None
+            raise self._error(op, path, e) from None
+
+    # -- reading -------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.stat(path) is not None
+
+    def stat(self, path: str) -> FileInfo | None:
+        b, k = self._split(path)
+        try:
+            h = self._call("HEAD", path, self.client.head_object, Bucket=b, Key=k)
+        except FileNotFoundError:
+            return None
+        return FileInfo(path, int(h["ContentLength"]), _mtime_ms(h["LastModified"]))
+
+    def read_bytes(self, path: str) -> bytes:
+        b, k = self._split(path)
+        r = self._call("GET", path, self.client.get_object, Bucket=b, Key=k)
+        return r["Body"].read()
+
+    def open_read(self, path: str):
+        """A seekable reader (ranged GETs): Parquet footers are read without the data."""
+        try:
+            return self.arrow_fs().open_input_file(self.arrow_path(path))
+        except FileNotFoundError:
+            raise FileNotFoundError(path) from None
+        except OSError as e:
+            raise self._error("GET", path, e) from None
+
+    # -- writing -------------------------------------------------------------------------
+    def write_atomic(self, path: str, data: bytes) -> None:
+        b, k = self._split(path)
+        self._call("PUT", path, self.client.put_object, Bucket=b, Key=k, Body=data)
+
+    def put_if_absent(self, path: str, data: bytes) -> bool:
+        """Create ``path`` with ``data`` unless it exists. True if this call created it."""
+        import time
+
+        b, k = self._split(path)
+        for i in range(8):
+            try:
+                self.client.put_object(Bucket=b, Key=k, Body=data, IfNoneMatch="*")
+                return True
+            except Exception as e:  # noqa: BLE001
+                code = _code(e)
+                if code in ("PreconditionFailed", "412"):
+                    return False
+                if code in ("ConditionalRequestConflict", "409"):
+                    time.sleep(0.05 * (2 ** i))  # another conditional write in flight: decide again
+                    continue
+                raise self._error("conditional PUT", path, e) from None
+        if self.exists(path):
+            return False
+        raise S3StorageError(f"S3 conditional PUT {path}: still conflicting after retries")
+
+    def delete(self, path: str) -> None:
+        b, k = self._split(path)
+        try:
+            self._call("DELETE", path, self.client.delete_object, Bucket=b, Key=k)
+        except FileNotFoundError:
+            pass
+
+    # -- listing -------------------------------------------------------------------------
+    def _prefix(self, prefix: str) -> tuple[str, str]:
+        b, k = self._split(prefix)
+        k = k.rstrip("/")
+        return b, (k + "/") if k else ""
+
+    def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000) -> Iterator[FileInfo]:
+        """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped."""
+        from . import s3conf
+
+        b, p = self._prefix(prefix)
+        scheme = prefix.split("://", 1)[0] + "://"  # listed paths keep the caller's spelling
+        kw = {"Bucket": b, "Prefix": p, "MaxKeys": page_size}
+        if not recursive:
+            kw["Delimiter"] = "/"
+        while True:
+            r = self._list(prefix, kw)
+            for o in r.get("Contents", []):
+                key = o["Key"]
+                if key.endswith("/") or _is_temp_name(key.rsplit("/", 1)[-1]):
+                    continue
+                yield FileInfo(scheme + s3conf.to_s3a(b, key)[len("s3a://"):], int(o["Size"]),
+                               _mtime_ms(o["LastModified"]))
+            if not r.get("IsTruncated"):
+                return
+            kw["ContinuationToken"] = r["NextContinuationToken"]
+
+    def _list(self, prefix: str, kw: dict) -> dict:
+        try:
+            return self._call("LIST", prefix, self.client.list_objects_v2, **kw)
+        except FileNotFoundError:
+            return {}
+        except S3StorageError as e:
+            if "NoSuchBucket" in str(e):
+                return {}
+            raise
+
+    def list_dirs(self, prefix: str) -> list[str]:
+        b, p = self._prefix(prefix)
+        kw = {"Bucket": b, "Prefix": p, "Delimiter": "/", "MaxKeys": 1000}
+        out = []
+        while True:
+            r = self._list(prefix, kw)
+            out += [c["Prefix"][len(p):].rstrip("/") for c in r.get("CommonPrefixes", [])]
+            if not r.get("IsTruncated"):
+                break
+            kw["ContinuationToken"] = r["NextContinuationToken"]
+        return sorted(out)
+
+    def remove_empty_dirs(self, prefix: str) -> None:
+        pass  # S3 has no folders
+
+    def makedirs(self, path: str) -> None:
+        pass  # S3 has no folders
+
+    # -- Arrow -----------------------------------------------------------------------------
+    def arrow_fs(self):
+        from . import s3conf
+
+        return s3conf.arrow_filesystem(self.settings)
+
+    def arrow_path(self, path: str) -> str:
+        b, k = self._split(path)
+        return f"{b}/{k}"
+
+
+def _mtime_ms(dt) -> int:
+    """Whole seconds: HEAD answers an HTTP date (seconds), a listing may carry milliseconds;
+    both must give the same value for the same object."""
+    return int(dt.timestamp()) * 1000
+
+
+def _code(e: Exception) -> str | None:
+    resp = getattr(e, "response", None)
+    if isinstance(resp, dict):
+        err = resp.get("Error") or {}
+        code = err.get("Code")
+        if code:
+            return str(code)
+        status = (resp.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+        return str(status) if status else None
+    return None
+
+
+_S3 = None
+
+
 def storage_for(uri: str):
-    """The storage that serves ``uri``."""
+    """The storage that serves ``uri``: S3 for ``s3a://`` and ``s3://``, else the local disk."""
+    global _S3
     if uri.startswith(("s3a://", "s3://")):
-        raise NotImplementedError("S3 storage arrives with the scale-out issue")
+        if _S3 is None:
+            _S3 = S3Storage()
+        return _S3
     return LocalStorage()

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from eobatch.storage import FileInfo, LocalStorage, join, relpath, storage_for
+from eobatch.storage import FileInfo, LocalStorage, S3Storage, join, relpath, storage_for
 
 
 @pytest.fixture
@@ -186,5 +186,5 @@ def test_join_and_relpath():
 def test_storage_for():
     assert isinstance(storage_for("/tmp/x"), LocalStorage)
     assert isinstance(storage_for("file:///tmp/x"), LocalStorage)
-    with pytest.raises(NotImplementedError):
-        storage_for("s3a://bucket/x")
+    assert isinstance(storage_for("s3a://bucket/x"), S3Storage)
+    assert isinstance(storage_for("s3://bucket/x"), S3Storage)
