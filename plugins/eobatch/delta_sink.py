@@ -125,7 +125,7 @@ class DeltaParticipant:
 
         Returns the new table version. Raises CommitConflict when another writer won.
         """
-        from deltalake.exceptions import CommitFailedError
+        from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         self.ensure_table(schema, partition_by)
@@ -148,6 +148,13 @@ class DeltaParticipant:
                                                    app_transactions=[Transaction(app_id, batch_id)]),
             )
         except CommitFailedError as e:
+            raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
+        except DeltaError as e:
+            # On S3 the loser of a race for a log version can also see the winner's entry as not
+            # yet listed ("Invalid table version", "snapshot version N is not available"): the
+            # caller re-reads the table, like after CommitFailedError.
+            if "version" not in str(e).lower():
+                raise
             raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
         found = self.find_batch_commit(app_id, batch_id)
         return found[0] if found else -1

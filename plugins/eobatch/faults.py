@@ -6,7 +6,9 @@ process dies at once with ``os._exit(137)`` (what ``kill -9`` looks like to ever
 without cleanup, ``finally`` blocks or flushing. With ``EOBATCH_CRASH_ONCE_DIR`` set, each point
 fires once only (a marker file records it), so the next attempt gets through.
 ``EOBATCH_PAUSE`` names points where the process instead sleeps (up to 10 minutes), so a test
-can ``kill -9`` it at a known place, e.g. a spark-submit in the middle of writing.
+can ``kill -9`` it at a known place, e.g. a spark-submit in the middle of writing (with
+``EOBATCH_CRASH_ONCE_DIR``, only the first process to get there pauses, and its pid is written
+to the marker ``pause-<point>``).
 """
 
 from __future__ import annotations
@@ -50,9 +52,13 @@ def fail_point(name: str) -> None:
 
 
 def crash_point(name: str) -> None:
-    if name in os.environ.get("EOBATCH_PAUSE", "").split(","):
+    if _fires("EOBATCH_PAUSE", name, "pause-" + name):
         import time
 
+        once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
+        if once_dir:  # the marker says who paused: a test can kill that process's machine
+            with open(os.path.join(once_dir, "pause-" + name), "w") as f:
+                f.write(str(os.getpid()))
         sys.stderr.write(f"eobatch: paused at {name}\n")
         sys.stderr.flush()
         time.sleep(600)

@@ -1,0 +1,288 @@
+"""Scale-out: landing files and Delta tables on S3, the stage job on a Spark standalone cluster.
+
+A real S3-compatible server (S3Proxy, filesystem backend, started from its Maven Central jar)
+and a real standalone cluster (a master and two workers from pyspark's own spark-class) on
+loopback, shared by the module. Everything is checked through S3 by an independent reader
+(tests/s3checks.py: boto3 listings, raw _delta_log, delta-rs with explicit storage options).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from conftest import base_env, kill_group, orders, wait_for
+from s3checks import S3Reader
+
+from eobatch import launch
+from eobatch.config import load_pipeline
+from eobatch.delta_sink import CommitConflict, DeltaParticipant
+from eobatch.protocol import Protocol
+from eobatch.s3conf import ENV_KEYS
+from eobatch.services import S3Server, SparkCluster
+from eobatch.storage import S3Storage, S3StorageError
+
+pytestmark = pytest.mark.integration
+BUCKET = "eobatch-test"
+ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}
+
+
+# -- fixtures ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """The S3 server; its endpoint and credentials are in this process's environment (as
+    `source .services/env` would put them) for the product code and the child processes."""
+    srv = S3Server(str(tmp_path_factory.mktemp("s3"))).start()
+    srv.create_bucket(BUCKET)
+    saved = {k: os.environ.get(k) for k in (*ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")}
+    for k in saved:
+        os.environ.pop(k, None)
+    os.environ.update(srv.env())
+    yield srv
+    for k, v in saved.items():
+        os.environ.pop(k, None)
+        if v is not None:
+            os.environ[k] = v
+    srv.stop(kill=True)
+
+
+@pytest.fixture(scope="module")
+def reader(s3) -> S3Reader:
+    return S3Reader(s3.endpoint, s3.access_key, s3.secret_key, s3.region)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    c = SparkCluster(str(tmp_path_factory.mktemp("spark")), workers=2, cores=1, memory="2g").start()
+    yield c
+    c.stop()
+
+
+@dataclass
+class S3Pipeline:
+    """A pipeline whose landing zone and tables are under one fresh s3a:// prefix."""
+
+    yaml_path: Path
+    name: str
+    landing: str
+    sink: str
+    quarantine: str
+    reader: S3Reader
+    landed: list = field(default_factory=list)
+    landed_bad: list = field(default_factory=list)
+
+    @property
+    def cfg(self):
+        return load_pipeline(str(self.yaml_path))
+
+    def protocol(self) -> Protocol:
+        return Protocol(self.cfg)
+
+    def land(self, name: str, records: list[dict], bad: list[str] = ()) -> str:
+        lines = [json.dumps(r) for r in records] + list(bad)
+        uri = f"{self.landing}/{name}"
+        self.reader.put(uri, ("\n".join(lines) + "\n").encode())
+        self.landed.extend(records)
+        self.landed_bad.extend(bad)
+        return uri
+
+
+def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_records: int = 100000) -> S3Pipeline:
+    root = f"s3a://{BUCKET}/{uuid.uuid4().hex[:8]}"
+    landing, sink, quarantine = f"{root}/landing/{name}", f"{root}/lake/{name}", f"{root}/lake/{name}_bad"
+    (tmp_path / "pipelines").mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "pipelines" / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        source:
+          kind: files
+          path: {landing}
+          max_records_per_batch: {max_records}
+        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+        sink:
+          table: {sink}
+        quarantine:
+          table: {quarantine}
+        spark:
+          conf: {{spark.executor.memory: 1g}}
+        retries:
+          stage: 0
+          commit: 3
+          delay_seconds: 2
+        """))
+    return S3Pipeline(path, name, landing, sink, quarantine, reader)
+
+
+def stage_on(cluster: SparkCluster, p, batch_id: int, attempt: str, env: dict | None = None, wait: bool = True,
+             conf: dict | None = None):
+    """The stage task's spark-submit, against the standalone master (client deploy mode)."""
+    argv = launch.spark_submit_argv(p.cfg, batch_id, attempt, master=cluster.master_url)
+    for k, v in (conf or {}).items():
+        argv[1:1] = ["--conf", f"{k}={v}"]
+    e = base_env(env)
+    if not wait:
+        return subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    return subprocess.run(argv, env=e, capture_output=True, text=True, timeout=600)
+
+
+def run_batch_on(cluster, p) -> int | None:
+    proto = p.protocol()
+    proto.recover()
+    plan, _ = proto.plan()
+    if plan is None:
+        return None
+    attempt = launch.new_attempt_id(1)
+    r = stage_on(cluster, p, plan.batch_id, attempt)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+    return plan.batch_id
+
+
+# -- S3Storage against the real server ------------------------------------------------------
+def test_s3_put_if_absent_second_writer_loses(s3):
+    fs = S3Storage()
+    uri = f"s3a://{BUCKET}/unit/{uuid.uuid4().hex}/plans/0000000001.json"
+    assert fs.put_if_absent(uri, b"first") is True
+    assert fs.put_if_absent(uri, b"second") is False
+    assert fs.read_bytes(uri) == b"first"
+    # many racing writers: exactly one wins
+    uri2 = uri.replace("0000000001", "0000000002")
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append((i, fs.put_if_absent(uri2, b"w%d" % i))))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [i for i, won in results if won]
+    assert len(winners) == 1, results
+    assert fs.read_bytes(uri2) == b"w%d" % winners[0]
+
+
+def test_s3_listing_stat_delete(s3):
+    fs = S3Storage()
+    root = f"s3a://{BUCKET}/unit/{uuid.uuid4().hex}"
+    for i in range(7):
+        fs.write_atomic(f"{root}/d{i % 3}/f{i}.jsonl", b"x" * i)
+    fs.write_atomic(f"{root}/d0/.f.jsonl.abc.tmp", b"temp")  # a temp name: never listed
+    listed = list(fs.list_files(root, page_size=2))  # 4 pages
+    assert sorted(f.path for f in listed) == sorted(f"{root}/d{i % 3}/f{i}.jsonl" for i in range(7))
+    assert {f.path.rsplit("/", 1)[1]: f.size for f in listed}["f5.jsonl"] == 5
+    assert fs.list_dirs(root) == ["d0", "d1", "d2"]
+    assert list(fs.list_files(f"{root}/d1", recursive=False)) and not list(fs.list_files(root, recursive=False))
+    st = fs.stat(f"{root}/d2/f5.jsonl")
+    assert st.size == 5 and abs(st.mtime_ms / 1000 - time.time()) < 120
+    assert st.mtime_ms == next(f.mtime_ms for f in listed if f.path.endswith("f5.jsonl"))
+    assert fs.stat(f"{root}/nope") is None and not fs.exists(f"{root}/nope")
+    with pytest.raises(FileNotFoundError):
+        fs.read_bytes(f"{root}/nope")
+    with fs.open_read(f"{root}/d2/f5.jsonl") as fh:
+        assert fh.read() == b"xxxxx"
+    fs.delete(f"{root}/d2/f5.jsonl")
+    fs.delete(f"{root}/d2/f5.jsonl")  # idempotent
+    assert fs.stat(f"{root}/d2/f5.jsonl") is None
+    assert list(fs.list_files(f"s3a://{BUCKET}/no-such-prefix")) == []
+    assert fs.arrow_path(f"{root}/d0/f0.jsonl") == f"{root[len('s3a://'):]}/d0/f0.jsonl"
+
+
+def test_s3_errors_never_show_credentials(s3, monkeypatch):
+    from eobatch import s3conf
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-" + s3.secret_key)
+    fs = S3Storage()
+    with pytest.raises(S3StorageError) as e:
+        fs.write_atomic(f"s3a://{BUCKET}/unit/x.json", b"x")
+    msg = str(e.value)
+    assert "SignatureDoesNotMatch" in msg or "AccessDenied" in msg, msg
+    assert s3.secret_key not in msg and s3.access_key not in msg
+    assert s3conf.redact(f"k={s3.access_key} s={'wrong-' + s3.secret_key}") == "k=*** s=***"
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret_key)
+    monkeypatch.setenv("S3_ENDPOINT", f"http://127.0.0.1:{s3.port + 1 if s3.port < 65535 else 1}")
+    with pytest.raises(S3StorageError) as e:  # server unreachable
+        S3Storage().stat(f"s3a://{BUCKET}/unit/x.json")
+    assert s3.secret_key not in str(e.value) and s3.access_key not in str(e.value)
+
+
+def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
+    """delta-rs commits on S3 with If-None-Match on the log entry: of two writers racing for one
+    version one gets it, the other retries on top (different appIds) or conflicts (same appId)."""
+    import pyarrow as pa
+
+    table = f"s3a://{BUCKET}/race/{uuid.uuid4().hex[:8]}"
+    schema = pa.schema([("x", pa.int64())])
+    DeltaParticipant("sink", table).ensure_table(schema, [])
+    n = 6
+    errors, versions = [], []
+
+    def commit(app: str, batch: int, retries: int = 0):
+        """Like the commit task: a failed commit is retried; one that happened is not redone."""
+        for _ in range(retries + 1):
+            part = DeltaParticipant("sink", table)
+            if part.committed_version(app) >= batch:
+                return
+            try:
+                versions.append(part.commit(
+                    app, batch, [{"path": f"eo_batches/{app}-{batch}.parquet", "size": 1}], schema, [],
+                    {"eo.pipeline": app, "eo.batchId": str(batch)}))
+                return
+            except Exception as e:  # noqa: BLE001
+                errors.append((app, e))
+
+    # different appIds at once: every commit lands once, each in its own version (a loser of
+    # the race for a version fails or retries; retried like the commit task, none is lost)
+    threads = [threading.Thread(target=commit, args=(f"app{i}", 1, 8)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    commits = reader.delta_log_commits(table)
+    assert [c["version"] for c in commits] == list(range(n + 1)), (commits, errors)
+    assert sorted(t["appId"] for c in commits for t in c["txns"]) == sorted(f"app{i}" for i in range(n))
+    # one appId, one batch, twice at once: exactly one commit, the other is told
+    errors.clear()
+    threads = [threading.Thread(target=commit, args=("same", 1)) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    same = [c for c in reader.delta_log_commits(table) for t in c["txns"] if t["appId"] == "same"]
+    assert len(same) == 1, same
+    # a racer that got an error is told it may have lost (CommitConflict): the protocol then
+    # re-reads the txn and finds the batch committed (by itself or by the other)
+    assert all(isinstance(e, CommitConflict) for _, e in errors), errors
+    assert DeltaParticipant("sink", table).committed_version("same") == 1
+
+
+# -- the cluster ---------------------------------------------------------------------------
+def test_cluster_deploy_mode_is_refused_for_python_on_standalone(cluster, s3, tmp_path, reader):
+    """Spark standalone cannot run a Python application's driver on the cluster: spark-submit
+    refuses before anything runs. The product submits in client mode (documented)."""
+    p = s3_pipeline(tmp_path, reader)
+    argv = launch.spark_submit_argv(p.cfg, 1, "t1-x", master=cluster.master_url)
+    argv[1:1] = ["--deploy-mode", "cluster"]
+    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    assert "Cluster deploy mode is currently not supported for python applications on standalone clusters" \
+        in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+
+
+def test_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_path, reader):
+    p = s3_pipeline(tmp_path, reader, max_records=300)
+    p.land("2026/a.jsonl", orders("a", 300), bad=["{not json", '{"order_id": null}'])
+    p.land("2026/b.jsonl", orders("b", 200), bad=['{"order_id": "b-x", "amount": "lots"}'])
+    assert run_batch_on(cluster, p) == 1
+    assert run_batch_on(cluster, p) == 2
+    assert run_batch_on(cluster, p) is None
+    reader.assert_exactly_once(p, batches=2)
+    summary = p.protocol().ledger.stage_summary(1, p.protocol().ledger.attempts(1)[0])
+    assert summary.spark_app_id.startswith("app-"), summary.spark_app_id  # a standalone app, not local-*
