@@ -327,6 +327,27 @@ def _stop_group(pid: int | None, kill: bool = False, grace: float = 30.0) -> Non
             pass
 
 
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            children.setdefault(_ppid(int(d)), []).append(int(d))
+    out, stack = [], [pid]
+    while stack:
+        for c in children.get(stack.pop(), []):
+            out.append(c)
+            stack.append(c)
+    return out
+
+
 def spark_home() -> str:
     import pyspark
 
@@ -378,6 +399,12 @@ class SparkCluster:
             f.write(str(p.pid))
         return p
 
+    def start_worker(self, i: int, timeout: float = 120.0) -> None:
+        """(Re)start worker ``i`` and wait until every worker is registered again."""
+        if self.workers[i] is None:
+            self._start_worker(i)
+        self.wait_workers(self.n_workers, timeout)
+
     def _start_worker(self, i: int) -> None:
         work = os.path.join(self.home, f"work-{i}")
         os.makedirs(work, exist_ok=True)
@@ -421,12 +448,26 @@ class SparkCluster:
                            f"see {self.home}/*.out")
 
     def kill_worker(self, i: int) -> None:
-        """kill -9 of worker ``i`` and everything it started (its executors)."""
+        """kill -9 of worker ``i`` and every process below it (executors, their Python workers,
+        which PySpark puts in process groups of their own): a lost machine."""
         p = self.workers[i]
         if p is not None:
-            _stop_group(p.pid, kill=True)
+            for pid in [p.pid, *_descendants(p.pid)]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             p.wait(timeout=30)
             self.workers[i] = None
+
+    def worker_of(self, pid: int) -> int | None:
+        """Index of the worker that ``pid`` runs under (None if none)."""
+        roots = {w.pid: i for i, w in enumerate(self.workers) if w is not None}
+        while pid > 1:
+            if pid in roots:
+                return roots[pid]
+            pid = _ppid(pid)
+        return None
 
     def restart_worker(self, i: int, timeout: float = 120.0) -> None:
         self.kill_worker(i)

@@ -276,13 +276,129 @@ def test_cluster_deploy_mode_is_refused_for_python_on_standalone(cluster, s3, tm
         in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
 
 
-def test_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_path, reader):
+def _ok(run):
+    assert run.rc == 0 and run.state == "success", run.log[-6000:]
+
+
+def test_dag_runs_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_path, reader, airflow):
+    """The real DAG (airflow dags test) with only locations and connections changed: s3a://
+    paths in the YAML, spark_default -> spark://127.0.0.1:<port>, S3 credentials from the
+    aws_default connection (the environment has none). They never appear in the task logs."""
     p = s3_pipeline(tmp_path, reader, max_records=300)
     p.land("2026/a.jsonl", orders("a", 300), bad=["{not json", '{"order_id": null}'])
     p.land("2026/b.jsonl", orders("b", 200), bad=['{"order_id": "b-x", "amount": "lots"}'])
-    assert run_batch_on(cluster, p) == 1
-    assert run_batch_on(cluster, p) == 2
-    assert run_batch_on(cluster, p) is None
+    env = {
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                  "port": cluster.port}),
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({"conn_type": "aws", "login": s3.access_key,
+                                                "password": s3.secret_key,
+                                                "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region}}),
+        "S3_ENDPOINT": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
+    }
+    runs = [airflow(p, extra_env=env) for _ in range(2)]
+    for r in runs:
+        _ok(r)
+        assert s3.secret_key not in r.log and s3.access_key not in r.log
+        assert f"--master spark://127.0.0.1:{cluster.port}" in r.log, r.log[-3000:]
+    assert "verify: batch 1 PREPARED" in runs[0].log and "commit: batch 2 COMMITTED" in runs[1].log
     reader.assert_exactly_once(p, batches=2)
-    summary = p.protocol().ledger.stage_summary(1, p.protocol().ledger.attempts(1)[0])
+    ledger = p.protocol().ledger
+    summary = ledger.stage_summary(1, ledger.attempts(1)[0])
     assert summary.spark_app_id.startswith("app-"), summary.spark_app_id  # a standalone app, not local-*
+
+
+def test_worker_killed_mid_stage_then_s3_restarted_between_verify_and_commit(cluster, s3, tmp_path, reader):
+    p = s3_pipeline(tmp_path, reader)
+    p.land("a.jsonl", orders("a", 400), bad=["nope"])
+    p.land("b.jsonl", orders("b", 400))
+    proto = p.protocol()
+    plan, _ = proto.plan()
+    once = tmp_path / "once"
+    once.mkdir()
+    pause = {"EOBATCH_PAUSE": "stage.after_first_file", "EOBATCH_CRASH_ONCE_DIR": str(once)}
+    conf = {**ONE_PARTITION_PER_FILE, **{f"spark.executorEnv.{k}": v for k, v in pause.items()}}
+    attempt = launch.new_attempt_id(1)
+    proc = stage_on(cluster, p, plan.batch_id, attempt, wait=False, conf=conf)
+    marker = once / "pause-stage.after_first_file"
+    wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=300, what="a task paused mid-write")
+    victim = cluster.worker_of(int(marker.read_text()))
+    assert victim is not None, "the paused task runs under no worker"
+    cluster.kill_worker(victim)  # the machine running that task is gone, executor and all
+    try:
+        out, _ = proc.communicate(timeout=420)
+    except subprocess.TimeoutExpired:
+        kill_group(proc)
+        raise
+    print(f"worker {victim} killed mid-stage; spark-submit exited {proc.returncode}; "
+          f"lost executor seen by the driver: {'Lost executor' in out or 'ExecutorLost' in out}")
+    if proc.returncode != 0:  # the attempt failed instead of rescheduling: abort, next attempt
+        proto.abort(plan.batch_id, attempt, "worker lost")
+        attempt = launch.new_attempt_id(2)
+        r = stage_on(cluster, p, plan.batch_id, attempt, conf=ONE_PARTITION_PER_FILE)
+        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    restart = threading.Thread(target=cluster.start_worker, args=(victim,))
+    restart.start()
+    prepared = proto.verify(plan.batch_id, attempt)
+    assert prepared.rows_published == 800 and prepared.rows_quarantined == 1
+
+    # the S3 server goes down after PREPARED and comes back (same data) while commit retries
+    s3.stop(kill=True)
+    errors = []
+    with pytest.raises(Exception) as e:
+        p.protocol().commit(plan.batch_id)
+    errors.append(str(e.value))
+    back = threading.Thread(target=lambda: (time.sleep(2), s3.start()))
+    back.start()
+    committed = None
+    for _ in range(10):  # the commit task's retries
+        try:
+            committed = p.protocol().commit(plan.batch_id)
+            break
+        except Exception as err:  # noqa: BLE001
+            errors.append(str(err))
+            time.sleep(2)
+    back.join()
+    assert committed is not None, errors[-3:]
+    assert all(s3.secret_key not in m and s3.access_key not in m for m in errors)
+    rec = p.protocol().recover()  # the next run: sweeps what the lost task attempt left
+    assert rec.committed == 1 and rec.pending is None
+    restart.join()
+    reader.assert_exactly_once(p, batches=1)
+
+
+def test_zombie_driver_only_one_attempt_publishes_and_the_loser_is_swept(cluster, s3, tmp_path, reader):
+    """A retried stage task while the first spark-submit still runs (lost heartbeat): two
+    drivers on the cluster at once, one executor each. Both stage; only one is PREPARED (a
+    conditional PUT on S3); two committers at once publish it once; the loser's files go."""
+    p = s3_pipeline(tmp_path, reader)
+    p.land("a.jsonl", orders("a", 300), bad=["{"])
+    proto = p.protocol()
+    plan, _ = proto.plan()
+    a1, a2 = launch.new_attempt_id(1), launch.new_attempt_id(2)
+    procs = [stage_on(cluster, p, plan.batch_id, a, wait=False, conf={"spark.cores.max": "1"}) for a in (a1, a2)]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        assert proc.returncode == 0, out[-3000:]
+    results = {}
+    threads = [threading.Thread(target=lambda a=a: results.__setitem__(a, p.protocol().verify(plan.batch_id, a)))
+               for a in (a1, a2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winner = results[a1].attempt
+    assert results[a2].attempt == winner  # one PREPARED, the same answer for both
+    loser = a2 if winner == a1 else a1
+    assert any(f"/{loser}/" in k for k in reader.orphans(p.sink)), "the loser's files exist until swept"
+    versions = []
+    threads = [threading.Thread(target=lambda: versions.append(p.protocol().commit(plan.batch_id).delta_versions))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(versions) == 2 and versions[0] == versions[1], versions
+    commits = [c for c in reader.delta_log_commits(p.sink) if c["txns"]]
+    assert len(commits) == 1 and commits[0]["commitInfo"]["eo.attempt"] == winner
+    p.protocol().recover()  # the next run sweeps the loser
+    reader.assert_exactly_once(p, batches=1)
