@@ -80,6 +80,10 @@ def jars(cfg: PipelineConfig | None = None) -> list[str]:
     elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
         raise FileNotFoundError(f"pipeline {cfg.name} uses s3a:// but {jars_dir()} has no hadoop-aws jar: "
                                 f"run `make jars`")
+    if os.environ.get("EOBATCH_JARS_ON_NODES", "").lower() in ("1", "true", "yes"):
+        # the same jars are installed at the same path on every node: `local:` URIs are not
+        # shipped to each executor (the AWS SDK bundle alone is ~690 MB)
+        found = [f"local:{j}" for j in found]
     return found
 
 

@@ -33,6 +33,10 @@ from eobatch.storage import S3Storage, S3StorageError
 pytestmark = pytest.mark.integration
 BUCKET = "eobatch-test"
 ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}
+# The DAG test ships the jars with --jars (each executor fetches them from the driver); the
+# others take them from the same path on every node (the workers share this disk), which
+# spares copying the ~690 MB AWS SDK bundle into every executor.
+JARS_ON_NODES = {"EOBATCH_JARS_ON_NODES": "1"}
 
 
 # -- fixtures ----------------------------------------------------------------------------
@@ -318,23 +322,24 @@ def test_worker_killed_mid_stage_then_s3_restarted_between_verify_and_commit(clu
     pause = {"EOBATCH_PAUSE": "stage.after_first_file", "EOBATCH_CRASH_ONCE_DIR": str(once)}
     conf = {**ONE_PARTITION_PER_FILE, **{f"spark.executorEnv.{k}": v for k, v in pause.items()}}
     attempt = launch.new_attempt_id(1)
-    proc = stage_on(cluster, p, plan.batch_id, attempt, wait=False, conf=conf)
+    proc = stage_on(cluster, p, plan.batch_id, attempt, wait=False, conf=conf, env=JARS_ON_NODES)
     marker = once / "pause-stage.after_first_file"
-    wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=300, what="a task paused mid-write")
-    victim = cluster.worker_of(int(marker.read_text()))
-    assert victim is not None, "the paused task runs under no worker"
-    cluster.kill_worker(victim)  # the machine running that task is gone, executor and all
     try:
+        wait_for(lambda: marker.exists() and marker.read_text().strip(), timeout=300,
+                 what="a task paused mid-write")
+        victim = cluster.worker_of(int(marker.read_text()))
+        assert victim is not None, "the paused task runs under no worker"
+        cluster.kill_worker(victim)  # the machine running that task is gone, executor and all
         out, _ = proc.communicate(timeout=420)
-    except subprocess.TimeoutExpired:
-        kill_group(proc)
+    except BaseException:
+        kill_group(proc)  # never leave a driver behind
         raise
     print(f"worker {victim} killed mid-stage; spark-submit exited {proc.returncode}; "
           f"lost executor seen by the driver: {'Lost executor' in out or 'ExecutorLost' in out}")
     if proc.returncode != 0:  # the attempt failed instead of rescheduling: abort, next attempt
         proto.abort(plan.batch_id, attempt, "worker lost")
         attempt = launch.new_attempt_id(2)
-        r = stage_on(cluster, p, plan.batch_id, attempt, conf=ONE_PARTITION_PER_FILE)
+        r = stage_on(cluster, p, plan.batch_id, attempt, conf=ONE_PARTITION_PER_FILE, env=JARS_ON_NODES)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     restart = threading.Thread(target=cluster.start_worker, args=(victim,))
     restart.start()
@@ -375,10 +380,16 @@ def test_zombie_driver_only_one_attempt_publishes_and_the_loser_is_swept(cluster
     proto = p.protocol()
     plan, _ = proto.plan()
     a1, a2 = launch.new_attempt_id(1), launch.new_attempt_id(2)
-    procs = [stage_on(cluster, p, plan.batch_id, a, wait=False, conf={"spark.cores.max": "1"}) for a in (a1, a2)]
-    for proc in procs:
-        out, _ = proc.communicate(timeout=600)
-        assert proc.returncode == 0, out[-3000:]
+    procs = [stage_on(cluster, p, plan.batch_id, a, wait=False, conf={"spark.cores.max": "1"}, env=JARS_ON_NODES)
+             for a in (a1, a2)]
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=600)
+            assert proc.returncode == 0, out[-3000:]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                kill_group(proc)
     results = {}
     threads = [threading.Thread(target=lambda a=a: results.__setitem__(a, p.protocol().verify(plan.batch_id, a)))
                for a in (a1, a2)]
