@@ -88,7 +88,7 @@ run: setup
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 chaos: setup
-	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)"
+	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)" $(if $(MASTER),--master "$(MASTER)")
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"

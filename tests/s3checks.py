@@ -7,6 +7,12 @@ from __future__ import annotations
 
 import collections
 import json
+import textwrap
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BUCKET = "eobatch-test"
 
 
 class S3Reader:
@@ -105,3 +111,64 @@ class S3Reader:
                 for a in c["adds"]:
                     assert sizes.get(a["path"]) == a["size"], f"{table}: {a['path']} missing or resized"
             assert self.orphans(table) == [], f"orphan files in {table}: {self.orphans(table)}"
+
+
+@dataclass
+class S3Pipeline:
+    """A pipeline whose landing zone and tables are under one fresh s3a:// prefix."""
+
+    yaml_path: Path
+    name: str
+    landing: str
+    sink: str
+    quarantine: str
+    reader: S3Reader
+    landed: list = field(default_factory=list)
+    landed_bad: list = field(default_factory=list)
+
+    @property
+    def cfg(self):
+        from eobatch.config import load_pipeline
+
+        return load_pipeline(str(self.yaml_path))
+
+    def protocol(self):
+        from eobatch.protocol import Protocol
+
+        return Protocol(self.cfg)
+
+    def land(self, name: str, records: list[dict], bad: list[str] = ()) -> str:
+        lines = [json.dumps(r) for r in records] + list(bad)
+        uri = f"{self.landing}/{name}"
+        self.reader.put(uri, ("\n".join(lines) + "\n").encode())
+        self.landed.extend(records)
+        self.landed_bad.extend(bad)
+        return uri
+
+
+def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_records: int = 100000,
+                bucket: str = BUCKET) -> S3Pipeline:
+    """The product (config, protocol) is used only through the pipeline YAML it writes."""
+    root = f"s3a://{bucket}/{uuid.uuid4().hex[:8]}"
+    landing, sink, quarantine = f"{root}/landing/{name}", f"{root}/lake/{name}", f"{root}/lake/{name}_bad"
+    (tmp_path / "pipelines").mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "pipelines" / f"{name}.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        source:
+          kind: files
+          path: {landing}
+          max_records_per_batch: {max_records}
+        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+        sink:
+          table: {sink}
+        quarantine:
+          table: {quarantine}
+        spark:
+          conf: {{spark.executor.memory: 1g}}
+        retries:
+          stage: 0
+          commit: 3
+          delay_seconds: 2
+        """))
+    return S3Pipeline(path, name, landing, sink, quarantine, reader)

@@ -1,6 +1,6 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
-    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka] [--workdir DIR]
+    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--master M] [--workdir DIR]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
 failure before PREPARED), every step in its own process exactly as the Airflow tasks call it
@@ -19,9 +19,13 @@ for each run, at most one fault:
   land_during      new input lands while the batch is staged
   broker_restart   (kafka) the broker is restarted between stage and verify
   broker_kill      (kafka) the broker is killed during the stage, started again after it failed
+  s3_restart       (s3) the S3 server is killed after PREPARED; the commit fails until it is back
 
 BACKEND=kafka produces JSON records to a 3-partition topic of a real broker (some inside
 producer transactions that commit, some in transactions that abort and must never appear).
+BACKEND=s3 lands the files and keeps both tables and the ledger on a real S3 server (S3Proxy
+on loopback, its own for the run); the checks read through S3 (boto3, delta-rs). ``--master``
+submits the stage job elsewhere than local[*] (e.g. a standalone cluster of `make cluster-up`).
 
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
 published rows = the good records landed (no duplicate, none lost), quarantined rows = the bad
@@ -57,17 +61,32 @@ from eobatch import launch  # noqa: E402
 FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
           "commit_crash", "ledger_crash", "zombie", "land_during"]
 KAFKA_FAULTS = FAULTS + ["broker_restart", "broker_kill"]
+S3_FAULTS = FAULTS + ["s3_restart"]
 PY = sys.executable
 
 
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
-                 backend: str = "files"):
+                 backend: str = "files", master: str = "local[*]"):
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
         self.root = workdir
         self.backend = backend
         self.broker = None
-        if backend == "kafka":
+        self.s3 = self.reader = None
+        self.master = master
+        extra_env = {}
+        if backend == "s3":
+            from s3checks import S3Reader, s3_pipeline
+
+            from eobatch.services import S3Server
+
+            self.s3 = S3Server(str(workdir / "s3")).start()
+            self.s3.create_bucket("chaos")
+            extra_env = self.s3.env()
+            os.environ.update(extra_env)  # for this process's own product calls (the pipeline's cfg)
+            self.reader = S3Reader(self.s3.endpoint, self.s3.access_key, self.s3.secret_key, self.s3.region)
+            self.p = s3_pipeline(self.root, self.reader, name="chaos", max_records=60, bucket="chaos")
+        elif backend == "kafka":
             from eobatch.services import KafkaBroker
 
             self.broker = KafkaBroker(str(workdir / "kafka")).start()
@@ -83,7 +102,7 @@ class Chaos:
             self.p = write_pipeline(self.root, name="chaos")
             text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
             self.p.yaml_path.write_text(text)
-        self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent)})
+        self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
         self.faults = collections.Counter()
         self.zombies: list[subprocess.Popen] = []
@@ -141,14 +160,18 @@ class Chaos:
     def crash_env(self, point: str) -> dict:
         return {"EOBATCH_CRASH": point}
 
-    def staged_files(self, batch: int, attempt: str, tables=None) -> list[Path]:
+    def staged_files(self, batch: int, attempt: str, tables=None) -> list:
+        if self.reader:  # S3: URIs of the attempt's Parquet objects
+            prefix = f"eo_batches/b{batch:010d}/{attempt}/"
+            return sorted(f"{t}/{k}" for t in tables or (self.p.sink, self.p.quarantine)
+                          for k in self.reader.keys(t) if k.startswith(prefix) and k.endswith(".parquet"))
         out = []
         for t in tables or (self.p.sink, self.p.quarantine):
             out += (t / "eo_batches" / f"b{batch:010d}" / attempt).rglob("*.parquet")
         return sorted(out)
 
     def stage(self, batch: int, attempt: str, env: dict | None = None, wait: bool = True):
-        argv = launch.spark_submit_argv(self.p.cfg, batch, attempt)
+        argv = launch.spark_submit_argv(self.p.cfg, batch, attempt, master=self.master)
         e = {**self.env, **(env or {})}
         if not wait:
             return subprocess.Popen(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -177,9 +200,13 @@ class Chaos:
         if fault == "zombie":  # an earlier attempt that nobody waits for
             self.zombies.append(self.stage(batch, launch.new_attempt_id(0), wait=False))
         if fault == "stage_kill":
-            proc = self.stage(batch, attempt, env={"EOBATCH_PAUSE": "stage.after_first_file"}, wait=False)
+            once = self.root / f"pause-{self.faults.total()}-{attempt}"
+            once.mkdir()
+            proc = self.stage(batch, attempt, env={"EOBATCH_PAUSE": "stage.after_first_file",
+                                                   "EOBATCH_CRASH_ONCE_DIR": str(once)}, wait=False)
             deadline = time.time() + 300
-            while not self.staged_files(batch, attempt) and time.time() < deadline and proc.poll() is None:
+            # a task is mid-write (on S3 an object appears only when its writer closes)
+            while not any(once.iterdir()) and time.time() < deadline and proc.poll() is None:
                 time.sleep(0.2)
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
@@ -208,9 +235,17 @@ class Chaos:
             self.broker.restart()
         if fault == "verify_fail":
             files = self.staged_files(batch, attempt, tables=(self.p.sink,))
-            if files:
+            if files and self.reader:
+                uri = self.rnd.choice(files)
+                self.reader.put(uri, self._get(uri) + b"damage")
+            elif files:
                 with open(self.rnd.choice(files), "ab") as f:
                     f.write(b"damage")
+            elif self.reader:
+                m = next(k for k in self.reader.keys(self.p.sink)
+                         if f"/{attempt}/manifests/" in k and k.rsplit("/", 1)[1].startswith("part-"))
+                b, k = self.reader.split(f"{self.p.sink}/{m}")
+                self.reader.s3.delete_object(Bucket=b, Key=k)
             else:  # nothing published in the sink: drop a manifest instead
                 m = next((self.p.sink / "_eo_ledger" / "attempts").rglob(f"{attempt}/manifests/*/part-*.json"))
                 m.unlink()
@@ -233,6 +268,12 @@ class Chaos:
             env = self.crash_env("commit.after_first_participant")
         elif fault == "ledger_crash":
             env = self.crash_env("commit.after_delta_commit")
+        elif fault == "s3_restart":  # S3 goes away after PREPARED: the commit fails until it is back
+            self.s3.stop(kill=True)
+            r = self.verb("commit", str(batch))
+            assert r.returncode != 0, "commit succeeded with the S3 server down"
+            assert self.s3.secret_key not in r.stdout + r.stderr, "the S3 secret is in the commit's output"
+            self.s3.start()
         for attempt_no in range(5):  # commit retries, as the commit task's retries do
             r = self.verb("commit", str(batch), env=env)
             if r.returncode == 0:
@@ -243,8 +284,18 @@ class Chaos:
                 raise RuntimeError(f"commit failed: {r.stderr[-2000:]}")
         raise RuntimeError("commit did not succeed after 5 tries")
 
+    def _get(self, uri: str) -> bytes:
+        b, k = self.reader.split(uri)
+        return self.reader.s3.get_object(Bucket=b, Key=k)["Body"].read()
+
     def committed(self) -> int:
         from deltalake import DeltaTable
+
+        if self.reader:
+            try:
+                return self.reader.table(self.p.sink).transaction_version(self.p.name) or 0
+            except Exception:  # no table yet
+                return 0
 
         if not (self.p.sink / "_delta_log").exists():
             return 0
@@ -257,7 +308,7 @@ class Chaos:
             runs += 1
             if self.rnd.random() < 0.8 or self.files == 0:
                 self.land()
-            kinds = KAFKA_FAULTS if self.backend == "kafka" else FAULTS
+            kinds = {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(self.backend, FAULTS)
             fault = self.rnd.choice(kinds) if self.rnd.random() < self.fault_rate else None
             self.say(f"run {runs} fault={fault or '-'}: {self.dag_run(fault)}")
         # drain: clean runs until every landed file is committed, then wait for zombies, sweep
@@ -277,6 +328,8 @@ class Chaos:
         finally:
             if self.broker:
                 self.broker.stop(kill=True)
+            if self.s3:
+                self.s3.stop(kill=True)
         result.update(runs=runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
                       backend=self.backend)
         return result
@@ -286,6 +339,8 @@ class Chaos:
         from deltalake import DeltaTable
 
         p = self.p
+        if self.reader:
+            return self.check_s3()
         rows = DeltaTable(str(p.sink)).to_pyarrow_table().to_pylist() if (p.sink / "_delta_log").exists() else []
         got = collections.Counter(r["order_id"] for r in rows)
         want = collections.Counter(r["order_id"] for r in p.landed)
@@ -325,6 +380,42 @@ class Chaos:
                 "records": sum(want.values()), "bad_records": sum(qwant.values())}
 
 
+    def check_s3(self) -> dict:
+        """The same checks, through S3: delta-rs with storage options and boto3 listings."""
+        p, r = self.p, self.reader
+
+        def rows_of(t):
+            return r.read_rows(t) if any(k.startswith("_delta_log/") for k in r.keys(t)) else []
+
+        got = collections.Counter(x["order_id"] for x in rows_of(p.sink))
+        want = collections.Counter(x["order_id"] for x in p.landed)
+        duplicates = sum(v - 1 for v in got.values() if v > 1) + sum(v for k, v in got.items() if k not in want)
+        lost = sum(1 for k in want if k not in got)
+        qgot, qwant = collections.Counter(x["raw"] for x in rows_of(p.quarantine)), collections.Counter(p.landed_bad)
+        duplicates += sum(max(0, qgot[k] - qwant.get(k, 0)) for k in qgot)
+        lost += sum(max(0, qwant[k] - qgot.get(k, 0)) for k in qwant)
+        problems = []
+        commits = [c for c in r.delta_log_commits(p.sink) if c["txns"]]
+        versions = [c["txns"][0]["version"] for c in commits]
+        if versions != list(range(1, len(versions) + 1)):
+            problems.append(f"txn versions in the sink log are not 1..n: {versions}")
+        seen = collections.Counter(path for c in commits for path, _s, _m in json.loads(c["commitInfo"]["eo.offsets"]))
+        landed_files = {f"{p.landing}/{k}" for k in r.keys(p.landing) if k.endswith(".jsonl")}
+        if set(seen) != landed_files or any(v != 1 for v in seen.values()):
+            problems.append(f"offsets: files committed {sum(seen.values())}, distinct {len(seen)}, "
+                            f"landed {len(landed_files)}")
+        qversions = [c["txns"][0]["version"] for c in r.delta_log_commits(p.quarantine) if c["txns"]]
+        if qversions != versions:
+            problems.append(f"quarantine txn versions {qversions} != sink {versions}")
+        ledger = json.loads(subprocess.run([PY, "-m", "eobatch.cli", "ledger", p.name, "--format", "json"],
+                                           env=self.env, capture_output=True, text=True, check=True).stdout)
+        if [b["batch_id"] for b in ledger] != versions or any(b["state"] != "COMMITTED" for b in ledger):
+            problems.append(f"ledger {[(b['batch_id'], b['state']) for b in ledger]} != table {versions}")
+        orphan_files = r.orphans(p.sink) + r.orphans(p.quarantine)
+        return {"batches": len(versions), "faults": sum(self.faults.values()), "duplicates": duplicates,
+                "lost": lost, "orphans": len(orphan_files), "problems": problems,
+                "records": sum(want.values()), "bad_records": sum(qwant.values())}
+
     def check_kafka_offsets(self, commits: list[dict]) -> list[str]:
         """Ranges in the Delta history start at 0, are contiguous, and end at each partition's end."""
         from confluent_kafka import Consumer, TopicPartition
@@ -349,7 +440,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--backend", choices=["files", "kafka"], default="files")
+    ap.add_argument("--backend", choices=["files", "kafka", "s3"], default="files")
+    ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
     args = ap.parse_args(argv)
@@ -357,7 +449,7 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
-    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend).run()
+    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master).run()
     print(json.dumps(res, indent=1))
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
           and res["batches"] >= args.batches)

@@ -11,27 +11,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import textwrap
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from conftest import base_env, kill_group, orders, wait_for
-from s3checks import S3Reader
+from s3checks import BUCKET, S3Reader, s3_pipeline
 
 from eobatch import launch
-from eobatch.config import load_pipeline
 from eobatch.delta_sink import CommitConflict, DeltaParticipant
-from eobatch.protocol import Protocol
 from eobatch.s3conf import ENV_KEYS
 from eobatch.services import S3Server, SparkCluster
 from eobatch.storage import S3Storage, S3StorageError
 
 pytestmark = pytest.mark.integration
-BUCKET = "eobatch-test"
 ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}
 # The DAG test ships the jars with --jars (each executor fetches them from the driver); the
 # others take them from the same path on every node (the workers share this disk), which
@@ -68,61 +62,6 @@ def cluster(tmp_path_factory):
     c = SparkCluster(str(tmp_path_factory.mktemp("spark")), workers=2, cores=1, memory="2g").start()
     yield c
     c.stop()
-
-
-@dataclass
-class S3Pipeline:
-    """A pipeline whose landing zone and tables are under one fresh s3a:// prefix."""
-
-    yaml_path: Path
-    name: str
-    landing: str
-    sink: str
-    quarantine: str
-    reader: S3Reader
-    landed: list = field(default_factory=list)
-    landed_bad: list = field(default_factory=list)
-
-    @property
-    def cfg(self):
-        return load_pipeline(str(self.yaml_path))
-
-    def protocol(self) -> Protocol:
-        return Protocol(self.cfg)
-
-    def land(self, name: str, records: list[dict], bad: list[str] = ()) -> str:
-        lines = [json.dumps(r) for r in records] + list(bad)
-        uri = f"{self.landing}/{name}"
-        self.reader.put(uri, ("\n".join(lines) + "\n").encode())
-        self.landed.extend(records)
-        self.landed_bad.extend(bad)
-        return uri
-
-
-def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_records: int = 100000) -> S3Pipeline:
-    root = f"s3a://{BUCKET}/{uuid.uuid4().hex[:8]}"
-    landing, sink, quarantine = f"{root}/landing/{name}", f"{root}/lake/{name}", f"{root}/lake/{name}_bad"
-    (tmp_path / "pipelines").mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "pipelines" / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: {name}
-        source:
-          kind: files
-          path: {landing}
-          max_records_per_batch: {max_records}
-        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
-        sink:
-          table: {sink}
-        quarantine:
-          table: {quarantine}
-        spark:
-          conf: {{spark.executor.memory: 1g}}
-        retries:
-          stage: 0
-          commit: 3
-          delay_seconds: 2
-        """))
-    return S3Pipeline(path, name, landing, sink, quarantine, reader)
 
 
 def stage_on(cluster: SparkCluster, p, batch_id: int, attempt: str, env: dict | None = None, wait: bool = True,
