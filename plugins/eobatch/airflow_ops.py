@@ -55,8 +55,10 @@ def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
 
 
 def _protocol(pipeline_file: str) -> Protocol:
-    export_aws_connection()
-    return Protocol(load_pipeline(pipeline_file))
+    cfg = load_pipeline(pipeline_file)
+    if launch.uses_s3(cfg):
+        export_aws_connection()
+    return Protocol(cfg)
 
 
 def _params(context) -> dict:
@@ -129,8 +131,9 @@ class StageOperator(SparkSubmitOperator):
         self.pipeline_file = pipeline_file
 
     def execute(self, context):
-        export_aws_connection()
         cfg = load_pipeline(self.pipeline_file)
+        if launch.uses_s3(cfg):
+            export_aws_connection()
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = launch.new_attempt_id(ti.try_number)
