@@ -186,6 +186,8 @@ class Chaos:
         r = self.verb("plan", env=plan_env)
         if fault == "plan_crash" and r.returncode == 6:
             return "nothing new (no plan to crash after)"
+        if fault == "plan_crash" and r.returncode == 0:
+            fault = None  # a pending batch was handed back for re-staging: no new record to crash after
         if fault and r.returncode != 6:
             self.faults[fault] += 1  # counted when it is injected, not when there was no batch
         if fault == "plan_crash":
