@@ -67,13 +67,14 @@ PY = sys.executable
 
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
-                 backend: str = "files", master: str = "local[*]"):
+                 backend: str = "files", master: str = "local[*]", only: list[str] | None = None):
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
         self.root = workdir
         self.backend = backend
         self.broker = None
         self.s3 = self.reader = None
         self.master = master
+        self.only = only
         extra_env = {}
         if backend == "s3":
             from s3checks import S3Reader, s3_pipeline
@@ -310,7 +311,7 @@ class Chaos:
             runs += 1
             if self.rnd.random() < 0.8 or self.files == 0:
                 self.land()
-            kinds = {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(self.backend, FAULTS)
+            kinds = self.only or {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(self.backend, FAULTS)
             fault = self.rnd.choice(kinds) if self.rnd.random() < self.fault_rate else None
             self.say(f"run {runs} fault={fault or '-'}: {self.dag_run(fault)}")
         # drain: clean runs until every landed file is committed, then wait for zombies, sweep
@@ -446,12 +447,18 @@ def main(argv=None) -> int:
     ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
+    ap.add_argument("--faults", default=None, help="comma-separated fault kinds to draw from (default: all)")
     args = ap.parse_args(argv)
     if args.batches < 1:
         ap.error("--batches must be at least 1")
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
-    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master).run()
+    only = args.faults.split(",") if args.faults else None
+    known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS)
+    if only and not set(only) <= known:
+        ap.error(f"unknown fault kinds {sorted(set(only) - known)}")
+    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
+                only=only).run()
     print(json.dumps(res, indent=1))
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
           and res["batches"] >= args.batches)
