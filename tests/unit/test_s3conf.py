@@ -99,3 +99,38 @@ def test_redact_and_lazy_storage(s3env):
     fs.remove_empty_dirs("s3a://bkt/a")
     env = s3conf.credential_env()
     assert env == {**ENV}
+
+
+def _client_error(code: str, status: int):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "PutObject")
+
+
+def test_put_if_absent_retries_a_conditional_conflict_then_loses(s3env, monkeypatch):
+    """409 ConditionalRequestConflict (another conditional write in flight) is decided again;
+    412 PreconditionFailed means the key exists: this writer lost."""
+    calls = []
+
+    class Fake:
+        def put_object(self, **kw):
+            calls.append(kw)
+            assert kw["IfNoneMatch"] == "*"
+            raise (_client_error("ConditionalRequestConflict", 409) if len(calls) < 3
+                   else _client_error("PreconditionFailed", 412))
+
+    monkeypatch.setattr(s3conf, "boto3_client", lambda s=None: Fake())
+    assert S3Storage().put_if_absent("s3a://bkt/plans/1.json", b"x") is False
+    assert len(calls) == 3
+
+    class Denied:
+        def put_object(self, **kw):
+            raise _client_error("AccessDenied", 403)
+
+    monkeypatch.setattr(s3conf, "boto3_client", lambda s=None: Denied())
+    from eobatch.storage import S3StorageError
+
+    with pytest.raises(S3StorageError, match="AccessDenied") as e:
+        S3Storage().put_if_absent("s3a://bkt/plans/1.json", b"x")
+    assert ENV["AWS_SECRET_ACCESS_KEY"] not in str(e.value)
