@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import string
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -271,14 +272,19 @@ def load_pipeline(file: str) -> PipelineConfig:
     mode = raw.get("mode", "continuous")
     if mode not in ("continuous", "interval"):
         raise ConfigError(file, "mode", f"{mode!r} must be 'continuous' or 'interval'")
-    if mode == "interval":
-        raise ConfigError(file, "mode", "interval mode is not available yet; use 'continuous'")
 
     schedule = raw.get("schedule")
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
         raise ConfigError(file, "schedule", "must be null, a cron expression or a preset such as '@hourly'")
     if isinstance(schedule, str):
         _check_schedule(schedule, file)
+    if mode == "interval" and schedule is None:
+        raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
+                                            "as '@hourly'): its runs' data intervals are the batches' ranges")
+    if isinstance(schedule, str):
+        if mode == "interval" and schedule.strip() in ("@once", "@continuous"):
+            raise ConfigError(file, "schedule", f"{schedule!r} has no data intervals; interval mode needs a "
+                                                f"cron expression or a preset such as '@hourly'")
 
     src = _req(raw, "source", file)
     if not isinstance(src, dict):
@@ -291,8 +297,10 @@ def load_pipeline(file: str) -> PipelineConfig:
     path = None
     if kind == "files":
         path = _table_path(_req(src, "path", file, "source."), file, "source.path")
-        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit,
-                              interval_prefix=src.get("interval_prefix"))
+        prefix = src.get("interval_prefix")
+        if prefix is not None:
+            _check_interval_prefix(prefix, mode, file)
+        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix)
     else:
         servers = _req(src, "bootstrap_servers", file, "source.")
         if not isinstance(servers, str) or not all(
@@ -406,6 +414,27 @@ def load_pipeline(file: str) -> PipelineConfig:
     )
 
 
+INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
+
+
+def _check_interval_prefix(prefix, mode: str, file: str) -> None:
+    key = "source.interval_prefix"
+    if mode != "interval":
+        raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")
+    if not isinstance(prefix, str) or not prefix.strip("/ "):
+        raise ConfigError(file, key, "must be a sub-folder pattern such as 'dt={ds}' or 'dt={ds}/hour={hh}'")
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(prefix) if f is not None}
+    except ValueError as e:
+        raise ConfigError(file, key, f"{prefix!r} is not a valid pattern: {e}") from None
+    unknown = names - INTERVAL_FIELDS
+    if unknown or not names:
+        raise ConfigError(file, key, f"{prefix!r} must use only the placeholders {{ds}} (YYYY-MM-DD), "
+                                     f"{{ds_nodash}} (YYYYMMDD) and {{hh}} (hour, 00-23), and at least one of them")
+    if prefix.startswith("/") or ".." in prefix.split("/"):
+        raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
+
+
 PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
 
 
@@ -446,6 +475,13 @@ def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], d
             continue
         if cfg.name in good:
             errors[f] = str(ConfigError(f, "name", f"{cfg.name!r} is already defined in {os.path.basename(good[cfg.name].file)}"))
+            continue
+        clash = next((g for g in good.values() if {g.sink_table, g.quarantine_table} &
+                      {cfg.sink_table, cfg.quarantine_table}), None)
+        if clash is not None:
+            errors[f] = str(ConfigError(f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already "
+                                        f"written by pipeline {clash.name!r} ({os.path.basename(clash.file)}); "
+                                        f"each table has exactly one pipeline (its ledger lives in the table)"))
             continue
         good[cfg.name] = cfg
     return good, errors
