@@ -17,7 +17,7 @@ from . import launch
 from .config import load_pipeline
 from .delta_sink import FingerprintMismatch
 from .params import ParamsError, RunParams, check_params
-from .protocol import BatchInFlight, CommitBlocked, LedgerMismatch, Protocol, ProtocolError, interval_of
+from .protocol import BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of
 from .sources.kafka import DataLossError, IntervalTooLarge
 from .verify import NotReady, VerifyFailed
 
@@ -97,8 +97,8 @@ class PlanOperator(BaseSensorOperator):
         try:
             plan, new = proto.plan(max_records=params.max_records_per_batch, interval=interval,
                                    run_id=context.get("run_id"))
-        except BatchInFlight as e:
-            self.log.info("plan: %s", e)
+        except (BatchInFlight, ConcurrentPlan) as e:  # another run's batch first; then ours
+            self.log.info("plan: %s; waiting", e)
             return False
         except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge) as e:  # not cured by retrying
             raise AirflowFailException(str(e)) from e
