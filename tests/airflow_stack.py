@@ -1,5 +1,8 @@
 """A real Airflow on loopback for tests: api-server, scheduler and dag-processor processes
-(LocalExecutor, SQLite in WAL mode), driven through the REST API and the CLI.
+(LocalExecutor) on a PostgreSQL server started from Debian's packages, driven through the
+REST API and the CLI. (SQLite is not made for several Airflow processes writing at once: under
+a busy scheduler, `airflow backfill create` failed with "database is locked" and left a
+half-created backfill behind.)
 
 Nothing is mocked: runs are created by the scheduler, by `airflow backfill create`, by
 `airflow dags trigger` and by POST /api/v2/dags/{id}/dagRuns, and executed by the executor.
@@ -7,6 +10,7 @@ Nothing is mocked: runs are created by the scheduler, by `airflow backfill creat
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -27,22 +31,59 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def pg_bin() -> str:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if not found:
+        raise RuntimeError("PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin): "
+                           "install Debian's postgresql package (.ci/run does)")
+    return os.path.dirname(found[-1])
+
+
+class Postgres:
+    """A throw-away PostgreSQL server on a loopback port (run as user postgres when we are root)."""
+
+    def __init__(self):
+        import tempfile
+
+        self.bin = pg_bin()
+        self.dir = tempfile.mkdtemp(prefix="eobatch-pg-")
+        self.port = free_port()
+        self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        if self.as_user:
+            shutil.chown(self.dir, "postgres", "postgres")
+        self.data = os.path.join(self.dir, "data")
+
+    def _run(self, *argv: str) -> None:
+        r = subprocess.run(self.as_user + list(argv), capture_output=True, text=True, timeout=120, cwd="/")
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed: {r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+    def start(self) -> str:
+        self._run(f"{self.bin}/initdb", "-D", self.data, "-U", "airflow", "--auth=trust", "-E", "UTF8")
+        self._run(f"{self.bin}/pg_ctl", "-D", self.data, "-l", os.path.join(self.dir, "pg.log"), "-w", "-o",
+                  f"-p {self.port} -h 127.0.0.1 -k {self.dir} -c fsync=off -c max_connections=200", "start")
+        self._run(f"{self.bin}/createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "airflow", "airflow")
+        return f"postgresql+psycopg2://airflow@127.0.0.1:{self.port}/airflow"
+
+    def stop(self) -> None:
+        try:
+            self._run(f"{self.bin}/pg_ctl", "-D", self.data, "-m", "immediate", "stop")
+        except RuntimeError:
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
 class AirflowStack:
-    def __init__(self, root: Path, template_home: Path, env: dict):
+    def __init__(self, root: Path, env: dict):
         self.root = root
         self.home = root / "airflow"
-        shutil.copytree(template_home, self.home)
-        from eobatch.airflow_sqlite import use_wal
-
-        use_wal(str(self.home / "airflow.db"))
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.pg = Postgres()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {
             **env,
             "AIRFLOW_HOME": str(self.home),
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.home}/airflow.db",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "eobatch.airflow_sqlite.CONNECT_ARGS",
-            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "eobatch.airflow_sqlite.CONNECT_ARGS_ASYNC",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
@@ -63,6 +104,10 @@ class AirflowStack:
     # -- processes ---------------------------------------------------------------------
     def start(self, dag_ids: list[str], timeout: float = 180) -> None:
         airflow = shutil.which("airflow", path=self.env["PATH"])
+        self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
+        r = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed: {r.stderr[-3000:]}")
         for name in ("api-server", "scheduler", "dag-processor"):
             out = open(self.root / f"{name}.log", "wb")
             self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=out, stderr=subprocess.STDOUT,
@@ -97,6 +142,7 @@ class AirflowStack:
                 os.killpg(p.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        self.pg.stop()
 
     def log_tail(self, name: str, n: int = 4000) -> str:
         path = self.root / f"{name}.log"
@@ -121,14 +167,8 @@ class AirflowStack:
         return self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        """An `airflow` CLI command; retried when SQLite reports a lock (a test-set-up artefact)."""
         airflow = shutil.which("airflow", path=self.env["PATH"])
-        for _ in range(5):
-            r = subprocess.run([airflow, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
-            if "database is locked" not in r.stdout + r.stderr:
-                return r
-            time.sleep(2)
-        return r
+        return subprocess.run([airflow, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def runs(self, dag_id: str) -> list[dict]:
         status, body = self.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=run_after")

@@ -165,6 +165,10 @@ def main(argv=None) -> int:
             vp.add_argument("--interval", nargs=2, metavar=("START", "END"),
                             help="interval mode: the data interval (ISO times, UTC)")
             vp.add_argument("--run-id", default=None, help="interval mode: the owner of the batch")
+    dp = sub.add_parser("run-date", help="the logical date `airflow dags test` needs so that the run covers "
+                                         "DATE's interval (interval mode) or DATE (continuous mode)")
+    dp.add_argument("pipeline")
+    dp.add_argument("date")
     wp = sub.add_parser("rewind", help="restore the tables to before BATCH and read again from its start")
     wp.add_argument("pipeline")
     wp.add_argument("batch", type=int)
@@ -197,6 +201,22 @@ def main(argv=None) -> int:
         return 0
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)
+    if args.cmd == "run-date":
+        import datetime as dt
+
+        try:
+            when = dt.datetime.fromisoformat(args.date.replace("Z", "+00:00"))
+            if cfg.mode == "interval":
+                # `airflow dags test` gives a manual run the interval that *ends* at its date;
+                # a backfill's run has the interval that *starts* at its logical date.
+                start, end = cfg.interval_starting(when)
+                print(end.isoformat())
+            else:
+                print(args.date)
+        except ValueError as e:
+            print(f"error: DATE {args.date!r}: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.cmd == "rewind":
         from .protocol import ProtocolError
 

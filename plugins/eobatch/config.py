@@ -100,6 +100,28 @@ class PipelineConfig:
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
+    def interval_cron(self) -> str | None:
+        """Interval mode: the schedule as a cron expression (presets spelled out)."""
+        if self.schedule is None:
+            return None
+        return PRESET_CRON.get(self.schedule.strip(), self.schedule.strip())
+
+    def interval_starting(self, start):
+        """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
+        import datetime as dt
+
+        from croniter import croniter
+
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.timezone.utc)
+        it = croniter(self.interval_cron, start - dt.timedelta(microseconds=1))
+        first = it.get_next(dt.datetime)
+        if first != start:
+            raise ValueError(f"{start.isoformat()} is not a start of a {self.schedule!r} interval "
+                             f"(the next one starts at {first.isoformat()})")
+        return start, it.get_next(dt.datetime)
+
+    @property
     def app_id(self) -> str:
         """The Delta txn appId of this pipeline."""
         return self.name
@@ -435,6 +457,10 @@ def _check_interval_prefix(prefix, mode: str, file: str) -> None:
         raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
 
 
+# Cron spelling of Airflow's presets, for interval mode's CronDataIntervalTimetable.
+PRESET_CRON = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+               "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@quarterly": "0 0 1 */3 *",
+               "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
 PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
 
 

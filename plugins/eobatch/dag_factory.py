@@ -16,10 +16,6 @@ from .airflow_ops import (
 from .config import PipelineConfig, load_all
 from .params import PARAMS_DOC
 
-# Cron spelling of Airflow's presets, for interval mode's CronDataIntervalTimetable.
-PRESET_CRON = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
-               "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@quarterly": "0 0 1 */3 *",
-               "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
 
 
 def timetable_for(cfg: PipelineConfig):
@@ -32,7 +28,7 @@ def timetable_for(cfg: PipelineConfig):
         return cfg.schedule
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    return CronDataIntervalTimetable(PRESET_CRON.get(cfg.schedule.strip(), cfg.schedule), timezone="UTC")
+    return CronDataIntervalTimetable(cfg.interval_cron, timezone="UTC")
 
 
 def run_params() -> dict:

@@ -17,16 +17,18 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory, airflow_template):
+def stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("scheduler")
     orders_p = write_pipeline(root, name="orders")
     hourly = write_pipeline(root, name="hourly", mode="interval", schedule="@hourly",
                             interval_prefix="dt={ds}/hour={hh}")
-    s = AirflowStack(root, airflow_template, airflow_env(root / "airflow", orders_p.yaml_path.parent))
-    s.start(["orders", "hourly"])
-    s.pipelines = {"orders": orders_p, "hourly": hourly}
-    yield s
-    s.stop()
+    s = AirflowStack(root, airflow_env(root / "airflow", orders_p.yaml_path.parent))
+    try:
+        s.start(["orders", "hourly"])
+        s.pipelines = {"orders": orders_p, "hourly": hourly}
+        yield s
+    finally:
+        s.stop()
 
 
 def ids(table) -> collections.Counter:

@@ -445,7 +445,8 @@ def test_shipped_pipelines_load(monkeypatch):
     monkeypatch.delenv("PIPELINES_DIR", raising=False)
     configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
     assert errors == {}
-    assert {"orders", "colors"} <= set(configs)
+    assert {"orders", "colors", "orders_kafka", "orders_hourly"} <= set(configs)
+    assert configs["orders_hourly"].mode == "interval"
 
 
 # -- fingerprint -----------------------------------------------------------------------------
