@@ -247,7 +247,7 @@ class Protocol:
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit)
         else:
             interval = None
-            rng, n, notes = source.next_range(self.ledger.live_plans(), limit)  # may raise DataLossError
+            rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
         if rng is None:
             for msg in notes:
                 log.warning(msg)
@@ -399,6 +399,26 @@ class Protocol:
         self.ledger.put_aborted(batch_id, attempt, {"reason": reason[:2000], "aborted_at": utcnow(),
                                                     "files_removed": len(removed)})
         return removed
+
+    def _read_so_far(self) -> list[BatchPlan]:
+        """The plans whose ranges count as read, in order: all but REWOUND (and ABANDONED) ones.
+
+        Right after a rewind to K, the last of them is a marker of K's start (an empty range at
+        K's first offsets), so a position-based source (Kafka) restarts exactly where K started,
+        even when K was the first batch or started after a loss it accepted.
+        """
+        plans = self.ledger.live_plans()
+        rewinds = self.ledger.rewinds()
+        if rewinds:
+            last = max(rewinds, key=lambda r: (r.after_batch, -r.to_batch))
+            k = self.ledger.plan(last.to_batch)
+            if k is not None and not any(p.batch_id > last.after_batch for p in plans) and "partitions" in k.range:
+                start = {p: [fr, fr] for p, (fr, _to) in k.range["partitions"].items()}
+                marker = BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind,
+                                   range={**k.range, "partitions": start, "lost": {}}, rows_in=0,
+                                   config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
+                plans = [p for p in plans if p.batch_id < last.to_batch] + [marker]
+        return plans
 
     def _same_interval(self, plan: BatchPlan) -> frozenset:
         """Interval mode: earlier batches of the same interval, whose files this batch replaces."""

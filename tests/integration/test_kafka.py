@@ -264,3 +264,28 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
     assert proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5") == (None, False)
     with pytest.raises(IntervalTooLarge, match="max_records_per_batch=4"):
         proto.plan(interval={"start": iso(base), "end": iso(base + 3 * hour)}, run_id="all")
+
+
+def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there(broker, tmp_path):
+    topic = "rewind_events"
+    create_topic(broker, topic, partitions=2)
+    produce(broker, topic, as_values(orders("old", 3), 2))  # before the pipeline: never read
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rw_kafka",
+                             extra_source="starting_offsets: latest\n")
+    assert run_batch(p) == 1  # an empty batch that records the starting offsets
+    first = p.protocol().ledger.plan(1)
+    assert sum(t - f for f, t in first.range["partitions"].values()) == 0
+    assert sum(f for f, _t in first.range["partitions"].values()) == 3
+    new = orders("new", 4)
+    produce(broker, topic, as_values(new, 2))
+    assert run_batch(p) == 2
+    assert sorted(r["order_id"] for r in read_rows(p.sink)) == sorted(r["order_id"] for r in new)
+
+    proto = p.protocol()
+    proto.rewind(1)
+    assert read_rows(p.sink) == []
+    plan3, is_new = proto.plan()
+    assert is_new and plan3.batch_id == 3
+    # back at batch 1's start (not at the topic's start, nor at its end)
+    assert plan3.range["partitions"] == {k: [f, t] for k, (f, t) in
+                                         proto.ledger.plan(2).range["partitions"].items()}

@@ -144,6 +144,13 @@ class KafkaSource:
                 raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
                                     f"{start[p]} but the partition ends at {high}: was the topic recreated?")
         backlog = {p: offsets[p][1] - start[p] for p in offsets}
+        if prev is None and self.src.starting_offsets == "latest":
+            # The first batch of a pipeline that starts at the latest offsets records where it
+            # starts, even when it reads nothing: later batches continue from there.
+            notes.append(f"first batch: starting at the latest offsets of topic {topic!r} "
+                         f"{ {str(p): high for p, (_low, high) in offsets.items()} }")
+            return ({"topic": topic, "isolation_level": self.src.isolation_level,
+                     "partitions": {str(p): [start[p], start[p]] for p in sorted(offsets)}}, None, notes)
         if sum(backlog.values()) == 0 and not lost:
             return None, None, notes
         take = spread(limit, backlog)
