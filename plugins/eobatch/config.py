@@ -88,6 +88,7 @@ class PipelineConfig:
     commit_retries: int = 8
     retry_delay_seconds: float = 10.0
     verify_timeout_seconds: int = 900
+    plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -136,7 +137,7 @@ TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
-RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds"}
+RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds", "plan_wait_seconds"}
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -412,7 +413,7 @@ def load_pipeline(file: str) -> PipelineConfig:
 
     rt = raw.get("retries") or {}
     if not isinstance(rt, dict):
-        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds)")
+        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
     _unknown(rt, RETRY_KEYS, file, "retries.")
     plan_retries = rt.get("plan", 2)
     stage_retries = rt.get("stage", 1)
@@ -424,6 +425,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ConfigError(file, "retries.delay_seconds", f"must be a non-negative number, got {delay!r}")
     vto = _pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
+    pws = _pos_int(rt.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds")
 
     desc = raw.get("description", "")
     return PipelineConfig(
@@ -432,7 +434,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         sink_table=sink_table, partition_by=tuple(pby), quarantine_table=q_table,
         max_record_bytes=mrb, description=str(desc), spark=spark,
         plan_retries=plan_retries, stage_retries=stage_retries, commit_retries=commit_retries,
-        retry_delay_seconds=float(delay), verify_timeout_seconds=vto,
+        retry_delay_seconds=float(delay), verify_timeout_seconds=vto, plan_wait_seconds=pws,
     )
 
 

@@ -82,7 +82,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     ) as dag:
         f = cfg.file
         recover = RecoverOperator(task_id="recover", pipeline_file=f)
-        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries)
+        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
+                            timeout=cfg.plan_wait_seconds)
         # Backfills run with their own max_active_runs: commits of one table are serialised here
         # too (one commit task instance of this pipeline at a time), though correctness holds
         # without it (txn conflicts and strictly ordered batches).
