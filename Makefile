@@ -12,7 +12,7 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch
+.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind
 
 help:
 	@echo "make setup | demo | test | up | down | cluster-up | cluster-down"
@@ -96,6 +96,10 @@ ledger: venv
 reset-batch: venv
 	@test -n "$(BATCH)" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id>" >&2; exit 2; }
 	@source include/env.sh && python -m eobatch.cli reset-batch "$(PIPELINE)" "$(BATCH)"
+
+rewind: venv
+	@test -n "$(BATCH)" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli rewind "$(PIPELINE)" "$(BATCH)" $(if $(DRY_RUN),--dry-run,)
 
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$(PIPELINE)" --all

@@ -8,6 +8,8 @@ RUNS="${2:-1}"; CONF="${3:-}"; DATE="${4:-}"
 [[ "$RUNS" =~ ^[0-9]+$ ]] && [ "$RUNS" -ge 1 ] || { echo "error: RUNS must be a positive integer, got '$RUNS'" >&2; exit 2; }
 airflow_init
 python -m eobatch.cli ledger "$PIPELINE" --format json >/dev/null || exit 2   # the pipeline exists and loads
+# Interval mode: DATE is the start of the interval to run, as a backfill's logical date would be.
+[ -n "$DATE" ] && { DATE=$(python -m eobatch.cli run-date "$PIPELINE" "$DATE") || exit 2; }
 for i in $(seq 1 "$RUNS"); do
   args=(dags test "$PIPELINE")
   [ -n "$DATE" ] && args+=("$DATE")

@@ -78,7 +78,8 @@ class Pipeline:
 
 def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, transform: str = "passthrough",
                    extra: str = "", partition_by: list[str] | None = None, max_records: int = 100000,
-                   options: dict | None = None) -> Pipeline:
+                   options: dict | None = None, mode: str = "continuous", schedule: str | None = None,
+                   interval_prefix: str | None = None) -> Pipeline:
     pipelines = root / "pipelines"
     pipelines.mkdir(parents=True, exist_ok=True)
     landing, sink, quarantine = root / "landing" / name, root / "lake" / name, root / "lake" / f"{name}_bad"
@@ -87,12 +88,13 @@ def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, 
     tr = transform if not options else json.dumps({"name": transform, "options": options})
     text = textwrap.dedent(f"""\
         name: {name}
-        mode: continuous
-        schedule: null
+        mode: {mode}
+        schedule: {json.dumps(schedule)}
         source:
           kind: files
           path: {landing}
           max_records_per_batch: {max_records}
+        {"  interval_prefix: " + json.dumps(interval_prefix) if interval_prefix else ""}
         schema: "{schema}"
         transform: {tr}
         sink:
@@ -174,11 +176,13 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=60)
 
 
-def run_batch(p: Pipeline, max_records: int | None = None) -> int | None:
+def run_batch(p: Pipeline, max_records: int | None = None, interval: tuple[str, str] | None = None,
+              run_id: str | None = None) -> int | None:
     """recover -> plan -> stage -> verify -> commit through the library (what the DAG calls)."""
     proto = p.protocol()
-    proto.recover()
-    plan, _ = proto.plan(max_records)
+    proto.recover(run_id=run_id)
+    plan, _ = proto.plan(max_records, interval={"start": interval[0], "end": interval[1]} if interval else None,
+                         run_id=run_id)
     if plan is None:
         return None
     attempt = launch.new_attempt_id(1)

@@ -16,8 +16,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from . import launch, s3conf
 from .config import load_pipeline
 from .delta_sink import FingerprintMismatch
-from .protocol import CommitBlocked, LedgerMismatch, Protocol, ProtocolError
-from .sources.kafka import DataLossError
+from .params import ParamsError, RunParams, check_params
+from .protocol import BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of
+from .sources.kafka import DataLossError, IntervalTooLarge
 from .verify import NotReady, VerifyFailed
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
@@ -61,8 +62,20 @@ def _protocol(pipeline_file: str) -> Protocol:
     return Protocol(cfg)
 
 
-def _params(context) -> dict:
-    return dict(context.get("params") or {})
+def _params(context, mode: str) -> RunParams:
+    dag_run = context.get("dag_run")
+    conf = getattr(dag_run, "conf", None) or {}
+    try:
+        return check_params(conf, dict(context.get("params") or {}), mode)
+    except ParamsError as e:
+        raise AirflowFailException(f"params refused: {e}") from e
+
+
+def _interval(context) -> dict | None:
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        return None
+    return interval_of(start, end)
 
 
 class RecoverOperator(BaseOperator):
@@ -77,44 +90,64 @@ class RecoverOperator(BaseOperator):
     def execute(self, context):
         t0 = time.time()
         proto = _protocol(self.pipeline_file)
+        params = _params(context, proto.cfg.mode)  # refused here, before anything is planned or staged
+        self.log.info("recover: run %s, params %s", context.get("run_id"), params)
         try:
-            rec = proto.recover()
-        except (LedgerMismatch, FingerprintMismatch, CommitBlocked) as e:
+            rec = proto.recover(run_id=context.get("run_id"), commit_prepared=not params.dry_run)
+            rewind = (proto.rewind(params.rewind_to_batch, run_id=context.get("run_id"), dry_run=params.dry_run)
+                      if params.rewind_to_batch else [])
+        except (LedgerMismatch, FingerprintMismatch, CommitBlocked, ProtocolError) as e:
             raise AirflowFailException(str(e)) from e
-        for a in rec.actions:
+        for a in rec.actions + rewind:
             self.log.info("recover: %s", a)
         self.log.info("recover: ledger at batch %s, tables committed up to batch %s%s (%.2fs)",
                       rec.latest, rec.committed,
                       f", batch {rec.pending} pending" if rec.pending else "", time.time() - t0)
+        if params.dry_run and (params.rewind_to_batch or (rec.pending and proto.ledger.prepared(rec.pending))):
+            raise AirflowSkipException("dry run: " + "; ".join(rewind or rec.actions) + "; nothing was changed")
         return {"latest": rec.latest, "committed": rec.committed, "pending": rec.pending}
 
 
-class PlanOperator(BaseOperator):
-    """begin: record the next batch's exact source range before any data is written."""
+class PlanOperator(BaseSensorOperator):
+    """begin: record the next batch's exact source range before any data is written.
+
+    A sensor in reschedule mode: in interval mode, while another run's batch is being staged
+    (batches are strictly ordered), it waits without holding a worker slot.
+    """
 
     ui_color = "#e3f2fd"
 
     def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 10)
+        kwargs.setdefault("timeout", 3600)
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
-    def execute(self, context):
+    def poke(self, context):
         proto = _protocol(self.pipeline_file)
-        limit = _params(context).get("max_records_per_batch")
+        params = _params(context, proto.cfg.mode)
+        interval = _interval(context) if proto.cfg.mode == "interval" else None
         try:
-            plan, new = proto.plan(max_records=int(limit) if limit else None)
-        except (LedgerMismatch, ProtocolError, DataLossError) as e:  # not cured by retrying
+            plan, new = proto.plan(max_records=params.max_records_per_batch, interval=interval,
+                                   run_id=context.get("run_id"))
+        except (BatchInFlight, ConcurrentPlan) as e:  # another run's batch first; then ours
+            self.log.info("plan: %s; waiting", e)
+            return False
+        except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge) as e:  # not cured by retrying
             raise AirflowFailException(str(e)) from e
         if plan is None:
+            what = (f"interval [{interval['start']}, {interval['end']})" if interval else "")
             raise AirflowSkipException(
-                f"nothing new in {proto.cfg.source.describe()}: no batch planned, the tables are unchanged")
+                f"nothing new in {proto.cfg.source.describe()} {what}: no batch planned, the tables are unchanged")
         for note in plan.notes:
             self.log.warning("plan: %s", note)
-        self.log.info("plan: batch %s %s: %s, %s records%s", plan.batch_id,
+        self.log.info("plan: batch %s %s: %s, %s records%s%s", plan.batch_id,
                       "PLANNED" if new else "re-staged with its recorded range",
                       plan.range_summary(), plan.rows_in,
-                      f" (planned in {plan.plan_seconds:.2f}s)" if new else "")
-        return plan.batch_id
+                      f" (planned in {plan.plan_seconds:.2f}s)" if new else "",
+                      " [dry run]" if params.dry_run else "")
+        return PokeReturnValue(is_done=True, xcom_value=plan.batch_id)
 
 
 class StageOperator(SparkSubmitOperator):
@@ -194,18 +227,23 @@ class VerifySensor(BaseSensorOperator):
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
         proto = _protocol(self.pipeline_file)
+        dry = _params(context, proto.cfg.mode).dry_run
         try:
-            p = proto.verify(batch_id, attempt)
+            p = proto.verify(batch_id, attempt, dry_run=dry)
         except NotReady as e:
             self.log.info("verify: %s", e)
             return False
         except (VerifyFailed, ProtocolError) as e:
             raise AirflowFailException(str(e)) from e
-        self.log.info("verify: batch %s PREPARED from attempt %s in %.2fs: %d rows in = %d valid + %d "
+        self.log.info("verify: batch %s %s from attempt %s in %.2fs: %d rows in = %d valid + %d "
                       "quarantined; %d rows to publish in %d files (%d bytes); fingerprint %s",
-                      batch_id, p.attempt, p.verify_seconds, p.rows_in, p.rows_valid, p.rows_quarantined,
+                      batch_id, "verified (dry run, not PREPARED)" if dry else "PREPARED", p.attempt,
+                      p.verify_seconds, p.rows_in, p.rows_valid, p.rows_quarantined,
                       p.rows_published, p.files, p.bytes, p.fingerprint[:16])
-        return PokeReturnValue(is_done=True, xcom_value={"attempt": p.attempt, "fingerprint": p.fingerprint})
+        return PokeReturnValue(is_done=True, xcom_value={
+            "attempt": p.attempt, "fingerprint": p.fingerprint, "dry_run": dry, "rows_in": p.rows_in,
+            "rows_published": p.rows_published, "rows_quarantined": p.rows_quarantined, "files": p.files,
+            "bytes": p.bytes})
 
 
 class CommitOperator(BaseOperator):
@@ -218,8 +256,11 @@ class CommitOperator(BaseOperator):
         self.pipeline_file = pipeline_file
 
     def execute(self, context):
-        batch_id = int(context["ti"].xcom_pull(task_ids=PLAN_TASK))
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         proto = _protocol(self.pipeline_file)
+        if _params(context, proto.cfg.mode).dry_run:
+            return self._dry_run_report(context, proto, batch_id)
         try:
             c = proto.commit(batch_id)
         except (FingerprintMismatch, LedgerMismatch) as e:
@@ -229,6 +270,25 @@ class CommitOperator(BaseOperator):
                       "quarantined", batch_id, c.commit_seconds, c.delta_versions, p.rows_published,
                       p.rows_quarantined)
         return {"batch_id": batch_id, "delta_versions": c.delta_versions}
+
+    def _dry_run_report(self, context, proto: Protocol, batch_id: int) -> dict:
+        ti = context["ti"]
+        report = dict(ti.xcom_pull(task_ids=VERIFY_TASK) or {})
+        attempt = report.get("attempt") or ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        removed = proto.abort(batch_id, attempt, reason=f"dry run {context.get('run_id')}")
+        plan = proto.ledger.plan(batch_id)
+        self.log.info("commit: DRY RUN of batch %s: would publish %s rows to %s and %s rows to %s in %s "
+                      "files (%s bytes) from %s. Nothing was published; the attempt was aborted (%d staged "
+                      "files removed).", batch_id, report.get("rows_published"), proto.cfg.sink_table,
+                      report.get("rows_quarantined"), proto.cfg.quarantine_table, report.get("files"),
+                      report.get("bytes"), plan.range_summary(), len(removed))
+        if proto.cfg.mode == "interval":
+            proto.abandon(batch_id, f"dry run {context.get('run_id')}")
+            self.log.info("commit: dry run: interval batch %s abandoned", batch_id)
+        else:
+            self.log.info("commit: dry run: batch %s stays PLANNED; the next run re-stages this range",
+                          batch_id)
+        return {"dry_run": True, "batch_id": batch_id, "range": plan.range_summary(), **report}
 
 
 class AbortOperator(BaseOperator):
@@ -245,17 +305,25 @@ class AbortOperator(BaseOperator):
         ti = context["ti"]
         batch_id = ti.xcom_pull(task_ids=PLAN_TASK)
         attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        proto = _protocol(self.pipeline_file)
         if batch_id is None or attempt is None:
+            if batch_id is not None and proto.cfg.mode == "interval" and proto.ledger.prepared(int(batch_id)) is None:
+                proto.abandon(int(batch_id), f"run {context.get('run_id')} failed before staging")
+                self.log.info("abort: no attempt was started; interval batch %s is ABANDONED", batch_id)
+                return None
             self.log.info("abort: no attempt was started; nothing to remove")
             return None
-        proto = _protocol(self.pipeline_file)
         prepared = proto.ledger.prepared(int(batch_id))
         if prepared is not None and prepared.attempt == attempt:
             self.log.warning("abort: batch %s attempt %s is PREPARED; it is not aborted: the next run's "
                              "recover commits it", batch_id, attempt)
             return None
         removed = proto.abort(int(batch_id), attempt, reason=f"run {context.get('run_id')} failed")
-        self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the batch stays "
-                      "PLANNED and the next run re-stages the same range", batch_id, attempt, len(removed))
+        if proto.cfg.mode == "interval" and proto.abandon(int(batch_id), f"run {context.get('run_id')} failed"):
+            self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the interval batch "
+                          "is ABANDONED: run the interval again to publish it", batch_id, attempt, len(removed))
+        else:
+            self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the batch stays "
+                          "PLANNED and the next run re-stages the same range", batch_id, attempt, len(removed))
         return len(removed)
 

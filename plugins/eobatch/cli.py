@@ -53,6 +53,8 @@ def ledger_rows(proto: Protocol) -> list[dict]:
             "commit_s": committed.commit_seconds if committed else None,
             "recovered": committed.recovered if committed else None,
             "planned_at": plan.planned_at,
+            "interval": plan.interval,
+            "run_id": plan.run_id,
             "notes": list(plan.notes),
             "offsets": plan.range,
         }
@@ -114,7 +116,8 @@ def run_verb(proto: Protocol, args) -> int:
             print(json.dumps({"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
                               "actions": rec.actions}))
         elif args.cmd == "plan":
-            plan, new = proto.plan(args.max_records)
+            interval = {"start": args.interval[0], "end": args.interval[1]} if args.interval else None
+            plan, new = proto.plan(args.max_records, interval=interval, run_id=args.run_id)
             if plan is None:
                 print("nothing new")
                 return 6
@@ -159,6 +162,17 @@ def main(argv=None) -> int:
             vp.add_argument(a, type=int if a == "batch" else str)
         if verb == "plan":
             vp.add_argument("--max-records", type=int, default=None)
+            vp.add_argument("--interval", nargs=2, metavar=("START", "END"),
+                            help="interval mode: the data interval (ISO times, UTC)")
+            vp.add_argument("--run-id", default=None, help="interval mode: the owner of the batch")
+    dp = sub.add_parser("run-date", help="the logical date `airflow dags test` needs so that the run covers "
+                                         "DATE's interval (interval mode) or DATE (continuous mode)")
+    dp.add_argument("pipeline")
+    dp.add_argument("date")
+    wp = sub.add_parser("rewind", help="restore the tables to before BATCH and read again from its start")
+    wp.add_argument("pipeline")
+    wp.add_argument("batch", type=int)
+    wp.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
     rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
@@ -175,7 +189,11 @@ def main(argv=None) -> int:
             print(json.dumps(rows, indent=1, default=str))
         else:
             versions = proto.committed_versions()
-            print(f"pipeline {cfg.name}: {cfg.source.describe()} -> {cfg.sink_table}; committed txn versions {versions}")
+            print(f"pipeline {cfg.name} ({cfg.mode}): {cfg.source.describe()} -> {cfg.sink_table}; committed txn "
+                  f"versions {versions}")
+            for r in proto.ledger.rewinds():
+                print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
+                      f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
             print(render_table(rows) if rows else "(no batches yet)")
         return 0
     if args.cmd == "show":
@@ -183,6 +201,32 @@ def main(argv=None) -> int:
         return 0
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)
+    if args.cmd == "run-date":
+        import datetime as dt
+
+        try:
+            when = dt.datetime.fromisoformat(args.date.replace("Z", "+00:00"))
+            if cfg.mode == "interval":
+                # `airflow dags test` gives a manual run the interval that *ends* at its date;
+                # a backfill's run has the interval that *starts* at its logical date.
+                start, end = cfg.interval_starting(when)
+                print(end.isoformat())
+            else:
+                print(args.date)
+        except ValueError as e:
+            print(f"error: DATE {args.date!r}: {e}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "rewind":
+        from .protocol import ProtocolError
+
+        try:
+            for line in proto.rewind(args.batch, run_id="cli", dry_run=args.dry_run):
+                print(line)
+        except ProtocolError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 5
+        return 0
     if args.cmd == "reset-batch":
         from .protocol import ProtocolError
 

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import re
+import string
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -87,6 +88,7 @@ class PipelineConfig:
     commit_retries: int = 8
     retry_delay_seconds: float = 10.0
     verify_timeout_seconds: int = 900
+    plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -97,6 +99,28 @@ class PipelineConfig:
             "max_record_bytes": self.max_record_bytes,
         }
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def interval_cron(self) -> str | None:
+        """Interval mode: the schedule as a cron expression (presets spelled out)."""
+        if self.schedule is None:
+            return None
+        return PRESET_CRON.get(self.schedule.strip(), self.schedule.strip())
+
+    def interval_starting(self, start):
+        """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
+        import datetime as dt
+
+        from croniter import croniter
+
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.timezone.utc)
+        it = croniter(self.interval_cron, start - dt.timedelta(microseconds=1))
+        first = it.get_next(dt.datetime)
+        if first != start:
+            raise ValueError(f"{start.isoformat()} is not a start of a {self.schedule!r} interval "
+                             f"(the next one starts at {first.isoformat()})")
+        return start, it.get_next(dt.datetime)
 
     @property
     def app_id(self) -> str:
@@ -113,7 +137,7 @@ TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
-RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds"}
+RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds", "plan_wait_seconds"}
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -271,14 +295,19 @@ def load_pipeline(file: str) -> PipelineConfig:
     mode = raw.get("mode", "continuous")
     if mode not in ("continuous", "interval"):
         raise ConfigError(file, "mode", f"{mode!r} must be 'continuous' or 'interval'")
-    if mode == "interval":
-        raise ConfigError(file, "mode", "interval mode is not available yet; use 'continuous'")
 
     schedule = raw.get("schedule")
     if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
         raise ConfigError(file, "schedule", "must be null, a cron expression or a preset such as '@hourly'")
     if isinstance(schedule, str):
         _check_schedule(schedule, file)
+    if mode == "interval" and schedule is None:
+        raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
+                                            "as '@hourly'): its runs' data intervals are the batches' ranges")
+    if isinstance(schedule, str):
+        if mode == "interval" and schedule.strip() in ("@once", "@continuous"):
+            raise ConfigError(file, "schedule", f"{schedule!r} has no data intervals; interval mode needs a "
+                                                f"cron expression or a preset such as '@hourly'")
 
     src = _req(raw, "source", file)
     if not isinstance(src, dict):
@@ -291,8 +320,10 @@ def load_pipeline(file: str) -> PipelineConfig:
     path = None
     if kind == "files":
         path = _table_path(_req(src, "path", file, "source."), file, "source.path")
-        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit,
-                              interval_prefix=src.get("interval_prefix"))
+        prefix = src.get("interval_prefix")
+        if prefix is not None:
+            _check_interval_prefix(prefix, mode, file)
+        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix)
     else:
         servers = _req(src, "bootstrap_servers", file, "source.")
         if not isinstance(servers, str) or not all(
@@ -382,7 +413,7 @@ def load_pipeline(file: str) -> PipelineConfig:
 
     rt = raw.get("retries") or {}
     if not isinstance(rt, dict):
-        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds)")
+        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
     _unknown(rt, RETRY_KEYS, file, "retries.")
     plan_retries = rt.get("plan", 2)
     stage_retries = rt.get("stage", 1)
@@ -394,6 +425,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ConfigError(file, "retries.delay_seconds", f"must be a non-negative number, got {delay!r}")
     vto = _pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
+    pws = _pos_int(rt.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds")
 
     desc = raw.get("description", "")
     return PipelineConfig(
@@ -402,10 +434,35 @@ def load_pipeline(file: str) -> PipelineConfig:
         sink_table=sink_table, partition_by=tuple(pby), quarantine_table=q_table,
         max_record_bytes=mrb, description=str(desc), spark=spark,
         plan_retries=plan_retries, stage_retries=stage_retries, commit_retries=commit_retries,
-        retry_delay_seconds=float(delay), verify_timeout_seconds=vto,
+        retry_delay_seconds=float(delay), verify_timeout_seconds=vto, plan_wait_seconds=pws,
     )
 
 
+INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
+
+
+def _check_interval_prefix(prefix, mode: str, file: str) -> None:
+    key = "source.interval_prefix"
+    if mode != "interval":
+        raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")
+    if not isinstance(prefix, str) or not prefix.strip("/ "):
+        raise ConfigError(file, key, "must be a sub-folder pattern such as 'dt={ds}' or 'dt={ds}/hour={hh}'")
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(prefix) if f is not None}
+    except ValueError as e:
+        raise ConfigError(file, key, f"{prefix!r} is not a valid pattern: {e}") from None
+    unknown = names - INTERVAL_FIELDS
+    if unknown or not names:
+        raise ConfigError(file, key, f"{prefix!r} must use only the placeholders {{ds}} (YYYY-MM-DD), "
+                                     f"{{ds_nodash}} (YYYYMMDD) and {{hh}} (hour, 00-23), and at least one of them")
+    if prefix.startswith("/") or ".." in prefix.split("/"):
+        raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
+
+
+# Cron spelling of Airflow's presets, for interval mode's CronDataIntervalTimetable.
+PRESET_CRON = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+               "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@quarterly": "0 0 1 */3 *",
+               "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
 PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
 
 
@@ -446,6 +503,13 @@ def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], d
             continue
         if cfg.name in good:
             errors[f] = str(ConfigError(f, "name", f"{cfg.name!r} is already defined in {os.path.basename(good[cfg.name].file)}"))
+            continue
+        clash = next((g for g in good.values() if {g.sink_table, g.quarantine_table} &
+                      {cfg.sink_table, cfg.quarantine_table}), None)
+        if clash is not None:
+            errors[f] = str(ConfigError(f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already "
+                                        f"written by pipeline {clash.name!r} ({os.path.basename(clash.file)}); "
+                                        f"each table has exactly one pipeline (its ledger lives in the table)"))
             continue
         good[cfg.name] = cfg
     return good, errors

@@ -14,6 +14,31 @@ from .airflow_ops import (
     AbortOperator, CommitOperator, PlanOperator, RecoverOperator, StageOperator, VerifySensor,
 )
 from .config import PipelineConfig, load_all
+from .params import PARAMS_DOC
+
+
+
+def timetable_for(cfg: PipelineConfig):
+    """Continuous mode: the schedule as given (each run takes what is there at plan time).
+
+    Interval mode: a timetable whose runs cover the time between two cron ticks. Airflow 3's
+    default for a cron string (CronTriggerTimetable) gives zero-length data intervals.
+    """
+    if cfg.mode != "interval":
+        return cfg.schedule
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    return CronDataIntervalTimetable(cfg.interval_cron, timezone="UTC")
+
+
+def run_params() -> dict:
+    return {
+        "max_records_per_batch": Param(None, type=["null", "integer"], minimum=1,
+                                       description=PARAMS_DOC["max_records_per_batch"]),
+        "dry_run": Param(False, type="boolean", description=PARAMS_DOC["dry_run"]),
+        "rewind_to_batch": Param(None, type=["null", "integer"], minimum=1,
+                                 description=PARAMS_DOC["rewind_to_batch"]),
+    }
 
 DOC = """
 ### Exactly-once pipeline `{name}`
@@ -28,7 +53,10 @@ readers) → **verify** (every partition's manifest, files, sizes, counts, schem
 A failure before PREPARED runs **abort** (the attempt's files are removed; the batch keeps its
 range and is re-staged by the next run).
 
-Params: `max_records_per_batch` caps the size of a *new* batch (a pending batch keeps its range).
+Mode `{mode}`{schedule}. Params (trigger form): `max_records_per_batch` caps a *new* batch (a pending
+batch keeps its range); `dry_run` stages and verifies, then aborts and reports what would have
+been published; `rewind_to_batch` (continuous mode) restores the tables to before that batch and
+reads again from its start. Unknown or invalid params are refused before anything is planned.
 """
 
 
@@ -41,28 +69,29 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     with DAG(
         dag_id=cfg.name,
         description=cfg.description or f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}",
-        schedule=cfg.schedule,
+        schedule=timetable_for(cfg),
         start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
-        catchup=False,
+        catchup=False,  # no catch-up storm; past intervals are published with `airflow backfill create`
         max_active_runs=1,  # one committer per pipeline at a time; correctness does not rely on it
         default_args=default_args,
-        params={
-            "max_records_per_batch": Param(
-                None, type=["null", "integer"], minimum=1,
-                description="Upper bound of records for a new batch (default: the YAML's value)"),
-        },
-        tags=["eobatch", cfg.source.kind],
+        params=run_params(),
+        tags=["eobatch", cfg.source.kind, cfg.mode],
         doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
-                          quarantine=cfg.quarantine_table, transform=cfg.transform),
+                          quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
+                          schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else ", manual triggers only"),
     ) as dag:
         f = cfg.file
         recover = RecoverOperator(task_id="recover", pipeline_file=f)
-        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries)
+        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
+                            timeout=cfg.plan_wait_seconds)
+        # Backfills run with their own max_active_runs: commits of one table are serialised here
+        # too (one commit task instance of this pipeline at a time), though correctness holds
+        # without it (txn conflicts and strictly ordered batches).
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
                               retries=cfg.stage_retries)
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
         commit = CommitOperator(task_id="commit", pipeline_file=f, retries=cfg.commit_retries,
-                                retry_exponential_backoff=True,
+                                retry_exponential_backoff=True, max_active_tis_per_dag=1,
                                 max_retry_delay=dt.timedelta(minutes=10))
         abort = AbortOperator(task_id="abort", pipeline_file=f)
         recover >> plan >> stage >> verify >> commit

@@ -58,6 +58,17 @@ def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tupl
     return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
 
 
+def _partition_text(v) -> str:
+    """A partition value as the Delta log spells it."""
+    import datetime as dt
+
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dt.datetime):
+        return v.strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(v)
+
+
 class DeltaParticipant:
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
         from . import s3conf
@@ -120,13 +131,17 @@ class DeltaParticipant:
                           storage_options=self.storage_options)
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
-               partition_by: list[str], metadata: dict) -> int:
+               partition_by: list[str], metadata: dict, expected_prev: int | None = None,
+               replace_batches: set[int] | frozenset = frozenset()) -> int:
         """One Delta transaction: the files, txn(app_id, batch_id), and ``metadata``.
 
+        ``expected_prev`` is the batch the table must hold now (default ``batch_id - 1``).
+        ``replace_batches`` (interval mode): the live files staged by those batches are removed
+        in the same transaction, so the batch replaces their slice of the table.
         Returns the new table version. Raises CommitConflict when another writer won.
         """
         from deltalake.exceptions import CommitFailedError, DeltaError
-        from deltalake.transaction import AddAction, CommitProperties, Transaction
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
         self.ensure_table(schema, partition_by)
         dt = self._table()
@@ -134,13 +149,20 @@ class DeltaParticipant:
         # committed before it is seen here, one that commits after it makes delta-rs fail
         # the commit (same appId). A check made before ensure_table could be stale.
         current = dt.transaction_version(app_id) or 0
-        if current != batch_id - 1:
+        expected = batch_id - 1 if expected_prev is None else expected_prev
+        if current != expected:
             raise CommitConflict(f"{self.name}: {self.uri} holds batch {current} of {app_id!r} at version "
                                  f"{dt.version()}; batch {batch_id} cannot be appended on top of it now")
         now = int(time.time() * 1000)
         actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")
                    for a in adds]
+        removes = self._files_of_batches(dt, replace_batches, now) if replace_batches else []
+        if removes:
+            log.info("%s: batch %s replaces %d file(s) of batch(es) %s", self.name, batch_id, len(removes),
+                     sorted(replace_batches))
+            metadata = {**metadata, "eo.replaces": json.dumps(sorted(replace_batches))}
+        actions += removes
         try:
             dt.create_write_transaction(
                 actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
@@ -158,6 +180,43 @@ class DeltaParticipant:
             raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
         found = self.find_batch_commit(app_id, batch_id)
         return found[0] if found else -1
+
+    @staticmethod
+    def _files_of_batches(dt, batch_ids, now: int) -> list:
+        """RemoveActions for the files of ``dt``'s snapshot that those batches staged."""
+        from deltalake.transaction import RemoveAction
+
+        from .formats import STAGING_DIR, bid
+
+        prefixes = tuple(f"{STAGING_DIR}/b{bid(b)}/" for b in batch_ids)
+        t = pa.table(dt.get_add_actions(flatten=False))
+        paths = t.column("path").to_pylist()
+        sizes = t.column("size_bytes").to_pylist()
+        pvals = t.column("partition").to_pylist() if "partition" in t.column_names else [None] * len(paths)
+        out = []
+        for path, size, pv in zip(paths, sizes, pvals):
+            if path.startswith(prefixes):
+                pv = {k: (None if v is None else _partition_text(v)) for k, v in (pv or {}).items()}
+                out.append(RemoveAction(path, True, now, int(size), pv))
+        return out
+
+    def restore(self, version: int, metadata: dict) -> int:
+        """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind). Returns the new version."""
+        from deltalake.transaction import CommitProperties
+
+        dt = self._table()
+        dt.restore(version, commit_properties=CommitProperties(custom_metadata=metadata))
+        return self._table().version()
+
+    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None:
+        """Version of the newest commit (of the last ``limit``) whose commitInfo has ``key == value``."""
+        dt = self._table()
+        if dt is None:
+            return None
+        for h in dt.history(limit):
+            if str(h.get(key)) == value:
+                return int(h["version"])
+        return None
 
     def live_files(self) -> set[str]:
         dt = self._table()

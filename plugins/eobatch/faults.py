@@ -23,6 +23,7 @@ POINTS = (
     "commit.before_delta_commit",
     "commit.after_first_participant",
     "commit.after_delta_commit",
+    "rewind.after_first_restore",
 )
 
 

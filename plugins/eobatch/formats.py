@@ -8,6 +8,9 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
     T/_eo_ledger/attempts/<batch>/<attempt>/stage.json     STAGED    (written by the driver at the end)
     T/_eo_ledger/attempts/<batch>/<attempt>/aborted.json   the attempt was aborted and its files removed
     T/_eo_ledger/prepared/<batch>.json                     PREPARED  (put-if-absent; the file set to commit)
+                                                           or ABANDONED (interval mode: same file, so a
+                                                           batch is either prepared or abandoned, never both)
+    T/_eo_ledger/rewinds/<after>-<to>.json                 a rewind after batch <after> to before batch <to>
     T/_eo_ledger/committed/<batch>.json                    COMMITTED (ledger copy; the truth is the Delta txn)
     T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
     Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
@@ -27,7 +30,7 @@ from typing import Any, Literal
 from .storage import join
 
 FORMAT_VERSION = 1
-BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABORTED"]
+BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", "REWOUND"]
 LEDGER_DIR = "_eo_ledger"
 STAGING_DIR = "eo_batches"
 SINK, QUARANTINE = "sink", "quarantine"
@@ -79,6 +82,12 @@ class Layout:
     def committed(self, batch_id: int) -> str:
         return join(self.ledger, "committed", bid(batch_id) + ".json")
 
+    def rewinds_dir(self) -> str:
+        return join(self.ledger, "rewinds")
+
+    def rewind(self, after_batch: int, to_batch: int) -> str:
+        return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
     def staging_root(self, participant: str) -> str:
         return join(self.table(participant), STAGING_DIR)
 
@@ -117,9 +126,19 @@ class BatchPlan(Record):
     planned_at: str
     plan_seconds: float = 0.0
     notes: list = field(default_factory=list)
+    interval: dict | None = None  # interval mode: {"start", "end"} (ISO, UTC) of the run's data interval
+    run_id: str | None = None  # the Airflow run that planned it (interval mode: its owner)
     format: int = FORMAT_VERSION
 
+    @property
+    def interval_key(self) -> str | None:
+        return f"{self.interval['start']}/{self.interval['end']}" if self.interval else None
+
     def range_summary(self) -> str:
+        text = self._range_text()
+        return f"interval {self.interval_key}: {text}" if self.interval else text
+
+    def _range_text(self) -> str:
         if self.source_kind == "files":
             files = self.range.get("files", [])
             if not files:
@@ -214,6 +233,25 @@ class CommittedBatch(Record):
     format: int = FORMAT_VERSION
 
 
+@dataclass
+class RewindRecord(Record):
+    """A rewind: the tables went back to before ``to_batch``; batches to_batch..after_batch are
+    REWOUND (their ranges are read again by the next batches, whose ids continue after
+    ``after_batch`` so the Delta txn version only ever grows)."""
+
+    pipeline: str
+    after_batch: int
+    to_batch: int
+    restore_versions: dict  # participant -> the table version restored (the one before to_batch's commit)
+    requested_at: str
+    run_id: str | None = None
+    format: int = FORMAT_VERSION
+
+    @property
+    def key(self) -> str:
+        return f"{self.after_batch}-{self.to_batch}"
+
+
 def fingerprint_of(adds: dict[str, list[dict]]) -> str:
     """Fingerprint of a file set: participant, relative path and size of every file."""
     h = hashlib.sha256()
@@ -235,6 +273,7 @@ def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) 
         "eo.offsets": json.dumps(compact_offsets(plan), sort_keys=True, separators=(",", ":")),
         "eo.rows": json.dumps({"in": prepared.rows_in, "published": prepared.rows_published,
                                "quarantined": prepared.rows_quarantined}),
+        **({"eo.interval": plan.interval_key} if plan.interval else {}),
     }
 
 

@@ -6,7 +6,7 @@ import json
 import re
 
 from .formats import (
-    BatchPlan, CommittedBatch, Layout, PartitionManifest, PreparedBatch, StageSummary, bid,
+    BatchPlan, CommittedBatch, Layout, PartitionManifest, PreparedBatch, RewindRecord, StageSummary, bid,
 )
 from .storage import join, storage_for
 
@@ -32,8 +32,44 @@ class Ledger:
     def plan(self, batch_id: int) -> BatchPlan | None:
         return self._read(self.layout.plan(batch_id), BatchPlan)
 
+    def _decision(self, batch_id: int) -> dict | None:
+        try:
+            return json.loads(self.fs.read_bytes(self.layout.prepared(batch_id)))
+        except FileNotFoundError:
+            return None
+
     def prepared(self, batch_id: int) -> PreparedBatch | None:
-        return self._read(self.layout.prepared(batch_id), PreparedBatch)
+        d = self._decision(batch_id)
+        if d is None or d.get("abandoned"):
+            return None
+        return PreparedBatch.from_json(json.dumps(d))
+
+    def abandoned(self, batch_id: int) -> dict | None:
+        """Interval mode: the batch was given up (its interval can simply run again)."""
+        d = self._decision(batch_id)
+        return d if d is not None and d.get("abandoned") else None
+
+    def put_abandoned(self, batch_id: int, info: dict) -> bool:
+        """Decide ABANDONED, put-if-absent on the PREPARED record's path: exactly one of
+        PREPARED or ABANDONED can ever be decided for a batch."""
+        body = json.dumps({"abandoned": True, "batch_id": batch_id, **info}, sort_keys=True).encode()
+        return self.fs.put_if_absent(self.layout.prepared(batch_id), body)
+
+    def rewinds(self) -> list[RewindRecord]:
+        out = []
+        for f in self.fs.list_files(self.layout.rewinds_dir(), recursive=False):
+            if f.path.endswith(".json"):
+                out.append(RewindRecord.from_json(self.fs.read_bytes(f.path)))
+        return sorted(out, key=lambda r: (r.after_batch, -r.to_batch))
+
+    def put_rewind(self, rec: RewindRecord) -> bool:
+        return self.fs.put_if_absent(self.layout.rewind(rec.after_batch, rec.to_batch), rec.to_json())
+
+    def rewound_ids(self) -> set[int]:
+        out: set[int] = set()
+        for r in self.rewinds():
+            out.update(range(r.to_batch, r.after_batch + 1))
+        return out
 
     def committed(self, batch_id: int) -> CommittedBatch | None:
         return self._read(self.layout.committed(batch_id), CommittedBatch)
@@ -58,6 +94,11 @@ class Ledger:
 
     def plans(self) -> list[BatchPlan]:
         return [p for p in (self.plan(i) for i in self.batch_ids()) if p is not None]
+
+    def live_plans(self) -> list[BatchPlan]:
+        """Plans whose ranges count as read: all but REWOUND and ABANDONED batches."""
+        gone = self.rewound_ids()
+        return [p for p in self.plans() if p.batch_id not in gone and self.abandoned(p.batch_id) is None]
 
     def attempts(self, batch_id: int) -> list[str]:
         return self.fs.list_dirs(self.layout.attempts_dir(batch_id))

@@ -21,8 +21,19 @@ with a commit issued again on restore), with a batch in the role of a checkpoint
             already holds the batch is checked (same fingerprint) and skipped.
 ``abort``   remove one failed attempt's staged files; refuses a PREPARED attempt.
 ``recover`` at the start of every run: check ledger and tables agree (no gap, no unknown
-            batch), commit a PREPARED batch, hand back a PLANNED/STAGED batch for re-staging,
-            sweep orphan files of dead or zombie attempts.
+            batch), finish a rewind, commit a PREPARED batch, hand back a PLANNED/STAGED batch
+            for re-staging, sweep orphan files of dead or zombie attempts.
+
+Two repairs move the pipeline's position explicitly, never by editing a table behind its back:
+``rewind(K)`` restores every table to before batch K and marks batches K.. REWOUND, so the next
+batch (a new id: txn versions only grow) reads again from K's start; ``reset(K)`` forgets
+batches that no table holds.
+
+Interval mode: a batch's range is its run's data interval, and its commit replaces the files
+of earlier batches of the same interval in the same Delta transaction. Batches stay strictly
+ordered: a run whose interval is not the in-flight batch's waits (``BatchInFlight``); a run that
+fails before PREPARED abandons its batch (ABANDONED and PREPARED share one put-if-absent
+record, so exactly one of them is ever decided) and the interval can simply run again.
 
 The tables' txn version is the source of truth for "which batch committed"; the batch plan is
 the truth for "what that batch contained". Nothing lives only in Airflow's database.
@@ -39,8 +50,8 @@ from . import faults
 from .config import PipelineConfig
 from .delta_sink import CommitConflict, DeltaParticipant, FingerprintMismatch, schema_from_b64
 from .formats import (
-    PARTICIPANTS, BatchPlan, BatchState, CommittedBatch, Layout, PreparedBatch, commit_metadata,
-    fingerprint_of,
+    PARTICIPANTS, BatchPlan, BatchState, CommittedBatch, Layout, PreparedBatch, RewindRecord,
+    commit_metadata, fingerprint_of,
 )
 from .ledger import Ledger
 from .sources import source_for
@@ -66,6 +77,10 @@ class CommitBlocked(ProtocolError):
     pass
 
 
+class BatchInFlight(ProtocolError):
+    """Interval mode: another run's batch is being staged; wait until it is decided."""
+
+
 def utcnow() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -76,6 +91,26 @@ class Recovery:
     committed: int  # highest batch committed in every participant
     pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
     actions: list  # what recovery did, for the task log
+    in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
+
+
+def _ms(iso_or_dt) -> int:
+    if isinstance(iso_or_dt, str):
+        iso_or_dt = _dt.datetime.fromisoformat(iso_or_dt)
+    if iso_or_dt.tzinfo is None:
+        iso_or_dt = iso_or_dt.replace(tzinfo=_dt.timezone.utc)
+    return int(iso_or_dt.timestamp() * 1000)
+
+
+def interval_of(start, end) -> dict:
+    """{"start", "end"} as ISO UTC text, from datetimes or ISO strings."""
+    def iso(x):
+        if isinstance(x, str):
+            x = _dt.datetime.fromisoformat(x)
+        if x.tzinfo is None:
+            x = x.replace(tzinfo=_dt.timezone.utc)
+        return x.astimezone(_dt.timezone.utc).isoformat()
+    return {"start": iso(start), "end": iso(end)}
 
 
 class Protocol:
@@ -100,8 +135,10 @@ class Protocol:
         versions = versions if versions is not None else self.committed_versions()
         if self.ledger.plan(batch_id) is None:
             return None
+        if self.ledger.abandoned(batch_id) is not None:
+            return "ABANDONED"
         if min(versions.values()) >= batch_id:
-            return "COMMITTED"
+            return "REWOUND" if batch_id in self.ledger.rewound_ids() else "COMMITTED"
         if self.ledger.prepared(batch_id) is not None:
             return "PREPARED"
         for a in self.ledger.attempts(batch_id):
@@ -109,7 +146,16 @@ class Protocol:
                 return "STAGED"
         return "PLANNED"
 
+    def _prev_live(self, batch_id: int) -> int:
+        """The batch the tables must hold before ``batch_id`` commits: the newest earlier batch
+        that was not ABANDONED (0 when none)."""
+        b = batch_id - 1
+        while b > 0 and self.ledger.abandoned(b) is not None:
+            b -= 1
+        return b
+
     def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        need = self._prev_live(latest) if latest else 0
         for p, v in versions.items():
             table = self.layout.table(p)
             if v > latest:
@@ -118,7 +164,7 @@ class Protocol:
                     f"({self.layout.ledger}) only knows batches up to {latest}. The ledger was lost or "
                     f"belongs to another table. Repair: restore the ledger folder (_eo_ledger/), or restore "
                     f"the table to a version before that batch. Nothing was published.")
-            if v < latest - 1:
+            if v < need:
                 raise LedgerMismatch(
                     f"gap: the ledger planned batch {latest} but the {p} table {table} holds only up to "
                     f"batch {v}; batches {v + 1}..{latest - 1} are missing from the table (was it "
@@ -126,15 +172,19 @@ class Protocol:
                     f"so those ranges are planned and published again. Nothing was published.")
 
     # -- recover ---------------------------------------------------------------------
-    def recover(self, sweep: bool = True) -> Recovery:
+    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
-        actions: list[str] = []
+        actions: list[str] = self._complete_rewinds()
         pending = None
-        if latest and min(versions.values()) < latest:
+        in_flight = None
+        if latest and min(versions.values()) < latest and self.ledger.abandoned(latest) is None:
             prepared = self.ledger.prepared(latest)
-            if prepared is not None:
+            if prepared is not None and not commit_prepared:
+                actions.append(f"batch {latest} is PREPARED and waits for its commit (not done in a dry run)")
+                pending = latest
+            elif prepared is not None:
                 actions.append(f"batch {latest} was PREPARED but not committed everywhere "
                                f"({versions}): committing it now")
                 self.commit(latest, recovered=True)
@@ -143,35 +193,61 @@ class Protocol:
                 if ahead:
                     raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
                                          f"this ledger was not written by this pipeline's commit path")
-                pending = latest
-                actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
-                               f"with the same source range")
-        elif latest and self.ledger.committed(latest) is None:
+                plan = self.ledger.plan(latest)
+                if self.cfg.mode == "interval" and plan.run_id != run_id:
+                    in_flight = plan
+                    actions.append(f"batch {latest} (interval {plan.interval_key}) is "
+                                   f"{self.state(latest, versions)} by run {plan.run_id}")
+                else:
+                    pending = latest
+                    actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
+                                   f"with the same source range")
+        elif latest and self.ledger.committed(latest) is None and self.ledger.abandoned(latest) is None:
             self._write_committed(latest, recovered=True)
             actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
                            f"(crash after the Delta commit): ledger completed")
         if sweep:
-            removed = self.sweep()
+            removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
             if removed:
                 actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
         committed = min(self.committed_versions().values()) if latest else 0
-        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions)
+        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
+                        in_flight=in_flight)
 
     # -- plan (begin) ----------------------------------------------------------------
-    def plan(self, max_records: int | None = None) -> tuple[BatchPlan | None, bool]:
-        """(plan, is_new). An uncommitted batch is returned as it is (never planned past)."""
+    def plan(self, max_records: int | None = None, interval: dict | None = None,
+             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new). An uncommitted batch is returned as it is (never planned past).
+
+        Interval mode (``interval`` = {"start", "end"}): the range is the interval's records; an
+        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
+        """
         t0 = time.time()
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
-        if latest and min(versions.values()) < latest:
+        if latest and min(versions.values()) < latest and self.ledger.abandoned(latest) is None:
             if self.ledger.prepared(latest) is not None:
                 raise ProtocolError(f"batch {latest} is PREPARED and must be committed before a new plan "
                                     f"(run recover)")
-            return self.ledger.plan(latest), False
+            pending = self.ledger.plan(latest)
+            if self.cfg.mode == "interval" and pending.run_id != run_id:
+                raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
+                                    f"is not decided yet; batches are strictly ordered, so this run waits")
+            return pending, False
         limit = max_records or self.cfg.source.max_records_per_batch
         source = source_for(self.cfg)
-        rng, n, notes = source.next_range(self.ledger.plans(), limit)  # may raise DataLossError
+        if self.cfg.mode == "interval":
+            if interval is None:
+                raise ProtocolError("interval mode: the run has no data interval")
+            if _ms(interval["end"]) <= _ms(interval["start"]):
+                raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
+                                    f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
+                                    f"runs cover the time between two ticks)")
+            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit)
+        else:
+            interval = None
+            rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
         if rng is None:
             for msg in notes:
                 log.warning(msg)
@@ -179,7 +255,7 @@ class Protocol:
         plan = BatchPlan(
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
-            plan_seconds=round(time.time() - t0, 3), notes=notes,
+            plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
         )
         if not self.ledger.put_plan(plan):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
@@ -188,8 +264,10 @@ class Protocol:
         return plan, True
 
     # -- verify (pre-commit) ---------------------------------------------------------
-    def verify(self, batch_id: int, attempt: str) -> PreparedBatch:
-        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt)."""
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
+
+        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
         t0 = time.time()
         existing = self.ledger.prepared(batch_id)
         if existing is not None:
@@ -200,6 +278,8 @@ class Protocol:
         plan = self.ledger.plan(batch_id)
         if plan is None:
             raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        if self.ledger.abandoned(batch_id) is not None:
+            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
         summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
                                                self.participants)
         prepared = PreparedBatch(
@@ -210,8 +290,12 @@ class Protocol:
             bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
             verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
         )
+        if dry_run:
+            return prepared
         if not self.ledger.put_prepared(prepared):
             winner = self.ledger.prepared(batch_id)
+            if winner is None:
+                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
             log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
                         "attempt's files will be swept", batch_id, attempt, winner.attempt)
             return winner
@@ -240,6 +324,7 @@ class Protocol:
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
+        self._complete_rewinds()
         versions: dict[str, int] = {}
         done_now = 0
         for participant in PARTICIPANTS:
@@ -250,9 +335,10 @@ class Protocol:
                 log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
                          participant, batch_id, versions[participant])
                 continue
-            if v != batch_id - 1:
+            prev = self._prev_live(batch_id)
+            if v != prev:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
-                                     f"committed after it (gap)")
+                                     f"committed after it (it needs batch {prev})")
             problems = recheck_files(self.layout, self.fs_for, {participant: prepared.adds[participant]})
             if problems:
                 raise CommitBlocked(
@@ -265,7 +351,8 @@ class Protocol:
                     self.app_id, batch_id, prepared.adds[participant],
                     schema_from_b64(prepared.arrow_schema[participant]),
                     list(prepared.partition_by.get(participant, [])),
-                    commit_metadata(plan, prepared, participant),
+                    commit_metadata(plan, prepared, participant), expected_prev=prev,
+                    replace_batches=self._same_interval(plan),
                 )
             except CommitConflict as e:
                 log.info("%s", e)
@@ -313,6 +400,116 @@ class Protocol:
                                                     "files_removed": len(removed)})
         return removed
 
+    def _read_so_far(self) -> list[BatchPlan]:
+        """The plans whose ranges count as read, in order: all but REWOUND (and ABANDONED) ones.
+
+        Right after a rewind to K, the last of them is a marker of K's start (an empty range at
+        K's first offsets), so a position-based source (Kafka) restarts exactly where K started,
+        even when K was the first batch or started after a loss it accepted.
+        """
+        plans = self.ledger.live_plans()
+        rewinds = self.ledger.rewinds()
+        if rewinds:
+            last = max(rewinds, key=lambda r: (r.after_batch, -r.to_batch))
+            k = self.ledger.plan(last.to_batch)
+            if k is not None and not any(p.batch_id > last.after_batch for p in plans) and "partitions" in k.range:
+                start = {p: [fr, fr] for p, (fr, _to) in k.range["partitions"].items()}
+                marker = BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind,
+                                   range={**k.range, "partitions": start, "lost": {}}, rows_in=0,
+                                   config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
+                plans = [p for p in plans if p.batch_id < last.to_batch] + [marker]
+        return plans
+
+    def _same_interval(self, plan: BatchPlan) -> frozenset:
+        """Interval mode: earlier batches of the same interval, whose files this batch replaces."""
+        if plan.interval is None:
+            return frozenset()
+        return frozenset(p.batch_id for p in self.ledger.plans()
+                         if p.batch_id < plan.batch_id and p.interval_key == plan.interval_key)
+
+    # -- abandon (interval mode) -------------------------------------------------------
+    def abandon(self, batch_id: int, reason: str) -> bool:
+        """Give up a batch that was never PREPARED, so later batches can go ahead.
+
+        Only in interval mode: the batch's range is its interval, which can simply run again.
+        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
+        False when the batch was PREPARED first: then it must, and will, be committed.
+        """
+        if self.cfg.mode != "interval":
+            raise ProtocolError("only interval-mode batches can be abandoned")
+        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
+            return True
+        return self.ledger.abandoned(batch_id) is not None
+
+    # -- rewind (repair) ---------------------------------------------------------------
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False) -> list[str]:
+        """Bring the tables back to before batch ``to_batch`` and read again from its start.
+
+        Delta's RESTORE alone is not enough: it keeps the txn ids, so replayed batches with their
+        old ids would be skipped as "already committed". Instead the rewind is recorded first
+        (put-if-absent, ``rewinds/<after>-<to>.json``), each table is restored to the version
+        before ``to_batch``'s commit, and batches ``to_batch``..``after`` become REWOUND: their
+        ranges no longer count as read, and the next batch, with the next new id, starts at
+        ``to_batch``'s start. Continuous mode only (in interval mode, run the intervals again).
+        """
+        if self.cfg.mode != "continuous":
+            raise ProtocolError("rewind_to_batch is for continuous mode; in interval mode run the intervals "
+                                "again (a manual run with that logical date, or a backfill with reprocessing)")
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        live = [b for b in range(1, latest + 1) if b not in self.ledger.rewound_ids()]
+        if to_batch not in live:
+            raise ProtocolError(f"cannot rewind to batch {to_batch}: the committed batches that can be rewound "
+                                f"are {_ranges(live) or 'none'}")
+        if min(versions.values()) < latest or self.ledger.committed(latest) is None:
+            raise ProtocolError(f"cannot rewind while batch {latest} is {self.state(latest, versions)}: let a "
+                                f"normal run commit it first, or `make reset-batch PIPELINE={self.app_id} "
+                                f"BATCH={latest}`")
+        restore = {}
+        for p in PARTICIPANTS:
+            found = self.participants[p].find_batch_commit(self.app_id, to_batch)
+            if found is None:
+                raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
+                                    f"commit (log cleaned up)")
+            restore[p] = found[0] - 1
+        gone = [b for b in live if b >= to_batch]
+        rows = sum((self.ledger.prepared(b).rows_published if self.ledger.prepared(b) else 0) for b in gone)
+        what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
+                f"{_ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
+                f"from batch {to_batch}'s start")
+        if dry_run:
+            return [f"dry run: would {what}"]
+        rec = RewindRecord(pipeline=self.cfg.name, after_batch=latest, to_batch=to_batch,
+                           restore_versions=restore, requested_at=utcnow(), run_id=run_id)
+        self.ledger.put_rewind(rec)
+        return [what] + self._complete_rewinds()
+
+    def _complete_rewinds(self) -> list[str]:
+        """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash).
+
+        Only a table still holding the rewind's ``after_batch`` can be missing it: every commit
+        completes pending rewinds first.
+        """
+        done = []
+        recs = self.ledger.rewinds()
+        if not recs:
+            return done
+        for p in PARTICIPANTS:
+            part = self.participants[p]
+            held = part.committed_version(self.app_id)
+            for rec in recs:
+                if rec.after_batch != held:
+                    continue
+                if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
+                    continue
+                v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
+                                                           "eo.rewind": f"{self.app_id}:{rec.key}"})
+                done.append(f"{p}: restored to version {rec.restore_versions[p]} (as version {v}) for the "
+                            f"rewind to before batch {rec.to_batch}")
+                faults.crash_point("rewind.after_first_restore")
+        return done
+
     # -- reset (repair) ----------------------------------------------------------------
     def reset(self, from_batch: int) -> list[int]:
         """Forget batches ``from_batch``.. that no table holds, so their ranges are planned again.
@@ -352,7 +549,7 @@ class Protocol:
         return sorted(moved)
 
     # -- sweep -----------------------------------------------------------------------
-    def sweep(self, recent: int | None = 5) -> list[str]:
+    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
         """Delete staged files no commit will ever reference.
 
         Looks at the ``recent`` newest batches (all when None). For a PREPARED or committed batch
@@ -370,7 +567,7 @@ class Protocol:
                 if not d.startswith("b") or not d[1:].isdigit():
                     continue
                 b = int(d[1:])
-                if recent is not None and b < latest - recent:
+                if (recent is not None and b < latest - recent) or b == skip:
                     continue
                 prepared = self.ledger.prepared(b) if b <= latest else None
                 keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
@@ -383,5 +580,18 @@ class Protocol:
         return removed
 
 
-__all__ = ["Protocol", "Recovery", "ProtocolError", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
+def _ranges(ids: list[int]) -> str:
+    """[1, 2, 3, 5] -> '1..3, 5'."""
+    out, ids = [], sorted(ids)
+    i = 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}..{ids[j]}")
+        i = j + 1
+    return ", ".join(out)
+
+
+__all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
            "FingerprintMismatch", "NotReady", "VerifyFailed"]

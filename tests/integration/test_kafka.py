@@ -224,3 +224,68 @@ def _peek(proc) -> str:
     os.set_blocking(fd, True)
     _buf[proc.pid] = _buf.get(proc.pid, "") + "".join(chunks)
     return _buf[proc.pid]
+
+
+def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_path):
+    """Interval mode plans, per partition, the offsets whose record timestamps fall in the
+    run's data interval (no Spark needed to check the plan itself)."""
+    from confluent_kafka import Producer
+
+    from eobatch.protocol import Protocol
+    from eobatch.sources.kafka import IntervalTooLarge
+
+    topic = "interval_events"
+    create_topic(broker, topic, partitions=2)
+    base = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    hour = 3_600_000
+    prod = Producer({"bootstrap.servers": broker.bootstrap})
+    # partition 0: 2 records in hour 0, 3 in hour 1; partition 1: 1 in hour 1, 1 in hour 2
+    for part, ts in ((0, base + 1), (0, base + 2), (0, base + hour), (0, base + hour + 5), (0, base + 2 * hour - 1),
+                     (1, base + hour + 10), (1, base + 2 * hour)):
+        prod.produce(topic, value=b'{"order_id": "x"}', partition=part, timestamp=ts)
+    prod.flush(30)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="iv_kafka", max_records=4)
+    p.yaml_path.write_text(p.yaml_path.read_text().replace("name: iv_kafka\n",
+                                                           "name: iv_kafka\nmode: interval\nschedule: '@hourly'\n"))
+    proto = Protocol(p.cfg)
+
+    def iso(ms):
+        import datetime as dt
+
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+
+    plan, new = proto.plan(interval={"start": iso(base + hour), "end": iso(base + 2 * hour)}, run_id="h1")
+    assert new and plan.range["partitions"] == {"0": [2, 5], "1": [0, 1]}
+    assert plan.interval_key == f"{iso(base + hour)}/{iso(base + 2 * hour)}"
+    proto.abandon(plan.batch_id, "test: only the plan is checked")
+    plan, _ = proto.plan(interval={"start": iso(base), "end": iso(base + hour)}, run_id="h0")
+    assert plan.batch_id == 2 and plan.range["partitions"] == {"0": [0, 2], "1": [0, 0]}
+    proto.abandon(2, "test")
+    assert proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5") == (None, False)
+    with pytest.raises(IntervalTooLarge, match="max_records_per_batch=4"):
+        proto.plan(interval={"start": iso(base), "end": iso(base + 3 * hour)}, run_id="all")
+
+
+def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there(broker, tmp_path):
+    topic = "rewind_events"
+    create_topic(broker, topic, partitions=2)
+    produce(broker, topic, as_values(orders("old", 3), 2))  # before the pipeline: never read
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rw_kafka",
+                             extra_source="starting_offsets: latest\n")
+    assert run_batch(p) == 1  # an empty batch that records the starting offsets
+    first = p.protocol().ledger.plan(1)
+    assert sum(t - f for f, t in first.range["partitions"].values()) == 0
+    assert sum(f for f, _t in first.range["partitions"].values()) == 3
+    new = orders("new", 4)
+    produce(broker, topic, as_values(new, 2))
+    assert run_batch(p) == 2
+    assert sorted(r["order_id"] for r in read_rows(p.sink)) == sorted(r["order_id"] for r in new)
+
+    proto = p.protocol()
+    proto.rewind(1)
+    assert read_rows(p.sink) == []
+    plan3, is_new = proto.plan()
+    assert is_new and plan3.batch_id == 3
+    # back at batch 1's start (not at the topic's start, nor at its end)
+    assert plan3.range["partitions"] == {k: [f, t] for k, (f, t) in
+                                         proto.ledger.plan(2).range["partitions"].items()}

@@ -228,7 +228,7 @@ BAD_CASES = [
     ("name-int", "name", 123, "name", None),
     ("name-missing", "name", _DELETE, "name", "is required"),
     ("mode-bad", "mode", "streaming", "mode", "'continuous' or 'interval'"),
-    ("mode-interval", "mode", "interval", "mode", "not available yet"),
+    ("prefix-in-continuous", "source.interval_prefix", "dt={ds}", "source.interval_prefix", "only used in interval mode"),
     ("schedule-garbage", "schedule", "every five minutes", "schedule", "not a cron expression"),
     ("schedule-bad-field", "schedule", "61 * * * *", "schedule", None),
     ("schedule-4-fields", "schedule", "* * * *", "schedule", None),
@@ -445,7 +445,8 @@ def test_shipped_pipelines_load(monkeypatch):
     monkeypatch.delenv("PIPELINES_DIR", raising=False)
     configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
     assert errors == {}
-    assert {"orders", "colors"} <= set(configs)
+    assert {"orders", "colors", "orders_kafka", "orders_hourly"} <= set(configs)
+    assert configs["orders_hourly"].mode == "interval"
 
 
 # -- fingerprint -----------------------------------------------------------------------------
@@ -511,3 +512,48 @@ def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg
     with pytest.raises(ConfigError) as e:
         _load(write_yaml, cfg)
     assert e.value.key == key and msg in str(e.value)
+
+
+INTERVAL_BAD = [
+    ("prefix-unknown-field", {"source.interval_prefix": "dt={date}"}, "source.interval_prefix", "placeholders"),
+    ("prefix-no-field", {"source.interval_prefix": "daily"}, "source.interval_prefix", "at least one"),
+    ("prefix-absolute", {"source.interval_prefix": "/dt={ds}"}, "source.interval_prefix", "relative"),
+    ("prefix-dotdot", {"source.interval_prefix": "../dt={ds}"}, "source.interval_prefix", "relative"),
+    ("prefix-broken", {"source.interval_prefix": "dt={ds"}, "source.interval_prefix", "not a valid pattern"),
+    ("schedule-once", {"schedule": "@once"}, "schedule", "no data intervals"),
+    ("schedule-null", {"schedule": None}, "schedule", "interval mode needs a schedule"),
+]
+
+
+@pytest.mark.parametrize("case", INTERVAL_BAD, ids=[c[0] for c in INTERVAL_BAD])
+def test_interval_mode_bad_values(case, write_yaml, base_cfg):
+    _id, sets, key, text = case
+    doc = dict(base_cfg, mode="interval", schedule="@hourly")
+    for k, v in sets.items():
+        _set(doc, k, v)
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(write_yaml(doc))
+    assert ei.value.key == key
+    assert text in str(ei.value)
+
+
+def test_interval_mode_loads(write_yaml, base_cfg):
+    doc = dict(base_cfg, mode="interval", schedule="@hourly")
+    doc["source"]["interval_prefix"] = "dt={ds}/hour={hh}"
+    cfg = load_pipeline(write_yaml(doc))
+    assert cfg.mode == "interval" and cfg.source.interval_prefix == "dt={ds}/hour={hh}"
+
+
+def test_two_pipelines_on_one_table_is_an_error(tmp_path, base_cfg):
+    import copy
+
+    import yaml as _yaml
+
+    a = copy.deepcopy(base_cfg)
+    b = copy.deepcopy(base_cfg)
+    b["name"] = "other"
+    (tmp_path / "a.yaml").write_text(_yaml.safe_dump(a))
+    (tmp_path / "b.yaml").write_text(_yaml.safe_dump(b))
+    good, errors = load_all(str(tmp_path))
+    assert list(good) == [a["name"]]
+    assert "sink.table" in errors[str(tmp_path / "b.yaml")] and "exactly one pipeline" in errors[str(tmp_path / "b.yaml")]

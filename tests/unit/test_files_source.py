@@ -240,3 +240,43 @@ def test_check_unchanged(src, landing):
     assert len(problems) == 2
     assert problems[0].startswith(f"{a}: missing")
     assert problems[1].startswith(f"{b}: changed since planned")
+
+
+# -- interval_range ----------------------------------------------------------------------
+
+
+def test_interval_by_modification_time_takes_every_file_of_the_interval(make_cfg):
+    cfg = make_cfg(mode="interval", schedule="@hourly")
+    s = FilesSource(cfg)
+    root = Path(s.root)
+    h = 3600
+    t = 1_767_225_600  # 2026-01-01T00:00:00Z
+    before = _land(root, "before.jsonl", 1, t - 1)
+    first = _land(root, "x/first.jsonl", 2, t)
+    last = _land(root, "last.jsonl", 3, t + h - 1)
+    _land(root, "after.jsonl", 1, t + h)
+    _land(root, "_hidden.jsonl", 5, t + 10)
+    rng, n, notes = s.interval_range(t * 1000, (t + h) * 1000, 100)
+    assert sorted(_paths(rng)) == sorted([first, last]) and n == 5 and notes == []
+    # consumed or not: the same interval gives the same files again
+    assert s.interval_range(t * 1000, (t + h) * 1000, 100)[0] == rng
+    assert _paths(s.interval_range((t - h) * 1000, t * 1000, 100)[0]) == [before]
+    assert s.interval_range((t + 5 * h) * 1000, (t + 6 * h) * 1000, 100) == (None, 0, [])
+
+
+def test_interval_by_prefix_and_the_record_limit(make_cfg):
+    from eobatch.sources.kafka import IntervalTooLarge
+
+    cfg = make_cfg(mode="interval", schedule="@hourly", source={
+        "kind": "files", "path": str(Path(make_cfg().source.path)), "interval_prefix": "dt={ds}/hour={hh}"})
+    s = FilesSource(cfg)
+    root = Path(s.root)
+    t = 1_767_247_200  # 2026-01-01T06:00:00Z
+    a = _land(root, "dt=2026-01-01/hour=06/a.jsonl", 2, 1)  # mtime does not matter with a prefix
+    b = _land(root, "dt=2026-01-01/hour=06/sub/b.jsonl", 3, 2)
+    _land(root, "dt=2026-01-01/hour=07/c.jsonl", 1, 3)
+    _land(root, "dt=2026-01-01/hour=060/d.jsonl", 1, 3)  # a longer name is not the same folder
+    rng, n, _ = s.interval_range(t * 1000, (t + 3600) * 1000, 100)
+    assert sorted(_paths(rng)) == sorted([a, b]) and n == 5
+    with pytest.raises(IntervalTooLarge, match="holds 5 records in 2 files"):
+        s.interval_range(t * 1000, (t + 3600) * 1000, 4)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import logging
 
-from ..storage import FileInfo, storage_for
+from ..storage import FileInfo, join, storage_for
+from .kafka import IntervalTooLarge
 
 log = logging.getLogger(__name__)
 BLANK = b" \t\r\x0b\x0c"
@@ -86,6 +87,36 @@ class FilesSource:
         if not chosen:
             return None, 0, notes
         return {"files": chosen}, total, notes
+
+    def interval_range(self, start_ms: int, end_ms: int, limit: int) -> tuple[dict | None, int, list[str]]:
+        """Interval mode: every landing file of the interval, consumed before or not.
+
+        With ``interval_prefix`` the interval's files are those under that sub-folder (formatted
+        with the interval start); without it, those whose modification time is in [start, end).
+        """
+        import datetime as dt
+
+        start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
+        prefix = self.cfg.source.interval_prefix
+        if prefix:
+            sub = prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"),
+                                hh=start.strftime("%H"))
+            folder = join(self.root, sub)
+            files = [f for f in self.list_landing() if f.path.startswith(folder.rstrip("/") + "/")]
+        else:
+            files = [f for f in self.list_landing() if start_ms <= f.mtime_ms < end_ms]
+        chosen, total = [], 0
+        for f in files:
+            n = count_records(self.fs, f.path)
+            chosen.append({"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": n})
+            total += n
+        if not chosen:
+            return None, 0, []
+        if total > limit:
+            raise IntervalTooLarge(f"the interval holds {total} records in {len(chosen)} files, more than "
+                                   f"max_records_per_batch={limit}; an interval is published as one batch: "
+                                   f"raise the limit (YAML or the run's max_records_per_batch param)")
+        return {"files": chosen}, total, []
 
     def check_unchanged(self, rng: dict) -> list[str]:
         return changed_since_plan(rng)

@@ -28,6 +28,10 @@ class KafkaUnavailable(RuntimeError):
     pass
 
 
+class IntervalTooLarge(ValueError):
+    """An interval holds more records than the batch limit allows (interval mode: one batch each)."""
+
+
 def _admin(servers: str):
     from confluent_kafka.admin import AdminClient
 
@@ -63,6 +67,21 @@ def partition_offsets(servers: str, topic: str, isolation_level: str = "read_com
     except KafkaException as e:
         raise KafkaUnavailable(f"kafka {servers}: cannot list offsets of topic {topic!r}: {e}") from e
     return {p: (low[p], high[p]) for p in parts}
+
+
+def offsets_for_time(servers: str, topic: str, partitions: list[int], ts_ms: int,
+                     timeout: float = 30.0) -> dict[int, int]:
+    """{partition: first offset whose timestamp is >= ts_ms}, -1 where no such record exists yet."""
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = _admin(servers)
+    try:
+        res = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.for_timestamp(ts_ms) for p in partitions},
+                                 request_timeout=timeout)
+        return {tp.partition: f.result().offset for tp, f in res.items()}
+    except KafkaException as e:
+        raise KafkaUnavailable(f"kafka {servers}: cannot look up offsets by time in topic {topic!r}: {e}") from e
 
 
 def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
@@ -125,6 +144,13 @@ class KafkaSource:
                 raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
                                     f"{start[p]} but the partition ends at {high}: was the topic recreated?")
         backlog = {p: offsets[p][1] - start[p] for p in offsets}
+        if prev is None and self.src.starting_offsets == "latest":
+            # The first batch of a pipeline that starts at the latest offsets records where it
+            # starts, even when it reads nothing: later batches continue from there.
+            notes.append(f"first batch: starting at the latest offsets of topic {topic!r} "
+                         f"{ {str(p): high for p, (_low, high) in offsets.items()} }")
+            return ({"topic": topic, "isolation_level": self.src.isolation_level,
+                     "partitions": {str(p): [start[p], start[p]] for p in sorted(offsets)}}, None, notes)
         if sum(backlog.values()) == 0 and not lost:
             return None, None, notes
         take = spread(limit, backlog)
@@ -133,6 +159,41 @@ class KafkaSource:
         if lost:
             rng["lost"] = lost
         return rng, None, notes
+
+
+    def interval_range(self, start_ms: int, end_ms: int, limit: int) -> tuple[dict | None, int | None, list[str]]:
+        """Interval mode: per partition, the offsets of records with start <= timestamp < end.
+
+        Kafka's offsets-for-times semantics: the first offset whose timestamp is >= the bound;
+        exact when timestamps grow with offsets (LogAppendTime, or in-order producers).
+        """
+        topic = self.src.topic
+        offsets = partition_offsets(self.src.bootstrap_servers, topic, self.src.isolation_level)
+        parts = sorted(offsets)
+        lo = offsets_for_time(self.src.bootstrap_servers, topic, parts, start_ms)
+        hi = offsets_for_time(self.src.bootstrap_servers, topic, parts, end_ms)
+        notes: list[str] = []
+        rng_parts = {}
+        for p in parts:
+            low, end = offsets[p]
+            a = end if lo[p] < 0 else min(lo[p], end)
+            b = end if hi[p] < 0 else min(hi[p], end)
+            if a == low and low > 0 and b > a:
+                msg = (f"data loss: topic {topic!r} partition {p}: offsets below {low} were deleted (retention); "
+                       f"records of this interval among them cannot be read")
+                if self.src.on_data_loss != "accept":
+                    raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
+                                              "publish what is left (the loss is recorded in the ledger)")
+                notes.append(msg + "; accepted (on_data_loss: accept)")
+            rng_parts[str(p)] = [a, max(a, b)]
+        n = sum(b - a for a, b in rng_parts.values())
+        if n == 0:
+            return None, None, notes
+        if n > limit:
+            raise IntervalTooLarge(f"topic {topic!r}: the interval holds {n} offsets, more than "
+                                   f"max_records_per_batch={limit}; an interval is published as one batch: "
+                                   f"raise the limit (YAML or the run's max_records_per_batch param)")
+        return {"topic": topic, "isolation_level": self.src.isolation_level, "partitions": rng_parts}, None, notes
 
 
 def range_summary(rng: dict) -> str:
