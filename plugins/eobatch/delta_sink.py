@@ -127,8 +127,15 @@ class DeltaParticipant:
         if self._table() is not None:
             return
         log.info("%s: creating Delta table %s (partitioned by %s)", self.name, self.uri, partition_by or "nothing")
-        DeltaTable.create(self.uri, schema=schema, mode="ignore", partition_by=partition_by or None,
-                          storage_options=self.storage_options)
+        try:
+            DeltaTable.create(self.uri, schema=schema, mode="ignore", partition_by=partition_by or None,
+                              storage_options=self.storage_options)
+        except Exception:
+            # two committers creating the table at once (on S3 the loser's conditional write of
+            # version 0 fails): the other one created it, which is all this call wants
+            time.sleep(0.2)
+            if self._table() is None:
+                raise
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,

@@ -352,3 +352,43 @@ def test_zombie_driver_only_one_attempt_publishes_and_the_loser_is_swept(cluster
     assert len(commits) == 1 and commits[0]["commitInfo"]["eo.attempt"] == winner
     p.protocol().recover()  # the next run sweeps the loser
     reader.assert_exactly_once(p, batches=1)
+
+
+def test_two_committers_creating_a_new_s3_table_at_once(s3, reader):
+    """The first batch of a new pipeline, committed twice at once (a zombie and its retry): the
+    table is created once, the batch committed once, the loser told it lost (CommitConflict),
+    never another error."""
+    import pyarrow as pa
+
+    schema = pa.schema([("x", pa.int64())])
+    for _ in range(4):
+        table = f"s3a://{BUCKET}/create-race/{uuid.uuid4().hex[:8]}"
+        errors = []
+        both_see_no_table = threading.Barrier(2, timeout=30)
+
+        class Racing(DeltaParticipant):
+            waited = False
+
+            def _table(self):
+                t = super()._table()
+                if t is None and not self.waited:  # both decide to create the table, then go
+                    self.waited = True
+                    both_see_no_table.wait()
+                return t
+
+        def commit():
+            try:
+                Racing("sink", table).commit("app", 1, [{"path": "eo_batches/f.parquet", "size": 1}],
+                                             schema, [], {"eo.pipeline": "app", "eo.batchId": "1"})
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+
+        threads = [threading.Thread(target=commit) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert all(isinstance(e, CommitConflict) for e in errors), errors
+        commits = reader.delta_log_commits(table)
+        assert sum(len(c["txns"]) for c in commits) == 1, commits
+        assert DeltaParticipant("sink", table).committed_version("app") == 1
