@@ -457,8 +457,14 @@ def main(argv=None) -> int:
     known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS)
     if only and not set(only) <= known:
         ap.error(f"unknown fault kinds {sorted(set(only) - known)}")
-    res = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
-                only=only).run()
+    chaos = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
+                  only=only)
+    try:
+        res = chaos.run()
+    finally:  # never leave a broker or an S3 server behind, whatever failed
+        for service in (chaos.broker, chaos.s3):
+            if service is not None:
+                service.stop(kill=True)
     print(json.dumps(res, indent=1))
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
           and res["batches"] >= args.batches)
