@@ -12,7 +12,7 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind
+.PHONY: help setup venv jars kafka-jars demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench
 
 help:
 	@echo "make setup | demo | test | up | down"
@@ -69,6 +69,11 @@ run: setup
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)"
+
+# Headline figures side by side in one run: .bench/results.json, printed as a table.
+RECORDS ?= 200000
+bench: setup
+	@source include/env.sh && python tests/bench/run_bench.py --records "$(RECORDS)"
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"
