@@ -12,7 +12,7 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind
+.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench
 
 help:
 	@echo "make setup | demo | test | up | down | cluster-up | cluster-down"
@@ -89,6 +89,11 @@ run: setup
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)" $(if $(MASTER),--master "$(MASTER)")
+
+# Headline figures side by side in one run: .bench/results.json, printed as a table.
+RECORDS ?= 200000
+bench: setup
+	@source include/env.sh && python tests/bench/run_bench.py --records "$(RECORDS)"
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"
