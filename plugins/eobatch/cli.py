@@ -221,7 +221,9 @@ def main(argv=None) -> int:
         from .protocol import ProtocolError
 
         try:
-            for line in proto.rewind(args.batch, run_id="cli", dry_run=args.dry_run):
+            from .protocol import utcnow
+
+            for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run):
                 print(line)
         except ProtocolError as e:
             print(f"error: {e}", file=sys.stderr)

@@ -455,6 +455,10 @@ class Protocol:
         if self.cfg.mode != "continuous":
             raise ProtocolError("rewind_to_batch is for continuous mode; in interval mode run the intervals "
                                 "again (a manual run with that logical date, or a backfill with reprocessing)")
+        done = [r for r in self.ledger.rewinds() if run_id and r.run_id == run_id and r.to_batch == to_batch]
+        if done:  # this run asked for it before (a retried or cleared run): once is enough
+            return [f"the rewind to before batch {to_batch} was already done by run {run_id}"] + \
+                self._complete_rewinds()
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
         self._check_consistent(latest, versions)

@@ -56,6 +56,9 @@ def test_rewind_restores_the_tables_and_replays_from_the_batch_exactly_once(tmp_
     assert txn_version(p.sink, p.name) == 2 and txn_version(p.quarantine, p.name) == 2
     assert proto.state(2) == "REWOUND" and proto.state(1) == "COMMITTED"
     assert proto.recover().actions == []  # idempotent: nothing restored twice
+    by = proto.ledger.rewinds()[0].run_id
+    assert by.startswith("cli:") and proto.rewind(2, run_id=by) == [
+        f"the rewind to before batch 2 was already done by run {by}"]  # the same run asking again
 
     p.land("c.jsonl", c, mtime=1_700_000_200)
     assert run_batch(p) == 3  # a new id; reads b (again) and c
