@@ -236,8 +236,9 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
 
     topic = "interval_events"
     create_topic(broker, topic, partitions=2)
-    base = 1_767_225_600_000  # 2026-01-01T00:00:00Z
     hour = 3_600_000
+    # recent timestamps: the test broker checks retention (7 days by record time) every second
+    base = (int(time.time() * 1000) // hour - 4) * hour
     prod = Producer({"bootstrap.servers": broker.bootstrap})
     # partition 0: 2 records in hour 0, 3 in hour 1; partition 1: 1 in hour 1, 1 in hour 2
     for part, ts in ((0, base + 1), (0, base + 2), (0, base + hour), (0, base + hour + 5), (0, base + 2 * hour - 1),
@@ -264,6 +265,14 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
     assert proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5") == (None, False)
     with pytest.raises(IntervalTooLarge, match="max_records_per_batch=4"):
         proto.plan(interval={"start": iso(base), "end": iso(base + 3 * hour)}, run_id="all")
+    # records of an interval deleted before it ran (retention): a loud failure, nothing planned
+    from confluent_kafka import TopicPartition
+
+    a = admin(broker)
+    for f in a.delete_records([TopicPartition(topic, 0, 1)]).values():
+        f.result()
+    with pytest.raises(DataLossError, match="partition 0: offsets below 1 were deleted"):
+        proto.plan(interval={"start": iso(base), "end": iso(base + hour)}, run_id="h0-again")
 
 
 def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there(broker, tmp_path):
