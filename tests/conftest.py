@@ -155,9 +155,9 @@ def orders(prefix: str, n: int, start: int = 0) -> list[dict]:
 
 # -- Spark -----------------------------------------------------------------------------
 def stage(p: Pipeline, batch_id: int, attempt: str, env: dict | None = None, wait: bool = True,
-          conf: dict | None = None):
+          conf: dict | None = None, master: str = "local[*]"):
     """The same spark-submit the stage task runs. Returns CompletedProcess or Popen."""
-    argv = launch.spark_submit_argv(p.cfg, batch_id, attempt)
+    argv = launch.spark_submit_argv(p.cfg, batch_id, attempt, master=master)
     for k, v in (conf or {}).items():
         argv[1:1] = ["--conf", f"{k}={v}"]
     e = base_env(env)

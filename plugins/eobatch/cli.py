@@ -22,7 +22,7 @@ import json
 import sys
 
 from .config import ConfigError, find_pipeline
-from .protocol import Protocol
+from .protocol import Protocol, ProtocolError, utcnow
 
 
 def ledger_rows(proto: Protocol) -> list[dict]:
@@ -106,7 +106,6 @@ def show(proto: Protocol, limit: int) -> None:
 
 
 def run_verb(proto: Protocol, args) -> int:
-    from .protocol import ProtocolError
     from .sources.kafka import DataLossError
     from .verify import NotReady, VerifyFailed
 
@@ -218,11 +217,7 @@ def main(argv=None) -> int:
             return 2
         return 0
     if args.cmd == "rewind":
-        from .protocol import ProtocolError
-
         try:
-            from .protocol import utcnow
-
             for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run):
                 print(line)
         except ProtocolError as e:
@@ -230,8 +225,6 @@ def main(argv=None) -> int:
             return 5
         return 0
     if args.cmd == "reset-batch":
-        from .protocol import ProtocolError
-
         try:
             moved = proto.reset(args.batch)
         except ProtocolError as e:

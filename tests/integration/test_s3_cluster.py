@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from conftest import base_env, kill_group, orders, wait_for
+from conftest import base_env, kill_group, orders, stage, wait_for
 from s3checks import BUCKET, S3Reader, s3_pipeline
 
 from eobatch import launch
@@ -67,14 +67,7 @@ def cluster(tmp_path_factory):
 def stage_on(cluster: SparkCluster, p, batch_id: int, attempt: str, env: dict | None = None, wait: bool = True,
              conf: dict | None = None):
     """The stage task's spark-submit, against the standalone master (client deploy mode)."""
-    argv = launch.spark_submit_argv(p.cfg, batch_id, attempt, master=cluster.master_url)
-    for k, v in (conf or {}).items():
-        argv[1:1] = ["--conf", f"{k}={v}"]
-    e = base_env(env)
-    if not wait:
-        return subprocess.Popen(argv, env=e, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-    return subprocess.run(argv, env=e, capture_output=True, text=True, timeout=600)
+    return stage(p, batch_id, attempt, env=env, wait=wait, conf=conf, master=cluster.master_url)
 
 
 def run_batch_on(cluster, p) -> int | None:
