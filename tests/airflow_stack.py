@@ -201,6 +201,28 @@ class AirflowStack:
             time.sleep(1)
         raise TimeoutError(f"backfills of {dag_id} not completed after {timeout}s: {body}")
 
+    def wait_success(self, dag_id: str, run_ids: list[str], timeout: float = 600) -> dict[str, dict]:
+        got = self.wait_runs(dag_id, run_ids, timeout)
+        assert all(g["state"] == "success" for g in got.values()), self.explain(dag_id, got)
+        return got
+
+    def explain(self, dag_id: str, runs: dict[str, dict]) -> str:
+        """For an assertion message: each failed run's task states and its failed tasks' log tails."""
+        out = []
+        for run_id, run in runs.items():
+            if run.get("state") == "success":
+                continue
+            status, body = self.rest(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances")
+            tis = body.get("task_instances", []) if status == 200 else []
+            out.append(f"run {run_id}: {run.get('state')}; tasks "
+                       + ", ".join(f"{t['task_id']}={t['state']}(try {t.get('try_number')})" for t in tis))
+            for t in tis:
+                if t["state"] in ("failed", "up_for_retry", "upstream_failed"):
+                    out.append(f"--- log of {t['task_id']} (last 4000 chars):\n"
+                               + self.task_log(dag_id, run_id, t["task_id"])[-4000:])
+        return "\n".join(out)
+
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         return "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.log")))

@@ -280,6 +280,9 @@ class Protocol:
             raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        if self.ledger.aborted_info(batch_id, attempt) is not None:
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
+                               f"be prepared: the next run stages the batch again")
         summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
                                                self.participants)
         prepared = PreparedBatch(
@@ -368,7 +371,15 @@ class Protocol:
             if done_now == 1:
                 faults.crash_point("commit.after_first_participant")
         faults.crash_point("commit.after_delta_commit")
-        return self._write_committed(batch_id, recovered, versions, time.time() - t0)
+        rec = self._write_committed(batch_id, recovered, versions, time.time() - t0)
+        try:  # the batch is decided: what its losing and dead attempts left can go now
+            swept = self._sweep_batch(batch_id)
+            if swept:
+                log.info("batch %s: swept %d staged file(s) of other attempts", batch_id, len(swept))
+        except Exception as e:  # noqa: BLE001 - clean-up only; the next run's sweep retries it
+            log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
+                        "retries", batch_id, e)
+        return rec
 
     def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
                          seconds: float = 0.0) -> CommittedBatch:
@@ -549,6 +560,9 @@ class Protocol:
             fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
             fs.delete(plan)
             moved.append(b)
+        for b in self._staged_batches():
+            if b >= from_batch:
+                self._sweep_batch(b, everything=True)
         self.sweep(recent=None)
         return sorted(moved)
 
@@ -556,31 +570,52 @@ class Protocol:
     def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
         """Delete staged files no commit will ever reference.
 
-        Looks at the ``recent`` newest batches (all when None). For a PREPARED or committed batch
-        every file outside its prepared set goes (failed attempts, zombies that finished late);
-        for the batch still PLANNED, every attempt goes: sweep runs at the start of a run, before
-        this run stages, so any attempt there belongs to a dead or zombie run.
+        Looks at the ``recent`` newest batches (all when None), and only at what is decided,
+        so a sweep never races a live attempt (another run's, or a zombie's that may still be
+        PREPARED): for a PREPARED (or committed) batch every file outside its prepared set goes
+        (failed attempts, zombies that finished late); for an ABANDONED batch everything goes;
+        for an undecided batch only ABORTED attempts go. The dead attempts of an undecided batch
+        stay until it is decided: the commit removes them (``_sweep_batch``).
         """
         latest = self.ledger.latest_batch_id()
+        removed: list[str] = []
+        for b in self._staged_batches():
+            if b > latest or b == skip or (recent is not None and b < latest - recent):
+                continue  # planned after this sweep began (a live run's), or out of scope
+            removed += self._sweep_batch(b)
+        return removed
+
+    def _staged_batches(self) -> list[int]:
+        ids = set()
+        for participant in PARTICIPANTS:
+            for d in self.fs_for(participant).list_dirs(self.layout.staging_root(participant)):
+                if d.startswith("b") and d[1:].isdigit():
+                    ids.add(int(d[1:]))
+        return sorted(ids)
+
+    def _sweep_batch(self, b: int, everything: bool = False) -> list[str]:
+        """The staged files of batch ``b`` that no commit will reference (see ``sweep``);
+        ``everything``: all of them (batches that ``reset`` forgot)."""
+        prepared = None if everything else self.ledger.prepared(b)  # immutable once read
+        if everything or prepared is not None or self.ledger.abandoned(b) is not None:
+            dead = None  # decided: every file outside the prepared set (if any) goes
+        else:
+            dead = {a for a in self.ledger.attempts(b) if self.ledger.aborted_info(b, a) is not None}
+            if not dead:
+                return []
         removed: list[str] = []
         for participant in PARTICIPANTS:
             fs = self.fs_for(participant)
             table = self.layout.table(participant)
-            root = self.layout.staging_root(participant)
-            for d in fs.list_dirs(root):
-                if not d.startswith("b") or not d[1:].isdigit():
+            keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
+            folder = join(table, self.layout.batch_staging_rel(b))
+            for f in list(fs.list_files(folder)):
+                rel = relpath(f.path, table)
+                if rel in keep or (dead is not None and rel.split("/")[2] not in dead):  # eo_batches/b../<attempt>/
                     continue
-                b = int(d[1:])
-                if (recent is not None and b < latest - recent) or b == skip:
-                    continue
-                prepared = self.ledger.prepared(b) if b <= latest else None
-                keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
-                folder = join(root, d)
-                for f in list(fs.list_files(folder)):
-                    if relpath(f.path, table) not in keep:
-                        fs.delete(f.path)
-                        removed.append(f.path)
-                fs.remove_empty_dirs(folder)
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
         return removed
 
 

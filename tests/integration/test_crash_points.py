@@ -40,11 +40,14 @@ def test_spark_submit_killed_mid_write(pipeline):
     assert list(staged.rglob("*.parquet")), "the killed attempt left a partial file behind"
     assert proto.ledger.stage_summary(plan.batch_id, attempt) is None
 
-    # the next run: recover sweeps the dead attempt, the batch is re-staged with the same range
+    # the next run: the batch is re-staged with the same range. The dead attempt's files stay
+    # until the batch is decided (a sweep cannot tell a dead attempt from a live one), and the
+    # commit removes them.
     rec = proto.recover()
-    assert rec.pending == 1 and any("swept" in a for a in rec.actions)
-    assert orphans(p.sink) == []
+    assert rec.pending == 1
+    assert list(staged.rglob("*.parquet")), "an undecided batch's attempts are never swept"
     assert run_batch(p) == 1
+    assert not staged.exists() and orphans(p.sink) == []
     assert proto.ledger.plan(1).range == plan.range
     assert_exactly_once(p, batches=1)
 
@@ -140,8 +143,8 @@ def test_two_attempts_of_one_batch_racing_to_commit(pipeline):
     assert sink_commits[0]["commitInfo"]["eo.attempt"] == winner
 
     loser = a2 if winner == a1 else a1
-    assert list((p.sink / "eo_batches").rglob(f"{loser}/*.parquet")), "the loser's files exist until swept"
-    proto.recover()  # the next run sweeps them
+    assert not list((p.sink / "eo_batches").rglob(f"{loser}/*")), "the commit removes the loser's files"
+    proto.recover()
     assert_exactly_once(p, batches=1)
 
 

@@ -75,9 +75,8 @@ def test_triggers_with_good_and_bad_params(stack):
     assert cli.returncode == 0, cli.stderr[-3000:]
     runs = [r for r in stack.runs("orders") if r["dag_run_id"] not in refused]
     assert len(runs) == 2 and {r["triggered_by"] for r in runs} == {"rest_api", "cli"}, runs
-    done = stack.wait_runs("orders", [r["dag_run_id"] for r in runs])
+    done = stack.wait_success("orders", [r["dag_run_id"] for r in runs])
     first, second = sorted(done.values(), key=lambda r: r["start_date"])
-    assert {first["state"], second["state"]} == {"success"}
     assert second["start_date"] >= first["end_date"], "two runs of one pipeline overlapped"
     assert "nothing new" in stack.task_log("orders", second["dag_run_id"], "plan")
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a)
@@ -87,8 +86,7 @@ def test_triggers_with_good_and_bad_params(stack):
     b = orders("b", 4)
     p.land("b.jsonl", b)
     status, dry = stack.trigger("orders", {"dry_run": True})
-    run = stack.wait_runs("orders", [dry["dag_run_id"]])[dry["dag_run_id"]]
-    assert run["state"] == "success"
+    stack.wait_success("orders", [dry["dag_run_id"]])
     log = stack.task_log("orders", dry["dag_run_id"], "commit")
     assert "DRY RUN of batch 2: would publish 4 rows" in log, log[-3000:]
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a)
@@ -96,12 +94,12 @@ def test_triggers_with_good_and_bad_params(stack):
 
     # The next run re-stages the recorded range and publishes it.
     status, r3 = stack.trigger("orders", {})
-    assert stack.wait_runs("orders", [r3["dag_run_id"]])[r3["dag_run_id"]]["state"] == "success"
+    stack.wait_success("orders", [r3["dag_run_id"]])
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + b)
 
     # Rewind to batch 2 from the trigger form: the tables go back, batch 3 reads b again.
     status, rw = stack.trigger("orders", {"rewind_to_batch": 2})
-    assert stack.wait_runs("orders", [rw["dag_run_id"]])[rw["dag_run_id"]]["state"] == "success"
+    stack.wait_success("orders", [rw["dag_run_id"]])
     assert "rewind to before batch 2" in stack.task_log("orders", rw["dag_run_id"], "recover")
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + b)
     assert [x["raw"] for x in read_rows(p.quarantine)] == ["{not json"]
@@ -120,8 +118,7 @@ def test_backfill_in_interval_mode_publishes_each_interval_once(stack):
     assert r.returncode == 0, r.stderr[-3000:]
     backfill = [x for x in stack.runs("hourly") if x["run_type"] == "backfill"]
     assert len(backfill) == 2, backfill
-    got = stack.wait_runs("hourly", [x["dag_run_id"] for x in backfill])
-    assert {x["state"] for x in got.values()} == {"success"}, got
+    stack.wait_success("hourly", [x["dag_run_id"] for x in backfill])
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in h0 + h1)
     stack.wait_backfills_done("hourly")
 
@@ -135,8 +132,7 @@ def test_backfill_in_interval_mode_publishes_each_interval_once(stack):
     again = stack.cli("backfill", "create", "--dag-id", "hourly", "--from-date", "2026-01-01T01:00:00+00:00",
                       "--to-date", "2026-01-01T01:00:00+00:00", "--reprocess-behavior", "completed")
     assert again.returncode != 0 and "Another backfill is running" in again.stdout + again.stderr
-    got = stack.wait_runs("hourly", [x["dag_run_id"] for x in backfill])
-    assert {x["state"] for x in got.values()} == {"success"}, got
+    stack.wait_success("hourly", [x["dag_run_id"] for x in backfill])
 
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in h0 + h1 + h1b)
     assert [x["raw"] for x in read_rows(p.quarantine)] == ["{bad h1"]
