@@ -1,6 +1,7 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
     python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--master M] [--workdir DIR]
+                                      [--faults k1,k2] [--distinct] [--fault-rate R]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
 failure before PREPARED), every step in its own process exactly as the Airflow tasks call it
@@ -67,8 +68,10 @@ PY = sys.executable
 
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
-                 backend: str = "files", master: str = "local[*]", only: list[str] | None = None):
+                 backend: str = "files", master: str = "local[*]", only: list[str] | None = None,
+                 distinct: bool = False):
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
+        self.distinct, self.deck = distinct, []  # distinct: each kind once before any repeats
         self.root = workdir
         self.backend = backend
         self.broker = None
@@ -312,7 +315,7 @@ class Chaos:
             if self.rnd.random() < 0.8 or self.files == 0:
                 self.land()
             kinds = self.only or {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(self.backend, FAULTS)
-            fault = self.rnd.choice(kinds) if self.rnd.random() < self.fault_rate else None
+            fault = self.draw(kinds) if self.rnd.random() < self.fault_rate else None
             self.say(f"run {runs} fault={fault or '-'}: {self.dag_run(fault)}")
         # drain: clean runs until every landed file is committed, then wait for zombies, sweep
         while True:
@@ -336,6 +339,13 @@ class Chaos:
         result.update(runs=runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
                       backend=self.backend)
         return result
+
+    def draw(self, kinds: list[str]) -> str:
+        if not self.distinct:
+            return self.rnd.choice(kinds)
+        if not self.deck:
+            self.deck = self.rnd.sample(kinds, len(kinds))
+        return self.deck.pop()
 
     # -- the independent check --------------------------------------------------------------
     def check(self) -> dict:
@@ -448,6 +458,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
     ap.add_argument("--faults", default=None, help="comma-separated fault kinds to draw from (default: all)")
+    ap.add_argument("--distinct", action="store_true", help="draw each fault kind once before any repeats")
     args = ap.parse_args(argv)
     if args.batches < 1:
         ap.error("--batches must be at least 1")
@@ -458,7 +469,7 @@ def main(argv=None) -> int:
     if only and not set(only) <= known:
         ap.error(f"unknown fault kinds {sorted(set(only) - known)}")
     chaos = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
-                  only=only)
+                  only=only, distinct=args.distinct)
     try:
         res = chaos.run()
     finally:  # never leave a broker or an S3 server behind, whatever failed
