@@ -84,22 +84,74 @@ def port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-class KafkaBroker:
-    """A single-node KRaft broker in ``home`` (data, config, log and pid file)."""
+class _Service:
+    """A server process of ours: started in its own session (so a stop takes its children),
+    its pid in ``home/<name>.pid`` (so ``down`` finds it from another process), ready when
+    its port answers and ``_ready()`` says so."""
 
-    def __init__(self, home: str, port: int | None = None, controller_port: int | None = None):
+    name = "service"
+
+    def __init__(self, home: str, port: int | None = None):
         self.home = os.path.abspath(home)
         self.port = port or free_port()
-        self.controller_port = controller_port or free_port()
         self.proc: subprocess.Popen | None = None
+        self.start_seconds = 0.0
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.home, f"{self.name}.pid")
+
+    def _ready(self) -> bool:
+        return True
+
+    def _spawn(self, argv: list[str], timeout: float, poll: float = 0.2):
+        """Start ``argv`` (output to ``home/<name>.out``) and wait until it serves."""
+        out = open(os.path.join(self.home, f"{self.name}.out"), "ab")
+        t0 = time.time()
+        self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.pid_file, "w") as f:
+            f.write(str(self.proc.pid))
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}; see "
+                                   f"{self.home}/{self.name}.out")
+            if port_open(self.port) and self._ready():
+                self.start_seconds = time.time() - t0
+                return self
+            time.sleep(poll)
+        self.stop()
+        raise TimeoutError(f"{self.name} not ready on 127.0.0.1:{self.port} after {timeout}s")
+
+    def stop(self, kill: bool = False) -> None:
+        _stop_group(self.proc.pid if self.proc else _read_pid(self.pid_file), kill)
+        if self.proc:
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+            self.proc = None
+        if os.path.exists(self.pid_file):
+            os.unlink(self.pid_file)
+
+    def restart(self, kill: bool = False, down_seconds: float = 0.0) -> "_Service":
+        self.stop(kill=kill)
+        if down_seconds:
+            time.sleep(down_seconds)
+        return self.start()
+
+
+class KafkaBroker(_Service):
+    """A single-node KRaft broker in ``home`` (data, config, log and pid file)."""
+
+    name = "kafka"
+
+    def __init__(self, home: str, port: int | None = None, controller_port: int | None = None):
+        super().__init__(home, port)
+        self.controller_port = controller_port or free_port()
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid_file(self) -> str:
-        return os.path.join(self.home, "kafka.pid")
 
     def _classpath(self) -> str:
         if not glob.glob(os.path.join(KAFKA_JARS, "kafka_2.13-*.jar")):
@@ -125,22 +177,7 @@ class KafkaBroker:
                                           "-c", props), capture_output=True, text=True, timeout=120)
             if r.returncode != 0:
                 raise RuntimeError(f"kafka storage format failed: {r.stdout}{r.stderr}")
-        out = open(os.path.join(self.home, "kafka.out"), "ab")
-        t0 = time.time()
-        self.proc = subprocess.Popen(self._java("kafka.Kafka", props), stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        with open(self.pid_file, "w") as f:
-            f.write(str(self.proc.pid))
-        while time.time() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kafka broker exited with {self.proc.returncode}; see {self.home}/kafka.out "
-                                   f"and kafka.log")
-            if port_open(self.port) and self._ready():
-                self.start_seconds = time.time() - t0
-                return self
-            time.sleep(0.3)
-        self.stop()
-        raise TimeoutError(f"kafka broker not ready on {self.bootstrap} after {timeout}s")
+        return self._spawn(self._java("kafka.Kafka", props), timeout, poll=0.3)
 
     def _ready(self) -> bool:
         try:
@@ -150,31 +187,6 @@ class KafkaBroker:
             return True
         except Exception:
             return False
-
-    def stop(self, kill: bool = False) -> None:
-        pid = self.proc.pid if self.proc else _read_pid(self.pid_file)
-        if pid:
-            try:
-                os.killpg(pid, signal.SIGKILL if kill else signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            deadline = time.time() + 60
-            while time.time() < deadline and _alive(pid):
-                time.sleep(0.2)
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
-        if self.proc:
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-            self.proc = None
-        if os.path.exists(self.pid_file):
-            os.unlink(self.pid_file)
-
-    def restart(self, kill: bool = False) -> "KafkaBroker":
-        self.stop(kill=kill)
-        return self.start()
 
 
 def _read_pid(path: str) -> int | None:
@@ -208,32 +220,27 @@ jclouds.filesystem.basedir={data}
 """
 
 
-class S3Server:
+class S3Server(_Service):
     """S3Proxy (filesystem-nio2 backend) on loopback, data in ``home/data``.
 
     ``restart()`` keeps the port, the credentials and the data (they are files on disk):
     what a real S3 outage looks like to clients, connection refused, then the same objects.
     """
 
+    name = "s3proxy"
+
     def __init__(self, home: str, port: int | None = None, access_key: str | None = None,
                  secret_key: str | None = None, region: str = "us-east-1"):
         import secrets as _secrets
 
-        self.home = os.path.abspath(home)
-        self.port = port or free_port()
+        super().__init__(home, port)
         self.access_key = access_key or "eobatch-" + _secrets.token_hex(6)
         self.secret_key = secret_key or _secrets.token_urlsafe(24)
         self.region = region
-        self.proc: subprocess.Popen | None = None
-        self.start_seconds = 0.0
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid_file(self) -> str:
-        return os.path.join(self.home, "s3proxy.pid")
 
     def env(self) -> dict:
         return {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
@@ -252,22 +259,8 @@ class S3Server:
         fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # holds the secret
         with os.fdopen(fd, "w") as f:
             f.write(S3PROXY_CONF.format(port=self.port, key=self.access_key, secret=self.secret_key, data=data))
-        out = open(os.path.join(self.home, "s3proxy.out"), "ab")
-        t0 = time.time()
-        self.proc = subprocess.Popen(["java", "-Xms64m", "-Xmx512m", "-cp", self._jar(), "org.gaul.s3proxy.Main",
-                                      "--properties", conf], stdout=out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        with open(self.pid_file, "w") as f:
-            f.write(str(self.proc.pid))
-        while time.time() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"S3Proxy exited with {self.proc.returncode}; see {self.home}/s3proxy.out")
-            if port_open(self.port) and self._ready():
-                self.start_seconds = time.time() - t0
-                return self
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"S3Proxy not ready on {self.endpoint} after {timeout}s")
+        return self._spawn(["java", "-Xms64m", "-Xmx512m", "-cp", self._jar(), "org.gaul.s3proxy.Main",
+                            "--properties", conf], timeout, poll=0.1)
 
     def client(self):
         import boto3
@@ -291,23 +284,6 @@ class S3Server:
         except Exception as e:  # already there (e.g. after a restart)
             if "BucketAlready" not in type(e).__name__ and "BucketAlready" not in str(e):
                 raise
-
-    def stop(self, kill: bool = False) -> None:
-        _stop_group(self.proc.pid if self.proc else _read_pid(self.pid_file), kill)
-        if self.proc:
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                pass
-            self.proc = None
-        if os.path.exists(self.pid_file):
-            os.unlink(self.pid_file)
-
-    def restart(self, kill: bool = False, down_seconds: float = 0.0) -> "S3Server":
-        self.stop(kill=kill)
-        if down_seconds:
-            time.sleep(down_seconds)
-        return self.start()
 
 
 def _stop_group(pid: int | None, kill: bool = False, grace: float = 30.0) -> None:
