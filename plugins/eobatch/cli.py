@@ -150,7 +150,7 @@ def main(argv=None) -> int:
     shp = sub.add_parser("show", help="what the pipeline's tables publish (read with delta-rs)")
     shp.add_argument("pipeline")
     shp.add_argument("--limit", type=int, default=5)
-    sp = sub.add_parser("sweep", help="delete staged files of dead or zombie attempts")
+    sp = sub.add_parser("sweep", help="delete staged files no commit will use (only of decided batches)")
     sp.add_argument("pipeline")
     sp.add_argument("--all", action="store_true", help="every batch, not only the newest ones")
     for verb, extra in (("recover", ()), ("plan", ()), ("verify", ("batch", "attempt")), ("commit", ("batch",)),

@@ -233,7 +233,10 @@ class Protocol:
             pending = self.ledger.plan(latest)
             if self.cfg.mode == "interval" and pending.run_id != run_id:
                 raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
-                                    f"is not decided yet; batches are strictly ordered, so this run waits")
+                                    f"is not decided yet; batches are strictly ordered, so this run waits. "
+                                    f"If that run is gone without its abort (marked failed or deleted by "
+                                    f"hand), clear it so it finishes or abandons its batch, or pause the "
+                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={latest}`")
             return pending, False
         limit = max_records or self.cfg.source.max_records_per_batch
         source = source_for(self.cfg)
