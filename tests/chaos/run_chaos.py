@@ -176,6 +176,12 @@ class Chaos:
 
     def stage(self, batch: int, attempt: str, env: dict | None = None, wait: bool = True):
         argv = launch.spark_submit_argv(self.p.cfg, batch, attempt, master=self.master)
+        if env and not self.master.startswith("local"):
+            # executors on a cluster do not inherit spark-submit's environment: the fault
+            # points inside Spark tasks get theirs through spark.executorEnv.*
+            i = argv.index(launch.STAGE_APP)
+            argv[i:i] = [x for k, v in env.items() if k.startswith("EOBATCH_")
+                         for x in ("--conf", f"spark.executorEnv.{k}={v}")]
         e = {**self.env, **(env or {})}
         if not wait:
             return subprocess.Popen(argv, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -212,10 +218,22 @@ class Chaos:
                                                    "EOBATCH_CRASH_ONCE_DIR": str(once)}, wait=False)
             deadline = time.time() + 300
             # a task is mid-write (on S3 an object appears only when its writer closes)
-            while not any(once.iterdir()) and time.time() < deadline and proc.poll() is None:
+            paused = once / "pause-stage.after_first_file"  # holds the paused process's pid
+            while not (paused.exists() and paused.read_text().strip()) and time.time() < deadline \
+                    and proc.poll() is None:
                 time.sleep(0.2)
+            if proc.poll() is not None:
+                raise RuntimeError(f"stage_kill: spark-submit exited {proc.returncode} before a task paused "
+                                   f"mid-write (fault points not reaching the executors?)")
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+            if not self.master.startswith("local") and paused.exists() and paused.read_text().strip():
+                # on a cluster the paused task runs in an executor of a worker, not under
+                # spark-submit: it goes with the dead application (the worker kills its executors)
+                try:
+                    os.kill(int(paused.read_text()), signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             return f"batch {batch}: spark-submit killed mid-write"
         if fault == "land_during":
             proc = self.stage(batch, attempt, wait=False)
