@@ -227,10 +227,14 @@ class Protocol:
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
         if latest and min(versions.values()) < latest and self.ledger.abandoned(latest) is None:
-            if self.ledger.prepared(latest) is not None:
-                raise ProtocolError(f"batch {latest} is PREPARED and must be committed before a new plan "
-                                    f"(run recover)")
             pending = self.ledger.plan(latest)
+            if self.ledger.prepared(latest) is not None:
+                # another run's batch between its verify and the end of its commit (runs overlap:
+                # interval mode, backfills): wait. A batch whose committer died is committed by
+                # the commit task's retries or the next run's recover.
+                raise BatchInFlight(f"batch {latest} of run {pending.run_id} is PREPARED and not yet committed "
+                                    f"everywhere ({versions}); batches are strictly ordered, so this run waits "
+                                    f"for its commit (a run's recover commits it if its run is gone)")
             if self.cfg.mode == "interval" and pending.run_id != run_id:
                 raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
                                     f"is not decided yet; batches are strictly ordered, so this run waits. "

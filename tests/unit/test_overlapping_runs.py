@@ -1,18 +1,24 @@
-"""sweep over real files: it only touches decided batches, so it never removes the files of a
-live attempt (another run's, or a zombie's that may still become PREPARED) — the race that let
-a concurrent run's recover delete an interval batch while it was being staged."""
+"""Runs of one pipeline that overlap (interval mode, backfills), on real files, no Spark:
+
+* sweep only touches decided batches, so it never removes the files of a live attempt
+  (another run's, or a zombie's that may still become PREPARED);
+* a run that plans while another run's batch is PREPARED but not yet committed waits
+  (BatchInFlight) instead of failing."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eobatch.formats import BatchPlan, PreparedBatch, fingerprint_of
-from eobatch.protocol import Protocol
+from eobatch.protocol import BatchInFlight, Protocol
 
 
-def _plan(batch_id: int) -> BatchPlan:
+def _plan(batch_id: int, run_id: str | None = None, interval: dict | None = None) -> BatchPlan:
     return BatchPlan(pipeline="orders", batch_id=batch_id, source_kind="files", range={"files": []},
-                     rows_in=1, config_fingerprint="f", planned_at="2026-01-01T00:00:00Z")
+                     rows_in=1, config_fingerprint="f", planned_at="2026-01-01T00:00:00Z",
+                     run_id=run_id, interval=interval)
 
 
 def _stage(proto: Protocol, batch_id: int, attempt: str, n: int = 2) -> list[str]:
@@ -95,3 +101,24 @@ def test_reset_removes_the_staged_files_of_the_batches_it_forgets(make_cfg):
     assert proto.reset(2) == [2]
     assert _left(proto) == set(_stage(proto, 1, "a1"))  # batch 1 is undecided: kept
     assert proto.ledger.latest_batch_id() == 1
+
+
+H0 = {"start": "2026-01-01T00:00:00+00:00", "end": "2026-01-01T01:00:00+00:00"}
+H1 = {"start": "2026-01-01T01:00:00+00:00", "end": "2026-01-01T02:00:00+00:00"}
+
+
+@pytest.mark.parametrize("mode", ["interval", "continuous"])
+def test_a_run_planning_while_another_runs_batch_is_prepared_waits(make_cfg, mode):
+    extra = {"mode": "interval", "schedule": "@hourly"} if mode == "interval" else {}
+    proto = Protocol(make_cfg(**extra))
+    assert proto.ledger.put_plan(_plan(1, run_id="run-b", interval=H1 if mode == "interval" else None))
+    files = _stage(proto, 1, "a1")
+    if mode == "interval":  # PLANNED by another run: wait (continuous mode re-stages it instead)
+        with pytest.raises(BatchInFlight, match="run run-b"):
+            proto.plan(interval=H0, run_id="run-a")
+    else:
+        assert proto.plan(run_id="run-a") == (proto.ledger.plan(1), False)
+    _prepare(proto, 1, "a1", files)
+    # between run-b's verify and the end of its commit: wait, do not fail
+    with pytest.raises(BatchInFlight, match="PREPARED and not yet committed"):
+        proto.plan(interval=H0 if mode == "interval" else None, run_id="run-a")
