@@ -229,6 +229,9 @@ class Protocol:
         if latest and min(versions.values()) < latest and self.ledger.abandoned(latest) is None:
             pending = self.ledger.plan(latest)
             if self.ledger.prepared(latest) is not None:
+                if pending.run_id == run_id:
+                    raise ProtocolError(f"batch {latest} of this run is PREPARED and must be committed before "
+                                        f"a new plan: clear the run from its `recover` (or `commit`) task")
                 # another run's batch between its verify and the end of its commit (runs overlap:
                 # interval mode, backfills): wait. A batch whose committer died is committed by
                 # the commit task's retries or the next run's recover.

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eobatch.formats import BatchPlan, PreparedBatch, fingerprint_of
-from eobatch.protocol import BatchInFlight, Protocol
+from eobatch.protocol import BatchInFlight, Protocol, ProtocolError
 
 
 def _plan(batch_id: int, run_id: str | None = None, interval: dict | None = None) -> BatchPlan:
@@ -122,3 +122,7 @@ def test_a_run_planning_while_another_runs_batch_is_prepared_waits(make_cfg, mod
     # between run-b's verify and the end of its commit: wait, do not fail
     with pytest.raises(BatchInFlight, match="PREPARED and not yet committed"):
         proto.plan(interval=H0 if mode == "interval" else None, run_id="run-a")
+    # its own run's PREPARED batch (a plan task cleared alone): fail fast, say what to clear
+    with pytest.raises(ProtocolError, match="of this run is PREPARED") as e:
+        proto.plan(interval=H1 if mode == "interval" else None, run_id="run-b")
+    assert not isinstance(e.value, BatchInFlight)
