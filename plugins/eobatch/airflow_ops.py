@@ -263,7 +263,8 @@ class CommitOperator(BaseOperator):
             return self._dry_run_report(context, proto, batch_id)
         try:
             c = proto.commit(batch_id)
-        except (FingerprintMismatch, LedgerMismatch) as e:
+        except (FingerprintMismatch, ProtocolError) as e:
+            # terminal: retrying cannot help (a repair is needed); fail now, say which one
             raise AirflowFailException(str(e)) from e
         p = proto.ledger.prepared(batch_id)
         self.log.info("commit: batch %s COMMITTED in %.2fs: Delta versions %s; %d rows published, %d "
