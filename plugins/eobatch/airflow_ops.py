@@ -40,6 +40,7 @@ def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
     try:
         conn = BaseHook.get_connection(conn_id)
     except Exception:  # no such connection: credentials come from the environment (or nowhere)
+        mask_credentials()
         return False
     extra = conn.extra_dejson or {}
     values = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
@@ -52,7 +53,39 @@ def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
             if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
                 mask_secret(v)
             os.environ[k] = str(v)
+    mask_credentials()
     return True
+
+
+def mask_credentials() -> None:
+    """Every S3 credential of this process's environment (access key id, secret, session
+    token; after ``export_aws_connection`` also the connection's) registered with Airflow's
+    secrets masker: whatever prints one (a command line, a child's output) shows ``***``."""
+    from airflow.sdk.log import mask_secret
+
+    for v in s3conf.settings().secrets():
+        mask_secret(v)
+
+
+def credentials_travel_as_env(conn_id: str, *, deploy_mode: str | None = None,
+                              spark_binary: str | None = None) -> bool:
+    """May S3 credentials travel as spark-submit's process environment? The Spark hook's own
+    answer, from the hook itself built for the connection: SparkSubmitHook turns env_vars
+    into ``--conf`` values on the command line (its "Spark-Submit cmd" log line masks only
+    keys containing secret/password, and ``ps`` shows everything) whenever its master
+    *contains* "yarn" or "k8s" (``_is_yarn``, ``_is_kubernetes``; a missing connection means
+    yarn), refuses them in standalone cluster mode, and otherwise hands them to the process
+    (Popen's env). Only that last case forwards; a hook that cannot be built forwards nothing.
+
+    No I/O beyond the connection lookup: ``keytab=""`` keeps the hook from writing the
+    connection's base64 keytab to disk (the stage's own hook still does when it runs)."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    try:
+        hook = SparkSubmitHook(conn_id=conn_id, deploy_mode=deploy_mode, spark_binary=spark_binary, keytab="")
+    except Exception:  # e.g. a k8s master without the cncf.kubernetes provider: the stage fails anyway
+        return False
+    return not (hook._is_yarn or hook._is_kubernetes) and hook._connection["deploy_mode"] != "cluster"
 
 
 def _protocol(pipeline_file: str) -> Protocol:
@@ -179,8 +212,16 @@ class StageOperator(SparkSubmitOperator):
         env = launch.spark_env()
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
-        if launch.uses_s3(cfg) and self._forwards_env():
-            self.env_vars |= s3conf.credential_env()
+        if launch.uses_s3(cfg):
+            if credentials_travel_as_env(self._conn_id, deploy_mode=self._deploy_mode,
+                                         spark_binary=self._spark_binary):
+                self.env_vars |= s3conf.credential_env()
+            else:
+                self.log.info("stage: spark connection %r would put spark-submit's environment on its command "
+                              "line (YARN/Kubernetes) or cannot take it: S3 credentials are not forwarded; the "
+                              "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
+                              self._conn_id)
+        mask_credentials()
         if cfg.spark.driver_memory:
             self._driver_memory = cfg.spark.driver_memory
         if cfg.spark.executor_memory:
@@ -191,20 +232,6 @@ class StageOperator(SparkSubmitOperator):
         super().execute(context)
         self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
         return attempt
-
-
-    def _forwards_env(self) -> bool:
-        """S3 credentials go to spark-submit as its process environment for local[*] and
-        standalone (client mode): the hook neither logs nor puts them on the command line.
-        For YARN / Kubernetes the hook would turn env_vars into --conf values on the command
-        line; there the cluster's own identity (IAM role, IRSA, k8s secrets) must serve."""
-        from airflow.sdk import BaseHook
-
-        try:
-            host = BaseHook.get_connection(self._conn_id).host or ""
-        except Exception:
-            return True
-        return host.startswith(("local", "spark://"))
 
 
 class VerifySensor(BaseSensorOperator):
