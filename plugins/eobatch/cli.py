@@ -97,7 +97,7 @@ def show(proto: Protocol, limit: int) -> None:
         if not part.exists():
             print(f"{participant} table {part.uri}: not created yet")
             continue
-        dt = DeltaTable(part.uri)
+        dt = DeltaTable(part.uri, storage_options=part.storage_options)  # S3: endpoint, region, credentials
         t = dt.to_pyarrow_table()
         print(f"{participant} table {part.uri}: Delta version {dt.version()}, {t.num_rows} rows, "
               f"txn({proto.app_id}) = {dt.transaction_version(proto.app_id)}")
