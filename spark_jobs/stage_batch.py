@@ -57,6 +57,8 @@ def read_files_range(spark, rng: dict):
     """One row per non-blank line: source (planned path), position (1-based line), raw."""
     from pyspark.sql import functions as F
 
+    from eobatch.lines import SPARK_BLANK_LINE, SPARK_TRAILING_CR
+
     files = [f["path"] for f in rng["files"]]
     df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
           .select(planned_path(F.col("_metadata.file_path")).alias("source"), F.col("value")))
@@ -64,10 +66,11 @@ def read_files_range(spark, rng: dict):
     # had invalid bytes, so that their lines with U+FFFD are quarantined as invalid UTF-8.
     lines = df.select("source", F.is_valid_utf8("value").alias("_utf8_file"),
                       F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
+    # one definition of a line and of a blank line, shared with the planner's count (eobatch.lines)
     lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
-                         F.regexp_replace("raw", "\r$", "").alias("raw"),
+                         F.regexp_replace("raw", SPARK_TRAILING_CR, "").alias("raw"),
                          (F.col("_utf8_file") | ~F.col("raw").contains("\ufffd")).alias("_utf8_ok"))
-    return lines.where(~F.col("raw").rlike("^[ \\t\\r\\x0B\\f]*$"))
+    return lines.where(~F.col("raw").rlike(SPARK_BLANK_LINE))
 
 
 def read_kafka_range(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):

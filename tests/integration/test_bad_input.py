@@ -74,3 +74,23 @@ def test_a_file_larger_than_the_batch_limit_is_one_whole_batch(tmp_path):
     plans = [p.protocol().ledger.plan(b) for b in (1, 2)]
     assert [pl.rows_in for pl in plans] == [35, 4]
     assert_exactly_once(p, batches=2)
+
+
+def test_lines_of_unicode_line_separators_are_counted_alike_by_plan_and_job(tmp_path):
+    """U+0085, U+2028, U+2029 and a lone \r are record content for the planner and for Spark (whose
+    regex $ would otherwise treat a line made of them as blank): the counts reconcile at verify and
+    those lines land in quarantine."""
+    p = write_pipeline(tmp_path)
+    good = orders("u", 3)
+    odd = ["\u0085", "\u2028", "\u2029", "\r\u0085"]
+    body = "\n".join([json.dumps(good[0])] + odd[:3] + [json.dumps(good[1])] + odd[3:] + [json.dumps(good[2])])
+    (p.landing / "odd.jsonl").write_bytes((body + "\n").encode())
+    p.landed.extend(good)
+    assert run_batch(p) == 1
+    prepared = p.protocol().ledger.prepared(1)
+    assert (prepared.rows_in, prepared.rows_valid, prepared.rows_quarantined) == (7, 3, 4)
+    q = read_rows(p.quarantine)
+    assert sorted(r["raw"] for r in q) == sorted(odd)
+    assert {r["reason"] for r in q} == {"malformed JSON: not a JSON object"}
+    p.landed_bad = [r["raw"] for r in q]
+    assert_exactly_once(p, batches=1)

@@ -280,3 +280,31 @@ def test_interval_by_prefix_and_the_record_limit(make_cfg):
     assert sorted(_paths(rng)) == sorted([a, b]) and n == 5
     with pytest.raises(IntervalTooLarge, match="holds 5 records in 2 files"):
         s.interval_range(t * 1000, (t + 3600) * 1000, 4)
+
+
+ODD_TERMINATORS = {  # record content for the planner and the job alike: counted, never dropped
+    "NEL": "\u0085".encode(), "LS": "\u2028".encode(), "PS": "\u2029".encode(),
+    "lone-CR-inside": b"{}\r{}", "NEL-after-record": '{"a":1}\u0085'.encode(),
+    "CR-then-NEL": "\r\u0085".encode(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_TERMINATORS))
+def test_lines_of_only_unicode_line_separators_are_records(tmp_path, name):
+    from eobatch import lines
+
+    data = b'{"a":1}\n' + ODD_TERMINATORS[name] + b"\n\r\n" + ODD_TERMINATORS[name]
+    assert _count(tmp_path, data) == 3
+    assert [n for n, _ in lines.split_records(data)] == [1, 2, 4]
+    assert not lines.is_blank(ODD_TERMINATORS[name])
+
+
+def test_the_spark_expressions_say_what_the_python_definition_says():
+    """The job's regular expressions are Java's: anchored with \\z, never $ (which matches before a
+    final U+0085, U+2028, U+2029 or lone \\r in Java)."""
+    from eobatch import lines
+
+    assert "$" not in lines.SPARK_BLANK_LINE and lines.SPARK_BLANK_LINE.endswith(r"\z")
+    assert "$" not in lines.SPARK_TRAILING_CR and lines.SPARK_TRAILING_CR.endswith(r"\z")
+    for blank in (b"", b" ", b"\t\r", b"\x0b\x0c \r"):
+        assert lines.is_blank(blank)

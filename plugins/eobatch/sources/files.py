@@ -13,28 +13,17 @@ from __future__ import annotations
 
 import logging
 
+from .. import lines
 from ..storage import FileInfo, join, storage_for
 from .kafka import IntervalTooLarge
 
 log = logging.getLogger(__name__)
-BLANK = b" \t\r\x0b\x0c"
 
 
 def count_records(fs, path: str) -> int:
-    """Non-blank lines of a file, counted the way the Spark job counts them."""
-    n = 0
-    tail = b""
+    """Records of a landing file, by the definition the Spark job reads them with (``eobatch.lines``)."""
     with fs.open_read(path) as f:
-        while True:
-            chunk = f.read(1 << 22)
-            if not chunk:
-                break
-            lines = (tail + chunk).split(b"\n")
-            tail = lines.pop()
-            n += sum(1 for line in lines if line.strip(BLANK))
-    if tail.strip(BLANK):
-        n += 1
-    return n
+        return lines.count_records(f)
 
 
 def _visible(root: str, path: str) -> bool:
