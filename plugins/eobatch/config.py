@@ -5,6 +5,7 @@ Every error names the file and the key, e.g. ``orders.yaml: source.path: must be
 
 from __future__ import annotations
 
+import datetime as dt
 import glob
 import hashlib
 import json
@@ -12,6 +13,7 @@ import os
 import re
 import string
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any
 
 import yaml
@@ -322,7 +324,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         path = _table_path(_req(src, "path", file, "source."), file, "source.path")
         prefix = src.get("interval_prefix")
         if prefix is not None:
-            _check_interval_prefix(prefix, mode, file)
+            _check_interval_prefix(prefix, mode, schedule, file)
         source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix)
     else:
         servers = _req(src, "bootstrap_servers", file, "source.")
@@ -441,7 +443,7 @@ def load_pipeline(file: str) -> PipelineConfig:
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
 
 
-def _check_interval_prefix(prefix, mode: str, file: str) -> None:
+def _check_interval_prefix(prefix, mode: str, schedule: str, file: str) -> None:
     key = "source.interval_prefix"
     if mode != "interval":
         raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")
@@ -457,6 +459,69 @@ def _check_interval_prefix(prefix, mode: str, file: str) -> None:
                                      f"{{ds_nodash}} (YYYYMMDD) and {{hh}} (hour, 00-23), and at least one of them")
     if prefix.startswith("/") or ".." in prefix.split("/"):
         raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
+    _check_prefix_grain(prefix, names, schedule, file)
+
+
+HOUR, DAY = dt.timedelta(hours=1), dt.timedelta(days=1)
+PREFIX_HINT = "use dt={ds}/hour={hh} with @hourly ('0 * * * *'), or dt={ds} with @daily ('0 0 * * *')"
+
+
+def _check_prefix_grain(prefix: str, names: set, schedule: str, file: str) -> None:
+    """The prefix must name exactly one interval: its folder changes at every interval boundary, never inside.
+
+    With {hh} every interval must be one clock hour (and the folder needs the date too); with the
+    date alone, one UTC day from 00:00 to 00:00.
+    """
+    key = "source.interval_prefix"
+    hourly = "hh" in names
+    if hourly and not names & {"ds", "ds_nodash"}:
+        raise ConfigError(file, key, f"{prefix!r} has {{hh}} and also needs {{ds}} or {{ds_nodash}}: without "
+                                     f"the date, hour 10 of every day is the same folder; {PREFIX_HINT}")
+    odd = _odd_interval(PRESET_CRON.get(schedule.strip(), schedule.strip()), HOUR if hourly else DAY)
+    if odd:
+        unit, shape = ("clock hour", "HH:00 to HH+1:00") if hourly else ("UTC day", "00:00 to 00:00")
+        raise ConfigError(file, key, f"{prefix!r} names one folder per {unit}, so every interval must be one "
+                                     f"{unit} ({shape} UTC), but schedule {schedule!r} has intervals such as "
+                                     f"{_at(odd[0])} to {_at(odd[1])} UTC ({_span(odd[1] - odd[0])}); {PREFIX_HINT}")
+
+
+GRAIN_CHECK_FROM = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)  # a Monday 00:00 of a leap year
+
+
+def _odd_interval(cron: str, step: dt.timedelta) -> tuple[dt.datetime, dt.datetime] | None:
+    """The first interval of ``cron`` that is not exactly one ``step`` (an hour or a day) starting on a
+    multiple of it, or None. Intervals are UTC (no DST), from one tick to the next, as Airflow's.
+
+    Cron's ticks are (the days it runs) x (its times of day): the times are checked over one day of
+    ticks, the days over a year of midnights (every month, day of the month and weekday).
+    """
+    from croniter import croniter
+
+    for a, b in pairwise(_ticks(cron, DAY // step + 1)):
+        if b - a != step or (a - GRAIN_CHECK_FROM) % step:
+            return a, b
+    for a, b in pairwise(_ticks(" ".join(["0", "0", *cron.split()[2:5]]), 367)):
+        if b - a != DAY:  # a day it does not run: the interval that ends at b spans it
+            return croniter(cron, b).get_prev(dt.datetime), b
+    return None
+
+
+def _ticks(cron: str, n: int) -> list[dt.datetime]:
+    from croniter import croniter
+
+    it = croniter(cron, GRAIN_CHECK_FROM - dt.timedelta(microseconds=1))
+    return [it.get_next(dt.datetime) for _ in range(n)]
+
+
+def _at(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%d %H:%M:%S" if t.second else "%Y-%m-%d %H:%M")
+
+
+def _span(d: dt.timedelta) -> str:
+    for unit, size in (("day", DAY), ("hour", HOUR), ("minute", dt.timedelta(minutes=1))):
+        if not d % size:
+            return f"{d // size} {unit}{'' if d == size else 's'}"
+    return f"{int(d.total_seconds())} seconds"
 
 
 # Cron spelling of Airflow's presets, for interval mode's CronDataIntervalTimetable.

@@ -544,6 +544,72 @@ def test_interval_mode_loads(write_yaml, base_cfg):
     assert cfg.mode == "interval" and cfg.source.interval_prefix == "dt={ds}/hour={hh}"
 
 
+# -- interval_prefix against the schedule: one folder per interval ----------------------------
+
+PREFIX_SCHEDULE_OK = [
+    ("dt={ds}/hour={hh}", "@hourly"),
+    ("dt={ds}/hour={hh}", "0 * * * *"),
+    ("{ds_nodash}/{hh}", "0 0-23 * * *"),
+    ("dt={ds}", "@daily"),
+    ("dt={ds}", "@midnight"),
+    ("dt={ds}", "0 0 * * *"),
+    ("{ds_nodash}", "0 0 1-31 * *"),
+]
+
+
+@pytest.mark.parametrize("prefix,schedule", PREFIX_SCHEDULE_OK)
+def test_interval_prefix_matching_the_schedule_loads(write_yaml, base_cfg, prefix, schedule):
+    doc = dict(base_cfg, mode="interval", schedule=schedule)
+    doc["source"]["interval_prefix"] = prefix
+    cfg = load_pipeline(write_yaml(doc))
+    assert (cfg.source.interval_prefix, cfg.schedule) == (prefix, schedule)
+
+
+PREFIX_SCHEDULE_BAD = [
+    # (id, prefix, schedule, text in the message)
+    ("hourly-prefix-daily", "dt={ds}/hour={hh}", "@daily", "2024-01-01 00:00 to 2024-01-02 00:00 UTC (1 day)"),
+    ("hourly-prefix-daily-cron", "dt={ds}/hour={hh}", "0 0 * * *", "(1 day)"),
+    ("hourly-prefix-15-minutes", "dt={ds}/hour={hh}", "*/15 * * * *", "(15 minutes)"),
+    ("hourly-prefix-starts-at-30", "dt={ds}/hour={hh}", "30 * * * *", "2024-01-01 00:30 to 2024-01-01 01:30"),
+    ("hourly-prefix-starts-at-second-30", "dt={ds}/hour={hh}", "0 * * * * 30", "00:00:30"),
+    ("hourly-prefix-every-2-hours", "dt={ds}/hour={hh}", "0 */2 * * *", "(2 hours)"),
+    ("hourly-prefix-weekdays", "dt={ds}/hour={hh}", "0 * * * 1-5", "2024-01-05 23:00 to 2024-01-08 00:00"),
+    ("hourly-prefix-not-in-december", "dt={ds}/hour={hh}", "0 * * 1-11 *", "2024-11-30 23:00 to 2025-01-01 00:00"),
+    ("hourly-prefix-weekly", "dt={ds}/hour={hh}", "@weekly", "(7 days)"),
+    ("daily-prefix-hourly", "dt={ds}", "@hourly", "2024-01-01 00:00 to 2024-01-01 01:00 UTC (1 hour)"),
+    ("daily-prefix-hourly-cron", "{ds_nodash}", "0 * * * *", "(1 hour)"),
+    ("daily-prefix-15-minutes", "dt={ds}", "*/15 * * * *", "(15 minutes)"),
+    ("daily-prefix-at-6", "dt={ds}", "0 6 * * *", "2024-01-01 06:00 to 2024-01-02 06:00"),
+    ("daily-prefix-twice-a-day", "dt={ds}", "0 0,12 * * *", "(12 hours)"),
+    ("daily-prefix-weekly", "dt={ds}", "@weekly", "(7 days)"),
+    ("daily-prefix-monthly", "dt={ds}", "@monthly", "2024-01-01 00:00 to 2024-02-01 00:00"),
+    ("daily-prefix-yearly", "dt={ds}", "@yearly", None),
+    ("daily-prefix-weekdays", "dt={ds}", "0 0 * * 1-5", "2024-01-05 00:00 to 2024-01-08 00:00 UTC (3 days)"),
+    ("daily-prefix-skips-the-31st", "{ds_nodash}", "0 0 1-30 * *", "2024-01-30 00:00 to 2024-02-01 00:00"),
+]
+
+
+@pytest.mark.parametrize("prefix,schedule,text", [c[1:] for c in PREFIX_SCHEDULE_BAD],
+                         ids=[c[0] for c in PREFIX_SCHEDULE_BAD])
+def test_interval_prefix_not_matching_the_schedule_is_refused(write_yaml, base_cfg, prefix, schedule, text):
+    doc = dict(base_cfg, mode="interval", schedule=schedule)
+    doc["source"]["interval_prefix"] = prefix
+    e = _expect_error(write_yaml, doc, "source.interval_prefix", name="orders.yaml", contains=text)
+    msg = str(e)
+    assert repr(schedule) in msg and repr(prefix) in msg
+    grain = "one clock hour" if "{hh}" in prefix else "one UTC day"
+    assert grain in msg
+    assert "dt={ds}/hour={hh} with @hourly" in msg and "dt={ds} with @daily" in msg
+
+
+@pytest.mark.parametrize("prefix", ["hour={hh}", "{hh}"])
+def test_interval_prefix_with_hour_but_no_date_is_refused(write_yaml, base_cfg, prefix):
+    doc = dict(base_cfg, mode="interval", schedule="@hourly")
+    doc["source"]["interval_prefix"] = prefix
+    _expect_error(write_yaml, doc, "source.interval_prefix", name="orders.yaml",
+                  contains="also needs {ds} or {ds_nodash}")
+
+
 def test_two_pipelines_on_one_table_is_an_error(tmp_path, base_cfg):
     import copy
 
