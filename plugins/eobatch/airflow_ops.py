@@ -16,8 +16,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from . import launch, s3conf
 from .config import load_pipeline
 from .delta_sink import FingerprintMismatch
+from .formats import InvalidId
 from .params import ParamsError, RunParams, check_params
-from .protocol import BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of
+from .protocol import (
+    AttemptPrepared, BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of,
+)
 from .sources.kafka import DataLossError, IntervalTooLarge
 from .verify import NotReady, VerifyFailed
 
@@ -260,7 +263,7 @@ class VerifySensor(BaseSensorOperator):
         except NotReady as e:
             self.log.info("verify: %s", e)
             return False
-        except (VerifyFailed, ProtocolError) as e:
+        except (VerifyFailed, ProtocolError, InvalidId) as e:
             raise AirflowFailException(str(e)) from e
         self.log.info("verify: batch %s %s from attempt %s in %.2fs: %d rows in = %d valid + %d "
                       "quarantined; %d rows to publish in %d files (%d bytes); fingerprint %s",
@@ -341,12 +344,15 @@ class AbortOperator(BaseOperator):
                 return None
             self.log.info("abort: no attempt was started; nothing to remove")
             return None
-        prepared = proto.ledger.prepared(int(batch_id))
-        if prepared is not None and prepared.attempt == attempt:
-            self.log.warning("abort: batch %s attempt %s is PREPARED; it is not aborted: the next run's "
-                             "recover commits it", batch_id, attempt)
+        try:
+            removed = proto.abort(int(batch_id), attempt, reason=f"run {context.get('run_id')} failed")
+        except AttemptPrepared as e:  # verify won the attempt's decision: its files stay
+            if proto.cfg.mode == "interval" and proto.abandon(int(batch_id), f"run {context.get('run_id')} failed"):
+                self.log.warning("abort: %s; the interval batch %s is ABANDONED before it became PREPARED "
+                                 "(nothing is published; the sweep removes its files)", e, batch_id)
+            else:
+                self.log.warning("abort: %s", e)
             return None
-        removed = proto.abort(int(batch_id), attempt, reason=f"run {context.get('run_id')} failed")
         if proto.cfg.mode == "interval" and proto.abandon(int(batch_id), f"run {context.get('run_id')} failed"):
             self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the interval batch "
                           "is ABANDONED: run the interval again to publish it", batch_id, attempt, len(removed))

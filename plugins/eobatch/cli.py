@@ -22,6 +22,7 @@ import json
 import sys
 
 from .config import ConfigError, find_pipeline
+from .formats import InvalidId
 from .protocol import Protocol, ProtocolError, utcnow
 
 
@@ -138,6 +139,9 @@ def run_verb(proto: Protocol, args) -> int:
     except (ProtocolError, DataLossError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 5
+    except InvalidId as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

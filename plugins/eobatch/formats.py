@@ -6,7 +6,10 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
     T/_eo_ledger/attempts/<batch>/<attempt>/manifests/<participant>/part-<n>.json
                                                            one per Spark partition, written by the task
     T/_eo_ledger/attempts/<batch>/<attempt>/stage.json     STAGED    (written by the driver at the end)
-    T/_eo_ledger/attempts/<batch>/<attempt>/aborted.json   the attempt was aborted and its files removed
+    T/_eo_ledger/attempts/<batch>/<attempt>/decision.json  the attempt's one decision (put-if-absent):
+                                                           "prepare" (verify won: its files are never
+                                                           removed by abort) or "abort" (abort won: its
+                                                           files go, it can never become PREPARED)
     T/_eo_ledger/prepared/<batch>.json                     PREPARED  (put-if-absent; the file set to commit)
                                                            or ABANDONED (interval mode: same file, so a
                                                            batch is either prepared or abandoned, never both)
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -39,8 +43,31 @@ PARTICIPANTS = (SINK, QUARANTINE)
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
 
 
+class InvalidId(ValueError):
+    """A batch or attempt id that is not one this product writes (from XCom, the CLI, a spec)."""
+
+
+# Attempt ids become folder names under the tables and the ledger: never a path, never '..'.
+ATTEMPT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def check_attempt(attempt) -> str:
+    """The one check of an attempt id, wherever it comes from. Raises InvalidId."""
+    if not isinstance(attempt, str) or not ATTEMPT_ID.fullmatch(attempt):
+        raise InvalidId(f"invalid attempt id {attempt!r}: attempt ids match {ATTEMPT_ID.pattern} "
+                        f"(letters, digits, '_' and '-'; written by the stage task)")
+    return attempt
+
+
+def check_batch_id(batch_id) -> int:
+    """The one check of a batch id (a positive integer). Raises InvalidId."""
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or not 1 <= batch_id <= 9_999_999_999:
+        raise InvalidId(f"invalid batch id {batch_id!r}: batch ids are integers from 1")
+    return batch_id
+
+
 def bid(batch_id: int) -> str:
-    return f"{batch_id:010d}"
+    return f"{check_batch_id(batch_id):010d}"
 
 
 @dataclass(frozen=True)
@@ -65,13 +92,17 @@ class Layout:
         return join(self.ledger, "attempts", bid(batch_id))
 
     def attempt_dir(self, batch_id: int, attempt: str) -> str:
-        return join(self.attempts_dir(batch_id), attempt)
+        return join(self.attempts_dir(batch_id), check_attempt(attempt))
 
     def stage_summary(self, batch_id: int, attempt: str) -> str:
         return join(self.attempt_dir(batch_id, attempt), "stage.json")
 
     def aborted(self, batch_id: int, attempt: str) -> str:
+        """Abort records of ledgers written before attempt decisions existed (read only)."""
         return join(self.attempt_dir(batch_id, attempt), "aborted.json")
+
+    def decision(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "decision.json")
 
     def manifest(self, batch_id: int, attempt: str, participant: str, partition: int) -> str:
         return join(self.attempt_dir(batch_id, attempt), "manifests", participant, f"part-{partition:05d}.json")
@@ -96,7 +127,7 @@ class Layout:
 
     def attempt_staging_rel(self, batch_id: int, attempt: str) -> str:
         """Staging folder of one attempt, relative to each participant table's root."""
-        return f"{self.batch_staging_rel(batch_id)}/{attempt}"
+        return f"{self.batch_staging_rel(batch_id)}/{check_attempt(attempt)}"
 
 
 class Record:

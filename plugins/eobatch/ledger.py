@@ -103,11 +103,20 @@ class Ledger:
     def attempts(self, batch_id: int) -> list[str]:
         return self.fs.list_dirs(self.layout.attempts_dir(batch_id))
 
+    def decision(self, batch_id: int, attempt: str) -> dict | None:
+        """The attempt's one decision, ``{"decision": "prepare" | "abort", ...}``, or None."""
+        for path, legacy in ((self.layout.decision(batch_id, attempt), False),
+                             (self.layout.aborted(batch_id, attempt), True)):
+            try:
+                d = json.loads(self.fs.read_bytes(path))
+            except FileNotFoundError:
+                continue
+            return {"decision": "abort", **d} if legacy else d
+        return None
+
     def aborted_info(self, batch_id: int, attempt: str) -> dict | None:
-        try:
-            return json.loads(self.fs.read_bytes(self.layout.aborted(batch_id, attempt)))
-        except FileNotFoundError:
-            return None
+        d = self.decision(batch_id, attempt)
+        return d if d is not None and d["decision"] == "abort" else None
 
     # -- writing -------------------------------------------------------------------
     def put_plan(self, plan: BatchPlan) -> bool:
@@ -119,8 +128,18 @@ class Ledger:
     def put_committed(self, committed: CommittedBatch) -> bool:
         return self.fs.put_if_absent(self.layout.committed(committed.batch_id), committed.to_json())
 
-    def put_aborted(self, batch_id: int, attempt: str, info: dict) -> None:
-        self.fs.write_atomic(self.layout.aborted(batch_id, attempt), json.dumps(info, sort_keys=True).encode())
+    def decide(self, batch_id: int, attempt: str, decision: str, info: dict) -> dict:
+        """Decide an attempt's fate once, put-if-absent: verify must win "prepare" before it may
+        write PREPARED, abort must win "abort" before it may remove files. Returns the decision
+        that holds: this one, or the one another process made first."""
+        if decision not in ("prepare", "abort"):
+            raise ValueError(f"unknown attempt decision {decision!r}")
+        if decision == "abort" and self.fs.exists(self.layout.aborted(batch_id, attempt)):
+            return self.decision(batch_id, attempt)  # aborted before decisions existed
+        body = {"decision": decision, "batch_id": batch_id, "attempt": attempt, **info}
+        if self.fs.put_if_absent(self.layout.decision(batch_id, attempt), json.dumps(body, sort_keys=True).encode()):
+            return body
+        return self.decision(batch_id, attempt)
 
     def describe(self, batch_id: int) -> str:
         return f"batch {batch_id} ({join(self.layout.ledger, 'plans', bid(batch_id) + '.json')})"

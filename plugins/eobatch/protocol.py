@@ -81,6 +81,10 @@ class BatchInFlight(ProtocolError):
     """Interval mode: another run's batch is being staged; wait until it is decided."""
 
 
+class AttemptPrepared(ProtocolError):
+    """abort lost the attempt's decision to verify: the attempt is (being) PREPARED, not aborted."""
+
+
 def utcnow() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -181,6 +185,8 @@ class Protocol:
         in_flight = None
         if latest and min(versions.values()) < latest and self.ledger.abandoned(latest) is None:
             prepared = self.ledger.prepared(latest)
+            if prepared is None and commit_prepared:
+                prepared = self._finish_decided_prepare(latest, actions)
             if prepared is not None and not commit_prepared:
                 actions.append(f"batch {latest} is PREPARED and waits for its commit (not done in a dry run)")
                 pending = latest
@@ -213,6 +219,25 @@ class Protocol:
         committed = min(self.committed_versions().values()) if latest else 0
         return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
                         in_flight=in_flight)
+
+    def _finish_decided_prepare(self, batch_id: int, actions: list) -> PreparedBatch | None:
+        """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
+        the attempt's files are kept (abort can no longer remove them), so verify it again and
+        write PREPARED now. None when no such attempt verifies."""
+        for attempt in self.ledger.attempts(batch_id):
+            d = self.ledger.decision(batch_id, attempt)
+            if d is None or d["decision"] != "prepare":
+                continue
+            try:
+                prepared = self.verify(batch_id, attempt)
+            except (VerifyFailed, NotReady) as e:
+                actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE but does not verify "
+                               f"any more ({e}); the batch is staged again")
+                continue
+            actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE by a verify that did not "
+                           f"finish: PREPARED now")
+            return prepared
+        return None
 
     # -- plan (begin) ----------------------------------------------------------------
     def plan(self, max_records: int | None = None, interval: dict | None = None,
@@ -305,6 +330,14 @@ class Protocol:
         )
         if dry_run:
             return prepared
+        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
+        # verify, a task marked failed) either won first, and then this attempt is never
+        # prepared, or loses, and then it never removes the files that PREPARED names.
+        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
+        if decided["decision"] != "prepare":
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
+                               f"files are being removed); it cannot be prepared: the next run stages the "
+                               f"batch again")
         if not self.ledger.put_prepared(prepared):
             winner = self.ledger.prepared(batch_id)
             if winner is None:
@@ -405,10 +438,19 @@ class Protocol:
 
     # -- abort -----------------------------------------------------------------------
     def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        """Remove one attempt's staged files, after winning its decision ("abort").
+
+        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
+        (or will be) PREPARED and must be committed; nothing is removed."""
         prepared = self.ledger.prepared(batch_id)
         if prepared is not None and prepared.attempt == attempt:
-            raise ProtocolError(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
-                                f"never aborted")
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                  f"never aborted")
+        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
+        if decided["decision"] != "abort":
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
+                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
+                                  f"and commits it)")
         removed = []
         for participant in PARTICIPANTS:
             fs = self.fs_for(participant)
@@ -417,8 +459,6 @@ class Protocol:
                 fs.delete(f.path)
                 removed.append(f.path)
             fs.remove_empty_dirs(folder)
-        self.ledger.put_aborted(batch_id, attempt, {"reason": reason[:2000], "aborted_at": utcnow(),
-                                                    "files_removed": len(removed)})
         return removed
 
     def _read_so_far(self) -> list[BatchPlan]:
@@ -642,5 +682,5 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(out)
 
 
-__all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
+__all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "AttemptPrepared", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
            "FingerprintMismatch", "NotReady", "VerifyFailed"]

@@ -212,10 +212,14 @@ def test_prepared_committed_aborted(ledger):
     assert ledger.put_committed(c) is True
     assert ledger.put_committed(c) is False
     assert ledger.committed(1) == c
-    ledger.put_aborted(1, "a0", {"reason": "verify failed"})
-    ledger.put_aborted(1, "a0", {"reason": "second write replaces"})
-    assert ledger.aborted_info(1, "a0") == {"reason": "second write replaces"}
-    assert ledger.attempts(1) == ["a0"]
+    first = ledger.decide(1, "a0", "abort", {"reason": "verify failed"})
+    assert ledger.decide(1, "a0", "abort", {"reason": "a second abort does not replace it"}) == first
+    assert ledger.decide(1, "a0", "prepare", {}) == first  # decided once: a late verify loses
+    assert ledger.aborted_info(1, "a0")["reason"] == "verify failed"
+    assert ledger.decide(1, "a1", "prepare", {})["decision"] == "prepare"
+    assert ledger.decide(1, "a1", "abort", {})["decision"] == "prepare"  # an abort after verify loses
+    assert ledger.aborted_info(1, "a1") is None
+    assert ledger.attempts(1) == ["a0", "a1"]
     assert ledger.latest_batch_id() == 0  # only plans define batches
 
 

@@ -67,7 +67,7 @@ def test_aborted_attempts_of_an_undecided_batch_go(make_cfg):
     assert proto.ledger.put_plan(_plan(1))
     live = _stage(proto, 1, "a-live")
     dead = _stage(proto, 1, "a-dead")  # e.g. a zombie that wrote after its attempt was aborted
-    proto.ledger.put_aborted(1, "a-dead", {"reason": "stage failed"})
+    proto.ledger.decide(1, "a-dead", "abort", {"reason": "stage failed"})
     assert len(proto.sweep()) == len(dead)
     assert _left(proto) == set(live)
 

@@ -1,0 +1,133 @@
+"""A stager without Spark, for protocol tests: writes one attempt of a files batch exactly in the
+layout the Spark job writes (attempt-unique Parquet files under each table's eo_batches/, one
+manifest per partition, the stage summary last), with pyarrow.
+
+It reads the batch's planned files itself, splits them into lines with the product's shared
+definition (``eobatch.lines``), parses each line as a JSON object of the pipeline's schema and
+quarantines what does not fit, like the job does for the simple types used in tests.
+It is a stand-in for the Spark job only where the job's behaviour is not what is under test.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from eobatch.delta_sink import schema_to_b64
+from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
+from eobatch.lines import split_records
+from eobatch.storage import join, storage_for
+
+ARROW = {"STRING": pa.string(), "BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(),
+         "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
+         "TIMESTAMP": pa.timestamp("us", tz="UTC")}
+QUARANTINE_ARROW = pa.schema([("batch_id", pa.int64()), ("source", pa.string()), ("position", pa.int64()),
+                              ("raw", pa.string()), ("reason", pa.string())])
+
+
+def sink_schema(cfg) -> pa.Schema:
+    return pa.schema([(c.name, ARROW[c.type]) for c in cfg.columns])
+
+
+def _fits(value, t: pa.DataType) -> bool:
+    if value is None:
+        return True
+    if pa.types.is_string(t):
+        return isinstance(value, str)
+    if pa.types.is_integer(t):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if pa.types.is_floating(t):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if pa.types.is_boolean(t):
+        return isinstance(value, bool)
+    if pa.types.is_timestamp(t):
+        try:
+            dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+            return True
+        except ValueError:
+            return False
+    return False
+
+
+def _value(value, t: pa.DataType):
+    if value is not None and pa.types.is_timestamp(t):
+        d = dt.datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        return d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)
+    if value is not None and pa.types.is_floating(t):
+        return float(value)
+    return value
+
+
+def classify(cfg, source: str, position: int, raw: bytes) -> tuple[dict | None, str | None, str]:
+    """(record, reason, text) of one line: reason None when the record is valid."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None, "invalid UTF-8", raw.decode("utf-8", "replace")
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None, "malformed JSON: not a JSON object", text
+    if not isinstance(obj, dict):
+        return None, "malformed JSON: not a JSON object", text
+    schema = sink_schema(cfg)
+    for f in schema:
+        if not _fits(obj.get(f.name), f.type):
+            return None, f"field '{f.name}': expected {f.type}", text
+    for c in cfg.columns:
+        if c.not_null and obj.get(c.name) is None:
+            return None, f"missing required field '{c.name}'", text
+    return {f.name: _value(obj.get(f.name), f.type) for f in schema}, None, text
+
+
+def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
+          write_summary: bool = True) -> str:
+    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
+    attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
+    plan = proto.ledger.plan(batch_id)
+    cfg = proto.cfg
+    good, bad = [], []
+    for f in plan.range.get("files", []):
+        data = storage_for(f["path"]).read_bytes(f["path"])
+        for position, raw in split_records(data):
+            rec, reason, text = classify(cfg, f["path"], position, raw)
+            if reason is None:
+                good.append(rec)
+            else:
+                bad.append({"batch_id": batch_id, "source": f["path"], "position": position, "raw": text,
+                            "reason": reason})
+    schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
+    rows = {SINK: good, QUARANTINE: bad}
+    manifests = {}
+    for participant in (SINK, QUARANTINE):
+        table = proto.layout.table(participant)
+        fs = storage_for(table)
+        manifests[participant] = []
+        for pid in range(partitions):
+            mine = rows[participant][pid::partitions]
+            files = []
+            if mine:
+                rel = (f"{proto.layout.attempt_staging_rel(batch_id, attempt)}/"
+                       f"part-{pid:05d}-0-{uuid.uuid4().hex[:12]}.snappy.parquet")
+                full = join(table, rel)
+                fs.makedirs(full.rsplit("/", 1)[0])
+                pq.write_table(pa.Table.from_pylist(mine, schema=schemas[participant]), fs.arrow_path(full),
+                               filesystem=fs.arrow_fs(), compression="snappy")
+                files.append(StagedFile(path=rel, size=fs.stat(full).size, rows=len(mine)).__dict__)
+            m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
+                                  task_attempt=0, rows=len(mine), files=files)
+            proto.ledger.fs.write_atomic(proto.layout.manifest(batch_id, attempt, participant, pid), m.to_json())
+            manifests[participant].append(json.loads(m.to_json()))
+    if write_summary:
+        summary = StageSummary(
+            batch_id=batch_id, attempt=attempt, rows_in=len(good) + len(bad), rows_valid=len(good),
+            rows_quarantined=len(bad), row_preserving=True, partitions={SINK: partitions, QUARANTINE: partitions},
+            manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
+            partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
+            config_fingerprint=cfg.fingerprint())
+        proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
+    return attempt
