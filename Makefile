@@ -10,7 +10,21 @@ FORMAT ?= table
 BATCHES ?= 20
 SEED ?= 1
 BACKEND ?= files
+RECORDS ?= 200000
 PYTEST_ARGS ?=
+# MASTER, BATCH, DRY_RUN: no default (unset unless given; an empty MASTER would mislead spark-submit)
+
+# The values of these variables reach the recipes only through the environment ("$$CONF" in a
+# recipe, never $(CONF)): the shell never parses them, so a quote or a `;` in CONF or PIPELINE
+# stays a character of the value. `override VAR := $(value VAR)` keeps make from expanding a `$`
+# in a value given on the command line: CONF='{"note": "$5"}' arrives as it was typed.
+# (PYTEST_ARGS is meant to be split into words: it stays pasted into the command.)
+USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND RECORDS MASTER BATCH DRY_RUN
+define verbatim_env
+override $(1) := $$(value $(1))
+export $(1)
+endef
+$(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
 .PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench
 
@@ -84,30 +98,30 @@ test-unit: setup
 	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
 
 run: setup
-	bash include/run_pipeline.sh "$(PIPELINE)" "$(RUNS)" '$(CONF)' "$(DATE)"
+	bash include/run_pipeline.sh "$$PIPELINE" "$$RUNS" "$$CONF" "$$DATE"
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 chaos: setup
-	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$(BATCHES)" --seed "$(SEED)" --backend "$(BACKEND)" $(if $(MASTER),--master "$(MASTER)")
+	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
+	    $${MASTER:+--master "$$MASTER"}
 
 # Headline figures side by side in one run: .bench/results.json, printed as a table.
-RECORDS ?= 200000
 bench: setup
-	@source include/env.sh && python tests/bench/run_bench.py --records "$(RECORDS)"
+	@source include/env.sh && python tests/bench/run_bench.py --records "$$RECORDS"
 
 ledger: venv
-	@source include/env.sh && python -m eobatch.cli ledger "$(PIPELINE)" --format "$(FORMAT)"
+	@source include/env.sh && python -m eobatch.cli ledger "$$PIPELINE" --format "$$FORMAT"
 
 reset-batch: venv
-	@test -n "$(BATCH)" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id>" >&2; exit 2; }
-	@source include/env.sh && python -m eobatch.cli reset-batch "$(PIPELINE)" "$(BATCH)"
+	@test -n "$$BATCH" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id>" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli reset-batch "$$PIPELINE" "$$BATCH"
 
 rewind: venv
-	@test -n "$(BATCH)" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1]" >&2; exit 2; }
-	@source include/env.sh && python -m eobatch.cli rewind "$(PIPELINE)" "$(BATCH)" $(if $(DRY_RUN),--dry-run,)
+	@test -n "$$BATCH" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" "$$BATCH" $${DRY_RUN:+--dry-run}
 
 sweep: venv
-	@source include/env.sh && python -m eobatch.cli sweep "$(PIPELINE)" --all
+	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all
 
 lock: venv
 	(echo "# Full pinned lock of requirements.in for Python 3.11 (regenerate with: make lock)"; \
