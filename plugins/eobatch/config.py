@@ -6,6 +6,7 @@ Every error names the file and the key, e.g. ``orders.yaml: source.path: must be
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 import glob
 import hashlib
 import json
@@ -240,32 +241,55 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}
 
 
-class _Unset(KeyError):
-    def __init__(self, var: str, key: str):
-        super().__init__(var)
-        self.var, self.key = var, key
+# ${VAR} and ${VAR:-default} are expanded only in these keys: the locations and connections that
+# differ between demo, tests and clusters. Anywhere else (the description is shown in the UI; options
+# and Spark settings reach the job) a variable would let a YAML copy any environment variable of the
+# platform, a secret too, to where pipeline authors can read it; there it is an error.
+EXPANDED_KEYS = ("source.path", "source.bootstrap_servers", "source.topic", "sink.table", "quarantine.table",
+                 "spark.conn_id")
+VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 
 
-def _expand(v: Any, key: str = "") -> Any:
-    """${VAR} and ${VAR:-default} in strings, so one YAML serves demo, tests and clusters.
+def _expand_vars(raw: dict, file: str) -> None:
+    """Expands the variables of EXPANDED_KEYS in place; a variable in any other key is an error."""
+    key = _var_outside_expanded_keys(raw)
+    if key:
+        raise ConfigError(file, key, f"holds a ${{...}}, but variables are expanded only in "
+                                     f"{', '.join(EXPANDED_KEYS)}; write the value itself here")
+    for key in EXPANDED_KEYS:
+        section, leaf = key.split(".")
+        d = raw.get(section)
+        if isinstance(d, dict) and isinstance(d.get(leaf), str):
+            d[leaf] = _expand(d[leaf], file, key)
+
+
+def _var_outside_expanded_keys(v: Any, key: str = "") -> str | None:
+    """The first key outside EXPANDED_KEYS whose string holds a ${VAR}, or None."""
+    if isinstance(v, str):
+        return key if key not in EXPANDED_KEYS and VAR_RE.search(v) else None
+    if isinstance(v, dict):
+        children = [(f"{key}.{k}" if key else str(k), x) for k, x in v.items()]
+    elif isinstance(v, list):
+        children = [(f"{key}[{i}]", x) for i, x in enumerate(v)]
+    else:
+        return None
+    return next((found for k, x in children if (found := _var_outside_expanded_keys(x, k))), None)
+
+
+def _expand(v: str, file: str, key: str) -> str:
+    """${VAR} and ${VAR:-default}, so one YAML serves demo, tests and clusters.
 
     ``EOBATCH_DATA_DIR`` defaults to the repository's ``.demo/data`` folder.
     """
-    if isinstance(v, str):
-        def sub(m):
-            name, default = m.group(1), m.group(3)
-            val = os.environ.get(name) or BUILTIN_VARS.get(name)
-            if val is None or val == "":
-                if default is None:
-                    raise _Unset(name, key)
-                return default
+    def sub(m):
+        name, default = m.group(1), m.group(3)
+        val = os.environ.get(name) or BUILTIN_VARS.get(name)
+        if val:
             return val
-        return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}", sub, v)
-    if isinstance(v, dict):
-        return {k: _expand(x, f"{key}.{k}" if key else str(k)) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_expand(x, f"{key}[{i}]") for i, x in enumerate(v)]
-    return v
+        if default is None:
+            raise ConfigError(file, key, f"environment variable {name} is not set (use ${{VAR:-default}})")
+        return default
+    return VAR_RE.sub(sub, v)
 
 
 def _pos_int(v: Any, file: str, key: str) -> int:
@@ -284,10 +308,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         raise ConfigError(file, "", f"cannot read: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
-    try:
-        raw = _expand(raw)
-    except _Unset as e:
-        raise ConfigError(file, e.key, f"environment variable {e.var} is not set (use ${{VAR:-default}})") from None
+    _expand_vars(raw, file)
     _unknown(raw, TOP_KEYS, file)
 
     name = _req(raw, "name", file)
@@ -410,7 +431,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     if not isinstance(sconf, dict):
         raise ConfigError(file, "spark.conf", "must be a mapping of Spark settings")
     spark = SparkConfig(conn_id=str(sp.get("conn_id", "spark_default")),
-                        conf={str(k): str(v) for k, v in sconf.items()},
+                        conf=_check_spark_conf(sconf, file),
                         driver_memory=sp.get("driver_memory"), executor_memory=sp.get("executor_memory"))
 
     rt = raw.get("retries") or {}
@@ -546,6 +567,53 @@ def _check_schedule(s: str, file: str) -> None:
         return
     if not croniter.is_valid(s):
         raise ConfigError(file, "schedule", f"{s!r} is not a valid cron expression")
+
+
+# Spark settings a pipeline YAML may not set (fnmatch globs, matched case-insensitively). They decide
+# who may see or change what (redaction, ACLs, authentication, TLS, encryption, event and driver
+# logs), which code runs (jars, packages, files, Python, JVM options, listeners, plugins, extensions,
+# catalogs, scripts), with which identity and credentials, and what reaches the processes'
+# environment: the platform's business (spark-defaults, the Spark connection), not a pipeline's. The
+# platform can let pipelines set some of them with EOBATCH_ALLOW_SPARK_CONF (environment only).
+SPARK_CONF_SECURITY = (
+    "spark.redaction.*", "spark.eventlog.*", "spark.driver.log.*", "spark.history.*",
+    "spark.*.extrajavaoptions", "spark.*.defaultjavaoptions", "spark.*.extraclasspath", "spark.*.extralibrarypath",
+    "spark.jars", "spark.jars.*", "spark.files", "spark.archives", "spark.submit.*", "spark.yarn.dist.*",
+    "spark.pyspark.*", "spark.python.*", "spark.plugins", "spark.extralisteners", "spark.sql.queryexecutionlisteners",
+    "spark.sql.streaming.streamingquerylisteners", "spark.sql.extensions", "spark.sql.catalog.*",
+    "spark.sql.hive.metastore.jars*", "spark.*.resource.*.discoveryscript",
+    "spark.executorenv.*", "spark.yarn.appmasterenv.*", "spark.kubernetes.*env.*", "spark.kubernetes.*secret*",
+    "spark.kubernetes.authenticate.*", "spark.kubernetes.*podtemplate*", "spark.kubernetes.*volumes.*",
+    "spark.authenticate*", "spark.acls.*", "spark.admin.acls*", "spark.modify.acls*", "spark.ui.view.acls*",
+    "spark.ui.filters", "spark.ssl.*", "spark.network.crypto.*", "spark.io.encryption.*",
+    "spark.kerberos.*", "spark.yarn.keytab", "spark.yarn.principal", "spark.yarn.access.*",
+    "spark.hadoop.*access.key*", "spark.hadoop.*secret*", "spark.hadoop.*token*", "spark.hadoop.*credential*",
+    "spark.hadoop.*password*", "spark.hadoop.*.security.*", "spark.hadoop.*account.key*",
+    "spark.hadoop.*encryption.key*", "spark.hadoop.*assumed.role*", "spark.hadoop.*.auth.*", "spark.hadoop.*oauth*",
+)
+# Set by the product for correctness (launch.SPARK_DEFAULTS): UTC for interval bounds and timestamps,
+# no speculative duplicate tasks (one manifest per partition). No environment variable allows them.
+SPARK_CONF_PRODUCT = ("spark.sql.session.timezone", "spark.speculation")
+
+
+def _check_spark_conf(conf: dict, file: str) -> dict[str, str]:
+    """The pipeline's Spark settings as strings; security and product settings are errors."""
+    allowed = [p.strip().lower() for p in os.environ.get("EOBATCH_ALLOW_SPARK_CONF", "").split(",") if p.strip()]
+    for k in map(str, conf):
+        key, name = f"spark.conf.{k}", k.lower()
+        if not k or "=" in k or any(c.isspace() for c in k):
+            raise ConfigError(file, key, "must be a Spark setting name without '=' or white space")
+        if _glob_any(name, SPARK_CONF_PRODUCT):
+            raise ConfigError(file, key, "is set by the product for correctness; a pipeline cannot change it")
+        if _glob_any(name, SPARK_CONF_SECURITY) and not _glob_any(name, allowed):
+            raise ConfigError(file, key, "is a security setting of the platform (spark-defaults or the Spark "
+                                         "connection), not of a pipeline YAML; the platform can allow it with the "
+                                         "environment variable EOBATCH_ALLOW_SPARK_CONF (comma-separated keys or globs)")
+    return {str(k): str(v) for k, v in conf.items()}
+
+
+def _glob_any(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def pipelines_dir() -> str:

@@ -150,16 +150,51 @@ def test_var_with_default(write_yaml, base_cfg, tmp_path, monkeypatch):
     assert _load(write_yaml, doc).source.path == str(tmp_path / "env" / "landing")
 
 
-def test_expansion_in_nested_lists_and_mappings(write_yaml, base_cfg, monkeypatch):
-    monkeypatch.setenv("EOBATCH_UNIT_COL", "region")
-    monkeypatch.setenv("EOBATCH_UNIT_MEM", "2g")
-    doc = copy.deepcopy(base_cfg)
-    doc["schema"] = "id STRING, region STRING"
-    doc["sink"]["partition_by"] = ["${EOBATCH_UNIT_COL}"]
-    doc["spark"] = {"executor_memory": "${EOBATCH_UNIT_MEM}"}
+def test_expansion_only_in_location_and_connection_keys(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.setenv("EOBATCH_UNIT_BROKER", "broker-1:9093")
+    monkeypatch.setenv("EOBATCH_UNIT_CONN", "spark_cluster")
+    monkeypatch.delenv("EOBATCH_UNIT_TOPIC", raising=False)
+    doc = _kafka(base_cfg, bootstrap_servers="${EOBATCH_UNIT_BROKER}", topic="${EOBATCH_UNIT_TOPIC:-orders}")
+    doc["spark"] = {"conn_id": "${EOBATCH_UNIT_CONN}"}
     cfg = _load(write_yaml, doc)
-    assert cfg.partition_by == ("region",)
-    assert cfg.spark.executor_memory == "2g"
+    assert (cfg.source.bootstrap_servers, cfg.source.topic) == ("broker-1:9093", "orders")
+    assert cfg.spark.conn_id == "spark_cluster"
+
+
+VARS_ELSEWHERE = [
+    # (id, dotted key to set, value, expected error key)
+    ("partition-by", "sink.partition_by", ["${EOBATCH_UNIT_VAR}"], "sink.partition_by[0]"),
+    ("executor-memory", "spark", {"executor_memory": "${EOBATCH_UNIT_VAR}"}, "spark.executor_memory"),
+    ("description", "description", "token: ${EOBATCH_UNIT_VAR}", "description"),
+    ("description-with-default", "description", "${EOBATCH_UNIT_VAR:-none}", "description"),
+    ("transform-options", "transform", {"name": "passthrough", "options": {"x": "${EOBATCH_UNIT_VAR}"}},
+     "transform.options.x"),
+    ("spark-conf-value", "spark", {"conf": {"spark.app.name": "${EOBATCH_UNIT_VAR}"}}, "spark.conf.spark.app.name"),
+    ("schema", "schema", "a STRING COMMENT '${EOBATCH_UNIT_VAR}'", "schema"),
+    ("name", "name", "${EOBATCH_UNIT_VAR}", "name"),
+]
+
+
+@pytest.mark.parametrize("dotted,value,key", [c[1:] for c in VARS_ELSEWHERE], ids=[c[0] for c in VARS_ELSEWHERE])
+@pytest.mark.parametrize("env", ["s3cr3t-value", None])
+def test_variables_outside_location_and_connection_keys_are_refused(write_yaml, base_cfg, monkeypatch,
+                                                                    dotted, value, key, env):
+    """A YAML could otherwise copy any environment variable (a secret) into the UI or the job."""
+    if env is None:
+        monkeypatch.delenv("EOBATCH_UNIT_VAR", raising=False)
+    else:
+        monkeypatch.setenv("EOBATCH_UNIT_VAR", env)
+    doc = copy.deepcopy(base_cfg)
+    _set(doc, dotted, value)
+    e = _expect_error(write_yaml, doc, key, name="orders.yaml", contains="variables are expanded only in")
+    assert "source.path" in str(e) and "spark.conn_id" in str(e)
+    assert "s3cr3t" not in str(e)
+
+
+def test_a_dollar_without_braces_is_plain_text(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["description"] = "orders over $5 and {x}"
+    assert _load(write_yaml, doc).description == "orders over $5 and {x}"
 
 
 def test_unset_variable_without_default_is_an_error(write_yaml, base_cfg, monkeypatch):
@@ -367,6 +402,86 @@ def test_transform_options_with_yaml_date(write_yaml, base_cfg):
         assert "transform.options" in str(e)
         return
     assert len(cfg.fingerprint()) == 16
+
+
+# -- spark.conf: a pipeline YAML may tune Spark, not weaken its security -----------------------
+
+SECURITY_SPARK_CONF = [
+    "spark.redaction.regex", "spark.redaction.string.regex", "spark.eventLog.enabled", "spark.eventLog.dir",
+    "spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions", "spark.driver.defaultJavaOptions",
+    "spark.driver.extraClassPath", "spark.executor.extraClassPath", "spark.executor.extraLibraryPath",
+    "spark.jars", "spark.jars.packages", "spark.jars.repositories", "spark.jars.ivy", "spark.jars.ivySettings",
+    "spark.files", "spark.archives", "spark.submit.pyFiles", "spark.submit.deployMode", "spark.yarn.dist.jars",
+    "spark.executorEnv.AWS_SECRET_ACCESS_KEY", "spark.yarn.appMasterEnv.PATH", "spark.kubernetes.driverEnv.X",
+    "spark.kubernetes.executor.secrets.creds", "spark.kubernetes.driver.secretKeyRef.AWS_KEY",
+    "spark.kubernetes.authenticate.driver.serviceAccountName", "spark.kubernetes.executor.podTemplateFile",
+    "spark.pyspark.python", "spark.pyspark.driver.python", "spark.python.worker.reuse", "spark.plugins",
+    "spark.extraListeners", "spark.sql.queryExecutionListeners", "spark.sql.streaming.streamingQueryListeners",
+    "spark.sql.extensions", "spark.sql.catalog.spark_catalog", "spark.sql.catalog.other",
+    "spark.sql.hive.metastore.jars", "spark.executor.resource.gpu.discoveryScript",
+    "spark.authenticate", "spark.authenticate.secret", "spark.acls.enable", "spark.admin.acls",
+    "spark.admin.acls.groups", "spark.modify.acls", "spark.ui.view.acls", "spark.ui.view.acls.groups",
+    "spark.ui.filters", "spark.ssl.enabled", "spark.ssl.keyStorePassword", "spark.network.crypto.enabled",
+    "spark.io.encryption.enabled", "spark.kerberos.keytab", "spark.yarn.principal",
+    "spark.hadoop.fs.s3a.access.key", "spark.hadoop.fs.s3a.secret.key", "spark.hadoop.fs.s3a.session.token",
+    "spark.hadoop.fs.s3a.bucket.b.access.key", "spark.hadoop.fs.s3a.aws.credentials.provider",
+    "spark.hadoop.fs.s3a.assumed.role.arn", "spark.hadoop.hadoop.security.credential.provider.path",
+    "spark.hadoop.fs.azure.account.key.acct.dfs.core.windows.net", "spark.hadoop.fs.gs.auth.type",
+    "spark.driver.log.dfsDir", "spark.driver.log.persistToDfs.enabled", "spark.history.fs.logDirectory",
+    # keys are matched whatever their case
+    "SPARK.JARS", "Spark.Driver.ExtraJavaOptions", "spark.EXECUTORENV.x", "spark.Hadoop.fs.s3a.Secret.Key",
+]
+
+
+@pytest.mark.parametrize("key", SECURITY_SPARK_CONF)
+def test_security_spark_conf_is_refused(write_yaml, base_cfg, monkeypatch, key):
+    monkeypatch.delenv("EOBATCH_ALLOW_SPARK_CONF", raising=False)
+    doc = dict(base_cfg, spark={"conf": {"spark.sql.shuffle.partitions": 8, key: "x"}})
+    _expect_error(write_yaml, doc, f"spark.conf.{key}", name="orders.yaml", contains="EOBATCH_ALLOW_SPARK_CONF")
+
+
+TUNING_SPARK_CONF = {
+    "spark.sql.shuffle.partitions": "16", "spark.executor.cores": "2", "spark.executor.memory": "2g",
+    "spark.driver.memory": "1g", "spark.executor.instances": "4", "spark.sql.adaptive.enabled": "true",
+    "spark.sql.files.maxPartitionBytes": "64m", "spark.memory.fraction": "0.7",
+    "spark.kubernetes.container.image": "eobatch:1", "spark.hadoop.fs.s3a.endpoint": "http://127.0.0.1:9000",
+    "spark.hadoop.fs.s3a.path.style.access": "true", "spark.sql.parquet.compression.codec": "zstd",
+}
+
+
+def test_tuning_spark_conf_is_kept(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.delenv("EOBATCH_ALLOW_SPARK_CONF", raising=False)
+    doc = dict(base_cfg, spark={"conf": TUNING_SPARK_CONF})
+    assert _load(write_yaml, doc).spark.conf == TUNING_SPARK_CONF
+
+
+@pytest.mark.parametrize("key", ["spark.sql.session.timeZone", "spark.speculation", "SPARK.SPECULATION"])
+@pytest.mark.parametrize("allow", [None, "spark.sql.session.timeZone,spark.speculation", "*"])
+def test_spark_conf_the_product_sets_for_correctness_is_refused(write_yaml, base_cfg, monkeypatch, key, allow):
+    if allow is None:
+        monkeypatch.delenv("EOBATCH_ALLOW_SPARK_CONF", raising=False)
+    else:
+        monkeypatch.setenv("EOBATCH_ALLOW_SPARK_CONF", allow)
+    doc = dict(base_cfg, spark={"conf": {key: "true"}})
+    _expect_error(write_yaml, doc, f"spark.conf.{key}", name="orders.yaml",
+                  contains="set by the product for correctness")
+
+
+def test_platform_allows_security_spark_conf_by_environment(write_yaml, base_cfg, monkeypatch):
+    monkeypatch.setenv("EOBATCH_ALLOW_SPARK_CONF", " SPARK.EXECUTORENV.* , spark.jars.packages,,")
+    conf = {"spark.executorEnv.REGION": "eu-west-1", "spark.jars.packages": "org.example:lib:1.0"}
+    doc = dict(base_cfg, spark={"conf": conf})
+    assert _load(write_yaml, doc).spark.conf == conf
+    doc = dict(base_cfg, spark={"conf": {**conf, "spark.jars": "/tmp/evil.jar"}})  # only what is listed
+    _expect_error(write_yaml, doc, "spark.conf.spark.jars", name="orders.yaml", contains="EOBATCH_ALLOW_SPARK_CONF")
+
+
+@pytest.mark.parametrize("key", ["spark.app.name=x", "spark.jars=/tmp/evil.jar#", " spark.jars", "spark.jars ", "a b"])
+def test_spark_conf_key_with_equals_or_space_is_refused(write_yaml, base_cfg, monkeypatch, key):
+    """``--conf k=v`` is split at the first '=': such a key would set another setting."""
+    monkeypatch.setenv("EOBATCH_ALLOW_SPARK_CONF", "spark.app.name")
+    doc = dict(base_cfg, spark={"conf": {key: "v"}})
+    _expect_error(write_yaml, doc, f"spark.conf.{key}", name="orders.yaml", contains="'=' or white space")
 
 
 # -- parse_schema --------------------------------------------------------------------
