@@ -199,7 +199,10 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                     os.makedirs(os.path.dirname(full), exist_ok=True)
                 writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy")
                 files[key] = {"path": rel, "rows": 0,
-                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key)}}
+                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key)},
+                              # float columns, until a NaN is written to them (see StagedFile)
+                              "nan_free": [f.name for f in schema if pa.types.is_float32(f.type)
+                                           or pa.types.is_float64(f.type)]}
             return writers[key]
 
         for rb in batches:
@@ -224,6 +227,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                 w = writer_for(key, data.schema)
                 w.write_table(data)
                 files[key]["rows"] += data.num_rows
+                files[key]["nan_free"] = [c for c in files[key]["nan_free"]
+                                          if not pc.any(pc.is_nan(data[c])).as_py()]
                 total += data.num_rows
             faults.crash_point("stage.after_first_file")
         for w in writers.values():
@@ -232,7 +237,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         for key, f in files.items():
             info = fs.stat(join(table_root, f["path"]))
             staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
-                                     partition_values=f["partition_values"]).__dict__)
+                                     partition_values=f["partition_values"], nan_free=f["nan_free"]).__dict__)
         m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                               task_attempt=tattempt, rows=total, files=sorted(staged, key=lambda x: x["path"]))
         mfs = storage_for(layout.sink_table)

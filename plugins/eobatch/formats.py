@@ -190,6 +190,9 @@ class StagedFile(Record):
     size: int
     rows: int
     partition_values: dict = field(default_factory=dict)
+    # float/double columns the writer checked hold no NaN: only those get min/max in the Delta
+    # stats (Parquet footers' min/max ignore NaN, readers do not). None: not checked.
+    nan_free: list | None = None
 
 
 @dataclass

@@ -35,9 +35,14 @@ class VerifyFailed(Exception):
 
 
 def _json_value(v, t: pa.DataType, is_max: bool):
-    if v is None:
-        return None
-    if isinstance(v, bool) or pa.types.is_boolean(t):
+    """One footer bound as a Delta stats value, or None when it cannot be written so that it
+    still bounds every value of the file (the caller then publishes no bounds for the column).
+
+    Every bound is exact or rounded outward (min down, max up); the kind of value must match
+    the column's Arrow type (a footer bound of another kind is not trusted). Decimals come back
+    as ``decimal.Decimal`` and are written as exact JSON numbers by ``_stats_json``.
+    """
+    if v is None or pa.types.is_boolean(t) or isinstance(v, bool):
         return None  # Delta collects no min/max for booleans
     if pa.types.is_timestamp(t):
         # work in integer nanoseconds so that no unit loses the digits that decide the rounding
@@ -45,38 +50,90 @@ def _json_value(v, t: pa.DataType, is_max: bool):
             nanos = v * {"s": 1_000_000_000, "ms": 1_000_000, "us": 1000, "ns": 1}[t.unit]
         elif hasattr(v, "value"):  # pandas.Timestamp: integer nanoseconds
             nanos = int(v.value)
-        else:
+        elif isinstance(v, _dt.datetime):
             if v.tzinfo is None:
                 v = v.replace(tzinfo=_dt.timezone.utc)
             delta = v - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
             nanos = (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
+        else:
+            return None
         ms = -(-nanos // 1_000_000) if is_max else nanos // 1_000_000  # Delta keeps milliseconds
         d = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc) + _dt.timedelta(milliseconds=ms)
         return d.strftime("%Y-%m-%dT%H:%M:%S.") + f"{d.microsecond // 1000:03d}Z"
-    if pa.types.is_date(t):
-        if isinstance(v, int):
+    if pa.types.is_date32(t) or pa.types.is_date64(t):  # Parquet stores both as days
+        if isinstance(v, int) and pa.types.is_date32(t):
             v = _dt.date(1970, 1, 1) + _dt.timedelta(days=v)
-        return v.isoformat()
-    if isinstance(v, (bytes, bytearray)):
-        try:
-            v = v.decode("utf-8")
-        except UnicodeDecodeError:
+        if isinstance(v, _dt.datetime) or not isinstance(v, _dt.date):
             return None
-    if isinstance(v, str):
-        return v if len(v) <= 32 else None  # longer values would need Delta's truncation rules
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
-        return None
-    if isinstance(v, (int, float)):
+        return v.isoformat()
+    if pa.types.is_decimal(t):
+        # exact: written by _stats_json as the decimal's own digits, never through float
+        if not isinstance(v, decimal.Decimal) or not v.is_finite():
+            return None
+        return v.copy_abs() if v.is_zero() else v
+    if pa.types.is_floating(t):
+        # float16 bounds come back as raw bytes; NaN and +-inf have no JSON number
+        if not isinstance(v, float) or math.isnan(v) or math.isinf(v):
+            return None
+        if v == 0.0:  # -0.0 for a min, +0.0 for a max: outward for readers that order -0.0 < +0.0
+            return -0.0 if not is_max else 0.0
         return v
-    return None
+    if pa.types.is_integer(t):
+        return v if isinstance(v, int) else None
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        if isinstance(v, (bytes, bytearray)):
+            try:
+                v = bytes(v).decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+        if not isinstance(v, str):
+            return None
+        return v if len(v) <= 32 else None  # longer values would need Delta's truncation rules
+    return None  # binary (Delta collects no min/max for it), time, nested, ...: no bounds
 
 
-def footer_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
-    """Delta AddFile stats (numRecords, minValues, maxValues, nullCount) from a Parquet footer."""
+def _decimal_text(v: decimal.Decimal) -> str:
+    """A finite Decimal as a plain JSON number with its own digits and scale (12.30, 1E-18 ->
+    0.000000000000000001, 9007199254740993): no float, no exponent."""
+    return format(v, "f")
+
+
+def _stats_json(v) -> str:
+    """Compact JSON like ``json.dumps(v, separators=(",", ":"))``, except that a Decimal is
+    written as an exact number (json.dumps cannot write one as a number)."""
+    if isinstance(v, decimal.Decimal):
+        return _decimal_text(v)
+    if isinstance(v, dict):
+        return "{" + ",".join(f"{json.dumps(str(k))}:{_stats_json(x)}" for k, x in v.items()) + "}"
+    return json.dumps(v, allow_nan=False)
+
+
+def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str:
+    """Delta AddFile stats (numRecords, minValues, maxValues, nullCount) from a Parquet footer.
+
+    Readers skip a file when its stats say no row can match, so every published bound must
+    hold for every value of the file (exact, or rounded outward); when that is not certain the
+    column gets no min/max (nullCount is kept when the footer has it):
+
+    * decimals are exact JSON numbers (``9007199254740993``, ``12.30``), never rounded through
+      float; a bound that is not a finite Decimal is not published;
+    * floating-point columns: the stage writer (Arrow C++) computes footer min/max ignoring
+      NaN ([1.0, NaN] says max 1.0; an all-NaN chunk has none), while Spark, DuckDB and delta-rs
+      order NaN above +inf (``x > 5`` matches it) and delta-rs orders a sign-bit NaN (what
+      ``-float("nan")`` gives) below -inf (``x < 0`` matches it). So a float column gets
+      min/max only when ``nan_free`` (from the stage writer's manifest: the float columns it
+      checked hold no NaN) names it; absent (None) means unknown, and no float column gets
+      bounds. A zero min is written as -0.0 and a zero max as 0.0; an infinite bound has no
+      JSON number, so that column gets none;
+    * timestamps are in milliseconds, min rounded down and max up; strings longer than 32
+      characters, booleans, binary and nested columns get no bounds;
+    * a column gets bounds only if every row group that holds non-null values has min/max
+      (a row group whose statistics the writer dropped, e.g. strings over 4 KiB, may hold
+      anything); both bounds or neither.
+    """
     mins, maxs, nulls = {}, {}, {}
     top = {f.name: f.type for f in schema}
+    nan_free = frozenset(nan_free or ())
     for ci in range(meta.num_columns):
         col0 = meta.row_group(0).column(ci) if meta.num_row_groups else None
         if col0 is None:
@@ -86,24 +143,31 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema) -> str:
             continue  # nested columns: no stats
         t = top[path]
         lo = hi = None
-        nc, ok = 0, True
+        nc, ok, bounded, counted = 0, True, True, True
         for rg in range(meta.num_row_groups):
             st = meta.row_group(rg).column(ci).statistics
             if st is None:
                 ok = False
                 break
-            nc += st.null_count or 0
+            if st.has_null_count:
+                nc += st.null_count or 0
+            else:
+                counted = False
             if st.has_min_max:
                 lo = st.min if lo is None or st.min < lo else lo
                 hi = st.max if hi is None or st.max > hi else hi
+            elif not st.has_null_count or st.num_values > 0:
+                bounded = False  # values without bounds (or unknown): the others' bounds do not hold
         if not ok:
             continue
-        nulls[path] = nc
+        if counted:
+            nulls[path] = nc
+        if not bounded or (pa.types.is_floating(t) and path not in nan_free):
+            continue
         a, b = _json_value(lo, t, False), _json_value(hi, t, True)
         if a is not None and b is not None:
             mins[path], maxs[path] = a, b
-    return json.dumps({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
-                      separators=(",", ":"))
+    return _stats_json({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
 def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str,
@@ -185,7 +249,8 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
                 nfiles += 1
                 adds[participant].append({
                     "path": rel, "size": st.size, "partition_values": f.get("partition_values") or {},
-                    "modification_time": st.mtime_ms, "stats": footer_stats(meta, expected),
+                    "modification_time": st.mtime_ms,
+                    "stats": footer_stats(meta, expected, nan_free=f.get("nan_free")),
                 })
             if mrows != m.rows:
                 problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")

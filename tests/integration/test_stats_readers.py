@@ -1,0 +1,216 @@
+"""Delta AddFile stats (verify.footer_stats) as readers use them: no file may be skipped that holds
+a matching row. No Spark: pyarrow writes the files, DeltaParticipant commits them the way the
+product does (metadata-only delta-rs transaction), then delta-rs and DuckDB query with filters.
+
+What the readers do here (found by experiment, asserted below so a change shows up):
+* delta-rs (``QueryBuilder``, DataFusion) skips files by the Delta stats, and orders floats by
+  IEEE total order: NaN above +inf (``x > 20`` and ``x = 'NaN'`` match it), a sign-bit NaN
+  (``-float('nan')``) below -inf (``x < 0`` matches it), -0.0 below +0.0.
+* ``DeltaTable.to_pyarrow_dataset()`` turns each file's stats into a fragment guarantee
+  (``d >= min and d <= max``), so a pyarrow filter and DuckDB over that dataset skip by them too;
+  DuckDB pushes decimal filters into the Arrow scan but keeps float filters to itself (NaN).
+"""
+
+from __future__ import annotations
+
+import decimal
+import json
+import struct
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable, QueryBuilder
+
+from eobatch.delta_sink import DeltaParticipant
+from eobatch.verify import footer_stats
+
+D = decimal.Decimal
+BIG = D(9007199254740993)  # 2**53 + 1: the nearest double is 2**53
+DEC = pa.decimal128(20, 0)
+NEG_NAN = struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000000))[0]  # -float("nan")
+
+
+def float_rounded(stats: str, columns=("d",)) -> str:
+    """The stats the old verify wrote: the bounds of decimal ``columns`` rounded through float."""
+    s = json.loads(stats, parse_float=D)
+    for k in ("minValues", "maxValues"):
+        s[k] = {c: float(v) if c in columns else v for c, v in s[k].items()}
+    return json.dumps(s, separators=(",", ":"))
+
+
+def delta_table(root: Path, table: pa.Table, stats_of, parquet_stats: bool = True) -> DeltaTable:
+    """One Parquet file committed like DeltaParticipant.commit does; ``stats_of(meta)`` gives its
+    AddFile stats from the footer of the file as the stage writer writes it (with statistics).
+
+    ``parquet_stats=False`` commits a copy of the same rows written without footer statistics:
+    then only the Delta stats can make a reader skip the file (delta-rs also prunes row groups
+    by the footer's own NaN-blind statistics, see test_footer_statistics_themselves_hide_nan).
+    """
+    rel = "eo_batches/b0000000001/a1/part-00000.parquet"
+    full = root / rel
+    full.parent.mkdir(parents=True)
+    pq.write_table(table, full)
+    stats = stats_of(pq.ParquetFile(full).metadata)
+    if not parquet_stats:
+        pq.write_table(table, full, write_statistics=False)
+    p = DeltaParticipant("sink", str(root), storage_options={})
+    p.commit("app", 1, [{"path": rel, "size": full.stat().st_size, "partition_values": {},
+                         "modification_time": 1, "stats": stats}], table.schema, [], {"eo.batchId": "1"})
+    dt = DeltaTable(str(root))
+    assert pa.table(dt.get_add_actions(flatten=True)).column("num_records").to_pylist() == [table.num_rows]
+    return dt
+
+
+def logged_stats(root: Path) -> dict:
+    """The stats of the one file added to the table, as the Delta log holds them."""
+    (log,) = [p for p in (root / "_delta_log").glob("*.json") if p.stem != "00000000000000000000"]
+    (add,) = [json.loads(line)["add"] for line in log.read_text().splitlines() if '"add"' in line]
+    return json.loads(add["stats"], parse_float=D)
+
+
+def delta_rs(dt: DeltaTable, where: str) -> list:
+    t = pa.table(QueryBuilder().register("t", dt).execute(f"SELECT * FROM t WHERE {where}").read_all())
+    return t.to_pylist()
+
+
+def duck(dt: DeltaTable, where: str) -> list:
+    con = duckdb.connect()
+    con.register("t", dt.to_pyarrow_dataset())
+    return con.execute(f"SELECT * FROM t WHERE {where}").fetchall()
+
+
+# -- decimals ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def decimal_rows():
+    schema = pa.schema([("d", DEC), ("k", pa.int64())])
+    return pa.table({"d": pa.array([D(1), BIG], DEC), "k": [1, 2]}, schema=schema)
+
+
+def test_float_rounded_decimal_stats_lose_the_row(tmp_path, decimal_rows):
+    dt = delta_table(tmp_path, decimal_rows, lambda m: float_rounded(footer_stats(m, decimal_rows.schema)))
+    max_d = pa.table(dt.get_add_actions(flatten=True)).column("max.d").to_pylist()
+    assert max_d == [D(9007199254740992)]
+    # every reader skips the file: the row is lost (the defect this guards against)
+    assert delta_rs(dt, "d = 9007199254740993") == []
+    assert duck(dt, "d = 9007199254740993") == []
+    assert dt.to_pyarrow_dataset().to_table(filter=ds.field("d") == pa.scalar(BIG, DEC)).num_rows == 0
+    # and the readers do use the stats to skip: the rows below the rounded max are still found
+    assert delta_rs(dt, "d = 1") == [{"d": D(1), "k": 1}]
+
+
+def test_exact_decimal_stats_keep_the_row(tmp_path, decimal_rows):
+    dt = delta_table(tmp_path, decimal_rows, lambda m: footer_stats(m, decimal_rows.schema))
+    assert pa.table(dt.get_add_actions(flatten=True)).column("max.d").to_pylist() == [BIG]
+    assert delta_rs(dt, "d = 9007199254740993") == [{"d": BIG, "k": 2}]
+    assert delta_rs(dt, "d > 9007199254740992") == [{"d": BIG, "k": 2}]
+    assert duck(dt, "d = 9007199254740993") == [(BIG, 2)]
+    assert dt.to_pyarrow_dataset().to_table(filter=ds.field("d") == pa.scalar(BIG, DEC)).num_rows == 1
+    # exact stats still let readers skip: nothing above the max, nothing below the min
+    assert delta_rs(dt, "d > 9007199254740993") == [] and duck(dt, "d < 1") == []
+
+
+def test_decimal_38_18_and_negative_bounds_are_exact_for_readers(tmp_path):
+    t38 = pa.decimal128(38, 18)
+    lo, hi = D("-12345678901234567890.123456789012345679"), D("-0.000000000000000001")
+    table = pa.table({"d": pa.array([lo, hi, D("-1")], t38)})
+    dt = delta_table(tmp_path, table, lambda m: footer_stats(m, table.schema))
+    for v in (lo, hi):
+        assert delta_rs(dt, f"d = CAST('{v:f}' AS DECIMAL(38,18))") == [{"d": v}]
+        assert duck(dt, f"d = '{v:f}'::DECIMAL(38,18)") == [(v,)]
+    assert logged_stats(tmp_path)["maxValues"] == {"d": hi}
+    assert delta_rs(dt, "d >= 0") == []  # skipped by max -1e-18
+
+
+# -- floats -------------------------------------------------------------------------------------
+
+
+def nan_blind(schema):
+    """Stats as if the writer had vouched for every float column (what the old verify wrote)."""
+    return lambda m: footer_stats(m, schema, nan_free=[f.name for f in schema])
+
+
+@pytest.mark.parametrize("row,where", [
+    (float("nan"), "x > 20"),
+    (float("nan"), "x = CAST('NaN' AS DOUBLE)"),
+    (NEG_NAN, "x < 0"),
+])
+def test_nan_row_lost_by_nan_blind_stats_found_without(tmp_path, row, where):
+    table = pa.table({"x": pa.array([1.0, row, 10.0])})
+    old = delta_table(tmp_path / "old", table, nan_blind(table.schema), parquet_stats=False)
+    assert logged_stats(tmp_path / "old")["maxValues"] == {"x": 10}
+    assert delta_rs(old, where) == []  # the file was skipped by its stats
+    # the stage writer never vouches for a column that holds NaN: no bounds, the row is found
+    new = delta_table(tmp_path / "new", table, lambda m: footer_stats(m, table.schema, nan_free=[]),
+                      parquet_stats=False)
+    got = delta_rs(new, where)
+    assert len(got) == 1 and got[0]["x"] != got[0]["x"]  # the NaN row
+    # DuckDB does not push float filters into the Arrow scan: NaN > 20 is found either way
+    if where == "x > 20":
+        assert len(duck(old, where)) == len(duck(new, where)) == 1
+
+
+def test_nan_free_float_stats_prune_and_zero_goes_outward(tmp_path):
+    table = pa.table({"x": pa.array([-0.0, 2.5, 7.0])})
+    dt = delta_table(tmp_path / "a", table, lambda m: footer_stats(m, table.schema, nan_free=["x"]),
+                     parquet_stats=False)
+    stats = logged_stats(tmp_path / "a")
+    assert str(stats["minValues"]["x"]) == "-0.0" and stats["maxValues"] == {"x": 7}
+    assert delta_rs(dt, "x = -0.0") == [{"x": 0.0}]
+    assert delta_rs(dt, "x > 7") == [] and delta_rs(dt, "x > 6") == [{"x": 7.0}]
+    # a +0.0 min would hide the -0.0 row from delta-rs (it orders -0.0 below +0.0)
+    plus = lambda m: footer_stats(m, table.schema, nan_free=["x"]).replace('"x":-0.0', '"x":0.0')  # noqa: E731
+    assert delta_rs(delta_table(tmp_path / "b", table, plus, parquet_stats=False), "x = -0.0") == []
+
+
+@pytest.mark.xfail(strict=True, reason="delta-rs prunes Parquet row groups by the footer's own min/max, which "
+                                       "Arrow's writer computes ignoring NaN; Delta stats cannot fix that")
+def test_footer_statistics_themselves_hide_nan(tmp_path):
+    table = pa.table({"x": pa.array([1.0, float("nan"), 10.0])})
+    dt = delta_table(tmp_path, table, lambda m: footer_stats(m, table.schema, nan_free=[]))
+    assert len(delta_rs(dt, "x > 20")) == 1
+
+
+def test_pyarrow_dataset_filter_uses_the_stats_as_guarantees(tmp_path, decimal_rows):
+    # the claim the DuckDB checks rest on: the dataset's fragments carry the Delta stats
+    dt = delta_table(tmp_path, decimal_rows, lambda m: footer_stats(m, decimal_rows.schema))
+    (frag,) = dt.to_pyarrow_dataset().get_fragments()
+    text = str(frag.partition_expression)
+    assert "9007199254740993" in text and "d >= 1" in text
+
+
+# -- through the real stage job (Spark) ---------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_stage_job_reports_nan_free_columns_and_verify_writes_exact_stats(tmp_path):
+    from checks import delta_log_commits, read_rows
+    from conftest import run_batch, write_pipeline
+
+    p = write_pipeline(tmp_path, schema="order_id STRING NOT NULL, amount DOUBLE, d DECIMAL(20,0)")
+    p.land("a.jsonl", [{"order_id": "a", "amount": 1.5, "d": 9007199254740993},
+                       {"order_id": "b", "amount": -0.0, "d": 1}])
+    assert run_batch(p) == 1
+    # a bare NaN token is malformed JSON (quarantined), but Spark reads the string "NaN" as a double
+    p.land("b.jsonl", [{"order_id": "c", "amount": "NaN", "d": 2}, {"order_id": "d", "amount": 3.0, "d": 3}])
+    assert run_batch(p) == 2
+    assert sum(r["amount"] != r["amount"] for r in read_rows(p.sink)) == 1  # the NaN row is published
+    adds = {int(c["commitInfo"]["eo.batchId"]): c["adds"] for c in delta_log_commits(p.sink) if c["txns"]}
+    stats = {b: [json.loads(a["stats"], parse_float=D) for a in lst] for b, lst in adds.items()}
+    # batch 1: NaN-free, so amount has bounds (-0.0 min); d's max is exact in the log's very text
+    assert any('"d":9007199254740993' in a["stats"] for a in adds[1])
+    assert max(s["maxValues"]["d"] for s in stats[1]) == BIG
+    assert all("amount" in s["minValues"] and "amount" in s["maxValues"] for s in stats[1])
+    assert min(s["minValues"]["amount"] for s in stats[1]) == 0
+    # batch 2: the file holding the NaN row has no amount bounds; d keeps its bounds
+    nan_files = [s for s in stats[2] if "amount" not in s["maxValues"]]
+    assert len(nan_files) == 1 and "amount" not in nan_files[0]["minValues"] and "d" in nan_files[0]["maxValues"]
+    # manifests carry what the writer saw
+    manifests = [json.loads(m.read_text()) for m in p.sink.glob("_eo_ledger/attempts/*/*/manifests/sink/*.json")]
+    flags = [f.get("nan_free") for m in manifests for f in m["files"]]
+    assert [] in flags and ["amount"] in flags
