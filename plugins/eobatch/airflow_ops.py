@@ -130,7 +130,8 @@ class RecoverOperator(BaseOperator):
         self.log.info("recover: run %s, params %s", context.get("run_id"), params)
         try:
             rec = proto.recover(run_id=context.get("run_id"), commit_prepared=not params.dry_run)
-            rewind = (proto.rewind(params.rewind_to_batch, run_id=context.get("run_id"), dry_run=params.dry_run)
+            rewind = (proto.rewind(params.rewind_to_batch, run_id=context.get("run_id"), dry_run=params.dry_run,
+                                    max_records=params.max_records_per_batch)
                       if params.rewind_to_batch else [])
         except (LedgerMismatch, FingerprintMismatch, CommitBlocked, ProtocolError) as e:
             raise AirflowFailException(str(e)) from e

@@ -25,9 +25,10 @@ with a commit issued again on restore), with a batch in the role of a checkpoint
             for re-staging, sweep orphan files of dead or zombie attempts.
 
 Two repairs move the pipeline's position explicitly, never by editing a table behind its back:
-``rewind(K)`` restores every table to before batch K and marks batches K.. REWOUND, so the next
-batch (a new id: txn versions only grow) reads again from K's start; ``reset(K)`` forgets
-batches that no table holds.
+``rewind(K)`` reserves batch L+1 (put-if-absent, like any plan: a plan that got there first wins
+and the rewind does nothing) as the first batch read again from K's start, then restores every
+table to before batch K and marks batches K..L REWOUND (L+1 is a new id: txn versions only grow);
+``reset(K)`` forgets batches that no table holds.
 
 Interval mode: a batch's range is its run's data interval, and its commit replaces the files
 of earlier batches of the same interval in the same Delta transaction. Batches stay strictly
@@ -42,6 +43,7 @@ the truth for "what that batch contained". Nothing lives only in Airflow's datab
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -461,24 +463,23 @@ class Protocol:
             fs.remove_empty_dirs(folder)
         return removed
 
-    def _read_so_far(self) -> list[BatchPlan]:
+    def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]:
         """The plans whose ranges count as read, in order: all but REWOUND (and ABANDONED) ones.
 
-        Right after a rewind to K, the last of them is a marker of K's start (an empty range at
-        K's first offsets), so a position-based source (Kafka) restarts exactly where K started,
-        even when K was the first batch or started after a loss it accepted.
+        Right after a rewind to K (``pending_rewind``: the one being planned now), the last of them
+        is a marker of K's start (an empty range at K's first offsets), so a position-based source
+        (Kafka) restarts exactly where K started, even when K was the first batch or started after
+        a loss it accepted. Once the batch after the rewind is planned, its range carries on.
         """
-        plans = self.ledger.live_plans()
-        rewinds = self.ledger.rewinds()
+        rewinds = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
+        gone = {b for r in rewinds for b in range(r.to_batch, r.after_batch + 1)}
+        plans = [p for p in self.ledger.plans()
+                 if p.batch_id not in gone and self.ledger.abandoned(p.batch_id) is None]
         if rewinds:
             last = max(rewinds, key=lambda r: (r.after_batch, -r.to_batch))
             k = self.ledger.plan(last.to_batch)
             if k is not None and not any(p.batch_id > last.after_batch for p in plans) and "partitions" in k.range:
-                start = {p: [fr, fr] for p, (fr, _to) in k.range["partitions"].items()}
-                marker = BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind,
-                                   range={**k.range, "partitions": start, "lost": {}}, rows_in=0,
-                                   config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
-                plans = [p for p in plans if p.batch_id < last.to_batch] + [marker]
+                plans = [p for p in plans if p.batch_id < last.to_batch] + [_start_marker(k)]
         return plans
 
     def _same_interval(self, plan: BatchPlan) -> frozenset:
@@ -503,7 +504,8 @@ class Protocol:
         return self.ledger.abandoned(batch_id) is not None
 
     # -- rewind (repair) ---------------------------------------------------------------
-    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False) -> list[str]:
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
+               max_records: int | None = None) -> list[str]:
         """Bring the tables back to before batch ``to_batch`` and read again from its start.
 
         Delta's RESTORE alone is not enough: it keeps the txn ids, so replayed batches with their
@@ -547,8 +549,34 @@ class Protocol:
             return [f"dry run: would {what}"]
         rec = RewindRecord(pipeline=self.cfg.name, after_batch=latest, to_batch=to_batch,
                            restore_versions=restore, requested_at=utcnow(), run_id=run_id)
+        # The rewind and every plan are exclusive through the ledger itself: the rewind reserves
+        # batch latest+1 put-if-absent, as the first batch that reads again from to_batch's start.
+        # A run that planned latest+1 from the old position first wins; this rewind then did nothing.
+        plan = self._replay_plan(rec, max_records, run_id)
+        if not self.ledger.put_plan(plan):
+            other = self.ledger.plan(plan.batch_id)
+            raise ConcurrentPlan(f"cannot rewind now: batch {plan.batch_id} was planned by run "
+                                 f"{other.run_id if other else '?'} while this rewind was being checked; "
+                                 f"nothing was rewound. Ask again once that batch is committed")
         self.ledger.put_rewind(rec)
-        return [what] + self._complete_rewinds()
+        return [what + f"; batch {plan.batch_id} is planned: {plan.range_summary()}"] + self._complete_rewinds()
+
+    def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
+        """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
+        t0 = time.time()
+        source = source_for(self.cfg)
+        rng, n, notes = source.next_range(self._read_so_far(pending_rewind=rec),
+                                          max_records or self.cfg.source.max_records_per_batch)
+        if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
+            k = self.ledger.plan(rec.to_batch)
+            rng, n = (_start_marker(k).range, None) if "partitions" in k.range else ({"files": []}, 0)
+        return BatchPlan(
+            pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
+            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
+            plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
+            notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
+                   f"{rec.to_batch}'s start"] + notes,
+        )
 
     def _complete_rewinds(self) -> list[str]:
         """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash).
@@ -558,6 +586,12 @@ class Protocol:
         """
         done = []
         recs = self.ledger.rewinds()
+        latest = self.ledger.plan(self.ledger.latest_batch_id()) if self.ledger.latest_batch_id() else None
+        if latest is not None and latest.rewind:  # a rewind that died between its reservation and its record
+            rec = RewindRecord.from_json(json.dumps(latest.rewind))
+            if rec.key not in {r.key for r in recs}:
+                self.ledger.put_rewind(rec)
+                recs = self.ledger.rewinds()
         if not recs:
             return done
         for p in PARTICIPANTS:
@@ -667,6 +701,14 @@ class Protocol:
                 removed.append(f.path)
             fs.remove_empty_dirs(folder)
         return removed
+
+
+def _start_marker(k: BatchPlan) -> BatchPlan:
+    """An empty range at batch ``k``'s first offsets (position-based sources)."""
+    start = {p: [fr, fr] for p, (fr, _to) in k.range["partitions"].items()}
+    return BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind,
+                     range={**k.range, "partitions": start, "lost": {}}, rows_in=0,
+                     config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
 
 
 def _ranges(ids: list[int]) -> str:

@@ -55,27 +55,31 @@ def test_rewind_restores_the_tables_and_replays_from_the_batch_exactly_once(tmp_
     # RESTORE kept the txn ids: the pipeline's position moved through the ledger, not the txn.
     assert txn_version(p.sink, p.name) == 2 and txn_version(p.quarantine, p.name) == 2
     assert proto.state(2) == "REWOUND" and proto.state(1) == "COMMITTED"
-    assert proto.recover().actions == []  # idempotent: nothing restored twice
+    assert not any("restored" in a for a in proto.recover().actions)  # idempotent: nothing restored twice
+    replay = proto.ledger.plan(3)  # reserved by the rewind: the first batch read again from batch 2's start
+    assert replay.rewind["to_batch"] == 2 and [f["path"].rsplit("/", 1)[-1] for f in replay.range["files"]] == [
+        "b.jsonl"]
     by = proto.ledger.rewinds()[0].run_id
     assert by.startswith("cli:") and proto.rewind(2, run_id=by) == [
         f"the rewind to before batch 2 was already done by run {by}"]  # the same run asking again
 
     p.land("c.jsonl", c, mtime=1_700_000_200)
-    assert run_batch(p) == 3  # a new id; reads b (again) and c
-    plan3 = p.protocol().ledger.plan(3)
-    assert [f["path"].rsplit("/", 1)[-1] for f in plan3.range["files"]] == ["b.jsonl", "c.jsonl"]
+    assert run_batch(p) == 3  # a new id; reads b again
+    assert run_batch(p) == 4  # then c
+    plan4 = p.protocol().ledger.plan(4)
+    assert [f["path"].rsplit("/", 1)[-1] for f in plan4.range["files"]] == ["c.jsonl"]
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + b + c)
     assert sorted(x["raw"] for x in read_rows(p.quarantine)) == ["{broken a", "{broken b"]
     for table in (p.sink, p.quarantine):
         commits = delta_log_commits(table)
-        assert [c["txns"][0]["version"] for c in commits if c["txns"]] == [1, 2, 3]
+        assert [c["txns"][0]["version"] for c in commits if c["txns"]] == [1, 2, 3, 4]
         restores = [c for c in commits if c["commitInfo"].get("eo.rewind")]
         assert len(restores) == 1 and restores[0]["commitInfo"]["operation"] == "RESTORE"
         # batch 2's files left the snapshot with the restore; batch 3 re-published its records
         assert not any("/b0000000002/" in f for f in live_files(table))
 
     r = cli(p, "rewind", p.name, "2")
-    assert r.returncode == 5 and "can be rewound are 1, 3" in r.stderr
+    assert r.returncode == 5 and "can be rewound are 1, 3..4" in r.stderr
     r = cli(p, "rewind", p.name, "9")
     assert r.returncode == 5 and "cannot rewind to batch 9" in r.stderr
 

@@ -294,7 +294,46 @@ def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there
     proto.rewind(1)
     assert read_rows(p.sink) == []
     plan3, is_new = proto.plan()
-    assert is_new and plan3.batch_id == 3
+    assert not is_new and plan3.batch_id == 3 and plan3.rewind["to_batch"] == 1  # reserved by the rewind
     # back at batch 1's start (not at the topic's start, nor at its end)
     assert plan3.range["partitions"] == {k: [f, t] for k, (f, t) in
                                          proto.ledger.plan(2).range["partitions"].items()}
+
+
+def test_a_rewind_racing_a_scheduled_plan_loses_no_record(broker, tmp_path, monkeypatch):
+    """The rewind checks that nothing is pending; before it records anything, a scheduled run plans
+    batch 3 from the old position. The rewind must then do nothing (it lost the reservation of
+    batch 3), never restore the tables under a batch read from the old position: that dropped the
+    restart marker and offsets of batches 1..2 were never read again."""
+    from eobatch.protocol import ConcurrentPlan
+
+    topic = "rewind_race"
+    create_topic(broker, topic, partitions=2)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rw_race", max_records=4)
+    first = orders("r", 8)
+    produce(broker, topic, as_values(first, 2))
+    assert run_batch(p) == 1 and run_batch(p) == 2
+    late = orders("late", 2)
+    produce(broker, topic, as_values(late, 2))
+    proto, scheduled = p.protocol(), p.protocol()
+    real, raced = proto.ledger.fs.put_if_absent, []
+
+    def a_plan_gets_in_between(path, data):  # after the rewind's checks, before its first ledger write
+        if not raced:
+            raced.append(scheduled.plan(run_id="scheduled")[0].batch_id)
+        return real(path, data)
+
+    monkeypatch.setattr(proto.ledger.fs, "put_if_absent", a_plan_gets_in_between)
+    try:
+        proto.rewind(1, run_id="ui")
+    except ConcurrentPlan:
+        pass
+    monkeypatch.undo()
+    assert raced == [3]
+    while run_batch(p) is not None:
+        pass
+    if not p.protocol().ledger.rewinds():  # refused: asked again once batch 3 is committed
+        p.protocol().rewind(1, run_id="ui-again")
+        while run_batch(p) is not None:
+            pass
+    assert published_ids(p) == collections.Counter(r["order_id"] for r in first + late)
