@@ -211,7 +211,7 @@ class Protocol:
                     actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
                                    f"with the same source range")
         elif latest and self.ledger.committed(latest) is None and self.ledger.abandoned(latest) is None:
-            self._write_committed(latest, recovered=True)
+            self._write_committed(latest, recovered=True, actions=actions)
             actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
                            f"(crash after the Delta commit): ledger completed")
         if sweep:
@@ -427,11 +427,48 @@ class Protocol:
         return rec
 
     def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
-                         seconds: float = 0.0) -> CommittedBatch:
+                         seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
+        """The ledger's COMMITTED record of a batch every table holds (put-if-absent).
+
+        Its fingerprint is the PREPARED record's, checked against each table's commit info. A
+        batch whose PREPARED record is missing (lost by a crash after the commit started, or a
+        ledger copied without it) is completed from the tables' Delta commit info instead, only
+        when every table holds this pipeline's commit of the batch with one and the same
+        fingerprint; otherwise LedgerMismatch, and nothing is written."""
         prepared = self.ledger.prepared(batch_id)
-        if versions is None:
-            versions = {p: self._check_committed(p, batch_id, prepared) for p in PARTICIPANTS}
-        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=prepared.fingerprint,
+        if prepared is not None:
+            fingerprint = prepared.fingerprint
+            if versions is None:
+                versions = {p: self._check_committed(p, batch_id, prepared) for p in PARTICIPANTS}
+        else:
+            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in PARTICIPANTS}
+            prints = {p: (f[1].get("eo.fingerprint") if f else None) for p, f in found.items()}
+            fingerprint = prints[PARTICIPANTS[0]]
+            if not fingerprint or any(fp != fingerprint for fp in prints.values()):
+                held = "; ".join(
+                    f"the {p} table {self.layout.table(p)} " + (
+                        f"holds it at version {f[0]} (attempt {f[1].get('eo.attempt')}, fingerprint "
+                        f"{f[1].get('eo.fingerprint') or 'none'})" if f else
+                        f"holds it without a commit carrying this pipeline's batch metadata in its history "
+                        f"(log cleaned up, or another writer)")
+                    for p, f in found.items())
+                staged = ", ".join(self.ledger.attempts(batch_id)) or "none left"
+                raise LedgerMismatch(
+                    f"batch {batch_id} of {self.app_id!r} is committed in every table but its PREPARED record "
+                    f"({self.layout.prepared(batch_id)}) is missing (lost by a crash?), and the tables' Delta "
+                    f"commit info cannot stand in for it: {held}. Nothing was changed. Repair: put the PREPARED "
+                    f"record back from a backup of the ledger, or write it again from the attempt the tables "
+                    f"hold (attempts in the ledger: {staged}): `python -m eobatch.cli verify {self.app_id} "
+                    f"{batch_id} <attempt>`; then run again: recover checks it against every table (a table "
+                    f"holding another file set stops with FingerprintMismatch: inspect its history).")
+            if versions is None:
+                versions = {p: f[0] for p, f in found.items()}
+            note = (f"PREPARED record of batch {batch_id} was missing (lost by a crash?); completed from the "
+                    f"Delta commit info (fingerprint {fingerprint}, versions {versions})")
+            log.warning("%s", note)
+            if actions is not None:
+                actions.append(note)
+        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=fingerprint,
                              delta_versions=versions, committed_at=utcnow(),
                              commit_seconds=round(seconds, 3), recovered=recovered)
         if not self.ledger.put_committed(rec):
