@@ -281,7 +281,8 @@ class Protocol:
                 raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
                                     f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
                                     f"runs cover the time between two ticks)")
-            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit)
+            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
+                                                  earlier=self._last_interval_before(interval["start"]))
         else:
             interval = None
             rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
@@ -518,6 +519,12 @@ class Protocol:
             if k is not None and not any(p.batch_id > last.after_batch for p in plans) and "partitions" in k.range:
                 plans = [p for p in plans if p.batch_id < last.to_batch] + [_start_marker(k)]
         return plans
+
+    def _last_interval_before(self, start) -> BatchPlan | None:
+        """Interval mode: the newest live batch of the latest interval that ends at or before
+        ``start``: where this interval's records begin, as the ledger recorded it."""
+        earlier = [p for p in self.ledger.live_plans() if p.interval and _ms(p.interval["end"]) <= _ms(start)]
+        return max(earlier, key=lambda p: (_ms(p.interval["end"]), p.batch_id), default=None)
 
     def _same_interval(self, plan: BatchPlan) -> frozenset:
         """Interval mode: earlier batches of the same interval, whose files this batch replaces."""

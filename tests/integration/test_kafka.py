@@ -337,3 +337,48 @@ def test_a_rewind_racing_a_scheduled_plan_loses_no_record(broker, tmp_path, monk
         while run_batch(p) is not None:
             pass
     assert published_ids(p) == collections.Counter(r["order_id"] for r in first + late)
+
+
+def test_interval_loss_is_judged_against_the_previous_interval_not_the_low_watermark(broker, tmp_path):
+    """An idle partition whose records all expired (earliest = end > 0) and the first record after
+    a long idle time are no loss: the previous interval's batch recorded that it read up to the
+    low watermark. Records deleted after what the ledger says was read still fail loudly."""
+    import datetime as dt
+
+    from confluent_kafka import Producer, TopicPartition
+
+    topic = "idle_events"
+    create_topic(broker, topic, partitions=2)
+    hour = 3_600_000
+    base = (int(time.time() * 1000) // hour - 4) * hour  # recent: the broker's retention keeps them
+    prod = Producer({"bootstrap.servers": broker.bootstrap})
+
+    def put(part: int, ts: int, oid: str) -> None:
+        prod.produce(topic, value=json.dumps({"order_id": oid}).encode(), partition=part, timestamp=ts)
+        prod.flush(30)
+
+    def hour_of(i: int) -> tuple[str, str]:
+        return tuple(dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
+                     for k in (i, i + 1))
+
+    def delete_below(part: int, offset: int) -> None:
+        a = admin(broker)
+        for f in a.delete_records([TopicPartition(topic, part, offset)]).values():
+            f.result()
+
+    put(0, base + 1, "h0-a"), put(0, base + 2, "h0-b"), put(1, base + 3, "h0-c")
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="idle_kafka")
+    p.yaml_path.write_text(p.yaml_path.read_text().replace(
+        "name: idle_kafka\n", "name: idle_kafka\nmode: interval\nschedule: '@hourly'\n"))
+    assert run_batch(p, interval=hour_of(0), run_id="h0") == 1
+    delete_below(1, 1)  # partition 1 goes idle and all its records expire: earliest = end = 1
+    put(0, base + hour + 1, "h1-a")
+    assert run_batch(p, interval=hour_of(1), run_id="h1") == 2  # no false data-loss error
+    put(1, base + 2 * hour + 1, "h2-a")  # the first record after the idle time: offset 1 = earliest
+    assert run_batch(p, interval=hour_of(2), run_id="h2") == 3
+    assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h0-c", "h1-a", "h2-a"]
+    # records of hour 3 deleted before hour 3 ran: the ledger says partition 0 was read up to 3
+    put(0, base + 3 * hour + 1, "h3-a"), put(0, base + 3 * hour + 2, "h3-b")
+    delete_below(0, 5)
+    with pytest.raises(DataLossError, match=r"partition 0: offsets \[3, 5\) were deleted .*read up to 3"):
+        p.protocol().plan(interval=dict(zip(("start", "end"), hour_of(3))), run_id="h3")

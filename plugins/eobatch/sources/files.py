@@ -77,7 +77,8 @@ class FilesSource:
             return None, 0, notes
         return {"files": chosen}, total, notes
 
-    def interval_range(self, start_ms: int, end_ms: int, limit: int) -> tuple[dict | None, int, list[str]]:
+    def interval_range(self, start_ms: int, end_ms: int, limit: int,
+                       earlier=None) -> tuple[dict | None, int, list[str]]:
         """Interval mode: every landing file of the interval, consumed before or not.
 
         With ``interval_prefix`` the interval's files are those under that sub-folder (formatted

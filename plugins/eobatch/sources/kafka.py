@@ -161,11 +161,20 @@ class KafkaSource:
         return rng, None, notes
 
 
-    def interval_range(self, start_ms: int, end_ms: int, limit: int) -> tuple[dict | None, int | None, list[str]]:
+    def interval_range(self, start_ms: int, end_ms: int, limit: int,
+                       earlier=None) -> tuple[dict | None, int | None, list[str]]:
         """Interval mode: per partition, the offsets of records with start <= timestamp < end.
 
         Kafka's offsets-for-times semantics: the first offset whose timestamp is >= the bound;
         exact when timestamps grow with offsets (LogAppendTime, or in-order producers).
+
+        Loss is judged against the ledger, never against the broker's moving low watermark:
+        records below the low watermark were deleted (retention); they can belong to this
+        interval only when the first record still there is already inside it, and they do not
+        when ``earlier`` (the batch of the latest earlier interval) recorded an end at or past the
+        low watermark, i.e. they were read before. An idle partition whose records all expired,
+        or the first record after a long idle time, is no loss. Without an earlier interval in
+        the ledger there is nothing to judge against, and deleted records count as possible loss.
         """
         topic = self.src.topic
         offsets = partition_offsets(self.src.bootstrap_servers, topic, self.src.isolation_level)
@@ -178,10 +187,14 @@ class KafkaSource:
             low, end = offsets[p]
             a = end if lo[p] < 0 else min(lo[p], end)
             b = end if hi[p] < 0 else min(hi[p], end)
-            if a == low and low > 0:
-                # the interval starts at or before the first record still there: records of the
-                # interval may have been deleted (retention), and nothing tells how many
-                msg = (f"data loss: topic {topic!r} partition {p}: offsets below {low} were deleted (retention); "
+            read_up_to = _end_offset(earlier, p)
+            if a == low and low > (read_up_to or 0):
+                # the interval starts at or before the first record still there, and records after
+                # what the ledger says was read were deleted (retention): some may be this interval's
+                gone = f"offsets [{read_up_to}, {low})" if read_up_to is not None else f"offsets below {low}"
+                why = (f"the batch of the earlier interval {earlier.interval_key} read up to {read_up_to}"
+                       if read_up_to is not None else "no earlier interval of this pipeline recorded where it ended")
+                msg = (f"data loss: topic {topic!r} partition {p}: {gone} were deleted (retention) and {why}; "
                        f"records of this interval among them cannot be read")
                 if self.src.on_data_loss != "accept":
                     raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
@@ -196,6 +209,14 @@ class KafkaSource:
                                    f"max_records_per_batch={limit}; an interval is published as one batch: "
                                    f"raise the limit (YAML or the run's max_records_per_batch param)")
         return {"topic": topic, "isolation_level": self.src.isolation_level, "partitions": rng_parts}, None, notes
+
+
+def _end_offset(plan, partition: int) -> int | None:
+    """Where ``plan`` (a batch of the Kafka source) ended reading ``partition``; None when unknown."""
+    if plan is None or "partitions" not in plan.range:
+        return None
+    fr_to = plan.range["partitions"].get(str(partition))
+    return int(fr_to[1]) if fr_to else None
 
 
 def range_summary(rng: dict) -> str:
