@@ -12,6 +12,7 @@ Pure Python: importable by the Spark job and by Airflow tasks.
 
 from __future__ import annotations
 
+import errno
 import os
 import uuid
 from dataclasses import dataclass
@@ -69,10 +70,39 @@ class LocalStorage:
     def open_read(self, path: str):
         return open(self._p(path), "rb")
 
+    @staticmethod
+    def _fsync_dir(d: str) -> None:
+        """Make the names in folder ``d`` durable (a new name lives in its folder, not in the file).
+
+        Like PostgreSQL's fsync_fname: a file system that cannot fsync a folder (EINVAL, EBADF)
+        is taken as keeping its names without it; any other error is raised."""
+        fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            if e.errno not in (errno.EINVAL, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
     def _write_tmp(self, p: str, data: bytes) -> str:
-        """Write ``data`` durably to a temp file beside ``p`` (skipped by listings); return its path."""
+        """Write ``data`` durably to a temp file beside ``p`` (skipped by listings); return its path.
+
+        Folders missing on the way to ``p`` are created, and the parent of each is fsynced so
+        the new folder survives a power loss (whoever created it: a concurrent writer too)."""
         d, name = os.path.split(p)
-        os.makedirs(d, exist_ok=True)
+        missing = []
+        up = d
+        while up and not os.path.isdir(up):
+            missing.append(up)
+            parent = os.path.dirname(up)
+            if parent == up:
+                break
+            up = parent
+        if missing:
+            os.makedirs(d, exist_ok=True)
+            for new in reversed(missing):  # outermost first
+                self._fsync_dir(os.path.dirname(new) or ".")
         tmp = os.path.join(d, f".{name}.{uuid.uuid4().hex}.tmp")
         with open(tmp, "wb") as f:
             f.write(data)
@@ -81,20 +111,27 @@ class LocalStorage:
         return tmp
 
     def write_atomic(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data``; once this returns, the new content survives a power loss."""
         p = self._p(path)
         os.replace(self._write_tmp(p, data), p)
+        self._fsync_dir(os.path.dirname(p) or ".")
 
     def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Create ``path`` with ``data`` unless it exists. True if this call created it."""
+        """Create ``path`` with ``data`` unless it exists. True if this call created it.
+
+        Either way, once this returns the name survives a power loss: a loser goes on to act on
+        the winner's record, whose folder the winner may not have fsynced yet."""
         p = self._p(path)
         tmp = self._write_tmp(p, data)
         try:
             os.link(tmp, p)  # atomic, fails if p exists: rename without overwrite
-            return True
+            created = True
         except FileExistsError:
-            return False
+            created = False
         finally:
             os.unlink(tmp)
+        self._fsync_dir(os.path.dirname(p) or ".")  # the new name (and the temp name's removal)
+        return created
 
     def delete(self, path: str) -> None:
         try:
