@@ -57,9 +57,17 @@ class LocalStorage:
         return os.path.exists(self._p(path))
 
     def stat(self, path: str) -> FileInfo | None:
+        """The file at ``path``; None when nothing is there or it is a symbolic link.
+
+        A link is never followed (lstat) and never passes as a file: it can point anywhere (a
+        credentials file), and its own size and modification time can be made to match a file's."""
+        import stat as st_mode
+
         try:
-            st = os.stat(self._p(path))
+            st = os.lstat(self._p(path))
         except FileNotFoundError:
+            return None
+        if st_mode.S_ISLNK(st.st_mode):
             return None
         return FileInfo(path, st.st_size, int(st.st_mtime * 1000))
 
@@ -139,8 +147,16 @@ class LocalStorage:
         except FileNotFoundError:
             pass
 
-    def list_files(self, prefix: str, recursive: bool = True) -> Iterator[FileInfo]:
-        """Files under ``prefix`` (a folder). Temp files of ``write_atomic`` are skipped."""
+    def list_files(self, prefix: str, recursive: bool = True,
+                   links: list | None = None) -> Iterator[FileInfo]:
+        """Regular files under ``prefix`` (a folder). Temp files of ``write_atomic`` are skipped.
+
+        Symbolic links are never followed, to files or to folders: a link can point anywhere (a
+        credentials file, a folder outside ``prefix``). Each one found (dangling ones too) is
+        appended to ``links`` when given, so the caller can report it. Other entries that are
+        neither files nor folders (FIFOs, sockets, devices) are skipped."""
+        import stat as st_mode
+
         root = self._p(prefix)
         if not os.path.isdir(root):
             return
@@ -152,16 +168,25 @@ class LocalStorage:
             except FileNotFoundError:
                 continue
             for e in entries:
+                if e.is_symlink():
+                    if links is not None:
+                        links.append(e.path)
+                    continue
                 if e.is_dir(follow_symlinks=False):
                     if recursive:
                         stack.append(e.path)
-                elif e.is_file():
-                    if e.name.endswith(".tmp") and e.name.startswith("."):
-                        continue
-                    try:
-                        st = e.stat()
-                    except FileNotFoundError:
-                        continue
+                    continue
+                if e.name.endswith(".tmp") and e.name.startswith("."):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if st_mode.S_ISLNK(st.st_mode):  # replaced by a link since the folder was read
+                    if links is not None:
+                        links.append(e.path)
+                    continue
+                if st_mode.S_ISREG(st.st_mode):
                     yield FileInfo(e.path, st.st_size, int(st.st_mtime * 1000))
 
     def list_dirs(self, prefix: str) -> list[str]:
@@ -315,8 +340,11 @@ class S3Storage:
         k = k.rstrip("/")
         return b, (k + "/") if k else ""
 
-    def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000) -> Iterator[FileInfo]:
-        """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped."""
+    def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000,
+                   links: list | None = None) -> Iterator[FileInfo]:
+        """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
+
+        S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""
         from . import s3conf
 
         b, p = self._prefix(prefix)

@@ -40,8 +40,21 @@ class FilesSource:
         self.fs = storage_for(self.root)
 
     def list_landing(self) -> list[FileInfo]:
-        files = [f for f in self.fs.list_files(self.root)
+        """The landing files to read, oldest first.
+
+        Symbolic links are never followed (a link can point outside the landing zone, e.g. at a
+        credentials file, whose text would land in the quarantine table's ``raw`` column). Each
+        visible one is logged; after the call ``self.links`` holds their paths and
+        ``self.link_notes`` the messages, for the batch plan's notes."""
+        links: list[str] = []
+        files = [f for f in self.fs.list_files(self.root, links=links)
                  if f.path.endswith(".jsonl") and _visible(self.root, f.path)]
+        self.links = sorted(p for p in links if _visible(self.root, p))
+        self.link_notes = [f"ignored symbolic link {p} in the landing zone: links are never followed (a link "
+                           f"can point outside the landing zone, e.g. at a credentials file); land a regular "
+                           f"file instead" for p in self.links]
+        for msg in self.link_notes:
+            log.warning(msg)
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
     def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int, list[str]]:
@@ -53,6 +66,7 @@ class FilesSource:
                 consumed[f["path"]] = f
             reported.update(n[len("changed "):].split(" after it was consumed", 1)[0]
                             for n in p.notes if n.startswith("changed "))
+            reported.update(n for n in p.notes if n.startswith("ignored symbolic link "))
         notes = []
         chosen, total = [], 0
         for f in self.list_landing():
@@ -73,6 +87,7 @@ class FilesSource:
             total += n
             if total >= limit:
                 break
+        notes += [n for n in self.link_notes if n not in reported]  # each link in one plan's notes
         if not chosen:
             return None, 0, notes
         return {"files": chosen}, total, notes
@@ -113,14 +128,20 @@ class FilesSource:
 
 
 def changed_since_plan(rng: dict) -> list[str]:
-    """Problems with a batch's planned files as they are now (gone, resized, rewritten).
+    """Problems with a batch's planned files as they are now (gone, resized, rewritten, a link).
 
-    The stage job calls this before reading: a range that changed can no longer be read exactly.
+    The stage job calls this before reading: a range that changed can no longer be read exactly,
+    and a planned file replaced by a symbolic link is never read (whatever its target's size).
     """
+    import os
+
     problems = []
     for f in rng.get("files", []):
-        st = storage_for(f["path"]).stat(f["path"])
-        if st is None:
+        fs = storage_for(f["path"])
+        st = fs.stat(f["path"])  # None for a link too: stat never follows one
+        if st is None and fs.scheme == "file" and os.path.islink(fs._p(f["path"])):
+            problems.append(f"{f['path']}: is now a symbolic link; refusing to read it")
+        elif st is None:
             problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")
         elif (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
             problems.append(f"{f['path']}: changed since planned (size {f['size']} -> {st.size}, "
