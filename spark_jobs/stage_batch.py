@@ -157,10 +157,12 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
 
 
 def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict, partition_by: list[str],
-                    batch_id: int, attempt: str):
+                    batch_id: int, attempt: str, slice_col: str | None = None):
     """Write ``df`` as Parquet files of this attempt, one manifest per Spark partition.
 
-    Returns the manifests as collected by the driver.
+    ``slice_col`` (interval mode): a column holding each row's interval slice name; rows of a
+    slice go to files under ``<attempt>/<slice>/`` (the column itself is not written), so a later
+    commit can replace exactly that slice. Returns the manifests as collected by the driver.
     """
     import pyspark
 
@@ -169,8 +171,10 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
     layout = Layout(**ledger_spec)
     staging_rel = layout.attempt_staging_rel(batch_id, attempt)
-    data_cols = [c for c in df.columns if c not in partition_by]
-    ordered = df.select(*data_cols, *partition_by)
+    path_cols = ([slice_col] if slice_col else []) + list(partition_by)  # folders, not file columns
+    data_cols = [c for c in df.columns if c not in path_cols]
+    ordered = df.select(*data_cols, *path_cols)
+    n_slice = 1 if slice_col else 0
 
     def write_partition(batches):
         import os
@@ -191,7 +195,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
         def writer_for(key: tuple, schema):
             if key not in writers:
-                sub = "/".join(f"{c}={_pv_path(v)}" for c, v in zip(partition_by, key))
+                sub = "/".join(([key[0]] if n_slice else []) +
+                               [f"{c}={_pv_path(v)}" for c, v in zip(partition_by, key[n_slice:])])
                 name = f"part-{pid:05d}-{tattempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
                 rel = "/".join(x for x in (staging_rel, sub, name) if x)
                 full = fs.arrow_path(join(table_root, rel))
@@ -199,7 +204,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                     os.makedirs(os.path.dirname(full), exist_ok=True)
                 writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy")
                 files[key] = {"path": rel, "rows": 0,
-                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key)},
+                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key[n_slice:])},
                               # float columns, until a NaN is written to them (see StagedFile)
                               "nan_free": [f.name for f in schema if pa.types.is_float32(f.type)
                                            or pa.types.is_float64(f.type)]}
@@ -209,21 +214,21 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
             if rb.num_rows == 0:
                 continue
             t = pa.Table.from_batches([rb])
-            if not partition_by:
+            if not path_cols:
                 parts = [((), t)]
             else:
-                keys = t.select(partition_by).group_by(partition_by).aggregate([]).to_pylist()
+                keys = t.select(path_cols).group_by(path_cols).aggregate([]).to_pylist()
                 parts = []
                 for k in keys:
                     mask = None
-                    for c in partition_by:
+                    for c in path_cols:
                         v = k[c]
                         m = pc.is_null(t[c]) if v is None else pc.equal(t[c], pa.scalar(v, t.schema.field(c).type))
                         m = pc.fill_null(m, False)
                         mask = m if mask is None else pc.and_(mask, m)
-                    parts.append((tuple(k[c] for c in partition_by), t.filter(mask)))
+                    parts.append((tuple(k[c] for c in path_cols), t.filter(mask)))
             for key, part in parts:
-                data = part.drop_columns(partition_by) if partition_by else part
+                data = part.drop_columns(path_cols) if path_cols else part
                 w = writer_for(key, data.schema)
                 w.write_table(data)
                 files[key]["rows"] += data.num_rows
@@ -281,6 +286,27 @@ def executor_env(spec: dict, plan) -> dict:
     return s3conf.credential_env()
 
 
+SLICE_COL = "_eo_slice"
+
+
+def transform_slices(tmod, valid, ctx, slices: list[str]):
+    """The pipeline's transform, once per interval slice (interval mode), so that a transform
+    that aggregates never mixes two intervals; each output row keeps its slice. Columns whose
+    name starts with "_" are never published."""
+    from functools import reduce
+
+    from pyspark.sql import functions as F
+
+    def published(df):
+        return df.select(*[c for c in df.columns if not c.startswith("_")])
+
+    if not slices:
+        return published(tmod.transform(valid, ctx))
+    outs = [published(tmod.transform(valid.where(F.col(SLICE_COL) == s), ctx)).withColumn(SLICE_COL, F.lit(s))
+            for s in slices]
+    return reduce(lambda a, b: a.unionByName(b), outs)
+
+
 def run(spec: dict) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -331,6 +357,11 @@ def run(spec: dict) -> dict:
                                  float(src.get("consumer_timeout_seconds") or 120))
     else:
         lines = read_files_range(spark, plan.range)
+    slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
+    if slices:  # interval mode: each record's interval slice, by the planned file it came from
+        of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
+                                        f"source string, {SLICE_COL} string")
+        lines = lines.join(F.broadcast(of_file), "source")
     classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
     classified = classified.persist()
     counts = {bool(r["ok"]): r["n"] for r in
@@ -347,16 +378,16 @@ def run(spec: dict) -> dict:
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
     meta = [c for c in classified.columns if c.startswith("_")]
     valid = classified.where(F.col("reason").isNull()).select("rec.*", *meta).drop("_corrupt_record")
-    out = tmod.transform(valid, ctx)
-    out = out.select(*[c for c in out.columns if not c.startswith("_")])  # metadata is never published
+    out = transform_slices(tmod, valid, ctx, slices)
     bad = classified.where(F.col("reason").isNotNull()).select(
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8("raw"), F.substring("raw", 1, 65536))
          .otherwise(F.make_valid_utf8(F.substring("raw", 1, 65536))).alias("raw"),
-        "reason")
+        "reason", *([SLICE_COL] if slices else []))
 
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
-    common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt)
+    common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
+                  slice_col=SLICE_COL if slices else None)
     pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
     manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
                                        partition_by=pby[SINK], **common)}
@@ -364,7 +395,8 @@ def run(spec: dict) -> dict:
     manifests[QUARANTINE] = stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
                                             partition_by=[], **common)
     classified.unpersist()
-    schemas = {SINK: to_arrow_schema(out.schema, timezone="UTC"), QUARANTINE: to_arrow_schema(bad.schema, timezone="UTC")}
+    schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
+               QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(
         batch_id=batch_id, attempt=attempt, rows_in=rows_valid + rows_bad, rows_valid=rows_valid,
         rows_quarantined=rows_bad, row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)),

@@ -90,16 +90,16 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
-    good, bad = [], []
+    good, bad = [], []  # (slice folder or "", row)
     for f in plan.range.get("files", []):
         data = storage_for(f["path"]).read_bytes(f["path"])
         for position, raw in split_records(data):
             rec, reason, text = classify(cfg, f["path"], position, raw)
             if reason is None:
-                good.append(rec)
+                good.append((f.get("slice", ""), rec))
             else:
-                bad.append({"batch_id": batch_id, "source": f["path"], "position": position, "raw": text,
-                            "reason": reason})
+                bad.append((f.get("slice", ""), {"batch_id": batch_id, "source": f["path"], "position": position,
+                                                 "raw": text, "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     rows = {SINK: good, QUARANTINE: bad}
     manifests = {}
@@ -110,14 +110,15 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
         for pid in range(partitions):
             mine = rows[participant][pid::partitions]
             files = []
-            if mine:
-                rel = (f"{proto.layout.attempt_staging_rel(batch_id, attempt)}/"
-                       f"part-{pid:05d}-0-{uuid.uuid4().hex[:12]}.snappy.parquet")
+            for slice_ in sorted({sl for sl, _ in mine}):  # interval mode: one folder per interval slice
+                part = [row for sl, row in mine if sl == slice_]
+                rel = "/".join(x for x in (proto.layout.attempt_staging_rel(batch_id, attempt), slice_,
+                                           f"part-{pid:05d}-0-{uuid.uuid4().hex[:12]}.snappy.parquet") if x)
                 full = join(table, rel)
                 fs.makedirs(full.rsplit("/", 1)[0])
-                pq.write_table(pa.Table.from_pylist(mine, schema=schemas[participant]), fs.arrow_path(full),
+                pq.write_table(pa.Table.from_pylist(part, schema=schemas[participant]), fs.arrow_path(full),
                                filesystem=fs.arrow_fs(), compression="snappy")
-                files.append(StagedFile(path=rel, size=fs.stat(full).size, rows=len(mine)).__dict__)
+                files.append(StagedFile(path=rel, size=fs.stat(full).size, rows=len(part)).__dict__)
             m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                                   task_attempt=0, rows=len(mine), files=files)
             proto.ledger.fs.write_atomic(proto.layout.manifest(batch_id, attempt, participant, pid), m.to_json())

@@ -21,6 +21,7 @@ from .params import ParamsError, RunParams, check_params
 from .protocol import (
     AttemptPrepared, BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of,
 )
+from .sources.files import FileTooLarge, LateFiles
 from .sources.kafka import DataLossError, IntervalTooLarge
 from .verify import NotReady, VerifyFailed
 
@@ -171,7 +172,8 @@ class PlanOperator(BaseSensorOperator):
         except (BatchInFlight, ConcurrentPlan) as e:  # another run's batch first; then ours
             self.log.info("plan: %s; waiting", e)
             return False
-        except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge) as e:  # not cured by retrying
+        except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge, LateFiles, FileTooLarge) as e:
+            # not cured by retrying: the message says what to change
             raise AirflowFailException(str(e)) from e
         if plan is None:
             what = (f"interval [{interval['start']}, {interval['end']})" if interval else "")

@@ -107,7 +107,8 @@ def show(proto: Protocol, limit: int) -> None:
 
 
 def run_verb(proto: Protocol, args) -> int:
-    from .sources.kafka import DataLossError
+    from .sources.files import FileTooLarge, LateFiles
+    from .sources.kafka import DataLossError, IntervalTooLarge
     from .verify import NotReady, VerifyFailed
 
     try:
@@ -136,7 +137,7 @@ def run_verb(proto: Protocol, args) -> int:
     except VerifyFailed as e:
         print(f"verification failed: {e}", file=sys.stderr)
         return 4
-    except (ProtocolError, DataLossError) as e:
+    except (ProtocolError, DataLossError, IntervalTooLarge, LateFiles, FileTooLarge) as e:
         print(f"error: {e}", file=sys.stderr)
         return 5
     except InvalidId as e:

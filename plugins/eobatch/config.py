@@ -54,6 +54,11 @@ class SourceConfig:
     isolation_level: str = "read_committed"  # kafka: records of aborted transactions are never read
     on_data_loss: str = "fail"  # kafka: records deleted before they were read: fail | accept
     consumer_timeout_seconds: int = 120  # kafka: a stage read that makes no progress for this long fails
+    settle_seconds: int = 60  # interval mode: an interval is planned only this long after its end
+    late_files: str = "republish"  # interval mode, files: a file landing in a published interval:
+    #                                republish (the interval again, whole) | fail | ignore (logged)
+    late_lookback_intervals: int = 24  # interval mode, files: how many earlier intervals are checked
+    max_file_bytes: int = 128 << 20  # files: a landing file larger than one Spark task reads is refused
 
     def describe(self) -> str:
         if self.kind == "kafka":
@@ -133,8 +138,9 @@ class PipelineConfig:
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
             "description", "max_record_bytes", "spark", "retries"}
-FILES_SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix"}
-KAFKA_SOURCE_KEYS = {"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets",
+FILES_SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix", "settle_seconds", "late_files",
+                     "late_lookback_intervals", "max_file_bytes"}
+KAFKA_SOURCE_KEYS = {"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets", "settle_seconds",
                      "isolation_level", "on_data_loss", "consumer_timeout_seconds"}
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 SINK_KEYS = {"table", "partition_by"}
@@ -346,7 +352,8 @@ def load_pipeline(file: str) -> PipelineConfig:
         prefix = src.get("interval_prefix")
         if prefix is not None:
             _check_interval_prefix(prefix, mode, schedule, file)
-        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix)
+        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix,
+                              **_interval_source_keys(src, mode, file), **_files_limits(src, file))
     else:
         servers = _req(src, "bootstrap_servers", file, "source.")
         if not isinstance(servers, str) or not all(
@@ -366,7 +373,8 @@ def load_pipeline(file: str) -> PipelineConfig:
             vals[k] = v
         cto = _pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
         source = SourceConfig(kind=kind, max_records_per_batch=limit, bootstrap_servers=servers.strip(),
-                              topic=topic, consumer_timeout_seconds=cto, **vals)
+                              topic=topic, consumer_timeout_seconds=cto, **vals,
+                              **_interval_source_keys(src, mode, file))
 
     schema = _req(raw, "schema", file)
     columns = parse_schema(schema, file)
@@ -459,6 +467,45 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=plan_retries, stage_retries=stage_retries, commit_retries=commit_retries,
         retry_delay_seconds=float(delay), verify_timeout_seconds=vto, plan_wait_seconds=pws,
     )
+
+
+LATE_FILE_POLICIES = ("republish", "fail", "ignore")
+MAX_FILE_BYTES_CAP = (2 << 30) - 1  # the stage job reads a file into one value: at most 2 GiB
+
+
+def _non_negative_int(v: Any, file: str, key: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ConfigError(file, key, f"must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _interval_source_keys(src: dict, mode: str, file: str) -> dict:
+    """settle_seconds (both kinds) and the late-file policy (files) of interval mode."""
+    out = {}
+    for key in ("settle_seconds", "late_files", "late_lookback_intervals"):
+        if key in src and mode != "interval":
+            raise ConfigError(file, f"source.{key}", "only used in interval mode (set mode: interval, or remove it)")
+    if "settle_seconds" in src:
+        out["settle_seconds"] = _non_negative_int(src["settle_seconds"], file, "source.settle_seconds")
+    if "late_files" in src:
+        if src["late_files"] not in LATE_FILE_POLICIES:
+            raise ConfigError(file, "source.late_files", f"{src['late_files']!r} must be one of "
+                                                         f"{', '.join(LATE_FILE_POLICIES)}")
+        out["late_files"] = src["late_files"]
+    if "late_lookback_intervals" in src:
+        out["late_lookback_intervals"] = _non_negative_int(src["late_lookback_intervals"], file,
+                                                           "source.late_lookback_intervals")
+    return out
+
+
+def _files_limits(src: dict, file: str) -> dict:
+    if "max_file_bytes" not in src:
+        return {}
+    v = _pos_int(src["max_file_bytes"], file, "source.max_file_bytes")
+    if v > MAX_FILE_BYTES_CAP:
+        raise ConfigError(file, "source.max_file_bytes", f"{v} is more than the stage job can read from one "
+                                                         f"file ({MAX_FILE_BYTES_CAP} bytes); split such files")
+    return {"max_file_bytes": v}
 
 
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}

@@ -14,10 +14,32 @@ import base64
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import pyarrow as pa
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Interval mode: the live files a commit removes in the same transaction (slice replace):
+    those under a staging folder ``eo_batches/b<id>/<attempt>/<slice>/`` of one of ``slices``,
+    and (tables staged before slices existed) every file of the batches ``batches``."""
+
+    slices: frozenset = frozenset()
+    batches: frozenset = frozenset()
+
+    def matches(self, path: str) -> bool:
+        from .formats import STAGING_DIR, bid
+
+        parts = path.split("/")
+        if len(parts) < 4 or parts[0] != STAGING_DIR:
+            return False
+        return parts[3] in self.slices or parts[1] in {f"b{bid(b)}" for b in self.batches}
+
+    def describe(self) -> str:
+        return ", ".join(sorted(self.slices) + [f"batch {b}" for b in sorted(self.batches)])
 
 
 class CommitConflict(RuntimeError):
@@ -139,12 +161,12 @@ class DeltaParticipant:
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,
-               replace_batches: set[int] | frozenset = frozenset()) -> int:
+               replace: Replace | None = None) -> int:
         """One Delta transaction: the files, txn(app_id, batch_id), and ``metadata``.
 
         ``expected_prev`` is the batch the table must hold now (default ``batch_id - 1``).
-        ``replace_batches`` (interval mode): the live files staged by those batches are removed
-        in the same transaction, so the batch replaces their slice of the table.
+        ``replace`` (interval mode): the live files it matches are removed in the same
+        transaction, so the batch replaces its interval slices of the table.
         Returns the new table version. Raises CommitConflict when another writer won.
         """
         from deltalake.exceptions import CommitFailedError, DeltaError
@@ -164,11 +186,10 @@ class DeltaParticipant:
         actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")
                    for a in adds]
-        removes = self._files_of_batches(dt, replace_batches, now) if replace_batches else []
+        removes = self._files_matching(dt, replace, now) if replace else []
         if removes:
-            log.info("%s: batch %s replaces %d file(s) of batch(es) %s", self.name, batch_id, len(removes),
-                     sorted(replace_batches))
-            metadata = {**metadata, "eo.replaces": json.dumps(sorted(replace_batches))}
+            log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())
+            metadata = {**metadata, "eo.replaces": json.dumps(sorted(replace.slices) + sorted(replace.batches))}
         actions += removes
         try:
             dt.create_write_transaction(
@@ -189,20 +210,17 @@ class DeltaParticipant:
         return found[0] if found else -1
 
     @staticmethod
-    def _files_of_batches(dt, batch_ids, now: int) -> list:
-        """RemoveActions for the files of ``dt``'s snapshot that those batches staged."""
+    def _files_matching(dt, replace: Replace, now: int) -> list:
+        """RemoveActions for the files of ``dt``'s snapshot that ``replace`` matches."""
         from deltalake.transaction import RemoveAction
 
-        from .formats import STAGING_DIR, bid
-
-        prefixes = tuple(f"{STAGING_DIR}/b{bid(b)}/" for b in batch_ids)
         t = pa.table(dt.get_add_actions(flatten=False))
         paths = t.column("path").to_pylist()
         sizes = t.column("size_bytes").to_pylist()
         pvals = t.column("partition").to_pylist() if "partition" in t.column_names else [None] * len(paths)
         out = []
         for path, size, pv in zip(paths, sizes, pvals):
-            if path.startswith(prefixes):
+            if replace.matches(path):
                 pv = {k: (None if v is None else _partition_text(v)) for k, v in (pv or {}).items()}
                 out.append(RemoveAction(path, True, now, int(size), pv))
         return out

@@ -66,6 +66,16 @@ def check_batch_id(batch_id) -> int:
     return batch_id
 
 
+def slice_name(interval_start_ms: int) -> str:
+    """Interval mode: the folder (under an attempt's staging folder) of one interval's staged files,
+    ``iv=<start, UTC, YYYYMMDDTHHMMSSZ>``. A batch publishes one or more interval slices; its commit
+    replaces every earlier file of those slices (and only those), found by this path segment."""
+    import datetime as dt
+
+    start = dt.datetime.fromtimestamp(interval_start_ms / 1000, dt.timezone.utc)
+    return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
+
+
 def bid(batch_id: int) -> str:
     return f"{check_batch_id(batch_id):010d}"
 
@@ -165,6 +175,21 @@ class BatchPlan(Record):
     @property
     def interval_key(self) -> str | None:
         return f"{self.interval['start']}/{self.interval['end']}" if self.interval else None
+
+    def slices(self) -> dict[str, list[dict]]:
+        """Interval mode: slice name -> the planned files of that interval slice. Plans written
+        before slices existed hold one slice: their own interval's."""
+        if not self.interval:
+            return {}
+        files = self.range.get("files")
+        if files is None:  # Kafka: offsets, no file slices
+            return {}
+        if files and all("slice" in f for f in files):
+            out: dict[str, list[dict]] = {}
+            for f in files:
+                out.setdefault(f["slice"], []).append(f)
+            return out
+        return {slice_name(_epoch_ms(self.interval["start"])): list(files)}
 
     def range_summary(self) -> str:
         text = self._range_text()
@@ -285,6 +310,15 @@ class RewindRecord(Record):
     @property
     def key(self) -> str:
         return f"{self.after_batch}-{self.to_batch}"
+
+
+def _epoch_ms(iso: str) -> int:
+    import datetime as dt
+
+    d = dt.datetime.fromisoformat(iso)
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.timezone.utc)
+    return int(d.timestamp() * 1000)
 
 
 def fingerprint_of(adds: dict[str, list[dict]]) -> str:

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from . import faults
 from .config import PipelineConfig
-from .delta_sink import CommitConflict, DeltaParticipant, FingerprintMismatch, schema_from_b64
+from .delta_sink import CommitConflict, DeltaParticipant, FingerprintMismatch, Replace, schema_from_b64
 from .formats import (
     PARTICIPANTS, BatchPlan, BatchState, CommittedBatch, Layout, PreparedBatch, RewindRecord,
     commit_metadata, fingerprint_of,
@@ -81,6 +81,10 @@ class CommitBlocked(ProtocolError):
 
 class BatchInFlight(ProtocolError):
     """Interval mode: another run's batch is being staged; wait until it is decided."""
+
+
+class IntervalNotSettled(BatchInFlight):
+    """Interval mode: the interval ended less than ``source.settle_seconds`` ago; wait, then plan."""
 
 
 class AttemptPrepared(ProtocolError):
@@ -281,8 +285,12 @@ class Protocol:
                 raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
                                     f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
                                     f"runs cover the time between two ticks)")
+            self._check_settled(interval)
+            kw = {}
+            if self.cfg.source.kind == "files":  # late files: look back at the intervals already planned
+                kw = {"lookback": self._lookback(interval["start"]), "published": self._published_slices()}
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
-                                                  earlier=self._last_interval_before(interval["start"]))
+                                                  earlier=self._last_interval_before(interval["start"]), **kw)
         else:
             interval = None
             rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
@@ -401,7 +409,7 @@ class Protocol:
                     schema_from_b64(prepared.arrow_schema[participant]),
                     list(prepared.partition_by.get(participant, [])),
                     commit_metadata(plan, prepared, participant), expected_prev=prev,
-                    replace_batches=self._same_interval(plan),
+                    replace=self._replaces(plan),
                 )
             except CommitConflict as e:
                 log.info("%s", e)
@@ -520,18 +528,66 @@ class Protocol:
                 plans = [p for p in plans if p.batch_id < last.to_batch] + [_start_marker(k)]
         return plans
 
+    def _check_settled(self, interval: dict) -> None:
+        """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
+        files and records still arriving for it (renames, clock skew, slow uploads) are on time."""
+        ready = _ms(interval["end"]) + 1000 * self.cfg.source.settle_seconds
+        wait = ready - int(time.time() * 1000)
+        if wait > 0:
+            raise IntervalNotSettled(f"interval {interval['start']}/{interval['end']} is planned "
+                                     f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
+                                     f"{wait / 1000:.0f}s to go")
+
+    def _lookback(self, start) -> list[tuple[int, int]]:
+        """Interval mode: the ``source.late_lookback_intervals`` intervals before ``start`` that are
+        checked for late files, newest first, none before the first interval this ledger planned
+        (a pipeline is not answerable for what landed before it started)."""
+        from croniter import croniter
+
+        n = self.cfg.source.late_lookback_intervals
+        first = min((_ms(p.interval["start"]) for p in self.ledger.plans() if p.interval), default=None)
+        if not n or first is None:
+            return []
+        at = _dt.datetime.fromtimestamp(_ms(start) / 1000, _dt.timezone.utc)
+        ticks = croniter(self.cfg.interval_cron, at)
+        out, end = [], _ms(start)
+        for _ in range(n):
+            lo = int(ticks.get_prev(_dt.datetime).timestamp() * 1000)
+            if lo < first:
+                break
+            out.append((lo, end))
+            end = lo
+        return out
+
+    def _published_slices(self) -> dict[str, set]:
+        """Interval mode: slice name -> {(path, size, mtime)} its newest committed live batch
+        published (what a late file is judged against)."""
+        held = min(self.committed_versions().values())
+        out: dict[str, set] = {}
+        for plan in sorted(self.ledger.live_plans(), key=lambda p: -p.batch_id):
+            if plan.batch_id > held:
+                continue
+            for name, files in plan.slices().items():
+                out.setdefault(name, {(f["path"], f["size"], f["mtime_ms"]) for f in files})
+        return out
+
     def _last_interval_before(self, start) -> BatchPlan | None:
         """Interval mode: the newest live batch of the latest interval that ends at or before
         ``start``: where this interval's records begin, as the ledger recorded it."""
         earlier = [p for p in self.ledger.live_plans() if p.interval and _ms(p.interval["end"]) <= _ms(start)]
         return max(earlier, key=lambda p: (_ms(p.interval["end"]), p.batch_id), default=None)
 
-    def _same_interval(self, plan: BatchPlan) -> frozenset:
-        """Interval mode: earlier batches of the same interval, whose files this batch replaces."""
+    def _replaces(self, plan: BatchPlan) -> Replace | None:
+        """Interval mode: what this batch's commit replaces: every earlier file of the interval
+        slices it publishes. Files staged before slices existed are found by their batch folder
+        (those batches published exactly their own interval)."""
         if plan.interval is None:
-            return frozenset()
-        return frozenset(p.batch_id for p in self.ledger.plans()
-                         if p.batch_id < plan.batch_id and p.interval_key == plan.interval_key)
+            return None
+        names = set(plan.slices())
+        legacy = frozenset(p.batch_id for p in self.ledger.plans() if p.batch_id < plan.batch_id and p.interval
+                           and not any("slice" in f for f in p.range.get("files", []))
+                           and set(p.slices()) & names)
+        return Replace(slices=frozenset(names), batches=legacy)
 
     # -- abandon (interval mode) -------------------------------------------------------
     def abandon(self, batch_id: int, reason: str) -> bool:
@@ -768,5 +824,5 @@ def _ranges(ids: list[int]) -> str:
     return ", ".join(out)
 
 
-__all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "AttemptPrepared", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
+__all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared", "LedgerMismatch", "ConcurrentPlan", "CommitBlocked",
            "FingerprintMismatch", "NotReady", "VerifyFailed"]

@@ -5,6 +5,7 @@ Spark and Delta, checked with delta-rs and the raw _delta_log."""
 from __future__ import annotations
 
 import collections
+import json
 import subprocess
 import sys
 
@@ -127,8 +128,37 @@ def test_interval_batches_replace_their_slice_and_are_strictly_ordered(tmp_path)
     txns = [x["txns"][0]["version"] for x in delta_log_commits(p.sink) if x["txns"]]
     assert txns == [1, 2, 3, 5]
 
-    # An interval with nothing landed plans nothing; a zero-length interval is refused.
-    assert p.protocol().plan(interval={"start": "2026-01-03T00:00:00Z", "end": "2026-01-03T01:00:00Z"},
-                             run_id="r6") == (None, False)
+    # An interval with nothing landed still looks back: 2026-01-02 hour 00 never ran and holds x.jsonl,
+    # so it is published (no file is skipped silently).
+    plan6, _ = p.protocol().plan(interval={"start": "2026-01-03T00:00:00Z", "end": "2026-01-03T01:00:00Z"},
+                                 run_id="r6")
+    assert list(plan6.slices()) == ["iv=20260102T000000Z"] and "x.jsonl" in plan6.notes[0]
+    assert p.protocol().abandon(6, "test: only the plan is checked")
+    # An interval with nothing landed and nothing late plans nothing; a zero-length interval is refused.
+    assert p.protocol().plan(interval={"start": "2025-12-31T00:00:00Z", "end": "2025-12-31T01:00:00Z"},
+                             run_id="r6b") == (None, False)
     with pytest.raises(ProtocolError, match="non-zero length"):
         p.protocol().plan(interval={"start": H0[0], "end": H0[0]}, run_id="r7")
+
+
+def test_a_late_file_republishes_its_interval_whole_in_the_next_runs_batch(tmp_path):
+    """Hour 00 is published; then a file is renamed into hour 00's folder. The hour-01 run's batch
+    holds both slices: the Spark job transforms and stages each under its own iv=<start>/ folder,
+    the commit replaces hour 00's earlier files in the same transaction, and the ledger says so."""
+    p = write_pipeline(tmp_path, name="late", mode="interval", schedule="@hourly",
+                       interval_prefix="dt={ds}/hour={hh}")
+    a, late, b = orders("a", 4), orders("late", 2), orders("b", 3)
+    p.land("dt=2026-01-01/hour=00/a.jsonl", a, bad=["{bad a"])
+    assert run_batch(p, interval=H0, run_id="h0") == 1
+    p.land("dt=2026-01-01/hour=00/late.jsonl", late)
+    p.land("dt=2026-01-01/hour=01/b.jsonl", b)
+    assert run_batch(p, interval=H1, run_id="h1") == 2
+    assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + late + b)
+    assert [x["raw"] for x in read_rows(p.quarantine)] == ["{bad a"]  # quarantine slice replaced too
+    for table in (p.sink, p.quarantine):
+        commit2 = [c for c in delta_log_commits(table) if c["txns"] and c["txns"][0]["version"] == 2][0]
+        assert commit2["removes"] and all("/b0000000001/" in r["path"] for r in commit2["removes"])
+        assert {a["path"].split("/")[3] for a in commit2["adds"]} <= {"iv=20260101T000000Z", "iv=20260101T010000Z"}
+        assert json.loads(commit2["commitInfo"]["eo.replaces"]) == ["iv=20260101T000000Z", "iv=20260101T010000Z"]
+    r = cli(p, "ledger", p.name)
+    assert r.returncode == 0 and "late files in the already planned interval" in r.stdout and "late.jsonl" in r.stdout

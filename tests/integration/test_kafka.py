@@ -231,7 +231,7 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
     run's data interval (no Spark needed to check the plan itself)."""
     from confluent_kafka import Producer
 
-    from eobatch.protocol import Protocol
+    from eobatch.protocol import IntervalNotSettled, Protocol
     from eobatch.sources.kafka import IntervalTooLarge
 
     topic = "interval_events"
@@ -262,7 +262,10 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
     plan, _ = proto.plan(interval={"start": iso(base), "end": iso(base + hour)}, run_id="h0")
     assert plan.batch_id == 2 and plan.range["partitions"] == {"0": [0, 2], "1": [0, 0]}
     proto.abandon(2, "test")
-    assert proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5") == (None, False)
+    with pytest.raises(IntervalNotSettled):  # an interval that has not ended (+ settle_seconds) waits
+        proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5")
+    assert proto.plan(interval={"start": iso(base - 5 * hour), "end": iso(base - 4 * hour)},
+                      run_id="h-5") == (None, False)
     with pytest.raises(IntervalTooLarge, match="max_records_per_batch=4"):
         proto.plan(interval={"start": iso(base), "end": iso(base + 3 * hour)}, run_id="all")
     # records of an interval deleted before it ran (retention): a loud failure, nothing planned

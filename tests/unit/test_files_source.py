@@ -308,3 +308,25 @@ def test_the_spark_expressions_say_what_the_python_definition_says():
     assert "$" not in lines.SPARK_TRAILING_CR and lines.SPARK_TRAILING_CR.endswith(r"\z")
     for blank in (b"", b" ", b"\t\r", b"\x0b\x0c \r"):
         assert lines.is_blank(blank)
+
+
+def test_a_landing_file_larger_than_one_task_reads_is_refused_at_plan_time(make_cfg, tmp_path):
+    """Planned, it would fail the stage job forever; refused at plan time it says what to do."""
+    from eobatch.protocol import Protocol
+    from eobatch.sources.files import FileTooLarge
+
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 1000})
+    (tmp_path / "landing" / "small.jsonl").write_text('{"order_id": "s"}\n')
+    big = tmp_path / "landing" / "big.jsonl"
+    big.write_text('{"order_id": "b"}\n' * 100)
+    os.utime(big, (T0, T0))  # the oldest: planned first
+    with pytest.raises(FileTooLarge, match=r"big\.jsonl holds 1800 bytes, more than source\.max_file_bytes=1000"):
+        Protocol(cfg).plan()
+    assert Protocol(cfg).ledger.latest_batch_id() == 0
+
+
+def test_max_file_bytes_cannot_exceed_what_the_job_reads(make_cfg, tmp_path):
+    from eobatch.config import ConfigError
+
+    with pytest.raises(ConfigError, match="source.max_file_bytes: .*more than the stage job can read"):
+        make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 3 << 30})

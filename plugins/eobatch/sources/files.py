@@ -14,10 +14,25 @@ from __future__ import annotations
 import logging
 
 from .. import lines
+from ..formats import slice_name
 from ..storage import FileInfo, join, storage_for
 from .kafka import IntervalTooLarge
 
 log = logging.getLogger(__name__)
+
+
+class LateFiles(ValueError):
+    """Interval mode with ``source.late_files: fail``: files landed in an interval already planned."""
+
+
+class FileTooLarge(ValueError):
+    """A landing file larger than one Spark task of the stage job reads (``source.max_file_bytes``)."""
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
 
 
 def count_records(fs, path: str) -> int:
@@ -80,10 +95,11 @@ class FilesSource:
                     if f.path not in reported:
                         notes.append(msg)
                 continue
-            n = count_records(self.fs, f.path)
+            entry = self._entry(f)
+            n = entry["records"]
             if chosen and total + n > limit:
                 break
-            chosen.append({"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": n})
+            chosen.append(entry)
             total += n
             if total >= limit:
                 break
@@ -92,36 +108,80 @@ class FilesSource:
             return None, 0, notes
         return {"files": chosen}, total, notes
 
-    def interval_range(self, start_ms: int, end_ms: int, limit: int,
-                       earlier=None) -> tuple[dict | None, int, list[str]]:
-        """Interval mode: every landing file of the interval, consumed before or not.
+    def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
+                       lookback: list[tuple[int, int]] = (), published: dict | None = None,
+                       ) -> tuple[dict | None, int, list[str]]:
+        """Interval mode: every landing file of the interval, consumed before or not, plus the
+        intervals to publish again because files landed in them after they were published.
 
-        With ``interval_prefix`` the interval's files are those under that sub-folder (formatted
+        With ``interval_prefix`` an interval's files are those under that sub-folder (formatted
         with the interval start); without it, those whose modification time is in [start, end).
+        ``lookback``: earlier intervals to check; ``published``: slice name -> the (path, size,
+        mtime) set the ledger says each published interval holds. A file of a look-back interval
+        outside that set is late (it landed, or was renamed into place, after its interval was
+        planned; or its interval never ran). ``source.late_files`` decides: ``republish`` adds
+        the whole interval as another slice of this batch (its commit replaces that slice, so
+        still exactly once), ``fail`` refuses the plan naming the files, ``ignore`` logs them.
+        Every file of the range carries its slice (``formats.slice_name`` of its interval start).
         """
+        listing = self.list_landing()
+        chosen, notes = [], list(self.link_notes)
+        own = self.interval_files(start_ms, end_ms, listing)
+        chosen += [(f, slice_name(start_ms)) for f in own]
+        for lo, hi in lookback:
+            files = self.interval_files(lo, hi, listing)
+            held = (published or {}).get(slice_name(lo), set())
+            late = [f for f in files if (f.path, f.size, f.mtime_ms) not in held]
+            if not late:
+                continue
+            what = (f"late files in the already planned interval {_iso(lo)}/{_iso(hi)}: "
+                    + ", ".join(f"{f.path} ({f.size} bytes, mtime {_iso(f.mtime_ms)})" for f in late))
+            policy = self.cfg.source.late_files
+            if policy == "fail":
+                raise LateFiles(what + "; nothing was planned (source.late_files: fail). Publish them by running "
+                                "that interval again, or set source.late_files: republish")
+            if policy == "ignore":
+                log.warning("%s; NOT published (source.late_files: ignore)", what)
+                notes.append(what + "; not published (source.late_files: ignore)")
+                continue
+            log.warning("%s; the interval is published again, whole, by this batch", what)
+            notes.append(what + f"; interval {_iso(lo)}/{_iso(hi)} re-published whole ({len(files)} files)")
+            chosen += [(f, slice_name(lo)) for f in files]
+        if not chosen:
+            return None, 0, notes
+        entries, total = [], 0
+        for f, slice_ in chosen:
+            entry = self._entry(f)
+            entries.append({**entry, "slice": slice_})
+            total += entry["records"]
+        if total > limit:
+            raise IntervalTooLarge(f"the interval holds {total} records in {len(entries)} files"
+                                   f"{' (with re-published late intervals)' if len({e['slice'] for e in entries}) > 1 else ''}"
+                                   f", more than max_records_per_batch={limit}; an interval is published as one "
+                                   f"batch: raise the limit (YAML or the run's max_records_per_batch param)")
+        return {"files": entries}, total, notes
+
+    def interval_files(self, start_ms: int, end_ms: int, listing: list[FileInfo]) -> list[FileInfo]:
+        """The files of the interval [start, end): by ``interval_prefix`` folder, or by mtime."""
         import datetime as dt
 
-        start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
         prefix = self.cfg.source.interval_prefix
-        if prefix:
-            sub = prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"),
-                                hh=start.strftime("%H"))
-            folder = join(self.root, sub)
-            files = [f for f in self.list_landing() if f.path.startswith(folder.rstrip("/") + "/")]
-        else:
-            files = [f for f in self.list_landing() if start_ms <= f.mtime_ms < end_ms]
-        chosen, total = [], 0
-        for f in files:
-            n = count_records(self.fs, f.path)
-            chosen.append({"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": n})
-            total += n
-        if not chosen:
-            return None, 0, []
-        if total > limit:
-            raise IntervalTooLarge(f"the interval holds {total} records in {len(chosen)} files, more than "
-                                   f"max_records_per_batch={limit}; an interval is published as one batch: "
-                                   f"raise the limit (YAML or the run's max_records_per_batch param)")
-        return {"files": chosen}, total, []
+        if not prefix:
+            return [f for f in listing if start_ms <= f.mtime_ms < end_ms]
+        start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
+        sub = prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"), hh=start.strftime("%H"))
+        folder = join(self.root, sub).rstrip("/") + "/"
+        return [f for f in listing if f.path.startswith(folder)]
+
+    def _entry(self, f: FileInfo) -> dict:
+        """A planned file: path, size, mtime and its records (refused when one task cannot read it)."""
+        limit = self.cfg.source.max_file_bytes
+        if f.size > limit:
+            raise FileTooLarge(f"{f.path} holds {f.size} bytes, more than source.max_file_bytes={limit} that one "
+                               f"Spark task of the stage job reads; nothing was planned. Split the file (e.g. by "
+                               f"hour), or raise source.max_file_bytes (at most 2 GiB) with enough driver and "
+                               f"executor memory")
+        return {"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": count_records(self.fs, f.path)}
 
     def check_unchanged(self, rng: dict) -> list[str]:
         return changed_since_plan(rng)
