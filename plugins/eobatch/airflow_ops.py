@@ -115,6 +115,16 @@ def _interval(context) -> dict | None:
     return interval_of(start, end)
 
 
+def _count_late_files(proto: Protocol) -> None:
+    """Metrics (StatsD/OpenTelemetry as Airflow is configured): eobatch.<pipeline>.late_files
+    (files found late by this plan) and eobatch.<pipeline>.late_files_<action>."""
+    from airflow.sdk.observability import stats
+
+    for found in proto.last_late:
+        stats.incr(f"eobatch.{proto.cfg.name}.late_files", count=len(found["files"]))
+        stats.incr(f"eobatch.{proto.cfg.name}.late_files_{found['action']}", count=len(found["files"]))
+
+
 class RecoverOperator(BaseOperator):
     """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept."""
 
@@ -175,6 +185,7 @@ class PlanOperator(BaseSensorOperator):
         except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge, LateFiles, FileTooLarge) as e:
             # not cured by retrying: the message says what to change
             raise AirflowFailException(str(e)) from e
+        _count_late_files(proto)
         if plan is None:
             what = (f"interval [{interval['start']}, {interval['end']})" if interval else "")
             raise AirflowSkipException(

@@ -170,6 +170,7 @@ class BatchPlan(Record):
     interval: dict | None = None  # interval mode: {"start", "end"} (ISO, UTC) of the run's data interval
     run_id: str | None = None  # the Airflow run that planned it (interval mode: its owner)
     rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
+    late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     format: int = FORMAT_VERSION
 
     @property

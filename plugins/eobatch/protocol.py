@@ -133,6 +133,7 @@ class Protocol:
             p: DeltaParticipant(p, self.layout.table(p), storage_options) for p in PARTICIPANTS
         }
         self._fs = {p: storage_for(self.layout.table(p)) for p in PARTICIPANTS}
+        self.last_late: list = []  # late files the last plan() found (interval mode)
 
     def fs_for(self, participant: str):
         return self._fs[participant]
@@ -294,6 +295,7 @@ class Protocol:
         else:
             interval = None
             rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
+        self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
         if rng is None:
             for msg in notes:
                 log.warning(msg)
@@ -302,6 +304,7 @@ class Protocol:
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
+            late=self.last_late,
         )
         if not self.ledger.put_plan(plan):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "

@@ -184,3 +184,32 @@ def test_an_interval_is_planned_only_settle_seconds_after_its_end(make_cfg):
     with pytest.raises(IntervalNotSettled, match="to go"):
         Protocol(cfg).plan(interval=future, run_id="r")
     assert Protocol(cfg).plan(interval=iv(0), run_id="past") == (None, False)  # long past: planned
+
+
+def test_the_plan_records_what_was_late_and_a_statsd_metric_counts_it(by_prefix, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    proto = Protocol(by_prefix)
+    land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1"])
+    run(proto, 0)
+    land(by_prefix, "dt=2026-01-01/hour=00/late.jsonl", ["late1"])
+    plan = run(proto, 1)
+    assert [(x["interval"].split("/")[0], [p.rsplit("/", 1)[-1] for p in x["files"]], x["action"])
+            for x in plan.late] == [("2026-01-01T00:00:00+00:00", ["late.jsonl"], "republish")]
+    # the plan task's metric, through Airflow's own StatsD client, received by a real UDP socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(20)
+    code = ("import types; from eobatch.airflow_ops import _count_late_files; "
+            "_count_late_files(types.SimpleNamespace(cfg=types.SimpleNamespace(name='orders'), "
+            f"last_late={plan.late!r}))")
+    env = {**os.environ, "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]), "AIRFLOW_HOME": str(tmp_path / "af"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "plugins")}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want, got = {"airflow.eobatch.orders.late_files:1|c", "airflow.eobatch.orders.late_files_republish:1|c"}, set()
+    while not want <= got:  # Airflow sends metrics of its own too
+        got |= set(sock.recv(65536).decode().splitlines())

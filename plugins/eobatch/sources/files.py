@@ -126,6 +126,7 @@ class FilesSource:
         """
         listing = self.list_landing()
         chosen, notes = [], list(self.link_notes)
+        self.late = []  # [{"interval", "files", "action"}]: what this call found late, for logs and metrics
         own = self.interval_files(start_ms, end_ms, listing)
         chosen += [(f, slice_name(start_ms)) for f in own]
         for lo, hi in lookback:
@@ -137,6 +138,7 @@ class FilesSource:
             what = (f"late files in the already planned interval {_iso(lo)}/{_iso(hi)}: "
                     + ", ".join(f"{f.path} ({f.size} bytes, mtime {_iso(f.mtime_ms)})" for f in late))
             policy = self.cfg.source.late_files
+            self.late.append({"interval": f"{_iso(lo)}/{_iso(hi)}", "files": [f.path for f in late], "action": policy})
             if policy == "fail":
                 raise LateFiles(what + "; nothing was planned (source.late_files: fail). Publish them by running "
                                 "that interval again, or set source.late_files: republish")
