@@ -184,6 +184,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         import pyarrow.parquet as pq
 
         from eobatch import faults
+        from eobatch.verify import writer_statistics
 
         ctx = pyspark.TaskContext.get()
         pid, tattempt = ctx.partitionId(), ctx.attemptNumber()
@@ -202,7 +203,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                 full = fs.arrow_path(join(table_root, rel))
                 if fs.scheme == "file":
                     os.makedirs(os.path.dirname(full), exist_ok=True)
-                writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy")
+                writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy",
+                                                write_statistics=writer_statistics(schema))
                 files[key] = {"path": rel, "rows": 0,
                               "partition_values": {c: _pv(v) for c, v in zip(partition_by, key[n_slice:])},
                               # float columns, until a NaN is written to them (see StagedFile)

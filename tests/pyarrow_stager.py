@@ -21,6 +21,7 @@ from eobatch.delta_sink import schema_to_b64
 from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
 from eobatch.storage import join, storage_for
+from eobatch.verify import writer_statistics
 
 ARROW = {"STRING": pa.string(), "BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(),
          "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
@@ -117,7 +118,8 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                 full = join(table, rel)
                 fs.makedirs(full.rsplit("/", 1)[0])
                 pq.write_table(pa.Table.from_pylist(part, schema=schemas[participant]), fs.arrow_path(full),
-                               filesystem=fs.arrow_fs(), compression="snappy")
+                               filesystem=fs.arrow_fs(), compression="snappy",
+                               write_statistics=writer_statistics(schemas[participant]))
                 files.append(StagedFile(path=rel, size=fs.stat(full).size, rows=len(part)).__dict__)
             m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                                   task_attempt=0, rows=len(mine), files=files)

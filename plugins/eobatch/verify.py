@@ -108,6 +108,23 @@ def _stats_json(v) -> str:
     return json.dumps(v, allow_nan=False)
 
 
+def writer_statistics(schema: pa.Schema):
+    """Which columns the stage writer keeps Parquet footer statistics for (``write_statistics`` of
+    pyarrow's ParquetWriter): every column but floating-point ones. Arrow computes a float
+    column's footer min/max ignoring NaN, and readers (delta-rs among them) skip row groups by
+    those footer statistics themselves, so a row group holding NaN would be skipped for
+    ``x > 5``, whatever the Delta stats say. Without footer statistics a float column gets no
+    Delta min/max either (``footer_stats``): pruning on float columns is given up, never a row.
+    A schema with nested columns and floats writes no statistics at all (leaf names are not
+    top-level names)."""
+    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    if not floats:
+        return True
+    if any(pa.types.is_nested(f.type) for f in schema):
+        return False
+    return [f.name for f in schema if f.name not in floats]
+
+
 def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str:
     """Delta AddFile stats (numRecords, minValues, maxValues, nullCount) from a Parquet footer.
 
@@ -316,4 +333,5 @@ def recheck_files(layout: Layout, fs_for, adds: dict) -> list[str]:
     return problems
 
 
-__all__ = ["NotReady", "VerifyFailed", "verify_attempt", "recheck_files", "footer_stats", "fingerprint_of"]
+__all__ = ["NotReady", "VerifyFailed", "verify_attempt", "recheck_files", "footer_stats", "writer_statistics",
+           "fingerprint_of"]

@@ -42,7 +42,8 @@ def float_rounded(stats: str, columns=("d",)) -> str:
     return json.dumps(s, separators=(",", ":"))
 
 
-def delta_table(root: Path, table: pa.Table, stats_of, parquet_stats: bool = True) -> DeltaTable:
+def delta_table(root: Path, table: pa.Table, stats_of, parquet_stats: bool = True,
+                write_statistics=True) -> DeltaTable:
     """One Parquet file committed like DeltaParticipant.commit does; ``stats_of(meta)`` gives its
     AddFile stats from the footer of the file as the stage writer writes it (with statistics).
 
@@ -53,7 +54,7 @@ def delta_table(root: Path, table: pa.Table, stats_of, parquet_stats: bool = Tru
     rel = "eo_batches/b0000000001/a1/part-00000.parquet"
     full = root / rel
     full.parent.mkdir(parents=True)
-    pq.write_table(table, full)
+    pq.write_table(table, full, write_statistics=write_statistics)
     stats = stats_of(pq.ParquetFile(full).metadata)
     if not parquet_stats:
         pq.write_table(table, full, write_statistics=False)
@@ -168,12 +169,19 @@ def test_nan_free_float_stats_prune_and_zero_goes_outward(tmp_path):
     assert delta_rs(delta_table(tmp_path / "b", table, plus, parquet_stats=False), "x = -0.0") == []
 
 
-@pytest.mark.xfail(strict=True, reason="delta-rs prunes Parquet row groups by the footer's own min/max, which "
-                                       "Arrow's writer computes ignoring NaN; Delta stats cannot fix that")
-def test_footer_statistics_themselves_hide_nan(tmp_path):
-    table = pa.table({"x": pa.array([1.0, float("nan"), 10.0])})
-    dt = delta_table(tmp_path, table, lambda m: footer_stats(m, table.schema, nan_free=[]))
-    assert len(delta_rs(dt, "x > 20")) == 1
+def test_footer_statistics_themselves_hide_nan_so_the_writer_keeps_none_for_floats(tmp_path):
+    """delta-rs prunes Parquet row groups by the footer's own min/max, which Arrow's writer
+    computes ignoring NaN: with them the NaN row is lost for ``x > 20``. The stage writer keeps
+    no footer statistics for float columns (``writer_statistics``), and the row is found."""
+    from eobatch.verify import writer_statistics
+
+    table = pa.table({"order_id": ["a", "b", "c"], "x": pa.array([1.0, float("nan"), 10.0])})
+    lossy = delta_table(tmp_path / "lossy", table, lambda m: footer_stats(m, table.schema, nan_free=[]))
+    assert len(delta_rs(lossy, "x > 20")) == 0  # what default footer statistics do
+    assert writer_statistics(table.schema) == ["order_id"]
+    safe = delta_table(tmp_path / "safe", table, lambda m: footer_stats(m, table.schema, nan_free=[]),
+                       write_statistics=writer_statistics(table.schema))
+    assert len(delta_rs(safe, "x > 20")) == 1
 
 
 def test_pyarrow_dataset_filter_uses_the_stats_as_guarantees(tmp_path, decimal_rows):
@@ -202,14 +210,12 @@ def test_stage_job_reports_nan_free_columns_and_verify_writes_exact_stats(tmp_pa
     assert sum(r["amount"] != r["amount"] for r in read_rows(p.sink)) == 1  # the NaN row is published
     adds = {int(c["commitInfo"]["eo.batchId"]): c["adds"] for c in delta_log_commits(p.sink) if c["txns"]}
     stats = {b: [json.loads(a["stats"], parse_float=D) for a in lst] for b, lst in adds.items()}
-    # batch 1: NaN-free, so amount has bounds (-0.0 min); d's max is exact in the log's very text
+    # d's max is exact in the log's very text; the float column gets no bounds at all (the writer keeps
+    # no NaN-blind footer statistics for it, see writer_statistics), so no reader skips the NaN row
     assert any('"d":9007199254740993' in a["stats"] for a in adds[1])
     assert max(s["maxValues"]["d"] for s in stats[1]) == BIG
-    assert all("amount" in s["minValues"] and "amount" in s["maxValues"] for s in stats[1])
-    assert min(s["minValues"]["amount"] for s in stats[1]) == 0
-    # batch 2: the file holding the NaN row has no amount bounds; d keeps its bounds
-    nan_files = [s for s in stats[2] if "amount" not in s["maxValues"]]
-    assert len(nan_files) == 1 and "amount" not in nan_files[0]["minValues"] and "d" in nan_files[0]["maxValues"]
+    assert all("amount" not in s["minValues"] and "amount" not in s["maxValues"] for b in (1, 2) for s in stats[b])
+    assert all("d" in s["maxValues"] for b in (1, 2) for s in stats[b])
     # manifests carry what the writer saw
     manifests = [json.loads(m.read_text()) for m in p.sink.glob("_eo_ledger/attempts/*/*/manifests/sink/*.json")]
     flags = [f.get("nan_free") for m in manifests for f in m["files"]]
