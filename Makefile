@@ -26,7 +26,7 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench
+.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
 	@echo "make setup | demo | test | up | down | cluster-up | cluster-down"
@@ -96,6 +96,13 @@ test: setup
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)
+
+# Model-based test of the protocol (hypothesis; real verbs, real delta-rs tables, no Spark):
+# EXAMPLES random examples (default 500; `make test-unit` runs a fixed 250), SEED repeats a run.
+model-check: venv
+	@examples="$${EXAMPLES:-500}"; [[ "$$examples" =~ ^[0-9]+$$ ]] || { echo "usage: make model-check [EXAMPLES=<n>] [SEED=<s>]" >&2; exit 2; }; \
+	EOBATCH_MODEL_EXAMPLES="$$examples" $(VENV)/bin/python -m pytest tests/model -q -p no:cacheprovider \
+	    --hypothesis-seed="$${SEED:-1}" --hypothesis-show-statistics $(PYTEST_ARGS)
 
 run: setup
 	bash include/run_pipeline.sh "$$PIPELINE" "$$RUNS" "$$CONF" "$$DATE"
