@@ -66,6 +66,7 @@ batch; ``sweep(recent=None)`` leaves no staged file that no commit ever referenc
 
 Known product bugs are marked ``# BUG:`` where the model steps around them (so that it can
 explore the rest); ``EOBATCH_MODEL_KNOWN_BUGS=1`` lifts those guards and the model finds them.
+Each also has a short fixed sequence of the model's rules at the end of this file, a strict xfail.
 
 Settings: a fixed, derandomized CI profile (250 examples of up to 35 steps, about 2.5 minutes on
 2 cores); ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check EXAMPLES=<n> [SEED=<s>]``) runs n
@@ -85,6 +86,7 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 import yaml
 from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
@@ -158,11 +160,13 @@ class EventFS:
 
 
 class PlanPinned:
-    """What the stager needs of a Protocol, with the plan the job read when it started."""
+    """What the stager needs of a Protocol, with the plan (and its record's digest) the job read
+    when it started."""
 
-    def __init__(self, proto: Protocol, plan):
+    def __init__(self, proto: Protocol, plan, digest: str | None):
         self.cfg, self.layout = proto.cfg, proto.layout
-        self.ledger = type("L", (), {"plan": staticmethod(lambda _b: plan), "fs": proto.ledger.fs})()
+        self.ledger = type("L", (), {"plan": staticmethod(lambda _b: plan),
+                                     "plan_digest": staticmethod(lambda _b: digest), "fs": proto.ledger.fs})()
 
 
 class Actor:
@@ -449,7 +453,7 @@ class ProtocolModel(RuleBasedStateMachine):
     def _do_stage(self, a: Actor, pick: int, dies: bool = False) -> None:
         proto = a.proto
         if a.pinned_plan is not None:
-            proto = PlanPinned(a.proto, a.pinned_plan)
+            proto = PlanPinned(a.proto, *a.pinned_plan)
         elif a.proto.ledger.plan(a.batch) is None:  # reset since it was planned: the job fails
             note(f"  batch {a.batch} has no plan any more")
             self._drop(a, "stage found no plan")
@@ -758,11 +762,11 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _zombie(self, a: Actor, shift: int) -> None:
         dst = (a.slot + shift) % SLOTS
-        plan = a.proto.ledger.plan(a.batch)
+        digest, plan = a.proto.ledger.plan_digest(a.batch), a.proto.ledger.plan(a.batch)
         if plan is None:
             return
         z = self._new_actor(dst)
-        z.run_id, z.phase, z.batch, z.pinned_plan, z.zombie = a.run_id, "planned", a.batch, plan, True
+        z.run_id, z.phase, z.batch, z.pinned_plan, z.zombie = a.run_id, "planned", a.batch, (plan, digest), True
         self.actors[dst] = z
         event("zombie spawned")
         note(f"zombie of {a!r} in slot {dst}")
@@ -1007,3 +1011,74 @@ ProtocolModel.TestCase.settings = (
              derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 )
 TestProtocolModel = ProtocolModel.TestCase
+
+
+
+# -- the known bugs, as fixed sequences of the model's own rules, with the guards lifted (strict
+# xfail: once a bug is fixed its test passes, which fails the run until the xfail and the guard
+# marked ``# BUG:`` above are removed) ---------------------------------------------------------------
+@pytest.fixture
+def machine(monkeypatch):
+    mod = sys.modules[__name__]
+    monkeypatch.setattr(mod, "KNOWN_BUGS", True)
+    monkeypatch.setattr(mod, "note", lambda *_a, **_k: None)  # outside a hypothesis test
+    monkeypatch.setattr(mod, "event", lambda *_a, **_k: None)
+    m = ProtocolModel()
+    try:
+        yield m
+    finally:
+        m.arm = m.race = None
+        _MACHINE[0] = None
+        faults.crash_point, faults.fail_point = m._patched
+        shutil.rmtree(m.root, ignore_errors=True)
+
+
+def _committed_batches(m: ProtocolModel, n: int) -> None:
+    for _ in range(n):
+        m.run(0, [0, 0, 0, 0, 0])  # recover, plan, stage, verify, commit
+        m.check_now()
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="BUG: commit publishes the sink, then finds the quarantine's files gone")
+def test_known_bug_vacuum_of_the_quarantine_publishes_a_prepared_batch_in_part(machine):
+    m = machine
+    m.land(3, 0, False)
+    m.land(2, 1, False)  # batch 2 has a quarantined line
+    _committed_batches(m, 1)
+    m.run(0, [0, 0, 0, 0])  # batch 2 PREPARED
+    m.foreign("vacuum-quarantine", 1)
+    m.step(0, 0)  # commit: CommitBlocked after the sink took batch 2; reset-batch is then refused
+
+
+@pytest.mark.xfail(strict=True, raises=Exception,
+                   reason="BUG: rewind records itself, then RESTORE fails on files a VACUUM deleted; stuck")
+def test_known_bug_rewind_after_compaction_and_vacuum_leaves_the_pipeline_stuck(machine):
+    m = machine
+    m.land(3, 0, False)
+    m.land(3, 0, False)
+    _committed_batches(m, 2)
+    m.foreign("compact", 1)
+    m.foreign("vacuum-sink", 1)
+    m.step(0, 0)  # recover
+    m.step(0, 3)  # rewind to batch 2: DeltaError "Find missing file ... when restore"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="BUG: verify does not bind an attempt to the plan it staged (reset + zombie)")
+def test_known_bug_a_zombie_of_a_reset_batch_publishes_the_old_range(machine):
+    m = machine
+    m.land(3, 0, False)
+    m.land(3, 0, False)
+    _committed_batches(m, 1)
+    m.run(0, [0, 0])  # recover, plan batch 2 = [land-0002]
+    m._zombie(m.actors[0], 1)  # a second attempt whose job read plan 2 now
+    m.run(0, [0, 0])  # stage, verify: batch 2 PREPARED
+    m.foreign("vacuum-sink", 1)
+    m.step(0, 0)  # commit: CommitBlocked -> reset(2), as the message says
+    m.land(3, 0, False, late=True)  # a late file (old mtime): plan 2 is now [land-0003]
+    m.run(2, [0, 0])
+    m.run(1, [0, 0, 0])  # the zombie stages old plan 2 (3 records too), verifies, commits
+    m.check_now()
+    m._drain()  # land-0002 published twice, land-0003 never
+
