@@ -323,8 +323,9 @@ def run(spec: dict) -> dict:
     batch_id, attempt = int(spec["batch_id"]), spec["attempt"]
     layout = Layout(spec["sink_table"], spec["quarantine_table"])
     ledger = Ledger(layout)
+    digest = ledger.plan_digest(batch_id)  # before the plan: the record verify compares against
     plan = ledger.plan(batch_id)
-    if plan is None:
+    if plan is None or digest is None:
         raise SystemExit(f"batch {batch_id} has no plan at {layout.plan(batch_id)}")
     if ledger.prepared(batch_id) is not None:
         raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
@@ -405,7 +406,7 @@ def run(spec: dict) -> dict:
         partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
-        config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions,
+        config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions, plan_digest=digest,
     )
     storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
     nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)

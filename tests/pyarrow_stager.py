@@ -89,6 +89,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
           write_summary: bool = True) -> str:
     """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
+    digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
     good, bad = [], []  # (slice folder or "", row)
@@ -131,6 +132,6 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             rows_quarantined=len(bad), row_preserving=True, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
-            config_fingerprint=cfg.fingerprint())
+            config_fingerprint=cfg.fingerprint(), plan_digest=digest)
         proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
     return attempt

@@ -225,6 +225,18 @@ class DeltaParticipant:
                 out.append(RemoveAction(path, True, now, int(size), pv))
         return out
 
+    def missing_files_at(self, version: int, fs) -> list[str]:
+        """Files of table version ``version`` that are no longer on storage (VACUUM removed them,
+        e.g. after a compaction): RESTORE to that version would fail on them."""
+        from deltalake import DeltaTable
+
+        from .storage import join
+
+        dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
+        root = self.uri if not self.uri.startswith("s3://") else "s3a://" + self.uri[len("s3://"):]
+        paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
+        return [f for f in paths if fs.stat(join(root, f)) is None]
+
     def restore(self, version: int, metadata: dict) -> int:
         """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind). Returns the new version."""
         from deltalake.transaction import CommitProperties
@@ -247,5 +259,5 @@ class DeltaParticipant:
         dt = self._table()
         if dt is None:
             return set()
-        return set(dt.files())
+        return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 

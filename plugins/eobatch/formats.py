@@ -254,6 +254,7 @@ class StageSummary(Record):
     spark_app_id: str = ""
     config_fingerprint: str = ""
     source_positions: dict = field(default_factory=dict)  # kafka: {"<p>": [count, min offset, max offset]}
+    plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
     format: int = FORMAT_VERSION
 
 

@@ -32,6 +32,16 @@ class Ledger:
     def plan(self, batch_id: int) -> BatchPlan | None:
         return self._read(self.layout.plan(batch_id), BatchPlan)
 
+    def plan_digest(self, batch_id: int) -> str | None:
+        """sha256 of the plan record's bytes: which plan of ``batch_id`` an attempt staged (a
+        batch that ``reset`` forgot is planned again under the same id, with another record)."""
+        import hashlib
+
+        try:
+            return hashlib.sha256(self.fs.read_bytes(self.layout.plan(batch_id))).hexdigest()
+        except FileNotFoundError:
+            return None
+
     def _decision(self, batch_id: int) -> dict | None:
         try:
             return json.loads(self.fs.read_bytes(self.layout.prepared(batch_id)))

@@ -385,6 +385,21 @@ class Protocol:
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
         self._complete_rewinds()
+        # Every participant that does not hold the batch yet is checked before the first Delta
+        # commit: a batch is published in all its tables or in none (a VACUUM that removed the
+        # quarantine's staged files must not leave the sink holding the batch alone).
+        todo = {p: prepared.adds[p] for p in PARTICIPANTS
+                if self.participants[p].committed_version(self.app_id) < batch_id}
+        problems = recheck_files(self.layout, self.fs_for, todo)
+        if problems:
+            held = [p for p in PARTICIPANTS if p not in todo]
+            repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
+                      if not held else
+                      f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
+                      f"missing files from a backup (or the table to the version before batch {batch_id} and then "
+                      f"reset-batch)")
+            raise CommitBlocked(f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
+                                f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
         versions: dict[str, int] = {}
         done_now = 0
         for participant in PARTICIPANTS:
@@ -399,12 +414,6 @@ class Protocol:
             if v != prev:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
                                      f"committed after it (it needs batch {prev})")
-            problems = recheck_files(self.layout, self.fs_for, {participant: prepared.adds[participant]})
-            if problems:
-                raise CommitBlocked(
-                    f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
-                    ". Its staged files were removed (VACUUM or by hand). Repair: "
-                    f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again.")
             faults.fail_point("commit.before_delta_commit")
             try:
                 versions[participant] = part.commit(
@@ -643,6 +652,12 @@ class Protocol:
                 raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
                                     f"commit (log cleaned up)")
             restore[p] = found[0] - 1
+            missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
+            if missing:
+                raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
+                                    f"(before that batch) can no longer be restored: {len(missing)} of its files "
+                                    f"were removed (VACUUM, e.g. after a compaction), such as {missing[0]}; "
+                                    f"nothing was rewound")
         gone = [b for b in live if b >= to_batch]
         rows = sum((self.ledger.prepared(b).rows_published if self.ledger.prepared(b) else 0) for b in gone)
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
@@ -705,8 +720,15 @@ class Protocol:
                     continue
                 if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
                     continue
-                v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
-                                                           "eo.rewind": f"{self.app_id}:{rec.key}"})
+                try:
+                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
+                                                               "eo.rewind": f"{self.app_id}:{rec.key}"})
+                except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
+                    raise LedgerMismatch(
+                        f"the rewind {rec.key} (to before batch {rec.to_batch}) cannot restore the {p} table "
+                        f"{self.layout.table(p)} to version {rec.restore_versions[p]}: {e}. Files of that "
+                        f"version were removed after the rewind was checked (a VACUUM). Repair: put the missing "
+                        f"files back from a backup, then run again; nothing is published until then") from e
                 done.append(f"{p}: restored to version {rec.restore_versions[p]} (as version {v}) for the "
                             f"rewind to before batch {rec.to_batch}")
                 faults.crash_point("rewind.after_first_restore")

@@ -200,6 +200,10 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         raise NotReady(f"batch {batch_id} attempt {attempt}: no stage summary yet at "
                        f"{layout.stage_summary(batch_id, attempt)}")
     problems: list[str] = []
+    if summary.plan_digest and summary.plan_digest != ledger.plan_digest(batch_id):
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} staged another plan of batch {batch_id} than the one "
+                           f"recorded now (the batch was reset and planned again while this attempt ran): "
+                           f"its output is not this batch's range")
     adds: dict[str, list[dict]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
