@@ -37,3 +37,16 @@ def test_slices_cover_each_range_exactly_once():
 def test_range_summary_shows_offsets_and_loss():
     s = range_summary({"topic": "t", "partitions": {"0": [0, 3], "1": [4, 4]}, "lost": {"1": [2, 4]}})
     assert s.startswith("t: 3 offsets p0[0,3)") and "LOST" in s
+
+
+def test_offsets_are_asked_again_after_errors_a_restarting_broker_answers():
+    """A broker that just restarted answers UNKNOWN_LEADER_EPOCH for a moment (seen in the suite
+    right after a restart): plan asks again instead of failing; other errors fail at once."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from eobatch.sources.kafka import _retriable
+
+    for code in (KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT):
+        assert _retriable(KafkaException(KafkaError(code)))
+    assert not _retriable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    assert not _retriable(KafkaException("no KafkaError inside"))

@@ -57,16 +57,38 @@ def partition_offsets(servers: str, topic: str, isolation_level: str = "read_com
     if not parts:
         raise KafkaUnavailable(f"kafka {servers}: topic {topic!r} has no partitions")
     iso = IsolationLevel.READ_COMMITTED if isolation_level == "read_committed" else IsolationLevel.READ_UNCOMMITTED
-    try:
-        lows = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest() for p in parts},
-                                  request_timeout=timeout)
-        highs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
-                                   isolation_level=iso, request_timeout=timeout)
-        low = {tp.partition: f.result().offset for tp, f in lows.items()}
-        high = {tp.partition: f.result().offset for tp, f in highs.items()}
-    except KafkaException as e:
-        raise KafkaUnavailable(f"kafka {servers}: cannot list offsets of topic {topic!r}: {e}") from e
-    return {p: (low[p], high[p]) for p in parts}
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            lows = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.earliest() for p in parts},
+                                      request_timeout=timeout)
+            highs = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in parts},
+                                       isolation_level=iso, request_timeout=timeout)
+            low = {tp.partition: f.result().offset for tp, f in lows.items()}
+            high = {tp.partition: f.result().offset for tp, f in highs.items()}
+            return {p: (low[p], high[p]) for p in parts}
+        except KafkaException as e:
+            # a broker that just restarted answers retriable errors (UNKNOWN_LEADER_EPOCH, NOT_LEADER...)
+            # for a moment: ask again until the timeout, then say it is unavailable
+            if not _retriable(e) or time.monotonic() > deadline:
+                raise KafkaUnavailable(f"kafka {servers}: cannot list offsets of topic {topic!r}: {e}") from e
+            log.info("kafka %s: %s; asking again", servers, e)
+            time.sleep(0.5)
+
+
+def _retriable(e) -> bool:
+    """A Kafka error that asking again soon can cure (a leader moving, a broker just restarted)."""
+    from confluent_kafka import KafkaError
+
+    err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+    if err is None:
+        return False
+    codes = {KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.FENCED_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION,
+             KafkaError.LEADER_NOT_AVAILABLE, KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.REQUEST_TIMED_OUT,
+             KafkaError._TRANSPORT, KafkaError._TIMED_OUT}
+    return err.retriable() or err.code() in codes
 
 
 def offsets_for_time(servers: str, topic: str, partitions: list[int], ts_ms: int,
