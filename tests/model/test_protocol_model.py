@@ -64,9 +64,9 @@ Teardown drains: recover -> plan -> stage -> verify -> commit with no faults unt
 record landed, once each; quarantine == every bad line landed, once; every table holds the newest
 batch; ``sweep(recent=None)`` leaves no staged file that no commit ever referenced.
 
-Known product bugs are marked ``# BUG:`` where the model steps around them (so that it can
-explore the rest); ``EOBATCH_MODEL_KNOWN_BUGS=1`` lifts those guards and the model finds them.
-Each also has a short fixed sequence of the model's rules at the end of this file, a strict xfail.
+The product bugs this model found (fixed in 5315b82) are kept as short fixed sequences of the
+model's own rules at the end of this file (``test_found_*``). Where the model deliberately stays
+away from a state, the comment says why ("Not a bug: ...").
 
 Settings: a fixed, derandomized CI profile (250 examples of up to 35 steps, about 2.5 minutes on
 2 cores); ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check EXAMPLES=<n> [SEED=<s>]``) runs n
@@ -107,9 +107,6 @@ SLOTS = 3
 NAMED_POINTS = tuple(faults.POINTS)
 CRASHES = NAMED_POINTS + ("ledger-write-1", "ledger-write-2", "ledger-write-3")
 REPAIR = re.compile(r"make reset-batch PIPELINE=\S+ BATCH=(\d+)")
-# Guards that keep the model away from known product bugs (see ``# BUG:``) so that it explores the
-# rest; EOBATCH_MODEL_KNOWN_BUGS=1 lifts them (then the model finds those bugs again).
-KNOWN_BUGS = os.environ.get("EOBATCH_MODEL_KNOWN_BUGS") == "1"
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
@@ -274,7 +271,6 @@ class ProtocolModel(RuleBasedStateMachine):
         self.copies = 0
         self.foreign_rows = 0
         self.compactions = 0
-        self.compacted_then_vacuumed = False  # a VACUUM of the sink ran after a compaction
         self._stack: list[str] = []  # the actor whose code runs now (nested in a race)
         logging.getLogger("eobatch").setLevel(logging.ERROR)  # the product's warnings are expected here
         self._patched = (faults.crash_point, faults.fail_point)
@@ -428,15 +424,6 @@ class ProtocolModel(RuleBasedStateMachine):
         a.phase = "idle"
         if to < 1:
             return
-        if self.compacted_then_vacuumed and not KNOWN_BUGS:
-            # BUG: rewind writes its reservation (plan latest+1) and its rewind record, then runs
-            # Delta RESTORE; when a VACUUM after a compaction deleted files of the version to
-            # restore, RESTORE fails with a raw DeltaError ("Find missing file ... when restore")
-            # and from then on every recover() and commit() raises that DeltaError (they complete
-            # the recorded rewind first): the pipeline is stuck and no repair is named.
-            # Until it is fixed, no rewind once a VACUUM of the sink followed a compaction.
-            event("rewind skipped (known bug: RESTORE after compaction + VACUUM)")
-            return
         try:
             out = a.proto.rewind(to, run_id=a.run_id)
         except ConcurrentPlan as e:
@@ -444,7 +431,7 @@ class ProtocolModel(RuleBasedStateMachine):
             note(f"  rewind to {to} refused: {e}")
             return
         except ProtocolError as e:
-            event("rewind: refused")
+            event("rewind: refused" + (" (files vacuumed)" if "can no longer be restored" in str(e) else ""))
             note(f"  rewind to {to} refused: {e}")
             return
         event("rewind: done")
@@ -542,16 +529,6 @@ class ProtocolModel(RuleBasedStateMachine):
         moved = a.proto.reset(b)
         assert b in moved, f"reset({b}) as CommitBlocked said forgot {moved}"
         note(f"  reset({b}) forgot {moved}")
-        if not KNOWN_BUGS:
-            # BUG: verify does not check that an attempt staged the batch's *current* plan (the
-            # stage summary does not name the plan it read). After reset(b) plans batch b again
-            # with another range (a late file with an old mtime sorts first), a zombie attempt
-            # that read the old plan b and holds as many records verifies and commits: the old
-            # range is published as batch b, and then again by a later batch, while the new
-            # range's records are counted as read and never published. Until it is fixed, the
-            # zombies of the batches a reset forgets are gone with it.
-            for z in self._busy(lambda z: z.zombie and z.batch is not None and z.batch >= b):
-                self._drop(z, "a zombie of a batch that reset forgot (known bug)")
         a.phase = "idle"
 
     # -- rules ----------------------------------------------------------------------------------
@@ -828,24 +805,13 @@ class ProtocolModel(RuleBasedStateMachine):
                 # quarantine does not); a VACUUM now would delete files that only a backup can
                 # bring back (CommitBlocked then names that manual repair), which the model cannot do.
                 return
-            if not KNOWN_BUGS and staged.is_dir() and any(
-                    int(d.name[1:]) > held and any(f.is_file() for f in d.rglob("*"))
-                    for d in staged.iterdir() if d.name[1:].isdigit()):
-                # BUG: commit checks a participant's files just before that participant's Delta
-                # commit, so a PREPARED batch whose quarantine files a VACUUM deleted is published
-                # in the sink, then raises CommitBlocked for the quarantine: published in part, and
-                # the repair it names (reset-batch) is refused because the sink holds the batch.
-                # Until it is fixed, the quarantine is not vacuumed while it has staged files of a
-                # batch it does not hold.
-                event("vacuum of quarantine skipped (known bug)")
-                return
         if staged.is_dir():
             self.vacuum_exposed |= {(part, str(f.relative_to(table))) for f in staged.rglob("*") if f.is_file()}
-        if part == "sink" and self.compactions:
-            if self._rewind_unfinished() and not KNOWN_BUGS:  # BUG: see _do_rewind
-                event("vacuum of sink skipped (known bug: a rewind's RESTORE is still to do)")
-                return
-            self.compacted_then_vacuumed = True
+        if part == "sink" and self.compactions and self._rewind_unfinished():
+            # Not a bug: a rewind that died before its RESTORE (checked when it was asked for) needs
+            # the files of the version it restores; a VACUUM of compacted-away files now leaves
+            # only a backup (recover then names that manual repair), which the model cannot do.
+            return
         gone = DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False,
                                              full=True)
         event(f"foreign vacuum of {part}")
@@ -1022,18 +988,44 @@ TestProtocolModel = ProtocolModel.TestCase
 
 
 
-# -- the known bugs, as fixed sequences of the model's own rules, with the guards lifted (strict
-# xfail: once a bug is fixed its test passes, which fails the run until the xfail and the guard
-# marked ``# BUG:`` above are removed) ---------------------------------------------------------------
+
+
+# -- every named crash point, once each, whatever the CI profile's draw -----------------------------
+@pytest.mark.parametrize("point", NAMED_POINTS)
+def test_a_run_killed_at_each_named_crash_point_is_finished_by_a_later_run(machine, point):
+    """The run r0 dies at ``point`` (with another attempt of its batch already staged by r1 for
+    the commit points); the fixture's drain, a later run, must finish its work exactly once."""
+    m = machine
+    m.land(3, 1, False)
+    m.land(2, 0, False)
+    m.land(1, 1, False)
+    _committed_batches(m, 1)
+    verb, phases = ProtocolModel.CRASH_VERBS[point]
+    if verb == "rewind":
+        _committed_batches(m, 1)
+    path = {"plan": [0], "stage": [0, 0], "verify": [0, 0, 0], "commit": [0, 0, 0, 0], "rewind": [0]}[verb]
+    for pick in path:  # recover, then the verbs up to the one that reaches the point
+        m.step(0, pick)
+    if verb == "commit":
+        m._zombie(m.actors[0], 1)
+        m.step(1, 0)  # a zombie's attempt of the same batch, staged late
+    assert m.actors[0].phase == phases[0], m.actors[0]
+    before = m.actors[0].run_id
+    m.crash(0, 0, point)
+    assert m.actors[0].run_id != before, f"the crash at {point} did not happen"
+
+
+# -- the bugs this model found (fixed in 5315b82), as fixed sequences of its own rules ----------
 @pytest.fixture
 def machine(monkeypatch):
     mod = sys.modules[__name__]
-    monkeypatch.setattr(mod, "KNOWN_BUGS", True)
     monkeypatch.setattr(mod, "note", lambda *_a, **_k: None)  # outside a hypothesis test
     monkeypatch.setattr(mod, "event", lambda *_a, **_k: None)
     m = ProtocolModel()
     try:
         yield m
+        m.check_now()
+        m._drain()  # then exactly once: everything landed is published, once
     finally:
         m.arm = m.race = None
         _MACHINE[0] = None
@@ -1047,21 +1039,22 @@ def _committed_batches(m: ProtocolModel, n: int) -> None:
         m.check_now()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG: commit publishes the sink, then finds the quarantine's files gone")
-def test_known_bug_vacuum_of_the_quarantine_publishes_a_prepared_batch_in_part(machine):
+def test_found_a_vacuum_of_the_quarantine_blocks_a_prepared_batch_in_every_table(machine):
+    """Was: the sink took batch 2, then its commit found the quarantine's files gone
+    (CommitBlocked), and the reset-batch it named was refused (the sink held the batch)."""
     m = machine
     m.land(3, 0, False)
     m.land(2, 1, False)  # batch 2 has a quarantined line
     _committed_batches(m, 1)
     m.run(0, [0, 0, 0, 0])  # batch 2 PREPARED
     m.foreign("vacuum-quarantine", 1)
-    m.step(0, 0)  # commit: CommitBlocked after the sink took batch 2; reset-batch is then refused
+    m.step(0, 0)  # commit: CommitBlocked in no table, then reset(2) as it says (asserted in _blocked)
+    assert m._views()["sink"].txn == 1 and m.actors[0].phase == "idle"
 
 
-@pytest.mark.xfail(strict=True, raises=Exception,
-                   reason="BUG: rewind records itself, then RESTORE fails on files a VACUUM deleted; stuck")
-def test_known_bug_rewind_after_compaction_and_vacuum_leaves_the_pipeline_stuck(machine):
+def test_found_a_rewind_to_a_version_a_vacuum_emptied_is_refused_before_it_changes_anything(machine):
+    """Was: the rewind reserved batch 3 and recorded itself, then RESTORE failed with a raw
+    DeltaError ("Find missing file") at that and every later recover: the pipeline was stuck."""
     m = machine
     m.land(3, 0, False)
     m.land(3, 0, False)
@@ -1069,12 +1062,15 @@ def test_known_bug_rewind_after_compaction_and_vacuum_leaves_the_pipeline_stuck(
     m.foreign("compact", 1)
     m.foreign("vacuum-sink", 1)
     m.step(0, 0)  # recover
-    m.step(0, 3)  # rewind to batch 2: DeltaError "Find missing file ... when restore"
+    m.step(0, 3)  # rewind to batch 2: refused (ProtocolError), nothing reserved or recorded
+    ledger = m.sink / "_eo_ledger"
+    assert max(_read_json_dir(ledger / "plans")) == 2 and not list((ledger / "rewinds").glob("*.json"))
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="BUG: verify does not bind an attempt to the plan it staged (reset + zombie)")
-def test_known_bug_a_zombie_of_a_reset_batch_publishes_the_old_range(machine):
+def test_found_a_zombie_of_a_reset_batch_does_not_publish_the_old_range(machine):
+    """Was: after reset-batch planned batch 2 again (a late file sorts first), a zombie attempt
+    that had read the old plan 2 verified (same record count) and committed: land-0002 was
+    published twice and land-0003 never."""
     m = machine
     m.land(3, 0, False)
     m.land(3, 0, False)
@@ -1086,7 +1082,6 @@ def test_known_bug_a_zombie_of_a_reset_batch_publishes_the_old_range(machine):
     m.step(0, 0)  # commit: CommitBlocked -> reset(2), as the message says
     m.land(3, 0, False, late=True)  # a late file (old mtime): plan 2 is now [land-0003]
     m.run(2, [0, 0])
-    m.run(1, [0, 0, 0])  # the zombie stages old plan 2 (3 records too), verifies, commits
-    m.check_now()
-    m._drain()  # land-0002 published twice, land-0003 never
+    m.run(1, [0, 0])  # the zombie stages the old plan 2; its verify fails (another plan)
+    assert m.actors[1].phase == "failed"
 
