@@ -64,8 +64,9 @@ Teardown drains: recover -> plan -> stage -> verify -> commit with no faults unt
 record landed, once each; quarantine == every bad line landed, once; every table holds the newest
 batch; ``sweep(recent=None)`` leaves no staged file that no commit ever referenced.
 
-The product bugs this model found (fixed in 5315b82) are kept as short fixed sequences of the
-model's own rules at the end of this file (``test_found_*``). Where the model deliberately stays
+After the machine, fixed sequences of the same rules (each drained and checked the same way):
+a run killed at each named crash point (whatever the random draw reached), and the three product
+bugs this model found, fixed in 5315b82 (``test_found_*``). Where the model deliberately stays
 away from a state, the comment says why ("Not a bug: ...").
 
 Settings: a fixed, derandomized CI profile (250 examples of up to 35 steps, about 2.5 minutes on
