@@ -415,6 +415,7 @@ class Protocol:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
                                      f"committed after it (it needs batch {prev})")
             faults.fail_point("commit.before_delta_commit")
+            faults.crash_point("commit.before_delta_commit")
             try:
                 versions[participant] = part.commit(
                     self.app_id, batch_id, prepared.adds[participant],
