@@ -305,17 +305,17 @@ def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there
 
 def test_a_rewind_racing_a_scheduled_plan_loses_no_record(broker, tmp_path, monkeypatch):
     """The rewind checks that nothing is pending; before it records anything, a scheduled run plans
-    batch 3 from the old position. The rewind must then do nothing (it lost the reservation of
-    batch 3), never restore the tables under a batch read from the old position: that dropped the
-    restart marker and offsets of batches 1..2 were never read again."""
+    batch 2 from the old position. The rewind must then do nothing (it lost the reservation of
+    batch 2), never restore the tables under a batch read from the old position: that dropped the
+    restart marker and the offsets of batch 1 were never read again (8 of 10 records lost)."""
     from eobatch.protocol import ConcurrentPlan
 
     topic = "rewind_race"
     create_topic(broker, topic, partitions=2)
-    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rw_race", max_records=4)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rw_race")
     first = orders("r", 8)
     produce(broker, topic, as_values(first, 2))
-    assert run_batch(p) == 1 and run_batch(p) == 2
+    assert run_batch(p) == 1
     late = orders("late", 2)
     produce(broker, topic, as_values(late, 2))
     proto, scheduled = p.protocol(), p.protocol()
@@ -332,10 +332,10 @@ def test_a_rewind_racing_a_scheduled_plan_loses_no_record(broker, tmp_path, monk
     except ConcurrentPlan:
         pass
     monkeypatch.undo()
-    assert raced == [3]
+    assert raced == [2]
     while run_batch(p) is not None:
         pass
-    if not p.protocol().ledger.rewinds():  # refused: asked again once batch 3 is committed
+    if not p.protocol().ledger.rewinds():  # refused: asked again once batch 2 is committed
         p.protocol().rewind(1, run_id="ui-again")
         while run_batch(p) is not None:
             pass
