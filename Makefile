@@ -108,9 +108,10 @@ run: setup
 	bash include/run_pipeline.sh "$$PIPELINE" "$$RUNS" "$$CONF" "$$DATE"
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
+# [MODE=continuous|interval] [FAULTS=kind,kind] (unset: continuous, every kind of the backend and mode)
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
-	    $${MASTER:+--master "$$MASTER"}
+	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"}
 
 # Headline figures side by side in one run: .bench/results.json, printed as a table.
 bench: setup

@@ -1,7 +1,7 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
-    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--master M] [--workdir DIR]
-                                      [--faults k1,k2] [--distinct] [--fault-rate R]
+    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--mode continuous|interval]
+                                      [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
 failure before PREPARED), every step in its own process exactly as the Airflow tasks call it
@@ -18,6 +18,35 @@ for each run, at most one fault:
   ledger_crash     kill -9 of the commit process after the Delta commits, before the ledger
   zombie           a second attempt of the same batch runs concurrently and finishes late
   land_during      new input lands while the batch is staged
+  verify_abort_race  a zombie verify races the abort task: after the stage, `cli verify` and
+                   `cli abort` of the same batch and attempt start as two processes (random order,
+                   random delay up to 1.3 times what a whole verify took lately: a verify
+                   reaches the decision later than an abort, as it checks every file first, so
+                   either can be first on a fast or a loaded machine). Exactly one wins the
+                   attempt's decision: the verify (PREPARED; the abort exits 5 "decided for
+                   PREPARE first") or the abort (the verify exits 4 "ABORTED while it was
+                   verified"). Then the run goes on as a DAG run would: PREPARED is committed, an
+                   aborted batch is re-staged by the next run (interval mode: the abort task also
+                   abandons the batch, and the hour runs again later)
+  rewind_race      (continuous) with at least 2 committed batches and none pending, `cli rewind
+                   <p> K` (K one of the last 3 live batches) and `cli plan <p>` start as two
+                   processes (random order, random delay under 1.5 s): exactly one of them gets
+                   batch L+1 (the rewind's put-if-absent reservation, or the plan's new batch).
+                   The loser: the rewind exits 5 ("nothing was rewound" / "cannot rewind while"),
+                   or the plan hands back (or, after a ConcurrentPlan, its next poke hands back)
+                   the rewind's reserved batch, which reads again from K's start
+  foreign_writers  between two runs another writer changes the sink table with delta-rs, one of:
+                   OPTIMIZE compact; a blind append of rows whose order_id starts with `foreign-`
+                   (schema from the table); VACUUM retention 0, full (unreferenced files too). If
+                   that VACUUM deleted the staged files of a PREPARED batch (the previous run's
+                   commit crashed), recover stops with CommitBlocked and the harness does the
+                   documented repair (`cli reset-batch`), counted in "repairs"
+  odd_lines        (files, s3) a landing file whose lines include lines made only of U+0085 /
+                   U+2028 / U+2029 (and U+00A0), a lone \\r inside a line, CRLF endings, blank and
+                   whitespace-only lines; good records (some with U+2028/U+0085 inside a string, one
+                   with a lone \\r between tokens) are published once, the odd lines quarantined
+  late_file        (interval) a file lands in an hour that was already published; a later run
+                   republishes that hour whole, as another slice of its batch
   broker_restart   (kafka) the broker is restarted between stage and verify
   broker_kill      (kafka) the broker is killed during the stage, started again after it failed
   s3_restart       (s3) the S3 server is killed after PREPARED; the commit fails until it is back
@@ -28,10 +57,28 @@ BACKEND=s3 lands the files and keeps both tables and the ledger on a real S3 ser
 on loopback, its own for the run); the checks read through S3 (boto3, delta-rs). ``--master``
 submits the stage job elsewhere than local[*] (e.g. a standalone cluster of `make cluster-up`).
 
+``--mode interval`` (files backend): an hourly pipeline (``mode: interval``, ``schedule:
+"@hourly"``, ``interval_prefix: "dt={ds}/hour={hh}"``, ``settle_seconds: 0``); run k is the run
+of hour k from 2026-01-01T00:00Z (``cli plan <p> --interval START END --run-id <id>``), whose
+files land under that hour's folder first. A run that fails before PREPARED abandons its batch
+(the abort task: abort the attempt, then ``Protocol.abandon``) and the hour runs again later, as
+a backfill; a run that dies leaving its batch undecided (plan_crash, stage_kill) is cleared and
+retried with the same run id. Every hour ends published. Kinds there: all of the first ten,
+verify_abort_race, foreign_writers, odd_lines, late_file.
+
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
-published rows = the good records landed (no duplicate, none lost), quarantined rows = the bad
-lines landed, every landed file in exactly one committed batch's offsets (Kafka: contiguous
-offset ranges), the ledger agrees with the table, and no orphan staged files after the sweep.
+published rows = the good records landed (no duplicate, none lost; `foreign-` rows apart: each
+foreign row present exactly once), quarantined rows = the bad lines landed, the ledger agrees
+with the table, and no orphan staged files after the sweep. Offsets, continuous mode: every
+landed file in exactly one live committed batch's offsets (Kafka: contiguous offset ranges),
+where a batch is REWOUND (not live) when a later RESTORE commit of the log restored the table to
+before it; that set must match the ledger's rewinds/ records and REWOUND states. Interval mode:
+every landed file is in the newest committed batch holding its hour, that batch holds exactly
+the hour's landed files, and no older batch's staged files of that hour are still live.
+An orphan is a file under eo_batches/ that no commit of the log ever added (a staged file no
+commit will reference). A file a commit added and a later commit removed (OPTIMIZE, a rewind's
+RESTORE, an interval's slice replace) is not an orphan: it is VACUUM's to delete; those are
+counted as "tombstoned", for information.
 Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o>``.
 """
 
@@ -39,9 +86,11 @@ from __future__ import annotations
 
 import argparse
 import collections
+import datetime as dt
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -49,31 +98,76 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from checks import delta_log_commits, orphans  # noqa: E402
+from checks import delta_log_commits  # noqa: E402
 from conftest import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
 from eobatch import launch  # noqa: E402
 
-FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
-          "commit_crash", "ledger_crash", "zombie", "land_during"]
-KAFKA_FAULTS = FAULTS + ["broker_restart", "broker_kill"]
+BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
+               "commit_crash", "ledger_crash", "zombie", "land_during"]
+NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines"]
+FAULTS = BASE_FAULTS + NEW_FAULTS  # the files backend, continuous mode (the default)
+KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers"]
 S3_FAULTS = FAULTS + ["s3_restart"]
+INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file"]
+FOREIGN_OPS = ("compact", "append", "vacuum")
 PY = sys.executable
+START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
+HOUR_DIR = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/")
+SLICE_DIR = re.compile(r"^eo_batches/b(\d+)/[^/]+/iv=(\d{4})(\d{2})(\d{2})T(\d{2})\d{4}Z/")
+
+
+def kinds_for(backend: str, mode: str) -> list[str]:
+    if mode == "interval":
+        return INTERVAL_FAULTS
+    return {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(backend, FAULTS)
+
+
+# The abort task of an interval-mode DAG run (eobatch.airflow_ops.AbortOperator.execute), in a
+# process of its own: abort the attempt (after winning its decision), then abandon the batch
+# (ABANDONED and PREPARED share one put-if-absent record). The CLI has no `abandon` verb.
+ABORT_TASK = r"""
+import json, sys
+from eobatch.config import find_pipeline
+from eobatch.protocol import AttemptPrepared, Protocol
+proto = Protocol(find_pipeline(sys.argv[1]))
+batch, attempt = int(sys.argv[2]), sys.argv[3]
+out = {"removed": None, "prepared_first": None, "abandoned": None}
+if attempt:
+    try:
+        out["removed"] = len(proto.abort(batch, attempt, "chaos: run failed"))
+    except AttemptPrepared as e:
+        out["prepared_first"] = str(e)
+if proto.cfg.mode == "interval" and (attempt or proto.ledger.prepared(batch) is None):
+    out["abandoned"] = proto.abandon(batch, "chaos: run failed")
+print(json.dumps(out))
+sys.exit(5 if out["prepared_first"] else 0)
+"""
+
+
+def hour_key(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H")
 
 
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
                  backend: str = "files", master: str = "local[*]", only: list[str] | None = None,
-                 distinct: bool = False):
+                 distinct: bool = False, mode: str = "continuous"):
+        if mode not in ("continuous", "interval"):
+            raise ValueError(f"mode {mode!r}: continuous or interval")
+        if mode == "interval" and backend != "files":
+            raise ValueError("interval mode runs with the files backend only")
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
         self.distinct, self.deck = distinct, []  # distinct: each kind once before any repeats
         self.root = workdir
         self.backend = backend
+        self.mode = mode
         self.broker = None
         self.s3 = self.reader = None
         self.master = master
@@ -102,6 +196,12 @@ class Chaos:
                 f.result()
             self.p = write_kafka_pipeline(self.root, self.broker.bootstrap, self.topic, name="chaos", max_records=60)
             self.txn_no = 0
+        elif mode == "interval":
+            self.p = write_pipeline(self.root, name="chaos", mode="interval", schedule="@hourly",
+                                    interval_prefix="dt={ds}/hour={hh}")
+            text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000",
+                                                        "max_records_per_batch: 100000\n  settle_seconds: 0")
+            self.p.yaml_path.write_text(text)
         else:
             self.p = write_pipeline(self.root, name="chaos")
             text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
@@ -109,10 +209,27 @@ class Chaos:
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
         self.faults = collections.Counter()
+        self.outcomes = collections.Counter()  # how each race and foreign write went
+        self.anomalies: list[str] = []  # product misbehaviour seen while driving: reported as problems
+        self.repairs: list[str] = []  # documented repairs the harness did (as an operator would)
+        self.foreign_ids: list[str] = []  # order_id of every row a foreign writer appended
+        self.vacuumed = False  # a foreign VACUUM ran (staged files of undecided batches may be gone)
         self.zombies: list[subprocess.Popen] = []
+        self.runs = 0
         self.files = 0
         self.quiet = quiet
         self.log_lines: list[str] = []
+        self.nothing_new = False  # the last run's plan found nothing to do
+        self.verify_seconds: list[float] = []  # wall time of whole verify processes (race delays)
+        self.last_race_seconds = [0.0, 0.0]
+        # interval mode: the hour of this run, the next new hour, a run to retry (cleared, same
+        # run id: its batch is undecided), hours whose batch was abandoned (run again later)
+        self.cur: tuple[int, str] | None = None
+        self.next_hour = 0
+        self.retry: tuple[int, str] | None = None
+        self.backlog: list[int] = []
+        self.reruns = 0
+        self.batch_hour: dict[int, int] = {}
 
     def say(self, msg: str) -> None:
         line = f"[chaos seed={self.seed}] {msg}"
@@ -121,7 +238,7 @@ class Chaos:
             print(line, flush=True)
 
     # -- input --------------------------------------------------------------------------
-    def land(self) -> None:
+    def land(self, sub: str | None = None) -> None:
         self.files += 1
         k = self.files
         good = [{"order_id": f"s{self.seed}-f{k}-{i}", "customer": f"c{i % 5}", "amount": float(i),
@@ -130,7 +247,36 @@ class Chaos:
         if self.backend == "kafka":
             self.produce(good, bad)
         else:
-            self.p.land(f"d{k % 3}/f{k:04d}.jsonl", good, bad=bad)
+            self.p.land(f"{sub or f'd{k % 3}'}/f{k:04d}.jsonl", good, bad=bad)
+
+    def land_odd(self, sub: str | None = None) -> str:
+        """A landing file of odd lines (see odd_lines in the module docstring), written as bytes."""
+        self.files += 1
+        k = self.files
+        good = [{"order_id": f"s{self.seed}-f{k}-odd{i}", "customer": f"c{i}", "amount": float(i) + 0.25,
+                 "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(3, 6))]
+        good[1]["customer"] = "c\u2028x\u0085y\u2029z"  # legal unescaped inside a JSON string
+        texts = [json.dumps(r, ensure_ascii=False) for r in good]
+        texts[2] = texts[2].replace(", ", ",\r", 1)  # a lone \r between tokens: JSON whitespace
+        bad = ["\u0085", "\u2028", "\u2029", "\u2028\u0085\u2029", "\u00a0",
+               f'{{"order_id": "bad-{self.seed}-{k}-cr", "customer": "a\rb"}}']  # \r inside a string: not JSON
+        blank = ["", "   ", "\t \x0b\x0c ", "\r"]
+        items = [("good", t) for t in texts] + [("bad", t) for t in bad] + [("blank", t) for t in blank]
+        self.rnd.shuffle(items)
+        lines = [t.encode() + (b"\r" if self.rnd.random() < 0.5 else b"") for _kind, t in items]  # CRLF or LF
+        data = b"\n".join(lines) + (b"\n" if self.rnd.random() < 0.5 else b"")
+        name = f"{sub or f'd{k % 3}'}/f{k:04d}-odd.jsonl"
+        if self.reader:
+            self.reader.put(f"{self.p.landing}/{name}", data)
+        else:
+            path = self.p.landing / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        self.p.landed.extend(good)
+        self.p.landed_bad.extend(bad)
+        return f"landed {name}: {len(good)} good records, {len(bad)} odd lines, {len(blank)} blank lines"
 
     def produce(self, good: list[dict], bad: list[str]) -> None:
         """Records to random partitions; sometimes in a transaction, which sometimes aborts."""
@@ -156,13 +302,107 @@ class Chaos:
         self.p.landed.extend(good)
         self.p.landed_bad.extend(bad)
 
+    # -- interval mode: which hour this run is ---------------------------------------------
+    @staticmethod
+    def hour_dir(h: int) -> str:
+        t = START + dt.timedelta(hours=h)
+        return f"dt={t:%Y-%m-%d}/hour={t:%H}"
+
+    def start_interval_run(self, land: bool) -> str:
+        """Pick this run's hour: a cleared run's retry first, then (sometimes) an abandoned hour
+        again, else the next new hour, whose files land first when ``land``."""
+        if self.retry is not None:
+            self.cur, self.retry = self.retry, None
+            return f"hour {self.cur[0]} (retry of run {self.cur[1]})"
+        if self.backlog and (not land or self.rnd.random() < 0.5):
+            h = self.backlog.pop(0)
+            self.reruns += 1
+            self.cur = (h, f"backfill__{(START + dt.timedelta(hours=h)).isoformat()}__{self.reruns}")
+            return f"hour {h} (run again: its batch was abandoned)"
+        h = self.next_hour
+        self.next_hour += 1
+        self.cur = (h, f"scheduled__{(START + dt.timedelta(hours=h)).isoformat()}")
+        if land:
+            for _ in range(self.rnd.randint(1, 2)):
+                self.land(self.hour_dir(h))
+        return f"hour {h}"
+
+    def published_hours(self) -> set[int]:
+        """Hours whose own batch the sink's Delta log holds (eo.interval of its commits)."""
+        out = set()
+        for c in self.log_commits(self.p.sink):
+            iv = c["commitInfo"].get("eo.interval")
+            if c["txns"] and iv:
+                start = dt.datetime.fromisoformat(iv.split("/")[0])
+                out.add(int((start - START).total_seconds() // 3600))
+        return out
+
+    def land_late(self) -> str | None:
+        here = self.cur[0]
+        done = sorted(h for h in self.published_hours() if h != here and h >= self.next_hour - 20)
+        if not done:
+            return None
+        h = self.rnd.choice(done)
+        self.land(self.hour_dir(h))
+        return f"late file f{self.files:04d}.jsonl landed in the published hour {h}"
+
     # -- one process per step, as Airflow runs each task -----------------------------------
     def verb(self, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([PY, "-m", "eobatch.cli", args[0], self.p.name, *args[1:]],
-                              env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=300)
+        t0 = time.time()
+        r = subprocess.run([PY, "-m", "eobatch.cli", args[0], self.p.name, *args[1:]],
+                           env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=300)
+        if args[0] == "verify" and r.returncode == 0 and not env:
+            self.verify_seconds.append(time.time() - t0)  # a whole verify, for the race's delays
+        return r
+
+    def cli_argv(self, *args: str) -> list[str]:
+        return [PY, "-m", "eobatch.cli", args[0], self.p.name, *args[1:]]
 
     def crash_env(self, point: str) -> dict:
         return {"EOBATCH_CRASH": point}
+
+    def race(self, x: list[str], y: list[str], max_delay: float = 1.5):
+        """Start x and y as two processes, in random order, a random delay (< ``max_delay``) apart.
+        Returns (result of x, result of y, whether x started first, the delay)."""
+        x_first = self.rnd.random() < 0.5
+        delay = round(self.rnd.uniform(0, max_delay), 3)
+        procs, started, ended = [], [], {}
+        for i, argv in enumerate((x, y) if x_first else (y, x)):
+            if i:
+                time.sleep(delay)
+            started.append(time.time())
+            procs.append(subprocess.Popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        deadline = time.time() + 300
+        while len(ended) < 2 and time.time() < deadline:  # wall time of each, for the next delays
+            for i, proc in enumerate(procs):
+                if i not in ended and proc.poll() is not None:
+                    ended[i] = time.time() - started[i]
+            time.sleep(0.02)
+        out = []
+        for proc in procs:
+            o, e = proc.communicate(timeout=60)
+            out.append(subprocess.CompletedProcess(proc.args, proc.returncode, o, e))
+        self.last_race_seconds = [round(ended.get(i, 0.0), 2) for i in range(2)]
+        if not x_first:
+            out.reverse()
+            self.last_race_seconds.reverse()
+        return out[0], out[1], x_first, delay
+
+    def ledger_rows(self) -> list[dict]:
+        r = self.verb("ledger", "--format", "json")
+        if r.returncode != 0:
+            raise RuntimeError(f"ledger failed: {r.stderr[-2000:]}")
+        return json.loads(r.stdout)
+
+    def raw_ledger(self, rel: str) -> dict | None:
+        """A ledger record as raw JSON (``rel`` under the sink's _eo_ledger/), None if absent."""
+        try:
+            if self.reader:
+                return json.loads(self.reader.get(self.p.sink, f"_eo_ledger/{rel}"))
+            return json.loads((self.p.sink / "_eo_ledger" / rel).read_bytes())
+        except Exception:  # absent (FileNotFoundError, NoSuchKey)
+            return None
 
     def staged_files(self, batch: int, attempt: str, tables=None) -> list:
         if self.reader:  # S3: URIs of the attempt's Parquet objects
@@ -188,13 +428,102 @@ class Chaos:
                                     start_new_session=True)
         return subprocess.run(argv, env=e, capture_output=True, text=True, timeout=900)
 
-    def dag_run(self, fault: str | None) -> str:
+    # -- what the DAG does when a run fails ------------------------------------------------
+    def abort_attempt(self, batch: int, attempt: str) -> str:
+        """The abort task. Interval mode: it also abandons the batch; the hour runs again later."""
+        if self.mode != "interval":
+            self.verb("abort", str(batch), attempt)
+            return "attempt aborted"
+        r = subprocess.run([PY, "-c", ABORT_TASK, self.p.name, str(batch), attempt], env=self.env,
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode not in (0, 5):
+            raise RuntimeError(f"abort task failed: {r.stderr[-2000:]}")
+        if json.loads(r.stdout).get("abandoned"):
+            self.backlog.append(self.cur[0])
+            return "attempt aborted, batch ABANDONED (the hour runs again later)"
+        return "attempt aborted"
+
+    def left_undecided(self) -> str:
+        """The run died with its batch undecided. Interval mode: the run is cleared and retried
+        (same run id) next, as a task retry would; no other run can plan before it (BatchInFlight)."""
+        if self.mode == "interval":
+            self.retry = self.cur
+            return " (the run is retried)"
+        return ""
+
+    def recover(self) -> None:
         r = self.verb("recover")
-        if r.returncode != 0:
-            raise RuntimeError(f"recover failed: {r.stderr[-2000:]}")
-        plan_env = self.crash_env("plan.after_record") if fault == "plan_crash" else None
-        r = self.verb("plan", env=plan_env)
+        if r.returncode == 0:
+            return
+        m = re.search(r"PREPARED batch (\d+) cannot be committed", r.stderr)
+        if m and self.vacuumed:
+            # a foreign VACUUM (retention 0, check disabled) deleted the staged files of a batch
+            # that was PREPARED when it ran: the product stops with the documented repair
+            b = int(m.group(1))
+            rr = self.verb("reset-batch", str(b))
+            self.repairs.append(f"batch {b} PREPARED, its staged files deleted by a foreign VACUUM: recover "
+                                f"stopped (CommitBlocked); `reset-batch {b}` exit {rr.returncode}")
+            self.say(f"repair: {self.repairs[-1]}: {(rr.stdout + rr.stderr).strip()[-300:]}")
+            if self.mode == "interval" and b in self.batch_hour:
+                self.backlog.append(self.batch_hour[b])
+            if rr.returncode == 0:
+                r = self.verb("recover")
+                if r.returncode == 0:
+                    return
+        raise RuntimeError(f"recover failed: {r.stderr[-2000:]}")
+
+    def plan(self, env: dict | None = None) -> subprocess.CompletedProcess:
+        if self.mode == "interval":
+            h, run_id = self.cur
+            start = START + dt.timedelta(hours=h)
+            return self.verb("plan", "--interval", start.isoformat(), (start + dt.timedelta(hours=1)).isoformat(),
+                             "--run-id", run_id, env=env)
+        return self.verb("plan", env=env)
+
+    # -- one DAG run ------------------------------------------------------------------------
+    def dag_run(self, fault: str | None) -> str:
+        """One run; faults that happen between runs or to the input are done first."""
+        pre = []
+        if fault == "foreign_writers":
+            what = self.foreign_write()
+            pre.append(what or "foreign writer: no sink table yet, nothing done")
+            if what:
+                self.faults[fault] += 1
+            fault = None
+        elif fault == "odd_lines":
+            pre.append(self.land_odd(self.hour_dir(self.cur[0]) if self.mode == "interval" else None))
+            self.faults[fault] += 1
+            fault = None
+        elif fault == "late_file":
+            what = self.land_late()
+            pre.append(what or "no published hour yet: no late file")
+            if what:
+                self.faults[fault] += 1
+            fault = None
+        self.nothing_new = False
+        return "; ".join(pre + [self._dag_run(fault)])
+
+    def _dag_run(self, fault: str | None) -> str:
+        self.recover()
+        r = None
+        race_note = ""
+        if fault == "rewind_race":
+            found = self.rewind_candidates()
+            fault = None
+            if found is None:
+                race_note = "rewind_race not injected (fewer than 2 live committed batches, or one pending); "
+            else:
+                self.faults["rewind_race"] += 1
+                r, race_note = self.race_rewind_plan(*found)
+                if r is None:
+                    self.nothing_new = True
+                    return race_note
+                race_note += "; "
+        if r is None:
+            plan_env = self.crash_env("plan.after_record") if fault == "plan_crash" else None
+            r = self.plan(env=plan_env)
         if fault == "plan_crash" and r.returncode == 6:
+            self.nothing_new = True
             return "nothing new (no plan to crash after)"
         if fault == "plan_crash" and r.returncode == 0:
             fault = None  # a pending batch was handed back for re-staging: no new record to crash after
@@ -202,12 +531,18 @@ class Chaos:
             self.faults[fault] += 1  # counted when it is injected, not when there was no batch
         if fault == "plan_crash":
             assert r.returncode == 137, r.stderr[-1000:]
-            return "plan process killed after recording the plan"
+            return "plan process killed after recording the plan" + self.left_undecided()
         if r.returncode == 6:
-            return "nothing new"
+            self.nothing_new = True
+            return race_note + "nothing new"
         if r.returncode != 0:
             raise RuntimeError(f"plan failed: {r.stderr[-2000:]}")
         batch = json.loads(r.stdout)["batch_id"]
+        if self.mode == "interval":
+            self.batch_hour[batch] = self.cur[0]
+        return race_note + self.stage_verify_commit(batch, fault)
+
+    def stage_verify_commit(self, batch: int, fault: str | None) -> str:
         attempt = launch.new_attempt_id(1)
         if fault == "zombie":  # an earlier attempt that nobody waits for
             self.zombies.append(self.stage(batch, launch.new_attempt_id(0), wait=False))
@@ -234,11 +569,11 @@ class Chaos:
                     os.kill(int(paused.read_text()), signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            return f"batch {batch}: spark-submit killed mid-write"
+            return f"batch {batch}: spark-submit killed mid-write" + self.left_undecided()
         if fault == "land_during":
             proc = self.stage(batch, attempt, wait=False)
             time.sleep(self.rnd.uniform(0.5, 4))
-            self.land()
+            self.land(self.hour_dir(self.cur[0]) if self.mode == "interval" else None)
             rc = proc.wait()
         elif fault == "broker_kill":
             proc = self.stage(batch, attempt, wait=False)
@@ -253,10 +588,14 @@ class Chaos:
             rc = self.stage(batch, attempt, env=env).returncode
         if rc != 0:
             assert fault in ("stage_crash", "broker_kill"), f"stage failed without an injected fault (rc {rc})"
-            self.verb("abort", str(batch), attempt)
-            return f"batch {batch}: stage failed, attempt aborted"
+            return f"batch {batch}: stage failed, {self.abort_attempt(batch, attempt)}"
         if fault == "broker_restart":
             self.broker.restart()
+        if fault == "verify_abort_race":
+            prepared, note = self.race_verify_abort(batch, attempt)
+            if not prepared:
+                return note
+            return note + "; " + self.commit(batch, None)
         if fault == "verify_fail":
             files = self.staged_files(batch, attempt, tables=(self.p.sink,))
             if files and self.reader:
@@ -277,13 +616,15 @@ class Chaos:
                       env=self.crash_env("verify.after_prepared") if fault == "verify_crash" else None)
         if fault == "verify_fail":
             assert r.returncode == 4, (r.returncode, r.stderr[-1000:])
-            self.verb("abort", str(batch), attempt)
-            return f"batch {batch}: verification failed, attempt aborted"
+            return f"batch {batch}: verification failed, {self.abort_attempt(batch, attempt)}"
         if fault == "verify_crash":
             assert r.returncode == 137
             return f"batch {batch}: verify process killed after PREPARED"
         if r.returncode != 0:
             raise RuntimeError(f"verify failed: {r.stderr[-2000:]}")
+        return self.commit(batch, fault)
+
+    def commit(self, batch: int, fault: str | None) -> str:
         env = None
         once = str(self.root / f"once-{self.faults.total()}")
         if fault == "commit_transient":
@@ -308,6 +649,161 @@ class Chaos:
                 raise RuntimeError(f"commit failed: {r.stderr[-2000:]}")
         raise RuntimeError("commit did not succeed after 5 tries")
 
+    # -- the races ----------------------------------------------------------------------------
+    def race_verify_abort(self, batch: int, attempt: str) -> tuple[bool, str]:
+        """A zombie verify and the abort task on one attempt: exactly one decides it."""
+        abort = (self.cli_argv("abort", str(batch), attempt) if self.mode != "interval"
+                 else [PY, "-c", ABORT_TASK, self.p.name, str(batch), attempt])
+        # A verify reaches the decision later than an abort (it checks every file first): the
+        # delays span up to 1.3 times what a whole verify took lately, so that on a fast or a
+        # loaded machine either process can be first to the decision.
+        took = sorted(self.verify_seconds[-7:])
+        max_delay = max(1.0, 1.3 * took[len(took) // 2]) if took else 3.0
+        v, a, v_first, delay = self.race(self.cli_argv("verify", str(batch), attempt), abort, max_delay=max_delay)
+        if v.returncode == 0:
+            self.verify_seconds.append(self.last_race_seconds[0])
+        order = (f"{'verify' if v_first else 'abort'} started first, {delay:.2f}s ahead; verify took "
+                 f"{self.last_race_seconds[0]:.2f}s, abort {self.last_race_seconds[1]:.2f}s")
+        prepared = self.raw_ledger(f"prepared/{batch:010d}.json")
+        decision = self.raw_ledger(f"attempts/{batch:010d}/{attempt}/decision.json")
+        abandoned = bool(prepared and prepared.get("abandoned"))
+        is_prepared = bool(prepared and not prepared.get("abandoned") and prepared.get("attempt") == attempt)
+        tail = f"verify exit {v.returncode} ({v.stderr.strip()[-300:]}), abort exit {a.returncode} " \
+               f"({(a.stdout + a.stderr).strip()[-300:]}), decision {decision}, prepared record {prepared}"
+        if v.returncode == 0:
+            won = "verify"
+            said = a.stdout + a.stderr
+            ok = is_prepared and a.returncode == 5 and ("decided for PREPARE first" in said or "is PREPARED" in said)
+        elif v.returncode == 4 and self.mode == "interval" and abandoned and (decision or {}).get("decision") == "prepare":
+            won = "verify (decision), abandon (record)"  # the abort task lost the attempt, then abandoned the batch
+            ok = a.returncode == 5 and "ABANDONED" in v.stderr
+        else:
+            won = "abort"
+            ok = (v.returncode == 4 and a.returncode == 0 and not is_prepared
+                  and (decision or {}).get("decision") == "abort"
+                  and (self.mode != "interval" or abandoned))
+        if not ok:
+            self.anomalies.append(f"verify_abort_race batch {batch} attempt {attempt} ({order}): not exactly one "
+                                  f"winner: {tail}")
+            self.say(f"ANOMALY: {self.anomalies[-1]}")
+        self.outcomes[f"verify_abort_race: {won} won"] += 1
+        if is_prepared:
+            return True, f"batch {batch}: verify/abort race ({order}): {won} won, PREPARED"
+        if self.mode == "interval" and abandoned:
+            self.backlog.append(self.cur[0])
+            return False, (f"batch {batch}: verify/abort race ({order}): {won} won, batch ABANDONED "
+                           f"(the hour runs again later)")
+        return False, f"batch {batch}: verify/abort race ({order}): {won} won, the next run re-stages"
+
+    def rewind_candidates(self) -> tuple[list[int], int] | None:
+        """(live committed batches, the latest batch) when at least 2 are live and nothing is
+        pending, else None."""
+        rows = self.ledger_rows()
+        if not rows or rows[-1]["state"] != "COMMITTED":
+            return None
+        live = [b["batch_id"] for b in rows if b["state"] == "COMMITTED"]
+        return (live, rows[-1]["batch_id"]) if len(live) >= 2 else None
+
+    def race_rewind_plan(self, live: list[int], latest: int) -> tuple[subprocess.CompletedProcess | None, str]:
+        """`cli rewind <p> K` against `cli plan <p>`: exactly one of them gets batch L+1.
+        Returns the plan result the run goes on with (None: nothing to stage) and a note."""
+        k = self.rnd.choice(live[-3:])
+        rw, pl, rw_first, delay = self.race(self.cli_argv("rewind", str(k)), self.cli_argv("plan"))
+        order = f"{'rewind' if rw_first else 'plan'} started first, {delay:.2f}s ahead"
+        rewound = rw.returncode == 0
+        plan = json.loads(pl.stdout) if pl.returncode == 0 else None
+        tail = f"rewind exit {rw.returncode} ({(rw.stdout + rw.stderr).strip()[-300:]}), plan exit {pl.returncode} " \
+               f"({(pl.stdout + pl.stderr).strip()[-300:]})"
+        problems = []
+        rec = self.raw_ledger(f"rewinds/{latest:010d}-{k:010d}.json")
+        if rewound:
+            if rec is None:
+                problems.append("the rewind succeeded but wrote no rewinds/ record")
+            if plan is not None and (plan["new"] or plan["batch_id"] != latest + 1):
+                problems.append("both the rewind and the plan got a new batch")
+            if pl.returncode not in (0, 5, 6) or (pl.returncode == 5 and "another planner" not in pl.stderr):
+                problems.append("the plan failed otherwise")
+        else:
+            if rw.returncode != 5 or not ("nothing was rewound" in rw.stderr or "cannot rewind while" in rw.stderr):
+                problems.append("the rewind failed otherwise")
+            if pl.returncode not in (0, 6):
+                problems.append("neither the rewind nor the plan got batch L+1")
+            if rec is not None:
+                problems.append("the rewind failed but its rewinds/ record exists")
+        if problems:
+            self.anomalies.append(f"rewind_race K={k} after batch {latest} ({order}): {'; '.join(problems)}: {tail}")
+            self.say(f"ANOMALY: {self.anomalies[-1]}")
+        if rewound and plan is None:
+            pl = self.plan()  # the plan sensor's next poke (or the next run) hands back the reserved batch
+            plan = json.loads(pl.stdout) if pl.returncode == 0 else None
+            if plan is None or plan["new"] or plan["batch_id"] != latest + 1:
+                self.anomalies.append(f"rewind_race K={k}: after the rewind the plan did not hand back batch "
+                                      f"{latest + 1}: exit {pl.returncode} {(pl.stdout + pl.stderr)[-300:]}")
+        won = "rewind" if rewound else ("plan" if plan is not None and plan["new"] else "neither")
+        self.outcomes[f"rewind_race: {won} won"] += 1
+        note = (f"rewind to {k} / plan race ({order}): {won} won"
+                + (f", batches {k}..{latest} REWOUND, batch {latest + 1} reads again from batch {k}'s start"
+                   if rewound else ""))
+        if pl.returncode == 6:
+            return None, note + "; nothing new"
+        if pl.returncode != 0:
+            raise RuntimeError(f"plan failed after the rewind race: {tail}")
+        return pl, note
+
+    # -- a foreign writer on the sink table ------------------------------------------------------
+    def table_uri(self, t) -> str:
+        return "s3://" + str(t).split("://", 1)[1] if self.reader else str(t)
+
+    def table_exists(self, t) -> bool:
+        if self.reader:
+            return any(k.startswith("_delta_log/") for k in self.reader.keys(t))
+        return (Path(t) / "_delta_log").exists()
+
+    def delta_table(self, t):
+        from deltalake import DeltaTable
+
+        return self.reader.table(t) if self.reader else DeltaTable(str(t))
+
+    def foreign_write(self) -> str | None:
+        import pyarrow as pa
+        from deltalake import write_deltalake
+
+        if not self.table_exists(self.p.sink):
+            return None
+        op = self.rnd.choice(FOREIGN_OPS)
+        table = self.delta_table(self.p.sink)
+        self.outcomes[f"foreign_writers: {op}"] += 1
+        if op == "compact":
+            m = table.optimize.compact()
+            return f"foreign OPTIMIZE compact of the sink: {m['numFilesRemoved']} files into {m['numFilesAdded']}"
+        if op == "append":
+            schema = pa.schema(table.schema().to_arrow())
+            rows = []
+            for i in range(self.rnd.randint(1, 4)):
+                row = {}
+                for f in schema:
+                    if f.name == "order_id":
+                        row[f.name] = f"foreign-{self.seed}-{len(self.foreign_ids)}"
+                        self.foreign_ids.append(row[f.name])
+                    elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+                        row[f.name] = "foreign"
+                    elif pa.types.is_floating(f.type):
+                        row[f.name] = float(i)
+                    elif pa.types.is_integer(f.type):
+                        row[f.name] = i
+                    elif pa.types.is_timestamp(f.type):
+                        row[f.name] = dt.datetime.now(dt.timezone.utc)
+                    else:
+                        row[f.name] = None
+                rows.append(row)
+            write_deltalake(self.table_uri(self.p.sink), pa.Table.from_pylist(rows, schema=schema), mode="append",
+                            storage_options=self.reader.storage_options() if self.reader else None)
+            return f"foreign blind append of {len(rows)} rows to the sink"
+        deleted = table.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        self.vacuumed = True
+        staged = [f for f in deleted if f.startswith("eo_batches/")]
+        return f"foreign VACUUM (retention 0, full) of the sink: {len(deleted)} files deleted, {len(staged)} under eo_batches/"
+
     def _get(self, uri: str) -> bytes:
         b, k = self.reader.split(uri)
         return self.reader.s3.get_object(Bucket=b, Key=k)["Body"].read()
@@ -325,38 +821,81 @@ class Chaos:
             return 0
         return DeltaTable(str(self.p.sink)).transaction_version(self.p.name) or 0
 
+    def progress(self) -> int:
+        """Batches committed so far: the txn version; interval mode: commits carrying a txn
+        (ABANDONED batch ids are never committed)."""
+        if self.mode == "interval":
+            return sum(1 for c in self.log_commits(self.p.sink) if c["txns"])
+        return self.committed()
+
     def run(self) -> dict:
         t0 = time.time()
-        runs = 0
-        while self.committed() < self.n and runs < self.n * 4:
-            runs += 1
-            if self.rnd.random() < 0.8 or self.files == 0:
-                self.land()
-            kinds = self.only or {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(self.backend, FAULTS)
-            fault = self.draw(kinds) if self.rnd.random() < self.fault_rate else None
-            self.say(f"run {runs} fault={fault or '-'}: {self.dag_run(fault)}")
-        # drain: clean runs until every landed file is committed, then wait for zombies, sweep
-        while True:
-            out = self.dag_run(None)
-            self.say(f"drain: {out}")
-            if out == "nothing new":
-                break
-        for z in self.zombies:
-            z.wait(timeout=900)
-        self.verb("recover")
-        r = subprocess.run([PY, "-m", "eobatch.cli", "sweep", self.p.name, "--all"], env=self.env,
-                           capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+        self.runs = 0
+        stopped = None
         try:
-            result = self.check()
+            self.drive()
+        except (RuntimeError, AssertionError, subprocess.TimeoutExpired) as e:
+            # the pipeline is stuck or a step broke its contract: check what the tables hold anyway
+            stopped = f"stopped after run {self.runs}: {type(e).__name__}: {str(e)[-1500:]}"
+            self.say(stopped)
+        for z in self.zombies:
+            try:
+                z.wait(timeout=900)
+            except subprocess.TimeoutExpired:
+                z.kill()
+        try:
+            try:
+                result = self.check()
+            except Exception as e:  # noqa: BLE001 - e.g. a table whose snapshot names a deleted file
+                result = {"batches": 0, "faults": sum(self.faults.values()), "duplicates": 0, "lost": 0,
+                          "orphans": 0, "problems": [f"the check could not read the tables: {type(e).__name__}: "
+                                                     f"{str(e)[-1000:]}"]}
         finally:
             if self.broker:
                 self.broker.stop(kill=True)
             if self.s3:
                 self.s3.stop(kill=True)
-        result.update(runs=runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
-                      backend=self.backend)
+        if stopped:
+            result["problems"].insert(0, stopped)
+        result.update(runs=self.runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
+                      backend=self.backend, mode=self.mode, outcomes=dict(self.outcomes), repairs=self.repairs)
         return result
+
+    def drive(self) -> None:
+        """The runs, then the drain (clean runs until every landed file is committed), recover and sweep."""
+        kinds = self.only or kinds_for(self.backend, self.mode)
+        while self.progress() < self.n and self.runs < self.n * 4:
+            self.runs += 1
+            label = ""
+            if self.mode == "interval":
+                label = " " + self.start_interval_run(land=True)
+            elif self.rnd.random() < 0.8 or self.files == 0:
+                self.land()
+            fault = self.draw(kinds) if self.rnd.random() < self.fault_rate else None
+            self.say(f"run {self.runs}{label} fault={fault or '-'}: {self.dag_run(fault)}")
+        if self.mode == "interval":  # runs to retry, abandoned hours, then new (empty) hours
+            while self.retry or self.backlog:
+                label = self.start_interval_run(land=False)
+                self.say(f"drain {label}: {self.dag_run(None)}")
+            while True:
+                label = self.start_interval_run(land=False)
+                self.say(f"drain {label}: {self.dag_run(None)}")
+                if self.nothing_new and not (self.retry or self.backlog):
+                    break
+        else:
+            while True:
+                out = self.dag_run(None)
+                self.say(f"drain: {out}")
+                if self.nothing_new:
+                    break
+        for z in self.zombies:  # zombies finish (late) before the last recover and sweep
+            z.wait(timeout=900)
+        r = self.verb("recover")
+        if r.returncode != 0:
+            raise RuntimeError(f"recover failed: {r.stderr[-2000:]}")
+        r = subprocess.run([PY, "-m", "eobatch.cli", "sweep", self.p.name, "--all"], env=self.env,
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
 
     def draw(self, kinds: list[str]) -> str:
         if not self.distinct:
@@ -365,90 +904,180 @@ class Chaos:
             self.deck = self.rnd.sample(kinds, len(kinds))
         return self.deck.pop()
 
-    # -- the independent check --------------------------------------------------------------
-    def check(self) -> dict:
-        from deltalake import DeltaTable
-
-        p = self.p
+    # -- the independent check (delta-rs, the raw _delta_log, raw ledger files) ----------------
+    def log_commits(self, t) -> list[dict]:
         if self.reader:
-            return self.check_s3()
-        rows = DeltaTable(str(p.sink)).to_pyarrow_table().to_pylist() if (p.sink / "_delta_log").exists() else []
-        got = collections.Counter(r["order_id"] for r in rows)
+            return self.reader.delta_log_commits(t)
+        return delta_log_commits(Path(t))
+
+    def rows_of(self, t) -> list[dict]:
+        if not self.table_exists(t):
+            return []
+        return self.delta_table(t).to_pyarrow_table().to_pylist()
+
+    def landed_files(self) -> set[str]:
+        """Every landing file, spelled as the offsets spell it."""
+        if self.reader:
+            return {f"{self.p.landing}/{k}" for k in self.reader.keys(self.p.landing) if k.endswith(".jsonl")}
+        return {str(f) for f in self.p.landing.rglob("*.jsonl")}
+
+    def files_under_staging(self, t) -> list[str]:
+        if self.reader:
+            return sorted(k for k in self.reader.keys(t) if k.startswith("eo_batches/"))
+        root = Path(t) / "eo_batches"
+        return sorted(str(f.relative_to(t)) for f in root.rglob("*") if f.is_file()) if root.exists() else []
+
+    def raw_rewinds(self) -> set[int]:
+        """Batches the ledger's raw rewinds/ records say are REWOUND."""
+        if self.reader:
+            names = [k for k in self.reader.keys(self.p.sink) if k.startswith("_eo_ledger/rewinds/")]
+            recs = [json.loads(self.reader.get(self.p.sink, k)) for k in names if k.endswith(".json")]
+        else:
+            recs = [json.loads(f.read_bytes()) for f in (self.p.sink / "_eo_ledger" / "rewinds").glob("*.json")]
+        return {b for r in recs for b in range(r["to_batch"], r["after_batch"] + 1)}
+
+    @staticmethod
+    def rewound_in_log(commits: list[dict]) -> set[int]:
+        """Batches whose commit a later RESTORE commit took back (restored to a version before it)."""
+        held: list[tuple[int, int]] = []  # (Delta version, batch) of the batch commits behind the snapshot
+        out: set[int] = set()
+        for c in commits:
+            info = c["commitInfo"]
+            if info.get("operation") == "RESTORE":
+                to = int((info.get("operationParameters") or {}).get("version", -1))
+                out.update(b for v, b in held if v > to)
+                held = [(v, b) for v, b in held if v <= to]
+            if c["txns"]:
+                held.append((c["version"], c["txns"][0]["version"]))
+        return out
+
+    @staticmethod
+    def files_in_log(commits: list[dict]) -> tuple[set[str], set[str]]:
+        """(every path any commit added, the paths live in the last snapshot), unquoted."""
+        ever, live = set(), set()
+        for c in commits:
+            for r in c["removes"]:
+                live.discard(unquote(r["path"]))
+            for a in c["adds"]:
+                ever.add(unquote(a["path"]))
+                live.add(unquote(a["path"]))
+        return ever, live
+
+    def check(self) -> dict:
+        p = self.p
+        foreign = collections.Counter()
+        got = collections.Counter()
+        for r in self.rows_of(p.sink):
+            (foreign if str(r["order_id"]).startswith("foreign-") else got)[r["order_id"]] += 1
         want = collections.Counter(r["order_id"] for r in p.landed)
         duplicates = sum(v - 1 for v in got.values() if v > 1) + sum(v for k, v in got.items() if k not in want)
         lost = sum(1 for k in want if k not in got)
-        qrows = DeltaTable(str(p.quarantine)).to_pyarrow_table().to_pylist() if (p.quarantine / "_delta_log").exists() else []
-        qgot, qwant = collections.Counter(r["raw"] for r in qrows), collections.Counter(p.landed_bad)
+        qgot = collections.Counter(r["raw"] for r in self.rows_of(p.quarantine))
+        qwant = collections.Counter(p.landed_bad)
         duplicates += sum(max(0, qgot[k] - qwant.get(k, 0)) for k in qgot)
         lost += sum(max(0, qwant[k] - qgot.get(k, 0)) for k in qwant)
-        # offsets: every landed file in exactly one committed batch, batches contiguous from 1
-        problems = []
-        seen = collections.Counter()
-        commits = [c for c in delta_log_commits(p.sink) if c["txns"]]
+        problems = list(self.anomalies)
+        fwant = collections.Counter(self.foreign_ids)
+        foreign_res = {"appended": len(fwant), "present": sum(1 for k in fwant if foreign[k] >= 1),
+                       "duplicates": sum(max(0, foreign[k] - fwant.get(k, 0)) for k in foreign),
+                       "lost": sum(1 for k in fwant if k not in foreign)}
+        if foreign_res["duplicates"] or foreign_res["lost"]:
+            problems.append(f"foreign rows: {foreign_res} (each must be present exactly once); missing "
+                            f"{sorted(k for k in fwant if k not in foreign)[:5]}")
+        all_commits = self.log_commits(p.sink)
+        q_commits = self.log_commits(p.quarantine)
+        commits = [c for c in all_commits if c["txns"]]
         versions = [c["txns"][0]["version"] for c in commits]
-        if versions != list(range(1, len(versions) + 1)):
+        if self.mode == "interval":
+            if versions != sorted(set(versions)):
+                problems.append(f"txn versions in the sink log are not increasing: {versions}")
+        elif versions != list(range(1, len(versions) + 1)):
             problems.append(f"txn versions in the sink log are not 1..n: {versions}")
+        rewound = self.rewound_in_log(all_commits)
+        if self.rewound_in_log(q_commits) != rewound:
+            problems.append(f"rewound batches: sink log {sorted(rewound)}, quarantine log "
+                            f"{sorted(self.rewound_in_log(q_commits))}")
+        if self.raw_rewinds() != rewound:
+            problems.append(f"rewound batches: the Delta log says {sorted(rewound)}, the ledger's rewinds/ records "
+                            f"{sorted(self.raw_rewinds())}")
+        live_commits = [c for c in commits if c["txns"][0]["version"] not in rewound]
         if self.backend == "kafka":
-            problems += self.check_kafka_offsets(commits)
-        else:
-            for c in commits:
-                for path, _size, _mtime in json.loads(c["commitInfo"]["eo.offsets"]):
-                    seen[path] += 1
-            landed_files = {str(f) for f in p.landing.rglob("*.jsonl")}
-            if set(seen) != landed_files or any(v != 1 for v in seen.values()):
-                problems.append(f"offsets: files committed {sum(seen.values())}, distinct {len(seen)}, "
-                                f"landed {len(landed_files)}")
-        qversions = [c["txns"][0]["version"] for c in delta_log_commits(p.quarantine) if c["txns"]]
+            problems += self.check_kafka_offsets(live_commits)
+        elif self.mode == "interval":
+            problems += self.check_interval_offsets(commits, all_commits, q_commits)
+        else:  # every landed file in exactly one live committed batch
+            seen = collections.Counter(path for c in live_commits for path, _s, _m in
+                                       json.loads(c["commitInfo"]["eo.offsets"]))
+            landed = self.landed_files()
+            if set(seen) != landed or any(v != 1 for v in seen.values()):
+                problems.append(f"offsets: files in live batches {sum(seen.values())}, distinct {len(seen)}, "
+                                f"landed {len(landed)}; twice: {sorted(k for k, v in seen.items() if v > 1)[:3]}, "
+                                f"never: {sorted(landed - set(seen))[:3]}")
+        qversions = [c["txns"][0]["version"] for c in q_commits if c["txns"]]
         if qversions != versions:
             problems.append(f"quarantine txn versions {qversions} != sink {versions}")
-        ledger = json.loads(subprocess.run([PY, "-m", "eobatch.cli", "ledger", p.name, "--format", "json"],
-                                           env=self.env, capture_output=True, text=True, check=True).stdout)
-        if [b["batch_id"] for b in ledger] != versions or any(b["state"] != "COMMITTED" for b in ledger):
-            problems.append(f"ledger {[(b['batch_id'], b['state']) for b in ledger]} != table {versions}")
-        orphan_files = orphans(p.sink) + orphans(p.quarantine)
+        ledger = self.ledger_rows()
+        states = {b["batch_id"]: b["state"] for b in ledger}
+        want_states = {v: ("REWOUND" if v in rewound else "COMMITTED") for v in versions}
+        other = {b: s for b, s in states.items() if b not in want_states}
+        if any(states.get(b) != s for b, s in want_states.items()) or \
+                any(s != "ABANDONED" or self.mode != "interval" for s in other.values()):
+            problems.append(f"ledger {sorted(states.items())} != table (committed {versions}, rewound "
+                            f"{sorted(rewound)}; other batches must be ABANDONED, interval mode only)")
+        orphan_files, tombstoned = [], 0
+        for t, cs in ((p.sink, all_commits), (p.quarantine, q_commits)):
+            ever, live = self.files_in_log(cs)
+            staged = self.files_under_staging(t)
+            orphan_files += [f"{t}/{f}" for f in staged if f not in ever]
+            tombstoned += sum(1 for f in staged if f in ever and f not in live)
+        if orphan_files:
+            problems.append(f"orphan staged files (never committed, not swept): {orphan_files[:5]}")
         return {"batches": len(versions), "faults": sum(self.faults.values()), "duplicates": duplicates,
                 "lost": lost, "orphans": len(orphan_files), "problems": problems,
-                "records": sum(want.values()), "bad_records": sum(qwant.values())}
+                "records": sum(want.values()), "bad_records": sum(qwant.values()), "foreign": foreign_res,
+                "rewound": sorted(rewound), "tombstoned": tombstoned}
 
+    def check_interval_offsets(self, commits: list[dict], sink_log: list[dict], q_log: list[dict]) -> list[str]:
+        """Every landed file is in the newest committed batch that holds its hour, which holds
+        exactly the hour's landed files; no older batch's staged files of an hour are still live."""
+        def hour_of(path: str) -> str | None:
+            m = HOUR_DIR.search(path)
+            return f"{m.group(1)}T{m.group(2)}" if m else None
 
-    def check_s3(self) -> dict:
-        """The same checks, through S3: delta-rs with storage options and boto3 listings."""
-        p, r = self.p, self.reader
-
-        def rows_of(t):
-            return r.read_rows(t) if any(k.startswith("_delta_log/") for k in r.keys(t)) else []
-
-        got = collections.Counter(x["order_id"] for x in rows_of(p.sink))
-        want = collections.Counter(x["order_id"] for x in p.landed)
-        duplicates = sum(v - 1 for v in got.values() if v > 1) + sum(v for k, v in got.items() if k not in want)
-        lost = sum(1 for k in want if k not in got)
-        qgot, qwant = collections.Counter(x["raw"] for x in rows_of(p.quarantine)), collections.Counter(p.landed_bad)
-        duplicates += sum(max(0, qgot[k] - qwant.get(k, 0)) for k in qgot)
-        lost += sum(max(0, qwant[k] - qgot.get(k, 0)) for k in qwant)
         problems = []
-        commits = [c for c in r.delta_log_commits(p.sink) if c["txns"]]
-        versions = [c["txns"][0]["version"] for c in commits]
-        if versions != list(range(1, len(versions) + 1)):
-            problems.append(f"txn versions in the sink log are not 1..n: {versions}")
-        seen = collections.Counter(path for c in commits for path, _s, _m in json.loads(c["commitInfo"]["eo.offsets"]))
-        landed_files = {f"{p.landing}/{k}" for k in r.keys(p.landing) if k.endswith(".jsonl")}
-        if set(seen) != landed_files or any(v != 1 for v in seen.values()):
-            problems.append(f"offsets: files committed {sum(seen.values())}, distinct {len(seen)}, "
-                            f"landed {len(landed_files)}")
-        qversions = [c["txns"][0]["version"] for c in r.delta_log_commits(p.quarantine) if c["txns"]]
-        if qversions != versions:
-            problems.append(f"quarantine txn versions {qversions} != sink {versions}")
-        ledger = json.loads(subprocess.run([PY, "-m", "eobatch.cli", "ledger", p.name, "--format", "json"],
-                                           env=self.env, capture_output=True, text=True, check=True).stdout)
-        if [b["batch_id"] for b in ledger] != versions or any(b["state"] != "COMMITTED" for b in ledger):
-            problems.append(f"ledger {[(b['batch_id'], b['state']) for b in ledger]} != table {versions}")
-        orphan_files = r.orphans(p.sink) + r.orphans(p.quarantine)
-        return {"batches": len(versions), "faults": sum(self.faults.values()), "duplicates": duplicates,
-                "lost": lost, "orphans": len(orphan_files), "problems": problems,
-                "records": sum(want.values()), "bad_records": sum(qwant.values())}
+        newest: dict[str, tuple[int, set]] = {}
+        for c in commits:
+            by_hour = collections.defaultdict(set)
+            for path, _s, _m in json.loads(c["commitInfo"]["eo.offsets"]):
+                by_hour[hour_of(path)].add(path)
+            for h, paths in by_hour.items():
+                newest[h] = (c["txns"][0]["version"], paths)
+        landed = collections.defaultdict(set)
+        for f in self.landed_files():
+            landed[hour_of(f)].add(f)
+        for h in sorted(set(landed) | set(newest), key=str):
+            if h not in newest:
+                problems.append(f"hour {h}: {len(landed[h])} landed files, never published")
+            elif newest[h][1] != landed.get(h, set()):
+                b, held = newest[h]
+                problems.append(f"hour {h}: its newest batch {b} holds {len(held)} files, {len(landed.get(h, ()))} "
+                                f"landed; missing {sorted(landed.get(h, set()) - held)[:3]}, "
+                                f"extra {sorted(held - landed.get(h, set()))[:3]}")
+        for name, log in (("sink", sink_log), ("quarantine", q_log)):
+            _ever, live = self.files_in_log(log)
+            for path in live:
+                m = SLICE_DIR.match(path)
+                if not m:
+                    continue
+                h = f"{m.group(2)}-{m.group(3)}-{m.group(4)}T{m.group(5)}"
+                if h in newest and int(m.group(1)) != newest[h][0]:
+                    problems.append(f"{name}: {path} of batch {int(m.group(1))} is live, but hour {h}'s newest "
+                                    f"batch is {newest[h][0]} (slice not replaced)")
+        return problems
 
     def check_kafka_offsets(self, commits: list[dict]) -> list[str]:
-        """Ranges in the Delta history start at 0, are contiguous, and end at each partition's end."""
+        """Ranges of the live batches in the Delta history start at 0, are contiguous, and end at
+        each partition's end."""
         from confluent_kafka import Consumer, TopicPartition
 
         problems, end = [], {}
@@ -472,22 +1101,31 @@ def main(argv=None) -> int:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--backend", choices=["files", "kafka", "s3"], default="files")
+    ap.add_argument("--mode", choices=["continuous", "interval"], default="continuous",
+                    help="interval: an hourly interval-mode pipeline, one run per hour (files backend only)")
     ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
-    ap.add_argument("--faults", default=None, help="comma-separated fault kinds to draw from (default: all)")
+    ap.add_argument("--faults", default=None, help="comma-separated fault kinds to draw from (default: all "
+                                                   "of the backend and mode)")
     ap.add_argument("--distinct", action="store_true", help="draw each fault kind once before any repeats")
     args = ap.parse_args(argv)
     if args.batches < 1:
         ap.error("--batches must be at least 1")
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
-    work.mkdir(parents=True, exist_ok=True)
-    only = args.faults.split(",") if args.faults else None
-    known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS)
+    if args.mode == "interval" and args.backend != "files":
+        ap.error("--mode interval runs with --backend files only")
+    only = [k for k in args.faults.split(",") if k] if args.faults else None
+    kinds = kinds_for(args.backend, args.mode)
+    known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)
     if only and not set(only) <= known:
         ap.error(f"unknown fault kinds {sorted(set(only) - known)}")
+    if only and not set(only) <= set(kinds):
+        ap.error(f"fault kinds {sorted(set(only) - set(kinds))} do not apply to backend {args.backend} in "
+                 f"{args.mode} mode (those that do: {', '.join(kinds)})")
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
+    work.mkdir(parents=True, exist_ok=True)
     chaos = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
-                  only=only, distinct=args.distinct)
+                  only=only, distinct=args.distinct, mode=args.mode)
     try:
         res = chaos.run()
     finally:  # never leave a broker or an S3 server behind, whatever failed

@@ -1,22 +1,42 @@
 """A short `make chaos` inside the test suite: faults at every phase boundary, each fault kind
 drawn at most once (in the seed's order) so one short run covers as many kinds as it can.
 
-The long runs (hundreds of batches) stay in `make chaos BATCHES=... SEED=...`.
+Two short runs: the continuous pipeline over the first ten kinds (BASE_FAULTS: the seed draws
+what it drew before the later kinds existed), and an hourly interval-mode pipeline over
+odd_lines, late_file and verify_abort_race (the seed draws them in that order: the odd lines
+land in hour 0, a late file lands in the published hour 0 and is republished with hour 1, then a
+zombie verify races the abort task on hour 2's attempt).
+
+The long runs (hundreds of batches) and the other kinds (rewind_race, foreign_writers, the
+Kafka and S3 backends) stay in `make chaos BATCHES=... SEED=... [MODE=...] [FAULTS=...]`.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from chaos.run_chaos import FAULTS, Chaos
+from chaos.run_chaos import BASE_FAULTS, Chaos
 
 pytestmark = pytest.mark.integration
+
+INTERVAL_KINDS = ["odd_lines", "late_file", "verify_abort_race"]
 
 
 @pytest.mark.parametrize("seed", [11])
 def test_short_chaos_run_is_exactly_once(tmp_path, seed):
-    res = Chaos(batches=5, seed=seed, workdir=tmp_path, fault_rate=0.8, quiet=True, distinct=True).run()
+    res = Chaos(batches=5, seed=seed, workdir=tmp_path, fault_rate=0.8, quiet=True, distinct=True,
+                only=BASE_FAULTS).run()
     assert res["problems"] == []
     assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
     assert res["batches"] >= 5 and res["faults"] >= 3, res
-    assert len(res["faults_by_kind"]) == min(res["faults"], len(FAULTS)), res  # distinct kinds
+    assert len(res["faults_by_kind"]) == min(res["faults"], len(BASE_FAULTS)), res  # distinct kinds
+
+
+def test_short_interval_chaos_run_is_exactly_once(tmp_path):
+    res = Chaos(batches=3, seed=3, workdir=tmp_path, fault_rate=1.0, quiet=True, distinct=True,
+                only=INTERVAL_KINDS, mode="interval").run()
+    assert res["problems"] == [], res
+    assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
+    assert res["batches"] >= 3, res
+    assert set(INTERVAL_KINDS) <= set(res["faults_by_kind"]), res  # each of them injected
+    assert res["bad_records"] >= 6, res  # the odd lines were landed, and quarantined exactly once
