@@ -10,26 +10,29 @@ import os
 from pathlib import Path
 
 
+def parse_commit(version: int, data: bytes) -> dict:
+    """One commit file of a raw _delta_log: {version, commitInfo, adds, removes, txns}.
+
+    Actions are separated by "\n" only (the Delta protocol: one JSON object per line). A JSON
+    string may hold U+2028, U+2029 or U+0085 unescaped (delta-rs's OPTIMIZE writes statistics of
+    such values that way), so ``str.splitlines()``, which also splits there, must not be used."""
+    entry = {"version": version, "commitInfo": {}, "adds": [], "removes": [], "txns": []}
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        a = json.loads(line)
+        for kind in ("add", "remove", "txn"):
+            if kind in a:
+                entry[kind + "s"].append(a[kind])
+        if "commitInfo" in a:
+            entry["commitInfo"] = a["commitInfo"]
+    return entry
+
+
 def delta_log_commits(table: Path) -> list[dict]:
-    """Every commit of the raw _delta_log: {version, commitInfo, adds, removes, txns}."""
-    out = []
-    log = table / "_delta_log"
-    for f in sorted(log.glob("*.json")):
-        entry = {"version": int(f.stem), "commitInfo": {}, "adds": [], "removes": [], "txns": []}
-        for line in f.read_text().splitlines():
-            if not line.strip():
-                continue
-            a = json.loads(line)
-            if "commitInfo" in a:
-                entry["commitInfo"] = a["commitInfo"]
-            elif "add" in a:
-                entry["adds"].append(a["add"])
-            elif "remove" in a:
-                entry["removes"].append(a["remove"])
-            elif "txn" in a:
-                entry["txns"].append(a["txn"])
-        out.append(entry)
-    return out
+    """Every commit of the raw _delta_log, in version order (see ``parse_commit``)."""
+    log = Path(table) / "_delta_log"
+    return [parse_commit(int(f.stem), f.read_bytes()) for f in sorted(log.glob("*.json")) if f.stem.isdigit()]
 
 
 def read_rows(table: Path) -> list[dict]:

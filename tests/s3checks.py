@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import textwrap
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from checks import parse_commit
 
 BUCKET = "eobatch-test"
 
@@ -61,21 +64,9 @@ class S3Reader:
         return self.table(uri).to_pyarrow_table().to_pylist()
 
     def delta_log_commits(self, uri: str) -> list[dict]:
-        out = []
-        for rel in sorted(k for k in self.keys(uri) if k.startswith("_delta_log/") and k.endswith(".json")):
-            entry = {"version": int(rel.rsplit("/", 1)[1][:-5]), "commitInfo": {}, "adds": [], "removes": [],
-                     "txns": []}
-            for line in self.get(uri, rel).decode().splitlines():
-                if not line.strip():
-                    continue
-                a = json.loads(line)
-                for kind in ("add", "remove", "txn"):
-                    if kind in a:
-                        entry[kind + "s"].append(a[kind])
-                if "commitInfo" in a:
-                    entry["commitInfo"] = a["commitInfo"]
-            out.append(entry)
-        return out
+        """Every commit of the table's raw _delta_log, in version order (``checks.parse_commit``)."""
+        names = sorted(k for k in self.keys(uri) if re.fullmatch(r"_delta_log/\d+\.json", k))
+        return [parse_commit(int(k[len("_delta_log/"):-5]), self.get(uri, k)) for k in names]
 
     def orphans(self, uri: str) -> list[str]:
         live = set()

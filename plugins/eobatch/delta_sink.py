@@ -170,7 +170,7 @@ class DeltaParticipant:
         Returns the new table version. Raises CommitConflict when another writer won.
         """
         from deltalake.exceptions import CommitFailedError, DeltaError
-        from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+        from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         self.ensure_table(schema, partition_by)
         dt = self._table()

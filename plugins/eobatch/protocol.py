@@ -471,8 +471,8 @@ class Protocol:
                     f"the {p} table {self.layout.table(p)} " + (
                         f"holds it at version {f[0]} (attempt {f[1].get('eo.attempt')}, fingerprint "
                         f"{f[1].get('eo.fingerprint') or 'none'})" if f else
-                        f"holds it without a commit carrying this pipeline's batch metadata in its history "
-                        f"(log cleaned up, or another writer)")
+                        "holds it without a commit carrying this pipeline's batch metadata in its history "
+                        "(log cleaned up, or another writer)")
                     for p, f in found.items())
                 staged = ", ".join(self.ledger.attempts(batch_id)) or "none left"
                 raise LedgerMismatch(

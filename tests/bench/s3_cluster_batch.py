@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from conftest import base_env, orders  # noqa: E402
+from harness import base_env, orders  # noqa: E402
 
 from eobatch import launch  # noqa: E402
 from eobatch.config import load_pipeline  # noqa: E402

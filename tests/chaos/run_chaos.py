@@ -79,7 +79,10 @@ An orphan is a file under eo_batches/ that no commit of the log ever added (a st
 commit will reference). A file a commit added and a later commit removed (OPTIMIZE, a rewind's
 RESTORE, an interval's slice replace) is not an orphan: it is VACUUM's to delete; those are
 counted as "tombstoned", for information.
-Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o>``.
+The line before the last: ``chaos: mode=.. backend=.. runs=.. seconds=.. problems=.. rewound=..
+repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=..``.
+Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o>`` (exit 0 only when
+d = l = o = 0, no problem was found and all n batches committed).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from checks import delta_log_commits  # noqa: E402
-from conftest import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
+from harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
 from eobatch import launch  # noqa: E402
 
@@ -149,10 +152,6 @@ if proto.cfg.mode == "interval" and (attempt or proto.ledger.prepared(batch) is 
 print(json.dumps(out))
 sys.exit(5 if out["prepared_first"] else 0)
 """
-
-
-def hour_key(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H")
 
 
 class Chaos:
@@ -1133,6 +1132,11 @@ def main(argv=None) -> int:
             if service is not None:
                 service.stop(kill=True)
     print(json.dumps(res, indent=1))
+    f = res.get("foreign") or {}
+    print(f"chaos: mode={res.get('mode')} backend={res.get('backend')} runs={res.get('runs')} "
+          f"seconds={res.get('seconds')} problems={len(res['problems'])} rewound={len(res.get('rewound') or [])} "
+          f"repairs={len(res.get('repairs') or [])} foreign_rows={f.get('present', 0)}/{f.get('appended', 0)} "
+          f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)}")
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
           and res["batches"] >= args.batches)
     print(f"chaos: batches={res['batches']} faults={res['faults']} duplicates={res['duplicates']} "

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from checks import assert_exactly_once, read_rows
-from conftest import orders, run_batch, write_pipeline
+from harness import orders, run_batch, write_pipeline
 
 pytestmark = pytest.mark.integration
 

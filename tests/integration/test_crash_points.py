@@ -13,8 +13,8 @@ import sys
 import threading
 
 import pytest
-from checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
-from conftest import REPO, base_env, kill_group, orders, run_batch, stage, wait_for
+from checks import assert_exactly_once, delta_log_commits, orphans, txn_version
+from harness import REPO, base_env, kill_group, orders, run_batch, stage, wait_for
 
 from eobatch import launch
 from eobatch.delta_sink import FingerprintMismatch

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
-from conftest import REPO, VENV_BIN, orders, write_pipeline
+from harness import VENV_BIN, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 from checks import delta_log_commits, live_files, read_rows, txn_version
-from conftest import base_env, orders, run_batch, stage, write_pipeline
+from harness import base_env, orders, run_batch, stage, write_pipeline
 
 from eobatch import launch
 from eobatch.protocol import BatchInFlight, ProtocolError

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from checks import delta_log_commits, orphans, read_rows, txn_version
-from conftest import orders, run_batch, stage, wait_for, write_kafka_pipeline
+from harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
 
 from eobatch import launch
 from eobatch.services import KafkaBroker

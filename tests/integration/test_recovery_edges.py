@@ -10,7 +10,7 @@ import sys
 
 import pytest
 from checks import assert_exactly_once, read_rows
-from conftest import base_env, orders, run_batch, stage
+from harness import base_env, orders, run_batch, stage
 
 from eobatch import launch
 from eobatch.protocol import CommitBlocked, LedgerMismatch

@@ -16,7 +16,7 @@ import time
 import uuid
 
 import pytest
-from conftest import base_env, kill_group, orders, stage, wait_for
+from harness import base_env, kill_group, orders, stage, wait_for
 from s3checks import BUCKET, S3Reader, s3_pipeline
 
 from eobatch import launch

@@ -11,7 +11,7 @@ import datetime as dt
 import pytest
 from airflow_stack import AirflowStack
 from checks import delta_log_commits, read_rows, txn_version
-from conftest import airflow_env, orders, write_pipeline
+from harness import airflow_env, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
 

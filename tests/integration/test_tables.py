@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from checks import assert_exactly_once, delta_log_commits, read_rows
-from conftest import REPO, base_env, orders, run_batch, write_pipeline
+from harness import REPO, base_env, orders, run_batch, write_pipeline
 
 from eobatch import launch
 

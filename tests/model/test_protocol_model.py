@@ -273,6 +273,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.foreign_rows = 0
         self.compactions = 0
         self._stack: list[str] = []  # the actor whose code runs now (nested in a race)
+        self._log_level = logging.getLogger("eobatch").level
         logging.getLogger("eobatch").setLevel(logging.ERROR)  # the product's warnings are expected here
         self._patched = (faults.crash_point, faults.fail_point)
         faults.crash_point, faults.fail_point = _crash_point, _fail_point
@@ -930,9 +931,15 @@ class ProtocolModel(RuleBasedStateMachine):
             if sys.exc_info()[0] is None:  # a failed step is reported as it is, without a drain
                 self._drain()
         finally:
-            _MACHINE[0] = None
-            faults.crash_point, faults.fail_point = self._patched
-            shutil.rmtree(self.root, ignore_errors=True)
+            self._release()
+
+    def _release(self):
+        """Undo what __init__ did to the process, whatever happened (later tests read the warnings)."""
+        self.arm = self.race = None
+        _MACHINE[0] = None
+        faults.crash_point, faults.fail_point = self._patched
+        logging.getLogger("eobatch").setLevel(self._log_level)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def _drain(self):
         a = Actor(self, 9, 0)
@@ -1028,10 +1035,7 @@ def machine(monkeypatch):
         m.check_now()
         m._drain()  # then exactly once: everything landed is published, once
     finally:
-        m.arm = m.race = None
-        _MACHINE[0] = None
-        faults.crash_point, faults.fail_point = m._patched
-        shutil.rmtree(m.root, ignore_errors=True)
+        m._release()
 
 
 def _committed_batches(m: ProtocolModel, n: int) -> None:
