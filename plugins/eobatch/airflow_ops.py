@@ -19,7 +19,14 @@ from .delta_sink import FingerprintMismatch
 from .formats import InvalidId
 from .params import ParamsError, RunParams, check_params
 from .protocol import (
-    AttemptPrepared, BatchInFlight, CommitBlocked, ConcurrentPlan, LedgerMismatch, Protocol, ProtocolError, interval_of,
+    AttemptPrepared,
+    BatchInFlight,
+    CommitBlocked,
+    ConcurrentPlan,
+    LedgerMismatch,
+    Protocol,
+    ProtocolError,
+    interval_of,
 )
 from .sources.files import FileTooLarge, LateFiles
 from .sources.kafka import DataLossError, IntervalTooLarge

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from .errors import UsageError
+
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 SIMPLE_TYPES = {
     "STRING", "VARCHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT",
@@ -29,7 +31,7 @@ TRANSFORMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os
                               "spark_jobs", "transforms")
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     def __init__(self, file: str, key: str, message: str):
         self.file, self.key = file, key
         super().__init__(f"{os.path.basename(file)}: {key}: {message}" if key else f"{os.path.basename(file)}: {message}")

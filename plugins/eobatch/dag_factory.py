@@ -11,11 +11,15 @@ import datetime as dt
 from airflow.sdk import DAG, Param
 
 from .airflow_ops import (
-    AbortOperator, CommitOperator, PlanOperator, RecoverOperator, StageOperator, VerifySensor,
+    AbortOperator,
+    CommitOperator,
+    PlanOperator,
+    RecoverOperator,
+    StageOperator,
+    VerifySensor,
 )
 from .config import PipelineConfig, load_all
 from .params import PARAMS_DOC
-
 
 
 def timetable_for(cfg: PipelineConfig):

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from .errors import RetryableError, TerminalError
+
 log = logging.getLogger(__name__)
 
 
@@ -42,11 +44,11 @@ class Replace:
         return ", ".join(sorted(self.slices) + [f"batch {b}" for b in sorted(self.batches)])
 
 
-class CommitConflict(RuntimeError):
+class CommitConflict(RetryableError):
     """Another writer committed first; re-read the table and decide again."""
 
 
-class FingerprintMismatch(RuntimeError):
+class FingerprintMismatch(TerminalError):
     """The table holds this batch with a different file set than the one prepared."""
 
 

@@ -31,6 +31,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
+from .errors import UsageError
 from .storage import join
 
 FORMAT_VERSION = 1
@@ -43,7 +44,7 @@ PARTICIPANTS = (SINK, QUARANTINE)
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
 
 
-class InvalidId(ValueError):
+class InvalidId(UsageError):
     """A batch or attempt id that is not one this product writes (from XCom, the CLI, a spec)."""
 
 

@@ -19,6 +19,8 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+from .errors import RetryableError
+
 FIELDS = ("source", "position", "raw", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_key",
           "_kafka_timestamp")
 # raw and key stay bytes: Spark casts them to strings and flags invalid UTF-8 itself
@@ -26,8 +28,8 @@ SPARK_SCHEMA = ("source STRING, position BIGINT, raw BINARY, _kafka_topic STRING
                 "_kafka_offset BIGINT, _kafka_key BINARY, _kafka_timestamp TIMESTAMP")
 
 
-class KafkaReadError(RuntimeError):
-    pass
+class KafkaReadError(RetryableError):
+    """A Kafka read inside the stage job that failed or made no progress (the stage is retried)."""
 
 
 def slices(partitions: dict, max_per_slice: int) -> list[tuple[int, int, int]]:

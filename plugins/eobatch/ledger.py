@@ -6,15 +6,18 @@ import json
 import re
 
 from .formats import (
-    BatchPlan, CommittedBatch, Layout, PartitionManifest, PreparedBatch, RewindRecord, StageSummary, bid,
+    BatchPlan,
+    CommittedBatch,
+    Layout,
+    PartitionManifest,
+    PreparedBatch,
+    RewindRecord,
+    StageSummary,
+    bid,
 )
 from .storage import join, storage_for
 
 _BATCH_FILE = re.compile(r"^(\d{10})\.json$")
-
-
-class LedgerError(RuntimeError):
-    pass
 
 
 class Ledger:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .errors import UsageError
+
 PARAMS_DOC = {
     "max_records_per_batch": "Upper bound of records for a new batch (default: the YAML's value). "
                              "Interval mode: an interval holding more fails instead of being split.",
@@ -19,8 +21,8 @@ PARAMS_DOC = {
 }
 
 
-class ParamsError(ValueError):
-    pass
+class ParamsError(UsageError):
+    """A run's params that the pipeline refuses (Airflow UI trigger form, ``dags trigger -c``)."""
 
 
 @dataclass(frozen=True)

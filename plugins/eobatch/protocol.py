@@ -47,13 +47,28 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from . import faults
 from .config import PipelineConfig
-from .delta_sink import CommitConflict, DeltaParticipant, FingerprintMismatch, Replace, schema_from_b64
+from .delta_sink import (
+    CommitConflict,
+    DeltaParticipant,
+    FingerprintMismatch,
+    Replace,
+    schema_from_b64,
+)
+from .errors import Kind, TerminalError
 from .formats import (
-    PARTICIPANTS, BatchPlan, BatchState, CommittedBatch, Layout, PreparedBatch, RewindRecord,
-    commit_metadata, fingerprint_of,
+    PARTICIPANTS,
+    BatchPlan,
+    BatchState,
+    CommittedBatch,
+    Layout,
+    PreparedBatch,
+    RewindRecord,
+    commit_metadata,
+    fingerprint_of,
 )
 from .ledger import Ledger
 from .sources import source_for
@@ -63,7 +78,7 @@ from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 log = logging.getLogger("eobatch")
 
 
-class ProtocolError(RuntimeError):
+class ProtocolError(TerminalError):
     """A state the protocol cannot resolve by itself; the message says how to repair."""
 
 
@@ -72,15 +87,19 @@ class LedgerMismatch(ProtocolError):
 
 
 class ConcurrentPlan(ProtocolError):
-    pass
+    """Another planner wrote this batch id first: wait for that batch, then plan again."""
+
+    kind: ClassVar[Kind] = "wait"
 
 
 class CommitBlocked(ProtocolError):
-    pass
+    """A PREPARED batch whose files are gone: a person must repair (the message says how)."""
 
 
 class BatchInFlight(ProtocolError):
     """Interval mode: another run's batch is being staged; wait until it is decided."""
+
+    kind: ClassVar[Kind] = "wait"
 
 
 class IntervalNotSettled(BatchInFlight):

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Iterator
 
+from .errors import RetryableError
+
 
 @dataclass(frozen=True)
 class FileInfo:
@@ -215,7 +217,7 @@ class LocalStorage:
         os.makedirs(self._p(path), exist_ok=True)
 
 
-class S3StorageError(OSError):
+class S3StorageError(RetryableError, OSError):
     """An S3 request failed; the message names the operation and the object, never a credential."""
 
 

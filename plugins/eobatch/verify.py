@@ -17,21 +17,33 @@ import datetime as _dt
 import decimal
 import json
 import math
+from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .delta_sink import normalize_type, schema_from_b64, schema_signature
-from .formats import PARTICIPANTS, QUARANTINE, SINK, BatchPlan, Layout, StageSummary, fingerprint_of
+from .errors import TerminalError, WaitError
+from .formats import (
+    PARTICIPANTS,
+    QUARANTINE,
+    SINK,
+    BatchPlan,
+    Layout,
+    StageSummary,
+    fingerprint_of,
+)
 from .storage import join
 
 
-class NotReady(Exception):
+class NotReady(WaitError):
     """The attempt has not finished staging yet (no stage summary)."""
 
 
-class VerifyFailed(Exception):
+class VerifyFailed(TerminalError):
     """The staged output is wrong; the attempt must be aborted and the batch re-staged."""
+
+    exit_code: ClassVar[int | None] = 4
 
 
 def _json_value(v, t: pa.DataType, is_max: bool):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from .. import lines
+from ..errors import TerminalError
 from ..formats import slice_name
 from ..storage import FileInfo, join, storage_for
 from .kafka import IntervalTooLarge
@@ -21,11 +22,11 @@ from .kafka import IntervalTooLarge
 log = logging.getLogger(__name__)
 
 
-class LateFiles(ValueError):
+class LateFiles(TerminalError):
     """Interval mode with ``source.late_files: fail``: files landed in an interval already planned."""
 
 
-class FileTooLarge(ValueError):
+class FileTooLarge(TerminalError):
     """A landing file larger than one Spark task of the stage job reads (``source.max_file_bytes``)."""
 
 

@@ -17,18 +17,20 @@ from __future__ import annotations
 
 import logging
 
+from ..errors import RetryableError, TerminalError
+
 log = logging.getLogger(__name__)
 
 
-class DataLossError(RuntimeError):
-    pass
+class DataLossError(TerminalError):
+    """Records were deleted (retention) before they were read, and ``on_data_loss`` is ``fail``."""
 
 
-class KafkaUnavailable(RuntimeError):
-    pass
+class KafkaUnavailable(RetryableError):
+    """The broker or the topic cannot be reached now (the plan task is retried)."""
 
 
-class IntervalTooLarge(ValueError):
+class IntervalTooLarge(TerminalError):
     """An interval holds more records than the batch limit allows (interval mode: one batch each)."""
 
 
