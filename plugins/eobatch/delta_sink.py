@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import time
+from typing import Protocol
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -91,6 +92,23 @@ def _partition_text(v) -> str:
     if isinstance(v, dt.datetime):
         return v.strftime("%Y-%m-%d %H:%M:%S.%f")
     return str(v)
+
+
+class Participant(Protocol):
+    """One table of a batch's commit (the sink, the quarantine; later a merge target, a state
+    table). The protocol needs only this of it; ``DeltaParticipant`` is the Delta Lake one."""
+
+    name: str
+    uri: str
+
+    def exists(self) -> bool: ...
+    def committed_version(self, app_id: str) -> int: ...
+    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None: ...
+    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None: ...
+    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, partition_by: list[str],
+               metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int: ...
+    def restore(self, version: int, metadata: dict) -> int: ...
+    def missing_files_at(self, version: int, fs) -> list[str]: ...
 
 
 class DeltaParticipant:

@@ -57,6 +57,39 @@ def kind_of(e: BaseException) -> Kind | None:
     return e.kind if isinstance(e, EobatchError) else None
 
 
+# -- the protocol's own errors (eobatch.protocol) ---------------------------------------------
+class ProtocolError(TerminalError):
+    """A state the protocol cannot resolve by itself; the message says how to repair."""
+
+
+class LedgerMismatch(ProtocolError):
+    """The ledger and the tables disagree (a gap, an unknown batch, a foreign ledger)."""
+
+
+class ConcurrentPlan(ProtocolError):
+    """Another planner wrote this batch id first: wait for that batch, then plan again."""
+
+    kind: ClassVar[Kind] = "wait"
+
+
+class CommitBlocked(ProtocolError):
+    """A PREPARED batch whose files are gone: a person must repair (the message says how)."""
+
+
+class BatchInFlight(ProtocolError):
+    """Another run's batch is not decided yet (batches are strictly ordered): wait for it."""
+
+    kind: ClassVar[Kind] = "wait"
+
+
+class IntervalNotSettled(BatchInFlight):
+    """Interval mode: the interval ended less than ``source.settle_seconds`` ago; wait, then plan."""
+
+
+class AttemptPrepared(ProtocolError):
+    """abort lost the attempt's decision to verify: the attempt is (being) PREPARED, not aborted."""
+
+
 #: CLI exit codes by kind (``EobatchError.exit_code`` overrides: UsageError 2, VerifyFailed 4).
 EXIT_BY_KIND: dict[str, int] = {"wait": 3, "terminal": 5, "retry": 7}
 NOTHING_TO_DO = 6  # `plan`: nothing new to read

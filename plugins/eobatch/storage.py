@@ -16,7 +16,7 @@ import errno
 import os
 import uuid
 from dataclasses import dataclass
-from typing import Iterator
+from typing import BinaryIO, Iterator, Protocol
 
 from .errors import RetryableError
 
@@ -26,6 +26,26 @@ class FileInfo:
     path: str  # absolute path or URI
     size: int
     mtime_ms: int
+
+
+class Storage(Protocol):
+    """What the protocol needs of a file system; ``LocalStorage`` and ``S3Storage`` implement it.
+
+    Paths are whole (a local path, or ``s3a://bucket/key``); folders are prefixes."""
+
+    def exists(self, path: str) -> bool: ...
+    def stat(self, path: str) -> FileInfo | None: ...
+    def read_bytes(self, path: str) -> bytes: ...
+    def open_read(self, path: str) -> BinaryIO: ...
+    def write_atomic(self, path: str, data: bytes) -> None: ...
+    def put_if_absent(self, path: str, data: bytes) -> bool: ...
+    def delete(self, path: str) -> None: ...
+    def list_files(self, prefix: str, recursive: bool = True, links: list | None = None) -> Iterator[FileInfo]: ...
+    def list_dirs(self, prefix: str) -> list[str]: ...
+    def remove_empty_dirs(self, prefix: str) -> None: ...
+    def makedirs(self, path: str) -> None: ...
+    def arrow_fs(self): ...
+    def arrow_path(self, path: str) -> str: ...
 
 
 def join(base: str, *parts: str) -> str:
@@ -426,7 +446,7 @@ def _code(e: Exception) -> str | None:
 _S3 = None
 
 
-def storage_for(uri: str):
+def storage_for(uri: str) -> Storage:
     """The storage that serves ``uri``: S3 for ``s3a://`` and ``s3://``, else the local disk."""
     global _S3
     if uri.startswith(("s3a://", "s3://")):

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from pyarrow_stager import stage
 
-from eobatch import protocol as protocol_module
+import eobatch
+from eobatch.protocol import verbs as protocol_module
 from eobatch.formats import InvalidId, Layout, check_attempt, check_batch_id
 from eobatch.protocol import AttemptPrepared, Protocol
 from eobatch.verify import VerifyFailed
@@ -127,7 +128,7 @@ def test_abort_with_a_path_as_attempt_deletes_nothing(make_cfg, tmp_path):
         proto.verify(plan.batch_id, "../../..")
     assert sorted(p for p in (tmp_path / "lake").rglob("*") if p.is_file()) == before
     r = subprocess.run([sys.executable, "-m", "eobatch.cli", "abort", "orders", "1", "../../.."],
-                       env={"PIPELINES_DIR": str(Path(cfg.file).parent), "PYTHONPATH": str(Path(protocol_module.__file__).parents[1]),
+                       env={"PIPELINES_DIR": str(Path(cfg.file).parent), "PYTHONPATH": str(Path(eobatch.__file__).parents[1]),
                             "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
     assert r.returncode == 2 and "invalid attempt id '../../..'" in r.stderr, r.stderr
     assert sorted(p for p in (tmp_path / "lake").rglob("*") if p.is_file()) == before

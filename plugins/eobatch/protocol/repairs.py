@@ -1,0 +1,255 @@
+"""The repairs: rewind (read again from a batch), reset (forget batches no table holds), sweep.
+
+They move the pipeline's position explicitly, through the ledger, never by editing a table
+behind its back. ``Repairs`` is the half of ``Protocol`` (``verbs.py``) that holds them.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import time
+from typing import TYPE_CHECKING
+
+from .. import faults
+from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
+from ..formats import PARTICIPANTS, BatchPlan, RewindRecord
+from ..sources import source_for
+from ..storage import join, relpath
+from . import state as st
+from .state import start_marker, utcnow
+
+if TYPE_CHECKING:
+    from ..config import PipelineConfig
+    from ..delta_sink import Participant
+    from ..formats import BatchState, Layout
+    from ..ledger import Ledger
+    from ..storage import Storage
+
+
+class Repairs:
+    cfg: PipelineConfig
+    app_id: str
+    layout: Layout
+    ledger: Ledger
+    participants: dict[str, Participant]
+
+    if TYPE_CHECKING:  # the verbs' half (verbs.Protocol) provides these
+        def committed_versions(self) -> dict[str, int]: ...
+        def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
+        def fs_for(self, participant: str) -> Storage: ...
+        def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
+        def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]: ...
+
+    # -- rewind ----------------------------------------------------------------------
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
+               max_records: int | None = None) -> list[str]:
+        """Bring the tables back to before batch ``to_batch`` and read again from its start.
+
+        Delta's RESTORE alone is not enough: it keeps the txn ids, so replayed batches with their
+        old ids would be skipped as "already committed". Instead the rewind is recorded first
+        (put-if-absent, ``rewinds/<after>-<to>.json``), each table is restored to the version
+        before ``to_batch``'s commit, and batches ``to_batch``..``after`` become REWOUND: their
+        ranges no longer count as read, and the next batch, with the next new id, starts at
+        ``to_batch``'s start. Continuous mode only (in interval mode, run the intervals again).
+        """
+        if self.cfg.mode != "continuous":
+            raise ProtocolError("rewind_to_batch is for continuous mode; in interval mode run the intervals "
+                                "again (a manual run with that logical date, or a backfill with reprocessing)")
+        done = [r for r in self.ledger.rewinds() if run_id and r.run_id == run_id and r.to_batch == to_batch]
+        if done:  # this run asked for it before (a retried or cleared run): once is enough
+            return [f"the rewind to before batch {to_batch} was already done by run {run_id}"] + \
+                self._complete_rewinds()
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        live = [b for b in range(1, latest + 1) if b not in self.ledger.rewound_ids()]
+        if to_batch not in live:
+            raise ProtocolError(f"cannot rewind to batch {to_batch}: the committed batches that can be rewound "
+                                f"are {st.ranges(live) or 'none'}")
+        if min(versions.values()) < latest or self.ledger.committed(latest) is None:
+            raise ProtocolError(f"cannot rewind while batch {latest} is {self.state(latest, versions)}: let a "
+                                f"normal run commit it first, or `make reset-batch PIPELINE={self.app_id} "
+                                f"BATCH={latest}`")
+        restore = {}
+        for p in PARTICIPANTS:
+            found = self.participants[p].find_batch_commit(self.app_id, to_batch)
+            if found is None:
+                raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
+                                    f"commit (log cleaned up)")
+            restore[p] = found[0] - 1
+            missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
+            if missing:
+                raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
+                                    f"(before that batch) can no longer be restored: {len(missing)} of its files "
+                                    f"were removed (VACUUM, e.g. after a compaction), such as {missing[0]}; "
+                                    f"nothing was rewound")
+        gone = [b for b in live if b >= to_batch]
+        rows = sum((self.ledger.prepared(b).rows_published if self.ledger.prepared(b) else 0) for b in gone)
+        what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
+                f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
+                f"from batch {to_batch}'s start")
+        if dry_run:
+            return [f"dry run: would {what}"]
+        rec = RewindRecord(pipeline=self.cfg.name, after_batch=latest, to_batch=to_batch,
+                           restore_versions=restore, requested_at=utcnow(), run_id=run_id)
+        # The rewind and every plan are exclusive through the ledger itself: the rewind reserves
+        # batch latest+1 put-if-absent, as the first batch that reads again from to_batch's start.
+        # A run that planned latest+1 from the old position first wins; this rewind then did nothing.
+        plan = self._replay_plan(rec, max_records, run_id)
+        if not self.ledger.put_plan(plan):
+            other = self.ledger.plan(plan.batch_id)
+            raise ConcurrentPlan(f"cannot rewind now: batch {plan.batch_id} was planned by run "
+                                 f"{other.run_id if other else '?'} while this rewind was being checked; "
+                                 f"nothing was rewound. Ask again once that batch is committed")
+        self.ledger.put_rewind(rec)
+        return [what + f"; batch {plan.batch_id} is planned: {plan.range_summary()}"] + self._complete_rewinds()
+
+    def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
+        """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
+        t0 = time.time()
+        source = source_for(self.cfg)
+        rng, n, notes = source.next_range(self._read_so_far(pending_rewind=rec),
+                                          max_records or self.cfg.source.max_records_per_batch)
+        if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
+            k = self.ledger.plan(rec.to_batch)
+            marker = start_marker(k)
+            rng, n = (marker.range, None) if marker is not None else ({"files": []}, 0)
+        return BatchPlan(
+            pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
+            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
+            plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
+            notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
+                   f"{rec.to_batch}'s start"] + notes,
+        )
+
+    def _complete_rewinds(self) -> list[str]:
+        """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash).
+
+        Only a table still holding the rewind's ``after_batch`` can be missing it: every commit
+        completes pending rewinds first.
+        """
+        done = []
+        recs = self.ledger.rewinds()
+        latest = self.ledger.plan(self.ledger.latest_batch_id()) if self.ledger.latest_batch_id() else None
+        if latest is not None and latest.rewind:  # a rewind that died between its reservation and its record
+            rec = RewindRecord.from_json(json.dumps(latest.rewind))
+            if rec.key not in {r.key for r in recs}:
+                self.ledger.put_rewind(rec)
+                recs = self.ledger.rewinds()
+        if not recs:
+            return done
+        for p in PARTICIPANTS:
+            part = self.participants[p]
+            held = part.committed_version(self.app_id)
+            for rec in recs:
+                if rec.after_batch != held:
+                    continue
+                if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
+                    continue
+                try:
+                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
+                                                               "eo.rewind": f"{self.app_id}:{rec.key}"})
+                except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
+                    raise LedgerMismatch(
+                        f"the rewind {rec.key} (to before batch {rec.to_batch}) cannot restore the {p} table "
+                        f"{self.layout.table(p)} to version {rec.restore_versions[p]}: {e}. Files of that "
+                        f"version were removed after the rewind was checked (a VACUUM). Repair: put the missing "
+                        f"files back from a backup, then run again; nothing is published until then") from e
+                done.append(f"{p}: restored to version {rec.restore_versions[p]} (as version {v}) for the "
+                            f"rewind to before batch {rec.to_batch}")
+                faults.crash_point("rewind.after_first_restore")
+        return done
+
+    # -- reset -----------------------------------------------------------------------
+    def reset(self, from_batch: int) -> list[int]:
+        """Forget batches ``from_batch``.. that no table holds, so their ranges are planned again.
+
+        The repair for a PREPARED batch whose staged files are gone, and for a gap between
+        ledger and tables (a table restored to an older version): the ledger records of those
+        batches move to ``_eo_ledger/archive/<time>/``; the next run plans from the end of
+        batch ``from_batch - 1`` and the sweep removes their staged files. Refused when any
+        table holds one of those batches (that would publish it twice).
+        """
+        versions = self.committed_versions()
+        if max(versions.values()) >= from_batch:
+            raise ProtocolError(f"cannot reset to batch {from_batch}: the tables hold batches up to {versions}; "
+                                f"resetting would publish them twice")
+        latest = self.ledger.latest_batch_id()
+        if from_batch < 1 or from_batch > latest:
+            raise ProtocolError(f"batch {from_batch} is not in the ledger (batches 1..{latest})")
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+        archive = join(self.layout.ledger, "archive", stamp)
+        fs = self.ledger.fs
+        moved = []
+        for b in range(latest, from_batch - 1, -1):  # newest first: a crash leaves a consistent prefix
+            for path, name in ((self.layout.committed(b), "committed"), (self.layout.prepared(b), "prepared")):
+                if fs.exists(path):
+                    fs.write_atomic(join(archive, name, path.rsplit("/", 1)[-1]), fs.read_bytes(path))
+                    fs.delete(path)
+            for f in list(fs.list_files(self.layout.attempts_dir(b))):
+                fs.write_atomic(join(archive, "attempts", relpath(f.path, join(self.layout.ledger, "attempts"))),
+                                fs.read_bytes(f.path))
+                fs.delete(f.path)
+            fs.remove_empty_dirs(self.layout.attempts_dir(b))
+            plan = self.layout.plan(b)
+            fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
+            fs.delete(plan)
+            moved.append(b)
+        for b in self._staged_batches():
+            if b >= from_batch:
+                self._sweep_batch(b, everything=True)
+        self.sweep(recent=None)
+        return sorted(moved)
+
+    # -- sweep -----------------------------------------------------------------------
+    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
+        """Delete staged files no commit will ever reference.
+
+        Looks at the ``recent`` newest batches (all when None), and only at what is decided,
+        so a sweep never races a live attempt (another run's, or a zombie's that may still be
+        PREPARED): for a PREPARED (or committed) batch every file outside its prepared set goes
+        (failed attempts, zombies that finished late); for an ABANDONED batch everything goes;
+        for an undecided batch only ABORTED attempts go. The dead attempts of an undecided batch
+        stay until it is decided: the commit removes them (``_sweep_batch``).
+        """
+        latest = self.ledger.latest_batch_id()
+        removed: list[str] = []
+        for b in self._staged_batches():
+            if b > latest or b == skip or (recent is not None and b < latest - recent):
+                continue  # planned after this sweep began (a live run's), or out of scope
+            removed += self._sweep_batch(b)
+        return removed
+
+    def _staged_batches(self) -> list[int]:
+        ids = set()
+        for participant in PARTICIPANTS:
+            for d in self.fs_for(participant).list_dirs(self.layout.staging_root(participant)):
+                if d.startswith("b") and d[1:].isdigit():
+                    ids.add(int(d[1:]))
+        return sorted(ids)
+
+    def _sweep_batch(self, b: int, everything: bool = False) -> list[str]:
+        """The staged files of batch ``b`` that no commit will reference (see ``sweep``);
+        ``everything``: all of them (batches that ``reset`` forgot)."""
+        prepared = None if everything else self.ledger.prepared(b)  # immutable once read
+        if everything or prepared is not None or self.ledger.abandoned(b) is not None:
+            dead = None  # decided: every file outside the prepared set (if any) goes
+        else:
+            dead = {a for a in self.ledger.attempts(b) if self.ledger.aborted_info(b, a) is not None}
+            if not dead:
+                return []
+        removed: list[str] = []
+        for participant in PARTICIPANTS:
+            fs = self.fs_for(participant)
+            table = self.layout.table(participant)
+            keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
+            folder = join(table, self.layout.batch_staging_rel(b))
+            for f in list(fs.list_files(folder)):
+                rel = relpath(f.path, table)
+                if rel in keep or (dead is not None and rel.split("/")[2] not in dead):  # eo_batches/b../<attempt>/
+                    continue
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        return removed

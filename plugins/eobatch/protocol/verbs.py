@@ -1,0 +1,496 @@
+"""The verbs of the protocol: recover, plan, verify (pre-commit), commit, abort, abandon.
+
+Each reads the ledger and the tables, decides with ``state``'s pure functions, and writes what
+it decided put-if-absent (see the package's docstring for the state machine). The repairs
+(rewind, reset, sweep) are the ``Repairs`` half of the same class, in ``repairs.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from .. import faults
+from ..config import PipelineConfig
+from ..delta_sink import (
+    CommitConflict,
+    DeltaParticipant,
+    FingerprintMismatch,
+    Replace,
+    schema_from_b64,
+)
+from ..errors import (
+    AttemptPrepared,
+    BatchInFlight,
+    CommitBlocked,
+    ConcurrentPlan,
+    IntervalNotSettled,
+    LedgerMismatch,
+    ProtocolError,
+)
+from ..formats import (
+    PARTICIPANTS,
+    BatchPlan,
+    BatchState,
+    CommittedBatch,
+    Layout,
+    PreparedBatch,
+    RewindRecord,
+    commit_metadata,
+    fingerprint_of,
+)
+from ..ledger import Ledger
+from ..sources import source_for
+from ..storage import Storage, join, storage_for
+from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
+from . import state as st
+from .repairs import Repairs
+from .state import ms as _ms
+from .state import start_marker, utcnow
+
+log = logging.getLogger("eobatch")
+
+
+@dataclass
+class Recovery:
+    latest: int  # highest planned batch id (0: none)
+    committed: int  # highest batch committed in every participant
+    pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
+    actions: list  # what recovery did, for the task log
+    in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
+
+
+class Protocol(Repairs):
+    """One pipeline's protocol: its ledger, its participants (tables) and their storages."""
+
+    def __init__(self, cfg: PipelineConfig, storage_options: dict | None = None):
+        self.cfg = cfg
+        self.app_id = cfg.app_id
+        self.layout = Layout(cfg.sink_table, cfg.quarantine_table)
+        self.ledger = Ledger(self.layout)
+        self.participants: dict[str, Participant] = {
+            p: DeltaParticipant(p, self.layout.table(p), storage_options) for p in PARTICIPANTS
+        }
+        self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in PARTICIPANTS}
+        self.last_late: list = []  # late files the last plan() found (interval mode)
+
+    def fs_for(self, participant: str) -> Storage:
+        return self._fs[participant]
+
+    def committed_versions(self) -> dict[str, int]:
+        return {p: part.committed_version(self.app_id) for p, part in self.participants.items()}
+
+    def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
+        versions = versions if versions is not None else self.committed_versions()
+        if self.ledger.plan(batch_id) is None:
+            return None
+        facts = st.BatchFacts(
+            planned=True, abandoned=self._is_abandoned(batch_id),
+            prepared=self.ledger.prepared(batch_id) is not None,
+            staged=any(self.ledger.stage_summary(batch_id, a) and not self.ledger.aborted_info(batch_id, a)
+                       for a in self.ledger.attempts(batch_id)),
+            rewound=batch_id in self.ledger.rewound_ids())
+        return st.batch_state(facts, min(versions.values()), batch_id)
+
+    def _is_abandoned(self, batch_id: int) -> bool:
+        return self.ledger.abandoned(batch_id) is not None
+
+    def _prev_live(self, batch_id: int) -> int:
+        return st.prev_live(batch_id, self._is_abandoned)
+
+    def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
+        return st.undecided(latest, versions, bool(latest) and self._is_abandoned(latest))
+
+    def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
+                            self._prev_live(latest) if latest else 0, versions)
+
+    # -- recover ---------------------------------------------------------------------
+    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        actions: list[str] = self._complete_rewinds()
+        pending = None
+        in_flight = None
+        if self._undecided(latest, versions):
+            prepared = self.ledger.prepared(latest)
+            if prepared is None and commit_prepared:
+                prepared = self._finish_decided_prepare(latest, actions)
+            if prepared is not None and not commit_prepared:
+                actions.append(f"batch {latest} is PREPARED and waits for its commit (not done in a dry run)")
+                pending = latest
+            elif prepared is not None:
+                actions.append(f"batch {latest} was PREPARED but not committed everywhere "
+                               f"({versions}): committing it now")
+                self.commit(latest, recovered=True)
+            else:
+                ahead = [p for p, v in versions.items() if v >= latest]
+                if ahead:
+                    raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
+                                         f"this ledger was not written by this pipeline's commit path")
+                plan = self.ledger.plan(latest)
+                if self.cfg.mode == "interval" and plan.run_id != run_id:
+                    in_flight = plan
+                    actions.append(f"batch {latest} (interval {plan.interval_key}) is "
+                                   f"{self.state(latest, versions)} by run {plan.run_id}")
+                else:
+                    pending = latest
+                    actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
+                                   f"with the same source range")
+        elif latest and self.ledger.committed(latest) is None and self.ledger.abandoned(latest) is None:
+            self._write_committed(latest, recovered=True, actions=actions)
+            actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
+                           f"(crash after the Delta commit): ledger completed")
+        if sweep:
+            removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
+            if removed:
+                actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
+        committed = min(self.committed_versions().values()) if latest else 0
+        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
+                        in_flight=in_flight)
+
+    def _finish_decided_prepare(self, batch_id: int, actions: list) -> PreparedBatch | None:
+        """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
+        the attempt's files are kept (abort can no longer remove them), so verify it again and
+        write PREPARED now. None when no such attempt verifies."""
+        for attempt in self.ledger.attempts(batch_id):
+            d = self.ledger.decision(batch_id, attempt)
+            if d is None or d["decision"] != "prepare":
+                continue
+            try:
+                prepared = self.verify(batch_id, attempt)
+            except (VerifyFailed, NotReady) as e:
+                actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE but does not verify "
+                               f"any more ({e}); the batch is staged again")
+                continue
+            actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE by a verify that did not "
+                           f"finish: PREPARED now")
+            return prepared
+        return None
+
+    # -- plan (begin) ----------------------------------------------------------------
+    def plan(self, max_records: int | None = None, interval: dict | None = None,
+             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new). An uncommitted batch is returned as it is (never planned past).
+
+        Interval mode (``interval`` = {"start", "end"}): the range is the interval's records; an
+        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
+        """
+        t0 = time.time()
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_consistent(latest, versions)
+        if self._undecided(latest, versions):
+            pending = self.ledger.plan(latest)
+            if self.ledger.prepared(latest) is not None:
+                if pending.run_id == run_id:
+                    raise ProtocolError(f"batch {latest} of this run is PREPARED and must be committed before "
+                                        f"a new plan: clear the run from its `recover` (or `commit`) task")
+                # another run's batch between its verify and the end of its commit (runs overlap:
+                # interval mode, backfills): wait. A batch whose committer died is committed by
+                # the commit task's retries or the next run's recover.
+                raise BatchInFlight(f"batch {latest} of run {pending.run_id} is PREPARED and not yet committed "
+                                    f"everywhere ({versions}); batches are strictly ordered, so this run waits "
+                                    f"for its commit (a run's recover commits it if its run is gone)")
+            if self.cfg.mode == "interval" and pending.run_id != run_id:
+                raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
+                                    f"is not decided yet; batches are strictly ordered, so this run waits. "
+                                    f"If that run is gone without its abort (marked failed or deleted by "
+                                    f"hand), clear it so it finishes or abandons its batch, or pause the "
+                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={latest}`")
+            return pending, False
+        limit = max_records or self.cfg.source.max_records_per_batch
+        source = source_for(self.cfg)
+        if self.cfg.mode == "interval":
+            if interval is None:
+                raise ProtocolError("interval mode: the run has no data interval")
+            if _ms(interval["end"]) <= _ms(interval["start"]):
+                raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
+                                    f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
+                                    f"runs cover the time between two ticks)")
+            self._check_settled(interval)
+            kw = {}
+            if self.cfg.source.kind == "files":  # late files: look back at the intervals already planned
+                kw = {"lookback": self._lookback(interval["start"]), "published": self._published_slices()}
+            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
+                                                  earlier=self._last_interval_before(interval["start"]), **kw)
+        else:
+            interval = None
+            rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
+        self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
+        if rng is None:
+            for msg in notes:
+                log.warning(msg)
+            return None, False
+        plan = BatchPlan(
+            pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
+            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
+            plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
+            late=self.last_late,
+        )
+        if not self.ledger.put_plan(plan):
+            raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
+                                 f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
+        faults.crash_point("plan.after_record")
+        return plan, True
+
+    def _check_settled(self, interval: dict) -> None:
+        """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
+        files and records still arriving for it (renames, clock skew, slow uploads) are on time."""
+        ready = _ms(interval["end"]) + 1000 * self.cfg.source.settle_seconds
+        wait = ready - int(time.time() * 1000)
+        if wait > 0:
+            raise IntervalNotSettled(f"interval {interval['start']}/{interval['end']} is planned "
+                                     f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
+                                     f"{wait / 1000:.0f}s to go")
+
+    def _lookback(self, start) -> list[tuple[int, int]]:
+        """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
+        first = min((_ms(p.interval["start"]) for p in self.ledger.plans() if p.interval), default=None)
+        return st.lookback(self.cfg.interval_cron, self.cfg.source.late_lookback_intervals, first, start)
+
+    def _published_slices(self) -> dict[str, set]:
+        return st.published_slices(self.ledger.live_plans(), min(self.committed_versions().values()))
+
+    def _last_interval_before(self, start) -> BatchPlan | None:
+        return st.last_interval_before(self.ledger.live_plans(), start)
+
+    def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]:
+        """The plans whose ranges count as read (``state.read_so_far``); ``pending_rewind``: a
+        rewind being planned now, counted as if recorded."""
+        rewinds = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
+        return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, start_marker)
+
+    # -- verify (pre-commit) ---------------------------------------------------------
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
+
+        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
+        t0 = time.time()
+        existing = self.ledger.prepared(batch_id)
+        if existing is not None:
+            if existing.attempt != attempt:
+                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
+                            "will be swept", batch_id, existing.attempt, attempt)
+            return existing
+        plan = self.ledger.plan(batch_id)
+        if plan is None:
+            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        if self.ledger.abandoned(batch_id) is not None:
+            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        if self.ledger.aborted_info(batch_id, attempt) is not None:
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
+                               f"be prepared: the next run stages the batch again")
+        summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
+                                               self.participants)
+        prepared = PreparedBatch(
+            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
+            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
+            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
+            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
+            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
+            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
+        )
+        if dry_run:
+            return prepared
+        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
+        # verify, a task marked failed) either won first, and then this attempt is never
+        # prepared, or loses, and then it never removes the files that PREPARED names.
+        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
+        if decided["decision"] != "prepare":
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
+                               f"files are being removed); it cannot be prepared: the next run stages the "
+                               f"batch again")
+        if not self.ledger.put_prepared(prepared):
+            winner = self.ledger.prepared(batch_id)
+            if winner is None:
+                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
+            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
+                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
+            return winner
+        faults.crash_point("verify.after_prepared")
+        return prepared
+
+    # -- commit ----------------------------------------------------------------------
+    def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
+        found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
+        if found is None:
+            log.warning("%s: txn says batch %s is committed but its commit info is no longer in the "
+                        "log history (log cleaned up?); fingerprint not checked", participant, batch_id)
+            return -1
+        version, info = found
+        if info.get("eo.fingerprint") != prepared.fingerprint:
+            raise FingerprintMismatch(
+                f"{participant} table {self.layout.table(participant)} version {version} holds batch "
+                f"{batch_id} with file-set fingerprint {info.get('eo.fingerprint')}, but the PREPARED "
+                f"batch has {prepared.fingerprint} (attempt {prepared.attempt}). Another writer "
+                f"committed a different file set for this batch; stop and inspect.")
+        return version
+
+    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        t0 = time.time()
+        plan = self.ledger.plan(batch_id)
+        prepared = self.ledger.prepared(batch_id)
+        if plan is None or prepared is None:
+            raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
+        self._complete_rewinds()
+        # Every participant that does not hold the batch yet is checked before the first Delta
+        # commit: a batch is published in all its tables or in none (a VACUUM that removed the
+        # quarantine's staged files must not leave the sink holding the batch alone).
+        todo = {p: prepared.adds[p] for p in PARTICIPANTS
+                if self.participants[p].committed_version(self.app_id) < batch_id}
+        problems = recheck_files(self.layout, self.fs_for, todo)
+        if problems:
+            held = [p for p in PARTICIPANTS if p not in todo]
+            repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
+                      if not held else
+                      f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
+                      f"missing files from a backup (or the table to the version before batch {batch_id} and then "
+                      f"reset-batch)")
+            raise CommitBlocked(f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
+                                f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
+        versions: dict[str, int] = {}
+        done_now = 0
+        for participant in PARTICIPANTS:
+            part = self.participants[participant]
+            v = part.committed_version(self.app_id)
+            if v >= batch_id:
+                versions[participant] = self._check_committed(participant, batch_id, prepared)
+                log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
+                         participant, batch_id, versions[participant])
+                continue
+            prev = self._prev_live(batch_id)
+            if v != prev:
+                raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
+                                     f"committed after it (it needs batch {prev})")
+            faults.fail_point("commit.before_delta_commit")
+            faults.crash_point("commit.before_delta_commit")
+            try:
+                versions[participant] = part.commit(
+                    self.app_id, batch_id, prepared.adds[participant],
+                    schema_from_b64(prepared.arrow_schema[participant]),
+                    list(prepared.partition_by.get(participant, [])),
+                    commit_metadata(plan, prepared, participant), expected_prev=prev,
+                    replace=self._replaces(plan),
+                )
+            except CommitConflict as e:
+                log.info("%s", e)
+                if part.committed_version(self.app_id) >= batch_id:
+                    versions[participant] = self._check_committed(participant, batch_id, prepared)
+                    log.info("%s: a concurrent committer published batch %s first (same fingerprint)",
+                             participant, batch_id)
+                    continue
+                raise
+            done_now += 1
+            log.info("%s: committed batch %s as Delta version %s (%d files)", participant, batch_id,
+                     versions[participant], len(prepared.adds[participant]))
+            if done_now == 1:
+                faults.crash_point("commit.after_first_participant")
+        faults.crash_point("commit.after_delta_commit")
+        rec = self._write_committed(batch_id, recovered, versions, time.time() - t0)
+        try:  # the batch is decided: what its losing and dead attempts left can go now
+            swept = self._sweep_batch(batch_id)
+            if swept:
+                log.info("batch %s: swept %d staged file(s) of other attempts", batch_id, len(swept))
+        except Exception as e:  # noqa: BLE001 - clean-up only; the next run's sweep retries it
+            log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
+                        "retries", batch_id, e)
+        return rec
+
+    def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
+                         seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
+        """The ledger's COMMITTED record of a batch every table holds (put-if-absent).
+
+        Its fingerprint is the PREPARED record's, checked against each table's commit info. A
+        batch whose PREPARED record is missing (lost by a crash after the commit started, or a
+        ledger copied without it) is completed from the tables' Delta commit info instead, only
+        when every table holds this pipeline's commit of the batch with one and the same
+        fingerprint; otherwise LedgerMismatch, and nothing is written."""
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None:
+            fingerprint = prepared.fingerprint
+            if versions is None:
+                versions = {p: self._check_committed(p, batch_id, prepared) for p in PARTICIPANTS}
+        else:
+            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in PARTICIPANTS}
+            prints = {p: (f[1].get("eo.fingerprint") if f else None) for p, f in found.items()}
+            fingerprint = prints[PARTICIPANTS[0]]
+            if not fingerprint or any(fp != fingerprint for fp in prints.values()):
+                held = "; ".join(
+                    f"the {p} table {self.layout.table(p)} " + (
+                        f"holds it at version {f[0]} (attempt {f[1].get('eo.attempt')}, fingerprint "
+                        f"{f[1].get('eo.fingerprint') or 'none'})" if f else
+                        "holds it without a commit carrying this pipeline's batch metadata in its history "
+                        "(log cleaned up, or another writer)")
+                    for p, f in found.items())
+                staged = ", ".join(self.ledger.attempts(batch_id)) or "none left"
+                raise LedgerMismatch(
+                    f"batch {batch_id} of {self.app_id!r} is committed in every table but its PREPARED record "
+                    f"({self.layout.prepared(batch_id)}) is missing (lost by a crash?), and the tables' Delta "
+                    f"commit info cannot stand in for it: {held}. Nothing was changed. Repair: put the PREPARED "
+                    f"record back from a backup of the ledger, or write it again from the attempt the tables "
+                    f"hold (attempts in the ledger: {staged}): `python -m eobatch.cli verify {self.app_id} "
+                    f"{batch_id} <attempt>`; then run again: recover checks it against every table (a table "
+                    f"holding another file set stops with FingerprintMismatch: inspect its history).")
+            if versions is None:
+                versions = {p: f[0] for p, f in found.items()}
+            note = (f"PREPARED record of batch {batch_id} was missing (lost by a crash?); completed from the "
+                    f"Delta commit info (fingerprint {fingerprint}, versions {versions})")
+            log.warning("%s", note)
+            if actions is not None:
+                actions.append(note)
+        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=fingerprint,
+                             delta_versions=versions, committed_at=utcnow(),
+                             commit_seconds=round(seconds, 3), recovered=recovered)
+        if not self.ledger.put_committed(rec):
+            rec = self.ledger.committed(batch_id)
+        return rec
+
+    def _replaces(self, plan: BatchPlan) -> Replace | None:
+        """Interval mode: what this batch's commit replaces: every earlier file of the interval
+        slices it publishes (and the batch folders of batches staged before slices existed)."""
+        if plan.interval is None:
+            return None
+        return Replace(slices=frozenset(plan.slices()), batches=st.legacy_replaced_batches(plan, self.ledger.plans()))
+
+    # -- abort -----------------------------------------------------------------------
+    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        """Remove one attempt's staged files, after winning its decision ("abort").
+
+        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
+        (or will be) PREPARED and must be committed; nothing is removed."""
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None and prepared.attempt == attempt:
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                  f"never aborted")
+        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
+        if decided["decision"] != "abort":
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
+                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
+                                  f"and commits it)")
+        removed = []
+        for participant in PARTICIPANTS:
+            fs = self.fs_for(participant)
+            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
+            for f in list(fs.list_files(folder)):
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        return removed
+
+    # -- abandon (interval mode) -------------------------------------------------------
+    def abandon(self, batch_id: int, reason: str) -> bool:
+        """Give up a batch that was never PREPARED, so later batches can go ahead.
+
+        Only in interval mode: the batch's range is its interval, which can simply run again.
+        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
+        False when the batch was PREPARED first: then it must, and will, be committed.
+        """
+        if self.cfg.mode != "interval":
+            raise ProtocolError("only interval-mode batches can be abandoned")
+        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
+            return True
+        return self.ledger.abandoned(batch_id) is not None
+
