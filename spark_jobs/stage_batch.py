@@ -3,10 +3,11 @@
     spark-submit --py-files eobatch.zip spark_jobs/stage_batch.py --spec <base64 JSON>
 
 1. read the batch plan from the ledger: exactly the recorded source range;
-2. split it into records: files, one JSON object per line (source = file, position = line);
-   Kafka, one JSON value per record (source = topic/partition, position = offset, plus
-   _kafka_topic/_kafka_partition/_kafka_offset/_kafka_key/_kafka_timestamp for transforms;
-   columns whose name starts with "_" are never published);
+2. split it into records, by the source kind's reader (eobatch.sources.<kind>.read): one row per
+   record with source, position, raw (a JSON text) and "_"-prefixed metadata columns for
+   transforms, never published (files: one JSON object per line, source = file, position = line;
+   Kafka: one value per record, source = topic/partition, position = offset, _kafka_*; parquet:
+   one row as a JSON object, source = file, position = row index);
 3. classify: too large, invalid UTF-8, not a JSON object, type mismatch, missing required field
    -> quarantine with the raw text and the reason; the rest parsed with the declared schema;
 4. apply the pipeline's transform to the valid records;
@@ -44,75 +45,6 @@ def load_transform(name: str):
     if not hasattr(mod, "transform"):
         raise SystemExit(f"spark_jobs/transforms/{name}.py defines no transform(df, ctx)")
     return mod
-
-
-def _glob_escape(path: str) -> str:
-    out = []
-    for ch in path:
-        out.append("\\" + ch if ch in "[]{}*?\\" else ch)
-    return "".join(out)
-
-
-def read_files_range(spark, rng: dict):
-    """One row per non-blank line: source (planned path), position (1-based line), raw."""
-    from pyspark.sql import functions as F
-
-    from eobatch.lines import SPARK_BLANK_LINE, SPARK_TRAILING_CR
-
-    files = [f["path"] for f in rng["files"]]
-    df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
-          .select(planned_path(F.col("_metadata.file_path")).alias("source"), F.col("value")))
-    # split() decodes to Java strings, turning invalid UTF-8 into U+FFFD: remember which files
-    # had invalid bytes, so that their lines with U+FFFD are quarantined as invalid UTF-8.
-    lines = df.select("source", F.is_valid_utf8("value").alias("_utf8_file"),
-                      F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
-    # one definition of a line and of a blank line, shared with the planner's count (eobatch.lines)
-    lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
-                         F.regexp_replace("raw", SPARK_TRAILING_CR, "").alias("raw"),
-                         (F.col("_utf8_file") | ~F.col("raw").contains("\ufffd")).alias("_utf8_ok"))
-    return lines.where(~F.col("raw").rlike(SPARK_BLANK_LINE))
-
-
-def read_kafka_range(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):
-    """One row per record of the planned offset ranges, plus _kafka_* metadata columns.
-
-    One Spark task per (partition, slice of at most ``slice_size`` offsets); see
-    eobatch.kafka_read for why this is not Spark's own Kafka source.
-    """
-    from pyspark.sql import functions as F
-
-    from eobatch.kafka_read import SPARK_SCHEMA, read_range, slices, to_arrow
-
-    topic, iso = rng["topic"], rng.get("isolation_level", "read_committed")
-    pieces = slices(rng["partitions"], slice_size)
-
-    def consume(batches):
-        for b in batches:
-            for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
-                for rows in read_range(servers, topic, part, start, end, iso, timeout=timeout):
-                    yield to_arrow(rows)
-
-    if pieces:
-        tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
-                                      "partition INT, start BIGINT, end BIGINT")
-        df = tasks.mapInArrow(consume, SPARK_SCHEMA)
-    else:
-        df = spark.createDataFrame([], SPARK_SCHEMA)
-    return df.select("source", "position", F.col("raw").cast("string").alias("raw"), "_kafka_topic",
-                     "_kafka_partition", "_kafka_offset",
-                     F.make_valid_utf8(F.col("_kafka_key").cast("string")).alias("_kafka_key"), "_kafka_timestamp")
-
-
-def planned_path(file_path):
-    """The planned path of a file from Spark's ``_metadata.file_path`` (a percent-encoded URI).
-
-    A SQL expression, not a Python UDF: a UDF would start Python workers just for this.
-    ``+`` is protected before url_decode, which would turn it into a space.
-    """
-    from pyspark.sql import functions as F
-
-    local = F.regexp_replace(file_path, "^file:(//)?", "")
-    return F.url_decode(F.replace(local, F.lit("+"), F.lit("%2B")))
 
 
 def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
@@ -282,7 +214,9 @@ def executor_env(spec: dict, plan) -> dict:
     event log (spark.redaction.regex)."""
     from eobatch import s3conf
 
-    paths = [spec["sink_table"], spec["quarantine_table"]] + [f["path"] for f in plan.range.get("files", [])]
+    from eobatch.sources import kind_for
+
+    paths = [spec["sink_table"], spec["quarantine_table"]] + kind_for(plan.source_kind).range(plan.range).locations()
     if not any(s3conf.is_s3(p) for p in paths):
         return {}
     return s3conf.credential_env()
@@ -317,6 +251,7 @@ def run(spec: dict) -> dict:
     from eobatch.delta_sink import schema_to_b64
     from eobatch.formats import QUARANTINE, SINK, Layout, StageSummary
     from eobatch.ledger import Ledger
+    from eobatch.sources import kind_for
     from eobatch.storage import storage_for
 
     t0 = time.time()
@@ -333,18 +268,14 @@ def run(spec: dict) -> dict:
                             f"+{time.time() - t0:.1f}s: {msg}", flush=True)
 
     src = spec.get("source") or {}
-    if plan.source_kind == "kafka":
-        if not src.get("bootstrap_servers"):
-            raise SystemExit("the job spec names no Kafka bootstrap servers")
-    elif plan.source_kind == "files":
-        from eobatch.sources.files import changed_since_plan
-
-        changed = changed_since_plan(plan.range)
-        if changed:
-            raise SystemExit("the planned source files changed or vanished since the plan; the batch range "
-                             "can no longer be read exactly: " + "; ".join(changed))
-    else:
-        raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job")
+    try:
+        kind = kind_for(plan.source_kind)
+    except KeyError:
+        raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job") from None
+    problems = kind.unreadable(plan.range, src)
+    if problems:
+        raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
+                         "can no longer be read exactly: " + "; ".join(problems))
 
     builder = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}")
     for k, v in executor_env(spec, plan).items():
@@ -355,11 +286,7 @@ def run(spec: dict) -> dict:
         spark.conf.set(k, v)
     log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
 
-    if plan.source_kind == "kafka":
-        lines = read_kafka_range(spark, plan.range, src["bootstrap_servers"],
-                                 float(src.get("consumer_timeout_seconds") or 120))
-    else:
-        lines = read_files_range(spark, plan.range)
+    lines = kind.read(spark, plan.range, src)
     slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
     if slices:  # interval mode: each record's interval slice, by the planned file it came from
         of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
@@ -370,11 +297,7 @@ def run(spec: dict) -> dict:
     counts = {bool(r["ok"]): r["n"] for r in
               classified.groupBy(F.col("reason").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
     rows_valid, rows_bad = counts.get(True, 0), counts.get(False, 0)
-    positions = {}
-    if plan.source_kind == "kafka":
-        positions = {str(r["p"]): [r["n"], r["lo"], r["hi"]] for r in classified.groupBy(
-            F.col("_kafka_partition").alias("p")).agg(F.count("*").alias("n"), F.min("position").alias("lo"),
-                                                     F.max("position").alias("hi")).collect()}
+    positions = kind.positions(classified)
     log(f"read {rows_valid + rows_bad} records: {rows_valid} valid, {rows_bad} to quarantine")
 
     tmod = load_transform(spec["transform"])
@@ -421,17 +344,13 @@ def run_alo(spec: dict) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
+    from eobatch.sources import kind_for
+
     t0 = time.time()
     alo = spec["alo"]
-    rng = alo["range"]
-    kind = "kafka" if "partitions" in rng else "files"
     spark = SparkSession.builder.appName(f"eobatch-alo:{spec['pipeline']}").getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    if kind == "kafka":
-        lines = read_kafka_range(spark, rng, spec["source"]["bootstrap_servers"],
-                                 float(spec["source"].get("consumer_timeout_seconds") or 120))
-    else:
-        lines = read_files_range(spark, rng)
+    lines = kind_for(spec["source"]["kind"]).read(spark, alo["range"], spec["source"])
     classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"])).persist()
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], 0, spec.get("transform_options") or {})

@@ -13,13 +13,14 @@ import json
 import os
 import re
 import string
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 import yaml
 
 from .errors import UsageError
+from .sources import ConfigContext, SourceConfig, kind_for, kind_names
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 SIMPLE_TYPES = {
@@ -42,30 +43,6 @@ class Column:
     name: str
     type: str  # upper-cased Spark SQL type text, e.g. DOUBLE, DECIMAL(10,2), ARRAY<STRING>
     not_null: bool = False
-
-
-@dataclass(frozen=True)
-class SourceConfig:
-    kind: str
-    path: str | None = None
-    max_records_per_batch: int = 100_000
-    interval_prefix: str | None = None
-    bootstrap_servers: str | None = None
-    topic: str | None = None
-    starting_offsets: str = "earliest"  # kafka: where a new pipeline starts (earliest | latest)
-    isolation_level: str = "read_committed"  # kafka: records of aborted transactions are never read
-    on_data_loss: str = "fail"  # kafka: records deleted before they were read: fail | accept
-    consumer_timeout_seconds: int = 120  # kafka: a stage read that makes no progress for this long fails
-    settle_seconds: int = 60  # interval mode: an interval is planned only this long after its end
-    late_files: str = "republish"  # interval mode, files: a file landing in a published interval:
-    #                                republish (the interval again, whole) | fail | ignore (logged)
-    late_lookback_intervals: int = 24  # interval mode, files: how many earlier intervals are checked
-    max_file_bytes: int = 128 << 20  # files: a landing file larger than one Spark task reads is refused
-
-    def describe(self) -> str:
-        if self.kind == "kafka":
-            return f"kafka topic {self.topic} at {self.bootstrap_servers}"
-        return str(self.path)
 
 
 @dataclass(frozen=True)
@@ -105,7 +82,7 @@ class PipelineConfig:
         d = {
             "schema": self.schema, "transform": self.transform, "options": self.transform_options,
             "sink": self.sink_table, "partition_by": list(self.partition_by),
-            "quarantine": self.quarantine_table, "source": asdict(self.source),
+            "quarantine": self.quarantine_table, "source": self.source.fingerprint_dict(),
             "max_record_bytes": self.max_record_bytes,
         }
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -140,11 +117,6 @@ class PipelineConfig:
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
             "description", "max_record_bytes", "spark", "retries"}
-FILES_SOURCE_KEYS = {"kind", "path", "max_records_per_batch", "interval_prefix", "settle_seconds", "late_files",
-                     "late_lookback_intervals", "max_file_bytes"}
-KAFKA_SOURCE_KEYS = {"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets", "settle_seconds",
-                     "isolation_level", "on_data_loss", "consumer_timeout_seconds"}
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
@@ -217,20 +189,20 @@ def parse_schema(ddl: str, file: str = "<schema>", key: str = "schema") -> tuple
     return tuple(cols)
 
 
-def _req(d: dict, k: str, file: str, prefix: str = ""):
+def require(d: dict, k: str, file: str, prefix: str = ""):
     if k not in d or d[k] is None:
         raise ConfigError(file, prefix + k, "is required")
     return d[k]
 
 
-def _unknown(d: dict, allowed: set, file: str, prefix: str = "") -> None:
+def refuse_unknown(d: dict, allowed: set, file: str, prefix: str = "") -> None:
     extra = sorted(set(d) - allowed)
     if extra:
         raise ConfigError(file, prefix + extra[0],
                           f"unknown key (allowed: {', '.join(sorted(allowed))})")
 
 
-def _table_path(v: Any, file: str, key: str) -> str:
+def table_path(v: Any, file: str, key: str) -> str:
     if not isinstance(v, str) or not v.strip():
         raise ConfigError(file, key, "must be a path or s3a:// URI")
     v = v.strip()
@@ -300,7 +272,7 @@ def _expand(v: str, file: str, key: str) -> str:
     return VAR_RE.sub(sub, v)
 
 
-def _pos_int(v: Any, file: str, key: str) -> int:
+def pos_int(v: Any, file: str, key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ConfigError(file, key, f"must be a positive integer, got {v!r}")
     return v
@@ -317,9 +289,9 @@ def load_pipeline(file: str) -> PipelineConfig:
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
     _expand_vars(raw, file)
-    _unknown(raw, TOP_KEYS, file)
+    refuse_unknown(raw, TOP_KEYS, file)
 
-    name = _req(raw, "name", file)
+    name = require(raw, "name", file)
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(file, "name", f"{name!r} must match [a-z][a-z0-9_]* (it is the DAG id and the Delta appId)")
 
@@ -340,51 +312,23 @@ def load_pipeline(file: str) -> PipelineConfig:
             raise ConfigError(file, "schedule", f"{schedule!r} has no data intervals; interval mode needs a "
                                                 f"cron expression or a preset such as '@hourly'")
 
-    src = _req(raw, "source", file)
+    src = require(raw, "source", file)
     if not isinstance(src, dict):
         raise ConfigError(file, "source", "must be a mapping with 'kind'")
-    kind = _req(src, "kind", file, "source.")
-    if kind not in ("files", "kafka"):
-        raise ConfigError(file, "source.kind", f"{kind!r} must be 'files' or 'kafka'")
-    _unknown(src, FILES_SOURCE_KEYS if kind == "files" else KAFKA_SOURCE_KEYS, file, "source.")
-    limit = _pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
-    path = None
-    if kind == "files":
-        path = _table_path(_req(src, "path", file, "source."), file, "source.path")
-        prefix = src.get("interval_prefix")
-        if prefix is not None:
-            _check_interval_prefix(prefix, mode, schedule, file)
-        source = SourceConfig(kind=kind, path=path, max_records_per_batch=limit, interval_prefix=prefix,
-                              **_interval_source_keys(src, mode, file), **_files_limits(src, file))
-    else:
-        servers = _req(src, "bootstrap_servers", file, "source.")
-        if not isinstance(servers, str) or not all(
-                re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
-            raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
-        topic = _req(src, "topic", file, "source.")
-        if not isinstance(topic, str) or not TOPIC_RE.fullmatch(topic):
-            raise ConfigError(file, "source.topic", f"{topic!r} is not a valid Kafka topic name")
-        choices = {"starting_offsets": ("earliest", "latest"),
-                   "isolation_level": ("read_committed", "read_uncommitted"),
-                   "on_data_loss": ("fail", "accept")}
-        vals = {}
-        for k, allowed in choices.items():
-            v = src.get(k, allowed[0])
-            if v not in allowed:
-                raise ConfigError(file, f"source.{k}", f"{v!r} must be one of {', '.join(allowed)}")
-            vals[k] = v
-        cto = _pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
-        source = SourceConfig(kind=kind, max_records_per_batch=limit, bootstrap_servers=servers.strip(),
-                              topic=topic, consumer_timeout_seconds=cto, **vals,
-                              **_interval_source_keys(src, mode, file))
+    kind_name = require(src, "kind", file, "source.")
+    if kind_name not in kind_names():
+        raise ConfigError(file, "source.kind", f"{kind_name!r} must be one of {', '.join(kind_names())}")
+    kind = kind_for(kind_name)
+    refuse_unknown(src, kind.config_keys, file, "source.")
+    source = kind.parse_config(src, ConfigContext(file, mode, schedule))
 
-    schema = _req(raw, "schema", file)
+    schema = require(raw, "schema", file)
     columns = parse_schema(schema, file)
 
     tr = raw.get("transform", "passthrough")
     options: dict = {}
     if isinstance(tr, dict):
-        _unknown(tr, {"name", "options"}, file, "transform.")
+        refuse_unknown(tr, {"name", "options"}, file, "transform.")
         options = tr.get("options") or {}
         if not isinstance(options, dict):
             raise ConfigError(file, "transform.options", "must be a mapping")
@@ -393,18 +337,18 @@ def load_pipeline(file: str) -> PipelineConfig:
         except TypeError as e:
             raise ConfigError(file, "transform.options", f"values must be plain strings, numbers, lists or "
                               f"mappings (quote dates and times): {e}") from None
-        tr = _req(tr, "name", file, "transform.")
+        tr = require(tr, "name", file, "transform.")
     if not isinstance(tr, str) or not NAME_RE.fullmatch(tr):
         raise ConfigError(file, "transform", f"{tr!r} must be a module name in spark_jobs/transforms/")
     if not os.path.exists(os.path.join(TRANSFORMS_DIR, tr + ".py")):
         known = sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))
         raise ConfigError(file, "transform", f"no module {tr!r} in spark_jobs/transforms/ (known: {', '.join(known)})")
 
-    sink = _req(raw, "sink", file)
+    sink = require(raw, "sink", file)
     if not isinstance(sink, dict):
         raise ConfigError(file, "sink", "must be a mapping with 'table'")
-    _unknown(sink, SINK_KEYS, file, "sink.")
-    sink_table = _table_path(_req(sink, "table", file, "sink."), file, "sink.table")
+    refuse_unknown(sink, SINK_KEYS, file, "sink.")
+    sink_table = table_path(require(sink, "table", file, "sink."), file, "sink.table")
     pby = sink.get("partition_by") or []
     if not isinstance(pby, list) or not all(isinstance(c, str) for c in pby):
         raise ConfigError(file, "sink.partition_by", "must be a list of column names")
@@ -418,25 +362,25 @@ def load_pipeline(file: str) -> PipelineConfig:
         if pby and len(pby) == len(columns):
             raise ConfigError(file, "sink.partition_by", "at least one column must stay out of the partitioning")
 
-    q = _req(raw, "quarantine", file)
+    q = require(raw, "quarantine", file)
     if not isinstance(q, dict):
         raise ConfigError(file, "quarantine", "must be a mapping with 'table'")
-    _unknown(q, QUARANTINE_KEYS, file, "quarantine.")
-    q_table = _table_path(_req(q, "table", file, "quarantine."), file, "quarantine.table")
+    refuse_unknown(q, QUARANTINE_KEYS, file, "quarantine.")
+    q_table = table_path(require(q, "table", file, "quarantine."), file, "quarantine.table")
     tables = {"sink.table": sink_table, "quarantine.table": q_table}
-    if path:
-        tables["source.path"] = path
+    if source.path:
+        tables["source.path"] = source.path
     for a, pa in tables.items():
         for b, pb in tables.items():
             if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                 raise ConfigError(file, b, f"{pb!r} overlaps {a} {pa!r}; they must be separate folders")
 
-    mrb = _pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")
+    mrb = pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")
 
     sp = raw.get("spark") or {}
     if not isinstance(sp, dict):
         raise ConfigError(file, "spark", "must be a mapping")
-    _unknown(sp, SPARK_KEYS, file, "spark.")
+    refuse_unknown(sp, SPARK_KEYS, file, "spark.")
     sconf = sp.get("conf") or {}
     if not isinstance(sconf, dict):
         raise ConfigError(file, "spark.conf", "must be a mapping of Spark settings")
@@ -447,7 +391,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     rt = raw.get("retries") or {}
     if not isinstance(rt, dict):
         raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
-    _unknown(rt, RETRY_KEYS, file, "retries.")
+    refuse_unknown(rt, RETRY_KEYS, file, "retries.")
     plan_retries = rt.get("plan", 2)
     stage_retries = rt.get("stage", 1)
     commit_retries = rt.get("commit", 8)
@@ -457,8 +401,8 @@ def load_pipeline(file: str) -> PipelineConfig:
     delay = rt.get("delay_seconds", 10)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ConfigError(file, "retries.delay_seconds", f"must be a non-negative number, got {delay!r}")
-    vto = _pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
-    pws = _pos_int(rt.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds")
+    vto = pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
+    pws = pos_int(rt.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds")
 
     desc = raw.get("description", "")
     return PipelineConfig(
@@ -472,48 +416,37 @@ def load_pipeline(file: str) -> PipelineConfig:
 
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")
-MAX_FILE_BYTES_CAP = (2 << 30) - 1  # the stage job reads a file into one value: at most 2 GiB
 
 
-def _non_negative_int(v: Any, file: str, key: str) -> int:
+def non_negative_int(v: Any, file: str, key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ConfigError(file, key, f"must be a non-negative integer, got {v!r}")
     return v
 
 
-def _interval_source_keys(src: dict, mode: str, file: str) -> dict:
-    """settle_seconds (both kinds) and the late-file policy (files) of interval mode."""
+def interval_source_keys(src: dict, mode: str, file: str) -> dict:
+    """settle_seconds (every kind) and the late-file policy (landing-file kinds) of interval mode."""
     out = {}
     for key in ("settle_seconds", "late_files", "late_lookback_intervals"):
         if key in src and mode != "interval":
             raise ConfigError(file, f"source.{key}", "only used in interval mode (set mode: interval, or remove it)")
     if "settle_seconds" in src:
-        out["settle_seconds"] = _non_negative_int(src["settle_seconds"], file, "source.settle_seconds")
+        out["settle_seconds"] = non_negative_int(src["settle_seconds"], file, "source.settle_seconds")
     if "late_files" in src:
         if src["late_files"] not in LATE_FILE_POLICIES:
             raise ConfigError(file, "source.late_files", f"{src['late_files']!r} must be one of "
                                                          f"{', '.join(LATE_FILE_POLICIES)}")
         out["late_files"] = src["late_files"]
     if "late_lookback_intervals" in src:
-        out["late_lookback_intervals"] = _non_negative_int(src["late_lookback_intervals"], file,
+        out["late_lookback_intervals"] = non_negative_int(src["late_lookback_intervals"], file,
                                                            "source.late_lookback_intervals")
     return out
-
-
-def _files_limits(src: dict, file: str) -> dict:
-    if "max_file_bytes" not in src:
-        return {}
-    v = _pos_int(src["max_file_bytes"], file, "source.max_file_bytes")
-    if v > MAX_FILE_BYTES_CAP:
-        raise ConfigError(file, "source.max_file_bytes", f"{v} is more than the stage job can read from one "
-                                                         f"file ({MAX_FILE_BYTES_CAP} bytes); split such files")
-    return {"max_file_bytes": v}
 
 
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
 
 
-def _check_interval_prefix(prefix, mode: str, schedule: str, file: str) -> None:
+def check_interval_prefix(prefix, mode: str, schedule: str, file: str) -> None:
     key = "source.interval_prefix"
     if mode != "interval":
         raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")

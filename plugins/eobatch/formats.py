@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from .errors import UsageError
+from .sources import kind_for
 from .storage import join
 
 FORMAT_VERSION = 1
@@ -161,7 +162,8 @@ class BatchPlan(Record):
     pipeline: str
     batch_id: int
     source_kind: str
-    range: dict  # files: {"files": [{"path", "size", "mtime_ms", "records"}]}
+    range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
+    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}
     #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}
     rows_in: int | None  # the source's own count of records in the range, when it knows it
     config_fingerprint: str
@@ -198,18 +200,11 @@ class BatchPlan(Record):
         return f"interval {self.interval_key}: {text}" if self.interval else text
 
     def _range_text(self) -> str:
-        if self.source_kind == "files":
-            files = self.range.get("files", [])
-            if not files:
-                return "0 files"
-            names = [f["path"].rsplit("/", 1)[-1] for f in files]
-            shown = ", ".join(names[:3]) + (f", +{len(names) - 3}" if len(names) > 3 else "")
-            return f"{len(files)} files [{shown}]"
-        if self.source_kind == "kafka":
-            from .sources.kafka import range_summary
-
-            return range_summary(self.range)
-        return json.dumps(self.range, sort_keys=True)
+        try:
+            kind = kind_for(self.source_kind)
+        except KeyError:  # a kind this code does not know: show the range as recorded
+            return json.dumps(self.range, sort_keys=True)
+        return kind.range(self.range).summary()
 
 
 @dataclass
@@ -254,7 +249,9 @@ class StageSummary(Record):
     stage_seconds: float
     spark_app_id: str = ""
     config_fingerprint: str = ""
-    source_positions: dict = field(default_factory=dict)  # kafka: {"<p>": [count, min offset, max offset]}
+    # what the source kind checks per source (verify, its range's check_stage): kafka
+    # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]}
+    source_positions: dict = field(default_factory=dict)
     plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
     format: int = FORMAT_VERSION
 
@@ -350,11 +347,5 @@ def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) 
 
 
 def compact_offsets(plan: BatchPlan) -> Any:
-    if plan.source_kind == "files":
-        return [[f["path"], f["size"], f["mtime_ms"]] for f in plan.range.get("files", [])]
-    if plan.source_kind == "kafka":
-        out = {"topic": plan.range["topic"], "partitions": plan.range["partitions"]}
-        if plan.range.get("lost"):
-            out["lost"] = plan.range["lost"]
-        return out
-    return plan.range
+    """The batch's range as its Delta commits carry it (``eo.offsets``), in its kind's words."""
+    return kind_for(plan.source_kind).range(plan.range).commit_offsets()

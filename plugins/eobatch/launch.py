@@ -17,6 +17,7 @@ import zipfile
 
 from . import s3conf
 from .config import PipelineConfig
+from .sources import kind_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGE_APP = os.path.join(REPO, "spark_jobs", "stage_batch.py")
@@ -52,8 +53,7 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "transform_options": cfg.transform_options, "sink_table": cfg.sink_table,
         "quarantine_table": cfg.quarantine_table, "partition_by": list(cfg.partition_by),
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
-        "source": {"kind": cfg.source.kind, "bootstrap_servers": cfg.source.bootstrap_servers,
-                   "consumer_timeout_seconds": cfg.source.consumer_timeout_seconds},
+        "source": kind_for(cfg.source.kind).job_source(cfg.source),
     }
 
 

@@ -6,7 +6,8 @@ Checks, for every participant and every Spark partition of the attempt:
 * each listed file exists with the listed size, its footer's row count matches, its schema
   is the staged schema, and that schema fits the table (when the table exists);
 * rows in (the source's own count) = rows valid + rows quarantined; quarantine rows match;
-  a row-preserving transform published exactly the valid rows.
+  a row-preserving transform published exactly the valid rows; the source kind's own check of
+  what was read against the planned range (Kafka: offsets per partition; parquet: rows per file).
 The result is the AddAction list per participant (with stats from the footers) and a
 fingerprint of the file set: what PREPARED records and commit publishes.
 """
@@ -33,6 +34,7 @@ from .formats import (
     StageSummary,
     fingerprint_of,
 )
+from .sources import kind_for
 from .storage import join
 
 
@@ -298,8 +300,7 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
             if tparts is not None and list(tparts) != pcols:
                 problems.append(f"{participant}: partition columns {pcols} differ from the table's {list(tparts)}")
     # reconciliation
-    if plan.source_kind == "kafka":
-        problems += _check_kafka_positions(plan, summary)
+    problems += kind_for(plan.source_kind).range(plan.range).check_stage(summary)
     if plan.rows_in is not None and summary.rows_in != plan.rows_in:
         problems.append(f"the job read {summary.rows_in} records, the source range holds {plan.rows_in}")
     if summary.rows_valid + summary.rows_quarantined != summary.rows_in:
@@ -312,27 +313,6 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         raise VerifyFailed(f"batch {batch_id} attempt {attempt} failed verification: " + "; ".join(problems))
     totals = {"rows_published": rows.get(SINK, 0), "bytes": nbytes, "files": nfiles}
     return summary, adds, totals
-
-
-def _check_kafka_positions(plan: BatchPlan, summary: StageSummary) -> list[str]:
-    """Every record read lies inside its partition's planned [from, to); none beyond the range."""
-    problems = []
-    ranges = plan.range.get("partitions", {})
-    seen = summary.source_positions or {}
-    total = 0
-    for p, (count, lo, hi) in seen.items():
-        if p not in ranges:
-            problems.append(f"read partition {p}, which is not in the plan")
-            continue
-        f, t = ranges[p]
-        if count and (lo < f or hi >= t):
-            problems.append(f"partition {p}: read offsets {lo}..{hi}, outside the planned [{f}, {t})")
-        if count > t - f:
-            problems.append(f"partition {p}: read {count} records from {t - f} offsets")
-        total += count
-    if total != summary.rows_in:
-        problems.append(f"records per partition add up to {total}, the job counted {summary.rows_in}")
-    return problems
 
 
 def recheck_files(layout: Layout, fs_for, adds: dict) -> list[str]:

@@ -1,23 +1,52 @@
-"""Sources answer two questions for the protocol:
+"""Source kinds: one package per kind, behind one interface (``SourceKind``) and this registry.
 
-* ``next_range(previous_plans, limit)``: the next range after everything already planned,
-  or ``None`` when there is nothing new (recorded in the batch plan before staging);
-* ``count(range)``: how many records that range holds, by the source's own count, so
-  verification can reconcile it with what the Spark job read.
+A kind answers for its YAML keys, its planner, its recorded ranges and its Spark reader (see
+``base``). Nothing else in the product branches on a kind's name: config, formats, verify,
+launch and the Spark job ask ``kind_for(name)``.
 
-The Spark side of each source (reading exactly a recorded range) lives in spark_jobs/.
+The built-in kinds are imported on first use (their parsers import ``eobatch.config``, which
+imports this registry). Another kind is one package with a ``KIND`` object, registered with
+``register(KIND)`` before pipelines are loaded (e.g. in an Airflow plugin module); the Spark
+job finds it by the same name when the package is shipped with the job's code.
 """
 
 from __future__ import annotations
 
+import importlib
 
-def source_for(cfg):
-    if cfg.source.kind == "files":
-        from .files import FilesSource
+from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
 
-        return FilesSource(cfg)
-    if cfg.source.kind == "kafka":
-        from .kafka import KafkaSource
+BUILTIN = ("files", "kafka")  # sub-packages of this one
+_registered: dict[str, SourceKind] = {}
 
-        return KafkaSource(cfg)
-    raise ValueError(f"unknown source kind {cfg.source.kind!r}")
+
+def register(kind: SourceKind) -> SourceKind:
+    """Make ``kind`` known under ``kind.name`` (a second kind of the same name replaces the first)."""
+    if not isinstance(kind, SourceKind):
+        raise TypeError(f"{kind!r} does not implement eobatch.sources.SourceKind")
+    _registered[kind.name] = kind
+    return kind
+
+
+def kind_names() -> list[str]:
+    """Every kind a pipeline may name, for the config error "must be one of ..."."""
+    return sorted(set(BUILTIN) | set(_registered))
+
+
+def kind_for(name: str) -> SourceKind:
+    """The kind called ``name``. Raises KeyError for a name no kind has."""
+    if name not in _registered and name in BUILTIN:
+        register(importlib.import_module(f".{name}", __name__).KIND)
+    try:
+        return _registered[name]
+    except KeyError:
+        raise KeyError(f"unknown source kind {name!r} (known: {', '.join(kind_names())})") from None
+
+
+def source_for(cfg) -> Planner:
+    """The planner of pipeline ``cfg``: ``next_range``, ``interval_range``, ``late``."""
+    return kind_for(cfg.source.kind).planner(cfg)
+
+
+__all__ = ["SourceKind", "SourceConfig", "SourceRange", "Planner", "ConfigContext", "IntervalTooLarge",
+           "register", "kind_for", "kind_names", "source_for"]

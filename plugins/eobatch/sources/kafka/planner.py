@@ -1,4 +1,4 @@
-"""Kafka source: exact offset ranges per partition, from a real broker.
+"""Kafka planner: exact offset ranges per partition, from a real broker.
 
 A batch's range is ``{"topic": t, "partitions": {"<p>": [from, to)}}`` for every partition of
 the topic, ``from`` being the previous batch's ``to`` (a partition new to the pipeline starts at
@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 
-from ..errors import RetryableError, TerminalError
+from ...errors import RetryableError, TerminalError
+from ..base import IntervalTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +29,6 @@ class DataLossError(TerminalError):
 
 class KafkaUnavailable(RetryableError):
     """The broker or the topic cannot be reached now (the plan task is retried)."""
-
-
-class IntervalTooLarge(TerminalError):
-    """An interval holds more records than the batch limit allows (interval mode: one batch each)."""
 
 
 def _admin(servers: str):
@@ -184,7 +181,6 @@ class KafkaSource:
             rng["lost"] = lost
         return rng, None, notes
 
-
     def interval_range(self, start_ms: int, end_ms: int, limit: int,
                        earlier=None) -> tuple[dict | None, int | None, list[str]]:
         """Interval mode: per partition, the offsets of records with start <= timestamp < end.
@@ -242,10 +238,3 @@ def _end_offset(plan, partition: int) -> int | None:
     fr_to = plan.range["partitions"].get(str(partition))
     return int(fr_to[1]) if fr_to else None
 
-
-def range_summary(rng: dict) -> str:
-    parts = rng.get("partitions", {})
-    n = sum(t - f for f, t in parts.values())
-    shown = " ".join(f"p{p}[{f},{t})" for p, (f, t) in sorted(parts.items(), key=lambda x: int(x[0])) if t > f)
-    lost = f" LOST {rng['lost']}" if rng.get("lost") else ""
-    return f"{rng.get('topic')}: {n} offsets {shown}{lost}"

@@ -1,4 +1,4 @@
-"""Files source: JSON-lines objects of a landing folder.
+"""Files planner: JSON-lines objects of a landing folder.
 
 Offsets are the landing objects consumed: (path, size, modification time). A batch takes
 whole files, oldest first (modification time, then path), at least one, up to the record
@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 
-from .. import lines
-from ..errors import TerminalError
-from ..formats import slice_name
-from ..storage import FileInfo, join, storage_for
-from .kafka import IntervalTooLarge
+from ... import lines
+from ...errors import TerminalError
+from ...formats import slice_name
+from ...storage import FileInfo, join, storage_for
+from ..base import IntervalTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,7 @@ def _visible(root: str, path: str) -> bool:
 
 class FilesSource:
     kind = "files"
+    suffix = ".jsonl"  # the landing files this kind reads
 
     def __init__(self, cfg):
         self.cfg = cfg
@@ -64,7 +65,7 @@ class FilesSource:
         ``self.link_notes`` the messages, for the batch plan's notes."""
         links: list[str] = []
         files = [f for f in self.fs.list_files(self.root, links=links)
-                 if f.path.endswith(".jsonl") and _visible(self.root, f.path)]
+                 if f.path.endswith(self.suffix) and _visible(self.root, f.path)]
         self.links = sorted(p for p in links if _visible(self.root, p))
         self.link_notes = [f"ignored symbolic link {p} in the landing zone: links are never followed (a link "
                            f"can point outside the landing zone, e.g. at a credentials file); land a regular "
@@ -177,7 +178,8 @@ class FilesSource:
         return [f for f in listing if f.path.startswith(folder)]
 
     def _entry(self, f: FileInfo) -> dict:
-        """A planned file: path, size, mtime and its records (refused when one task cannot read it)."""
+        """A planned file: path, size, mtime and its records (refused when one task cannot read it).
+        Another landing kind (parquet) overrides this: how to count, what is too large."""
         limit = self.cfg.source.max_file_bytes
         if f.size > limit:
             raise FileTooLarge(f"{f.path} holds {f.size} bytes, more than source.max_file_bytes={limit} that one "

@@ -1,4 +1,4 @@
-"""Reading one exact Kafka offset range, inside a Spark task (pure Python + confluent-kafka).
+"""Spark side of the Kafka kind: one exact offset range per Spark task (pure Python + confluent-kafka).
 
 Spark's own Kafka source (spark-sql-kafka-0-10) needs spark-token-provider-kafka-0-10, which
 the Maven registry this project builds from does not serve, so the stage job reads its ranges
@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from .errors import RetryableError
+from ...errors import RetryableError
 
 FIELDS = ("source", "position", "raw", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_key",
           "_kafka_timestamp")
@@ -135,3 +135,39 @@ def to_arrow(rows: list[tuple]):
         pa.array(cols[6], pa.binary()),
         pa.array([None if v is None else v * 1000 for v in cols[7]], pa.timestamp("us", tz="UTC")),
     ], names=list(FIELDS))
+
+
+def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):
+    """One row per record of the planned offset ranges, plus _kafka_* metadata columns.
+
+    One Spark task per (partition, slice of at most ``slice_size`` offsets), each reading with
+    ``read_range``.
+    """
+    from pyspark.sql import functions as F
+
+    topic, iso = rng["topic"], rng.get("isolation_level", "read_committed")
+    pieces = slices(rng["partitions"], slice_size)
+
+    def consume(batches):
+        for b in batches:
+            for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
+                for rows in read_range(servers, topic, part, start, end, iso, timeout=timeout):
+                    yield to_arrow(rows)
+
+    if pieces:
+        tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
+                                      "partition INT, start BIGINT, end BIGINT")
+        df = tasks.mapInArrow(consume, SPARK_SCHEMA)
+    else:
+        df = spark.createDataFrame([], SPARK_SCHEMA)
+    return df.select("source", "position", F.col("raw").cast("string").alias("raw"), "_kafka_topic",
+                     "_kafka_partition", "_kafka_offset",
+                     F.make_valid_utf8(F.col("_kafka_key").cast("string")).alias("_kafka_key"), "_kafka_timestamp")
+
+
+def partition_positions(lines) -> dict:
+    """{"<partition>": [records, min offset, max offset]} of what the job read, for verify."""
+    from pyspark.sql import functions as F
+
+    return {str(r["p"]): [r["n"], r["lo"], r["hi"]] for r in lines.groupBy(F.col("_kafka_partition").alias("p"))
+            .agg(F.count("*").alias("n"), F.min("position").alias("lo"), F.max("position").alias("hi")).collect()}

@@ -1,0 +1,155 @@
+"""What every source kind implements (``SourceKind``) and what the kinds share.
+
+A kind is one package under ``eobatch/sources/`` whose ``KIND`` object answers, for the three
+places that used to branch on the kind's name:
+
+* the pipeline YAML (``config``): which ``source:`` keys exist and what they mean;
+* the Airflow side (``protocol``, ``formats``, ``verify``, ``launch``): how to plan the next
+  range, how a recorded range reads in logs and in the Delta commit, how the stage summary is
+  checked against it, what the Spark job needs to know;
+* the Spark job (``spark_jobs/stage_batch.py``): whether the range can still be read exactly,
+  and the DataFrame of its records (the "lines" contract below).
+
+The lines contract: one row per record, columns ``source`` (string: where it came from),
+``position`` (long: where in that source), ``raw`` (string: a JSON object text, null for a
+tombstone) and any number of ``_``-prefixed metadata columns, which transforms may use and which
+are never published. Everything after the read (parse, schema check, quarantine, transform,
+manifests) is one code path for every kind.
+
+No pyspark and no Airflow at module level, here and in every kind's package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+
+from ..errors import TerminalError
+
+if TYPE_CHECKING:
+    from ..formats import StageSummary
+
+
+class IntervalTooLarge(TerminalError):
+    """An interval holds more records than the batch limit allows (interval mode: one batch each)."""
+
+
+@dataclass(frozen=True)
+class ConfigContext:
+    """What a kind's parser needs besides its ``source:`` mapping: the file (for ConfigError) and
+    the pipeline's mode and schedule (interval-only keys, ``interval_prefix`` against the schedule)."""
+
+    file: str
+    mode: str
+    schedule: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceConfig:
+    """Base of every kind's parsed ``source:`` mapping. ``path`` is the source's folder, or None for
+    a kind that has none: config checks it against the tables, launch looks for s3a:// in it."""
+
+    kind: str
+    max_records_per_batch: int = 100_000
+    settle_seconds: int = 60  # interval mode: an interval is planned only this long after its end
+    path: ClassVar[str | None] = None
+
+    def describe(self) -> str:
+        return str(self.path)
+
+    def fingerprint_dict(self) -> dict:
+        """What ``PipelineConfig.fingerprint`` hashes of the source."""
+        return asdict(self)
+
+
+# asdict() of the single SourceConfig that files and Kafka shared before kinds were packages. The
+# fingerprint of an existing pipeline hashed all of it, so the files and Kafka configs hash their
+# own fields over these defaults: the same YAML keeps the same fingerprint.
+LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
+    "kind": None, "path": None, "max_records_per_batch": 100_000, "interval_prefix": None,
+    "bootstrap_servers": None, "topic": None, "starting_offsets": "earliest", "isolation_level": "read_committed",
+    "on_data_loss": "fail", "consumer_timeout_seconds": 120, "settle_seconds": 60, "late_files": "republish",
+    "late_lookback_intervals": 24, "max_file_bytes": 128 << 20,
+}
+
+
+def legacy_fingerprint_dict(cfg: SourceConfig) -> dict:
+    out = {**LEGACY_SOURCE_DEFAULTS, **asdict(cfg)}
+    if set(out) != set(LEGACY_SOURCE_DEFAULTS):
+        raise AssertionError(f"{type(cfg).__name__} has fields the legacy fingerprint never hashed: "
+                             f"{sorted(set(out) - set(LEGACY_SOURCE_DEFAULTS))}")
+    return out
+
+
+class Planner(Protocol):
+    """What ``source_for(cfg)`` returns: the Airflow side's planner of one pipeline.
+
+    ``next_range`` / ``interval_range`` return ``(range, records, notes)``: the range as the JSON
+    dict the ledger records (None when there is nothing to read), the source's own count of its
+    records (None when it cannot know before reading) and notes for the batch plan. After
+    ``interval_range``, ``late`` lists what it found late (``[{"interval", "files", "action"}]``).
+    """
+
+    late: list
+
+    def next_range(self, previous_plans: list, limit: int) -> tuple[dict | None, int | None, list[str]]: ...
+
+    def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
+                       **late_files) -> tuple[dict | None, int | None, list[str]]: ...
+
+
+class SourceRange(Protocol):
+    """A recorded range, typed. ``kind.range(d).to_json() == d`` for every range a ledger holds."""
+
+    def to_json(self) -> dict: ...
+
+    def summary(self) -> str:
+        """One line for logs and ``make ledger``."""
+
+    def commit_offsets(self) -> Any:
+        """The range as the Delta commit's ``eo.offsets`` carries it (JSON)."""
+
+    def locations(self) -> list[str]:
+        """Paths or URIs the Spark job reads (for the S3 credentials of the executors)."""
+
+    def check_stage(self, summary: StageSummary) -> list[str]:
+        """Problems of the stage summary against this range (verify), beyond the record count
+        every kind reconciles (``rows_in``); ``summary.source_positions`` is what the kind's
+        ``positions`` computed in the job."""
+
+
+@runtime_checkable
+class SourceKind(Protocol):
+    """One source kind. Register an instance with ``eobatch.sources.register``."""
+
+    name: str  # the YAML's source.kind
+    config_keys: frozenset[str]  # the keys allowed under source:
+    position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
+    checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
+
+    # -- Airflow side --------------------------------------------------------------------
+    def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:
+        """The ``source:`` mapping (unknown keys already refused); ConfigError naming file and key."""
+
+    def planner(self, cfg) -> Planner:
+        """The planner of pipeline ``cfg`` (a PipelineConfig whose ``source`` this kind parsed)."""
+
+    def range(self, data: dict) -> SourceRange:
+        """The typed view of a range recorded in the ledger."""
+
+    def start_marker(self, rng: dict) -> dict | None:
+        """An empty range at ``rng``'s first positions (where a rewind to it reads again from);
+        None for a kind that is not position based."""
+
+    def job_source(self, source: SourceConfig) -> dict:
+        """What the Spark job needs of the source config (the job spec's ``source``), ``kind`` included."""
+
+    # -- Spark side (the job spec's ``source`` is ``job``) ---------------------------------------
+    def unreadable(self, rng: dict, job: dict) -> list[str]:
+        """Why the range can no longer be read exactly (checked before the read); [] when it can."""
+
+    def read(self, spark, rng: dict, job: dict):
+        """The lines DataFrame of exactly this range (see the module docstring)."""
+
+    def positions(self, lines) -> dict:
+        """``StageSummary.source_positions`` from the lines DataFrame; {} when the kind checks none."""

@@ -1,0 +1,51 @@
+"""``kind: files``: JSON-lines landing files, read whole, one record per line.
+
+Config ``config.FilesConfig``, planner ``planner.FilesSource``, range ``range.FilesRange``,
+Spark reader ``read.read_lines``; ``KIND`` ties them to the registry.
+"""
+
+from __future__ import annotations
+
+from ..base import ConfigContext, IntervalTooLarge
+from .config import KEYS, FilesConfig, parse
+from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records
+from .range import FilesRange, PlannedFile
+
+
+class FilesKind:
+    name = "files"
+    config_keys = KEYS
+    position_based = False
+    checks_late_files = True
+
+    def parse_config(self, src: dict, ctx: ConfigContext) -> FilesConfig:
+        return parse(src, ctx)
+
+    def planner(self, cfg) -> FilesSource:
+        return FilesSource(cfg)
+
+    def range(self, data: dict) -> FilesRange:
+        return FilesRange.from_json(data)
+
+    def start_marker(self, rng: dict) -> None:
+        return None
+
+    def job_source(self, source: FilesConfig) -> dict:
+        return {"kind": self.name}
+
+    def unreadable(self, rng: dict, job: dict) -> list[str]:
+        return changed_since_plan(rng)
+
+    def read(self, spark, rng: dict, job: dict):
+        from .read import read_lines
+
+        return read_lines(spark, rng)
+
+    def positions(self, lines) -> dict:
+        return {}
+
+
+KIND = FilesKind()
+
+__all__ = ["KIND", "FilesKind", "FilesConfig", "FilesSource", "FilesRange", "PlannedFile", "LateFiles",
+           "FileTooLarge", "IntervalTooLarge", "changed_since_plan", "count_records"]

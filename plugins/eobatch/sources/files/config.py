@@ -1,0 +1,51 @@
+"""The ``source:`` keys of ``kind: files`` (JSON-lines landing files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..base import ConfigContext, SourceConfig, legacy_fingerprint_dict
+
+KEYS = frozenset({"kind", "path", "max_records_per_batch", "interval_prefix", "settle_seconds", "late_files",
+                  "late_lookback_intervals", "max_file_bytes"})
+MAX_FILE_BYTES_CAP = (2 << 30) - 1  # the stage job reads a file into one value: at most 2 GiB
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesConfig(SourceConfig):
+    path: str  # every *.jsonl below it, sub-folders included
+    interval_prefix: str | None = None  # interval mode: the interval's sub-folder ({ds}, {ds_nodash}, {hh})
+    late_files: str = "republish"  # interval mode: a file landing in a published interval:
+    #                                republish (the interval again, whole) | fail | ignore (logged)
+    late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
+    max_file_bytes: int = 128 << 20  # a landing file larger than one Spark task reads is refused
+
+    def fingerprint_dict(self) -> dict:
+        return legacy_fingerprint_dict(self)
+
+
+def parse_landing(src: dict, ctx: ConfigContext) -> dict:
+    """The keys files and parquet share (landing folder, record limit, interval mode), as
+    keyword arguments of their config: the same checks and messages for both kinds."""
+    from ...config import check_interval_prefix, interval_source_keys, pos_int, require, table_path
+
+    limit = pos_int(src.get("max_records_per_batch", 100_000), ctx.file, "source.max_records_per_batch")
+    path = table_path(require(src, "path", ctx.file, "source."), ctx.file, "source.path")
+    prefix = src.get("interval_prefix")
+    if prefix is not None:
+        check_interval_prefix(prefix, ctx.mode, ctx.schedule, ctx.file)
+    return {"kind": src["kind"], "path": path, "max_records_per_batch": limit, "interval_prefix": prefix,
+            **interval_source_keys(src, ctx.mode, ctx.file)}
+
+
+def parse(src: dict, ctx: ConfigContext) -> FilesConfig:
+    from ...config import ConfigError, pos_int
+
+    kw = parse_landing(src, ctx)
+    if "max_file_bytes" in src:
+        v = pos_int(src["max_file_bytes"], ctx.file, "source.max_file_bytes")
+        if v > MAX_FILE_BYTES_CAP:
+            raise ConfigError(ctx.file, "source.max_file_bytes", f"{v} is more than the stage job can read from "
+                                                                 f"one file ({MAX_FILE_BYTES_CAP} bytes); split such files")
+        kw["max_file_bytes"] = v
+    return FilesConfig(**kw)

@@ -1,0 +1,60 @@
+"""The recorded range of a landing-files kind (files, parquet): whole files, each with its size,
+modification time, record count and (interval mode) its interval slice.
+
+Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ...formats import StageSummary
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: str
+    size: int
+    mtime_ms: int
+    records: int | None = None  # None only in ranges that never counted (kept as recorded)
+    slice: str | None = None  # interval mode: formats.slice_name of the file's interval
+
+    def to_json(self) -> dict:
+        d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
+        if self.records is not None:
+            d["records"] = self.records
+        if self.slice is not None:
+            d["slice"] = self.slice
+        return d
+
+
+@dataclass(frozen=True)
+class FilesRange:
+    files: tuple[PlannedFile, ...]
+
+    @classmethod
+    def from_json(cls, data: dict) -> FilesRange:
+        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"))
+                         for f in data.get("files", [])))
+
+    def to_json(self) -> dict:
+        return {"files": [f.to_json() for f in self.files]}
+
+    def summary(self) -> str:
+        if not self.files:
+            return "0 files"
+        names = [f.path.rsplit("/", 1)[-1] for f in self.files]
+        shown = ", ".join(names[:3]) + (f", +{len(names) - 3}" if len(names) > 3 else "")
+        return f"{len(self.files)} files [{shown}]"
+
+    def commit_offsets(self) -> list:
+        return [[f.path, f.size, f.mtime_ms] for f in self.files]
+
+    def locations(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    def check_stage(self, summary: StageSummary) -> list[str]:
+        """JSON lines: the record count (``rows_in``, checked by verify for every kind) is the check."""
+        return []

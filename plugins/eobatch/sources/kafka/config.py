@@ -1,0 +1,55 @@
+"""The ``source:`` keys of ``kind: kafka``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..base import ConfigContext, SourceConfig, legacy_fingerprint_dict
+
+KEYS = frozenset({"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets",
+                  "settle_seconds", "isolation_level", "on_data_loss", "consumer_timeout_seconds"})
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
+CHOICES = {"starting_offsets": ("earliest", "latest"), "isolation_level": ("read_committed", "read_uncommitted"),
+           "on_data_loss": ("fail", "accept")}  # the first is the default
+
+
+@dataclass(frozen=True, kw_only=True)
+class KafkaConfig(SourceConfig):
+    bootstrap_servers: str
+    topic: str
+    starting_offsets: str = "earliest"  # where a new pipeline starts (earliest | latest)
+    isolation_level: str = "read_committed"  # records of aborted transactions are never read
+    on_data_loss: str = "fail"  # records deleted before they were read: fail | accept
+    consumer_timeout_seconds: int = 120  # a stage read that makes no progress for this long fails
+    path: ClassVar[str | None] = None  # no folder
+
+    def describe(self) -> str:
+        return f"kafka topic {self.topic} at {self.bootstrap_servers}"
+
+    def fingerprint_dict(self) -> dict:
+        return legacy_fingerprint_dict(self)
+
+
+def parse(src: dict, ctx: ConfigContext) -> KafkaConfig:
+    from ...config import ConfigError, interval_source_keys, pos_int, require
+
+    file = ctx.file
+    limit = pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
+    servers = require(src, "bootstrap_servers", file, "source.")
+    if not isinstance(servers, str) or not all(
+            re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
+        raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
+    topic = require(src, "topic", file, "source.")
+    if not isinstance(topic, str) or not TOPIC_RE.fullmatch(topic):
+        raise ConfigError(file, "source.topic", f"{topic!r} is not a valid Kafka topic name")
+    vals = {}
+    for k, allowed in CHOICES.items():
+        v = src.get(k, allowed[0])
+        if v not in allowed:
+            raise ConfigError(file, f"source.{k}", f"{v!r} must be one of {', '.join(allowed)}")
+        vals[k] = v
+    timeout = pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
+    return KafkaConfig(kind=src["kind"], max_records_per_batch=limit, bootstrap_servers=servers.strip(), topic=topic,
+                       consumer_timeout_seconds=timeout, **vals, **interval_source_keys(src, ctx.mode, file))

@@ -1,0 +1,82 @@
+"""The recorded range of the Kafka kind: per partition, the offsets [from, to) of one batch.
+
+Ledger JSON: ``{"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}``;
+``lost`` (``{"<p>": [from, to)}``) is what ``on_data_loss: accept`` skipped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ...formats import StageSummary
+
+
+@dataclass(frozen=True)
+class KafkaRange:
+    topic: str
+    partitions: dict[str, tuple[int, int]]
+    isolation_level: str | None = None  # None: not recorded (read as read_committed)
+    lost: dict[str, tuple[int, int]] | None = None  # None: not recorded; {}: recorded empty
+
+    @classmethod
+    def from_json(cls, data: dict) -> KafkaRange:
+        def pairs(d):
+            return {p: (f, t) for p, (f, t) in d.items()}
+
+        lost = data.get("lost")
+        return cls(data.get("topic"), pairs(data.get("partitions", {})), data.get("isolation_level"),
+                   None if lost is None else pairs(lost))
+
+    def to_json(self) -> dict:
+        d: dict = {"topic": self.topic, "partitions": {p: [f, t] for p, (f, t) in self.partitions.items()}}
+        if self.isolation_level is not None:
+            d["isolation_level"] = self.isolation_level
+        if self.lost is not None:
+            d["lost"] = {p: [f, t] for p, (f, t) in self.lost.items()}
+        return d
+
+    def summary(self) -> str:
+        n = sum(t - f for f, t in self.partitions.values())
+        shown = " ".join(f"p{p}[{f},{t})" for p, (f, t) in sorted(self.partitions.items(), key=lambda x: int(x[0]))
+                         if t > f)
+        lost = f" LOST {self.to_json()['lost']}" if self.lost else ""
+        return f"{self.topic}: {n} offsets {shown}{lost}"
+
+    def commit_offsets(self) -> dict:
+        out = self.to_json()
+        out.pop("isolation_level", None)
+        if not self.lost:
+            out.pop("lost", None)
+        return out
+
+    def locations(self) -> list[str]:
+        return []
+
+    def start_marker(self) -> KafkaRange:
+        """An empty range at this range's first offsets: where a rewind to it reads again from."""
+        return KafkaRange(self.topic, {p: (f, f) for p, (f, _t) in self.partitions.items()}, self.isolation_level, {})
+
+    def check_stage(self, summary: StageSummary) -> list[str]:
+        """Every record read lies inside its partition's planned [from, to); none beyond the range."""
+        problems = []
+        seen = summary.source_positions or {}
+        total = 0
+        for p, (count, lo, hi) in seen.items():
+            if p not in self.partitions:
+                problems.append(f"read partition {p}, which is not in the plan")
+                continue
+            f, t = self.partitions[p]
+            if count and (lo < f or hi >= t):
+                problems.append(f"partition {p}: read offsets {lo}..{hi}, outside the planned [{f}, {t})")
+            if count > t - f:
+                problems.append(f"partition {p}: read {count} records from {t - f} offsets")
+            total += count
+        if total != summary.rows_in:
+            problems.append(f"records per partition add up to {total}, the job counted {summary.rows_in}")
+        return problems
+
+
+def range_summary(rng: dict) -> str:
+    return KafkaRange.from_json(rng).summary()
