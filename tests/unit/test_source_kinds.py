@@ -82,26 +82,26 @@ def test_every_source_key_still_changes_the_fingerprint(tmp_path):
 
 
 def test_the_registry_knows_the_builtin_kinds_and_refuses_others(tmp_path):
-    assert kind_names() == ["files", "kafka"]
+    assert kind_names() == ["files", "kafka", "parquet"]
     for name in kind_names():
         kind = kind_for(name)
         assert isinstance(kind, SourceKind) and kind.name == name
     with pytest.raises(KeyError, match="unknown source kind 'ftp'"):
         kind_for("ftp")
     path = _write(tmp_path, "bad", "source:\n  kind: ftp\n  path: /data/in\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: source.kind: 'ftp' must be one of files, kafka"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: source.kind: 'ftp' must be one of files, kafka, parquet"):
         load_pipeline(path)
 
 
 def test_the_members_protocol_uses():
-    files, kafka = kind_for("files"), kind_for("kafka")
-    assert (files.position_based, kafka.position_based) == (False, True)
-    assert (files.checks_late_files, kafka.checks_late_files) == (True, False)
+    files, kafka, parquet = kind_for("files"), kind_for("kafka"), kind_for("parquet")
+    assert (files.position_based, kafka.position_based, parquet.position_based) == (False, True, False)
+    assert (files.checks_late_files, kafka.checks_late_files, parquet.checks_late_files) == (True, False, True)
     rng = {"topic": "t", "isolation_level": "read_committed", "partitions": {"0": [5, 9], "1": [7, 7]},
            "lost": {"0": [2, 5]}}
     assert kafka.start_marker(rng) == {"topic": "t", "isolation_level": "read_committed",
                                        "partitions": {"0": [5, 5], "1": [7, 7]}, "lost": {}}
-    assert files.start_marker({"files": []}) is None
+    assert files.start_marker({"files": []}) is None and parquet.start_marker({"files": []}) is None
 
 
 def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
@@ -125,6 +125,7 @@ LEDGER_RANGES = [
                "lost": {"0": [0, 2]}}),
     ("kafka", {"topic": "t", "isolation_level": "read_committed", "partitions": {"0": [3, 3]}, "lost": {}}),
     ("kafka", {"topic": "t", "partitions": {"0": [0, 3]}}),  # before isolation levels were recorded
+    ("parquet", {"files": [{"path": "s3a://b/in/a.parquet", "size": 900, "mtime_ms": 5, "records": 7}]}),
 ]
 
 
@@ -143,9 +144,9 @@ def test_summaries_and_commit_offsets_per_kind():
                             "partitions": {"0": [0, 3], "1": [4, 4]}, "lost": {}})
     assert kafka.range_summary() == "t: 3 offsets p0[0,3)"
     assert compact_offsets(kafka) == {"topic": "t", "partitions": {"0": [0, 3], "1": [4, 4]}}
-    files = _plan("files", {"files": [{"path": "/in/x/a.jsonl", "size": 9, "mtime_ms": 5, "records": 7}]})
-    assert files.range_summary() == "1 files [a.jsonl]"
-    assert compact_offsets(files) == [["/in/x/a.jsonl", 9, 5]]
+    pq = _plan("parquet", {"files": [{"path": "/in/x/a.parquet", "size": 9, "mtime_ms": 5, "records": 7}]})
+    assert pq.range_summary() == "1 files [a.parquet]"
+    assert compact_offsets(pq) == [["/in/x/a.parquet", 9, 5]]
     unknown = _plan("someday", {"what": 1})
     assert unknown.range_summary() == '{"what": 1}'
 

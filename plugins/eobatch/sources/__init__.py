@@ -16,7 +16,7 @@ import importlib
 
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
 
-BUILTIN = ("files", "kafka")  # sub-packages of this one
+BUILTIN = ("files", "kafka", "parquet")  # sub-packages of this one
 _registered: dict[str, SourceKind] = {}
 
 

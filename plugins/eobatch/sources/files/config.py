@@ -45,7 +45,7 @@ def parse(src: dict, ctx: ConfigContext) -> FilesConfig:
     if "max_file_bytes" in src:
         v = pos_int(src["max_file_bytes"], ctx.file, "source.max_file_bytes")
         if v > MAX_FILE_BYTES_CAP:
-            raise ConfigError(ctx.file, "source.max_file_bytes", f"{v} is more than the stage job can read from "
-                                                                 f"one file ({MAX_FILE_BYTES_CAP} bytes); split such files")
+            raise ConfigError(ctx.file, "source.max_file_bytes", f"{v} is more than the stage job can read "
+                              f"from one file ({MAX_FILE_BYTES_CAP} bytes); split such files")
         kw["max_file_bytes"] = v
     return FilesConfig(**kw)

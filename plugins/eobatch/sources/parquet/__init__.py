@@ -1,0 +1,55 @@
+"""``kind: parquet``: a folder (local or s3a://) of Parquet files, every ``*.parquet`` below it.
+
+Planned like ``kind: files`` (whole new files, at least one per batch, up to
+``max_records_per_batch``; interval mode by ``interval_prefix`` or modification time, late files
+included) with record counts from the footers; each row is read as one JSON record (``read``).
+"""
+
+from __future__ import annotations
+
+from ..base import ConfigContext
+from ..files import changed_since_plan
+from .config import KEYS, ParquetConfig, parse
+from .planner import ParquetSource, UnreadableParquet, footer_rows
+from .range import ParquetRange
+
+
+class ParquetKind:
+    name = "parquet"
+    config_keys = KEYS
+    position_based = False
+    checks_late_files = True
+
+    def parse_config(self, src: dict, ctx: ConfigContext) -> ParquetConfig:
+        return parse(src, ctx)
+
+    def planner(self, cfg) -> ParquetSource:
+        return ParquetSource(cfg)
+
+    def range(self, data: dict) -> ParquetRange:
+        return ParquetRange.from_json(data)
+
+    def start_marker(self, rng: dict) -> None:
+        return None
+
+    def job_source(self, source: ParquetConfig) -> dict:
+        return {"kind": self.name}
+
+    def unreadable(self, rng: dict, job: dict) -> list[str]:
+        return changed_since_plan(rng)
+
+    def read(self, spark, rng: dict, job: dict):
+        from .read import read_lines
+
+        return read_lines(spark, rng)
+
+    def positions(self, lines) -> dict:
+        from .read import file_positions
+
+        return file_positions(lines)
+
+
+KIND = ParquetKind()
+
+__all__ = ["KIND", "ParquetKind", "ParquetConfig", "ParquetSource", "ParquetRange", "UnreadableParquet",
+           "footer_rows"]

@@ -1,0 +1,86 @@
+"""kind: parquet end to end: real spark-submit stages rows of Parquet landing files as JSON records
+(bad ones quarantined with their file and row index), two batches published exactly once."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from checks import assert_exactly_once, read_rows
+from harness import Pipeline, run_batch
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+def _pipeline(root) -> Pipeline:
+    name = "pq_orders"
+    landing, sink, quarantine = root / "landing" / name, root / "lake" / name, root / "lake" / f"{name}_bad"
+    landing.mkdir(parents=True)
+    path = root / "pipelines" / f"{name}.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(textwrap.dedent(f"""\
+        name: {name}
+        source:
+          kind: parquet
+          path: {landing}
+          max_records_per_batch: 6
+        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE"
+        sink:
+          table: {sink}
+        quarantine:
+          table: {quarantine}
+        retries:
+          stage: 0
+          commit: 2
+          delay_seconds: 1
+        """))
+    return Pipeline(root, name, path, landing, sink, quarantine)
+
+
+def _land(p: Pipeline, name: str, table: pa.Table, mtime_s: int, row_group_size: int | None = None) -> str:
+    """Write under a hidden name, then rename into place (as producers must)."""
+    final = p.landing / name
+    tmp = final.parent / f".{final.name}.tmp"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, tmp, row_group_size=row_group_size)
+    os.replace(tmp, final)
+    os.utime(final, (mtime_s, mtime_s))
+    return str(final)
+
+
+def test_two_batches_of_parquet_files_are_published_exactly_once(tmp_path):
+    p = _pipeline(tmp_path)
+    good_a = [{"order_id": f"a-{i}", "customer": f"c{i}", "amount": i + 0.5} for i in range(3)]
+    _land(p, "a.parquet", pa.Table.from_pylist(good_a), T0 + 1, row_group_size=2)  # rows in two row groups
+    good_b = [{"order_id": f"b-{i}", "customer": "cb", "amount": 2.0} for i in range(2)]
+    b = _land(p, "b.parquet", pa.Table.from_pylist(good_b + [{"order_id": None, "customer": "bad1", "amount": 1.5}]),
+              T0 + 2)
+    p.landed += good_a + good_b
+    p.landed_bad.append('{"customer":"bad1","amount":1.5}')  # to_json of the row: nulls left out
+
+    assert run_batch(p) == 1
+    plan = p.protocol().ledger.plan(1)
+    assert [f["records"] for f in plan.range["files"]] == [3, 3] and plan.rows_in == 6
+
+    # another file, another schema: amount as text and a column the pipeline does not know
+    c = _land(p, "sub/c.parquet", pa.table({"order_id": ["c-0", "c-1"], "amount": [None, "12 euros"],
+                                             "coupon": ["X", "Y"]}), T0 + 3)
+    p.landed.append({"order_id": "c-0"})
+    p.landed_bad.append('{"order_id":"c-1","amount":"12 euros","coupon":"Y"}')
+    assert run_batch(p) == 2
+    assert run_batch(p) is None  # nothing new: no third batch
+
+    assert_exactly_once(p, batches=2)
+    published = {r["order_id"]: r for r in read_rows(p.sink)}
+    assert published["a-2"] == {"order_id": "a-2", "customer": "c2", "amount": 2.5}
+    assert published["c-0"] == {"order_id": "c-0", "customer": None, "amount": None}
+    quarantined = {(r["source"], r["position"]): (r["reason"], r["batch_id"]) for r in read_rows(p.quarantine)}
+    assert quarantined == {(b, 2): ("missing required field 'order_id'", 1),
+                           (c, 1): ("field 'amount': expected DOUBLE, got 12 euros", 2)}
+    prepared = p.protocol().ledger.prepared(2)
+    assert (prepared.rows_in, prepared.rows_valid, prepared.rows_quarantined) == (2, 1, 1)

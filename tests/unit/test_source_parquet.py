@@ -1,0 +1,167 @@
+"""kind: parquet: its config, its planning (footer counts, whole files, interval prefix) and its range
+check against the stage summary. Real Parquet files written by pyarrow; no Spark here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eobatch.config import ConfigError
+from eobatch.formats import StageSummary
+from eobatch.sources import IntervalTooLarge, kind_for, source_for
+from eobatch.sources.files import LateFiles
+from eobatch.sources.parquet import ParquetConfig, ParquetSource, UnreadableParquet
+
+T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
+
+
+def _source(tmp_path, **extra) -> dict:
+    return {"kind": "parquet", "path": str(tmp_path / "landing"), **extra}
+
+
+def _land(root: Path, rel: str, rows: int, mtime_s: int, row_group_size: int | None = None) -> str:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"order_id": [f"{rel}-{i}" for i in range(rows)], "amount": [float(i) for i in range(rows)]})
+    pq.write_table(table, p, row_group_size=row_group_size)
+    os.utime(p, ns=(mtime_s * 10**9, mtime_s * 10**9))
+    return str(p)
+
+
+def _paths(rng):
+    return [f["path"] for f in rng["files"]]
+
+
+class _Plan:
+    """A previous batch plan as next_range sees it: its range and notes."""
+
+    def __init__(self, rng):
+        self.range, self.notes = rng, []
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_config_keys_and_defaults(make_cfg, tmp_path):
+    cfg = make_cfg(source=_source(tmp_path, max_records_per_batch=50))
+    assert isinstance(cfg.source, ParquetConfig)
+    assert (cfg.source.kind, cfg.source.path, cfg.source.max_records_per_batch) == (
+        "parquet", str(tmp_path / "landing"), 50)
+    assert (cfg.source.interval_prefix, cfg.source.late_files, cfg.source.late_lookback_intervals) == (
+        None, "republish", 24)
+    assert cfg.source.describe() == str(tmp_path / "landing")
+    files = make_cfg(source={**_source(tmp_path, max_records_per_batch=50), "kind": "files"})
+    assert cfg.fingerprint() != files.fingerprint()  # same keys, another kind: another pipeline
+
+
+@pytest.mark.parametrize("extra,key,text", [
+    ({"max_file_bytes": 10}, "source.max_file_bytes", "unknown key"),
+    ({"topic": "t"}, "source.topic", "unknown key"),
+    ({"max_records_per_batch": 0}, "source.max_records_per_batch", "positive integer"),
+    ({"path": "landing/rel"}, "source.path", "absolute path"),
+    ({"late_files": "fail"}, "source.late_files", "only used in interval mode"),
+    ({"interval_prefix": "dt={ds}"}, "source.interval_prefix", "only used in interval mode"),
+])
+def test_config_errors_name_file_and_key(make_cfg, tmp_path, extra, key, text):
+    with pytest.raises(ConfigError) as ei:
+        make_cfg(source=_source(tmp_path, **extra))
+    assert ei.value.key == key and text in str(ei.value) and str(ei.value).startswith("pipeline.yaml: ")
+
+
+def test_interval_mode_by_prefix_is_checked_against_the_schedule(make_cfg, tmp_path):
+    cfg = make_cfg(mode="interval", schedule="@hourly",
+                   source=_source(tmp_path, interval_prefix="dt={ds}/hour={hh}", late_files="fail"))
+    assert (cfg.source.interval_prefix, cfg.source.late_files) == ("dt={ds}/hour={hh}", "fail")
+    with pytest.raises(ConfigError, match="source.interval_prefix: .*one folder per UTC day"):
+        make_cfg(mode="interval", schedule="@hourly", source=_source(tmp_path, interval_prefix="dt={ds}"))
+
+
+# -- planning --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def src(make_cfg, tmp_path):
+    s = source_for(make_cfg(source=_source(tmp_path)))
+    assert isinstance(s, ParquetSource)
+    return s
+
+
+def test_whole_parquet_files_oldest_first_counted_from_their_footers(src):
+    root = Path(src.root)
+    c = _land(root, "c.parquet", 3, T0 + 1, row_group_size=2)  # two row groups: the footer adds them up
+    a = _land(root, "sub/a.parquet", 4, T0 + 3)
+    b = _land(root, "b.parquet", 2, T0 + 2)
+    (root / "notes.jsonl").write_text('{"order_id": "x"}\n')  # another kind's files are not read
+    _land(root, "_tmp/d.parquet", 5, T0)  # hidden: being written
+    _land(root, ".e.parquet", 5, T0)
+
+    rng, n, notes = src.next_range([], 100)
+    assert _paths(rng) == [c, b, a] and n == 9 and notes == []
+    assert rng["files"][0] == {"path": c, "size": os.path.getsize(c), "mtime_ms": (T0 + 1) * 1000, "records": 3}
+
+    rng, n, _ = src.next_range([], 6)  # a (4) does not fit after c+b (5): whole files only
+    assert _paths(rng) == [c, b] and n == 5
+    rng, n, _ = src.next_range([], 1)  # at least one file, whatever its size
+    assert _paths(rng) == [c] and n == 3
+    rng2, n, _ = src.next_range([_Plan(rng)], 100)  # what was planned is not planned again
+    assert _paths(rng2) == [b, a] and n == 6
+    assert src.next_range([_Plan({"files": rng["files"] + rng2["files"]})], 100) == (None, 0, [])
+
+
+def test_an_empty_parquet_file_is_planned_with_zero_records(src):
+    empty = _land(Path(src.root), "empty.parquet", 0, T0)
+    rng, n, _ = src.next_range([], 100)
+    assert _paths(rng) == [empty] and n == 0 and rng["files"][0]["records"] == 0
+
+
+def test_a_file_that_is_not_parquet_is_refused_at_plan_time_naming_it(src):
+    bad = Path(src.root) / "half-written.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    with pytest.raises(UnreadableParquet, match=f"{bad}: not a readable Parquet file") as ei:
+        src.next_range([], 100)
+    assert ei.value.kind == "terminal"
+
+
+def test_interval_by_prefix_late_files_and_the_record_limit(make_cfg, tmp_path):
+    cfg = make_cfg(mode="interval", schedule="@hourly",
+                   source=_source(tmp_path, interval_prefix="dt={ds}/hour={hh}", late_files="fail"))
+    s = source_for(cfg)
+    root = Path(s.root)
+    t = T0 + 6 * 3600
+    a = _land(root, "dt=2026-01-01/hour=06/a.parquet", 2, 1)
+    b = _land(root, "dt=2026-01-01/hour=06/sub/b.parquet", 3, 2)
+    _land(root, "dt=2026-01-01/hour=07/c.parquet", 1, 3)
+    rng, n, _ = s.interval_range(t * 1000, (t + 3600) * 1000, 100)
+    assert sorted(_paths(rng)) == sorted([a, b]) and n == 5
+    assert {f["slice"] for f in rng["files"]} == {"iv=20260101T060000Z"}
+    with pytest.raises(IntervalTooLarge, match="holds 5 records in 2 files"):
+        s.interval_range(t * 1000, (t + 3600) * 1000, 4)
+    # hour 06 was published with a only: b is late, and late_files: fail says so
+    with pytest.raises(LateFiles, match="late files in the already planned interval"):
+        s.interval_range((t + 3600) * 1000, (t + 7200) * 1000, 100, lookback=[(t * 1000, (t + 3600) * 1000)],
+                         published={"iv=20260101T060000Z": {(a, os.path.getsize(a), 1000)}})
+
+
+# -- the range against the stage summary -----------------------------------------------------
+
+
+def _summary(rows_in, positions):
+    return StageSummary(batch_id=1, attempt="a", rows_in=rows_in, rows_valid=rows_in, rows_quarantined=0,
+                        row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
+                        stage_seconds=0.0, source_positions=positions)
+
+
+def test_rows_read_per_file_are_checked_against_the_footer_counts():
+    rng = kind_for("parquet").range({"files": [
+        {"path": "/in/a.parquet", "size": 1, "mtime_ms": 1, "records": 3},
+        {"path": "/in/empty.parquet", "size": 1, "mtime_ms": 1, "records": 0}]})
+    assert rng.check_stage(_summary(3, {"/in/a.parquet": [3, 0, 2]})) == []
+    assert rng.check_stage(_summary(3, {"/in/a.parquet": [3, 1, 3]})) == [
+        "/in/a.parquet: read 3 rows (row indexes 1..3), its footer holds 3 when planned"]
+    assert rng.check_stage(_summary(5, {"/in/a.parquet": [2, 0, 1], "/in/b.parquet": [3, 0, 2]})) == [
+        "/in/a.parquet: read 2 rows (row indexes 0..1), its footer holds 3 when planned",
+        "read /in/b.parquet, which is not in the plan"]
