@@ -14,23 +14,11 @@ from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from . import launch, s3conf
+from .batch_run import BatchRun, Report
 from .config import load_pipeline
-from .delta_sink import FingerprintMismatch
-from .formats import InvalidId
-from .params import ParamsError, RunParams, check_params
-from .protocol import (
-    AttemptPrepared,
-    BatchInFlight,
-    CommitBlocked,
-    ConcurrentPlan,
-    LedgerMismatch,
-    Protocol,
-    ProtocolError,
-    interval_of,
-)
-from .sources.files import FileTooLarge, LateFiles
-from .sources.kafka import DataLossError, IntervalTooLarge
-from .verify import NotReady, VerifyFailed
+from .errors import EobatchError
+from .params import ParamsError, check_params
+from .protocol import Protocol, interval_of
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
 
@@ -106,13 +94,47 @@ def _protocol(pipeline_file: str) -> Protocol:
     return Protocol(cfg)
 
 
-def _params(context, mode: str) -> RunParams:
+def _run(pipeline_file: str, context) -> BatchRun:
+    """This DAG run's batch: the pipeline's protocol, the run id and the run's checked params
+    (refused params fail the task at once, before anything is planned or staged)."""
+    proto = _protocol(pipeline_file)
     dag_run = context.get("dag_run")
     conf = getattr(dag_run, "conf", None) or {}
     try:
-        return check_params(conf, dict(context.get("params") or {}), mode)
+        params = check_params(conf, dict(context.get("params") or {}), proto.cfg.mode)
     except ParamsError as e:
         raise AirflowFailException(f"params refused: {e}") from e
+    return BatchRun(proto, run_id=context.get("run_id"), params=params)
+
+
+def _step(task: BaseOperator, step: str, fn, *args, on_done=None, **kwargs) -> Report | None:
+    """Run one step of the batch and translate the product's errors, in this one place:
+
+    * wait (another run's batch first, not staged yet, interval not settled): None; a sensor
+      returns False and pokes again, any other task raises it for Airflow to retry;
+    * terminal (a person must act; the message says how): the task fails without retries;
+    * retry (a broker or a store that is down, a lost commit race): Airflow's retries.
+
+    The report's lines go to the task log; ``skip`` ends the run's remaining tasks as skipped."""
+    try:
+        report = fn(*args, **kwargs)
+    except EobatchError as e:
+        if e.kind == "terminal":
+            raise AirflowFailException(str(e)) from e
+        if e.kind == "wait" and isinstance(task, BaseSensorOperator):
+            task.log.info("%s: %s; waiting", step, e)
+            return None
+        task.log.warning("%s: %s; the task is retried", step, e)
+        raise
+    if on_done is not None:
+        on_done()
+    for line in report.warnings:
+        task.log.warning("%s: %s", step, line)
+    for line in report.lines:
+        task.log.info("%s: %s", step, line)
+    if report.skip:
+        raise AirflowSkipException(report.skip)
+    return report
 
 
 def _interval(context) -> dict | None:
@@ -142,25 +164,8 @@ class RecoverOperator(BaseOperator):
         self.pipeline_file = pipeline_file
 
     def execute(self, context):
-        t0 = time.time()
-        proto = _protocol(self.pipeline_file)
-        params = _params(context, proto.cfg.mode)  # refused here, before anything is planned or staged
-        self.log.info("recover: run %s, params %s", context.get("run_id"), params)
-        try:
-            rec = proto.recover(run_id=context.get("run_id"), commit_prepared=not params.dry_run)
-            rewind = (proto.rewind(params.rewind_to_batch, run_id=context.get("run_id"), dry_run=params.dry_run,
-                                    max_records=params.max_records_per_batch)
-                      if params.rewind_to_batch else [])
-        except (LedgerMismatch, FingerprintMismatch, CommitBlocked, ProtocolError) as e:
-            raise AirflowFailException(str(e)) from e
-        for a in rec.actions + rewind:
-            self.log.info("recover: %s", a)
-        self.log.info("recover: ledger at batch %s, tables committed up to batch %s%s (%.2fs)",
-                      rec.latest, rec.committed,
-                      f", batch {rec.pending} pending" if rec.pending else "", time.time() - t0)
-        if params.dry_run and (params.rewind_to_batch or (rec.pending and proto.ledger.prepared(rec.pending))):
-            raise AirflowSkipException("dry run: " + "; ".join(rewind or rec.actions) + "; nothing was changed")
-        return {"latest": rec.latest, "committed": rec.committed, "pending": rec.pending}
+        run = _run(self.pipeline_file, context)
+        return _step(self, "recover", run.recover).value
 
 
 class PlanOperator(BaseSensorOperator):
@@ -180,45 +185,33 @@ class PlanOperator(BaseSensorOperator):
         self.pipeline_file = pipeline_file
 
     def poke(self, context):
-        proto = _protocol(self.pipeline_file)
-        params = _params(context, proto.cfg.mode)
-        interval = _interval(context) if proto.cfg.mode == "interval" else None
-        try:
-            plan, new = proto.plan(max_records=params.max_records_per_batch, interval=interval,
-                                   run_id=context.get("run_id"))
-        except (BatchInFlight, ConcurrentPlan) as e:  # another run's batch first; then ours
-            self.log.info("plan: %s; waiting", e)
-            return False
-        except (LedgerMismatch, ProtocolError, DataLossError, IntervalTooLarge, LateFiles, FileTooLarge) as e:
-            # not cured by retrying: the message says what to change
-            raise AirflowFailException(str(e)) from e
-        _count_late_files(proto)
-        if plan is None:
-            what = (f"interval [{interval['start']}, {interval['end']})" if interval else "")
-            raise AirflowSkipException(
-                f"nothing new in {proto.cfg.source.describe()} {what}: no batch planned, the tables are unchanged")
-        for note in plan.notes:
-            self.log.warning("plan: %s", note)
-        self.log.info("plan: batch %s %s: %s, %s records%s%s", plan.batch_id,
-                      "PLANNED" if new else "re-staged with its recorded range",
-                      plan.range_summary(), plan.rows_in,
-                      f" (planned in {plan.plan_seconds:.2f}s)" if new else "",
-                      " [dry run]" if params.dry_run else "")
-        return PokeReturnValue(is_done=True, xcom_value=plan.batch_id)
+        run = _run(self.pipeline_file, context)
+        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _count_late_files(run.proto))
+        return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
 class StageOperator(SparkSubmitOperator):
     """stage: spark-submit of spark_jobs/stage_batch.py for the planned batch, new attempt id.
 
     The attempt id is pushed to XCom *before* the job starts so that abort can find and
-    remove this attempt's files whatever happens to the job.
+    remove this attempt's files whatever happens to the job. The job's description (conf,
+    jars, py-files, name, arguments, environment) is set on the Spark operator's own templated
+    fields when the task runs: the pipeline file is read then, never at DAG parse time.
+
+    ``durable=False``: a retry is a new attempt with its own id and staging folder, so it must
+    submit a new job. (The provider's default would reconnect a retry to the previous try's
+    job, whose output is that try's attempt, which this retry's verify never looks at.)
     """
 
     ui_color = "#fff3e0"
 
     def __init__(self, *, pipeline_file: str, conn_id: str = "spark_default", **kwargs):
+        kwargs["durable"] = False
         super().__init__(application=launch.STAGE_APP, conn_id=conn_id, **kwargs)
         self.pipeline_file = pipeline_file
+        self.spark_conn_id = conn_id
+        self.spark_deploy_mode = kwargs.get("deploy_mode")
+        self.spark_binary_name = kwargs.get("spark_binary")
 
     def execute(self, context):
         cfg = load_pipeline(self.pipeline_file)
@@ -228,7 +221,9 @@ class StageOperator(SparkSubmitOperator):
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = launch.new_attempt_id(ti.try_number)
         ti.xcom_push(key="attempt", value=attempt)
-        self.conf = {**launch.spark_conf(cfg), **(self.conf or {})}
+        memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
+                                    ("spark.executor.memory", cfg.spark.executor_memory)) if v}
+        self.conf = {**launch.spark_conf(cfg), **memory, **(self.conf or {})}
         self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip()
         self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
@@ -237,21 +232,16 @@ class StageOperator(SparkSubmitOperator):
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
         if launch.uses_s3(cfg):
-            if credentials_travel_as_env(self._conn_id, deploy_mode=self._deploy_mode,
-                                         spark_binary=self._spark_binary):
+            if credentials_travel_as_env(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
+                                         spark_binary=self.spark_binary_name):
                 self.env_vars |= s3conf.credential_env()
             else:
                 self.log.info("stage: spark connection %r would put spark-submit's environment on its command "
                               "line (YARN/Kubernetes) or cannot take it: S3 credentials are not forwarded; the "
                               "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
-                              self._conn_id)
+                              self.spark_conn_id)
         mask_credentials()
-        if cfg.spark.driver_memory:
-            self._driver_memory = cfg.spark.driver_memory
-        if cfg.spark.executor_memory:
-            self._executor_memory = cfg.spark.executor_memory
-        self._hook = None
-        self.log.info("stage: batch %s attempt %s via spark connection %r", batch_id, attempt, self._conn_id)
+        self.log.info("stage: batch %s attempt %s via spark connection %r", batch_id, attempt, self.spark_conn_id)
         t0 = time.time()
         super().execute(context)
         self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
@@ -277,24 +267,8 @@ class VerifySensor(BaseSensorOperator):
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
-        proto = _protocol(self.pipeline_file)
-        dry = _params(context, proto.cfg.mode).dry_run
-        try:
-            p = proto.verify(batch_id, attempt, dry_run=dry)
-        except NotReady as e:
-            self.log.info("verify: %s", e)
-            return False
-        except (VerifyFailed, ProtocolError, InvalidId) as e:
-            raise AirflowFailException(str(e)) from e
-        self.log.info("verify: batch %s %s from attempt %s in %.2fs: %d rows in = %d valid + %d "
-                      "quarantined; %d rows to publish in %d files (%d bytes); fingerprint %s",
-                      batch_id, "verified (dry run, not PREPARED)" if dry else "PREPARED", p.attempt,
-                      p.verify_seconds, p.rows_in, p.rows_valid, p.rows_quarantined,
-                      p.rows_published, p.files, p.bytes, p.fingerprint[:16])
-        return PokeReturnValue(is_done=True, xcom_value={
-            "attempt": p.attempt, "fingerprint": p.fingerprint, "dry_run": dry, "rows_in": p.rows_in,
-            "rows_published": p.rows_published, "rows_quarantined": p.rows_quarantined, "files": p.files,
-            "bytes": p.bytes})
+        report = _step(self, "verify", _run(self.pipeline_file, context).verify, batch_id, attempt)
+        return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
 class CommitOperator(BaseOperator):
@@ -309,38 +283,9 @@ class CommitOperator(BaseOperator):
     def execute(self, context):
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
-        proto = _protocol(self.pipeline_file)
-        if _params(context, proto.cfg.mode).dry_run:
-            return self._dry_run_report(context, proto, batch_id)
-        try:
-            c = proto.commit(batch_id)
-        except (FingerprintMismatch, ProtocolError) as e:
-            # terminal: retrying cannot help (a repair is needed); fail now, say which one
-            raise AirflowFailException(str(e)) from e
-        p = proto.ledger.prepared(batch_id)
-        self.log.info("commit: batch %s COMMITTED in %.2fs: Delta versions %s; %d rows published, %d "
-                      "quarantined", batch_id, c.commit_seconds, c.delta_versions, p.rows_published,
-                      p.rows_quarantined)
-        return {"batch_id": batch_id, "delta_versions": c.delta_versions}
-
-    def _dry_run_report(self, context, proto: Protocol, batch_id: int) -> dict:
-        ti = context["ti"]
-        report = dict(ti.xcom_pull(task_ids=VERIFY_TASK) or {})
-        attempt = report.get("attempt") or ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
-        removed = proto.abort(batch_id, attempt, reason=f"dry run {context.get('run_id')}")
-        plan = proto.ledger.plan(batch_id)
-        self.log.info("commit: DRY RUN of batch %s: would publish %s rows to %s and %s rows to %s in %s "
-                      "files (%s bytes) from %s. Nothing was published; the attempt was aborted (%d staged "
-                      "files removed).", batch_id, report.get("rows_published"), proto.cfg.sink_table,
-                      report.get("rows_quarantined"), proto.cfg.quarantine_table, report.get("files"),
-                      report.get("bytes"), plan.range_summary(), len(removed))
-        if proto.cfg.mode == "interval":
-            proto.abandon(batch_id, f"dry run {context.get('run_id')}")
-            self.log.info("commit: dry run: interval batch %s abandoned", batch_id)
-        else:
-            self.log.info("commit: dry run: batch %s stays PLANNED; the next run re-stages this range",
-                          batch_id)
-        return {"dry_run": True, "batch_id": batch_id, "range": plan.range_summary(), **report}
+        run = _run(self.pipeline_file, context)
+        return _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
+                     attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")).value
 
 
 class AbortOperator(BaseOperator):
@@ -357,28 +302,5 @@ class AbortOperator(BaseOperator):
         ti = context["ti"]
         batch_id = ti.xcom_pull(task_ids=PLAN_TASK)
         attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
-        proto = _protocol(self.pipeline_file)
-        if batch_id is None or attempt is None:
-            if batch_id is not None and proto.cfg.mode == "interval" and proto.ledger.prepared(int(batch_id)) is None:
-                proto.abandon(int(batch_id), f"run {context.get('run_id')} failed before staging")
-                self.log.info("abort: no attempt was started; interval batch %s is ABANDONED", batch_id)
-                return None
-            self.log.info("abort: no attempt was started; nothing to remove")
-            return None
-        try:
-            removed = proto.abort(int(batch_id), attempt, reason=f"run {context.get('run_id')} failed")
-        except AttemptPrepared as e:  # verify won the attempt's decision: its files stay
-            if proto.cfg.mode == "interval" and proto.abandon(int(batch_id), f"run {context.get('run_id')} failed"):
-                self.log.warning("abort: %s; the interval batch %s is ABANDONED before it became PREPARED "
-                                 "(nothing is published; the sweep removes its files)", e, batch_id)
-            else:
-                self.log.warning("abort: %s", e)
-            return None
-        if proto.cfg.mode == "interval" and proto.abandon(int(batch_id), f"run {context.get('run_id')} failed"):
-            self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the interval batch "
-                          "is ABANDONED: run the interval again to publish it", batch_id, attempt, len(removed))
-        else:
-            self.log.info("abort: batch %s attempt %s aborted, %d staged file(s) removed; the batch stays "
-                          "PLANNED and the next run re-stages the same range", batch_id, attempt, len(removed))
-        return len(removed)
-
+        run = _run(self.pipeline_file, context)
+        return _step(self, "abort", run.fail, None if batch_id is None else int(batch_id), attempt).value

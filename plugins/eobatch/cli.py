@@ -10,9 +10,13 @@ The protocol's verbs, one process each, exactly what the Airflow tasks call (use
 
     python -m eobatch.cli recover orders
     python -m eobatch.cli plan orders [--max-records N]         # prints the batch id (exit 6: nothing new)
-    python -m eobatch.cli verify orders BATCH ATTEMPT            # exit 3: not staged yet, 4: verification failed
+    python -m eobatch.cli verify orders BATCH ATTEMPT
     python -m eobatch.cli commit orders BATCH
-    python -m eobatch.cli abort orders BATCH ATTEMPT
+    python -m eobatch.cli abort orders BATCH ATTEMPT            # interval mode: also abandons the batch
+
+Exit status (``eobatch.errors``): 0 done, 2 bad input (config, ids), 3 wait (not staged yet,
+another run's batch first), 4 verification failed, 5 a repair is needed (the message says
+which), 6 nothing new to plan, 7 transient (retry later), 1 anything else (a traceback).
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ import argparse
 import json
 import sys
 
-from .config import ConfigError, find_pipeline
-from .formats import InvalidId
-from .protocol import Protocol, ProtocolError, utcnow
+from .batch_run import BatchRun
+from .config import find_pipeline
+from .errors import NOTHING_TO_DO, EobatchError, exit_code
+from .protocol import Protocol, utcnow
 
 
 def ledger_rows(proto: Protocol) -> list[dict]:
@@ -107,42 +112,30 @@ def show(proto: Protocol, limit: int) -> None:
 
 
 def run_verb(proto: Protocol, args) -> int:
-    from .sources.files import FileTooLarge, LateFiles
-    from .sources.kafka import DataLossError, IntervalTooLarge
-    from .verify import NotReady, VerifyFailed
-
-    try:
-        if args.cmd == "recover":
-            rec = proto.recover()
-            print(json.dumps({"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
-                              "actions": rec.actions}))
-        elif args.cmd == "plan":
-            interval = {"start": args.interval[0], "end": args.interval[1]} if args.interval else None
-            plan, new = proto.plan(args.max_records, interval=interval, run_id=args.run_id)
-            if plan is None:
-                print("nothing new")
-                return 6
-            print(json.dumps({"batch_id": plan.batch_id, "new": new, "range": plan.range_summary()}))
-        elif args.cmd == "verify":
-            p = proto.verify(args.batch, args.attempt)
-            print(json.dumps({"batch_id": p.batch_id, "attempt": p.attempt, "fingerprint": p.fingerprint}))
-        elif args.cmd == "commit":
-            c = proto.commit(args.batch)
-            print(json.dumps({"batch_id": c.batch_id, "delta_versions": c.delta_versions}))
-        elif args.cmd == "abort":
-            print(json.dumps({"removed": len(proto.abort(args.batch, args.attempt, "aborted by hand"))}))
-    except NotReady as e:
-        print(f"not ready: {e}", file=sys.stderr)
-        return 3
-    except VerifyFailed as e:
-        print(f"verification failed: {e}", file=sys.stderr)
-        return 4
-    except (ProtocolError, DataLossError, IntervalTooLarge, LateFiles, FileTooLarge) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 5
-    except InvalidId as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    """One protocol verb through ``BatchRun``, exactly as the Airflow task runs it; its report
+    as one JSON line on stdout, its log lines on stderr."""
+    run = BatchRun(proto, run_id=getattr(args, "run_id", None))
+    if args.cmd == "recover":
+        r = run.recover()
+    elif args.cmd == "plan":
+        r = run.plan({"start": args.interval[0], "end": args.interval[1]} if args.interval else None)
+        if r.value is None:
+            print("nothing new")
+            return NOTHING_TO_DO
+        r.value = r.detail
+    elif args.cmd == "verify":
+        r = run.verify(args.batch, args.attempt)
+        r.value = {"batch_id": args.batch, **r.value}
+    elif args.cmd == "commit":
+        r = run.commit(args.batch)
+    else:  # abort: what the abort task does (interval mode: the batch is abandoned too)
+        r = run.fail(args.batch, args.attempt, "aborted by hand")
+        if r.detail.get("aborted") is False:  # the attempt is PREPARED: refused, as an error of its own
+            raise r.detail["error"]
+        r.value = {"removed": r.value}
+    for line in r.warnings + r.lines:
+        print(f"{args.cmd}: {line}", file=sys.stderr)
+    print(json.dumps(r.value, default=str))
     return 0
 
 
@@ -182,10 +175,17 @@ def main(argv=None) -> int:
     rp.add_argument("batch", type=int)
     args = ap.parse_args(argv)
     try:
-        cfg = find_pipeline(args.pipeline)
-    except (KeyError, ConfigError) as e:
-        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
+        return _command(args)
+    except KeyError as e:  # no such pipeline
+        print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
+    except EobatchError as e:  # the one table: eobatch.errors.exit_code
+        print(f"{'not ready' if e.kind == 'wait' else 'error'}: {e}", file=sys.stderr)
+        return exit_code(e)
+
+
+def _command(args) -> int:
+    cfg = find_pipeline(args.pipeline)
     proto = Protocol(cfg)
     if args.cmd == "ledger":
         rows = ledger_rows(proto)
@@ -222,19 +222,11 @@ def main(argv=None) -> int:
             return 2
         return 0
     if args.cmd == "rewind":
-        try:
-            for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run):
-                print(line)
-        except ProtocolError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 5
+        for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run):
+            print(line)
         return 0
     if args.cmd == "reset-batch":
-        try:
-            moved = proto.reset(args.batch)
-        except ProtocolError as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 5
+        moved = proto.reset(args.batch)
         print(f"forgot batches {moved}: archived under {proto.layout.ledger}/archive/; the next run plans "
               f"them again from the end of batch {args.batch - 1}")
         return 0
