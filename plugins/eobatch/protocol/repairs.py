@@ -17,7 +17,7 @@ from ..formats import PARTICIPANTS, BatchPlan, RewindRecord
 from ..sources import source_for
 from ..storage import join, relpath
 from . import state as st
-from .state import start_marker, utcnow
+from .state import utcnow
 
 if TYPE_CHECKING:
     from ..config import PipelineConfig
@@ -40,6 +40,7 @@ class Repairs:
         def fs_for(self, participant: str) -> Storage: ...
         def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
         def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]: ...
+        def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
 
     # -- rewind ----------------------------------------------------------------------
     def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
@@ -113,7 +114,7 @@ class Repairs:
                                           max_records or self.cfg.source.max_records_per_batch)
         if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
             k = self.ledger.plan(rec.to_batch)
-            marker = start_marker(k)
+            marker = self._start_marker(k)
             rng, n = (marker.range, None) if marker is not None else ({"files": []}, 0)
         return BatchPlan(
             pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,

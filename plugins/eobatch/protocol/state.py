@@ -118,13 +118,12 @@ def read_so_far(plans: Sequence[BatchPlan], rewinds: Sequence[RewindRecord], is_
     return kept
 
 
-def start_marker(k: BatchPlan) -> BatchPlan | None:
-    """An empty range at batch ``k``'s first offsets (position-based sources); None otherwise."""
-    if "partitions" not in k.range:
+def start_marker(k: BatchPlan, rng: dict | None) -> BatchPlan | None:
+    """Batch ``k``'s plan with ``rng`` as its range: its source kind's empty range at ``k``'s
+    first positions (``SourceKind.start_marker``); None for a kind without positions."""
+    if rng is None:
         return None
-    start = {p: [fr, fr] for p, (fr, _to) in k.range["partitions"].items()}
-    return BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind,
-                     range={**k.range, "partitions": start, "lost": {}}, rows_in=0,
+    return BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind, range=rng, rows_in=0,
                      config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
 
 

@@ -17,6 +17,7 @@ from ..delta_sink import (
     CommitConflict,
     DeltaParticipant,
     FingerprintMismatch,
+    Participant,
     Replace,
     schema_from_b64,
 )
@@ -41,13 +42,13 @@ from ..formats import (
     fingerprint_of,
 )
 from ..ledger import Ledger
-from ..sources import source_for
+from ..sources import kind_for, source_for
 from ..storage import Storage, join, storage_for
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
 from .repairs import Repairs
 from .state import ms as _ms
-from .state import start_marker, utcnow
+from .state import utcnow
 
 log = logging.getLogger("eobatch")
 
@@ -212,7 +213,7 @@ class Protocol(Repairs):
                                     f"runs cover the time between two ticks)")
             self._check_settled(interval)
             kw = {}
-            if self.cfg.source.kind == "files":  # late files: look back at the intervals already planned
+            if kind_for(self.cfg.source.kind).checks_late_files:  # look back at the intervals already planned
                 kw = {"lookback": self._lookback(interval["start"]), "published": self._published_slices()}
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
                                                   earlier=self._last_interval_before(interval["start"]), **kw)
@@ -261,7 +262,11 @@ class Protocol(Repairs):
         """The plans whose ranges count as read (``state.read_so_far``); ``pending_rewind``: a
         rewind being planned now, counted as if recorded."""
         rewinds = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
-        return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, start_marker)
+        return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
+
+    @staticmethod
+    def _start_marker(k: BatchPlan) -> BatchPlan | None:
+        return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
 
     # -- verify (pre-commit) ---------------------------------------------------------
     def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
