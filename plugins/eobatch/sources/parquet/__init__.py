@@ -8,17 +8,18 @@ included) with record counts from the footers; each row is read as one JSON reco
 from __future__ import annotations
 
 from ..base import ConfigContext
-from ..files import changed_since_plan
+from ..files import FilesKind
 from .config import KEYS, ParquetConfig, parse
 from .planner import ParquetSource, UnreadableParquet, footer_rows
 from .range import ParquetRange
 
 
-class ParquetKind:
+class ParquetKind(FilesKind):
+    """A files kind whose files are Parquet: its own config, planner (footer counts), range and
+    reader; the rest (no positions, late files, the job's source, the pre-read check) is files'."""
+
     name = "parquet"
     config_keys = KEYS
-    position_based = False
-    checks_late_files = True
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> ParquetConfig:
         return parse(src, ctx)
@@ -28,15 +29,6 @@ class ParquetKind:
 
     def range(self, data: dict) -> ParquetRange:
         return ParquetRange.from_json(data)
-
-    def start_marker(self, rng: dict) -> None:
-        return None
-
-    def job_source(self, source: ParquetConfig) -> dict:
-        return {"kind": self.name}
-
-    def unreadable(self, rng: dict, job: dict) -> list[str]:
-        return changed_since_plan(rng)
 
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
