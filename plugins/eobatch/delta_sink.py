@@ -19,30 +19,21 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from .errors import RetryableError, TerminalError
+from .errors import RetryableError, SliceRewritten, TerminalError
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Replace:
-    """Interval mode: the live files a commit removes in the same transaction (slice replace):
-    those under a staging folder ``eo_batches/b<id>/<attempt>/<slice>/`` of one of ``slices``,
-    and (tables staged before slices existed) every file of the batches ``batches``."""
+    """Interval mode: the exact live files a commit removes in the same transaction (slice
+    replace), and the slices they hold (for the log, the commit info and the errors)."""
 
-    slices: frozenset = frozenset()
-    batches: frozenset = frozenset()
-
-    def matches(self, path: str) -> bool:
-        from .formats import STAGING_DIR, bid
-
-        parts = path.split("/")
-        if len(parts) < 4 or parts[0] != STAGING_DIR:
-            return False
-        return parts[3] in self.slices or parts[1] in {f"b{bid(b)}" for b in self.batches}
+    paths: frozenset = frozenset()
+    slices: tuple = ()
 
     def describe(self) -> str:
-        return ", ".join(sorted(self.slices) + [f"batch {b}" for b in sorted(self.batches)])
+        return ", ".join(self.slices)
 
 
 class CommitConflict(RetryableError):
@@ -109,6 +100,8 @@ class Participant(Protocol):
                metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int: ...
     def restore(self, version: int, metadata: dict) -> int: ...
     def missing_files_at(self, version: int, fs) -> list[str]: ...
+    def live_files(self) -> set[str]: ...
+    def rewritten_text(self, replace: Replace, missing: set[str], app_id: str) -> str: ...
 
 
 class DeltaParticipant:
@@ -206,10 +199,10 @@ class DeltaParticipant:
         actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")
                    for a in adds]
-        removes = self._files_matching(dt, replace, now) if replace else []
+        removes = self._removes(dt, replace, now, app_id) if replace else []
         if removes:
             log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())
-            metadata = {**metadata, "eo.replaces": json.dumps(sorted(replace.slices) + sorted(replace.batches))}
+            metadata = {**metadata, "eo.replaces": json.dumps(list(replace.slices))}
         actions += removes
         try:
             dt.create_write_transaction(
@@ -229,21 +222,34 @@ class DeltaParticipant:
         found = self.find_batch_commit(app_id, batch_id)
         return found[0] if found else -1
 
-    @staticmethod
-    def _files_matching(dt, replace: Replace, now: int) -> list:
-        """RemoveActions for the files of ``dt``'s snapshot that ``replace`` matches."""
+    def _removes(self, dt, replace: Replace, now: int, app_id: str) -> list:
+        """RemoveActions for ``replace``'s files in ``dt``'s snapshot (the one the commit is built
+        on). Raises SliceRewritten when some of them are not there any more."""
         from deltalake.transaction import RemoveAction
 
         t = pa.table(dt.get_add_actions(flatten=False))
         paths = t.column("path").to_pylist()
         sizes = t.column("size_bytes").to_pylist()
         pvals = t.column("partition").to_pylist() if "partition" in t.column_names else [None] * len(paths)
+        missing = replace.paths - set(paths)
+        if missing:
+            raise SliceRewritten(self.rewritten_text(replace, missing, app_id, dt))
         out = []
         for path, size, pv in zip(paths, sizes, pvals):
-            if replace.matches(path):
+            if path in replace.paths:
                 pv = {k: (None if v is None else _partition_text(v)) for k, v in (pv or {}).items()}
                 out.append(RemoveAction(path, True, now, int(size), pv))
         return out
+
+    def rewritten_text(self, replace: Replace, missing: set[str], app_id: str, dt=None) -> str:
+        """What happened to a slice's files, for SliceRewritten: how many are gone, and the
+        table's recent commits by other writers (the rewrite is among them)."""
+        dt = dt or self._table()
+        foreign = [f"version {h['version']} {h.get('operation', '?')}" for h in (dt.history(50) if dt else [])
+                   if h.get("eo.pipeline") != app_id and h.get("operation") != "CREATE TABLE"]
+        return (f"the {self.name} table {self.uri} no longer holds {len(missing)} of the {len(replace.paths)} "
+                f"file(s) {replace.describe()} was last published in (e.g. {min(missing)}): another "
+                f"writer rewrote them (its recent commits: {', '.join(foreign[:5]) or 'none left in the history'})")
 
     def missing_files_at(self, version: int, fs) -> list[str]:
         """Files of table version ``version`` that are no longer on storage (VACUUM removed them,

@@ -76,6 +76,12 @@ class CommitBlocked(ProtocolError):
     """A PREPARED batch whose files are gone: a person must repair (the message says how)."""
 
 
+class SliceRewritten(ProtocolError):
+    """Interval mode: the files a republished interval's last batch published are no longer in
+    the table (another writer rewrote them, e.g. an OPTIMIZE compaction): no replace can remove
+    exactly that interval's earlier records, so the interval is not published again."""
+
+
 class BatchInFlight(ProtocolError):
     """Another run's batch is not decided yet (batches are strictly ordered): wait for it."""
 

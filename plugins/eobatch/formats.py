@@ -71,11 +71,18 @@ def check_batch_id(batch_id) -> int:
 def slice_name(interval_start_ms: int) -> str:
     """Interval mode: the folder (under an attempt's staging folder) of one interval's staged files,
     ``iv=<start, UTC, YYYYMMDDTHHMMSSZ>``. A batch publishes one or more interval slices; its commit
-    replaces every earlier file of those slices (and only those), found by this path segment."""
+    replaces the files its slices' newest committed batches published (``state.replaced_files``)."""
     import datetime as dt
 
     start = dt.datetime.fromtimestamp(interval_start_ms / 1000, dt.timezone.utc)
     return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
+
+
+def slice_of(path: str) -> str | None:
+    """The slice folder of a staged file's table-relative path
+    (``eo_batches/b<id>/<attempt>/<slice>/...``), or None."""
+    parts = path.split("/")
+    return parts[3] if len(parts) > 4 and parts[0] == STAGING_DIR and parts[3].startswith("iv=") else None
 
 
 def bid(batch_id: int) -> str:
@@ -181,13 +188,14 @@ class BatchPlan(Record):
         return f"{self.interval['start']}/{self.interval['end']}" if self.interval else None
 
     def slices(self) -> dict[str, list[dict]]:
-        """Interval mode: slice name -> the planned files of that interval slice. Plans written
-        before slices existed hold one slice: their own interval's."""
+        """Interval mode: slice name -> the planned files of that interval slice. A range without
+        files (Kafka offsets) and a plan written before slices existed hold one slice, their own
+        interval's (with no files for a range without files)."""
         if not self.interval:
             return {}
         files = self.range.get("files")
-        if files is None:  # Kafka: offsets, no file slices
-            return {}
+        if files is None:  # Kafka: offsets, one slice
+            return {slice_name(_epoch_ms(self.interval["start"])): []}
         if files and all("slice" in f for f in files):
             out: dict[str, list[dict]] = {}
             for f in files:

@@ -385,3 +385,35 @@ def test_interval_loss_is_judged_against_the_previous_interval_not_the_low_water
     delete_below(0, 5)
     with pytest.raises(DataLossError, match=r"partition 0: offsets \[3, 5\) were deleted .*read up to 3"):
         p.protocol().plan(interval=dict(zip(("start", "end"), hour_of(3))), run_id="h3")
+
+
+def test_a_rerun_of_a_kafka_interval_replaces_it_and_publishes_each_record_once(broker, tmp_path):
+    """A backfill with reprocessing (or a manual run) of an interval already published from Kafka
+    replaces that interval's files: the same offsets read again are published once, and the
+    other intervals are left alone."""
+    import datetime as dt
+
+    from confluent_kafka import Producer
+
+    topic = "rerun_events"
+    create_topic(broker, topic, partitions=2)
+    hour = 3_600_000
+    base = (int(time.time() * 1000) // hour - 4) * hour
+    prod = Producer({"bootstrap.servers": broker.bootstrap})
+    for part, ts, oid in ((0, base + 1, "h0-a"), (1, base + 2, "h0-b"), (0, base + hour + 1, "h1-a")):
+        prod.produce(topic, value=json.dumps({"order_id": oid}).encode(), partition=part, timestamp=ts)
+    prod.flush(30)
+
+    def hour_of(i: int) -> tuple[str, str]:
+        return tuple(dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
+                     for k in (i, i + 1))
+
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rerun_kafka")
+    p.yaml_path.write_text(p.yaml_path.read_text().replace(
+        "name: rerun_kafka\n", "name: rerun_kafka\nmode: interval\nschedule: '@hourly'\n"))
+    assert run_batch(p, interval=hour_of(0), run_id="h0") == 1
+    assert run_batch(p, interval=hour_of(1), run_id="h1") == 2
+    assert run_batch(p, interval=hour_of(0), run_id="h0-again") == 3
+    assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]
+    assert run_batch(p, interval=hour_of(1), run_id="h1-again") == 4
+    assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import LedgerMismatch
-from ..formats import BatchPlan, BatchState, RewindRecord
+from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
 
 
 def utcnow() -> str:
@@ -165,13 +165,23 @@ def last_interval_before(live_plans: Iterable[BatchPlan], start) -> BatchPlan | 
     return max(earlier, key=lambda p: (ms(p.interval["end"]), p.batch_id), default=None)
 
 
-def legacy_replaced_batches(plan: BatchPlan, plans: Iterable[BatchPlan]) -> frozenset[int]:
-    """Interval mode: earlier batches staged before slices existed that published one of
-    ``plan``'s slices; their files are found by their batch folder."""
-    names = set(plan.slices())
-    return frozenset(p.batch_id for p in plans if p.batch_id < plan.batch_id and p.interval
-                     and not any("slice" in f for f in p.range.get("files", []))
-                     and set(p.slices()) & names)
+def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, PreparedBatch]]) -> dict[str, dict[str, set[str]]]:
+    """Interval mode: slice name -> participant -> the table paths ``plan``'s commit removes to
+    replace that slice: the files the newest batch of ``committed`` (committed live batches
+    before ``plan``, with their PREPARED records) that published the slice staged for it. Those
+    are its files under the slice's folder, or all its files when it published that slice
+    alone (a Kafka range, a batch staged before slices existed). Named one by one, never
+    matched by a path pattern: a file another writer rewrote is missing, not silently kept."""
+    out: dict[str, dict[str, set[str]]] = {}
+    wanted = set(plan.slices())
+    for held, prepared in sorted(committed, key=lambda c: -c[0].batch_id):
+        if held.batch_id >= plan.batch_id:
+            continue
+        own = set(held.slices())
+        for name in sorted((wanted & own) - out.keys()):
+            out[name] = {part: {a["path"] for a in adds if len(own) == 1 or slice_of(a["path"]) == name}
+                         for part, adds in prepared.adds.items()}
+    return out
 
 
 def ranges(ids: Iterable[int]) -> str:

@@ -29,6 +29,7 @@ from ..errors import (
     IntervalNotSettled,
     LedgerMismatch,
     ProtocolError,
+    SliceRewritten,
 )
 from ..formats import (
     PARTICIPANTS,
@@ -231,6 +232,7 @@ class Protocol(Repairs):
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
             late=self.last_late,
         )
+        self._check_replaceable(plan, self._replaces(plan), "plan")
         if not self.ledger.put_plan(plan):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
                                  f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
@@ -300,6 +302,7 @@ class Protocol(Repairs):
         )
         if dry_run:
             return prepared
+        self._check_replaceable(plan, self._replaces(plan), "verify")
         # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
         # verify, a task marked failed) either won first, and then this attempt is never
         # prepared, or loses, and then it never removes the files that PREPARED names.
@@ -358,6 +361,7 @@ class Protocol(Repairs):
                                 f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
         versions: dict[str, int] = {}
         done_now = 0
+        replaces = self._replaces(plan)
         for participant in PARTICIPANTS:
             part = self.participants[participant]
             v = part.committed_version(self.app_id)
@@ -378,8 +382,10 @@ class Protocol(Repairs):
                     schema_from_b64(prepared.arrow_schema[participant]),
                     list(prepared.partition_by.get(participant, [])),
                     commit_metadata(plan, prepared, participant), expected_prev=prev,
-                    replace=self._replaces(plan),
+                    replace=(replaces or {}).get(participant),
                 )
+            except SliceRewritten as e:
+                raise SliceRewritten(self._rewritten_message(plan, str(e), "commit")) from e
             except CommitConflict as e:
                 log.info("%s", e)
                 if part.committed_version(self.app_id) >= batch_id:
@@ -453,12 +459,48 @@ class Protocol(Repairs):
             rec = self.ledger.committed(batch_id)
         return rec
 
-    def _replaces(self, plan: BatchPlan) -> Replace | None:
-        """Interval mode: what this batch's commit replaces: every earlier file of the interval
-        slices it publishes (and the batch folders of batches staged before slices existed)."""
+    def _replaces(self, plan: BatchPlan) -> dict[str, Replace] | None:
+        """Interval mode, per participant: the files this batch's commit removes, named one by
+        one: those its slices' newest committed batches published (``state.replaced_files``)."""
         if plan.interval is None:
             return None
-        return Replace(slices=frozenset(plan.slices()), batches=st.legacy_replaced_batches(plan, self.ledger.plans()))
+        held = min(self.committed_versions().values())
+        names = set(plan.slices())
+        committed = []
+        for p in self.ledger.live_plans():
+            if p.batch_id < plan.batch_id and p.batch_id <= held and names & set(p.slices()):
+                prepared = self.ledger.prepared(p.batch_id)
+                if prepared is not None:
+                    committed.append((p, prepared))
+        by_slice = st.replaced_files(plan, committed)
+        return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
+                              slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
+                for part in PARTICIPANTS}
+
+    def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
+        """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""
+        problems = []
+        for part, rep in (replaces or {}).items():
+            missing = rep.paths - self.participants[part].live_files() if rep.paths else set()
+            if missing:
+                problems.append(self.participants[part].rewritten_text(rep, missing, self.app_id))
+        if problems:
+            raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
+
+    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str) -> str:
+        what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
+                "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
+        text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
+                f"rewritten ones also hold that interval's records (mixed with other intervals' rows), so "
+                f"publishing it again would publish them twice. Nothing was published. Interval tables must "
+                f"not be compacted by other writers (README, \"Interval mode\"). To publish late files of it, "
+                f"move them into the folder of a later interval (without interval_prefix: touch them, so "
+                f"their time falls in a later interval): that interval's run publishes them; or set "
+                f"`late_files: ignore`. The interval itself cannot be re-run")
+        if step == "commit":
+            text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
+                     f"published nowhere), then as above")
+        return text
 
     # -- abort -----------------------------------------------------------------------
     def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
