@@ -40,7 +40,10 @@ for each run, at most one fault:
                    (schema from the table); VACUUM retention 0, full (unreferenced files too). If
                    that VACUUM deleted the staged files of a PREPARED batch (the previous run's
                    commit crashed), recover stops with CommitBlocked and the harness does the
-                   documented repair (`cli reset-batch`), counted in "repairs"
+                   documented repair (`cli reset-batch`), counted in "repairs". Interval mode:
+                   a late file whose hour was compacted cannot be republished (the plan is refused,
+                   SliceRewritten); the harness does the documented repair, moving the late files
+                   the message names into this run's hour (a blocked commit: `reset-batch` first)
   odd_lines        (files, s3) a landing file whose lines include lines made only of U+0085 /
                    U+2028 / U+2029 (and U+00A0), a lone \\r inside a line, CRLF endings, blank and
                    whitespace-only lines; good records (some with U+2028/U+0085 inside a string, one
@@ -123,6 +126,7 @@ FOREIGN_OPS = ("compact", "append", "vacuum")
 PY = sys.executable
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
 HOUR_DIR = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/")
+REWRITTEN = "another writer rewrote them"  # SliceRewritten's message (interval mode, foreign OPTIMIZE)
 SLICE_DIR = re.compile(r"^eo_batches/b(\d+)/[^/]+/iv=(\d{4})(\d{2})(\d{2})T(\d{2})\d{4}Z/")
 
 
@@ -450,18 +454,39 @@ class Chaos:
             return " (the run is retried)"
         return ""
 
+    def move_late_files(self, stderr: str) -> str:
+        """The documented remedy when a late file's hour was compacted by a foreign writer (the
+        plan is refused: SliceRewritten): move the late files into the folder of a later hour,
+        this run's, whose plan then publishes them."""
+        m = re.search(r"The late files this batch would have published: (.*)", stderr)
+        if m is None:
+            raise RuntimeError(f"plan refused without late files to move: {stderr[-2000:]}")
+        moved = []
+        for path in (Path(x.strip()) for x in m.group(1).split(", ")):
+            dest = self.p.landing / self.hour_dir(self.cur[0]) / path.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, dest)
+            moved.append(f"{path.parent.name}/{path.name}")
+        self.repairs.append(f"plan of hour {self.cur[0]} refused (a late file's hour was compacted by a foreign "
+                            f"writer); moved {', '.join(moved)} into hour {self.cur[0]}")
+        self.say(f"repair: {self.repairs[-1]}")
+        return self.repairs[-1]
+
     def recover(self) -> None:
         r = self.verb("recover")
         if r.returncode == 0:
             return
-        m = re.search(r"PREPARED batch (\d+) cannot be committed", r.stderr)
-        if m and self.vacuumed:
+        m = re.search(r"PREPARED batch (\d+) cannot be committed", r.stderr) if self.vacuumed else None
+        m = m or re.search(r"\(batch (\d+), PREPARED\) was not committed: .*" + REWRITTEN, r.stderr)
+        if m:
             # a foreign VACUUM (retention 0, check disabled) deleted the staged files of a batch
             # that was PREPARED when it ran: the product stops with the documented repair
             b = int(m.group(1))
             rr = self.verb("reset-batch", str(b))
-            self.repairs.append(f"batch {b} PREPARED, its staged files deleted by a foreign VACUUM: recover "
-                                f"stopped (CommitBlocked); `reset-batch {b}` exit {rr.returncode}")
+            why = ("its slice's files rewritten by a foreign OPTIMIZE: recover stopped (SliceRewritten)"
+                   if REWRITTEN in r.stderr else
+                   "its staged files deleted by a foreign VACUUM: recover stopped (CommitBlocked)")
+            self.repairs.append(f"batch {b} PREPARED, {why}; `reset-batch {b}` exit {rr.returncode}")
             self.say(f"repair: {self.repairs[-1]}: {(rr.stdout + rr.stderr).strip()[-300:]}")
             if self.mode == "interval" and b in self.batch_hour:
                 self.backlog.append(self.batch_hour[b])
@@ -534,6 +559,12 @@ class Chaos:
         if r.returncode == 6:
             self.nothing_new = True
             return race_note + "nothing new"
+        if r.returncode == 5 and self.mode == "interval" and REWRITTEN in r.stderr:
+            race_note += self.move_late_files(r.stderr) + "; "
+            r = self.plan()
+            if r.returncode == 6:
+                self.nothing_new = True
+                return race_note + "nothing new"
         if r.returncode != 0:
             raise RuntimeError(f"plan failed: {r.stderr[-2000:]}")
         batch = json.loads(r.stdout)["batch_id"]

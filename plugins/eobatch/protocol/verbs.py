@@ -497,6 +497,9 @@ class Protocol(Repairs):
                 f"move them into the folder of a later interval (without interval_prefix: touch them, so "
                 f"their time falls in a later interval): that interval's run publishes them; or set "
                 f"`late_files: ignore`. The interval itself cannot be re-run")
+        late = [f for x in plan.late for f in x.get("files", [])]
+        if late:
+            text += f". The late files this batch would have published: {', '.join(late[:20])}"
         if step == "commit":
             text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
                      f"published nowhere), then as above")
