@@ -26,10 +26,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
-	@echo "make setup | demo | test | up | down | cluster-up | cluster-down"
+	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] | sweep PIPELINE=<name>"
 
@@ -93,6 +93,10 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# Static checks (configuration in pyproject.toml); CI runs them before the tests.
+lint: venv
+	$(VENV)/bin/ruff check dags spark_jobs plugins tests include
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)

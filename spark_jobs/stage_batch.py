@@ -173,7 +173,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         for w in writers.values():
             w.close()
         staged = []
-        for key, f in files.items():
+        for f in files.values():
             info = fs.stat(join(table_root, f["path"]))
             staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
                                      partition_values=f["partition_values"], nan_free=f["nan_free"]).__dict__)
@@ -213,7 +213,6 @@ def executor_env(spec: dict, plan) -> dict:
     own environment: never on the spark-submit command line. Spark redacts them in its UI and
     event log (spark.redaction.regex)."""
     from eobatch import s3conf
-
     from eobatch.sources import kind_for
 
     paths = [spec["sink_table"], spec["quarantine_table"]] + kind_for(plan.source_kind).range(plan.range).locations()

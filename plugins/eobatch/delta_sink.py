@@ -14,8 +14,8 @@ import base64
 import json
 import logging
 import time
-from typing import Protocol
 from dataclasses import dataclass
+from typing import Protocol
 
 import pyarrow as pa
 

@@ -17,10 +17,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from harness import base_env, write_kafka_pipeline  # noqa: E402
-
 from eobatch import launch  # noqa: E402
 from eobatch.services import KafkaBroker  # noqa: E402
+from harness import base_env, write_kafka_pipeline  # noqa: E402
 
 
 def main(n: int) -> dict:

@@ -23,12 +23,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from harness import base_env, orders  # noqa: E402
-
 from eobatch import launch  # noqa: E402
 from eobatch.config import load_pipeline  # noqa: E402
 from eobatch.protocol import Protocol  # noqa: E402
 from eobatch.services import S3Server, SparkCluster  # noqa: E402
+from harness import base_env, orders  # noqa: E402
 
 
 def pipeline_yaml(folder: Path, name: str, landing: str, lake: str, n: int) -> Path:
@@ -79,7 +78,7 @@ def main(n: int, nfiles: int, repeats: int) -> dict:
     try:
         per = n // nfiles
         contents = [("\n".join(json.dumps(r) for r in orders(f"f{i}", per)) + "\n").encode() for i in range(nfiles)]
-        for rep in range(repeats):
+        for _rep in range(repeats):
             tag = uuid.uuid4().hex[:6]
             landing = root / f"landing-{tag}"
             landing.mkdir()

@@ -111,9 +111,8 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from checks import delta_log_commits  # noqa: E402
-from harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
-
 from eobatch import launch  # noqa: E402
+from harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from checks import assert_exactly_once, read_rows
 from harness import orders, run_batch, write_pipeline
 

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+
 from checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
 from harness import VENV_BIN, orders, write_pipeline
 

@@ -9,6 +9,7 @@ import textwrap
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
 from checks import assert_exactly_once, read_rows
 from harness import Pipeline, run_batch
 

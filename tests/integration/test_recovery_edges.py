@@ -9,11 +9,11 @@ import subprocess
 import sys
 
 import pytest
-from checks import assert_exactly_once, read_rows
-from harness import base_env, orders, run_batch, stage
 
+from checks import assert_exactly_once, read_rows
 from eobatch import launch
 from eobatch.protocol import CommitBlocked, LedgerMismatch
+from harness import base_env, orders, run_batch, stage
 
 pytestmark = pytest.mark.integration
 

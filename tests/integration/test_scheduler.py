@@ -10,6 +10,7 @@ import datetime as dt
 
 import pytest
 from airflow_stack import AirflowStack
+
 from checks import delta_log_commits, read_rows, txn_version
 from harness import airflow_env, orders, write_pipeline
 

@@ -9,10 +9,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from checks import assert_exactly_once, delta_log_commits, read_rows
-from harness import REPO, base_env, orders, run_batch, write_pipeline
 
+from checks import assert_exactly_once, delta_log_commits, read_rows
 from eobatch import launch
+from harness import REPO, base_env, orders, run_batch, write_pipeline
 
 pytestmark = pytest.mark.integration
 

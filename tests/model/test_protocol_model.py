@@ -92,14 +92,19 @@ import yaml
 from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-from pyarrow_stager import stage
 
 from eobatch import faults
 from eobatch.config import load_pipeline
 from eobatch.protocol import (
-    AttemptPrepared, BatchInFlight, CommitBlocked, ConcurrentPlan, Protocol, ProtocolError,
+    AttemptPrepared,
+    BatchInFlight,
+    CommitBlocked,
+    ConcurrentPlan,
+    Protocol,
+    ProtocolError,
 )
 from eobatch.verify import NotReady, VerifyFailed
+from pyarrow_stager import stage
 
 APP = "orders"
 SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"

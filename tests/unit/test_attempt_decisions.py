@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from pyarrow_stager import stage
 
 import eobatch
-from eobatch.protocol import verbs as protocol_module
 from eobatch.formats import InvalidId, Layout, check_attempt, check_batch_id
 from eobatch.protocol import AttemptPrepared, Protocol
+from eobatch.protocol import verbs as protocol_module
 from eobatch.verify import VerifyFailed
+from pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from pyarrow_stager import stage
 from test_late_files import iv, land
 
 import eobatch
@@ -18,6 +17,7 @@ from eobatch import errors
 from eobatch.batch_run import BatchRun, Report
 from eobatch.params import RunParams
 from eobatch.protocol import Protocol
+from pyarrow_stager import stage
 
 
 def _cli(cfg, *args) -> subprocess.CompletedProcess:

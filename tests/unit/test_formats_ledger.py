@@ -13,8 +13,17 @@ import pytest
 from eobatch import faults
 from eobatch.cli import TABLE_COLS, render_table
 from eobatch.formats import (
-    BatchPlan, CommittedBatch, Layout, PartitionManifest, PreparedBatch, StageSummary, StagedFile,
-    bid, commit_metadata, compact_offsets, fingerprint_of,
+    BatchPlan,
+    CommittedBatch,
+    Layout,
+    PartitionManifest,
+    PreparedBatch,
+    StagedFile,
+    StageSummary,
+    bid,
+    commit_metadata,
+    compact_offsets,
+    fingerprint_of,
 )
 from eobatch.ledger import Ledger
 from eobatch.storage import LocalStorage

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from eobatch.sources.kafka.read import slices
 from eobatch.sources.kafka import range_summary, spread
+from eobatch.sources.kafka.read import slices
 
 
 def test_spread_takes_everything_when_it_fits():

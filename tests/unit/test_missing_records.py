@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from pyarrow_stager import stage
 
 from eobatch import cli
 from eobatch.protocol import FingerprintMismatch, LedgerMismatch, Protocol
+from pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 import pytest
-from pyarrow_stager import stage
 
 from eobatch.protocol import ConcurrentPlan, Protocol
+from pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

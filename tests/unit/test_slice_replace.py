@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from pyarrow_stager import stage
 from test_late_files import iv, land, published, run
 
 from eobatch.errors import SliceRewritten, TerminalError
 from eobatch.protocol import Protocol
+from pyarrow_stager import stage
 
 
 @pytest.fixture
