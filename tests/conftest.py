@@ -1,18 +1,15 @@
-"""Shared fixtures of the integration tests; the helpers they use live in ``harness``."""
+"""Shared fixtures of the integration tests; the helpers they use live in ``support.harness``."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from harness import VENV_BIN, DagRun, Pipeline, airflow_env, write_pipeline  # noqa: E402
+from support.harness import VENV_BIN, DagRun, Pipeline, airflow_env, write_pipeline
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from eobatch.delta_sink import schema_to_b64  # noqa: E402
 from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary  # noqa: E402
 from eobatch.protocol import Protocol  # noqa: E402
-from harness import airflow_env, orders, write_pipeline  # noqa: E402
+from support.harness import airflow_env, orders, write_pipeline  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent
 

@@ -110,9 +110,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from checks import delta_log_commits  # noqa: E402
 from eobatch import launch  # noqa: E402
-from harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
+from support.checks import delta_log_commits  # noqa: E402
+from support.harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
@@ -176,9 +176,8 @@ class Chaos:
         self.only = only
         extra_env = {}
         if backend == "s3":
-            from s3checks import S3Reader, s3_pipeline
-
             from eobatch.services import S3Server
+            from support.s3checks import S3Reader, s3_pipeline
 
             self.s3 = S3Server(str(workdir / "s3")).start()
             self.s3.create_bucket("chaos")

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from checks import assert_exactly_once, read_rows
-from harness import orders, run_batch, write_pipeline
+from support.checks import assert_exactly_once, read_rows
+from support.harness import orders, run_batch, write_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -14,12 +14,12 @@ import threading
 
 import pytest
 
-from checks import assert_exactly_once, delta_log_commits, orphans, txn_version
 from eobatch import launch
 from eobatch.delta_sink import FingerprintMismatch
 from eobatch.protocol import LedgerMismatch
 from eobatch.verify import VerifyFailed
-from harness import REPO, base_env, kill_group, orders, run_batch, stage, wait_for
+from support.checks import assert_exactly_once, delta_log_commits, orphans, txn_version
+from support.harness import REPO, base_env, kill_group, orders, run_batch, stage, wait_for
 
 pytestmark = pytest.mark.integration
 ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}

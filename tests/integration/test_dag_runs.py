@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
-from harness import VENV_BIN, orders, write_pipeline
+from support.checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
+from support.harness import VENV_BIN, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
 

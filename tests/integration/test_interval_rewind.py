@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from checks import delta_log_commits, live_files, read_rows, txn_version
 from eobatch import launch
 from eobatch.protocol import BatchInFlight, ProtocolError
-from harness import base_env, orders, run_batch, stage, write_pipeline
+from support.checks import delta_log_commits, live_files, read_rows, txn_version
+from support.harness import base_env, orders, run_batch, stage, write_pipeline
 
 pytestmark = pytest.mark.integration
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from checks import delta_log_commits, orphans, read_rows, txn_version
 from eobatch import launch
 from eobatch.services import KafkaBroker
 from eobatch.sources.kafka import DataLossError, partition_offsets
-from harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
+from support.checks import delta_log_commits, orphans, read_rows, txn_version
+from support.harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
 
 pytestmark = pytest.mark.integration
 

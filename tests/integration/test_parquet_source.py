@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from checks import assert_exactly_once, read_rows
-from harness import Pipeline, run_batch
+from support.checks import assert_exactly_once, read_rows
+from support.harness import Pipeline, run_batch
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from checks import assert_exactly_once, read_rows
 from eobatch import launch
 from eobatch.protocol import CommitBlocked, LedgerMismatch
-from harness import base_env, orders, run_batch, stage
+from support.checks import assert_exactly_once, read_rows
+from support.harness import base_env, orders, run_batch, stage
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@
 A real S3-compatible server (S3Proxy, filesystem backend, started from its Maven Central jar)
 and a real standalone cluster (a master and two workers from pyspark's own spark-class) on
 loopback, shared by the module. Everything is checked through S3 by an independent reader
-(tests/s3checks.py: boto3 listings, raw _delta_log, delta-rs with explicit storage options).
+(tests/support/s3checks.py: boto3 listings, raw _delta_log, delta-rs with explicit storage options).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ import time
 import uuid
 
 import pytest
-from s3checks import BUCKET, S3Reader, s3_pipeline
 
 from eobatch import launch
 from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.s3conf import ENV_KEYS
 from eobatch.services import S3Server, SparkCluster
 from eobatch.storage import S3Storage, S3StorageError
-from harness import base_env, kill_group, orders, stage, wait_for
+from support.harness import base_env, kill_group, orders, stage, wait_for
+from support.s3checks import BUCKET, S3Reader, s3_pipeline
 
 pytestmark = pytest.mark.integration
 ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}

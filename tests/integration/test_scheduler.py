@@ -9,10 +9,10 @@ import collections
 import datetime as dt
 
 import pytest
-from airflow_stack import AirflowStack
 
-from checks import delta_log_commits, read_rows, txn_version
-from harness import airflow_env, orders, write_pipeline
+from support.airflow_stack import AirflowStack
+from support.checks import delta_log_commits, read_rows, txn_version
+from support.harness import airflow_env, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
 

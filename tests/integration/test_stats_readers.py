@@ -197,8 +197,8 @@ def test_pyarrow_dataset_filter_uses_the_stats_as_guarantees(tmp_path, decimal_r
 
 @pytest.mark.integration
 def test_stage_job_reports_nan_free_columns_and_verify_writes_exact_stats(tmp_path):
-    from checks import delta_log_commits, read_rows
-    from harness import run_batch, write_pipeline
+    from support.checks import delta_log_commits, read_rows
+    from support.harness import run_batch, write_pipeline
 
     p = write_pipeline(tmp_path, schema="order_id STRING NOT NULL, amount DOUBLE, d DECIMAL(20,0)")
     p.land("a.jsonl", [{"order_id": "a", "amount": 1.5, "d": 9007199254740993},

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from checks import assert_exactly_once, delta_log_commits, read_rows
 from eobatch import launch
-from harness import REPO, base_env, orders, run_batch, write_pipeline
+from support.checks import assert_exactly_once, delta_log_commits, read_rows
+from support.harness import REPO, base_env, orders, run_batch, write_pipeline
 
 pytestmark = pytest.mark.integration
 
 
 def spark_read(*tables: Path) -> dict:
     argv = ["spark-submit", "--master", "local[2]", "--jars", ",".join(launch.jars()),
-            str(REPO / "tests" / "spark_read_delta.py"), *map(str, tables)]
+            str(REPO / "tests" / "support" / "spark_read_delta.py"), *map(str, tables)]
     r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     out = {}

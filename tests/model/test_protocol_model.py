@@ -1,6 +1,6 @@
 """A model-based test of the exactly-once protocol: hypothesis explores interleavings of the
 REAL verbs of ``eobatch.protocol.Protocol`` on REAL local storage and REAL delta-rs tables,
-without Spark (the stage job is ``tests/pyarrow_stager.py``, which writes the job's layout).
+without Spark (the stage job is ``tests/support/pyarrow_stager.py``, which writes the job's layout).
 
 Actors
     Three "runs" (slots r0..r2), each a small state machine with its own ``Protocol`` object (as
@@ -104,7 +104,7 @@ from eobatch.protocol import (
     ProtocolError,
 )
 from eobatch.verify import NotReady, VerifyFailed
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 APP = "orders"
 SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"

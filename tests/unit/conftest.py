@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import copy
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-
-PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
-if str(PLUGINS) not in sys.path:
-    sys.path.insert(0, str(PLUGINS))
 
 
 def base_pipeline(root: Path) -> dict:

@@ -18,7 +18,7 @@ from eobatch.formats import InvalidId, Layout, check_attempt, check_batch_id
 from eobatch.protocol import AttemptPrepared, Protocol
 from eobatch.protocol import verbs as protocol_module
 from eobatch.verify import VerifyFailed
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

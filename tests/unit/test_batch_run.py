@@ -17,7 +17,7 @@ from eobatch import errors
 from eobatch.batch_run import BatchRun, Report
 from eobatch.params import RunParams
 from eobatch.protocol import Protocol
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 
 def _cli(cfg, *args) -> subprocess.CompletedProcess:

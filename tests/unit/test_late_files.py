@@ -19,7 +19,7 @@ import pytest
 
 from eobatch.protocol import IntervalNotSettled, Protocol
 from eobatch.sources.files import LateFiles
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 H = 3600
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z

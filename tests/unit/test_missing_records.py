@@ -14,7 +14,7 @@ import pytest
 
 from eobatch import cli
 from eobatch.protocol import FingerprintMismatch, LedgerMismatch, Protocol
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

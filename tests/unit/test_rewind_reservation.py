@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from eobatch.protocol import ConcurrentPlan, Protocol
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 
 def _land(cfg, name: str, ids: range) -> None:

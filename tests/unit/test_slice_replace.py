@@ -19,7 +19,7 @@ from test_late_files import iv, land, published, run
 
 from eobatch.errors import SliceRewritten, TerminalError
 from eobatch.protocol import Protocol
-from pyarrow_stager import stage
+from support.pyarrow_stager import stage
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """Reads Delta tables with delta-spark (the independent Spark reader of the tests).
 
-    spark-submit --jars <delta jars> tests/spark_read_delta.py <table> [<table> ...]
+    spark-submit --jars <delta jars> tests/support/spark_read_delta.py <table> [<table> ...]
 
 Prints one JSON line per table: rows (sorted), history (version, operation, userMetadata-free
 commit info keys starting with "eo.").

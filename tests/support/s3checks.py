@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks import parse_commit
+from .checks import parse_commit
 
 BUCKET = "eobatch-test"
 
