@@ -97,6 +97,7 @@ test: setup
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv
 	$(VENV)/bin/ruff check dags spark_jobs plugins tests include
+	$(VENV)/bin/mypy
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)

@@ -25,6 +25,7 @@ import json
 import sys
 import time
 import uuid
+from typing import Any, Iterable, Iterator
 
 
 def _parse_args(argv):
@@ -53,6 +54,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
     from pyspark.sql import types as T
 
     schema = T.StructType.fromDDL(ddl)
+    if not isinstance(schema, T.StructType):  # fromDDL gives a bare type for a DDL such as "int"
+        raise SystemExit(f"the job spec's schema {ddl!r} is not a list of columns")
     typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
                          + [T.StructField("_corrupt_record", T.StringType(), True)])
     loose = T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields])
@@ -108,7 +111,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     ordered = df.select(*data_cols, *path_cols)
     n_slice = 1 if slice_col else 0
 
-    def write_partition(batches):
+    def write_partition(batches: Iterable[Any]) -> Iterator[Any]:
         import os
 
         import pyarrow as pa
@@ -119,6 +122,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         from eobatch.verify import writer_statistics
 
         ctx = pyspark.TaskContext.get()
+        if ctx is None:  # mapInArrow calls this in a Spark task, which always has one
+            raise RuntimeError("write_partition runs only inside a Spark task")
         pid, tattempt = ctx.partitionId(), ctx.attemptNumber()
         fs = storage_for(table_root)
         afs = fs.arrow_fs()
@@ -175,6 +180,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         staged = []
         for f in files.values():
             info = fs.stat(join(table_root, f["path"]))
+            if info is None:  # the task fails and Spark runs it again
+                raise FileNotFoundError(f"{join(table_root, f['path'])}: staged file missing right after it was written")
             staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
                                      partition_values=f["partition_values"], nan_free=f["nan_free"]).__dict__)
         m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,

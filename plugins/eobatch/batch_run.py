@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from .errors import AttemptPrepared
+from .errors import AttemptPrepared, ProtocolError
 from .formats import BatchPlan, PreparedBatch
 from .params import RunParams
 from .protocol import Protocol
@@ -101,6 +101,9 @@ class BatchRun:
             return self._dry_run_end(batch_id, dict(verified or {}), attempt)
         c = self.proto.commit(batch_id)
         p = self.proto.ledger.prepared(batch_id)
+        if p is None:  # commit() read it, and a committed batch's record is never removed
+            raise ProtocolError(f"batch {batch_id} has no PREPARED record at {self.proto.layout.prepared(batch_id)} "
+                                f"after its commit")
         return Report(lines=[f"batch {batch_id} COMMITTED in {c.commit_seconds:.2f}s: Delta versions "
                              f"{c.delta_versions}; {p.rows_published} rows published, {p.rows_quarantined} "
                              f"quarantined"],
@@ -110,7 +113,7 @@ class BatchRun:
         cfg = self.proto.cfg
         attempt = report.get("attempt") or attempt
         removed = self.proto.abort(batch_id, attempt, reason=f"dry run {self.run_id}") if attempt else []
-        plan: BatchPlan = self.proto.ledger.plan(batch_id)
+        plan: BatchPlan = self.proto.ledger.require_plan(batch_id)
         r = Report(lines=[f"DRY RUN of batch {batch_id}: would publish {report.get('rows_published')} rows to "
                           f"{cfg.sink_table} and {report.get('rows_quarantined')} rows to {cfg.quarantine_table} "
                           f"in {report.get('files')} files ({report.get('bytes')} bytes) from "

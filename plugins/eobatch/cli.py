@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from .batch_run import BatchRun
 from .config import find_pipeline
@@ -40,7 +41,7 @@ def ledger_rows(proto: Protocol) -> list[dict]:
         committed = proto.ledger.committed(b)
         state = proto.state(b, versions)
         attempts = proto.ledger.attempts(b)
-        row = {
+        row: dict[str, Any] = {
             "batch_id": b,
             "state": state,
             "source_range": plan.range_summary(),
@@ -125,6 +126,8 @@ def run_verb(proto: Protocol, args) -> int:
         r.value = r.detail
     elif args.cmd == "verify":
         r = run.verify(args.batch, args.attempt)
+        if not isinstance(r.value, dict):
+            raise TypeError(f"verify reported {r.value!r}, not the attempt's counts")
         r.value = {"batch_id": args.batch, **r.value}
     elif args.cmd == "commit":
         r = run.commit(args.batch)
@@ -233,8 +236,8 @@ def _command(args) -> int:
     if args.cmd == "sweep":
         removed = proto.sweep(recent=None if args.all else 5)
         print(f"swept {len(removed)} orphan file(s)")
-        for r in removed:
-            print(f"  {r}")
+        for path in removed:
+            print(f"  {path}")
         return 0
     return 2
 

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import string
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -94,6 +95,14 @@ class PipelineConfig:
             return None
         return PRESET_CRON.get(self.schedule.strip(), self.schedule.strip())
 
+    def require_interval_cron(self) -> str:
+        """``interval_cron`` where interval mode needs it (loading refuses interval mode without a schedule)."""
+        cron = self.interval_cron
+        if cron is None:
+            raise ConfigError(self.file, "schedule", "interval mode needs a schedule (a cron expression or a "
+                                                     "preset such as '@hourly')")
+        return cron
+
     def interval_starting(self, start):
         """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
         import datetime as dt
@@ -124,7 +133,10 @@ RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_second
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
-    parts, depth, cur, quote = [], 0, [], None
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
+    quote: str | None = None
     for ch in s:
         if quote:
             cur.append(ch)
@@ -195,7 +207,7 @@ def require(d: dict, k: str, file: str, prefix: str = ""):
     return d[k]
 
 
-def refuse_unknown(d: dict, allowed: set, file: str, prefix: str = "") -> None:
+def refuse_unknown(d: dict, allowed: AbstractSet[str], file: str, prefix: str = "") -> None:
     extra = sorted(set(d) - allowed)
     if extra:
         raise ConfigError(file, prefix + extra[0],
@@ -446,7 +458,7 @@ def interval_source_keys(src: dict, mode: str, file: str) -> dict:
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
 
 
-def check_interval_prefix(prefix, mode: str, schedule: str, file: str) -> None:
+def check_interval_prefix(prefix, mode: str, schedule: str | None, file: str) -> None:
     key = "source.interval_prefix"
     if mode != "interval":
         raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")
@@ -462,6 +474,9 @@ def check_interval_prefix(prefix, mode: str, schedule: str, file: str) -> None:
                                      f"{{ds_nodash}} (YYYYMMDD) and {{hh}} (hour, 00-23), and at least one of them")
     if prefix.startswith("/") or ".." in prefix.split("/"):
         raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
+    if schedule is None:  # parse_config refuses this before it parses the source
+        raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
+                                            "as '@hourly'): its runs' data intervals are the batches' ranges")
     _check_prefix_grain(prefix, names, schedule, file)
 
 

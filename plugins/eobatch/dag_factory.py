@@ -32,7 +32,7 @@ def timetable_for(cfg: PipelineConfig):
         return cfg.schedule
     from airflow.timetables.interval import CronDataIntervalTimetable
 
-    return CronDataIntervalTimetable(cfg.interval_cron, timezone="UTC")
+    return CronDataIntervalTimetable(cfg.require_interval_cron(), timezone="UTC")
 
 
 def run_params() -> dict:

@@ -14,6 +14,7 @@ import base64
 import json
 import logging
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -91,6 +92,7 @@ class Participant(Protocol):
 
     name: str
     uri: str
+    storage_options: dict | None  # how a reader opens the table (S3: endpoint, region, credentials; None: local)
 
     def exists(self) -> bool: ...
     def committed_version(self, app_id: str) -> int: ...
@@ -101,7 +103,7 @@ class Participant(Protocol):
     def restore(self, version: int, metadata: dict) -> int: ...
     def missing_files_at(self, version: int, fs) -> list[str]: ...
     def live_files(self) -> set[str]: ...
-    def rewritten_text(self, replace: Replace, missing: set[str], app_id: str) -> str: ...
+    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str: ...
 
 
 class DeltaParticipant:
@@ -200,7 +202,7 @@ class DeltaParticipant:
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")
                    for a in adds]
         removes = self._removes(dt, replace, now, app_id) if replace else []
-        if removes:
+        if replace and removes:
             log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())
             metadata = {**metadata, "eo.replaces": json.dumps(list(replace.slices))}
         actions += removes
@@ -241,7 +243,7 @@ class DeltaParticipant:
                 out.append(RemoveAction(path, True, now, int(size), pv))
         return out
 
-    def rewritten_text(self, replace: Replace, missing: set[str], app_id: str, dt=None) -> str:
+    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str, dt=None) -> str:
         """What happened to a slice's files, for SliceRewritten: how many are gone, and the
         table's recent commits by other writers (the rewrite is among them)."""
         dt = dt or self._table()

@@ -28,8 +28,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
 
 from .errors import UsageError
 from .sources import kind_for
@@ -151,6 +151,8 @@ class Layout:
 
 class Record:
     """JSON (de)serialisation for the dataclass records below."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every subclass is a dataclass
 
     def to_json(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True, indent=1, default=str).encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from .errors import ProtocolError
 from .formats import (
     BatchPlan,
     CommittedBatch,
@@ -34,6 +35,14 @@ class Ledger:
 
     def plan(self, batch_id: int) -> BatchPlan | None:
         return self._read(self.layout.plan(batch_id), BatchPlan)
+
+    def require_plan(self, batch_id: int) -> BatchPlan:
+        """The plan of a batch the ledger lists; ProtocolError when its record is gone (archived by
+        a concurrent reset-batch)."""
+        plan = self.plan(batch_id)
+        if plan is None:
+            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        return plan
 
     def plan_digest(self, batch_id: int) -> str | None:
         """sha256 of the plan record's bytes: which plan of ``batch_id`` an attempt staged (a
@@ -148,11 +157,19 @@ class Ledger:
         if decision not in ("prepare", "abort"):
             raise ValueError(f"unknown attempt decision {decision!r}")
         if decision == "abort" and self.fs.exists(self.layout.aborted(batch_id, attempt)):
-            return self.decision(batch_id, attempt)  # aborted before decisions existed
+            return self._held_decision(batch_id, attempt)  # aborted before decisions existed
         body = {"decision": decision, "batch_id": batch_id, "attempt": attempt, **info}
         if self.fs.put_if_absent(self.layout.decision(batch_id, attempt), json.dumps(body, sort_keys=True).encode()):
             return body
-        return self.decision(batch_id, attempt)
+        return self._held_decision(batch_id, attempt)
+
+    def _held_decision(self, batch_id: int, attempt: str) -> dict:
+        """The decision another process made first; it was just seen to exist."""
+        d = self.decision(batch_id, attempt)
+        if d is None:
+            raise ProtocolError(f"{self.describe(batch_id)}: the decision of attempt {attempt} was removed while "
+                                f"it was being decided (a concurrent reset-batch archived it?); run the verb again")
+        return d
 
     def describe(self, batch_id: int) -> str:
         return f"batch {batch_id} ({join(self.layout.ledger, 'plans', bid(batch_id) + '.json')})"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 S3_SCHEMES = ("s3a://", "s3://")
@@ -66,13 +67,13 @@ class S3Settings:
 
     @property
     def http(self) -> bool:
-        return bool(self.endpoint) and self.endpoint.startswith("http://")
+        return self.endpoint is not None and self.endpoint.startswith("http://")
 
     def secrets(self) -> list[str]:
         return [s for s in (self.secret_key, self.session_token, self.access_key) if s]
 
 
-def settings(env: dict | None = None) -> S3Settings:
+def settings(env: Mapping[str, str] | None = None) -> S3Settings:
     env = os.environ if env is None else env
     return S3Settings(
         endpoint=(env.get("S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None),

@@ -104,6 +104,10 @@ class _Service:
     def _ready(self) -> bool:
         return True
 
+    def start(self, timeout: float = 60.0) -> "_Service":
+        """Start the server and wait until it serves (each service says how)."""
+        raise NotImplementedError
+
     def _spawn(self, argv: list[str], timeout: float, poll: float = 0.2):
         """Start ``argv`` (output to ``home/<name>.out``) and wait until it serves."""
         out = open(os.path.join(self.home, f"{self.name}.out"), "ab")
@@ -549,8 +553,8 @@ def _cluster(args) -> int:
         print(f"error: port {args.master_port} is taken; pass --master-port or SPARK_MASTER_PORT", file=sys.stderr)
         return 1
     c = SparkCluster(home, port=args.master_port).start()
-    with open(state_file, "w") as f:
-        json.dump({"port": c.port, "webui_port": c.webui_port, "workers": c.n_workers}, f)
+    with open(state_file, "w") as out:
+        json.dump({"port": c.port, "webui_port": c.webui_port, "workers": c.n_workers}, out)
     conn = json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": c.port,
                        "extra": {"deploy-mode": "client"}})
     _write_env(env_file, {"AIRFLOW_CONN_SPARK_DEFAULT": conn, "SPARK_MASTER_URL": c.master_url})

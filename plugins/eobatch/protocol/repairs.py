@@ -86,7 +86,8 @@ class Repairs:
                                     f"were removed (VACUUM, e.g. after a compaction), such as {missing[0]}; "
                                     f"nothing was rewound")
         gone = [b for b in live if b >= to_batch]
-        rows = sum((self.ledger.prepared(b).rows_published if self.ledger.prepared(b) else 0) for b in gone)
+        prepared = [self.ledger.prepared(b) for b in gone]
+        rows = sum(p.rows_published for p in prepared if p is not None)
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
@@ -114,6 +115,9 @@ class Repairs:
                                           max_records or self.cfg.source.max_records_per_batch)
         if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
             k = self.ledger.plan(rec.to_batch)
+            if k is None:
+                raise LedgerMismatch(f"cannot rewind to batch {rec.to_batch}: its plan is gone from the ledger "
+                                     f"({self.ledger.describe(rec.to_batch)}); nothing was rewound")
             marker = self._start_marker(k)
             rng, n = (marker.range, None) if marker is not None else ({"files": []}, 0)
         return BatchPlan(
@@ -130,7 +134,7 @@ class Repairs:
         Only a table still holding the rewind's ``after_batch`` can be missing it: every commit
         completes pending rewinds first.
         """
-        done = []
+        done: list[str] = []
         recs = self.ledger.rewinds()
         latest = self.ledger.plan(self.ledger.latest_batch_id()) if self.ledger.latest_batch_id() else None
         if latest is not None and latest.rewind:  # a rewind that died between its reservation and its record

@@ -161,8 +161,9 @@ def published_slices(live_plans: Iterable[BatchPlan], held: int) -> dict[str, se
 def last_interval_before(live_plans: Iterable[BatchPlan], start) -> BatchPlan | None:
     """Interval mode: the newest live batch of the latest interval that ends at or before
     ``start``: where this interval's records begin, as the ledger recorded it."""
-    earlier = [p for p in live_plans if p.interval and ms(p.interval["end"]) <= ms(start)]
-    return max(earlier, key=lambda p: (ms(p.interval["end"]), p.batch_id), default=None)
+    earlier = [(ms(p.interval["end"]), p) for p in live_plans if p.interval and ms(p.interval["end"]) <= ms(start)]
+    newest = max(earlier, key=lambda e: (e[0], e[1].batch_id), default=None)
+    return newest[1] if newest is not None else None
 
 
 def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, PreparedBatch]]) -> dict[str, dict[str, set[str]]]:

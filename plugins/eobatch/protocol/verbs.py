@@ -44,6 +44,7 @@ from ..formats import (
 )
 from ..ledger import Ledger
 from ..sources import kind_for, source_for
+from ..sources.base import LateFilesConfig
 from ..storage import Storage, join, storage_for
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
@@ -132,7 +133,7 @@ class Protocol(Repairs):
                 if ahead:
                     raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
                                          f"this ledger was not written by this pipeline's commit path")
-                plan = self.ledger.plan(latest)
+                plan = self.ledger.require_plan(latest)
                 if self.cfg.mode == "interval" and plan.run_id != run_id:
                     in_flight = plan
                     actions.append(f"batch {latest} (interval {plan.interval_key}) is "
@@ -185,7 +186,7 @@ class Protocol(Repairs):
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
         if self._undecided(latest, versions):
-            pending = self.ledger.plan(latest)
+            pending = self.ledger.require_plan(latest)
             if self.ledger.prepared(latest) is not None:
                 if pending.run_id == run_id:
                     raise ProtocolError(f"batch {latest} of this run is PREPARED and must be committed before "
@@ -251,8 +252,12 @@ class Protocol(Repairs):
 
     def _lookback(self, start) -> list[tuple[int, int]]:
         """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
+        source = self.cfg.source
+        if not isinstance(source, LateFilesConfig):  # only kinds that check late files look back
+            raise ProtocolError(f"source kind {source.kind!r} has no late_lookback_intervals: it does not "
+                                f"check late files")
         first = min((_ms(p.interval["start"]) for p in self.ledger.plans() if p.interval), default=None)
-        return st.lookback(self.cfg.interval_cron, self.cfg.source.late_lookback_intervals, first, start)
+        return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
 
     def _published_slices(self) -> dict[str, set]:
         return st.published_slices(self.ledger.live_plans(), min(self.committed_versions().values()))
@@ -420,6 +425,7 @@ class Protocol(Repairs):
         when every table holds this pipeline's commit of the batch with one and the same
         fingerprint; otherwise LedgerMismatch, and nothing is written."""
         prepared = self.ledger.prepared(batch_id)
+        fingerprint: str | None
         if prepared is not None:
             fingerprint = prepared.fingerprint
             if versions is None:
@@ -446,7 +452,7 @@ class Protocol(Repairs):
                     f"{batch_id} <attempt>`; then run again: recover checks it against every table (a table "
                     f"holding another file set stops with FingerprintMismatch: inspect its history).")
             if versions is None:
-                versions = {p: f[0] for p, f in found.items()}
+                versions = {p: f[0] for p, f in found.items() if f is not None}  # every one (checked above)
             note = (f"PREPARED record of batch {batch_id} was missing (lost by a crash?); completed from the "
                     f"Delta commit info (fingerprint {fingerprint}, versions {versions})")
             log.warning("%s", note)
@@ -456,7 +462,11 @@ class Protocol(Repairs):
                              delta_versions=versions, committed_at=utcnow(),
                              commit_seconds=round(seconds, 3), recovered=recovered)
         if not self.ledger.put_committed(rec):
-            rec = self.ledger.committed(batch_id)
+            first = self.ledger.committed(batch_id)
+            if first is None:
+                raise ProtocolError(f"batch {batch_id} has no COMMITTED record at {self.layout.committed(batch_id)}, "
+                                    f"though another process wrote it first; run again")
+            rec = first
         return rec
 
     def _replaces(self, plan: BatchPlan) -> dict[str, Replace] | None:

@@ -52,7 +52,11 @@ class SourceConfig:
     kind: str
     max_records_per_batch: int = 100_000
     settle_seconds: int = 60  # interval mode: an interval is planned only this long after its end
-    path: ClassVar[str | None] = None
+    if TYPE_CHECKING:  # read-only to callers: a kind with a folder makes it a field (files, parquet)
+        @property
+        def path(self) -> str | None: ...
+    else:
+        path: ClassVar[str | None] = None
 
     def describe(self) -> str:
         return str(self.path)
@@ -60,6 +64,13 @@ class SourceConfig:
     def fingerprint_dict(self) -> dict:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
         return asdict(self)
+
+
+@runtime_checkable
+class LateFilesConfig(Protocol):
+    """The ``source:`` config of a kind that ``checks_late_files`` (files, parquet)."""
+
+    late_lookback_intervals: int  # how many earlier intervals are checked
 
 
 # asdict() of the single SourceConfig that files and Kafka shared before kinds were packages. The

@@ -6,7 +6,7 @@ Spark reader ``read.read_lines``; ``KIND`` ties them to the registry.
 
 from __future__ import annotations
 
-from ..base import ConfigContext, IntervalTooLarge
+from ..base import ConfigContext, IntervalTooLarge, SourceConfig
 from .config import KEYS, FilesConfig, parse
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records
 from .range import FilesRange, PlannedFile
@@ -18,7 +18,7 @@ class FilesKind:
     position_based = False
     checks_late_files = True
 
-    def parse_config(self, src: dict, ctx: ConfigContext) -> FilesConfig:
+    def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
         return parse(src, ctx)
 
     def planner(self, cfg) -> FilesSource:

@@ -12,6 +12,7 @@ does: producers should write under such a name and rename into place when comple
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from ... import lines
 from ...errors import TerminalError
@@ -85,7 +86,8 @@ class FilesSource:
                             for n in p.notes if n.startswith("changed "))
             reported.update(n for n in p.notes if n.startswith("ignored symbolic link "))
         notes = []
-        chosen, total = [], 0
+        chosen: list[dict] = []
+        total = 0
         for f in self.list_landing():
             old = consumed.get(f.path)
             if old is not None:
@@ -111,7 +113,7 @@ class FilesSource:
         return {"files": chosen}, total, notes
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
-                       lookback: list[tuple[int, int]] = (), published: dict | None = None,
+                       lookback: Sequence[tuple[int, int]] = (), published: dict | None = None,
                        ) -> tuple[dict | None, int, list[str]]:
         """Interval mode: every landing file of the interval, consumed before or not, plus the
         intervals to publish again because files landed in them after they were published.
@@ -198,13 +200,11 @@ def changed_since_plan(rng: dict) -> list[str]:
     The stage job calls this before reading: a range that changed can no longer be read exactly,
     and a planned file replaced by a symbolic link is never read (whatever its target's size).
     """
-    import os
-
     problems = []
     for f in rng.get("files", []):
         fs = storage_for(f["path"])
         st = fs.stat(f["path"])  # None for a link too: stat never follows one
-        if st is None and fs.scheme == "file" and os.path.islink(fs._p(f["path"])):
+        if st is None and fs.is_link(f["path"]):
             problems.append(f"{f['path']}: is now a symbolic link; refusing to read it")
         elif st is None:
             problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")

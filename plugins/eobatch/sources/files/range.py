@@ -7,7 +7,7 @@ Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from ...formats import StageSummary
@@ -35,7 +35,7 @@ class FilesRange:
     files: tuple[PlannedFile, ...]
 
     @classmethod
-    def from_json(cls, data: dict) -> FilesRange:
+    def from_json(cls, data: dict) -> Self:
         return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"))
                          for f in data.get("files", [])))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...errors import LedgerMismatch
+
 if TYPE_CHECKING:
     from ...formats import StageSummary
 
@@ -25,8 +27,11 @@ class KafkaRange:
         def pairs(d):
             return {p: (f, t) for p, (f, t) in d.items()}
 
+        topic = data.get("topic")
+        if topic is None:
+            raise LedgerMismatch(f"a kafka range without a topic: {sorted(data)}")
         lost = data.get("lost")
-        return cls(data.get("topic"), pairs(data.get("partitions", {})), data.get("isolation_level"),
+        return cls(topic, pairs(data.get("partitions", {})), data.get("isolation_level"),
                    None if lost is None else pairs(lost))
 
     def to_json(self) -> dict:

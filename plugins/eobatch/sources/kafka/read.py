@@ -17,7 +17,8 @@ to exactly ``[start, end)`` with the plan's isolation level, no consumer group c
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Sequence
+from typing import Any, Iterator
 
 from ...errors import RetryableError
 
@@ -106,6 +107,9 @@ def read_range(servers: str, topic: str, partition: int, start: int, end: int, i
                         continue
                     raise KafkaReadError(f"kafka {servers}: {topic}/{partition}: {err}")
                 off = m.offset()
+                if off is None:  # the client sets one on every message without an error
+                    raise KafkaReadError(f"kafka {servers}: {topic}/{partition}: a message without an offset "
+                                         f"at {pos} of [{start}, {end})")
                 if off >= end:
                     pos = end
                     break
@@ -128,7 +132,7 @@ def read_range(servers: str, topic: str, partition: int, start: int, end: int, i
 def to_arrow(rows: list[tuple]):
     import pyarrow as pa
 
-    cols = list(zip(*rows)) if rows else [[] for _ in FIELDS]
+    cols: list[Sequence[Any]] = list(zip(*rows)) if rows else [[] for _ in FIELDS]
     return pa.RecordBatch.from_arrays([
         pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int64()), pa.array(cols[2], pa.binary()),
         pa.array(cols[3], pa.string()), pa.array(cols[4], pa.int32()), pa.array(cols[5], pa.int64()),
