@@ -75,18 +75,18 @@ s3-jars: .jars-s3proxy/.resolved
 
 # Local services on loopback (a Kafka broker and an S3 server); `make up` writes .services/env.
 up: setup
-	@source include/env.sh && python -m eobatch.services up
+	@source include/env.sh && python tests/support/services.py up
 
 down: venv
-	@source include/env.sh && python -m eobatch.services down
+	@source include/env.sh && python tests/support/services.py down
 
 # A Spark standalone cluster on loopback (a master, two workers) from pyspark's own classes;
 # writes .services/cluster-env (AIRFLOW_CONN_SPARK_DEFAULT=spark://127.0.0.1:<port>).
 cluster-up: setup
-	@source include/env.sh && python -m eobatch.services cluster-up
+	@source include/env.sh && python tests/support/services.py cluster-up
 
 cluster-down: venv
-	@source include/env.sh && python -m eobatch.services cluster-down
+	@source include/env.sh && python tests/support/services.py cluster-down
 
 demo: setup
 	bash include/demo.sh

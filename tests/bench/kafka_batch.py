@@ -18,8 +18,8 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from eobatch import launch  # noqa: E402
-from eobatch.services import KafkaBroker  # noqa: E402
 from support.harness import base_env, write_kafka_pipeline  # noqa: E402
+from support.services import KafkaBroker  # noqa: E402
 
 
 def main(n: int) -> dict:

@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO / "tests"))
 from eobatch import launch  # noqa: E402
 from eobatch.config import load_pipeline  # noqa: E402
 from eobatch.protocol import Protocol  # noqa: E402
-from eobatch.services import S3Server, SparkCluster  # noqa: E402
 from support.harness import base_env, orders  # noqa: E402
+from support.services import S3Server, SparkCluster  # noqa: E402
 
 
 def pipeline_yaml(folder: Path, name: str, landing: str, lake: str, n: int) -> Path:

@@ -176,8 +176,8 @@ class Chaos:
         self.only = only
         extra_env = {}
         if backend == "s3":
-            from eobatch.services import S3Server
             from support.s3checks import S3Reader, s3_pipeline
+            from support.services import S3Server
 
             self.s3 = S3Server(str(workdir / "s3")).start()
             self.s3.create_bucket("chaos")
@@ -186,7 +186,7 @@ class Chaos:
             self.reader = S3Reader(self.s3.endpoint, self.s3.access_key, self.s3.secret_key, self.s3.region)
             self.p = s3_pipeline(self.root, self.reader, name="chaos", max_records=60, bucket="chaos")
         elif backend == "kafka":
-            from eobatch.services import KafkaBroker
+            from support.services import KafkaBroker
 
             self.broker = KafkaBroker(str(workdir / "kafka")).start()
             self.topic = "chaos"

@@ -9,10 +9,10 @@ import time
 import pytest
 
 from eobatch import launch
-from eobatch.services import KafkaBroker
 from eobatch.sources.kafka import DataLossError, partition_offsets
 from support.checks import delta_log_commits, orphans, read_rows, txn_version
 from support.harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
+from support.services import KafkaBroker
 
 pytestmark = pytest.mark.integration
 

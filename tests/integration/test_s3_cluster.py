@@ -20,10 +20,10 @@ import pytest
 from eobatch import launch
 from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.s3conf import ENV_KEYS
-from eobatch.services import S3Server, SparkCluster
 from eobatch.storage import S3Storage, S3StorageError
 from support.harness import base_env, kill_group, orders, stage, wait_for
 from support.s3checks import BUCKET, S3Reader, s3_pipeline
+from support.services import S3Server, SparkCluster
 
 pytestmark = pytest.mark.integration
 ONE_PARTITION_PER_FILE = {"spark.sql.files.openCostInBytes": str(1 << 30)}

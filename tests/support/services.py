@@ -1,10 +1,10 @@
 """Local services on loopback for development and tests: a real Apache Kafka broker, an
 S3-compatible server, and a Spark standalone cluster.
 
-    python -m eobatch.services up   [--dir .services] [--kafka-port 9092] [--s3-port 9000]
-    python -m eobatch.services down [--dir .services]
-    python -m eobatch.services cluster-up   [--dir .services] [--master-port 7077]
-    python -m eobatch.services cluster-down [--dir .services]
+    python tests/support/services.py up   [--dir .services] [--kafka-port 9092] [--s3-port 9000]
+    python tests/support/services.py down [--dir .services]
+    python tests/support/services.py cluster-up   [--dir .services] [--master-port 7077]
+    python tests/support/services.py cluster-down [--dir .services]
 
 ``up`` starts a single-node KRaft broker from the Maven Central jars in ``.jars-kafka/``
 (``make kafka-jars``), with its data under ``<dir>/kafka``, and S3Proxy (``make s3-jars``,
@@ -483,7 +483,7 @@ def _write_env(path: str, values: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="eobatch.services", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="tests/support/services.py", description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["up", "down", "cluster-up", "cluster-down"])
     ap.add_argument("--dir", default=os.path.join(REPO, ".services"))
     ap.add_argument("--kafka-port", type=int, default=int(os.environ.get("KAFKA_PORT", "9092")))
