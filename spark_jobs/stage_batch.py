@@ -101,7 +101,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     """
     import pyspark
 
-    from eobatch.formats import Layout, PartitionManifest, StagedFile
+    from eobatch.formats import Layout, PartitionManifest, StagedFile, partition_text
     from eobatch.storage import join, storage_for
 
     layout = Layout(**ledger_spec)
@@ -143,7 +143,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                 writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy",
                                                 write_statistics=writer_statistics(schema))
                 files[key] = {"path": rel, "rows": 0,
-                              "partition_values": {c: _pv(v) for c, v in zip(partition_by, key[n_slice:])},
+                              "partition_values": {c: partition_text(v) for c, v in zip(partition_by, key[n_slice:])},
                               # float columns, until a NaN is written to them (see StagedFile)
                               "nan_free": [f.name for f in schema if pa.types.is_float32(f.type)
                                            or pa.types.is_float64(f.type)]}
@@ -194,23 +194,12 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     return sorted((json.loads(r["manifest"]) for r in rows), key=lambda m: m["partition"])
 
 
-def _pv(v):
-    """Delta partitionValues text of a partition value."""
-    import datetime as dt
-
-    if v is None:
-        return None
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (dt.date, dt.datetime)):
-        return v.isoformat()
-    return str(v)
-
-
 def _pv_path(v) -> str:
     from urllib.parse import quote
 
-    s = _pv(v)
+    from eobatch.formats import partition_text
+
+    s = partition_text(v)
     return "__HIVE_DEFAULT_PARTITION__" if s is None else quote(s, safe="")
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from .errors import RetryableError, SliceRewritten, TerminalError
+from .formats import partition_text
 
 log = logging.getLogger(__name__)
 
@@ -73,17 +74,6 @@ def normalize_type(t: pa.DataType) -> str:
 
 def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
-
-
-def _partition_text(v) -> str:
-    """A partition value as the Delta log spells it."""
-    import datetime as dt
-
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, dt.datetime):
-        return v.strftime("%Y-%m-%d %H:%M:%S.%f")
-    return str(v)
 
 
 class Participant(Protocol):
@@ -239,7 +229,7 @@ class DeltaParticipant:
         out = []
         for path, size, pv in zip(paths, sizes, pvals):
             if path in replace.paths:
-                pv = {k: (None if v is None else _partition_text(v)) for k, v in (pv or {}).items()}
+                pv = {k: partition_text(v) for k, v in (pv or {}).items()}
                 out.append(RemoveAction(path, True, now, int(size), pv))
         return out
 

@@ -78,6 +78,26 @@ def slice_name(interval_start_ms: int) -> str:
     return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
 
 
+def partition_text(v) -> str | None:
+    """A partition value as the Delta log spells it (``partitionValues``, the Delta protocol's
+    serialization), for the stage job's adds and the commit's removes alike: None is null,
+    booleans true/false, dates YYYY-MM-DD, timestamps YYYY-MM-DD HH:MM:SS.ffffff (UTC when
+    zoned), anything else its str()."""
+    import datetime as dt
+
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return v.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    return str(v)
+
+
 def slice_of(path: str) -> str | None:
     """The slice folder of a staged file's table-relative path
     (``eo_batches/b<id>/<attempt>/<slice>/...``), or None."""

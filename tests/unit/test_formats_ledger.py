@@ -341,3 +341,18 @@ def test_crash_point_once_dir_fires_once(tmp_path):
     second = _run(env)
     assert second.returncode == 0, second.stderr
     assert second.stdout.strip() == "survived"
+
+
+def test_partition_values_are_spelled_one_way_for_adds_and_removes():
+    """The stage job's adds and the commit's removes use one spelling (the Delta protocol's)."""
+    import datetime as dt
+
+    from eobatch.formats import partition_text
+
+    assert partition_text(None) is None
+    assert [partition_text(True), partition_text(False)] == ["true", "false"]
+    assert partition_text(dt.date(2026, 1, 2)) == "2026-01-02"
+    assert partition_text(dt.datetime(2026, 1, 2, 3, 4, 5)) == "2026-01-02 03:04:05.000000"
+    assert partition_text(dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))) == \
+        "2026-01-02 03:04:05.000000"
+    assert [partition_text(7), partition_text("a/b")] == ["7", "a/b"]
