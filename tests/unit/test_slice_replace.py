@@ -97,3 +97,19 @@ def test_a_compaction_of_other_intervals_does_not_stop_a_republish(by_prefix):
     run(proto, 3)  # republishes hour 02, whose files the compaction never saw
     run(proto, 2, run_id="h2-again")
     assert published(proto) == collections.Counter(["a1", "b1", "c1", "late2", "d1"])
+
+
+def test_a_dry_run_verify_after_a_compaction_refuses_like_the_real_one(by_prefix):
+    proto = Protocol(by_prefix)
+    land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1"])
+    land(by_prefix, "dt=2026-01-01/hour=01/b.jsonl", ["b1"])
+    run(proto, 0), run(proto, 1)
+    proto.recover(run_id="h0-again")
+    plan, _ = proto.plan(interval=iv(0), run_id="h0-again")
+    attempt = stage(proto, plan.batch_id)
+    compact(by_prefix)  # between the plan and the verify
+    for dry_run in (True, False):
+        with pytest.raises(SliceRewritten, match="was not PREPARED"):
+            proto.verify(plan.batch_id, attempt, dry_run=dry_run)
+    assert proto.ledger.prepared(plan.batch_id) is None
+    assert published(proto) == collections.Counter(["a1", "b1"])

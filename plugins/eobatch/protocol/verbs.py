@@ -305,9 +305,9 @@ class Protocol(Repairs):
             bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
             verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
         )
+        self._check_replaceable(plan, self._replaces(plan), "verify")
         if dry_run:
             return prepared
-        self._check_replaceable(plan, self._replaces(plan), "verify")
         # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
         # verify, a task marked failed) either won first, and then this attempt is never
         # prepared, or loses, and then it never removes the files that PREPARED names.
