@@ -16,6 +16,7 @@ Pure Python: no Airflow, no pyspark.
 
 from __future__ import annotations
 
+import re
 from typing import BinaryIO, Iterator
 
 BLANK_BYTES = b" \t\r\x0b\x0c"
@@ -40,17 +41,28 @@ def split_records(data: bytes) -> Iterator[tuple[int, bytes]]:
             yield i + 1, _record(line)
 
 
+# A blank line followed by its \n, within a buffer that starts at a line start (MULTILINE: ^
+# matches at the start and after every \n, and nowhere else for bytes patterns).
+_BLANK_LINE_NL = re.compile(rb"^[ \t\r\x0b\x0c]*\n", re.MULTILINE)
+
+
 def count_records(stream: BinaryIO, chunk_size: int = 1 << 22) -> int:
-    """Non-blank lines of a stream, read in chunks (a line may span chunks)."""
+    """Non-blank lines of a stream, read in chunks (a line may span chunks).
+
+    Counted in C, not line by line in Python: the lines that end in each chunk are its ``\n``
+    bytes, minus the blank ones (a regular expression); the unfinished last line is carried over.
+    """
     n = 0
     tail = b""
     while True:
         chunk = stream.read(chunk_size)
         if not chunk:
             break
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        n += sum(1 for line in lines if not is_blank(line))
+        buf = tail + chunk
+        cut = buf.rfind(b"\n") + 1  # 0 when no line ends in buf
+        if cut:
+            n += buf.count(b"\n", 0, cut) - sum(1 for _ in _BLANK_LINE_NL.finditer(buf, 0, cut))
+        tail = buf[cut:]
     if not is_blank(tail):
         n += 1
     return n

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import io
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from eobatch import lines
 from eobatch.sources import source_for
 from eobatch.sources.files import FilesSource, count_records
 from eobatch.storage import LocalStorage
@@ -66,6 +70,15 @@ def test_count_records_across_chunk_boundary(tmp_path, case):
     expected = {"crlf-split": 2, "blank-across": 2, "record-across": 2, "newline-at-boundary": 2}
     if case in expected:
         assert _reference_count(data) == expected[case]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b"\n", b"\r", b" ", b"\t", b"\x0b", b"\x0c", b"x", b"{}", b"\xe2\x80\xa8", b"\x85"]),
+                max_size=60), st.integers(1, 9))
+def test_count_records_agrees_with_the_line_definition_at_any_chunk_size(parts, chunk_size):
+    """The planner's count (in C, chunk by chunk) is eobatch.lines' own split, whatever the chunking."""
+    data = b"".join(parts)
+    assert lines.count_records(io.BytesIO(data), chunk_size) == sum(1 for _ in lines.split_records(data))
 
 
 # -- next_range ------------------------------------------------------------------------
