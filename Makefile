@@ -118,9 +118,12 @@ chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
 	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"}
 
-# Headline figures side by side in one run: .bench/results.json, printed as a table.
+# The product against Spark Structured Streaming (availableNow) and a plain delta-spark append on
+# the same generated data, plus the protocol's own costs, in one run: .bench/results.json, a table,
+# .bench/bench.png. [SIZES=1000,1000000,5000000] [SINGLE_FILE_GB=1] [MASTER=local[*]]
+# [PLAN_LATE_BATCHES=100000] [KAFKA_RECORDS=1000000] [DRIVER_MEMORY=<size>] (read from the environment)
 bench: setup
-	@source include/env.sh && python tests/bench/run_bench.py --records "$$RECORDS"
+	@source include/env.sh && python tests/bench/run_bench.py
 
 ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$$PIPELINE" --format "$$FORMAT"

@@ -1,12 +1,27 @@
-"""One exactly-once batch of N small records from a real Kafka broker, timed per phase.
+"""One exactly-once batch of N small records from a real Kafka broker, timed per phase, and the
+raw consume floor of the same records (part of `make bench`).
 
-    .venv/bin/python tests/bench/kafka_batch.py [N]      (default 1,000,000)
+    .venv/bin/python tests/bench/kafka_batch.py [N] [--partitions P] [--master M]   (default 1,000,000, 3)
 
-Starts its own broker in a temporary folder; prints JSON with broker start seconds and the
-plan / stage / verify / commit seconds of the batch.
+Starts its own broker in a temporary folder (``support.services.KafkaBroker``, the broker of
+`make up`), produces N records into a topic of P partitions, then:
+
+* plans, stages (the stage task's own spark-submit; ``stage_s`` is the wall time of that whole
+  process, as the file peers of `make bench` are timed), verifies and commits one batch;
+* ``consume_floor_s``: one confluent-kafka consumer per partition, all at once, each in its own
+  process, reading its partition from the start to the end offset (message values touched):
+  the span from the first consumer's creation to the last one's end (process start-up and
+  imports excluded). The physical floor of a design that reads Kafka with that client.
+
+``stage_over_consume_floor`` = stage_s / consume_floor_s. Prints JSON.
 """
 
+from __future__ import annotations
+
+import argparse
 import json
+import multiprocessing as mp
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -21,40 +36,88 @@ from eobatch import launch  # noqa: E402
 from support.harness import base_env, write_kafka_pipeline  # noqa: E402
 from support.services import KafkaBroker  # noqa: E402
 
+TOPIC = "bench"
 
-def main(n: int) -> dict:
+
+def _produce(bootstrap: str, n: int, partitions: int) -> None:
     from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 2000000, "compression.type": "lz4"})
+    for i in range(n):
+        p.produce(TOPIC, value=b'{"order_id":"o%d","customer":"c%d","amount":%d.5,"ts":"2026-01-01T00:00:00Z"}'
+                  % (i, i % 97, i % 1000), partition=i % partitions)
+        if i % 100000 == 0:
+            p.poll(0)
+    left = p.flush(300)
+    if left:
+        raise RuntimeError(f"{left} records not delivered to the bench topic")
+
+
+def _consume_partition(bootstrap: str, partition: int, out) -> None:
+    """Child process: read one partition from its low to its high watermark."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    t0 = time.time()
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-floor-{partition}",
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    low, high = c.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=30)
+    c.assign([TopicPartition(TOPIC, partition, low)])
+    n, nbytes, pos = 0, 0, low
+    deadline = t0 + 1800
+    while pos < high and time.time() < deadline:
+        for m in c.consume(num_messages=min(10000, high - pos), timeout=5):
+            if m.error():
+                continue
+            nbytes += len(m.value() or b"")
+            n += 1
+            pos = (m.offset() or pos) + 1
+    c.close()
+    out.put({"partition": partition, "records": n, "bytes": nbytes, "start": t0, "end": time.time()})
+
+
+def consume_floor(bootstrap: str, partitions: int) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_consume_partition, args=(bootstrap, p, q)) for p in range(partitions)]
+    for pr in procs:
+        pr.start()
+    res = [q.get(timeout=1800) for _ in procs]
+    for pr in procs:
+        pr.join()
+    span = max(r["end"] for r in res) - min(r["start"] for r in res)
+    return {"consume_floor_s": round(span, 3), "consume_records": sum(r["records"] for r in res),
+            "consume_partition_s": [round(r["end"] - r["start"], 3) for r in sorted(res, key=lambda r: r["partition"])]}
+
+
+def measure(n: int, partitions: int = 3, master: str = "local[*]") -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    root = Path(tempfile.mkdtemp(prefix="eobatch-bench-"))
+    root = Path(tempfile.mkdtemp(prefix="eobatch-bench-kafka-"))
     t = time.time()
     broker = KafkaBroker(str(root / "kafka")).start()
-    out = {"records": n, "broker_start_s": round(time.time() - t, 2)}
+    out: dict = {"records": n, "partitions": partitions, "broker_start_s": round(time.time() - t, 2)}
     try:
-        a = AdminClient({"bootstrap.servers": broker.bootstrap})
-        for f in a.create_topics([NewTopic("bench", num_partitions=3, replication_factor=1)]).values():
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        for f in admin.create_topics([NewTopic(TOPIC, num_partitions=partitions, replication_factor=1)]).values():
             f.result()
-        p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
-                      "queue.buffering.max.messages": 2000000, "compression.type": "lz4"})
+        del admin  # no client of this process is left to complain when the broker stops
         t = time.time()
-        for i in range(n):
-            p.produce("bench", value=b'{"order_id":"o%d","customer":"c%d","amount":%d.5,"ts":"2026-01-01T00:00:00Z"}'
-                      % (i, i % 97, i % 1000), partition=i % 3)
-            if i % 100000 == 0:
-                p.poll(0)
-        p.flush(120)
+        _produce(broker.bootstrap, n, partitions)
         out["produce_s"] = round(time.time() - t, 2)
-        pl = write_kafka_pipeline(root, broker.bootstrap, "bench", max_records=n)
+        pl = write_kafka_pipeline(root, broker.bootstrap, TOPIC, max_records=n)
         proto = pl.protocol()
         t = time.time()
         plan, _ = proto.plan()
+        assert plan is not None, "nothing to plan in the bench topic"
         out["plan_s"] = round(time.time() - t, 2)
         attempt = launch.new_attempt_id(1)
         t = time.time()
-        r = subprocess.run(launch.spark_submit_argv(pl.cfg, plan.batch_id, attempt), env=base_env(),
+        r = subprocess.run(launch.spark_submit_argv(pl.cfg, plan.batch_id, attempt, master=master), env=base_env(),
                            capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr[-3000:]
         out["stage_s"] = round(time.time() - t, 2)
+        if r.returncode != 0:
+            raise RuntimeError(f"Kafka stage job failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
         t = time.time()
         prepared = proto.verify(plan.batch_id, attempt)
         out["verify_s"] = round(time.time() - t, 2)
@@ -64,10 +127,23 @@ def main(n: int) -> dict:
         out["rows_published"] = prepared.rows_published
         out["files"] = prepared.files
         out["stage_job_internal_s"] = prepared.stage_seconds
+        out.update(consume_floor(broker.bootstrap, partitions))
+        out["stage_over_consume_floor"] = round(out["stage_s"] / out["consume_floor_s"], 3)
     finally:
         broker.stop(kill=True)
+        shutil.rmtree(root, ignore_errors=True)
     return out
 
 
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("records", nargs="?", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument("--master", default="local[*]")
+    args = ap.parse_args(argv)
+    print(json.dumps(measure(args.records, args.partitions, args.master)))
+    return 0
+
+
 if __name__ == "__main__":
-    print(json.dumps(main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)))
+    sys.exit(main())

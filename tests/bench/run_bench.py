@@ -1,221 +1,462 @@
-"""`make bench`: the product's headline figures, measured side by side in one run.
+"""`make bench`: the product against the peers a user would pick, side by side in one run.
 
-    .venv/bin/python tests/bench/run_bench.py [--records N] [--out .bench/results.json]
+    .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
+        [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
+        [--driver-memory 3g] [--out .bench/results.json] [--plot .bench/bench.png]
 
-* ``eo_over_alo``: wall time of one exactly-once batch of N records run as a DAG run of the
-  pipeline (`airflow dags test`), over the at-least-once baseline: the same Spark job, launched
-  the same way from a one-task DAG run, appending straight to a Delta table with delta-spark.
-  Runs alternate (EO, ALO, EO, ALO, ...) on the same landed data; medians are compared.
-* ``commit_seconds_small`` / ``_large``: the commit of a batch of F files, and of one with about
-  100 times the bytes in the same number of files (the commit must cost O(files), not O(bytes)).
-* ``verify_seconds_per_1000_files``: the pre-commit verification of a batch of 1000 files.
-* ``fixed_overhead_seconds``: plan + verify + commit of a one-record batch, the Spark job excluded.
-* ``eo_throughput_over_sss``: our records/s over Spark Structured Streaming (Kafka → Delta,
-  availableNow). Spark's Kafka source cannot be assembled from the Maven registry this project
-  reaches (spark-token-provider-kafka-0-10 is missing), so it is null with the reason.
+(every option also reads its environment variable: SIZES, SINGLE_FILE_GB, MASTER,
+PLAN_LATE_BATCHES, KAFKA_RECORDS, DRIVER_MEMORY; `make bench` passes them through.)
 
-The commit and verify figures use staged batches written directly with pyarrow in the exact
-layout the Spark job writes (files, manifests, stage summary): the protocol's own costs,
-measured without Spark's noise. Writes .bench/results.json and prints it as a table.
+For each size, on the same generated JSON-lines orders (``bench_data``: ~0.1 % bad lines,
+cached under .bench/data), one after another, with the same Spark master, ``--conf`` set and
+driver memory as the product's stage job (``launch.spark_conf``; the pipeline's
+``spark.driver_memory``, Spark's default 1g when DRIVER_MEMORY is not given):
+
+* ``eo_seconds``: one exactly-once batch holding the whole data set, run as a DAG run of a
+  fresh pipeline (``airflow dags test <pipeline>``, what `make run` runs): wall time of that
+  command, Airflow's start-up and every task included.
+* ``stage_seconds``: the stage task's ``spark-submit`` alone, timed like the peers: from the fork
+  of its process to its exit, read from /proc (``procwatch``: the driver JVM keeps the pid of
+  its spark-submit; exit seen within 0.1 s). ``stage_task_seconds`` is the stage task's own
+  log line ("finished in X s", around the Spark hook), ``stage_job_internal_seconds`` the job's
+  own figure in its stage summary (session start-up excluded).
+* ``sss_seconds``: ``peer_sss.py``, Spark Structured Streaming file source -> Delta sink with a
+  checkpoint, ``trigger(availableNow=True)``; ``alo_seconds``: ``peer_append.py``, a plain
+  ``spark.read.json(files).write.format("delta").mode("append")``. Each a ``spark-submit`` of its
+  own, wall time of the process, on a new table.
+* ``driver_peak_rss_mib``: the kernel's high-water mark (VmHWM) of the driver JVM of the stage
+  job; ``sss_``/``alo_driver_peak_rss_mib`` the same for the peers; ``*_tree_peak_rss_mib`` the
+  peak of the JVM plus its Python processes (driver, workers) summed.
+* ``single_file``: the same for one landing file of at least SINGLE_FILE_GB GiB (0: skipped),
+  product and Structured Streaming.
+
+Then the protocol's own costs (``protocol_costs``: commit, verify, fixed overhead, plan at batch
+100,000 of a synthetic ledger over plan at batch 10) and the Kafka stage over the raw consume
+floor of one confluent-kafka consumer per partition (``kafka_batch``; KAFKA_RECORDS=0 skips it).
+
+A contender that fails (e.g. OutOfMemoryError) gets null seconds and an ``*_error`` text; the
+run goes on. Writes .bench/results.json (keys: ../shared/contracts.md "Benchmarks"), prints
+a table and draws seconds against records (.bench/bench.png).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
+import re
 import shutil
-import statistics
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "plugins"))
-sys.path.insert(0, str(REPO / "tests"))
+BENCH = Path(__file__).resolve().parent
+for _p in (REPO / "plugins", REPO / "tests", BENCH):
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
-from eobatch.delta_sink import schema_to_b64  # noqa: E402
-from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary  # noqa: E402
+import kafka_batch  # noqa: E402
+import protocol_costs  # noqa: E402
+from bench_data import DDL, dataset, single_file  # noqa: E402
+from procwatch import Jvm, JvmWatch  # noqa: E402
+
+from eobatch import launch  # noqa: E402
 from eobatch.protocol import Protocol  # noqa: E402
-from support.harness import airflow_env, orders, write_pipeline  # noqa: E402
+from support.harness import VENV_BIN, airflow_env, write_pipeline  # noqa: E402
 
-VENV_BIN = Path(sys.executable).parent
-
-
-# -- synthetic staged batches (the protocol's costs without Spark) ------------------------
-def _tables(n_files: int, rows_per_file: int, text_bytes: int):
-    import pyarrow as pa
-
-    schema = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("amount", pa.float64()),
-                        ("ts", pa.timestamp("us", tz="UTC"))])
-    noise = os.urandom(max(text_bytes, 1) * 64).hex()  # incompressible text: bytes on disk grow with it
-    for f in range(n_files):
-        ids = [f"f{f}-{i}" for i in range(rows_per_file)]
-        texts = [noise[(i * 7919) % (len(noise) - text_bytes):][:text_bytes] + str(i) for i in range(rows_per_file)]
-        yield pa.table({"order_id": ids, "customer": texts,
-                        "amount": [float(i) for i in range(rows_per_file)],
-                        "ts": pa.array([1_767_225_600_000_000 + i for i in range(rows_per_file)],
-                                       pa.timestamp("us", tz="UTC"))}, schema=schema)
+PEER_SSS = BENCH / "peer_sss.py"
+PEER_APPEND = BENCH / "peer_append.py"
+RUN_TIMEOUT = 3 * 3600
 
 
-def synthetic_batch(p, n_files: int, rows_per_file: int, text_bytes: int) -> dict:
-    """Plan a real batch, stage it with pyarrow like the Spark job would, then time verify and commit."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    rows = n_files * rows_per_file
-    name = f"land-{time.time_ns()}.jsonl"
-    (p.landing / name).write_text("{}\n" * rows)  # the plan counts lines; staging is synthetic
-    proto = Protocol(p.cfg)
-    t = time.perf_counter()
-    plan, _ = proto.plan(max_records=rows)
-    plan_s = time.perf_counter() - t
-    b, attempt = plan.batch_id, f"bench-{time.time_ns()}"
-    lay = proto.layout
-    manifests, schema = [], None
-    for i, tbl in enumerate(_tables(n_files, rows_per_file, text_bytes)):
-        rel = f"{lay.attempt_staging_rel(b, attempt)}/part-{i:05d}-0-bench.snappy.parquet"
-        full = Path(lay.sink_table) / rel
-        full.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(tbl, full, compression="snappy")
-        schema = tbl.schema
-        m = PartitionManifest(batch_id=b, attempt=attempt, participant=SINK, partition=i, task_attempt=0,
-                              rows=tbl.num_rows, files=[StagedFile(path=rel, size=full.stat().st_size,
-                                                                   rows=tbl.num_rows).__dict__])
-        proto.ledger.fs.write_atomic(lay.manifest(b, attempt, SINK, i), m.to_json())
-        manifests.append(json.loads(m.to_json()))
-    qschema = pa.schema([("batch_id", pa.int64()), ("source", pa.string()), ("position", pa.int64()),
-                         ("raw", pa.string()), ("reason", pa.string())])
-    qm = PartitionManifest(batch_id=b, attempt=attempt, participant=QUARANTINE, partition=0, task_attempt=0,
-                           rows=0, files=[])
-    proto.ledger.fs.write_atomic(lay.manifest(b, attempt, QUARANTINE, 0), qm.to_json())
-    summary = StageSummary(batch_id=b, attempt=attempt, rows_in=rows, rows_valid=rows, rows_quarantined=0,
-                           row_preserving=True, partitions={SINK: n_files, QUARANTINE: 1},
-                           manifests={SINK: manifests, QUARANTINE: [json.loads(qm.to_json())]},
-                           arrow_schema={SINK: schema_to_b64(schema), QUARANTINE: schema_to_b64(qschema)},
-                           partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0,
-                           config_fingerprint=p.cfg.fingerprint())
-    proto.ledger.fs.write_atomic(lay.stage_summary(b, attempt), summary.to_json())
-    t = time.perf_counter()
-    prepared = Protocol(p.cfg).verify(b, attempt)
-    verify_s = time.perf_counter() - t
-    t = time.perf_counter()
-    Protocol(p.cfg).commit(b)
-    commit_s = time.perf_counter() - t
-    return {"plan": plan_s, "verify": verify_s, "commit": commit_s, "bytes": prepared.bytes,
-            "files": prepared.files}
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def protocol_figures(root: Path, files: int = 16, repeat: int = 3) -> dict:
-    p = write_pipeline(root, name="bench_protocol", max_records=10_000_000)
-    synthetic_batch(p, 1, 1, 8)  # creates both tables: later commits are plain appends
-    small, large, one = [], [], []
-    for _ in range(repeat):  # alternate, so drift on the machine hits both alike
-        small.append(synthetic_batch(p, files, 100, 8))
-        large.append(synthetic_batch(p, files, 100, 5000))
-        one.append(synthetic_batch(p, 1, 1, 8))
-    thousand = synthetic_batch(p, 1000, 10, 8)
-    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-    return {
-        "commit_seconds_small": round(med(small, "commit"), 4),
-        "commit_seconds_large": round(med(large, "commit"), 4),
-        "commit_large_over_small": round(med(large, "commit") / med(small, "commit"), 3),
-        "bytes_small": int(med(small, "bytes")), "bytes_large": int(med(large, "bytes")), "files_per_batch": files,
-        "verify_seconds_per_1000_files": round(thousand["verify"], 3),
-        "fixed_overhead_seconds": round(statistics.median(x["plan"] + x["verify"] + x["commit"] for x in one), 4),
+# -- running a process and its Spark driver --------------------------------------------
+def run_watched(argv: list[str], env: dict, log_path: Path, timeout: float = RUN_TIMEOUT) -> tuple[int, float, list[Jvm]]:
+    """Run ``argv`` (output to ``log_path``): (exit code, wall seconds, the Spark driver JVMs under it)."""
+    with open(log_path, "w") as log:
+        t = time.perf_counter()
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with JvmWatch(proc.pid) as watch:
+            try:
+                rc = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
+        took = time.perf_counter() - t
+    return rc, took, watch.drivers()
+
+
+def _error_text(log_path: Path) -> str:
+    """The telling line of a failed run's log (an OutOfMemoryError first), shortened."""
+    text = log_path.read_text(errors="replace")
+    for pat in (r"[^\n]*OutOfMemoryError[^\n]*", r"[^\n]*(?:FileTooLarge|TerminalError|ProtocolError)[^\n]*",
+                r"[^\n]*(?:Error|Exception)[^\n]*"):
+        m = re.search(pat, text)
+        if m:
+            return m.group(0).strip()[:400]
+    return text.strip()[-400:]
+
+
+def spark_argv(cfg, master: str, name: str, app: Path, args: list[str]) -> list[str]:
+    """A peer's spark-submit: the stage job's master, jars, --conf set and memory settings."""
+    argv = ["spark-submit", "--master", master, "--name", name, "--jars", ",".join(launch.jars(cfg))]
+    conf = dict(launch.spark_conf(cfg))
+    for k, v in (("spark.driver.memory", cfg.spark.driver_memory), ("spark.executor.memory", cfg.spark.executor_memory)):
+        if v:
+            conf[k] = v  # as the stage operator passes them
+    for k, v in conf.items():
+        argv += ["--conf", f"{k}={v}"]
+    return argv + [str(app), *args]
+
+
+def delta_rows(path: Path) -> int | None:
+    try:
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        adds = pa.table(DeltaTable(str(path)).get_add_actions(flatten=True))
+        return int(sum(v or 0 for v in adds.column("num_records").to_pylist()))
+    except Exception:  # noqa: BLE001 - a sanity figure, never a reason to fail the bench
+        return None
+
+
+def _rate(records: int, seconds: float | None) -> int | None:
+    return round(records / seconds) if seconds else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+# -- the contenders --------------------------------------------------------------------
+def run_peer(kind: str, ds: dict, cfg, master: str, work: Path) -> dict:
+    table = work / f"{kind}_table"
+    if kind == "sss":
+        args = ["--source", ds["path"], "--table", str(table), "--checkpoint", str(work / "sss_checkpoint"),
+                "--schema", DDL]
+        app = PEER_SSS
+    else:
+        args = ["--table", str(table), "--schema", DDL, *[str(Path(ds["path"]) / n) for n in ds["names"]]]
+        app = PEER_APPEND
+    log = work / f"{kind}.log"
+    rc, took, drivers = run_watched(spark_argv(cfg, master, f"bench-peer-{kind}", app, args), launch.spark_env(), log)
+    jvm = drivers[0] if drivers else None
+    out: dict = {f"{kind}_seconds": round(took, 2) if rc == 0 else None,
+                 f"{kind}_driver_peak_rss_mib": jvm.peak_rss_mib if jvm else None,
+                 f"{kind}_tree_peak_rss_mib": jvm.tree_peak_rss_mib if jvm else None}
+    if rc == 0:
+        out[f"{kind}_rows"] = delta_rows(table)
+    else:
+        out[f"{kind}_error"] = f"exit {rc}: {_error_text(log)}"
+        _log(f"{kind} failed, see {log}")
+    return out
+
+
+def airflow_home(work: Path) -> Path:
+    """A new Airflow home (SQLite), migrated once for the whole bench run (not timed)."""
+    home = work / "airflow"
+    home.mkdir(parents=True)
+    env = airflow_env(home, work, _airflow_paths(home))
+    r = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
+                       timeout=900)
+    if r.returncode != 0:
+        raise RuntimeError(f"airflow db migrate failed:\n{(r.stdout + r.stderr)[-3000:]}")
+    return home
+
+
+def _airflow_paths(home: Path) -> dict:
+    return {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs")}
+
+
+def _max_file_bytes(ds: dict) -> str:
+    """A landing file above the files source's default limit is admitted up to the limit's cap
+    (a user with such files raises it); above the cap the plan's own refusal is the result."""
+    try:
+        from eobatch.sources.files.config import MAX_FILE_BYTES_CAP, FilesConfig
+    except ImportError:
+        return ""
+    default = getattr(FilesConfig, "max_file_bytes", None)
+    if default is None or ds["bytes"] <= default or ds["bytes"] > MAX_FILE_BYTES_CAP:
+        return ""
+    return f"  max_file_bytes: {ds['bytes']}\n"
+
+
+def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path) -> tuple[dict, object]:
+    """One exactly-once batch of the whole data set as a DAG run of a new pipeline."""
+    extra = f"spark:\n  driver_memory: {driver_memory}\n" if driver_memory else ""
+    p = write_pipeline(work, name=name, schema=DDL, max_records=ds["records"] + 1, extra=extra)
+    text = p.yaml_path.read_text()
+    source_line = f"  path: {p.landing}\n"
+    assert source_line in text, "harness.write_pipeline changed its source layout"
+    p.yaml_path.write_text(text.replace(source_line, f"  path: {ds['path']}\n" + _max_file_bytes(ds)))
+    cfg = p.cfg
+    env = airflow_env(home, p.yaml_path.parent, {
+        **_airflow_paths(home), "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master})})
+    log = work / "eo-dagrun.log"
+    rc, took, drivers = run_watched([str(VENV_BIN / "airflow"), "dags", "test", name], env, log)
+    text = log.read_text(errors="replace")
+    states = re.findall(r"DagRun Finished:.*?state=([a-z_]+)", text)
+    ok = rc == 0 and bool(states) and states[-1] == "success"
+    stage = [j for j in drivers if j.name.startswith(f"eobatch-{name}-b")]
+    jvm = stage[0] if stage else None  # the pipeline's stage retries are 0: one attempt
+    task = re.findall(r"stage: batch \d+ attempt \S+ finished in ([0-9.]+)s", text)
+    prepared = Protocol(cfg).ledger.prepared(1)
+    out: dict = {
+        "eo_seconds": round(took, 2) if ok else None,
+        # the task logs "finished in" only when its spark-submit succeeded
+        "stage_seconds": round(jvm.seconds, 2) if jvm and jvm.seconds is not None and task else None,
+        "driver_peak_rss_mib": jvm.peak_rss_mib if jvm else None,
+        "driver_tree_peak_rss_mib": jvm.tree_peak_rss_mib if jvm else None,
+        "stage_task_seconds": float(task[-1]) if task else None,
+        "stage_job_internal_seconds": prepared.stage_seconds if prepared else None,
+        "stage_attempts": len(stage),
+        "eo_rows_published": prepared.rows_published if prepared else None,
+        "eo_rows_quarantined": prepared.rows_quarantined if prepared else None,
     }
+    if not ok:
+        out["eo_error"] = f"DAG run {states[-1] if states else 'unknown'} (exit {rc}): {_error_text(log)}"
+        _log(f"eo run of {name} failed, see {log}")
+    return out, cfg
 
 
-# -- exactly-once DAG run vs at-least-once DAG run ----------------------------------------
-ALO_DAG = '''
-"""Benchmark baseline: the same Spark job, appending straight to Delta, as a one-task DAG."""
-import datetime as dt, json, os
-from airflow.sdk import DAG
-from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from eobatch import launch
-from eobatch.config import load_pipeline
-
-cfg = load_pipeline(os.environ["EOBATCH_BENCH_PIPELINE"])
-spec = launch.job_spec(cfg, 0, "alo")
-spec["alo"] = {"range": json.loads(os.environ["EOBATCH_BENCH_RANGE"]),
-               "sink": os.environ["EOBATCH_BENCH_ALO_SINK"], "quarantine": os.environ["EOBATCH_BENCH_ALO_SINK"] + "_bad"}
-env = launch.spark_env()
-with DAG("bench_alo", schedule=None, start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)):
-    SparkSubmitOperator(task_id="append", application=launch.STAGE_APP, conn_id=cfg.spark.conn_id,
-                        conf=launch.spark_conf(cfg), jars=",".join(launch.jars()), py_files=launch.pyfiles_zip(),
-                        application_args=["--spec", launch.encode_spec(spec)],
-                        env_vars={k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")})
-'''
+def measure_size(ds: dict, master: str, driver_memory: str | None, work: Path, home: Path,
+                 peers: tuple[str, ...] = ("sss", "alo")) -> dict:
+    records = ds["records"]
+    row: dict = {"records": records, "files": ds["files"], "bytes": ds["bytes"]}
+    _log(f"{records:,} records in {ds['files']} file(s), {ds['bytes'] / 1e6:.0f} MB: exactly-once DAG run")
+    eo, cfg = run_eo(ds, f"bench_{records}", master, driver_memory, work / "eo", home)
+    row.update(eo)
+    for kind in peers:
+        _log(f"{records:,} records: peer {kind}")
+        row.update(run_peer(kind, ds, cfg, master, work))
+    row["eo_over_sss"] = _ratio(row["eo_seconds"], row.get("sss_seconds"))
+    row["stage_over_sss"] = _ratio(row["stage_seconds"], row.get("sss_seconds"))
+    for k in ("eo", "stage", "sss", "alo"):
+        if f"{k}_seconds" in row:
+            row[f"{k}_records_per_s"] = _rate(records, row[f"{k}_seconds"])
+    return row
 
 
-def _dags_test(env: dict, dag_id: str) -> float:
-    t = time.perf_counter()
-    r = subprocess.run([str(VENV_BIN / "airflow"), "dags", "test", dag_id], env=env, capture_output=True, text=True,
-                       timeout=1800)
-    took = time.perf_counter() - t
-    if r.returncode != 0 or "state=success" not in r.stdout + r.stderr:
-        raise RuntimeError(f"{dag_id} run failed:\n{(r.stdout + r.stderr)[-4000:]}")
-    return took
+# -- report ----------------------------------------------------------------------------
+CONTRACT_SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "alo_seconds",
+                      "eo_over_sss", "stage_over_sss", "driver_peak_rss_mib")
+CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
+CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
+                    "plan_late_over_early", "kafka_stage_over_consume_floor")
 
 
-def eo_vs_alo(root: Path, records: int, rounds: int = 2) -> dict:
-    p = write_pipeline(root, name="bench_eo", max_records=records * 10)
-    files = 4
-    for i in range(files):
-        p.land(f"part-{i}.jsonl", orders(f"r{i}", records // files))
-    dags = root / "dags"
-    dags.mkdir()
-    shutil.copy(REPO / "dags" / "eobatch_pipelines.py", dags / "eobatch_pipelines.py")
-    (dags / "bench_alo.py").write_text(ALO_DAG)
-    home = root / "airflow"
-    env = airflow_env(home, p.yaml_path.parent, {"AIRFLOW__CORE__DAGS_FOLDER": str(dags)})
-    r = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-3000:]
-    proto = Protocol(p.cfg)
-    rng, n, _ = __import__("eobatch.sources", fromlist=["source_for"]).source_for(p.cfg).next_range([], records * 10)
-    env_alo = {**env, "EOBATCH_BENCH_PIPELINE": str(p.yaml_path), "EOBATCH_BENCH_RANGE": json.dumps(rng)}
-    eo, alo = [], []
-    for i in range(rounds):
-        # EO: a fresh table each round (reset the tables), the same landed files
-        for t in (p.sink, p.quarantine):
-            shutil.rmtree(t, ignore_errors=True)
-        eo.append(_dags_test(env, "bench_eo"))
-        assert proto.ledger.latest_batch_id() == 1
-        alo.append(_dags_test({**env_alo, "EOBATCH_BENCH_ALO_SINK": str(root / f"alo_{i}")}, "bench_alo"))
-    from deltalake import DeltaTable
+def _fmt(v) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        return f"{v:.2f}" if v < 1000 else f"{v:,.0f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
 
-    published = DeltaTable(str(p.sink)).count() if hasattr(DeltaTable, "count") else None
-    return {"records": n, "eo_run_seconds": [round(x, 2) for x in eo], "alo_run_seconds": [round(x, 2) for x in alo],
-            "eo_over_alo": round(statistics.median(eo) / statistics.median(alo), 3), "published": published}
+
+def table(res: dict) -> str:
+    cols = [("records", "records"), ("files", "files"), ("MB", None), ("eo s", "eo_seconds"),
+            ("stage s", "stage_seconds"), ("sss s", "sss_seconds"), ("append s", "alo_seconds"),
+            ("eo/sss", "eo_over_sss"), ("stage/sss", "stage_over_sss"), ("eo rec/s", "eo_records_per_s"),
+            ("sss rec/s", "sss_records_per_s"), ("RSS MiB eo", "driver_peak_rss_mib"),
+            ("sss", "sss_driver_peak_rss_mib"), ("append", "alo_driver_peak_rss_mib")]
+    rows = list(res["sizes"])
+    if res.get("single_file"):
+        rows.append({**res["single_file"], "files": 1, "label": "single file"})
+    cells = [[h for h, _ in cols]]
+    for r in rows:
+        cells.append([_fmt(r.get(k)) if k else _fmt(round(r["bytes"] / 1e6)) for _, k in cols])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if res.get("single_file"):
+        lines[-1] += "   (one landing file)"
+    for r in rows:
+        for k in sorted(k for k in r if k.endswith("_error")):
+            lines.append(f"  {r['records']:,} records, {k}: {r[k]}")
+    lines.append("")
+    for k in CONTRACT_SCALARS:
+        note = res.get(f"{k}_note")
+        lines.append(f"{k:<32} {_fmt(res.get(k))}" + (f"   ({note})" if note else ""))
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    series = [("eo_seconds", "this product, whole DAG run", "o-"), ("stage_seconds", "this product, stage job alone", "s--"),
+              ("sss_seconds", "Structured Streaming (availableNow) → Delta", "^-"),
+              ("alo_seconds", "plain delta-spark append", "v-")]
+    sizes = res["sizes"]
+    for key, label, style in series:
+        pts = [(r["records"], r[key]) for r in sizes if r.get(key) is not None]
+        if pts:
+            ax.plot(*zip(*pts), style, label=label)
+    sf = res.get("single_file")
+    if sf:
+        for key, label, marker in (("eo_seconds", "this product, single file", "o"),
+                                   ("sss_seconds", "Structured Streaming, single file", "^")):
+            if sf.get(key) is not None:
+                ax.scatter([sf["records"]], [sf[key]], marker=marker, facecolors="none", edgecolors="k", s=80,
+                           label=f"{label} ({sf['bytes'] / 2**30:.1f} GiB)")
+    for r in sizes:
+        if r.get("eo_seconds") is None and r.get("eo_error"):
+            ax.annotate("product failed", (r["records"], r.get("sss_seconds") or 1), textcoords="offset points",
+                        xytext=(0, 12), ha="center", color="red", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_xlabel("records (one batch)")
+    ax.set_ylabel("seconds")
+    env = res.get("environment", {})
+    ax.set_title(f"make bench: master {env.get('master')}, driver memory {env.get('driver_memory')}, "
+                 f"{env.get('cpus')} CPUs", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+# -- main ------------------------------------------------------------------------------
+def _env(name: str, default: str) -> str:
+    v = os.environ.get(name, "")
+    return v if v.strip() else default
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default=_env("SIZES", "1000,1000000,5000000"))
+    ap.add_argument("--single-file-gb", type=float, default=float(_env("SINGLE_FILE_GB", "1")))
+    ap.add_argument("--master", default=_env("MASTER", "local[*]"))
+    ap.add_argument("--plan-late-batches", type=int, default=int(_env("PLAN_LATE_BATCHES", "100000")))
+    ap.add_argument("--kafka-records", type=int, default=int(_env("KAFKA_RECORDS", "1000000")))
+    ap.add_argument("--driver-memory", default=_env("DRIVER_MEMORY", "") or None,
+                    help="the pipeline's spark.driver_memory, and the peers' (default: Spark's own, 1g)")
+    ap.add_argument("--data-dir", default=_env("BENCH_DATA_DIR", str(REPO / ".bench" / "data")))
+    ap.add_argument("--out", default=str(REPO / ".bench" / "results.json"))
+    ap.add_argument("--plot", default=None, help="PNG path (default: bench.png beside --out)")
+    ap.add_argument("--keep", action="store_true", help="keep the tables and logs of the run")
+    args = ap.parse_args(argv)
+    try:
+        args.sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        ap.error(f"--sizes / SIZES: comma-separated record counts, got {args.sizes!r}")
+    if not args.sizes or min(args.sizes) < 1:
+        ap.error("--sizes / SIZES: at least one positive record count")
+    if args.plan_late_batches < 11:
+        ap.error("--plan-late-batches / PLAN_LATE_BATCHES must be more than 10")
+    return args
+
+
+def _guarded(res: dict, key: str, fn) -> dict | None:
+    """Run one figure; a failure is recorded as ``<key>_note`` and the bench goes on."""
+    try:
+        return fn()
+    except Exception as e:  # noqa: BLE001
+        _log(f"{key} failed: {e}")
+        traceback.print_exc()
+        res[f"{key}_note"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+        return None
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=200_000)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=str(REPO / ".bench" / "results.json"))
-    args = ap.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="eobatch-bench-"))
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = Path(args.plot) if args.plot else out.with_name("bench.png")
+    data = Path(args.data_dir)
+    work = Path(tempfile.mkdtemp(prefix="run-", dir=out.parent))
+    t0 = time.time()
+    res: dict = {"sizes": [], "single_file": None}
+    res["environment"] = {
+        "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "master": args.master, "driver_memory": args.driver_memory or "Spark default (1g)",
+        "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
+        "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
+        "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
+        "peers_seconds": "wall time of each peer's spark-submit process",
+        "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
+    }
     try:
-        res: dict = {"records": args.records}
-        res.update(protocol_figures(root / "protocol"))
-        res.update(eo_vs_alo(root / "dagruns", args.records, args.rounds))
-        res["eo_throughput_over_sss"] = None
-        res["eo_throughput_over_sss_note"] = ("not measured: Spark's Kafka source needs "
-                                              "spark-token-provider-kafka-0-10, which the Maven registry "
-                                              "reachable here does not serve")
+        for n in args.sizes:
+            _log(f"data set of {n:,} records (cached in {data})")
+            ds = dataset(data, n)
+            size_work = work / f"size-{n}"
+            home = airflow_home(size_work)
+            res["sizes"].append(measure_size(ds, args.master, args.driver_memory, size_work, home))
+            if not args.keep:
+                shutil.rmtree(size_work, ignore_errors=True)
+        if args.single_file_gb > 0:
+            _log(f"single landing file of {args.single_file_gb:g} GiB (cached in {data})")
+            ds = single_file(data, args.single_file_gb)
+            size_work = work / "single"
+            home = airflow_home(size_work)
+            row = measure_size(ds, args.master, args.driver_memory, size_work, home, peers=("sss",))
+            res["single_file"] = {k: row.get(k) for k in CONTRACT_SINGLE_KEYS}
+            res["single_file"].update({k: v for k, v in row.items() if k not in CONTRACT_SINGLE_KEYS})
+            if not args.keep:
+                shutil.rmtree(size_work, ignore_errors=True)
+        else:
+            res["single_file_note"] = "skipped: SINGLE_FILE_GB=0"
+
+        _log("protocol costs: commit, verify, fixed overhead")
+        figs = _guarded(res, "commit_large_over_small",
+                        lambda: protocol_costs.commit_verify_figures(work / "protocol"))
+        for k in ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds"):
+            res[k] = figs.get(k) if figs else None
+        res["protocol_details"] = figs
+
+        _log(f"plan at batch {args.plan_late_batches:,} of a synthetic ledger over plan at batch 10")
+        plan = _guarded(res, "plan_late_over_early",
+                        lambda: protocol_costs.plan_figures(work / "plan", late=args.plan_late_batches))
+        res["plan_late_over_early"] = plan["plan_late_over_early"] if plan else None
+        res["plan_details"] = plan
+        shutil.rmtree(work / "plan", ignore_errors=True)
+
+        if args.kafka_records > 0:
+            _log(f"Kafka: stage of {args.kafka_records:,} records over the raw consume floor")
+            kafka = _guarded(res, "kafka_stage_over_consume_floor",
+                             lambda: kafka_batch.measure(args.kafka_records, master=args.master))
+        else:
+            kafka = None
+            res["kafka_stage_over_consume_floor_note"] = "skipped: KAFKA_RECORDS=0"
+        res["kafka_stage_over_consume_floor"] = kafka["stage_over_consume_floor"] if kafka else None
+        res["kafka_details"] = kafka
     finally:
-        shutil.rmtree(root, ignore_errors=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(res, f, indent=1)
-    width = max(len(k) for k in res)
-    for k, v in res.items():
-        print(f"{k:<{width}}  {v}")
-    print(f"(written to {args.out})")
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        res["environment"]["bench_seconds"] = round(time.time() - t0)
+        with open(out, "w") as f:
+            json.dump(_ordered(res), f, indent=1)
+    try:
+        plot(res, png)
+    except Exception as e:  # noqa: BLE001 - the figures are written already
+        _log(f"plot failed: {e}")
+    print(table(res))
+    print(f"\n(written to {out}; plot {png}; work folder {work}{'' if args.keep else ', removed'})")
     return 0
+
+
+def _ordered(res: dict) -> dict:
+    """The contract's keys first, in its order, then the rest."""
+    first = ["sizes", "single_file", *CONTRACT_SCALARS]
+    sizes = [{**{k: r.get(k) for k in CONTRACT_SIZE_KEYS}, **r} for r in res["sizes"]]
+    return {**{k: res.get(k) for k in first}, **res, "sizes": sizes}
 
 
 if __name__ == "__main__":

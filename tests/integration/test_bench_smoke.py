@@ -1,0 +1,108 @@
+"""`make bench` in miniature: the benchmark runs and writes every key of its contract.
+
+No timing is asserted (the figures of a shared 2-core machine mean nothing in a test); the
+smoke run checks that each contender ran on the same data and that every figure of
+../shared/contracts.md ("Benchmarks") is a number. The Kafka figure has its own, smaller test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.harness import REPO, base_env
+
+BENCH = REPO / "tests" / "bench"
+sys.path.insert(0, str(BENCH))
+
+SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "alo_seconds", "eo_over_sss",
+             "stage_over_sss", "driver_peak_rss_mib")
+SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
+SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
+           "plan_late_over_early", "kafka_stage_over_consume_floor")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+@pytest.mark.integration
+def test_bench_smoke_writes_every_contract_key(tmp_path):
+    out = tmp_path / "results.json"
+    env = base_env({"SIZES": "1000", "SINGLE_FILE_GB": "0", "PLAN_LATE_BATCHES": "200", "KAFKA_RECORDS": "0",
+                    "MASTER": "local[*]"})
+    r = subprocess.run([sys.executable, str(BENCH / "run_bench.py"), "--out", str(out),
+                        "--data-dir", str(tmp_path / "data")], env=env, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    res = json.loads(out.read_text())
+    assert [k for k in ("sizes", "single_file", *SCALARS) if k not in res] == []
+    [row] = res["sizes"]
+    not_numbers = {k: row[k] for k in SIZE_KEYS if not _number(row[k])}
+    assert not_numbers == {}, {k: v for k, v in row.items() if k in not_numbers or k.endswith("_error")}
+    assert (row["records"], row["files"]) == (1000, 1)
+    # the same data reached every contender: 999 good lines and one bad one (0.1 %)
+    assert (row["eo_rows_published"], row["eo_rows_quarantined"]) == (999, 1)
+    assert row["sss_rows"] == row["alo_rows"] == 1000  # Spark's PERMISSIVE mode keeps the bad line as nulls
+    assert row["driver_peak_rss_mib"] > 100 and row["sss_driver_peak_rss_mib"] > 100
+    assert 2 < row["stage_seconds"] < row["eo_seconds"]  # a whole spark-submit, not a process it forked
+    assert res["single_file"] is None and "SINGLE_FILE_GB=0" in res["single_file_note"]
+    assert res["kafka_stage_over_consume_floor"] is None and "KAFKA_RECORDS=0" in res[
+        "kafka_stage_over_consume_floor_note"]
+    assert {k: res[k] for k in SCALARS[:4] if not _number(res[k])} == {}
+    assert (tmp_path / "bench.png").stat().st_size > 1000
+    assert "eo/sss" in r.stdout and "plan_late_over_early" in r.stdout
+
+
+@pytest.mark.integration
+def test_bench_kafka_figure():
+    r = subprocess.run([sys.executable, str(BENCH / "kafka_batch.py"), "3000"], env=base_env(),
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["rows_published"] == res["consume_records"] == 3000
+    assert _number(res["stage_s"]) and _number(res["consume_floor_s"]) and res["consume_floor_s"] > 0
+    assert _number(res["stage_over_consume_floor"])
+
+
+# -- the pieces, without Spark -----------------------------------------------------------
+def test_data_sets_are_cached_and_sized(tmp_path):
+    data = importlib.import_module("bench_data")  # tests/bench is not a package
+    DDL, dataset, files_for, single_file = data.DDL, data.dataset, data.files_for, data.single_file
+    assert [files_for(n) for n in (1, 1000, 100_000, 1_000_000, 5_000_000, 10_000_000)] == [1, 1, 1, 10, 20, 40]
+    ds = dataset(tmp_path, 2500)
+    lines = b"".join((Path(ds["path"]) / n).read_bytes() for n in ds["names"]).splitlines()
+    assert (len(lines), ds["files"], ds["bad"]) == (2500, 1, 2)
+    good = [json.loads(x) for i, x in enumerate(lines) if i % 1000 != 999]
+    assert set(good[0]) == {c.split()[0] for c in DDL.split(", ")}
+    bad = [x for i, x in enumerate(lines) if i % 1000 == 999]
+    with pytest.raises(ValueError):
+        json.loads(bad[0])  # malformed
+    assert json.loads(bad[1])["amount"] == "n/a"  # wrong type
+    mtime = (Path(ds["path"]) / ds["names"][0]).stat().st_mtime_ns
+    assert dataset(tmp_path, 2500)["names"] == ds["names"]
+    assert (Path(ds["path"]) / ds["names"][0]).stat().st_mtime_ns == mtime  # reused, not written again
+    one = single_file(tmp_path, 0.0001)
+    assert one["files"] == 1 and one["bytes"] >= 0.0001 * (1 << 30)
+
+
+def test_report_renders_a_failed_contender(tmp_path):
+    bench = importlib.import_module("run_bench")
+    _ordered, plot, table = bench._ordered, bench.plot, bench.table
+
+    row = {"records": 5_000_000, "files": 20, "bytes": 440_000_000, "eo_seconds": None, "stage_seconds": None,
+           "sss_seconds": 28.5, "alo_seconds": 28.1, "eo_over_sss": None, "stage_over_sss": None,
+           "driver_peak_rss_mib": 1100, "eo_error": "DAG run failed (exit 1): java.lang.OutOfMemoryError"}
+    res = {"sizes": [row], "single_file": None, "plan_late_over_early": 40.0,
+           "kafka_stage_over_consume_floor": None, "kafka_stage_over_consume_floor_note": "skipped",
+           "environment": {"master": "local[*]", "driver_memory": "1g", "cpus": 2}}
+    text = table(res)
+    assert "OutOfMemoryError" in text and "5,000,000" in text and "(skipped)" in text
+    plot(res, tmp_path / "b.png")
+    assert (tmp_path / "b.png").stat().st_size > 1000
+    assert list(_ordered(res))[:2] == ["sizes", "single_file"]
