@@ -8,11 +8,14 @@
    transforms, never published (files: one JSON object per line, source = file, position = line;
    Kafka: one value per record, source = topic/partition, position = offset, _kafka_*; parquet:
    one row as a JSON object, source = file, position = row index);
-3. classify: too large, invalid UTF-8, not a JSON object, type mismatch, missing required field
-   -> quarantine with the raw text and the reason; the rest parsed with the declared schema;
+3. classify (spark_jobs/classify.py): too large, invalid UTF-8, not a JSON object, type mismatch,
+   missing required field -> quarantine with the raw text and the reason; the rest parsed with
+   the declared schema;
 4. apply the pipeline's transform to the valid records;
-5. write both outputs with attempt-unique file names under each table's eo_batches/ folder
-   (invisible to readers: not in the Delta log) and one manifest per Spark partition;
+5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
+   table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
+   Spark partition; the counts are observed while the sink is written (no extra pass), and the
+   quarantine is written by a second pass only when there is something to quarantine;
 6. write the stage summary (counts, partitions, schemas) last: the attempt is STAGED.
 """
 
@@ -24,8 +27,6 @@ import importlib
 import json
 import sys
 import time
-import uuid
-from typing import Any, Iterable, Iterator
 
 
 def _parse_args(argv):
@@ -46,161 +47,6 @@ def load_transform(name: str):
     if not hasattr(mod, "transform"):
         raise SystemExit(f"spark_jobs/transforms/{name}.py defines no transform(df, ctx)")
     return mod
-
-
-def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int):
-    """Adds ``rec`` (the parsed record) and ``reason`` (null when the record is valid)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    schema = T.StructType.fromDDL(ddl)
-    if not isinstance(schema, T.StructType):  # fromDDL gives a bare type for a DDL such as "int"
-        raise SystemExit(f"the job spec's schema {ddl!r} is not a list of columns")
-    typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
-                         + [T.StructField("_corrupt_record", T.StringType(), True)])
-    loose = T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields])
-    opts = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"}
-    meta = [c for c in lines.columns if c.startswith("_")]  # source metadata, e.g. _kafka_offset
-    df = lines.select(
-        "source", "position", "raw", *meta,
-        F.from_json("raw", typed, opts).alias("rec"),
-        F.from_json("raw", loose).alias("loose"),
-    )
-    mismatches = [
-        F.when(F.col("loose")[f.name].isNotNull() & F.col("rec")[f.name].isNull(),
-               F.concat(F.lit(f"field '{f.name}': expected {f.dataType.simpleString().upper()}, got "),
-                        F.substring(F.col("loose")[f.name], 1, 80)))
-        for f in schema.fields
-    ]
-    missing = [F.when(F.col("rec")[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
-    size = F.octet_length("raw")
-    reason = (
-        F.when(F.col("raw").isNull(), F.lit("null value (tombstone)"))
-        .when(size > max_record_bytes,
-               F.concat(F.lit("record too large: "), size.cast("string"),
-                        F.lit(f" bytes > max_record_bytes {max_record_bytes}")))
-        .when(~F.is_valid_utf8("raw") | (~F.col("_utf8_ok") if "_utf8_ok" in lines.columns else F.lit(False)),
-              F.lit("invalid UTF-8"))
-        .when(F.json_object_keys("raw").isNull(), F.lit("malformed JSON: not a JSON object"))
-        .when(F.col("rec._corrupt_record").isNotNull(),
-              F.coalesce(F.concat_ws("; ", *mismatches) if mismatches else F.lit(None),
-                         F.lit("does not fit the schema")))
-    )
-    if missing:
-        reason = reason.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
-    return df.select("source", "position", "raw", *meta, "rec", reason.alias("reason"))
-
-
-def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict, partition_by: list[str],
-                    batch_id: int, attempt: str, slice_col: str | None = None):
-    """Write ``df`` as Parquet files of this attempt, one manifest per Spark partition.
-
-    ``slice_col`` (interval mode): a column holding each row's interval slice name; rows of a
-    slice go to files under ``<attempt>/<slice>/`` (the column itself is not written), so a later
-    commit can replace exactly that slice. Returns the manifests as collected by the driver.
-    """
-    import pyspark
-
-    from eobatch.formats import Layout, PartitionManifest, StagedFile, partition_text
-    from eobatch.storage import join, storage_for
-
-    layout = Layout(**ledger_spec)
-    staging_rel = layout.attempt_staging_rel(batch_id, attempt)
-    path_cols = ([slice_col] if slice_col else []) + list(partition_by)  # folders, not file columns
-    data_cols = [c for c in df.columns if c not in path_cols]
-    ordered = df.select(*data_cols, *path_cols)
-    n_slice = 1 if slice_col else 0
-
-    def write_partition(batches: Iterable[Any]) -> Iterator[Any]:
-        import os
-
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        from eobatch import faults
-        from eobatch.verify import writer_statistics
-
-        ctx = pyspark.TaskContext.get()
-        if ctx is None:  # mapInArrow calls this in a Spark task, which always has one
-            raise RuntimeError("write_partition runs only inside a Spark task")
-        pid, tattempt = ctx.partitionId(), ctx.attemptNumber()
-        fs = storage_for(table_root)
-        afs = fs.arrow_fs()
-        writers: dict = {}
-        files: dict = {}
-        total = 0
-
-        def writer_for(key: tuple, schema):
-            if key not in writers:
-                sub = "/".join(([key[0]] if n_slice else []) +
-                               [f"{c}={_pv_path(v)}" for c, v in zip(partition_by, key[n_slice:])])
-                name = f"part-{pid:05d}-{tattempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
-                rel = "/".join(x for x in (staging_rel, sub, name) if x)
-                full = fs.arrow_path(join(table_root, rel))
-                if fs.scheme == "file":
-                    os.makedirs(os.path.dirname(full), exist_ok=True)
-                writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy",
-                                                write_statistics=writer_statistics(schema))
-                files[key] = {"path": rel, "rows": 0,
-                              "partition_values": {c: partition_text(v) for c, v in zip(partition_by, key[n_slice:])},
-                              # float columns, until a NaN is written to them (see StagedFile)
-                              "nan_free": [f.name for f in schema if pa.types.is_float32(f.type)
-                                           or pa.types.is_float64(f.type)]}
-            return writers[key]
-
-        for rb in batches:
-            if rb.num_rows == 0:
-                continue
-            t = pa.Table.from_batches([rb])
-            if not path_cols:
-                parts = [((), t)]
-            else:
-                keys = t.select(path_cols).group_by(path_cols).aggregate([]).to_pylist()
-                parts = []
-                for k in keys:
-                    mask = None
-                    for c in path_cols:
-                        v = k[c]
-                        m = pc.is_null(t[c]) if v is None else pc.equal(t[c], pa.scalar(v, t.schema.field(c).type))
-                        m = pc.fill_null(m, False)
-                        mask = m if mask is None else pc.and_(mask, m)
-                    parts.append((tuple(k[c] for c in path_cols), t.filter(mask)))
-            for key, part in parts:
-                data = part.drop_columns(path_cols) if path_cols else part
-                w = writer_for(key, data.schema)
-                w.write_table(data)
-                files[key]["rows"] += data.num_rows
-                files[key]["nan_free"] = [c for c in files[key]["nan_free"]
-                                          if not pc.any(pc.is_nan(data[c])).as_py()]
-                total += data.num_rows
-            faults.crash_point("stage.after_first_file")
-        for w in writers.values():
-            w.close()
-        staged = []
-        for f in files.values():
-            info = fs.stat(join(table_root, f["path"]))
-            if info is None:  # the task fails and Spark runs it again
-                raise FileNotFoundError(f"{join(table_root, f['path'])}: staged file missing right after it was written")
-            staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
-                                     partition_values=f["partition_values"], nan_free=f["nan_free"]).__dict__)
-        m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
-                              task_attempt=tattempt, rows=total, files=sorted(staged, key=lambda x: x["path"]))
-        mfs = storage_for(layout.sink_table)
-        mfs.write_atomic(layout.manifest(batch_id, attempt, participant, pid), m.to_json())
-        yield pa.RecordBatch.from_pydict({"manifest": [m.to_json().decode()]})
-
-    rows = ordered.mapInArrow(write_partition, "manifest string").collect()
-    return sorted((json.loads(r["manifest"]) for r in rows), key=lambda m: m["partition"])
-
-
-def _pv_path(v) -> str:
-    from urllib.parse import quote
-
-    from eobatch.formats import partition_text
-
-    s = partition_text(v)
-    return "__HIVE_DEFAULT_PARTITION__" if s is None else quote(s, safe="")
 
 
 def executor_env(spec: dict, plan) -> dict:
@@ -239,7 +85,8 @@ def transform_slices(tmod, valid, ctx, slices: list[str]):
 
 
 def run(spec: dict) -> dict:
-    from pyspark.sql import SparkSession
+    from pyspark import StorageLevel
+    from pyspark.sql import Observation, SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -248,6 +95,8 @@ def run(spec: dict) -> dict:
     from eobatch.ledger import Ledger
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
+    from spark_jobs.classify import classify, quarantined_records, valid_records
+    from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
     batch_id, attempt = int(spec["batch_id"]), spec["attempt"]
@@ -281,45 +130,56 @@ def run(spec: dict) -> dict:
         spark.conf.set(k, v)
     log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
 
+    # 1. read: the kind's records of exactly the planned range. A kind whose source can be read
+    # again (files on storage) is read once per output below, which costs less than caching the
+    # parsed records; one that cannot (Kafka) is read once and kept.
     lines = kind.read(spark, plan.range, src)
+    if not kind.rereadable:
+        lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
     slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
     if slices:  # interval mode: each record's interval slice, by the planned file it came from
         of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
                                         f"source string, {SLICE_COL} string")
         lines = lines.join(F.broadcast(of_file), "source")
-    classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
-    classified = classified.persist()
-    counts = {bool(r["ok"]): r["n"] for r in
-              classified.groupBy(F.col("reason").isNull().alias("ok")).agg(F.count("*").alias("n")).collect()}
-    rows_valid, rows_bad = counts.get(True, 0), counts.get(False, 0)
-    positions = kind.positions(classified)
-    log(f"read {rows_valid + rows_bad} records: {rows_valid} valid, {rows_bad} to quarantine")
+    extra = [SLICE_COL] if slices else []
 
+    # 2. classify: one typed parse per record; the reason of every record that is not valid
+    classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
+    counts = Observation("eobatch_counts")
+    observed = classified.observe(counts, F.count(F.lit(1)).alias("rows_in"),
+                                  F.count("reason").alias("rows_bad"))
+    if len(slices) > 1:  # the transform runs once per slice: keep the records rather than read them per slice
+        observed = classified = observed.persist(StorageLevel.MEMORY_AND_DISK)
+
+    # 3. the sink: the pipeline's transform of the valid records, staged (the counts are taken
+    # by this same pass)
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    meta = [c for c in classified.columns if c.startswith("_")]
-    valid = classified.where(F.col("reason").isNull()).select("rec.*", *meta).drop("_corrupt_record")
-    out = transform_slices(tmod, valid, ctx, slices)
-    bad = classified.where(F.col("reason").isNotNull()).select(
-        F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
-        F.when(F.is_valid_utf8("raw"), F.substring("raw", 1, 65536))
-         .otherwise(F.make_valid_utf8(F.substring("raw", 1, 65536))).alias("raw"),
-        "reason", *([SLICE_COL] if slices else []))
-
+    out = transform_slices(tmod, valid_records(observed, extra), ctx, slices)
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
                   slice_col=SLICE_COL if slices else None)
     pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
     manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
                                        partition_by=pby[SINK], **common)}
-    log(f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows")
-    manifests[QUARANTINE] = stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
-                                            partition_by=[], **common)
-    classified.unpersist()
+    got = counts.get
+    rows_in, rows_bad = int(got["rows_in"]), int(got["rows_bad"])
+    rows_valid = rows_in - rows_bad
+    log(f"read {rows_in} records: {rows_valid} valid, {rows_bad} to quarantine; "
+        f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows")
+
+    # 4. the quarantine: only when there is something to quarantine (a second pass, located)
+    bad = quarantined_records(kind.locate(spark, classified.where(F.col("reason").isNotNull()), plan.range, src),
+                              batch_id, extra)
+    manifests[QUARANTINE] = (stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
+                                             partition_by=[], **common) if rows_bad else [])
+    positions = kind.positions(lines)
+    for df in (lines, classified):
+        df.unpersist()
     schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
                QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(
-        batch_id=batch_id, attempt=attempt, rows_in=rows_valid + rows_bad, rows_valid=rows_valid,
+        batch_id=batch_id, attempt=attempt, rows_in=rows_in, rows_valid=rows_valid,
         rows_quarantined=rows_bad, row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)),
         partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
@@ -333,39 +193,9 @@ def run(spec: dict) -> dict:
     return summary.__dict__
 
 
-def run_alo(spec: dict) -> dict:
-    """Benchmark baseline only (`make bench`): the same read, quarantine and transform, then a
-    plain at-least-once append with delta-spark, straight to a Delta table, no protocol."""
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-
-    from eobatch.sources import kind_for
-
-    t0 = time.time()
-    alo = spec["alo"]
-    spark = SparkSession.builder.appName(f"eobatch-alo:{spec['pipeline']}").getOrCreate()
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
-    lines = kind_for(spec["source"]["kind"]).read(spark, alo["range"], spec["source"])
-    classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"])).persist()
-    tmod = load_transform(spec["transform"])
-    ctx = TransformContext(spark, spec["pipeline"], 0, spec.get("transform_options") or {})
-    meta = [c for c in classified.columns if c.startswith("_")]
-    out = tmod.transform(classified.where(F.col("reason").isNull()).select("rec.*", *meta).drop("_corrupt_record"), ctx)
-    out = out.select(*[c for c in out.columns if not c.startswith("_")])
-    bad = classified.where(F.col("reason").isNotNull()).select("source", "position", "raw", "reason")
-    out.write.format("delta").mode("append").partitionBy(*spec["partition_by"]).save(alo["sink"])
-    bad.write.format("delta").mode("append").save(alo["quarantine"])
-    print(f"[eobatch] at-least-once append done in {time.time() - t0:.1f}s", flush=True)
-    return {"seconds": time.time() - t0}
-
-
 def main(argv=None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    spec = json.loads(base64.b64decode(args.spec))
-    if spec.get("alo"):
-        run_alo(spec)
-    else:
-        run(spec)
+    run(json.loads(base64.b64decode(args.spec)))
     return 0
 
 

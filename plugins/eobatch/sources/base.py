@@ -11,9 +11,10 @@ places that used to branch on the kind's name:
   and the DataFrame of its records (the "lines" contract below).
 
 The lines contract: one row per record, columns ``source`` (string: where it came from),
-``position`` (long: where in that source), ``raw`` (string: a JSON object text, null for a
+``position`` (long: where in that source; ``locate`` may compute it only for the records that are
+quarantined, the only ones whose position is written), ``raw`` (string: a JSON object text, null for a
 tombstone) and any number of ``_``-prefixed metadata columns, which transforms may use and which
-are never published. Everything after the read (parse, schema check, quarantine, transform,
+are never published (``_eo_``-prefixed ones are the kind's own internals, hidden from transforms). Everything after the read (parse, schema check, quarantine, transform,
 manifests) is one code path for every kind.
 
 No pyspark and no Airflow at module level, here and in every kind's package.
@@ -21,6 +22,7 @@ No pyspark and no Airflow at module level, here and in every kind's package.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
@@ -99,11 +101,14 @@ class Planner(Protocol):
     dict the ledger records (None when there is nothing to read), the source's own count of its
     records (None when it cannot know before reading) and notes for the batch plan. After
     ``interval_range``, ``late`` lists what it found late (``[{"interval", "files", "action"}]``).
+    ``previous_plans`` is a sequence of the plans whose ranges count as read, oldest first; from
+    the protocol it is a ``checkpoint.ReadSoFar``, whose ``[-1]`` and ``consumed(path)`` come from
+    the ledger's checkpoint (any other use reads every plan of the ledger).
     """
 
     late: list
 
-    def next_range(self, previous_plans: list, limit: int) -> tuple[dict | None, int | None, list[str]]: ...
+    def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int | None, list[str]]: ...
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        **late_files) -> tuple[dict | None, int | None, list[str]]: ...
@@ -137,6 +142,7 @@ class SourceKind(Protocol):
     config_keys: frozenset[str]  # the keys allowed under source:
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
+    rereadable: bool  # the job may read the range twice (files on storage); else it keeps what it read once
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:
@@ -161,6 +167,10 @@ class SourceKind(Protocol):
 
     def read(self, spark, rng: dict, job: dict):
         """The lines DataFrame of exactly this range (see the module docstring)."""
+
+    def locate(self, spark, records, rng: dict, job: dict):
+        """``records`` (rows of ``read``, the quarantined ones) with their final ``position``; a
+        kind whose ``read`` gives exact positions already returns ``records`` unchanged."""
 
     def positions(self, lines) -> dict:
         """``StageSummary.source_positions`` from the lines DataFrame; {} when the kind checks none."""

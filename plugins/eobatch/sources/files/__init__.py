@@ -1,4 +1,4 @@
-"""``kind: files``: JSON-lines landing files, read whole, one record per line.
+"""``kind: files``: JSON-lines landing files, one record per line, read in parallel pieces.
 
 Config ``config.FilesConfig``, planner ``planner.FilesSource``, range ``range.FilesRange``,
 Spark reader ``read.read_lines``; ``KIND`` ties them to the registry.
@@ -17,6 +17,7 @@ class FilesKind:
     config_keys = KEYS
     position_based = False
     checks_late_files = True
+    rereadable = True
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
         return parse(src, ctx)
@@ -40,6 +41,11 @@ class FilesKind:
         from .read import read_lines
 
         return read_lines(spark, rng)
+
+    def locate(self, spark, records, rng: dict, job: dict):
+        from .read import locate
+
+        return locate(spark, records, rng)
 
     def positions(self, lines) -> dict:
         return {}

@@ -1,4 +1,23 @@
-"""Spark side of the files kind: the lines DataFrame of planned JSON-lines files."""
+"""Spark side of the files kind: the records of planned JSON-lines files, read in parallel pieces.
+
+Spark's line reader splits every file into pieces (``spark.sql.files.maxPartitionBytes``, 128 MiB
+by default) read by parallel tasks, so a landing file of any size streams through bounded memory.
+It gives no line numbers, so a record's position is found in two steps:
+
+1. ``read_lines``: every line gets the piece it was read from (``_metadata.file_block_start``) and
+   its read-order id (``monotonically_increasing_id``: the task's partition in the high bits, the
+   row's index within that task in the low bits; a piece is read by one task, its lines in order).
+   That id is the provisional ``position``.
+2. ``locate`` (only for the quarantined records, the only ones whose position is written): one
+   more pass over the same pieces counts the lines of each piece and its first id; a record's
+   line number is the lines of the file's earlier pieces plus its index in its piece. Both passes
+   number the very same DataFrame (``numbered``), before any filter, and every located record is
+   checked to fall inside its piece, so a numbering that differed between the passes would fail
+   the stage instead of pointing at the wrong line.
+
+Lines are Spark's with ``lineSep="\\n"``: the bytes between two ``\\n`` (eobatch.lines), kept as
+bytes (invalid UTF-8 is preserved for the classifier); a ``\\r`` just before the ``\\n`` is dropped.
+"""
 
 from __future__ import annotations
 
@@ -22,21 +41,65 @@ def planned_path(file_path):
     return F.url_decode(F.replace(local, F.lit("+"), F.lit("%2B")))
 
 
-def read_lines(spark, rng: dict):
-    """One row per non-blank line: source (planned path), position (1-based line), raw."""
+def numbered(spark, files: list[str]):
+    """Every line of ``files`` (blank ones included) with ``_eo_file`` (Spark's URI of the file),
+    ``_eo_split`` (the start byte of the piece it was read from), ``_eo_row`` (read-order id)."""
     from pyspark.sql import functions as F
 
-    from ...lines import SPARK_BLANK_LINE, SPARK_TRAILING_CR
+    df = spark.read.option("lineSep", "\n").text([_glob_escape(p) for p in files])
+    return df.select(F.col("_metadata.file_path").alias("_eo_file"),
+                     F.col("_metadata.file_block_start").alias("_eo_split"),
+                     F.monotonically_increasing_id().alias("_eo_row"), "value")
 
-    files = [f["path"] for f in rng["files"]]
-    df = (spark.read.text([_glob_escape(p) for p in files], wholetext=True)
-          .select(planned_path(F.col("_metadata.file_path")).alias("source"), F.col("value")))
-    # split() decodes to Java strings, turning invalid UTF-8 into U+FFFD: remember which files
-    # had invalid bytes, so that their lines with U+FFFD are quarantined as invalid UTF-8.
-    lines = df.select("source", F.is_valid_utf8("value").alias("_utf8_file"),
-                      F.posexplode(F.split(F.col("value"), "\n")).alias("pos", "raw"))
-    # one definition of a line and of a blank line, shared with the planner's count (eobatch.lines)
-    lines = lines.select("source", (F.col("pos") + 1).cast("long").alias("position"),
-                         F.regexp_replace("raw", SPARK_TRAILING_CR, "").alias("raw"),
-                         (F.col("_utf8_file") | ~F.col("raw").contains("\ufffd")).alias("_utf8_ok"))
-    return lines.where(~F.col("raw").rlike(SPARK_BLANK_LINE))
+
+def _blank(value):
+    """eobatch.lines' blank line, cheaply: the regular expression runs only on a line that is
+    empty or starts with one of the blank bytes (almost never, for a record)."""
+    from pyspark.sql import functions as F
+
+    from ...lines import BLANK_BYTES, SPARK_BLANK_LINE
+
+    first = F.substring(value, 1, 1)
+    return (F.octet_length(value) == 0) | (first.isin(*[chr(b) for b in BLANK_BYTES]) & value.rlike(SPARK_BLANK_LINE))
+
+
+def _without_trailing_cr(value):
+    """The line without a final ``\\r`` (part of a ``\\r\\n`` terminator), cut as bytes so that a
+    line of invalid UTF-8 keeps its exact bytes."""
+    from pyspark.sql import functions as F
+
+    cut = F.substring(value.cast("binary"), 1, F.octet_length(value) - 1).cast("string")
+    return F.when(F.endswith(value, F.lit("\r")), cut).otherwise(value)
+
+
+def read_lines(spark, rng: dict):
+    """One row per non-blank line: source (planned path), position (provisional: the read-order
+    id, see ``locate``), raw, and the ``_eo_file`` / ``_eo_split`` internals."""
+    from pyspark.sql import functions as F
+
+    lines = numbered(spark, [f["path"] for f in rng["files"]])
+    # The filter stays above the numbering: Spark never pushes a filter below a non-deterministic
+    # projection (monotonically_increasing_id), so blank lines keep their ids.
+    return lines.where(~_blank(F.col("value"))).select(
+        planned_path(F.col("_eo_file")).alias("source"), F.col("_eo_row").alias("position"),
+        _without_trailing_cr(F.col("value")).alias("raw"), "_eo_file", "_eo_split")
+
+
+def locate(spark, records, rng: dict):
+    """``records`` (rows of ``read_lines``) with ``position`` = the 1-based line number in its file."""
+    from pyspark.sql import functions as F
+
+    pieces = (numbered(spark, [f["path"] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
+              .agg(F.count("*").alias("n"), F.min("_eo_row").alias("first")).collect())
+    rows, before = [], {}
+    for p in sorted(pieces, key=lambda r: (r["_eo_file"], r["_eo_split"])):
+        rows.append((p["_eo_file"], p["_eo_split"], p["first"], p["n"], before.get(p["_eo_file"], 0)))
+        before[p["_eo_file"]] = before.get(p["_eo_file"], 0) + p["n"]
+    index = spark.createDataFrame(rows, "_eo_file string, _eo_split long, _eo_first long, _eo_n long, "
+                                        "_eo_before long")
+    located = records.join(F.broadcast(index), ["_eo_file", "_eo_split"], "left")
+    k = F.col("position") - F.col("_eo_first")
+    line = (F.when(F.col("_eo_first").isNotNull() & (k >= 0) & (k < F.col("_eo_n")), F.col("_eo_before") + k + 1)
+            .otherwise(F.raise_error(F.concat(F.lit("cannot locate a record of "), F.col("source"),
+                                              F.lit(": the two reads of the file numbered its lines differently")))))
+    return located.withColumn("position", line.cast("long")).drop("_eo_first", "_eo_n", "_eo_before")

@@ -19,6 +19,7 @@ class KafkaKind:
     config_keys = KEYS
     position_based = True
     checks_late_files = False
+    rereadable = False  # a second read would ask the broker again: the job keeps what it read once
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
         return parse(src, ctx)
@@ -43,6 +44,9 @@ class KafkaKind:
         from .read import read_lines
 
         return read_lines(spark, rng, job["bootstrap_servers"], float(job.get("consumer_timeout_seconds") or 120))
+
+    def locate(self, spark, records, rng: dict, job: dict):
+        return records  # offsets are exact already
 
     def positions(self, lines) -> dict:
         from .read import partition_positions

@@ -1,0 +1,96 @@
+"""Classify records: parse each record's JSON once, and say why a record is quarantined.
+
+A record is valid when it is a JSON object (UTF-8, at most ``max_record_bytes``) whose fields fit
+the declared schema and whose required fields are present. Otherwise its ``reason`` names the
+first rule it breaks: null value (tombstone), too large, invalid UTF-8, malformed JSON / not a
+JSON object, a field of the wrong type, a missing required field.
+
+Cost: the typed parse (``from_json``) runs once per record and decides the common case on its
+own (the "fast path": an object that parsed with no corrupt record and has its required
+fields). Only a record that fails it evaluates the full rule list, which parses it again
+loosely to name the field of the wrong type and checks that it is a JSON object at all; Spark
+evaluates a CASE branch only for the rows that reach it. The fast path never accepts a record
+that the full rule list rejects (``tests/integration/test_classify.py`` compares the two).
+"""
+
+from __future__ import annotations
+
+CORRUPT = "_corrupt_record"
+# allowNonNumericNumbers=false: NaN / Infinity are not JSON; the full rule list (json_object_keys)
+# rejects them as malformed, so the typed parse must not accept them on the fast path either.
+PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, "allowNonNumericNumbers": "false"}
+
+
+def record_schema(ddl: str):
+    """The declared schema as a StructType; SystemExit for a DDL that is not a list of columns."""
+    from pyspark.sql import types as T
+
+    schema = T.StructType.fromDDL(ddl)
+    if not isinstance(schema, T.StructType):  # fromDDL gives a bare type for a DDL such as "int"
+        raise SystemExit(f"the job spec's schema {ddl!r} is not a list of columns")
+    return schema
+
+
+def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fast_path: bool = True):
+    """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    schema = record_schema(ddl)
+    typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
+                         + [T.StructField(CORRUPT, T.StringType(), True)])
+    keep = [c for c in lines.columns if c != "raw"]
+    df = lines.select(*keep, "raw", F.from_json("raw", typed, PARSE_OPTIONS).alias("rec"))
+    raw, rec = F.col("raw"), F.col("rec")
+    size = F.octet_length(raw)
+    missing = [F.when(rec[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
+
+    loose = F.from_json(raw, T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields]))
+    mismatches = [
+        F.when(loose[f.name].isNotNull() & rec[f.name].isNull(),
+               F.concat(F.lit(f"field '{f.name}': expected {f.dataType.simpleString().upper()}, got "),
+                        F.substring(loose[f.name], 1, 80)))
+        for f in schema.fields
+    ]
+    full = (
+        F.when(raw.isNull(), F.lit("null value (tombstone)"))
+        .when(size > max_record_bytes,
+              F.concat(F.lit("record too large: "), size.cast("string"),
+                       F.lit(f" bytes > max_record_bytes {max_record_bytes}")))
+        .when(~F.is_valid_utf8(raw), F.lit("invalid UTF-8"))
+        .when(F.json_object_keys(raw).isNull(), F.lit("malformed JSON: not a JSON object"))
+        .when(rec[CORRUPT].isNotNull(),
+              F.coalesce(F.concat_ws("; ", *mismatches) if mismatches else F.lit(None),
+                         F.lit("does not fit the schema")))
+    )
+    if missing:
+        full = full.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
+    reason = full
+    if fast_path:
+        ok = (raw.isNotNull() & F.startswith(raw, F.lit("{")) & rec.isNotNull() & rec[CORRUPT].isNull()
+              & (size <= max_record_bytes) & F.is_valid_utf8(raw))
+        for c in not_null:
+            ok = ok & rec[c].isNotNull()
+        reason = F.when(ok, F.lit(None).cast("string")).otherwise(full)
+    return df.select(*keep, "raw", "rec", reason.alias("reason"))
+
+
+def valid_records(classified, extra: list[str]):
+    """The parsed valid records, with the lines' ``_``-prefixed metadata for the transform (the
+    kind's ``_eo_*`` internals excluded) and the ``extra`` columns (the interval slice)."""
+    from pyspark.sql import functions as F
+
+    meta = [c for c in classified.columns if c.startswith("_") and not c.startswith("_eo_")]
+    return classified.where(F.col("reason").isNull()).select("rec.*", *meta, *extra).drop(CORRUPT)
+
+
+def quarantined_records(classified, batch_id: int, extra: list[str]):
+    """The rows of the quarantine table: batch id, source, position, raw text (valid UTF-8, at
+    most 64 KiB), reason; ``extra`` columns are kept (the interval slice)."""
+    from pyspark.sql import functions as F
+
+    raw = F.substring("raw", 1, 65536)
+    return classified.where(F.col("reason").isNotNull()).select(
+        F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
+        F.when(F.is_valid_utf8(raw), raw).otherwise(F.make_valid_utf8(raw)).alias("raw"),
+        "reason", *extra)
