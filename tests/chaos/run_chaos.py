@@ -104,6 +104,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +113,11 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from eobatch import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
-from support.harness import base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
+from support.harness import Pipeline, base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
+
+if TYPE_CHECKING:
+    from support.s3checks import S3Pipeline, S3Reader
+    from support.services import KafkaBroker, S3Server
 
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
@@ -166,12 +171,15 @@ class Chaos:
         if mode == "interval" and backend != "files":
             raise ValueError("interval mode runs with the files backend only")
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
-        self.distinct, self.deck = distinct, []  # distinct: each kind once before any repeats
+        self.distinct = distinct  # each kind once before any repeats
+        self.deck: list[str] = []
         self.root = workdir
         self.backend = backend
         self.mode = mode
-        self.broker = None
-        self.s3 = self.reader = None
+        self.broker: KafkaBroker | None = None  # the kafka backend's
+        self.s3: S3Server | None = None  # the s3 backend's, and its reader
+        self.reader: S3Reader | None = None
+        self.p: Pipeline | S3Pipeline
         self.master = master
         self.only = only
         extra_env = {}
@@ -209,8 +217,8 @@ class Chaos:
             self.p.yaml_path.write_text(text)
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
-        self.faults = collections.Counter()
-        self.outcomes = collections.Counter()  # how each race and foreign write went
+        self.faults: collections.Counter[str] = collections.Counter()
+        self.outcomes: collections.Counter[str] = collections.Counter()  # how each race and foreign write went
         self.anomalies: list[str] = []  # product misbehaviour seen while driving: reported as problems
         self.repairs: list[str] = []  # documented repairs the harness did (as an operator would)
         self.foreign_ids: list[str] = []  # order_id of every row a foreign writer appended
@@ -237,6 +245,35 @@ class Chaos:
         self.log_lines.append(line)
         if not self.quiet:
             print(line, flush=True)
+
+    # -- what only one backend or mode has (None, or the other backend's type, elsewhere) --
+    @property
+    def local(self) -> Pipeline:
+        """The pipeline's local folders (every backend but s3)."""
+        assert isinstance(self.p, Pipeline), "the s3 backend has no local folders"
+        return self.p
+
+    @property
+    def remote(self) -> S3Pipeline:
+        """The pipeline's s3a:// locations (the s3 backend)."""
+        assert not isinstance(self.p, Pipeline), "the s3 backend only"
+        return self.p
+
+    @property
+    def kafka(self) -> KafkaBroker:
+        assert self.broker is not None, "the kafka backend only"
+        return self.broker
+
+    @property
+    def s3_server(self) -> S3Server:
+        assert self.s3 is not None, "the s3 backend only"
+        return self.s3
+
+    @property
+    def run_hour(self) -> int:
+        """Interval mode: the hour of the current run."""
+        assert self.cur is not None, "interval mode only, once a run has started"
+        return self.cur[0]
 
     # -- input --------------------------------------------------------------------------
     def land(self, sub: str | None = None) -> None:
@@ -270,7 +307,7 @@ class Chaos:
         if self.reader:
             self.reader.put(f"{self.p.landing}/{name}", data)
         else:
-            path = self.p.landing / name
+            path = self.local.landing / name
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.parent / f".{path.name}.tmp"
             tmp.write_bytes(data)
@@ -284,7 +321,7 @@ class Chaos:
         from confluent_kafka import Producer
 
         mode = self.rnd.choice(["plain", "plain", "commit", "abort"])
-        conf = {"bootstrap.servers": self.broker.bootstrap, "linger.ms": 5}
+        conf: dict[str, Any] = {"bootstrap.servers": self.kafka.bootstrap, "linger.ms": 5}
         if mode != "plain":
             self.txn_no += 1
             conf["transactional.id"] = f"chaos-{self.seed}-{self.txn_no}"
@@ -339,7 +376,7 @@ class Chaos:
         return out
 
     def land_late(self) -> str | None:
-        here = self.cur[0]
+        here = self.run_hour
         done = sorted(h for h in self.published_hours() if h != here and h >= self.next_hour - 20)
         if not done:
             return None
@@ -367,7 +404,9 @@ class Chaos:
         Returns (result of x, result of y, whether x started first, the delay)."""
         x_first = self.rnd.random() < 0.5
         delay = round(self.rnd.uniform(0, max_delay), 3)
-        procs, started, ended = [], [], {}
+        procs: list[subprocess.Popen] = []
+        started: list[float] = []
+        ended: dict[int, float] = {}
         for i, argv in enumerate((x, y) if x_first else (y, x)):
             if i:
                 time.sleep(delay)
@@ -400,18 +439,18 @@ class Chaos:
         """A ledger record as raw JSON (``rel`` under the sink's _eo_ledger/), None if absent."""
         try:
             if self.reader:
-                return json.loads(self.reader.get(self.p.sink, f"_eo_ledger/{rel}"))
-            return json.loads((self.p.sink / "_eo_ledger" / rel).read_bytes())
+                return json.loads(self.reader.get(self.remote.sink, f"_eo_ledger/{rel}"))
+            return json.loads((self.local.sink / "_eo_ledger" / rel).read_bytes())
         except Exception:  # absent (FileNotFoundError, NoSuchKey)
             return None
 
     def staged_files(self, batch: int, attempt: str, tables=None) -> list:
         if self.reader:  # S3: URIs of the attempt's Parquet objects
             prefix = f"eo_batches/b{batch:010d}/{attempt}/"
-            return sorted(f"{t}/{k}" for t in tables or (self.p.sink, self.p.quarantine)
+            return sorted(f"{t}/{k}" for t in tables or (self.remote.sink, self.remote.quarantine)
                           for k in self.reader.keys(t) if k.startswith(prefix) and k.endswith(".parquet"))
-        out = []
-        for t in tables or (self.p.sink, self.p.quarantine):
+        out: list[Path] = []
+        for t in tables or (self.local.sink, self.local.quarantine):
             out += (t / "eo_batches" / f"b{batch:010d}" / attempt).rglob("*.parquet")
         return sorted(out)
 
@@ -440,7 +479,7 @@ class Chaos:
         if r.returncode not in (0, 5):
             raise RuntimeError(f"abort task failed: {r.stderr[-2000:]}")
         if json.loads(r.stdout).get("abandoned"):
-            self.backlog.append(self.cur[0])
+            self.backlog.append(self.run_hour)
             return "attempt aborted, batch ABANDONED (the hour runs again later)"
         return "attempt aborted"
 
@@ -461,12 +500,12 @@ class Chaos:
             raise RuntimeError(f"plan refused without late files to move: {stderr[-2000:]}")
         moved = []
         for path in (Path(x.strip()) for x in m.group(1).split(", ")):
-            dest = self.p.landing / self.hour_dir(self.cur[0]) / path.name
+            dest = self.local.landing / self.hour_dir(self.run_hour) / path.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             os.replace(path, dest)
             moved.append(f"{path.parent.name}/{path.name}")
-        self.repairs.append(f"plan of hour {self.cur[0]} refused (a late file's hour was compacted by a foreign "
-                            f"writer); moved {', '.join(moved)} into hour {self.cur[0]}")
+        self.repairs.append(f"plan of hour {self.run_hour} refused (a late file's hour was compacted by a foreign "
+                            f"writer); moved {', '.join(moved)} into hour {self.run_hour}")
         self.say(f"repair: {self.repairs[-1]}")
         return self.repairs[-1]
 
@@ -496,6 +535,7 @@ class Chaos:
 
     def plan(self, env: dict | None = None) -> subprocess.CompletedProcess:
         if self.mode == "interval":
+            assert self.cur is not None, "no run started"
             h, run_id = self.cur
             start = START + dt.timedelta(hours=h)
             return self.verb("plan", "--interval", start.isoformat(), (start + dt.timedelta(hours=1)).isoformat(),
@@ -513,7 +553,7 @@ class Chaos:
                 self.faults[fault] += 1
             fault = None
         elif fault == "odd_lines":
-            pre.append(self.land_odd(self.hour_dir(self.cur[0]) if self.mode == "interval" else None))
+            pre.append(self.land_odd(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
             self.faults[fault] += 1
             fault = None
         elif fault == "late_file":
@@ -567,7 +607,7 @@ class Chaos:
             raise RuntimeError(f"plan failed: {r.stderr[-2000:]}")
         batch = json.loads(r.stdout)["batch_id"]
         if self.mode == "interval":
-            self.batch_hour[batch] = self.cur[0]
+            self.batch_hour[batch] = self.run_hour
         return race_note + self.stage_verify_commit(batch, fault)
 
     def stage_verify_commit(self, batch: int, fault: str | None) -> str:
@@ -601,14 +641,14 @@ class Chaos:
         if fault == "land_during":
             proc = self.stage(batch, attempt, wait=False)
             time.sleep(self.rnd.uniform(0.5, 4))
-            self.land(self.hour_dir(self.cur[0]) if self.mode == "interval" else None)
+            self.land(self.hour_dir(self.run_hour) if self.mode == "interval" else None)
             rc = proc.wait()
         elif fault == "broker_kill":
             proc = self.stage(batch, attempt, wait=False)
             time.sleep(self.rnd.uniform(0.0, 3))
-            self.broker.stop(kill=True)
+            self.kafka.stop(kill=True)
             rc = proc.wait()
-            self.broker.start()
+            self.kafka.start()
             if rc == 0:  # the job had read everything before the broker went down
                 fault = None
         else:
@@ -618,7 +658,7 @@ class Chaos:
             assert fault in ("stage_crash", "broker_kill"), f"stage failed without an injected fault (rc {rc})"
             return f"batch {batch}: stage failed, {self.abort_attempt(batch, attempt)}"
         if fault == "broker_restart":
-            self.broker.restart()
+            self.kafka.restart()
         if fault == "verify_abort_race":
             prepared, note = self.race_verify_abort(batch, attempt)
             if not prepared:
@@ -633,13 +673,13 @@ class Chaos:
                 with open(self.rnd.choice(files), "ab") as f:
                     f.write(b"damage")
             elif self.reader:
-                m = next(k for k in self.reader.keys(self.p.sink)
+                m = next(k for k in self.reader.keys(self.remote.sink)
                          if f"/{attempt}/manifests/" in k and k.rsplit("/", 1)[1].startswith("part-"))
                 b, k = self.reader.split(f"{self.p.sink}/{m}")
                 self.reader.s3.delete_object(Bucket=b, Key=k)
             else:  # nothing published in the sink: drop a manifest instead
-                m = next((self.p.sink / "_eo_ledger" / "attempts").rglob(f"{attempt}/manifests/*/part-*.json"))
-                m.unlink()
+                manifest = next((self.local.sink / "_eo_ledger" / "attempts").rglob(f"{attempt}/manifests/*/part-*.json"))
+                manifest.unlink()
         r = self.verb("verify", str(batch), attempt,
                       env=self.crash_env("verify.after_prepared") if fault == "verify_crash" else None)
         if fault == "verify_fail":
@@ -662,11 +702,11 @@ class Chaos:
         elif fault == "ledger_crash":
             env = self.crash_env("commit.after_delta_commit")
         elif fault == "s3_restart":  # S3 goes away after PREPARED: the commit fails until it is back
-            self.s3.stop(kill=True)
+            self.s3_server.stop(kill=True)
             r = self.verb("commit", str(batch))
             assert r.returncode != 0, "commit succeeded with the S3 server down"
-            assert self.s3.secret_key not in r.stdout + r.stderr, "the S3 secret is in the commit's output"
-            self.s3.start()
+            assert self.s3_server.secret_key not in r.stdout + r.stderr, "the S3 secret is in the commit's output"
+            self.s3_server.start()
         for attempt_no in range(5):  # commit retries, as the commit task's retries do
             r = self.verb("commit", str(batch), env=env)
             if r.returncode == 0:
@@ -718,7 +758,7 @@ class Chaos:
         if is_prepared:
             return True, f"batch {batch}: verify/abort race ({order}): {won} won, PREPARED"
         if self.mode == "interval" and abandoned:
-            self.backlog.append(self.cur[0])
+            self.backlog.append(self.run_hour)
             return False, (f"batch {batch}: verify/abort race ({order}): {won} won, batch ABANDONED "
                            f"(the hour runs again later)")
         return False, f"batch {batch}: verify/abort race ({order}): {won} won, the next run re-stages"
@@ -808,7 +848,7 @@ class Chaos:
             schema = pa.schema(table.schema().to_arrow())
             rows = []
             for i in range(self.rnd.randint(1, 4)):
-                row = {}
+                row: dict[str, Any] = {}
                 for f in schema:
                     if f.name == "order_id":
                         row[f.name] = f"foreign-{self.seed}-{len(self.foreign_ids)}"
@@ -833,6 +873,7 @@ class Chaos:
         return f"foreign VACUUM (retention 0, full) of the sink: {len(deleted)} files deleted, {len(staged)} under eo_batches/"
 
     def _get(self, uri: str) -> bytes:
+        assert self.reader is not None, "the s3 backend only"
         b, k = self.reader.split(uri)
         return self.reader.s3.get_object(Bucket=b, Key=k)["Body"].read()
 
@@ -841,13 +882,13 @@ class Chaos:
 
         if self.reader:
             try:
-                return self.reader.table(self.p.sink).transaction_version(self.p.name) or 0
+                return self.reader.table(self.remote.sink).transaction_version(self.p.name) or 0
             except Exception:  # no table yet
                 return 0
 
-        if not (self.p.sink / "_delta_log").exists():
+        if not (self.local.sink / "_delta_log").exists():
             return 0
-        return DeltaTable(str(self.p.sink)).transaction_version(self.p.name) or 0
+        return DeltaTable(str(self.local.sink)).transaction_version(self.p.name) or 0
 
     def progress(self) -> int:
         """Batches committed so far: the txn version; interval mode: commits carrying a txn
@@ -946,8 +987,8 @@ class Chaos:
     def landed_files(self) -> set[str]:
         """Every landing file, spelled as the offsets spell it."""
         if self.reader:
-            return {f"{self.p.landing}/{k}" for k in self.reader.keys(self.p.landing) if k.endswith(".jsonl")}
-        return {str(f) for f in self.p.landing.rglob("*.jsonl")}
+            return {f"{self.remote.landing}/{k}" for k in self.reader.keys(self.remote.landing) if k.endswith(".jsonl")}
+        return {str(f) for f in self.local.landing.rglob("*.jsonl")}
 
     def files_under_staging(self, t) -> list[str]:
         if self.reader:
@@ -958,10 +999,10 @@ class Chaos:
     def raw_rewinds(self) -> set[int]:
         """Batches the ledger's raw rewinds/ records say are REWOUND."""
         if self.reader:
-            names = [k for k in self.reader.keys(self.p.sink) if k.startswith("_eo_ledger/rewinds/")]
-            recs = [json.loads(self.reader.get(self.p.sink, k)) for k in names if k.endswith(".json")]
+            names = [k for k in self.reader.keys(self.remote.sink) if k.startswith("_eo_ledger/rewinds/")]
+            recs = [json.loads(self.reader.get(self.remote.sink, k)) for k in names if k.endswith(".json")]
         else:
-            recs = [json.loads(f.read_bytes()) for f in (self.p.sink / "_eo_ledger" / "rewinds").glob("*.json")]
+            recs = [json.loads(f.read_bytes()) for f in (self.local.sink / "_eo_ledger" / "rewinds").glob("*.json")]
         return {b for r in recs for b in range(r["to_batch"], r["after_batch"] + 1)}
 
     @staticmethod
@@ -993,8 +1034,8 @@ class Chaos:
 
     def check(self) -> dict:
         p = self.p
-        foreign = collections.Counter()
-        got = collections.Counter()
+        foreign: collections.Counter[str] = collections.Counter()
+        got: collections.Counter[str] = collections.Counter()
         for r in self.rows_of(p.sink):
             (foreign if str(r["order_id"]).startswith("foreign-") else got)[r["order_id"]] += 1
         want = collections.Counter(r["order_id"] for r in p.landed)
@@ -1073,7 +1114,7 @@ class Chaos:
             return f"{m.group(1)}T{m.group(2)}" if m else None
 
         problems = []
-        newest: dict[str, tuple[int, set]] = {}
+        newest: dict[str | None, tuple[int, set]] = {}  # by hour (None: a path outside the hours)
         for c in commits:
             by_hour = collections.defaultdict(set)
             for path, _s, _m in json.loads(c["commitInfo"]["eo.offsets"]):
@@ -1108,13 +1149,14 @@ class Chaos:
         each partition's end."""
         from confluent_kafka import Consumer, TopicPartition
 
-        problems, end = [], {}
+        problems: list[str] = []
+        end: dict[str, int] = {}
         for c in commits:
             for part, (f, t) in json.loads(c["commitInfo"]["eo.offsets"])["partitions"].items():
                 if f != end.get(part, 0) or t < f:
                     problems.append(f"partition {part}: batch {c['txns'][0]['version']} reads [{f}, {t}) after {end.get(part, 0)}")
                 end[part] = t
-        consumer = Consumer({"bootstrap.servers": self.broker.bootstrap, "group.id": "chaos-check",
+        consumer = Consumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": "chaos-check",
                              "isolation.level": "read_committed"})
         for part in range(3):
             _lo, hi = consumer.get_watermark_offsets(TopicPartition(self.topic, part), timeout=30)

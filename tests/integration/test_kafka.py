@@ -361,8 +361,9 @@ def test_interval_loss_is_judged_against_the_previous_interval_not_the_low_water
         prod.flush(30)
 
     def hour_of(i: int) -> tuple[str, str]:
-        return tuple(dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
-                     for k in (i, i + 1))
+        start, end = (dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
+                      for k in (i, i + 1))
+        return start, end
 
     def delete_below(part: int, offset: int) -> None:
         a = admin(broker)
@@ -405,8 +406,9 @@ def test_a_rerun_of_a_kafka_interval_replaces_it_and_publishes_each_record_once(
     prod.flush(30)
 
     def hour_of(i: int) -> tuple[str, str]:
-        return tuple(dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
-                     for k in (i, i + 1))
+        start, end = (dt.datetime.fromtimestamp((base + k * hour) / 1000, dt.timezone.utc).isoformat()
+                      for k in (i, i + 1))
+        return start, end
 
     p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="rerun_kafka")
     p.yaml_path.write_text(p.yaml_path.read_text().replace(

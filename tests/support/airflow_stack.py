@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -102,8 +103,14 @@ class AirflowStack:
         self.procs: dict[str, subprocess.Popen] = {}
 
     # -- processes ---------------------------------------------------------------------
-    def start(self, dag_ids: list[str], timeout: float = 180) -> None:
+    def airflow_bin(self) -> str:
         airflow = shutil.which("airflow", path=self.env["PATH"])
+        if airflow is None:
+            raise RuntimeError(f"no `airflow` executable on PATH={self.env['PATH']}")
+        return airflow
+
+    def start(self, dag_ids: list[str], timeout: float = 180) -> None:
+        airflow = self.airflow_bin()
         self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
         r = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
@@ -167,7 +174,7 @@ class AirflowStack:
         return self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-        airflow = shutil.which("airflow", path=self.env["PATH"])
+        airflow = self.airflow_bin()
         return subprocess.run([airflow, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def runs(self, dag_id: str) -> list[dict]:
@@ -176,7 +183,7 @@ class AirflowStack:
         return body["dag_runs"]
 
     def run(self, dag_id: str, run_id: str) -> dict:
-        status, body = self.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}")
+        status, body = self.rest("GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}")
         assert status == 200, body
         return body
 
@@ -213,7 +220,7 @@ class AirflowStack:
             if run.get("state") == "success":
                 continue
             status, body = self.rest(
-                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances")
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances")
             tis = body.get("task_instances", []) if status == 200 else []
             out.append(f"run {run_id}: {run.get('state')}; tasks "
                        + ", ".join(f"{t['task_id']}={t['state']}(try {t.get('try_number')})" for t in tis))

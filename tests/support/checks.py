@@ -8,6 +8,7 @@ import collections
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 
 def parse_commit(version: int, data: bytes) -> dict:
@@ -16,7 +17,7 @@ def parse_commit(version: int, data: bytes) -> dict:
     Actions are separated by "\n" only (the Delta protocol: one JSON object per line). A JSON
     string may hold U+2028, U+2029 or U+0085 unescaped (delta-rs's OPTIMIZE writes statistics of
     such values that way), so ``str.splitlines()``, which also splits there, must not be used."""
-    entry = {"version": version, "commitInfo": {}, "adds": [], "removes": [], "txns": []}
+    entry: dict[str, Any] = {"version": version, "commitInfo": {}, "adds": [], "removes": [], "txns": []}
     for line in data.split(b"\n"):
         if not line.strip():
             continue

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +62,7 @@ class Pipeline:
     def protocol(self) -> Protocol:
         return Protocol(self.cfg)
 
-    def land(self, name: str, records: list[dict], bad: list[str] = (), mtime: float | None = None) -> Path:
+    def land(self, name: str, records: list[dict], bad: Sequence[str] = (), mtime: float | None = None) -> Path:
         """Land a JSON-lines file atomically (temp name, then rename)."""
         path = self.landing / name
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,8 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
     digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
-    good, bad = [], []  # (slice folder or "", row)
+    good: list[tuple[str, dict | None]] = []  # (slice folder or "", row)
+    bad: list[tuple[str, dict | None]] = []
     for f in plan.range.get("files", []):
         data = storage_for(f["path"]).read_bytes(f["path"])
         for position, raw in split_records(data):
@@ -104,7 +105,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                                                  "raw": text, "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     rows = {SINK: good, QUARANTINE: bad}
-    manifests = {}
+    manifests: dict[str, list[dict]] = {}
     for participant in (SINK, QUARANTINE):
         table = proto.layout.table(participant)
         fs = storage_for(table)
@@ -121,7 +122,9 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                 pq.write_table(pa.Table.from_pylist(part, schema=schemas[participant]), fs.arrow_path(full),
                                filesystem=fs.arrow_fs(), compression="snappy",
                                write_statistics=writer_statistics(schemas[participant]))
-                files.append(StagedFile(path=rel, size=fs.stat(full).size, rows=len(part)).__dict__)
+                info = fs.stat(full)
+                assert info is not None, f"{full}: written but not found"
+                files.append(StagedFile(path=rel, size=info.size, rows=len(part)).__dict__)
             m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                                   task_attempt=0, rows=len(mine), files=files)
             proto.ledger.fs.write_atomic(proto.layout.manifest(batch_id, attempt, participant, pid), m.to_json())

@@ -10,6 +10,7 @@ import json
 import re
 import textwrap
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -128,7 +129,7 @@ class S3Pipeline:
 
         return Protocol(self.cfg)
 
-    def land(self, name: str, records: list[dict], bad: list[str] = ()) -> str:
+    def land(self, name: str, records: list[dict], bad: Sequence[str] = ()) -> str:
         lines = [json.dumps(r) for r in records] + list(bad)
         uri = f"{self.landing}/{name}"
         self.reader.put(uri, ("\n".join(lines) + "\n").encode())

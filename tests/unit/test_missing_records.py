@@ -31,6 +31,7 @@ def _published(proto: Protocol) -> list[str]:
 def _run_batch(proto: Protocol, ids: range, name: str):
     _land(proto.cfg, name, ids)
     plan, _ = proto.plan()
+    assert plan is not None, "nothing to plan"
     attempt = stage(proto, plan.batch_id)
     prepared = proto.verify(plan.batch_id, attempt)
     proto.commit(plan.batch_id)
