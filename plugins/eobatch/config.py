@@ -16,7 +16,7 @@ import string
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -291,6 +291,42 @@ def pos_int(v: Any, file: str, key: str) -> int:
 
 
 def load_pipeline(file: str) -> PipelineConfig:
+    """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
+    raw = _read_yaml(file)
+    _expand_vars(raw, file)
+    refuse_unknown(raw, TOP_KEYS, file)
+    name = _parse_name(raw, file)
+    mode = _parse_mode(raw, file)
+    schedule = _parse_schedule(raw, mode, file)
+    source = _parse_source(raw, mode, schedule, file)
+    schema = require(raw, "schema", file)
+    columns = parse_schema(schema, file)
+    transform, transform_options = _parse_transform(raw, file)
+    sink_table, partition_by = _parse_sink(raw, transform, columns, file)
+    quarantine_table = _parse_quarantine(raw, file)
+    _check_separate_locations({"sink.table": sink_table, "quarantine.table": quarantine_table,
+                               "source.path": source.path}, file)
+    max_record_bytes = pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")
+    spark = _parse_spark(raw, file)
+    retries_section = _optional_mapping(raw, "retries", RETRY_KEYS, file, "must be a mapping (plan, stage, commit, "
+                                        "delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
+    retries = _parse_retries(retries_section, file)
+    timeouts = _parse_timeouts(retries_section, file)
+    return PipelineConfig(
+        name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
+        schema=schema, columns=columns, transform=transform, transform_options=transform_options,
+        sink_table=sink_table, partition_by=partition_by, quarantine_table=quarantine_table,
+        max_record_bytes=max_record_bytes, description=str(raw.get("description", "")), spark=spark,
+        plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
+        retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
+        plan_wait_seconds=timeouts.plan_wait_seconds,
+    )
+
+
+# -- the steps of load_pipeline, in its order: each parses and checks one key or section --------
+
+
+def _read_yaml(file: str) -> dict:
     try:
         with open(file, encoding="utf-8") as f:
             raw = yaml.safe_load(f)
@@ -300,131 +336,186 @@ def load_pipeline(file: str) -> PipelineConfig:
         raise ConfigError(file, "", f"cannot read: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
-    _expand_vars(raw, file)
-    refuse_unknown(raw, TOP_KEYS, file)
+    return raw
 
+
+def _required_mapping(raw: dict, key: str, allowed: AbstractSet[str], file: str, not_a_mapping: str) -> dict:
+    """The mapping under top-level ``key``, which must be there; no key of it outside ``allowed``."""
+    section = require(raw, key, file)
+    if not isinstance(section, dict):
+        raise ConfigError(file, key, not_a_mapping)
+    refuse_unknown(section, allowed, file, f"{key}.")
+    return section
+
+
+def _optional_mapping(raw: dict, key: str, allowed: AbstractSet[str], file: str, not_a_mapping: str) -> dict:
+    """The mapping under top-level ``key``; absent, null or empty: ``{}``; no key outside ``allowed``."""
+    section = raw.get(key) or {}
+    if not isinstance(section, dict):
+        raise ConfigError(file, key, not_a_mapping)
+    refuse_unknown(section, allowed, file, f"{key}.")
+    return section
+
+
+def _parse_name(raw: dict, file: str) -> str:
     name = require(raw, "name", file)
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise ConfigError(file, "name", f"{name!r} must match [a-z][a-z0-9_]* (it is the DAG id and the Delta appId)")
+    return name
 
+
+def _parse_mode(raw: dict, file: str) -> str:
     mode = raw.get("mode", "continuous")
     if mode not in ("continuous", "interval"):
         raise ConfigError(file, "mode", f"{mode!r} must be 'continuous' or 'interval'")
+    return mode
 
+
+def _parse_schedule(raw: dict, mode: str, file: str) -> str | None:
+    """null, a cron expression or a preset; interval mode needs one that has data intervals."""
     schedule = raw.get("schedule")
-    if schedule is not None and (not isinstance(schedule, str) or not schedule.strip()):
+    if schedule is None:
+        if mode == "interval":
+            raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
+                                                "as '@hourly'): its runs' data intervals are the batches' ranges")
+        return None
+    if not isinstance(schedule, str) or not schedule.strip():
         raise ConfigError(file, "schedule", "must be null, a cron expression or a preset such as '@hourly'")
-    if isinstance(schedule, str):
-        _check_schedule(schedule, file)
-    if mode == "interval" and schedule is None:
-        raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
-                                            "as '@hourly'): its runs' data intervals are the batches' ranges")
-    if isinstance(schedule, str):
-        if mode == "interval" and schedule.strip() in ("@once", "@continuous"):
-            raise ConfigError(file, "schedule", f"{schedule!r} has no data intervals; interval mode needs a "
-                                                f"cron expression or a preset such as '@hourly'")
+    _check_schedule(schedule, file)
+    if mode == "interval" and schedule.strip() in ("@once", "@continuous"):
+        raise ConfigError(file, "schedule", f"{schedule!r} has no data intervals; interval mode needs a "
+                                            f"cron expression or a preset such as '@hourly'")
+    return schedule
 
-    src = require(raw, "source", file)
-    if not isinstance(src, dict):
+
+def _parse_source(raw: dict, mode: str, schedule: str | None, file: str) -> SourceConfig:
+    """The ``source`` mapping, parsed by its kind (which knows the kind's keys)."""
+    section = require(raw, "source", file)
+    if not isinstance(section, dict):
         raise ConfigError(file, "source", "must be a mapping with 'kind'")
-    kind_name = require(src, "kind", file, "source.")
+    kind_name = require(section, "kind", file, "source.")
     if kind_name not in kind_names():
         raise ConfigError(file, "source.kind", f"{kind_name!r} must be one of {', '.join(kind_names())}")
     kind = kind_for(kind_name)
-    refuse_unknown(src, kind.config_keys, file, "source.")
-    source = kind.parse_config(src, ConfigContext(file, mode, schedule))
+    refuse_unknown(section, kind.config_keys, file, "source.")
+    return kind.parse_config(section, ConfigContext(file, mode, schedule))
 
-    schema = require(raw, "schema", file)
-    columns = parse_schema(schema, file)
 
-    tr = raw.get("transform", "passthrough")
+def _parse_transform(raw: dict, file: str) -> tuple[str, dict]:
+    """(module name, options): ``transform: <name>`` or ``transform: {name: ..., options: {...}}``."""
+    transform = raw.get("transform", "passthrough")
     options: dict = {}
-    if isinstance(tr, dict):
-        refuse_unknown(tr, {"name", "options"}, file, "transform.")
-        options = tr.get("options") or {}
-        if not isinstance(options, dict):
-            raise ConfigError(file, "transform.options", "must be a mapping")
-        try:
-            json.dumps(options)
-        except TypeError as e:
-            raise ConfigError(file, "transform.options", f"values must be plain strings, numbers, lists or "
-                              f"mappings (quote dates and times): {e}") from None
-        tr = require(tr, "name", file, "transform.")
-    if not isinstance(tr, str) or not NAME_RE.fullmatch(tr):
-        raise ConfigError(file, "transform", f"{tr!r} must be a module name in spark_jobs/transforms/")
-    if not os.path.exists(os.path.join(TRANSFORMS_DIR, tr + ".py")):
+    if isinstance(transform, dict):
+        refuse_unknown(transform, {"name", "options"}, file, "transform.")
+        options = _transform_options(transform.get("options") or {}, file)
+        transform = require(transform, "name", file, "transform.")
+    if not isinstance(transform, str) or not NAME_RE.fullmatch(transform):
+        raise ConfigError(file, "transform", f"{transform!r} must be a module name in spark_jobs/transforms/")
+    if not os.path.exists(os.path.join(TRANSFORMS_DIR, transform + ".py")):
         known = sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))
-        raise ConfigError(file, "transform", f"no module {tr!r} in spark_jobs/transforms/ (known: {', '.join(known)})")
+        raise ConfigError(file, "transform", f"no module {transform!r} in spark_jobs/transforms/ "
+                                             f"(known: {', '.join(known)})")
+    return transform, options
 
-    sink = require(raw, "sink", file)
-    if not isinstance(sink, dict):
-        raise ConfigError(file, "sink", "must be a mapping with 'table'")
-    refuse_unknown(sink, SINK_KEYS, file, "sink.")
-    sink_table = table_path(require(sink, "table", file, "sink."), file, "sink.table")
-    pby = sink.get("partition_by") or []
-    if not isinstance(pby, list) or not all(isinstance(c, str) for c in pby):
+
+def _transform_options(options: Any, file: str) -> dict:
+    """The options reach the Spark job in its JSON spec: plain JSON values only."""
+    if not isinstance(options, dict):
+        raise ConfigError(file, "transform.options", "must be a mapping")
+    try:
+        json.dumps(options)
+    except TypeError as e:
+        raise ConfigError(file, "transform.options", f"values must be plain strings, numbers, lists or "
+                          f"mappings (quote dates and times): {e}") from None
+    return options
+
+
+def _parse_sink(raw: dict, transform: str, columns: tuple[Column, ...], file: str) -> tuple[str, tuple[str, ...]]:
+    """(table, partition columns) of the ``sink`` mapping."""
+    section = _required_mapping(raw, "sink", SINK_KEYS, file, "must be a mapping with 'table'")
+    table = table_path(require(section, "table", file, "sink."), file, "sink.table")
+    partition_by = section.get("partition_by") or []
+    if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
         raise ConfigError(file, "sink.partition_by", "must be a list of column names")
-    if tr == "passthrough":
-        types = {c.name: c.type for c in columns}
-        for c in pby:
-            if c not in types:
-                raise ConfigError(file, "sink.partition_by", f"{c!r} is not a column of the schema")
-            if types[c] not in PARTITION_TYPES:
-                raise ConfigError(file, "sink.partition_by", f"{c!r} has type {types[c]}; partition columns must be one of {sorted(PARTITION_TYPES)}")
-        if pby and len(pby) == len(columns):
-            raise ConfigError(file, "sink.partition_by", "at least one column must stay out of the partitioning")
+    if transform == "passthrough":  # the published columns are the schema's (other transforms: unknown here)
+        _check_partition_columns(partition_by, columns, file)
+    return table, tuple(partition_by)
 
-    q = require(raw, "quarantine", file)
-    if not isinstance(q, dict):
-        raise ConfigError(file, "quarantine", "must be a mapping with 'table'")
-    refuse_unknown(q, QUARANTINE_KEYS, file, "quarantine.")
-    q_table = table_path(require(q, "table", file, "quarantine."), file, "quarantine.table")
-    tables = {"sink.table": sink_table, "quarantine.table": q_table}
-    if source.path:
-        tables["source.path"] = source.path
-    for a, pa in tables.items():
-        for b, pb in tables.items():
+
+def _check_partition_columns(partition_by: list[str], columns: tuple[Column, ...], file: str) -> None:
+    types = {c.name: c.type for c in columns}
+    for c in partition_by:
+        if c not in types:
+            raise ConfigError(file, "sink.partition_by", f"{c!r} is not a column of the schema")
+        if types[c] not in PARTITION_TYPES:
+            raise ConfigError(file, "sink.partition_by", f"{c!r} has type {types[c]}; partition columns must be "
+                                                         f"one of {sorted(PARTITION_TYPES)}")
+    if partition_by and len(partition_by) == len(columns):
+        raise ConfigError(file, "sink.partition_by", "at least one column must stay out of the partitioning")
+
+
+def _parse_quarantine(raw: dict, file: str) -> str:
+    """The table of the ``quarantine`` mapping."""
+    section = _required_mapping(raw, "quarantine", QUARANTINE_KEYS, file, "must be a mapping with 'table'")
+    return table_path(require(section, "table", file, "quarantine."), file, "quarantine.table")
+
+
+def _check_separate_locations(locations: dict[str, str | None], file: str) -> None:
+    """No two of the tables and the landing folder (when the kind has one) may be or contain each other."""
+    paths = {key: path for key, path in locations.items() if path}
+    for a, pa in paths.items():
+        for b, pb in paths.items():
             if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                 raise ConfigError(file, b, f"{pb!r} overlaps {a} {pa!r}; they must be separate folders")
 
-    mrb = pos_int(raw.get("max_record_bytes", 1 << 20), file, "max_record_bytes")
 
-    sp = raw.get("spark") or {}
-    if not isinstance(sp, dict):
-        raise ConfigError(file, "spark", "must be a mapping")
-    refuse_unknown(sp, SPARK_KEYS, file, "spark.")
-    sconf = sp.get("conf") or {}
-    if not isinstance(sconf, dict):
+def _parse_spark(raw: dict, file: str) -> SparkConfig:
+    section = _optional_mapping(raw, "spark", SPARK_KEYS, file, "must be a mapping")
+    conf = section.get("conf") or {}
+    if not isinstance(conf, dict):
         raise ConfigError(file, "spark.conf", "must be a mapping of Spark settings")
-    spark = SparkConfig(conn_id=str(sp.get("conn_id", "spark_default")),
-                        conf=_check_spark_conf(sconf, file),
-                        driver_memory=sp.get("driver_memory"), executor_memory=sp.get("executor_memory"))
+    return SparkConfig(conn_id=str(section.get("conn_id", "spark_default")), conf=_check_spark_conf(conf, file),
+                       driver_memory=section.get("driver_memory"), executor_memory=section.get("executor_memory"))
 
-    rt = raw.get("retries") or {}
-    if not isinstance(rt, dict):
-        raise ConfigError(file, "retries", "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
-    refuse_unknown(rt, RETRY_KEYS, file, "retries.")
-    plan_retries = rt.get("plan", 2)
-    stage_retries = rt.get("stage", 1)
-    commit_retries = rt.get("commit", 8)
-    for k, v in (("plan", plan_retries), ("stage", stage_retries), ("commit", commit_retries)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ConfigError(file, f"retries.{k}", f"must be a non-negative integer, got {v!r}")
-    delay = rt.get("delay_seconds", 10)
+
+class _Retries(NamedTuple):
+    plan: int
+    stage: int
+    commit: int
+    delay_seconds: float
+
+
+class _Timeouts(NamedTuple):
+    verify_seconds: int
+    plan_wait_seconds: int
+
+
+def _parse_retries(section: dict, file: str) -> _Retries:
+    """How often the plan, stage and commit tasks are retried, and the delay between tries."""
+    return _Retries(plan=_retry_count(section, "plan", 2, file), stage=_retry_count(section, "stage", 1, file),
+                    commit=_retry_count(section, "commit", 8, file), delay_seconds=_retry_delay(section, file))
+
+
+def _retry_count(section: dict, key: str, default: int, file: str) -> int:
+    count = section.get(key, default)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ConfigError(file, f"retries.{key}", f"must be a non-negative integer, got {count!r}")
+    return count
+
+
+def _retry_delay(section: dict, file: str) -> float:
+    delay = section.get("delay_seconds", 10)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or delay < 0:
         raise ConfigError(file, "retries.delay_seconds", f"must be a non-negative number, got {delay!r}")
-    vto = pos_int(rt.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds")
-    pws = pos_int(rt.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds")
+    return float(delay)
 
-    desc = raw.get("description", "")
-    return PipelineConfig(
-        name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
-        schema=schema, columns=columns, transform=tr, transform_options=options,
-        sink_table=sink_table, partition_by=tuple(pby), quarantine_table=q_table,
-        max_record_bytes=mrb, description=str(desc), spark=spark,
-        plan_retries=plan_retries, stage_retries=stage_retries, commit_retries=commit_retries,
-        retry_delay_seconds=float(delay), verify_timeout_seconds=vto, plan_wait_seconds=pws,
-    )
+
+def _parse_timeouts(section: dict, file: str) -> _Timeouts:
+    """The verify sensor's timeout (``retries.verify_timeout_seconds``) and how long an interval
+    run's plan waits for another run's batch (``retries.plan_wait_seconds``)."""
+    return _Timeouts(
+        verify_seconds=pos_int(section.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds"),
+        plan_wait_seconds=pos_int(section.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds"))
 
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")
