@@ -6,6 +6,7 @@ so both run exactly the same command. No Airflow imports here.
 
 from __future__ import annotations
 
+import ast
 import base64
 import glob
 import hashlib
@@ -17,7 +18,7 @@ import zipfile
 
 from . import s3conf
 from .config import PipelineConfig
-from .sources import kind_for
+from .sources import kind_for, kind_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STAGE_APP = os.path.join(REPO, "spark_jobs", "stage_batch.py")
@@ -87,17 +88,106 @@ def jars(cfg: PipelineConfig | None = None) -> list[str]:
     return found
 
 
+# The import roots of the job's code: where each top-level package lives in the repository.
+CODE_ROOTS = {"eobatch": os.path.join(REPO, "plugins", "eobatch"), "spark_jobs": os.path.join(REPO, "spark_jobs")}
+TRANSFORMS_PACKAGE = "spark_jobs.transforms"
+
+
+def _module_file(module: str) -> str | None:
+    """The source file of ``module`` (a package's ``__init__.py``) under CODE_ROOTS, or None."""
+    root, _, rest = module.partition(".")
+    if root not in CODE_ROOTS:
+        return None
+    base = os.path.join(CODE_ROOTS[root], *rest.split(".")) if rest else CODE_ROOTS[root]
+    for path in (os.path.join(base, "__init__.py"), base + ".py"):
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def _imported_modules(path: str, module: str) -> set[str]:
+    """The modules the import statements of file ``path`` (module ``module``) may load: at any depth
+    (a function's imports run in the job too), except under ``if TYPE_CHECKING:``. For
+    ``from x import y`` both x and x.y (y may be a submodule); the caller keeps those that exist."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            nodes: list[ast.AST] = list(node.orelse)  # the body is for the type checker only
+        else:
+            nodes = list(ast.iter_child_nodes(node))
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, one level up per extra dot
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        for child in nodes:
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``: false when the program runs."""
+    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _job_entry_modules() -> set[str]:
+    """What the job imports by name at run time, which no import statement shows: the pipeline's
+    transform (any module of spark_jobs/transforms/) and the package of its source kind (any kind
+    ``eobatch.sources.kind_for`` knows, built in or registered)."""
+    transforms = os.path.join(CODE_ROOTS["spark_jobs"], "transforms")
+    entries = {f"{TRANSFORMS_PACKAGE}.{os.path.basename(p)[:-3]}"
+               for p in glob.glob(os.path.join(transforms, "*.py")) if not os.path.basename(p).startswith("_")}
+    entries |= {type(kind_for(name)).__module__ for name in kind_names()}
+    return entries
+
+
+def job_modules() -> list[str]:
+    """The modules of eobatch and spark_jobs the Spark job imports, in its driver and in its Python
+    workers: a walk of the import statements from the job (spark_jobs/stage_batch.py, which
+    spark-submit runs as the main file) and from what it imports by name (``_job_entry_modules``),
+    with the packages that hold them. The job file itself is not among them unless a module
+    imports it."""
+    pending = list(_imported_modules(STAGE_APP, "spark_jobs.stage_batch") | _job_entry_modules())
+    seen: set[str] = set()
+    while pending:
+        module = pending.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        path = _module_file(module)
+        if path is None:
+            continue
+        parent = module.rpartition(".")[0]
+        pending += ([parent] if parent else []) + sorted(_imported_modules(path, module))
+    return sorted(m for m in seen if _module_file(m) is not None)
+
+
 def _code_files() -> list[tuple[str, str]]:
+    """(file, name in the zip) of every module of ``job_modules``."""
     out = []
-    for base, arc in ((os.path.join(REPO, "plugins", "eobatch"), "eobatch"),
-                      (os.path.join(REPO, "spark_jobs"), "spark_jobs")):
-        for path in sorted(glob.glob(os.path.join(base, "**", "*.py"), recursive=True)):
-            out.append((path, os.path.join(arc, os.path.relpath(path, base))))
-    return out
+    for module in job_modules():
+        path = _module_file(module)
+        assert path is not None  # job_modules keeps only modules with a file
+        root = module.partition(".")[0]
+        out.append((path, os.path.join(root, os.path.relpath(path, CODE_ROOTS[root]))))
+    return sorted(out, key=lambda f: f[1])
 
 
 def pyfiles_zip(cache_dir: str | None = None) -> str:
-    """A zip of the eobatch package and spark_jobs/, for --py-files; cached by content hash."""
+    """A zip of the modules the Spark job imports (``job_modules``), for --py-files; cached by
+    content hash."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         for path, arc in _code_files():

@@ -1,0 +1,156 @@
+"""eobatch.launch: the code zip of ``--py-files`` holds what the Spark job imports, and only that.
+
+The job (spark_jobs/stage_batch.py, run by spark-submit from the repository) imports its product
+code from the zip alone, in the driver and in the Python workers: so a fresh interpreter with
+only the zip on its path (and the venv's pyspark, pyarrow, ...) must import every module the job
+needs, and none of them may import Airflow.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from eobatch import launch
+from eobatch.sources import kind_names
+
+# Modules of the Airflow side and of the protocol's verbs: never needed by the Spark job.
+NOT_SHIPPED = ("eobatch/airflow_ops.py", "eobatch/dag_factory.py", "eobatch/cli.py", "eobatch/launch.py")
+# What the job imports besides the source kinds (named here, independently of launch's import walk).
+JOB_NEEDS = ["eobatch.formats", "eobatch.storage", "eobatch.faults", "eobatch.s3conf", "eobatch.ledger",
+             "eobatch.delta_sink", "eobatch.verify", "eobatch.lines", "spark_jobs.transforms.passthrough",
+             "spark_jobs.transforms.color_counts"]
+
+
+@pytest.fixture(scope="module")
+def code_zip(tmp_path_factory) -> Path:
+    return Path(launch.pyfiles_zip(cache_dir=str(tmp_path_factory.mktemp("code-zip"))))
+
+
+def _names(zip_path: Path) -> list[str]:
+    with zipfile.ZipFile(zip_path) as z:
+        return z.namelist()
+
+
+def _imports(source: str, module: str, is_package: bool) -> set[str]:
+    """Every module an import statement of ``source`` names, wherever it stands (top level or in a
+    function), except under ``if TYPE_CHECKING:``; absolute names, ``from x import y`` giving x and x.y."""
+    package = module if is_package else module.rpartition(".")[0]
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.orelse:
+                visit(stmt)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                anchor = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{anchor}.{base}" if base else anchor
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(source))
+    return out
+
+
+def test_the_zip_leaves_out_the_airflow_side_and_the_protocol(code_zip):
+    names = _names(code_zip)
+    assert "eobatch/__init__.py" in names and "spark_jobs/transforms/passthrough.py" in names
+    for name in NOT_SHIPPED:
+        assert name not in names
+    assert not [n for n in names if n.startswith("eobatch/protocol/")]
+    assert all(n.endswith(".py") for n in names)
+
+
+def test_the_zip_holds_the_read_module_of_every_source_kind(code_zip):
+    names = _names(code_zip)
+    for kind in kind_names():
+        assert f"eobatch/sources/{kind}/__init__.py" in names
+        assert f"eobatch/sources/{kind}/read.py" in names
+
+
+def test_no_module_in_the_zip_imports_airflow(code_zip):
+    with zipfile.ZipFile(code_zip) as z:
+        for name in z.namelist():
+            module = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+            found = _imports(z.read(name).decode(), module, name.endswith("/__init__.py"))
+            assert not [m for m in found if m == "airflow" or m.startswith("airflow.")], name
+
+
+PROBE = """
+import importlib, importlib.util, json, sys, zipfile
+ZIP, JOB, KINDS, NEEDS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
+sys.path.insert(0, ZIP)
+
+
+def ours(m):
+    return m.split(".")[0] in ("eobatch", "spark_jobs")
+
+
+def load(m):
+    try:
+        importlib.import_module(m)
+    except ModuleNotFoundError as e:
+        parent, _, name = m.rpartition(".")
+        if e.name == m and parent and hasattr(importlib.import_module(parent), name):
+            return  # ``from parent import name``: a name defined in parent, not a module
+        raise
+
+
+from eobatch.sources import kind_for
+for kind in KINDS:
+    kind_for(kind)
+    importlib.import_module(f"eobatch.sources.{kind}.read")
+for m in NEEDS:
+    importlib.import_module(m)
+from eobatch.verify import writer_statistics  # noqa: F401
+
+wanted = {m for m in _imports(open(JOB).read(), "spark_jobs.stage_batch", False) if ours(m)}
+with zipfile.ZipFile(ZIP) as z:
+    for name in z.namelist():
+        module = name[:-3].replace("/", ".").removesuffix(".__init__")
+        wanted |= {module} | {m for m in _imports(z.read(name).decode(), module, name.endswith("/__init__.py"))
+                              if ours(m)}
+for m in sorted(wanted):
+    load(m)
+spec = importlib.util.spec_from_file_location("stage_batch", JOB)  # as spark-submit runs it
+job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(job)
+print(json.dumps({
+    "outside_zip": sorted(n for n, m in sys.modules.items()
+                          if ours(n) and not (getattr(m, "__file__", None) or "").startswith(ZIP)),
+    "airflow": sorted(n for n in sys.modules if n == "airflow" or n.startswith("airflow.")),
+    "loaded": sorted(n for n in sys.modules if ours(n)),
+}))
+"""
+
+
+def test_the_zip_alone_imports_everything_the_stage_job_imports(code_zip, tmp_path):
+    """A clean interpreter (-I: no PYTHONPATH, neither plugins/ nor tests/ on the path) with the
+    zip first on sys.path imports the job's needs and every module any import statement of the job
+    or of the zip's modules names (function-level ones too: they run in the driver and the Spark
+    tasks), then the job file itself; all of it from the zip, and never Airflow."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import ast\n" + inspect.getsource(_imports) + PROBE)
+    r = subprocess.run([sys.executable, "-I", str(probe), str(code_zip), launch.STAGE_APP,
+                        json.dumps(kind_names()), json.dumps(JOB_NEEDS)],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["outside_zip"] == []
+    assert out["airflow"] == [], "the Spark job's code imports Airflow"
+    assert {"eobatch.sources.kafka.read", "eobatch.sources.parquet.read", "eobatch.verify"} <= set(out["loaded"])
