@@ -45,7 +45,7 @@ class Storage(Protocol):
     def delete(self, path: str) -> None: ...
     def list_files(self, prefix: str, recursive: bool = True, *,
                    links: list[str] | None = None) -> Iterator[FileInfo]: ...
-    def list_dirs(self, prefix: str) -> list[str]: ...
+    def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]: ...
     def remove_empty_dirs(self, prefix: str) -> None: ...
     def makedirs(self, path: str) -> None: ...
     def arrow_fs(self): ...
@@ -219,11 +219,15 @@ class LocalStorage:
                 if st_mode.S_ISREG(st.st_mode):
                     yield FileInfo(e.path, st.st_size, int(st.st_mtime * 1000))
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Sub-folders of ``prefix``, sorted; with ``start_after``, only those whose name sorts
+        after it (S3: a StartAfter listing; here the folder is still read whole, names are
+        compared before anything else is looked at)."""
         root = self._p(prefix)
         if not os.path.isdir(root):
             return []
-        return sorted(e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in os.scandir(root)
+                      if (start_after is None or e.name > start_after) and e.is_dir(follow_symlinks=False))
 
     def remove_empty_dirs(self, prefix: str) -> None:
         root = self._p(prefix)
@@ -407,9 +411,13 @@ class S3Storage:
                 return {}
             raise
 
-    def list_dirs(self, prefix: str) -> list[str]:
+    def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
+        """Common prefixes under ``prefix``; with ``start_after``, a ListObjectsV2 StartAfter
+        listing that begins at that name (the listing costs what the folders after it cost)."""
         b, p = self._prefix(prefix)
-        kw = {"Bucket": b, "Prefix": p, "Delimiter": "/", "MaxKeys": 1000}
+        kw: dict = {"Bucket": b, "Prefix": p, "Delimiter": "/", "MaxKeys": 1000}
+        if start_after is not None:
+            kw["StartAfter"] = p + start_after
         out = []
         while True:
             r = self._list(prefix, kw)
@@ -417,7 +425,8 @@ class S3Storage:
             if not r.get("IsTruncated"):
                 break
             kw["ContinuationToken"] = r["NextContinuationToken"]
-        return sorted(out)
+        # StartAfter=<p><name> still lists <p><name>/... (a longer key): the folder itself is not "after"
+        return sorted(d for d in out if start_after is None or d > start_after)
 
     def remove_empty_dirs(self, prefix: str) -> None:
         pass  # S3 has no folders

@@ -220,16 +220,20 @@ class Repairs:
         """
         latest = self.ledger.latest_batch_id()
         removed: list[str] = []
-        for b in self._staged_batches():
+        first = max(latest - recent, 1) if recent is not None else None
+        for b in self._staged_batches(after=first - 1 if first and first > 1 else None):
             if b > latest or b == skip or (recent is not None and b < latest - recent):
                 continue  # planned after this sweep began (a live run's), or out of scope
             removed += self._sweep_batch(b)
         return removed
 
-    def _staged_batches(self) -> list[int]:
+    def _staged_batches(self, after: int | None = None) -> list[int]:
+        """Batches with a staging folder (``b<id>``) in some table; only those after batch
+        ``after`` when given (a start-after listing: not every batch the table ever held)."""
         ids = set()
+        start = f"b{after:010d}" if after else None
         for participant in PARTICIPANTS:
-            for d in self.fs_for(participant).list_dirs(self.layout.staging_root(participant)):
+            for d in self.fs_for(participant).list_dirs(self.layout.staging_root(participant), start_after=start):
                 if d.startswith("b") and d[1:].isdigit():
                     ids.add(int(d[1:]))
         return sorted(ids)
