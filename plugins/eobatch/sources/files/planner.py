@@ -57,15 +57,17 @@ class FilesSource:
         self.root = cfg.source.path
         self.fs = storage_for(self.root)
 
-    def list_landing(self) -> list[FileInfo]:
-        """The landing files to read, oldest first.
+    def list_landing(self, folders: Sequence[str] | None = None) -> list[FileInfo]:
+        """The landing files to read, oldest first: of the whole landing folder, or only of
+        ``folders`` (sub-folders of it, interval mode with ``interval_prefix``).
 
         Symbolic links are never followed (a link can point outside the landing zone, e.g. at a
         credentials file, whose text would land in the quarantine table's ``raw`` column). Each
         visible one is logged; after the call ``self.links`` holds their paths and
         ``self.link_notes`` the messages, for the batch plan's notes."""
         links: list[str] = []
-        files = [f for f in self.fs.list_files(self.root, links=links)
+        files = [f for folder in (folders if folders is not None else [self.root])
+                 for f in self.fs.list_files(folder, links=links)
                  if f.path.endswith(self.suffix) and _visible(self.root, f.path)]
         self.links = sorted(p for p in links if _visible(self.root, p))
         self.link_notes = [f"ignored symbolic link {p} in the landing zone: links are never followed (a link "
@@ -127,8 +129,15 @@ class FilesSource:
         the whole interval as another slice of this batch (its commit replaces that slice, so
         still exactly once), ``fail`` refuses the plan naming the files, ``ignore`` logs them.
         Every file of the range carries its slice (``formats.slice_name`` of its interval start).
+
+        With ``interval_prefix`` only the folders of this interval and of the look-back are
+        listed (a plan's cost does not grow with the landing zone's age); without it, the whole
+        landing folder (a file's interval is its modification time).
         """
-        listing = self.list_landing()
+        folders = None
+        if self.cfg.source.interval_prefix:
+            folders = sorted({self.interval_folder(lo) for lo, _hi in [(start_ms, end_ms), *lookback]})
+        listing = self.list_landing(folders)
         chosen, notes = [], list(self.link_notes)
         self.late = []  # [{"interval", "files", "action"}]: what this call found late, for logs and metrics
         own = self.interval_files(start_ms, end_ms, listing)
@@ -169,15 +178,19 @@ class FilesSource:
 
     def interval_files(self, start_ms: int, end_ms: int, listing: list[FileInfo]) -> list[FileInfo]:
         """The files of the interval [start, end): by ``interval_prefix`` folder, or by mtime."""
+        if not self.cfg.source.interval_prefix:
+            return [f for f in listing if start_ms <= f.mtime_ms < end_ms]
+        folder = self.interval_folder(start_ms).rstrip("/") + "/"
+        return [f for f in listing if f.path.startswith(folder)]
+
+    def interval_folder(self, start_ms: int) -> str:
+        """The landing sub-folder of the interval starting at ``start_ms`` (``interval_prefix``)."""
         import datetime as dt
 
-        prefix = self.cfg.source.interval_prefix
-        if not prefix:
-            return [f for f in listing if start_ms <= f.mtime_ms < end_ms]
         start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
-        sub = prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"), hh=start.strftime("%H"))
-        folder = join(self.root, sub).rstrip("/") + "/"
-        return [f for f in listing if f.path.startswith(folder)]
+        sub = self.cfg.source.interval_prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"),
+                                                     hh=start.strftime("%H"))
+        return join(self.root, sub)
 
     def _entry(self, f: FileInfo) -> dict:
         """A planned file: path, size, mtime and its records (refused when one task cannot read it).
