@@ -33,6 +33,7 @@ from .protocol import Protocol, utcnow
 
 
 def ledger_rows(proto: Protocol) -> list[dict]:
+    """One row per batch of the ledger, every one (read from every record, checkpoints or not)."""
     versions = proto.committed_versions()
     rows = []
     for plan in proto.ledger.plans():
@@ -201,6 +202,10 @@ def _command(args) -> int:
             for r in proto.ledger.rewinds():
                 print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
                       f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
+            found = proto.ledger.checkpoint_files()
+            if found:
+                print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "
+                      f"{len(found)} kept); every batch is listed below")
             print(render_table(rows) if rows else "(no batches yet)")
         return 0
     if args.cmd == "show":

@@ -15,6 +15,10 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            batch is either prepared or abandoned, never both)
     T/_eo_ledger/rewinds/<after>-<to>.json                 a rewind after batch <after> to before batch <to>
     T/_eo_ledger/committed/<batch>.json                    COMMITTED (ledger copy; the truth is the Delta txn)
+    T/_eo_ledger/checkpoints/<batch>-r<n>.json             a checkpoint: what batches 1..<batch> (all final)
+                                                           mean for planning, with the <n> rewinds it
+                                                           applied (put-if-absent; see eobatch.checkpoint)
+    T/_eo_ledger/checkpoints/index/<sha256>.json           a chunk of a checkpoint's sorted index (content-addressed)
     T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
     Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
 
@@ -157,6 +161,25 @@ class Layout:
 
     def rewind(self, after_batch: int, to_batch: int) -> str:
         return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
+    def checkpoints_dir(self) -> str:
+        return join(self.ledger, "checkpoints")
+
+    def checkpoint(self, batch_id: int, rewinds: int) -> str:
+        """The checkpoint of batches 1..``batch_id``, made with ``rewinds`` rewinds recorded (the
+        rewinds to a batch <= ``batch_id``): a later rewind into those batches makes another one."""
+        if isinstance(rewinds, bool) or not isinstance(rewinds, int) or rewinds < 0:
+            raise InvalidId(f"invalid rewind count {rewinds!r}")
+        return join(self.checkpoints_dir(), f"{bid(batch_id)}-r{rewinds}.json")
+
+    def checkpoint_index_dir(self) -> str:
+        return join(self.checkpoints_dir(), "index")
+
+    def checkpoint_chunk(self, name: str) -> str:
+        """A chunk of a checkpoint's index, named by the sha256 of its bytes."""
+        if not isinstance(name, str) or not re.fullmatch(r"[0-9a-f]{64}", name):
+            raise InvalidId(f"invalid checkpoint chunk name {name!r}")
+        return join(self.checkpoint_index_dir(), name + ".json")
 
     def staging_root(self, participant: str) -> str:
         return join(self.table(participant), STAGING_DIR)

@@ -58,7 +58,10 @@ own classes)
     5. ledger and tables agree (every table holds batch L-1 or L where L is the newest plan; a
        COMMITTED record implies every table holds it; every committed batch in the log has the
        fingerprint of its PREPARED record), or else ``recover()`` (on a copy) raises a
-       ProtocolError subclass whose message names the repair.
+       ProtocolError subclass whose message names the repair;
+    6. the newest usable ledger checkpoint and the plans after it say the same landing files were
+       consumed as the raw plan, PREPARED/ABANDONED and rewind records (checkpoints every
+       ``CHECKPOINTS["INTERVAL"]`` batches here, so rewinds, resets and crashes meet them).
 Teardown drains: recover -> plan -> stage -> verify -> commit with no faults until nothing is left
 (CommitBlocked -> ``reset`` as its message says), then: published good records == every good
 record landed, once each; quarantine == every bad line landed, once; every table holds the newest
@@ -93,6 +96,7 @@ from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from eobatch import checkpoint as ckpt
 from eobatch import faults
 from eobatch.config import load_pipeline
 from eobatch.protocol import (
@@ -114,6 +118,9 @@ NAMED_POINTS = tuple(faults.POINTS)
 CRASHES = NAMED_POINTS + ("ledger-write-1", "ledger-write-2", "ledger-write-3")
 REPAIR = re.compile(r"make reset-batch PIPELINE=\S+ BATCH=(\d+)")
 SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+# Ledger checkpoints every 2 batches, index chunks of about 4 entries, unnamed chunks removed at once:
+# the plans of the model write, read, outdate (rewinds) and lose (races with the removal) checkpoints.
+CHECKPOINTS = {"INTERVAL": 2, "CHUNK": 4, "GC_MIN_AGE_S": 0.0}
 
 
 class Crash(BaseException):
@@ -160,6 +167,19 @@ class EventFS:
 
     def delete(self, path):
         return self._write("delete", path)
+
+
+class ReadOnlyFS:
+    """A storage for the invariants' readers: deletes (of a damaged checkpoint) do nothing."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def delete(self, path):
+        pass
 
 
 class PlanPinned:
@@ -282,6 +302,9 @@ class ProtocolModel(RuleBasedStateMachine):
         logging.getLogger("eobatch").setLevel(logging.ERROR)  # the product's warnings are expected here
         self._patched = (faults.crash_point, faults.fail_point)
         faults.crash_point, faults.fail_point = _crash_point, _fail_point
+        self._checkpoints = {k: getattr(ckpt, k) for k in CHECKPOINTS}
+        for k, v in CHECKPOINTS.items():
+            setattr(ckpt, k, v)
         _MACHINE[0] = self
         self.actors = [self._new_actor(s) for s in range(SLOTS)]
 
@@ -853,7 +876,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def check_now(self) -> None:
         for name in ("exactly_once_so_far", "txn_versions_only_grow", "prepared_batches_stay_committable",
-                     "ledger_and_tables_agree"):
+                     "ledger_and_tables_agree", "checkpoints_agree_with_the_records"):
             getattr(self, name)()
 
     @invariant()
@@ -929,6 +952,34 @@ class ProtocolModel(RuleBasedStateMachine):
             shutil.rmtree(lake.parent, ignore_errors=True)
         raise AssertionError(f"(5) ledger and tables disagree and recover() did not refuse: {problems}")
 
+    @invariant()
+    def checkpoints_agree_with_the_records(self):
+        """(6) What a plan reads from the newest usable ledger checkpoint and the plans after it
+        says the same landing files were consumed as the raw records (plans not REWOUND, not
+        ABANDONED; the newest one that read a file wins)."""
+        ledger = self.sink / "_eo_ledger"
+        if not (ledger / "checkpoints").is_dir():
+            return
+        plans = _read_json_dir(ledger / "plans")
+        prepared = _read_json_dir(ledger / "prepared")
+        rewinds = [tuple(int(x) for x in f.stem.split("-")) for f in (ledger / "rewinds").glob("*.json")]
+        gone = {b for after, to in rewinds for b in range(to, after + 1)}
+        want: dict[str, tuple] = {}
+        for b in sorted(plans):
+            if b not in gone and not prepared.get(b, {}).get("abandoned"):
+                want.update({f["path"]: (f["size"], f["mtime_ms"]) for f in plans[b]["range"].get("files", [])})
+        held = min(v.txn for v in self._views().values())
+        proto = Protocol(self.cfg)
+        proto.ledger.fs = ReadOnlyFS(proto.ledger.fs)  # a damaged checkpoint is skipped, not removed, here
+        hist = proto.ledger.history().bound(held)
+        read = hist.read_so_far(lambda _k: None, lambda: [])
+        landed = [str(f) for f in self.landing.rglob("*.jsonl")]
+        got = {p: (c["size"], c["mtime_ms"]) for p in set(landed) | set(want) if (c := read.consumed(p)) is not None}
+        assert got == want, (f"(6) the ledger checkpoint of batch {hist.checkpoint_id} and the plans after it say "
+                             f"{sorted(set(got) ^ set(want))[:5]} differently from the records")
+        if hist.checkpoint_id:
+            event("ledger checkpoint used")
+
     # -- the final drain --------------------------------------------------------------------------
     def teardown(self):
         try:
@@ -943,6 +994,8 @@ class ProtocolModel(RuleBasedStateMachine):
         self.arm = self.race = None
         _MACHINE[0] = None
         faults.crash_point, faults.fail_point = self._patched
+        for k, v in self._checkpoints.items():
+            setattr(ckpt, k, v)
         logging.getLogger("eobatch").setLevel(self._log_level)
         shutil.rmtree(self.root, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from . import state as st
 from .state import utcnow
 
 if TYPE_CHECKING:
+    from ..checkpoint import History, ReadSoFar
     from ..config import PipelineConfig
     from ..delta_sink import Participant
     from ..formats import BatchState, Layout
@@ -39,7 +40,8 @@ class Repairs:
         def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
         def fs_for(self, participant: str) -> Storage: ...
         def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
-        def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]: ...
+        def _read_so_far(self, pending_rewind: RewindRecord | None = None,
+                         hist: History | None = None) -> ReadSoFar: ...
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
 
     # -- rewind ----------------------------------------------------------------------
@@ -57,14 +59,17 @@ class Repairs:
         if self.cfg.mode != "continuous":
             raise ProtocolError("rewind_to_batch is for continuous mode; in interval mode run the intervals "
                                 "again (a manual run with that logical date, or a backfill with reprocessing)")
-        done = [r for r in self.ledger.rewinds() if run_id and r.run_id == run_id and r.to_batch == to_batch]
+        asked = [self.ledger.rewind(k.after_batch, k.to_batch) for k in self.ledger.rewind_keys()
+                 if run_id and k.to_batch == to_batch]
+        done = [r for r in asked if r is not None and r.run_id == run_id]
         if done:  # this run asked for it before (a retried or cleared run): once is enough
             return [f"the rewind to before batch {to_batch} was already done by run {run_id}"] + \
                 self._complete_rewinds()
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
-        live = [b for b in range(1, latest + 1) if b not in self.ledger.rewound_ids()]
+        rewound = self.ledger.rewound_ids()
+        live = [b for b in range(1, latest + 1) if b not in rewound]
         if to_batch not in live:
             raise ProtocolError(f"cannot rewind to batch {to_batch}: the committed batches that can be rewound "
                                 f"are {st.ranges(live) or 'none'}")
@@ -135,21 +140,26 @@ class Repairs:
         completes pending rewinds first.
         """
         done: list[str] = []
-        recs = self.ledger.rewinds()
-        latest = self.ledger.plan(self.ledger.latest_batch_id()) if self.ledger.latest_batch_id() else None
+        keys = self.ledger.rewind_keys()  # names only: a record is read when its table needs it
+        latest_id = self.ledger.latest_batch_id()
+        latest = self.ledger.plan(latest_id) if latest_id else None
         if latest is not None and latest.rewind:  # a rewind that died between its reservation and its record
             rec = RewindRecord.from_json(json.dumps(latest.rewind))
-            if rec.key not in {r.key for r in recs}:
+            if (rec.after_batch, rec.to_batch) not in keys:
                 self.ledger.put_rewind(rec)
-                recs = self.ledger.rewinds()
-        if not recs:
+                keys = self.ledger.rewind_keys()
+        if not keys:
             return done
         for p in PARTICIPANTS:
             part = self.participants[p]
             held = part.committed_version(self.app_id)
-            for rec in recs:
-                if rec.after_batch != held:
+            for key in keys:
+                if key.after_batch != held:
                     continue
+                found = self.ledger.rewind(key.after_batch, key.to_batch)
+                if found is None:
+                    continue
+                rec = found
                 if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
                     continue
                 try:
@@ -186,6 +196,11 @@ class Repairs:
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         archive = join(self.layout.ledger, "archive", stamp)
         fs = self.ledger.fs
+        # Checkpoints of those batches go first (only possible when a table went back below
+        # them, e.g. recreated): a checkpoint never summarises a batch that is not there.
+        for k, _n, path in self.ledger.checkpoint_files():
+            if k >= from_batch:
+                fs.delete(path)
         moved = []
         for b in range(latest, from_batch - 1, -1):  # newest first: a crash leaves a consistent prefix
             for path, name in ((self.layout.committed(b), "committed"), (self.layout.prepared(b), "prepared")):

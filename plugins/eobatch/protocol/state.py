@@ -12,21 +12,13 @@ import datetime as _dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ..checkpoint import ms  # one definition, shared with the ledger's checkpoints
 from ..errors import LedgerMismatch
 from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
 
 
 def utcnow() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def ms(iso_or_dt) -> int:
-    """Milliseconds since the epoch of an ISO text or a datetime (naive = UTC)."""
-    if isinstance(iso_or_dt, str):
-        iso_or_dt = _dt.datetime.fromisoformat(iso_or_dt)
-    if iso_or_dt.tzinfo is None:
-        iso_or_dt = iso_or_dt.replace(tzinfo=_dt.timezone.utc)
-    return int(iso_or_dt.timestamp() * 1000)
 
 
 def interval_of(start, end) -> dict:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .. import faults
+from ..checkpoint import History, ReadSoFar
 from ..config import PipelineConfig
 from ..delta_sink import (
     CommitConflict,
@@ -41,6 +42,7 @@ from ..formats import (
     RewindRecord,
     commit_metadata,
     fingerprint_of,
+    slice_name,
 )
 from ..ledger import Ledger
 from ..sources import kind_for, source_for
@@ -182,7 +184,8 @@ class Protocol(Repairs):
         uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
         """
         t0 = time.time()
-        latest = self.ledger.latest_batch_id()
+        hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
+        latest = hist.latest
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
         if self._undecided(latest, versions):
@@ -204,6 +207,8 @@ class Protocol(Repairs):
                                     f"hand), clear it so it finishes or abandons its batch, or pause the "
                                     f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={latest}`")
             return pending, False
+        held = min(versions.values())
+        hist = hist.bound(held)
         limit = max_records or self.cfg.source.max_records_per_batch
         source = source_for(self.cfg)
         if self.cfg.mode == "interval":
@@ -216,16 +221,18 @@ class Protocol(Repairs):
             self._check_settled(interval)
             kw = {}
             if kind_for(self.cfg.source.kind).checks_late_files:  # look back at the intervals already planned
-                kw = {"lookback": self._lookback(interval["start"]), "published": self._published_slices()}
+                lookback = self._lookback(interval["start"], hist)
+                kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
-                                                  earlier=self._last_interval_before(interval["start"]), **kw)
+                                                  earlier=self._last_interval_before(interval["start"], hist), **kw)
         else:
             interval = None
-            rng, n, notes = source.next_range(self._read_so_far(), limit)  # may raise DataLossError
+            rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
         if rng is None:
             for msg in notes:
                 log.warning(msg)
+            self._checkpoint(hist, held)
             return None, False
         plan = BatchPlan(
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
@@ -233,12 +240,24 @@ class Protocol(Repairs):
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
             late=self.last_late,
         )
-        self._check_replaceable(plan, self._replaces(plan), "plan")
+        self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         if not self.ledger.put_plan(plan):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
                                  f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
         faults.crash_point("plan.after_record")
+        self._checkpoint(hist, held)
         return plan, True
+
+    def _checkpoint(self, hist: History, held: int) -> None:
+        """Write the ledger checkpoint of batches 1..``held`` when one is due (``Ledger.write_checkpoint``).
+        An optimisation only: when it fails, the next plan reads a few more records and tries again."""
+        try:
+            ck = self.ledger.write_checkpoint(hist, held)
+        except Exception as e:  # noqa: BLE001 - see above; the batch plan is not affected
+            log.warning("ledger checkpoint of batches 1..%s not written (%s); the next plan tries again", held, e)
+            return
+        if ck is not None:
+            log.info("ledger checkpoint: batches 1..%s (%d index entries)", ck.batch_id, ck.entries)
 
     def _check_settled(self, interval: dict) -> None:
         """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
@@ -250,26 +269,33 @@ class Protocol(Repairs):
                                      f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
                                      f"{wait / 1000:.0f}s to go")
 
-    def _lookback(self, start) -> list[tuple[int, int]]:
+    def _lookback(self, start, hist: History | None = None) -> list[tuple[int, int]]:
         """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
         source = self.cfg.source
         if not isinstance(source, LateFilesConfig):  # only kinds that check late files look back
             raise ProtocolError(f"source kind {source.kind!r} has no late_lookback_intervals: it does not "
                                 f"check late files")
-        first = min((_ms(p.interval["start"]) for p in self.ledger.plans() if p.interval), default=None)
+        first = (hist or self.ledger.history()).first_interval_start_ms()
         return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
 
-    def _published_slices(self) -> dict[str, set]:
-        return st.published_slices(self.ledger.live_plans(), min(self.committed_versions().values()))
+    def _published_slices(self, hist: History, held: int, lookback: list[tuple[int, int]]) -> dict[str, set]:
+        """``state.published_slices`` for the look-back intervals' slices."""
+        return hist.published({slice_name(lo) for lo, _hi in lookback}, held)
 
-    def _last_interval_before(self, start) -> BatchPlan | None:
-        return st.last_interval_before(self.ledger.live_plans(), start)
+    def _last_interval_before(self, start, hist: History | None = None) -> BatchPlan | None:
+        return (hist or self.ledger.history()).last_interval_before(start)
 
-    def _read_so_far(self, pending_rewind: RewindRecord | None = None) -> list[BatchPlan]:
-        """The plans whose ranges count as read (``state.read_so_far``); ``pending_rewind``: a
-        rewind being planned now, counted as if recorded."""
-        rewinds = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
-        return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
+    def _read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
+        """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
+        checkpoint and the plans after it; ``pending_rewind``: a rewind being planned now,
+        counted as if recorded."""
+        hist = hist or self.ledger.history(pending_rewind=pending_rewind)
+
+        def every_record() -> list[BatchPlan]:
+            rewinds: list = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
+            return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
+
+        return hist.read_so_far(self._start_marker, every_record)
 
     @staticmethod
     def _start_marker(k: BatchPlan) -> BatchPlan | None:
@@ -469,20 +495,15 @@ class Protocol(Repairs):
             rec = first
         return rec
 
-    def _replaces(self, plan: BatchPlan) -> dict[str, Replace] | None:
+    def _replaces(self, plan: BatchPlan, hist: History | None = None,
+                  held: int | None = None) -> dict[str, Replace] | None:
         """Interval mode, per participant: the files this batch's commit removes, named one by
         one: those its slices' newest committed batches published (``state.replaced_files``)."""
         if plan.interval is None:
             return None
-        held = min(self.committed_versions().values())
-        names = set(plan.slices())
-        committed = []
-        for p in self.ledger.live_plans():
-            if p.batch_id < plan.batch_id and p.batch_id <= held and names & set(p.slices()):
-                prepared = self.ledger.prepared(p.batch_id)
-                if prepared is not None:
-                    committed.append((p, prepared))
-        by_slice = st.replaced_files(plan, committed)
+        held = min(self.committed_versions().values()) if held is None else held
+        hist = (hist or self.ledger.history()).bound(held)
+        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held))
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
                 for part in PARTICIPANTS}

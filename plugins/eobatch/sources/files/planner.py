@@ -15,6 +15,7 @@ import logging
 from collections.abc import Sequence
 
 from ... import lines
+from ...checkpoint import ReadSoFar
 from ...errors import TerminalError
 from ...formats import slice_name
 from ...storage import FileInfo, join, storage_for
@@ -77,28 +78,26 @@ class FilesSource:
             log.warning(msg)
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
-    def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int, list[str]]:
-        """(range, records, notes) of the next batch; range None when nothing is new."""
-        consumed: dict[str, dict] = {}
-        reported: set[str] = set()
-        for p in previous_plans:
-            for f in p.range.get("files", []):
-                consumed[f["path"]] = f
-            reported.update(n[len("changed "):].split(" after it was consumed", 1)[0]
-                            for n in p.notes if n.startswith("changed "))
-            reported.update(n for n in p.notes if n.startswith("ignored symbolic link "))
+    def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int, list[str]]:
+        """(range, records, notes) of the next batch; range None when nothing is new.
+
+        Every landing file is listed (a file may land late, anywhere in the folder); whether it
+        was consumed is asked of ``previous_plans`` (a ``checkpoint.ReadSoFar`` from the protocol:
+        the ledger checkpoint's file index and the plans after it, so the ledger's age does not
+        matter; a plain list of plans is read whole)."""
+        read = previous_plans if isinstance(previous_plans, ReadSoFar) else ReadSoFar.from_plans(previous_plans)
         notes = []
         chosen: list[dict] = []
         total = 0
         for f in self.list_landing():
-            old = consumed.get(f.path)
+            old = read.consumed(f.path)
             if old is not None:
                 if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):
                     msg = (f"changed {f.path} after it was consumed in an earlier batch "
                            f"(size {old['size']} -> {f.size}, mtime {old['mtime_ms']} -> {f.mtime_ms}); "
                            f"not published again")
                     log.warning(msg)
-                    if f.path not in reported:
+                    if not read.reported(f.path):
                         notes.append(msg)
                 continue
             entry = self._entry(f)
@@ -109,7 +108,7 @@ class FilesSource:
             total += n
             if total >= limit:
                 break
-        notes += [n for n in self.link_notes if n not in reported]  # each link in one plan's notes
+        notes += [n for n in self.link_notes if not read.link_noted(n)]  # each link in one plan's notes
         if not chosen:
             return None, 0, notes
         return {"files": chosen}, total, notes
