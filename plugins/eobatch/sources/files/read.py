@@ -91,7 +91,8 @@ def locate(spark, records, rng: dict):
 
     pieces = (numbered(spark, [f["path"] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
               .agg(F.count("*").alias("n"), F.min("_eo_row").alias("first")).collect())
-    rows, before = [], {}
+    rows: list[tuple] = []
+    before: dict[str, int] = {}
     for p in sorted(pieces, key=lambda r: (r["_eo_file"], r["_eo_split"])):
         rows.append((p["_eo_file"], p["_eo_split"], p["first"], p["n"], before.get(p["_eo_file"], 0)))
         before[p["_eo_file"]] = before.get(p["_eo_file"], 0) + p["n"]
