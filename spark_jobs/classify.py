@@ -75,22 +75,39 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
     return df.select(*keep, "raw", "rec", reason.alias("reason"))
 
 
-def valid_records(classified, extra: list[str]):
-    """The parsed valid records, with the lines' ``_``-prefixed metadata for the transform (the
-    kind's ``_eo_*`` internals excluded) and the ``extra`` columns (the interval slice)."""
+def kept_records(classified, ddl: str, located: tuple[str, ...] = ()):
+    """What the job keeps of its one read, to write both outputs from (and count, and locate):
+    each record field as ``_eo_rec<i>`` (a record may have fields named like the lines' own
+    columns), ``reason``, ``raw`` only for the records to quarantine, and every other column of
+    the lines but the ``located`` ones (the kind's ``locate`` recomputes them for the records to
+    quarantine). Flat columns cache far cheaper than the parsed struct."""
     from pyspark.sql import functions as F
 
-    meta = [c for c in classified.columns if c.startswith("_") and not c.startswith("_eo_")]
-    return classified.where(F.col("reason").isNull()).select("rec.*", *meta, *extra).drop(CORRUPT)
+    fields = record_schema(ddl).fields
+    other = [c for c in classified.columns if c not in ("raw", "rec", "reason", *located)]
+    return classified.select(*[F.col("rec")[f.name].alias(f"_eo_rec{i}") for i, f in enumerate(fields)],
+                             "reason", F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw"), *other)
 
 
-def quarantined_records(classified, batch_id: int, extra: list[str]):
+def valid_records(kept, ddl: str, extra: list[str]):
+    """The valid records (of ``kept_records``) under their own names, with the lines' ``_``-prefixed
+    metadata for the transform (the kind's ``_eo_*`` internals excluded) and the ``extra``
+    columns (the interval slice)."""
+    from pyspark.sql import functions as F
+
+    fields = record_schema(ddl).fields
+    meta = [c for c in kept.columns if c.startswith("_") and not c.startswith("_eo_")]
+    return kept.where(F.col("reason").isNull()).select(
+        *[F.col(f"_eo_rec{i}").alias(f.name) for i, f in enumerate(fields)], *meta, *extra)
+
+
+def quarantined_records(kept, batch_id: int, extra: list[str]):
     """The rows of the quarantine table: batch id, source, position, raw text (valid UTF-8, at
     most 64 KiB), reason; ``extra`` columns are kept (the interval slice)."""
     from pyspark.sql import functions as F
 
     raw = F.substring("raw", 1, 65536)
-    return classified.where(F.col("reason").isNotNull()).select(
+    return kept.where(F.col("reason").isNotNull()).select(
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8(raw), raw).otherwise(F.make_valid_utf8(raw)).alias("raw"),
         "reason", *extra)

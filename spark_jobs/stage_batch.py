@@ -14,8 +14,8 @@
 4. apply the pipeline's transform to the valid records;
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
    table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
-   Spark partition; the counts are observed while the sink is written (no extra pass), and the
-   quarantine is written by a second pass only when there is something to quarantine;
+   Spark partition. The source is read once: what the job keeps of the classified records is
+   cached on local disk, and the counts are observed while that cache is written;
 6. write the stage summary (counts, partitions, schemas) last: the attempt is STAGED.
 """
 
@@ -95,7 +95,7 @@ def run(spec: dict) -> dict:
     from eobatch.ledger import Ledger
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
-    from spark_jobs.classify import classify, quarantined_records, valid_records
+    from spark_jobs.classify import classify, kept_records, quarantined_records, valid_records
     from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
@@ -130,32 +130,27 @@ def run(spec: dict) -> dict:
         spark.conf.set(k, v)
     log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
 
-    # 1. read: the kind's records of exactly the planned range. A kind whose source can be read
-    # again (files on storage) is read once per output below, which costs less than caching the
-    # parsed records; one that cannot (Kafka) is read once and kept.
+    # 1. read the kind's records of exactly the planned range, once; 2. classify them (one typed
+    # parse each). What is kept of them (the parsed fields, the reason, the raw text of the
+    # records to quarantine) is cached on local disk: both outputs, the counts and the source
+    # positions come from that one read. (Reading files twice costs more than this cache; a
+    # Kafka range must not be asked of the broker twice; memory stays bounded.)
     lines = kind.read(spark, plan.range, src)
-    if not kind.rereadable:
-        lines = lines.persist(StorageLevel.MEMORY_AND_DISK)
     slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
     if slices:  # interval mode: each record's interval slice, by the planned file it came from
         of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
                                         f"source string, {SLICE_COL} string")
         lines = lines.join(F.broadcast(of_file), "source")
     extra = [SLICE_COL] if slices else []
-
-    # 2. classify: one typed parse per record; the reason of every record that is not valid
     classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
-    counts = Observation("eobatch_counts")
-    observed = classified.observe(counts, F.count(F.lit(1)).alias("rows_in"),
-                                  F.count("reason").alias("rows_bad"))
-    if len(slices) > 1:  # the transform runs once per slice: keep the records rather than read them per slice
-        observed = classified = observed.persist(StorageLevel.MEMORY_AND_DISK)
+    counts = Observation("eobatch_counts")  # taken once, while the cache is written
+    observed = classified.observe(counts, F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"))
+    kept = kept_records(observed, spec["schema"], kind.located_columns).persist(StorageLevel.DISK_ONLY)
 
-    # 3. the sink: the pipeline's transform of the valid records, staged (the counts are taken
-    # by this same pass)
+    # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    out = transform_slices(tmod, valid_records(observed, extra), ctx, slices)
+    out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices)
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
                   slice_col=SLICE_COL if slices else None)
@@ -168,14 +163,13 @@ def run(spec: dict) -> dict:
     log(f"read {rows_in} records: {rows_valid} valid, {rows_bad} to quarantine; "
         f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows")
 
-    # 4. the quarantine: only when there is something to quarantine (a second pass, located)
-    bad = quarantined_records(kind.locate(spark, classified.where(F.col("reason").isNotNull()), plan.range, src),
+    # 4. the quarantine, only when there is something to quarantine, at the exact source positions
+    bad = quarantined_records(kind.locate(spark, kept.where(F.col("reason").isNotNull()), plan.range, src),
                               batch_id, extra)
     manifests[QUARANTINE] = (stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
                                              partition_by=[], **common) if rows_bad else [])
-    positions = kind.positions(lines)
-    for df in (lines, classified):
-        df.unpersist()
+    positions = kind.positions(kept)
+    kept.unpersist()
     schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
                QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(

@@ -79,7 +79,7 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     from pyspark.sql import functions as F
 
     from eobatch.sources.files.read import locate, read_lines
-    from spark_jobs.classify import classify
+    from spark_jobs.classify import classify, kept_records, valid_records
 
     paths = _write_files(tmp_path, n_files=3, n_lines=500, seed=7)
     rng = {"files": [{"path": str(p)} for p in paths]}
@@ -90,10 +90,10 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     for p in paths:
         for n, rec in eolines.split_records(p.read_bytes()):
             expected[(str(p), n)] = rec
-    classified = classify(lines, SCHEMA, ["order_id"], 1 << 20)
-    assert classified.count() == len(expected)
+    kept = kept_records(classify(lines, SCHEMA, ["order_id"], 1 << 20), SCHEMA, ("source",))  # as the job keeps them
+    assert kept.count() == len(expected)
 
-    bad = locate(spark, classified.where(F.col("reason").isNotNull()), rng).select(
+    bad = locate(spark, kept.where(F.col("reason").isNotNull()), rng).select(
         "source", "position", F.col("raw").cast("binary").alias("raw"), "reason").collect()
     assert len(bad) > 150
     for r in bad:
@@ -101,7 +101,7 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     assert len({(r["source"], r["position"]) for r in bad}) == len(bad)
 
     # the valid records are exactly the valid lines: none lost or read twice at a piece boundary
-    valid = classified.where(F.col("reason").isNull()).select("rec.order_id").collect()
+    valid = valid_records(kept, SCHEMA, []).select("order_id").collect()
     ids = sorted(r["order_id"] for r in valid)
     assert len(ids) == len(set(ids)) == len(expected) - len(bad)
 

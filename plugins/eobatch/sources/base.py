@@ -142,7 +142,7 @@ class SourceKind(Protocol):
     config_keys: frozenset[str]  # the keys allowed under source:
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
-    rereadable: bool  # the job may read the range twice (files on storage); else it keeps what it read once
+    located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:

@@ -17,7 +17,7 @@ class FilesKind:
     config_keys = KEYS
     position_based = False
     checks_late_files = True
-    rereadable = True
+    located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
         return parse(src, ctx)

@@ -86,9 +86,11 @@ def read_lines(spark, rng: dict):
 
 
 def locate(spark, records, rng: dict):
-    """``records`` (rows of ``read_lines``) with ``position`` = the 1-based line number in its file."""
+    """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
+    and ``position`` = the 1-based line number in its file."""
     from pyspark.sql import functions as F
 
+    records = records.withColumn("source", planned_path(F.col("_eo_file")))
     pieces = (numbered(spark, [f["path"] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
               .agg(F.count("*").alias("n"), F.min("_eo_row").alias("first")).collect())
     rows: list[tuple] = []

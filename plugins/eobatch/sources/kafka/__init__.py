@@ -19,7 +19,7 @@ class KafkaKind:
     config_keys = KEYS
     position_based = True
     checks_late_files = False
-    rereadable = False  # a second read would ask the broker again: the job keeps what it read once
+    located_columns = ()
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
         return parse(src, ctx)

@@ -20,6 +20,7 @@ class ParquetKind(FilesKind):
 
     name = "parquet"
     config_keys = KEYS
+    located_columns = ()
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> ParquetConfig:
         return parse(src, ctx)
