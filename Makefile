@@ -10,7 +10,6 @@ FORMAT ?= table
 BATCHES ?= 20
 SEED ?= 1
 BACKEND ?= files
-RECORDS ?= 200000
 PYTEST_ARGS ?=
 # MASTER, BATCH, DRY_RUN: no default (unset unless given; an empty MASTER would mislead spark-submit)
 
@@ -19,7 +18,7 @@ PYTEST_ARGS ?=
 # stays a character of the value. `override VAR := $(value VAR)` keeps make from expanding a `$`
 # in a value given on the command line: CONF='{"note": "$5"}' arrives as it was typed.
 # (PYTEST_ARGS is meant to be split into words: it stays pasted into the command.)
-USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND RECORDS MASTER BATCH DRY_RUN
+USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND MASTER BATCH DRY_RUN SIZES SINGLE_FILE_GB PLAN_LATE_BATCHES KAFKA_RECORDS DRIVER_MEMORY
 define verbatim_env
 override $(1) := $$(value $(1))
 export $(1)
