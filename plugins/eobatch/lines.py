@@ -47,22 +47,29 @@ _BLANK_LINE_NL = re.compile(rb"^[ \t\r\x0b\x0c]*\n", re.MULTILINE)
 
 
 def count_records(stream: BinaryIO, chunk_size: int = 1 << 22) -> int:
-    """Non-blank lines of a stream, read in chunks (a line may span chunks).
+    """Non-blank lines of a stream, read in chunks (a line may span chunks, however long it is).
 
-    Counted in C, not line by line in Python: the lines that end in each chunk are its ``\n``
-    bytes, minus the blank ones (a regular expression); the unfinished last line is carried over.
+    Counted in C, not line by line in Python: the lines that end in a chunk are its ``\\n`` bytes,
+    minus the blank ones (a regular expression). Of a line still open at a chunk's end only
+    whether it is blank so far is carried over, never its bytes: memory stays one chunk.
     """
     n = 0
-    tail = b""
+    open_line, open_blank = False, True  # an unfinished line has bytes; all of them blank ones
     while True:
         chunk = stream.read(chunk_size)
         if not chunk:
             break
-        buf = tail + chunk
-        cut = buf.rfind(b"\n") + 1  # 0 when no line ends in buf
-        if cut:
-            n += buf.count(b"\n", 0, cut) - sum(1 for _ in _BLANK_LINE_NL.finditer(buf, 0, cut))
-        tail = buf[cut:]
-    if not is_blank(tail):
+        first = chunk.find(b"\n")
+        if first < 0:
+            open_line, open_blank = True, open_blank and is_blank(chunk)
+            continue
+        if not (open_blank and is_blank(chunk[:first])):  # the open line ends here
+            n += 1
+        last = chunk.rfind(b"\n")
+        start = first + 1  # a line start: the complete lines after the first are counted in C
+        n += chunk.count(b"\n", start, last + 1) - sum(1 for _ in _BLANK_LINE_NL.finditer(chunk, start, last + 1))
+        rest = chunk[last + 1:]
+        open_line, open_blank = bool(rest), is_blank(rest)
+    if open_line and not open_blank:
         n += 1
     return n

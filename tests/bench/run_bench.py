@@ -178,19 +178,6 @@ def _airflow_paths(home: Path) -> dict:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs")}
 
 
-def _max_file_bytes(ds: dict) -> str:
-    """A landing file above the files source's default limit is admitted up to the limit's cap
-    (a user with such files raises it); above the cap the plan's own refusal is the result."""
-    try:
-        from eobatch.sources.files.config import MAX_FILE_BYTES_CAP, FilesConfig
-    except ImportError:
-        return ""
-    default = getattr(FilesConfig, "max_file_bytes", None)
-    if default is None or ds["bytes"] <= default or ds["bytes"] > MAX_FILE_BYTES_CAP:
-        return ""
-    return f"  max_file_bytes: {ds['bytes']}\n"
-
-
 def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path) -> tuple[dict, object]:
     """One exactly-once batch of the whole data set as a DAG run of a new pipeline."""
     extra = f"spark:\n  driver_memory: {driver_memory}\n" if driver_memory else ""
@@ -198,7 +185,7 @@ def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Pa
     text = p.yaml_path.read_text()
     source_line = f"  path: {p.landing}\n"
     assert source_line in text, "harness.write_pipeline changed its source layout"
-    p.yaml_path.write_text(text.replace(source_line, f"  path: {ds['path']}\n" + _max_file_bytes(ds)))
+    p.yaml_path.write_text(text.replace(source_line, f"  path: {ds['path']}\n"))
     cfg = p.cfg
     env = airflow_env(home, p.yaml_path.parent, {
         **_airflow_paths(home), "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master})})

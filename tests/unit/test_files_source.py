@@ -323,8 +323,8 @@ def test_the_spark_expressions_say_what_the_python_definition_says():
         assert lines.is_blank(blank)
 
 
-def test_a_landing_file_larger_than_one_task_reads_is_refused_at_plan_time(make_cfg, tmp_path):
-    """Planned, it would fail the stage job forever; refused at plan time it says what to do."""
+def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_time(make_cfg, tmp_path):
+    """max_file_bytes is the user's own limit (none by default): refused at plan time, with what to do."""
     from eobatch.protocol import Protocol
     from eobatch.sources.files import FileTooLarge
 
@@ -338,8 +338,20 @@ def test_a_landing_file_larger_than_one_task_reads_is_refused_at_plan_time(make_
     assert Protocol(cfg).ledger.latest_batch_id() == 0
 
 
-def test_max_file_bytes_cannot_exceed_what_the_job_reads(make_cfg, tmp_path):
+def test_a_file_of_any_size_is_planned_by_default_and_max_file_bytes_must_be_positive(make_cfg, tmp_path):
     from eobatch.config import ConfigError
+    from eobatch.protocol import Protocol
 
-    with pytest.raises(ConfigError, match="source.max_file_bytes: .*more than the stage job can read"):
-        make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 3 << 30})
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})
+    assert cfg.source.max_file_bytes is None
+    big = tmp_path / "landing" / "big.jsonl"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    with big.open("wb") as fh:  # a sparse 200 MiB line of NUL bytes (a record) and one more record
+        fh.truncate(200 << 20)
+    with big.open("r+b") as fh:
+        fh.seek(200 << 20)
+        fh.write(b'\n{"order_id": "last"}\n')
+    plan, _ = Protocol(cfg).plan()
+    assert plan is not None and plan.rows_in == 2 and plan.range["files"][0]["size"] > 200 << 20
+    with pytest.raises(ConfigError, match="source.max_file_bytes"):
+        make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 0})

@@ -35,7 +35,7 @@ PINNED = {
         source:
           kind: files
           path: /data/landing/fp_files_min
-        """, "834509e834844caa"),
+        """, "6fd204a6d586dd2d"),  # was 834509e834844caa while max_file_bytes defaulted to 128 MiB
     "fp_kafka": ("""\
         source:
           kind: kafka

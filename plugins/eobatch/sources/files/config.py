@@ -8,7 +8,6 @@ from ..base import ConfigContext, SourceConfig, legacy_fingerprint_dict
 
 KEYS = frozenset({"kind", "path", "max_records_per_batch", "interval_prefix", "settle_seconds", "late_files",
                   "late_lookback_intervals", "max_file_bytes"})
-MAX_FILE_BYTES_CAP = (2 << 30) - 1  # the stage job reads a file into one value: at most 2 GiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +17,9 @@ class FilesConfig(SourceConfig):
     late_files: str = "republish"  # interval mode: a file landing in a published interval:
     #                                republish (the interval again, whole) | fail | ignore (logged)
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
-    max_file_bytes: int = 128 << 20  # a landing file larger than one Spark task reads is refused
+    # optional: refuse landing files larger than this at plan time. None (the default): any size,
+    # the stage job reads a file in pieces (spark.sql.files.maxPartitionBytes) with bounded memory
+    max_file_bytes: int | None = None
 
     def fingerprint_dict(self) -> dict:
         return legacy_fingerprint_dict(self)
@@ -39,13 +40,9 @@ def parse_landing(src: dict, ctx: ConfigContext) -> dict:
 
 
 def parse(src: dict, ctx: ConfigContext) -> FilesConfig:
-    from ...config import ConfigError, pos_int
+    from ...config import pos_int
 
     kw = parse_landing(src, ctx)
-    if "max_file_bytes" in src:
-        v = pos_int(src["max_file_bytes"], ctx.file, "source.max_file_bytes")
-        if v > MAX_FILE_BYTES_CAP:
-            raise ConfigError(ctx.file, "source.max_file_bytes", f"{v} is more than the stage job can read "
-                              f"from one file ({MAX_FILE_BYTES_CAP} bytes); split such files")
-        kw["max_file_bytes"] = v
+    if src.get("max_file_bytes") is not None:
+        kw["max_file_bytes"] = pos_int(src["max_file_bytes"], ctx.file, "source.max_file_bytes")
     return FilesConfig(**kw)

@@ -29,7 +29,7 @@ class LateFiles(TerminalError):
 
 
 class FileTooLarge(TerminalError):
-    """A landing file larger than one Spark task of the stage job reads (``source.max_file_bytes``)."""
+    """A landing file larger than the pipeline's optional ``source.max_file_bytes``."""
 
 
 def _iso(ms: int) -> str:
@@ -192,14 +192,13 @@ class FilesSource:
         return join(self.root, sub)
 
     def _entry(self, f: FileInfo) -> dict:
-        """A planned file: path, size, mtime and its records (refused when one task cannot read it).
-        Another landing kind (parquet) overrides this: how to count, what is too large."""
+        """A planned file: path, size, mtime and its records (refused when larger than the
+        pipeline's own ``max_file_bytes``). Another landing kind (parquet) overrides this."""
         limit = self.cfg.source.max_file_bytes
-        if f.size > limit:
-            raise FileTooLarge(f"{f.path} holds {f.size} bytes, more than source.max_file_bytes={limit} that one "
-                               f"Spark task of the stage job reads; nothing was planned. Split the file (e.g. by "
-                               f"hour), or raise source.max_file_bytes (at most 2 GiB) with enough driver and "
-                               f"executor memory")
+        if limit is not None and f.size > limit:
+            raise FileTooLarge(f"{f.path} holds {f.size} bytes, more than source.max_file_bytes={limit} of this "
+                               f"pipeline; nothing was planned. Split the file, or raise or remove "
+                               f"source.max_file_bytes (the stage job reads a file of any size in pieces)")
         return {"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": count_records(self.fs, f.path)}
 
     def check_unchanged(self, rng: dict) -> list[str]:
