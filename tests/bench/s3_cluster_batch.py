@@ -50,6 +50,8 @@ def one_batch(yaml_path: Path, master: str, env: dict) -> dict:
     t = time.time()
     plan, _ = proto.plan()
     out["plan_s"] = round(time.time() - t, 2)
+    if plan is None:
+        raise RuntimeError(f"{yaml_path}: plan() found nothing to read in the landing zone")
     attempt = launch.new_attempt_id(1)
     t = time.time()
     r = subprocess.run(launch.spark_submit_argv(cfg, plan.batch_id, attempt, master=master), env=base_env(env),
@@ -73,8 +75,12 @@ def main(n: int, nfiles: int, repeats: int) -> dict:
     os.environ.update(s3.env())
     t = time.time()
     cluster = SparkCluster(str(root / "spark")).start()
+    local_runs: list[dict] = []
+    s3_runs: list[dict] = []
+    s3_jars_on_nodes_runs: list[dict] = []
     res = {"records": n, "files": nfiles, "s3_server_start_s": round(s3.start_seconds, 2),
-           "cluster_start_s": round(time.time() - t, 2), "local": [], "s3_cluster": [], "s3_cluster_jars_on_nodes": []}
+           "cluster_start_s": round(time.time() - t, 2), "local": local_runs, "s3_cluster": s3_runs,
+           "s3_cluster_jars_on_nodes": s3_jars_on_nodes_runs}
     try:
         per = n // nfiles
         contents = [("\n".join(json.dumps(r) for r in orders(f"f{i}", per)) + "\n").encode() for i in range(nfiles)]
@@ -88,8 +94,8 @@ def main(n: int, nfiles: int, repeats: int) -> dict:
             local = pipeline_yaml(root / f"p-local-{tag}", "bench", str(landing), str(root / f"lake-{tag}"), n)
             remote = pipeline_yaml(root / f"p-s3-{tag}", "bench", f"s3a://bench/{tag}/landing",
                                    f"s3a://bench/{tag}/lake", n)
-            res["local"].append(one_batch(local, "local[*]", {}))
-            res["s3_cluster"].append(one_batch(remote, cluster.master_url, {}))
+            local_runs.append(one_batch(local, "local[*]", {}))
+            s3_runs.append(one_batch(remote, cluster.master_url, {}))
             # same again with the jars taken from the nodes' disk (EOBATCH_JARS_ON_NODES=1)
             for i, data in enumerate(contents):
                 s3.client().put_object(Bucket="bench", Key=f"{tag}/landing2/f{i}.jsonl", Body=data)
@@ -97,7 +103,7 @@ def main(n: int, nfiles: int, repeats: int) -> dict:
                                     f"s3a://bench/{tag}/lake2", n)
             os.environ["EOBATCH_JARS_ON_NODES"] = "1"
             try:
-                res["s3_cluster_jars_on_nodes"].append(one_batch(remote2, cluster.master_url, {}))
+                s3_jars_on_nodes_runs.append(one_batch(remote2, cluster.master_url, {}))
             finally:
                 os.environ.pop("EOBATCH_JARS_ON_NODES")
     finally:

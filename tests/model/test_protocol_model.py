@@ -87,7 +87,9 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypedDict
 
 import pyarrow as pa
 import pytest
@@ -99,6 +101,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from eobatch import checkpoint as ckpt
 from eobatch import faults
 from eobatch.config import load_pipeline
+from eobatch.formats import BatchPlan
 from eobatch.protocol import (
     AttemptPrepared,
     BatchInFlight,
@@ -121,6 +124,17 @@ SHM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK)
 # Ledger checkpoints every 2 batches, index chunks of about 4 entries, unnamed chunks removed at once:
 # the plans of the model write, read, outdate (rewinds) and lose (races with the removal) checkpoints.
 CHECKPOINTS = {"INTERVAL": 2, "CHUNK": 4, "GC_MIN_AGE_S": 0.0}
+
+
+class Race(TypedDict):
+    """Another party (``other``, described by ``label``) acts at ``actor``'s ``at``-th interleave
+    point; ``count`` is how many of them ``actor`` has reached so far."""
+
+    actor: str
+    at: int
+    other: Callable[[], None]
+    count: int
+    label: str
 
 
 class Crash(BaseException):
@@ -200,7 +214,7 @@ class Actor:
         self.phase = "idle"
         self.batch: int | None = None
         self.attempt: str | None = None
-        self.pinned_plan = None  # zombies: the plan their job read when it started
+        self.pinned_plan: tuple[BatchPlan, str | None] | None = None  # zombies: the plan their job read when it started
         self.zombie = False
 
     def __repr__(self):
@@ -216,7 +230,7 @@ class TableView:
     def __init__(self, path: Path, columns: list[str]):
         self.path, self.columns = path, columns
         self.commits: dict[int, dict] = {}
-        self.key = None
+        self.key: tuple[int, str | None] | None = None
         self.rows: list[dict] = []
         self.txn = 0
 
@@ -253,7 +267,7 @@ class TableView:
 
 
 def _parse_commit(f: Path) -> dict:
-    entry = {"commitInfo": {}, "adds": [], "removes": [], "txns": []}
+    entry: dict[str, Any] = {"commitInfo": {}, "adds": [], "removes": [], "txns": []}
     for line in f.read_text().splitlines():
         if line.strip():
             a = json.loads(line)
@@ -275,7 +289,7 @@ def _read_json_dir(d: Path) -> dict[int, dict]:
 
 
 class ProtocolModel(RuleBasedStateMachine):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__()
         self.root = Path(tempfile.mkdtemp(prefix="eo-model-", dir=SHM))
         self.landing = self.root / "landing"
@@ -287,10 +301,11 @@ class ProtocolModel(RuleBasedStateMachine):
         self.bad: list[str] = []  # every bad line landed
         self.files = 0
         self.vacuum_exposed: set[tuple[str, str]] = set()  # (participant, rel path) there at a VACUUM
-        self.incarnations = collections.Counter()
-        self.arm = None  # (actor, kind, point) of a crash or transient failure to inject
-        self.race = None  # {"actor", "at", "other", "count"}: another party acts at A's n-th point
-        self.writes = collections.Counter()  # ledger writes per actor in the current step
+        self.incarnations: collections.Counter[int] = collections.Counter()
+        self.arm: tuple[str, str, str] | None = None  # (actor, kind, point) of a crash or transient failure to inject
+        # another party acts at A's n-th interleave point (an attribute apart from the rule ``race``)
+        self.pending_race: Race | None = None
+        self.writes: collections.Counter[str] = collections.Counter()  # ledger writes per actor in the current step
         self.seen_txn = {"sink": 0, "quarantine": 0}
         self.views = {"sink": TableView(self.sink, ["order_id", "customer", "amount"]),
                       "quarantine": TableView(self.quarantine, ["raw"])}
@@ -365,12 +380,12 @@ class ProtocolModel(RuleBasedStateMachine):
             raise Crash(f"{point} ({op} {path.rsplit('_eo_ledger/', 1)[-1]})")
 
     def _maybe_race(self, who: str | None, where: str) -> None:
-        r = self.race
+        r = self.pending_race
         if r is None or r["actor"] != who:
             return
         r["count"] += 1
         if r["count"] == r["at"]:
-            self.race = None
+            self.pending_race = None
             note(f"  race: at {where} of {who}, {r['label']} runs")
             event(f"race: {r['label'].split(' ')[0]} at {where.split(' ')[0]} {where.split(' ')[1].split('/')[0]}")
             r["other"]()
@@ -468,17 +483,19 @@ class ProtocolModel(RuleBasedStateMachine):
         note(f"  rewind to {to}: {out}")
 
     def _do_stage(self, a: Actor, pick: int, dies: bool = False) -> None:
+        batch = a.batch
+        assert batch is not None, f"{a!r} is planned without a batch"
         proto = a.proto
         if a.pinned_plan is not None:
             proto = PlanPinned(a.proto, *a.pinned_plan)
-        elif a.proto.ledger.plan(a.batch) is None:  # reset since it was planned: the job fails
-            note(f"  batch {a.batch} has no plan any more")
+        elif a.proto.ledger.plan(batch) is None:  # reset since it was planned: the job fails
+            note(f"  batch {batch} has no plan any more")
             self._drop(a, "stage found no plan")
             return
         if dies:
-            stage(proto, a.batch, partitions=1 + pick % 2, write_summary=False)
+            stage(proto, batch, partitions=1 + pick % 2, write_summary=False)
             raise Crash("stage.after_first_file (no stage summary)")
-        a.attempt = stage(proto, a.batch, partitions=1 + pick % 2)
+        a.attempt = stage(proto, batch, partitions=1 + pick % 2)
         a.phase = "staged"
 
     def _do_stage_dies(self, a: Actor, pick: int) -> None:
@@ -555,7 +572,7 @@ class ProtocolModel(RuleBasedStateMachine):
         # never publish partially: a blocked batch is in no table
         assert all(t < b for t in held.values()), \
             f"CommitBlocked for batch {b} after it was published in part: txn versions {held}; {msg}"
-        self.race = None  # the repair runs with the pipeline paused (README): no other run acts during it
+        self.pending_race = None  # the repair runs with the pipeline paused (README): no other run acts during it
         moved = a.proto.reset(b)
         assert b in moved, f"reset({b}) as CommitBlocked said forgot {moved}"
         note(f"  reset({b}) forgot {moved}")
@@ -670,12 +687,12 @@ class ProtocolModel(RuleBasedStateMachine):
         if a.phase != "ready" or b.phase != "ready":
             return
         self.check_now()
-        self.race = {"actor": a.name, "at": at, "other": lambda: self._advance(b, 0, verb="plan"), "count": 0,
-                     "label": f"actor {b!r} plan"}
+        self.pending_race = {"actor": a.name, "at": at, "other": lambda: self._advance(b, 0, verb="plan"), "count": 0,
+                             "label": f"actor {b!r} plan"}
         try:
             self._advance(a, back * 4, verb=what)
         finally:
-            self.race = None
+            self.pending_race = None
 
     @rule(slot=st.integers(0, SLOTS - 1), pick=st.integers(0, 11),
           other=st.sampled_from(["actor", "actor", "actor", "abort", "vacuum-sink", "vacuum-quarantine",
@@ -704,11 +721,11 @@ class ProtocolModel(RuleBasedStateMachine):
             fn, label = self._compact, "compaction"
         else:
             fn, label = (lambda: self._append(3)), "foreign append"
-        self.race = {"actor": a.name, "at": at, "other": fn, "count": 0, "label": label}
+        self.pending_race = {"actor": a.name, "at": at, "other": fn, "count": 0, "label": label}
         try:
             self._advance(a, pick)
         finally:
-            self.race = None
+            self.pending_race = None
 
     @precondition(lambda self: self._busy(lambda a: a.phase == "staged"))
     @rule(i=st.integers(0, SLOTS - 1), verify_first=st.booleans(), at=st.integers(1, 2))
@@ -720,20 +737,20 @@ class ProtocolModel(RuleBasedStateMachine):
         a = staged[i % len(staged)]
         batch, attempt = a.batch, a.attempt
         if verify_first:
-            self.race = {"actor": a.name, "at": at, "other": lambda: self._third_party_abort(batch, attempt),
-                         "count": 0, "label": f"abort of {batch}/{attempt}"}
+            self.pending_race = {"actor": a.name, "at": at, "other": lambda: self._third_party_abort(batch, attempt),
+                                 "count": 0, "label": f"abort of {batch}/{attempt}"}
             try:
                 self._advance(a, 0, verb="verify")
             finally:
-                self.race = None
+                self.pending_race = None
             return
         self._stack.append("third-party")
-        self.race = {"actor": "third-party", "at": at, "other": lambda: self._advance(a, 0, verb="verify"),
-                     "count": 0, "label": f"verify of {batch}/{attempt}"}
+        self.pending_race = {"actor": "third-party", "at": at, "other": lambda: self._advance(a, 0, verb="verify"),
+                             "count": 0, "label": f"verify of {batch}/{attempt}"}
         try:
             self._third_party_abort(batch, attempt)
         finally:
-            self.race = None
+            self.pending_race = None
             self._stack.pop()
 
     @rule(kind=st.sampled_from(["abandon", "zombie", "zombie", "abort", "transient"]), i=st.integers(0, SLOTS - 1),
@@ -953,7 +970,7 @@ class ProtocolModel(RuleBasedStateMachine):
         raise AssertionError(f"(5) ledger and tables disagree and recover() did not refuse: {problems}")
 
     @invariant()
-    def checkpoints_agree_with_the_records(self):
+    def checkpoints_agree_with_the_records(self) -> None:
         """(6) What a plan reads from the newest usable ledger checkpoint and the plans after it
         says the same landing files were consumed as the raw records (plans not REWOUND, not
         ABANDONED; the newest one that read a file wins)."""
@@ -983,7 +1000,7 @@ class ProtocolModel(RuleBasedStateMachine):
     # -- the final drain --------------------------------------------------------------------------
     def teardown(self):
         try:
-            self.arm = self.race = None
+            self.arm = self.pending_race = None
             if sys.exc_info()[0] is None:  # a failed step is reported as it is, without a drain
                 self._drain()
         finally:
@@ -991,7 +1008,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _release(self):
         """Undo what __init__ did to the process, whatever happened (later tests read the warnings)."""
-        self.arm = self.race = None
+        self.arm = self.pending_race = None
         _MACHINE[0] = None
         faults.crash_point, faults.fail_point = self._patched
         for k, v in self._checkpoints.items():
