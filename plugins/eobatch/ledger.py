@@ -243,13 +243,9 @@ class Ledger:
         digests: dict[int, str] = {}
         if base is not None:
             b = base.batch_id + 1
-            while True:  # the plans after it: ids have no gaps, the first missing one ends them
-                try:
-                    data = self.fs.read_bytes(self.layout.plan(b))
-                except FileNotFoundError:
-                    break
-                tail.append(BatchPlan.from_json(data))
-                digests[b] = hashlib.sha256(data).hexdigest()
+            while (got := self._plan_and_digest(b)) is not None:  # ids have no gaps: the first missing ends them
+                tail.append(got[0])
+                digests[b] = got[1]
                 b += 1
             latest = b - 1
         else:
@@ -262,13 +258,19 @@ class Ledger:
         """The plans of ``ids`` that exist, and the sha256 of each one's record."""
         plans, digests = [], {}
         for b in ids:
-            try:
-                data = self.fs.read_bytes(self.layout.plan(b))
-            except FileNotFoundError:
-                continue
-            plans.append(BatchPlan.from_json(data))
-            digests[b] = hashlib.sha256(data).hexdigest()
+            got = self._plan_and_digest(b)
+            if got is not None:
+                plans.append(got[0])
+                digests[b] = got[1]
         return plans, digests
+
+    def _plan_and_digest(self, batch_id: int) -> tuple[BatchPlan, str] | None:
+        """The plan of ``batch_id`` and the sha256 of its record, or None when it has none."""
+        try:
+            data = self.fs.read_bytes(self.layout.plan(batch_id))
+        except FileNotFoundError:
+            return None
+        return BatchPlan.from_json(data), hashlib.sha256(data).hexdigest()
 
     def write_checkpoint(self, hist: History, held: int) -> Checkpoint | None:
         """Write the checkpoint of batches 1..``held`` (every table holds them) when one is due
