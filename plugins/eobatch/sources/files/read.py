@@ -88,18 +88,15 @@ def read_lines(spark, rng: dict):
 def locate(spark, records, rng: dict):
     """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
     and ``position`` = the 1-based line number in its file."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     records = records.withColumn("source", planned_path(F.col("_eo_file")))
+    # Lazy, like the rest of the job: the counting pass runs only if the quarantine is written.
     pieces = (numbered(spark, [f["path"] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
-              .agg(F.count("*").alias("n"), F.min("_eo_row").alias("first")).collect())
-    rows: list[tuple] = []
-    before: dict[str, int] = {}
-    for p in sorted(pieces, key=lambda r: (r["_eo_file"], r["_eo_split"])):
-        rows.append((p["_eo_file"], p["_eo_split"], p["first"], p["n"], before.get(p["_eo_file"], 0)))
-        before[p["_eo_file"]] = before.get(p["_eo_file"], 0) + p["n"]
-    index = spark.createDataFrame(rows, "_eo_file string, _eo_split long, _eo_first long, _eo_n long, "
-                                        "_eo_before long")
+              .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
+    earlier = Window.partitionBy("_eo_file").orderBy("_eo_split").rowsBetween(Window.unboundedPreceding, -1)
+    index = pieces.withColumn("_eo_before", F.coalesce(F.sum("_eo_n").over(earlier), F.lit(0)))
     located = records.join(F.broadcast(index), ["_eo_file", "_eo_split"], "left")
     k = F.col("position") - F.col("_eo_first")
     line = (F.when(F.col("_eo_first").isNotNull() & (k >= 0) & (k < F.col("_eo_n")), F.col("_eo_before") + k + 1)
