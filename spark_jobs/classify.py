@@ -10,15 +10,20 @@ own (the "fast path": an object that parsed with no corrupt record and has its r
 fields). Only a record that fails it evaluates the full rule list, which parses it again
 loosely to name the field of the wrong type and checks that it is a JSON object at all; Spark
 evaluates a CASE branch only for the rows that reach it. The fast path never accepts a record
-that the full rule list rejects (``tests/integration/test_classify.py`` compares the two).
+that the full rule list rejects (``tests/integration/test_spark_read_classify.py``
+compares the two).
 """
 
 from __future__ import annotations
 
 CORRUPT = "_corrupt_record"
-# allowNonNumericNumbers=false: NaN / Infinity are not JSON; the full rule list (json_object_keys)
-# rejects them as malformed, so the typed parse must not accept them on the fast path either.
-PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT, "allowNonNumericNumbers": "false"}
+# Spark's default (allowNonNumericNumbers) reads a string naming NaN / an infinity ("NaN",
+# "-Infinity", "INF") into a float column, which is how JSON carries them; the same option also
+# lets the parser accept a bare NaN / Infinity token, which is not JSON. So a record that contains
+# such a word is never decided by the fast path: the full rule list's strict json_object_keys
+# refuses the bare token, and the string form stays valid.
+PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+NON_NUMERIC_WORDS = ("NaN", "Inf", "INF")
 
 
 def record_schema(ddl: str):
@@ -71,6 +76,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
               & (size <= max_record_bytes) & F.is_valid_utf8(raw))
         for c in not_null:
             ok = ok & rec[c].isNotNull()
+        for word in NON_NUMERIC_WORDS:
+            ok = ok & ~F.contains(raw, F.lit(word))
         reason = F.when(ok, F.lit(None).cast("string")).otherwise(full)
     return df.select(*keep, "raw", "rec", reason.alias("reason"))
 

@@ -116,7 +116,14 @@ ODD = [
     '{"order_id": "a", "amount": "5"}', '{"order_id": "a", "ts": "yesterday"}', '{"order_id": "a", "ts": 5}',
     '{"order_id": "a", "order_id": "b"}', '{"order_id": "a"} {"order_id": "b"}', '{"order_id": "\u0000"}',
     '{"order_id": "' + "x" * 300 + '"}', "\u2028", '{"order_id": "a", "amount": 1e400}',
+    '{"order_id": "a", "amount": "NaN"}', '{"order_id": "a", "amount": "-Infinity"}', '{"order_id": "a", "amount": "INF"}',
+    '{"order_id": "a", "amount": -Infinity}', '{"order_id": "NaN"}', '{"order_id": "Inf", "amount": 1}',
 ]
+# a JSON number token must be a number; a string value naming one is how JSON carries NaN / infinities
+NAMED = {'{"order_id": "a", "amount": NaN}': False, '{"order_id": "a", "amount": -Infinity}': False,
+         '{"order_id": "a", "amount": "NaN"}': True, '{"order_id": "a", "amount": "-Infinity"}': True,
+         '{"order_id": "NaN"}': True, '{"order_id": "Inf", "amount": 1}': True, '{"order_id": "a"}': True,
+         '{"order_id": "a",}': False}
 
 
 def _damaged(rnd: random.Random, n: int) -> list[str]:
@@ -148,5 +155,7 @@ def test_the_fast_path_decides_like_the_full_rules(spark):
     differ = [(texts[r["position"]] if r["position"] >= 0 else None, r["fast"], r["full"])
               for r in rows if r["fast"] != r["full"]]
     assert not differ, differ[:5]
+    valid = {texts[r["position"]]: r["fast"] is None for r in rows if r["position"] >= 0}
+    assert {t: valid[t] for t in NAMED} == NAMED
     decided = {r["fast"] is None for r in rows}
     assert decided == {True, False}  # both outcomes occur: the comparison means something
