@@ -25,10 +25,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
-	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down"
+	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] | sweep PIPELINE=<name>"
 
@@ -86,6 +86,16 @@ cluster-up: setup
 
 cluster-down: venv
 	@source include/env.sh && python tests/support/services.py cluster-down
+
+# A real Airflow on loopback (api-server, scheduler, dag-processor; SQLite) for the pipelines of
+# PIPELINES_DIR, with Airflow's own login; AIRFLOW_HOME defaults to .services/airflow here. Returns
+# once the API answers; writes .services/ui-env (AIRFLOW_UI_URL, AIRFLOW_UI_USER, AIRFLOW_UI_PASSWORD).
+ui-up: setup
+	@export AIRFLOW_HOME="$${AIRFLOW_HOME:-$(CURDIR)/.services/airflow}"; source include/env.sh && \
+	    python tests/support/services.py ui-up
+
+ui-down: venv
+	@source include/env.sh && python tests/support/services.py ui-down
 
 demo: setup
 	bash include/demo.sh

@@ -24,52 +24,69 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from .batch_run import BatchRun
 from .config import find_pipeline
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
+from .formats import BatchPlan
 from .protocol import Protocol, utcnow
 
 
-def ledger_rows(proto: Protocol) -> list[dict]:
-    """One row per batch of the ledger, every one (read from every record, checkpoints or not)."""
+def ledger_rows(proto: Protocol, batch_ids: Iterable[int] | None = None) -> list[dict]:
+    """One row per batch of the ledger: `make ledger` (every batch, oldest first, read from every
+    record, checkpoints or not) and the UI's ledger page and JSON (``batch_ids``: only those
+    batches, in that order; ids the ledger does not hold are left out)."""
     versions = proto.committed_versions()
-    rows = []
-    for plan in proto.ledger.plans():
-        b = plan.batch_id
-        prepared = proto.ledger.prepared(b)
-        committed = proto.ledger.committed(b)
-        state = proto.state(b, versions)
-        attempts = proto.ledger.attempts(b)
-        row: dict[str, Any] = {
-            "batch_id": b,
-            "state": state,
-            "source_range": plan.range_summary(),
-            "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
-            "rows_published": prepared.rows_published if prepared else None,
-            "rows_quarantined": prepared.rows_quarantined if prepared else None,
-            "files": prepared.files if prepared else None,
-            "bytes": prepared.bytes if prepared else None,
-            "delta_version": (committed.delta_versions.get("sink") if committed else None),
-            "quarantine_delta_version": (committed.delta_versions.get("quarantine") if committed else None),
-            "attempts": len(attempts),
-            "aborted_attempts": sum(1 for a in attempts if proto.ledger.aborted_info(b, a)),
-            "plan_s": plan.plan_seconds,
-            "stage_s": prepared.stage_seconds if prepared else None,
-            "verify_s": prepared.verify_seconds if prepared else None,
-            "commit_s": committed.commit_seconds if committed else None,
-            "recovered": committed.recovered if committed else None,
-            "planned_at": plan.planned_at,
-            "interval": plan.interval,
-            "run_id": plan.run_id,
-            "notes": list(plan.notes),
-            "offsets": plan.range,
-        }
-        if state == "COMMITTED" and committed is None:
-            row["notes"].append("ledger entry missing: the next run's recover completes it")
-        rows.append(row)
-    return rows
+    if batch_ids is None:
+        plans = proto.ledger.plans()
+    else:
+        plans = [p for p in (proto.ledger.plan(b) for b in batch_ids) if p is not None]
+    return [ledger_row(proto, plan, versions) for plan in plans]
+
+
+def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> dict:
+    """The row of one batch (``ledger_rows``); ``versions``: ``proto.committed_versions()``."""
+    b = plan.batch_id
+    prepared = proto.ledger.prepared(b)
+    committed = proto.ledger.committed(b)
+    state = proto.state(b, versions)
+    attempts = proto.ledger.attempts(b)
+    row: dict[str, Any] = {
+        "batch_id": b,
+        "state": state,
+        "source_range": plan.range_summary(),
+        "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
+        "rows_published": prepared.rows_published if prepared else None,
+        "rows_quarantined": prepared.rows_quarantined if prepared else None,
+        "files": prepared.files if prepared else None,
+        "bytes": prepared.bytes if prepared else None,
+        "delta_version": (committed.delta_versions.get("sink") if committed else None),
+        "quarantine_delta_version": (committed.delta_versions.get("quarantine") if committed else None),
+        "fingerprint": prepared.fingerprint if prepared else None,
+        "attempts": len(attempts),
+        "aborted_attempts": sum(1 for a in attempts if proto.ledger.aborted_info(b, a)),
+        "plan_s": plan.plan_seconds,
+        "stage_s": prepared.stage_seconds if prepared else None,
+        "verify_s": prepared.verify_seconds if prepared else None,
+        "commit_s": committed.commit_seconds if committed else None,
+        "recovered": committed.recovered if committed else None,
+        "planned_at": plan.planned_at,
+        "committed_at": committed.committed_at if committed else None,
+        "interval": plan.interval,
+        "run_id": plan.run_id,
+        "notes": list(plan.notes),
+        "offsets": plan.range,
+    }
+    if state == "COMMITTED" and committed is None:
+        row["notes"].append("ledger entry missing: the next run's recover completes it")
+    return row
+
+
+def rows_json(rows: list[dict]) -> str:
+    """Ledger rows as `make ledger FORMAT=json` prints them (and the UI's JSON API serves them)."""
+    return json.dumps(rows, indent=1, default=str)
 
 
 TABLE_COLS = [("batch_id", "batch"), ("state", "state"), ("source_range", "source range"), ("rows_in", "in"),
@@ -194,7 +211,7 @@ def _command(args) -> int:
     if args.cmd == "ledger":
         rows = ledger_rows(proto)
         if args.format == "json":
-            print(json.dumps(rows, indent=1, default=str))
+            print(rows_json(rows))
         else:
             versions = proto.committed_versions()
             print(f"pipeline {cfg.name} ({cfg.mode}): {cfg.source.describe()} -> {cfg.sink_table}; committed txn "

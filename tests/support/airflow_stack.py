@@ -6,6 +6,10 @@ half-created backfill behind.)
 
 Nothing is mocked: runs are created by the scheduler, by `airflow backfill create`, by
 `airflow dags trigger` and by POST /api/v2/dags/{id}/dagRuns, and executed by the executor.
+
+``ui_stack`` is the Airflow of `make ui-up` (tests/support/services.py) and of the UI tests: the
+same processes on SQLite in its Airflow home (nothing to install), with Airflow's simple auth
+manager and a real user and password instead of "everyone is admin".
 """
 
 from __future__ import annotations
@@ -74,19 +78,113 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def stop_processes(root: Path, procs: dict[str, subprocess.Popen] | None = None, grace: float = 30) -> list[str]:
+    """SIGTERM to each process group of ``AirflowStack.PROCESSES`` (from ``procs``, or from the pid
+    files in ``root``: `make ui-down` is another process), SIGKILL after ``grace`` seconds; the pid
+    files are removed. Returns the names of the processes that were running."""
+    pids: dict[str, int] = {}
+    for name in AirflowStack.PROCESSES:
+        p = (procs or {}).get(name)
+        pid_file = root / f"{name}.pid"
+        if p is not None:
+            pids[name] = p.pid
+        elif pid_file.exists():
+            try:
+                pid = int(pid_file.read_text().strip())
+            except ValueError:
+                continue
+            if _is_airflow(pid):  # a pid file can outlive its process, and the pid be reused
+                pids[name] = pid
+    running = [name for name, pid in pids.items() if _alive(pid)]
+    for pid in pids.values():
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+    deadline = time.time() + grace
+    for name, pid in pids.items():
+        p = (procs or {}).get(name)
+        while time.time() < deadline and _alive(pid):
+            if p is not None:
+                try:
+                    p.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(0.2)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if p is not None:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        (root / f"{name}.pid").unlink(missing_ok=True)
+    return running
+
+
+def _is_airflow(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"airflow" in f.read()
+    except OSError:
+        return False
+
+
+def running(root: Path) -> dict[str, int]:
+    """The processes of a stack under ``root`` that are still running ({name: pid}, from pid files)."""
+    out = {}
+    for name in AirflowStack.PROCESSES:
+        try:
+            pid = int((root / f"{name}.pid").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if _alive(pid) and _is_airflow(pid):
+            out[name] = pid
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie counts as gone
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 class AirflowStack:
-    def __init__(self, root: Path, env: dict):
+    """api-server, scheduler and dag-processor under ``root`` (their logs and pid files).
+
+    ``database``: "postgres" (a throw-away server, see ``Postgres``) or "sqlite" (the home's
+    ``airflow.db``, or ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` of ``env``). ``users``: {name:
+    password} of Airflow's simple auth manager (role admin); None: every request is an admin
+    (``simple_auth_manager_all_admins``). With users, ``login()`` gets a JWT that ``rest`` sends.
+    """
+
+    def __init__(self, root: Path, env: dict, *, home: Path | None = None, database: str = "postgres",
+                 users: dict[str, str] | None = None, port: int | None = None):
         self.root = root
-        self.home = root / "airflow"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.home = home or root / "airflow"
         self.home.mkdir(parents=True, exist_ok=True)
-        self.pg = Postgres()
-        self.port = free_port()
+        self.pg = Postgres() if database == "postgres" else None
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.users = users
+        self.token: str | None = None
         self.env = {
             **env,
             "AIRFLOW_HOME": str(self.home),
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False" if users else "True",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__API__HOST": "127.0.0.1",
@@ -100,7 +198,26 @@ class AirflowStack:
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.home / "logs"),
         }
+        if database == "sqlite":
+            self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{self.home / 'airflow.db'}")
+        if users:
+            self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(f"{u}:admin" for u in users)
+            self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(self.passwords_file)
         self.procs: dict[str, subprocess.Popen] = {}
+
+    @property
+    def passwords_file(self) -> Path:
+        """The simple auth manager's passwords (JSON {user: password}, mode 0600): written here
+        before the api-server starts, so the auth manager keeps them instead of generating some."""
+        return self.home / "simple_auth_manager_passwords.json"
+
+    def _write_passwords(self) -> None:
+        assert self.users is not None
+        path = self.passwords_file
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.users, f)
+        os.chmod(path, 0o600)
 
     # -- processes ---------------------------------------------------------------------
     def airflow_bin(self) -> str:
@@ -109,47 +226,65 @@ class AirflowStack:
             raise RuntimeError(f"no `airflow` executable on PATH={self.env['PATH']}")
         return airflow
 
+    PROCESSES = ("api-server", "scheduler", "dag-processor")
+
     def start(self, dag_ids: list[str], timeout: float = 180) -> None:
+        """Migrate the database, start the three processes (each in its own session, its pid in
+        ``root/<name>.pid``) and wait until the API lists ``dag_ids`` (logging in first when the
+        stack has users)."""
         airflow = self.airflow_bin()
-        self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
+        if self.pg is not None:
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
+        if self.users:
+            self._write_passwords()
         r = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise RuntimeError(f"airflow db migrate failed: {r.stderr[-3000:]}")
-        for name in ("api-server", "scheduler", "dag-processor"):
-            out = open(self.root / f"{name}.log", "wb")
-            self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                                start_new_session=True)
+        try:
+            for name in self.PROCESSES:
+                out = open(self.root / f"{name}.log", "wb")
+                self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=out,
+                                                    stderr=subprocess.STDOUT, start_new_session=True)
+                (self.root / f"{name}.pid").write_text(str(self.procs[name].pid))
+            self._wait_listed(dag_ids, timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_listed(self, dag_ids: list[str], timeout: float) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             for name, p in self.procs.items():
                 if p.poll() is not None:
                     raise RuntimeError(f"airflow {name} exited with {p.returncode}:\n{self.log_tail(name)}")
             try:
+                if self.users and self.token is None:
+                    user, password = next(iter(self.users.items()))
+                    self.token = self.login(user, password)
                 status, body = self.rest("GET", "/api/v2/dags?limit=100")
                 if status == 200 and set(dag_ids) <= {d["dag_id"] for d in body["dags"]}:
                     return
-            except OSError:
+            except (OSError, ValueError):  # not listening yet, or not answering JSON yet
                 pass
             time.sleep(1)
         raise TimeoutError(f"Airflow did not list {dag_ids} within {timeout}s:\n{self.log_tail('dag-processor')}")
 
+    def login(self, username: str, password: str) -> str:
+        """A JWT from Airflow's own ``POST /auth/token`` (raises ValueError when refused)."""
+        req = urllib.request.Request(self.url + "/auth/token", method="POST",
+                                     data=json.dumps({"username": username, "password": password}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return json.loads(r.read())["access_token"]
+        except urllib.error.HTTPError as e:
+            raise ValueError(f"POST /auth/token: {e.code} {e.read()[:300]!r}") from None
+
     def stop(self) -> None:
-        for p in self.procs.values():
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 30
-        for p in self.procs.values():
-            try:
-                p.wait(timeout=max(1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.pg.stop()
+        stop_processes(self.root, self.procs)
+        self.procs = {}
+        if self.pg is not None:
+            self.pg.stop()
 
     def log_tail(self, name: str, n: int = 4000) -> str:
         path = self.root / f"{name}.log"
@@ -158,8 +293,10 @@ class AirflowStack:
     # -- REST and CLI --------------------------------------------------------------------
     def rest(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=60) as r:
                 return r.status, json.loads(r.read() or b"{}")
@@ -233,3 +370,32 @@ class AirflowStack:
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
         return "\n".join(p.read_text(errors="replace") for p in sorted(folder.glob("*.log")))
+
+
+# -- the Airflow of `make ui-up` ---------------------------------------------------------------
+UI_USER = "admin"
+
+
+def ui_stack(root: Path, env: dict, home: Path | None = None, port: int | None = None,
+             user: str = UI_USER) -> AirflowStack:
+    """The Airflow of `make ui-up` and of the UI tests (not started): SQLite in ``home``, Airflow's
+    simple auth manager with one admin ``user``, whose password is generated once per home and
+    kept in its passwords file (mode 0600), so a browser session survives a restart of the UI."""
+    home = home or root / "airflow"
+    password = None
+    try:
+        password = json.loads((home / "simple_auth_manager_passwords.json").read_text()).get(user)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if not password:
+        import secrets
+
+        password = secrets.token_urlsafe(18)
+    return AirflowStack(root, env, home=home, database="sqlite", users={user: password}, port=port)
+
+
+def ui_env(stack: AirflowStack) -> dict[str, str]:
+    """What `make ui-up` writes to .services/ui-env: the URL, the user and the password."""
+    assert stack.users
+    user, password = next(iter(stack.users.items()))
+    return {"AIRFLOW_UI_URL": stack.url, "AIRFLOW_UI_USER": user, "AIRFLOW_UI_PASSWORD": password}

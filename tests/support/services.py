@@ -5,6 +5,8 @@ S3-compatible server, and a Spark standalone cluster.
     python tests/support/services.py down [--dir .services]
     python tests/support/services.py cluster-up   [--dir .services] [--master-port 7077]
     python tests/support/services.py cluster-down [--dir .services]
+    python tests/support/services.py ui-up   [--dir .services] [--ui-port 0]
+    python tests/support/services.py ui-down [--dir .services]
 
 ``up`` starts a single-node KRaft broker from the Maven Central jars in ``.jars-kafka/``
 (``make kafka-jars``), with its data under ``<dir>/kafka``, and S3Proxy (``make s3-jars``,
@@ -15,7 +17,14 @@ filesystem backend: its data under ``<dir>/s3/data`` survives a restart) with a 
 ``cluster-up`` starts a Spark master and two workers (1 core, 2 GB each) on loopback from
 pyspark's own ``bin/spark-class`` and writes ``<dir>/cluster-env`` (the ``spark_default``
 Airflow connection pointing at ``spark://127.0.0.1:<port>``).
-The test fixtures use the same ``KafkaBroker``, ``S3Server`` and ``SparkCluster`` classes.
+``ui-up`` starts a real Airflow on loopback for the project's pipelines (``PIPELINES_DIR``
+honoured): api-server, scheduler and dag-processor, SQLite in ``$AIRFLOW_HOME`` (the Makefile's
+default: ``.services/airflow``), Airflow's simple auth manager with one admin user; it returns
+once the API answers and lists the pipelines' DAGs, and writes ``<dir>/ui-env`` (mode 0600):
+exports of ``AIRFLOW_UI_URL``, ``AIRFLOW_UI_USER``, ``AIRFLOW_UI_PASSWORD``. Logs and pid files
+in ``<dir>/ui/``. ``ui-down`` stops it.
+The test fixtures use the same ``KafkaBroker``, ``S3Server``, ``SparkCluster`` classes and
+``airflow_stack.ui_stack``.
 """
 
 from __future__ import annotations
@@ -484,15 +493,19 @@ def _write_env(path: str, values: dict) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tests/support/services.py", description=__doc__.splitlines()[0])
-    ap.add_argument("action", choices=["up", "down", "cluster-up", "cluster-down"])
+    ap.add_argument("action", choices=["up", "down", "cluster-up", "cluster-down", "ui-up", "ui-down"])
     ap.add_argument("--dir", default=os.path.join(REPO, ".services"))
     ap.add_argument("--kafka-port", type=int, default=int(os.environ.get("KAFKA_PORT", "9092")))
     ap.add_argument("--s3-port", type=int, default=int(os.environ.get("S3_PORT", "9000")))
     ap.add_argument("--master-port", type=int, default=int(os.environ.get("SPARK_MASTER_PORT", "7077")))
     ap.add_argument("--bucket", default=os.environ.get("S3_BUCKET", "eobatch"))
+    ap.add_argument("--ui-port", type=int, default=int(os.environ.get("AIRFLOW_UI_PORT", "0")),
+                    help="the api-server's port (default: a free one)")
     args = ap.parse_args(argv)
     if args.action.startswith("cluster"):
         return _cluster(args)
+    if args.action.startswith("ui"):
+        return _ui(args)
     home = os.path.join(args.dir, "kafka")
     s3_home = os.path.join(args.dir, "s3")
     env_file = os.path.join(args.dir, "env")
@@ -525,6 +538,45 @@ def main(argv=None) -> int:
     os.makedirs(args.dir, exist_ok=True)
     _write_env(env_file, {"KAFKA_BOOTSTRAP": broker.bootstrap, **s3.env(), "S3_BUCKET": args.bucket})
     print(f"wrote {env_file}")
+    return 0
+
+
+def _ui(args) -> int:
+    from pathlib import Path
+
+    sys.path.insert(0, os.path.join(REPO, "tests"))
+    sys.path.insert(0, os.path.join(REPO, "plugins"))
+    from eobatch.config import load_all, pipelines_dir
+    from support.airflow_stack import running, stop_processes, ui_env, ui_stack
+
+    root = Path(args.dir) / "ui"
+    env_file = os.path.join(args.dir, "ui-env")
+    if args.action == "ui-down":
+        stopped = stop_processes(root)
+        if os.path.exists(env_file):
+            os.unlink(env_file)
+        print(f"airflow stopped ({', '.join(stopped)})" if stopped else "airflow was not running")
+        return 0
+    alive = running(root)
+    if alive:
+        print(f"airflow already running ({', '.join(f'{n} pid {p}' for n, p in alive.items())}); see {env_file}")
+        return 0
+    if args.ui_port and port_open(args.ui_port):
+        print(f"error: port {args.ui_port} is taken; pass --ui-port or AIRFLOW_UI_PORT", file=sys.stderr)
+        return 1
+    good, errors = load_all()
+    for file, err in sorted(errors.items()):
+        print(f"warning: {file}: {err} (an import error of the DAG file in the UI)", file=sys.stderr)
+    home = Path(os.environ.get("AIRFLOW_HOME") or os.path.join(args.dir, "airflow")).resolve()
+    stack = ui_stack(root, dict(os.environ), home=home, port=args.ui_port or None)
+    t0 = time.time()
+    stack.start(sorted(good), timeout=300)
+    os.makedirs(args.dir, exist_ok=True)
+    _write_env(env_file, ui_env(stack))
+    print(f"airflow (api-server, scheduler, dag-processor) ready on {stack.url} in {time.time() - t0:.0f}s; "
+          f"AIRFLOW_HOME={home}, pipelines from {pipelines_dir()}: {', '.join(sorted(good)) or 'none'}")
+    print(f"log in as {ui_env(stack)['AIRFLOW_UI_USER']}, password: `source {env_file}; echo $AIRFLOW_UI_PASSWORD`")
+    print(f"ledger pages: {stack.url}/eobatch/pipelines/<pipeline>; logs in {root}; wrote {env_file}")
     return 0
 
 

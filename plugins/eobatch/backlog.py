@@ -1,0 +1,111 @@
+"""What a pipeline has not published yet: its backlog and the age of its oldest unpublished record.
+
+Read-only, from the same parts the planner uses: the landing listing of a files-like source
+(``list_landing``: visible ``*.jsonl`` / ``*.parquet``, links never followed) judged against the
+ledger's "read so far" (the plans whose ranges count as read: rewound and abandoned batches do
+not), or, for Kafka, the broker's end offsets against where the newest plan stopped. Used by the
+UI's ledger page; never plans, never writes.
+
+What the product can know, and says so when it cannot:
+
+* files, parquet: the files not yet planned (count, bytes; records when counting them is cheap:
+  parquet footers, or JSON-lines files up to ``count_bytes_limit`` bytes in all, since counting
+  lines reads the files) and the oldest modification time among them and among the files of the
+  batch planned but not yet committed: the age of the oldest unpublished landing file. A file's
+  modification time is when it was written; its records are at least that old.
+* kafka: the records not yet planned per partition (end offset minus the next start). Their
+  timestamps are only known by reading them, which the page does not do: no age.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+UNPUBLISHED = ("PLANNED", "STAGED", "PREPARED")
+
+
+def _iso(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None) -> dict[str, Any]:
+    """The backlog of ``proto``'s pipeline (a ``Protocol``), as a JSON-able dict:
+
+    ``kind``; ``files`` and ``bytes`` (files-like kinds); ``records`` (None when not counted);
+    ``partitions`` (Kafka: {partition: records}); ``oldest_unpublished_at`` (ISO) and
+    ``oldest_unpublished_age_s`` (None when unknown); ``unpublished`` (False: nothing waits, True:
+    something does, None: not known); ``notes``: how each figure was obtained or
+    why it is missing. A source that cannot be read now gives ``error`` instead of figures.
+    """
+    from .sources import source_for
+
+    cfg = proto.cfg
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    out: dict[str, Any] = {"kind": cfg.source.kind, "files": None, "bytes": None, "records": None,
+                           "partitions": None, "oldest_unpublished_at": None, "oldest_unpublished_age_s": None,
+                           "unpublished": None, "notes": [], "error": None}
+    try:
+        source = source_for(cfg)
+        read = proto._read_so_far()  # what the next plan would start from (the planner's own view)
+        if hasattr(source, "list_landing"):
+            _landing(proto, source, read, out, count_bytes_limit)
+        elif cfg.source.kind == "kafka":
+            _kafka(cfg, read, out)
+        else:
+            out["notes"].append(f"the backlog of a {cfg.source.kind!r} source is not known to this page")
+    except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
+        out["error"] = f"{type(e).__name__}: {e}"
+        return out
+    oldest = out.pop("_oldest_ms", None)
+    if oldest is not None:
+        out["oldest_unpublished_at"] = _iso(oldest)
+        out["oldest_unpublished_age_s"] = max(0.0, round((now_ms - oldest) / 1000, 1))
+    return out
+
+
+def _landing(proto, source, read, out: dict, count_bytes_limit: int) -> None:
+    pending = [f for f in source.list_landing() if read.consumed(f.path) is None]
+    out["files"], out["bytes"] = len(pending), sum(f.size for f in pending)
+    if proto.cfg.source.kind == "parquet" or out["bytes"] <= count_bytes_limit:  # parquet: footers only
+        try:
+            out["records"] = sum(source._entry(f)["records"] for f in pending)  # the planner's own count
+            out["notes"].append("records counted as the planner counts them")
+        except Exception as e:  # noqa: BLE001 - e.g. a file over max_file_bytes: the plan will say it too
+            out["notes"].append(f"records not counted: {e}")
+    else:
+        out["notes"].append(f"records not counted: {out['bytes']} bytes not yet planned (counting lines reads "
+                            f"every file; the page counts up to {count_bytes_limit} bytes)")
+    stamps = [f.mtime_ms for f in pending]
+    latest = proto.ledger.latest_batch_id()
+    if latest and proto.state(latest) in UNPUBLISHED:  # batches are strictly ordered: at most this one
+        plan = proto.ledger.plan(latest)
+        stamps += [int(f["mtime_ms"]) for f in (plan.range.get("files", []) if plan else []) if "mtime_ms" in f]
+    out["unpublished"] = bool(stamps)
+    if stamps:
+        out["_oldest_ms"] = min(stamps)
+        out["notes"].append("age: the oldest modification time of a landing file not yet published (planned or not)")
+    else:
+        out["notes"].append("nothing unpublished: every landing file is in a committed batch")
+    if getattr(source, "links", None):
+        out["notes"].append(f"{len(source.links)} symbolic link(s) in the landing zone are never read")
+
+
+def _kafka(cfg, read, out: dict) -> None:
+    from .sources.kafka.planner import partition_offsets
+
+    src = cfg.source
+    offsets = partition_offsets(src.bootstrap_servers, src.topic, src.isolation_level, timeout=10.0)
+    prev = read[-1].range if read else None
+    parts = {}
+    for p, (low, high) in sorted(offsets.items()):
+        if prev is not None and prev.get("topic") == src.topic:
+            start = int(prev.get("partitions", {}).get(str(p), [0, 0])[1])
+        else:
+            start = low if src.starting_offsets == "earliest" else high
+        parts[str(p)] = max(0, high - max(start, low))
+    out["partitions"], out["records"] = parts, sum(parts.values())
+    out["notes"].append(f"records: end offsets of topic {src.topic!r} minus where the newest plan stopped")
+    out["notes"].append("age of the oldest unpublished record: not known (a Kafka record's timestamp is only "
+                        "known by reading it, which this page does not do)")

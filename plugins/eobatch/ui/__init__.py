@@ -1,0 +1,11 @@
+"""The batch ledger in the Airflow UI: a page and a JSON API per pipeline.
+
+* ``page``: pure rendering (HTML and the inline SVG timeline) from ledger rows; no Airflow, no I/O.
+* ``app``: the FastAPI app Airflow's api-server mounts at ``/eobatch`` (reads the ledger with
+  ``eobatch.cli.ledger_rows``, the function behind `make ledger`; Airflow's own authentication).
+* ``plugins/eobatch_ui.py``: the ``AirflowPlugin`` that registers the app and the "Ledger" tabs
+  of the DAG and DAG-run pages (a module of its own: Airflow's plugin manager imports the
+  plugins folder's files one by one and ``.airflowignore`` keeps it out of this package).
+
+Nothing here imports pyspark.
+"""

@@ -1,0 +1,72 @@
+"""The FastAPI app of the ledger page, mounted by Airflow's api-server at ``/eobatch``:
+
+    GET /eobatch/pipelines/<name>[?page=1&per_page=25&run_id=<DAG run id>]   HTML, with the timeline
+    GET /eobatch/api/pipelines/<name>/batches[?limit=&offset=]               JSON: `make ledger FORMAT=json`
+
+Authentication and authorisation are Airflow's own: ``requires_access_dag("GET")`` of the core
+API (``airflow.api_fastapi.core_api.security``), i.e. read access to the DAG ``<name>`` for the user
+of the request's ``Authorization: Bearer <JWT>`` header (from ``POST /auth/token``) or of the UI's
+``_token`` session cookie. Without either: 401 (403 for a token that is not valid), and nothing of
+the ledger; the HTML route answers it with a page linking to Airflow's login.
+
+Only imported by Airflow's processes (the plugin module); the rendering is in ``page``, the
+reading in ``view``.
+"""
+
+from __future__ import annotations
+
+from airflow.api_fastapi.core_api.security import requires_access_dag
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from .page import MAX_PER_PAGE, render_message, render_not_found, render_page
+from .view import UnknownPipeline, batches_json, find, page_view
+
+
+def airflow_base() -> str:
+    """The Airflow UI's root path ("" when it is served at /; ``[api] base_url``'s path otherwise)."""
+    from airflow.api_fastapi.app import API_ROOT_PATH
+
+    return API_ROOT_PATH.rstrip("/")
+
+
+def create_app() -> FastAPI:
+    app = FastAPI(title="eobatch batch ledger", docs_url=None, redoc_url=None, openapi_url=None)
+    # read access to the pipeline's DAG: the route's path parameter is named dag_id for it
+    dag_read = [Depends(requires_access_dag(method="GET"))]
+
+    @app.get("/pipelines/{dag_id}", response_class=HTMLResponse, dependencies=dag_read)
+    def ledger_page(dag_id: str, page: int = Query(1, ge=1), per_page: int = Query(25, ge=1, le=MAX_PER_PAGE),
+                    run_id: str | None = Query(None, max_length=250)) -> HTMLResponse:
+        try:
+            cfg = find(dag_id)
+        except UnknownPipeline as e:
+            return HTMLResponse(render_not_found(e.name, e.known, airflow_base()), status_code=404)
+        view = page_view(cfg, page=page, per_page=per_page, run_id=run_id or None, airflow_base=airflow_base())
+        return HTMLResponse(render_page(view), headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/pipelines/{dag_id}/batches", dependencies=dag_read)
+    def ledger_json(dag_id: str, limit: int | None = Query(None, ge=1), offset: int = Query(0, ge=0)) -> Response:
+        try:
+            cfg = find(dag_id)
+        except UnknownPipeline as e:
+            return JSONResponse({"detail": f"no pipeline named {e.name!r}", "pipelines": e.known}, status_code=404)
+        return Response(batches_json(cfg, limit, offset), media_type="application/json",
+                        headers={"Cache-Control": "no-store"})
+
+    @app.exception_handler(HTTPException)
+    async def refused(request: Request, exc: HTTPException) -> Response:
+        """401/403 of the page as a page (a link to Airflow's login); of the API as Airflow's JSON."""
+        page = "/pipelines/" in request.url.path and "/api/pipelines/" not in request.url.path
+        if page and exc.status_code in (401, 403):
+            from airflow.api_fastapi.app import get_auth_manager
+
+            login = get_auth_manager().get_url_login(next_url=str(request.url))
+            text = ("Log in to Airflow to see this pipeline's batch ledger." if exc.status_code == 401 else
+                    "Your Airflow user may not read this pipeline's DAG, or your session is no longer valid.")
+            return HTMLResponse(render_message("Not authorised" if exc.status_code == 403 else "Log in first", text,
+                                               (login, "Log in to Airflow")),
+                                status_code=exc.status_code, headers=exc.headers)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    return app
