@@ -30,14 +30,16 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None) -> dict[str, Any]:
+def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
+            kafka_timeout: float = 5.0) -> dict[str, Any]:
     """The backlog of ``proto``'s pipeline (a ``Protocol``), as a JSON-able dict:
 
     ``kind``; ``files`` and ``bytes`` (files-like kinds); ``records`` (None when not counted);
     ``partitions`` (Kafka: {partition: records}); ``oldest_unpublished_at`` (ISO) and
     ``oldest_unpublished_age_s`` (None when unknown); ``unpublished`` (False: nothing waits, True:
     something does, None: not known); ``notes``: how each figure was obtained or
-    why it is missing. A source that cannot be read now gives ``error`` instead of figures.
+    why it is missing. A source that cannot be read now gives ``error`` instead of figures (a
+    Kafka broker: after ``kafka_timeout`` seconds).
     """
     from .sources import source_for
 
@@ -52,7 +54,7 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None)
         if hasattr(source, "list_landing"):
             _landing(proto, source, read, out, count_bytes_limit)
         elif cfg.source.kind == "kafka":
-            _kafka(cfg, read, out)
+            _kafka(cfg, read, out, kafka_timeout)
         else:
             out["notes"].append(f"the backlog of a {cfg.source.kind!r} source is not known to this page")
     except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
@@ -92,11 +94,11 @@ def _landing(proto, source, read, out: dict, count_bytes_limit: int) -> None:
         out["notes"].append(f"{len(source.links)} symbolic link(s) in the landing zone are never read")
 
 
-def _kafka(cfg, read, out: dict) -> None:
+def _kafka(cfg, read, out: dict, timeout: float) -> None:
     from .sources.kafka.planner import partition_offsets
 
     src = cfg.source
-    offsets = partition_offsets(src.bootstrap_servers, src.topic, src.isolation_level, timeout=10.0)
+    offsets = partition_offsets(src.bootstrap_servers, src.topic, src.isolation_level, timeout=timeout)
     prev = read[-1].range if read else None
     parts = {}
     for p, (low, high) in sorted(offsets.items()):

@@ -61,7 +61,10 @@ def create_app() -> FastAPI:
         if page and exc.status_code in (401, 403):
             from airflow.api_fastapi.app import get_auth_manager
 
-            login = get_auth_manager().get_url_login(next_url=str(request.url))
+            try:
+                login = get_auth_manager().get_url_login(next_url=str(request.url))
+            except RuntimeError:  # no auth manager initialised (not under the api-server)
+                login = f"{airflow_base()}/auth/login"
             text = ("Log in to Airflow to see this pipeline's batch ledger." if exc.status_code == 401 else
                     "Your Airflow user may not read this pipeline's DAG, or your session is no longer valid.")
             return HTMLResponse(render_message("Not authorised" if exc.status_code == 403 else "Log in first", text,

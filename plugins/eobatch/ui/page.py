@@ -134,6 +134,7 @@ def timeline_svg(rows: Sequence[dict], width: int = 960) -> str:
               for r in rows]
     s_max, r_max = _nice_max(max(secs)), _nice_max(max(counts))
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" class="timeline" width="{width}" height="{height}" '
+           f'style="width:100%;max-width:{width}px;height:auto" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="timeline of the last {len(rows)} batches: '
            f'seconds per phase and rows">',
            '<style>text{font:11px sans-serif;fill:#333}.ax{stroke:#999;stroke-width:1}'

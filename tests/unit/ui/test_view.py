@@ -1,0 +1,96 @@
+"""eobatch.ui.view: what the ledger page and its JSON read, from a real ledger (local files, real
+delta-rs tables, the pyarrow stager in place of Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from eobatch import cli
+from eobatch.protocol import Protocol
+from eobatch.ui.view import UnknownPipeline, batches_json, find, page_view
+from support.pyarrow_stager import stage
+
+
+def land(cfg, name: str, ids: range, bad: int = 0) -> None:
+    path = os.path.join(cfg.source.path, name)
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"order_id": f"o{i}", "amount": float(i)}) + "\n" for i in ids)
+        f.writelines("{not json\n" for _ in range(bad))
+
+
+def run(proto: Protocol, run_id: str, commit: bool = True) -> int:
+    proto.recover(run_id=run_id)
+    plan, _ = proto.plan(run_id=run_id)
+    assert plan is not None
+    if commit:
+        attempt = stage(proto, plan.batch_id)
+        proto.verify(plan.batch_id, attempt)
+        proto.commit(plan.batch_id)
+    return plan.batch_id
+
+
+@pytest.fixture
+def three(make_cfg, monkeypatch, tmp_path):
+    """Pipeline ``orders`` (PIPELINES_DIR set) with batches 1, 2 committed and 3 planned."""
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 10})
+    monkeypatch.setenv("PIPELINES_DIR", os.path.dirname(cfg.file))
+    proto = Protocol(cfg)
+    for i, name in enumerate(("a.jsonl", "b.jsonl", "c.jsonl")):
+        land(cfg, name, range(10 * i, 10 * i + 10), bad=1 if i == 0 else 0)
+        os.utime(os.path.join(cfg.source.path, name), (1_700_000_000 + i, 1_700_000_000 + i))
+    for i in (1, 2, 3):
+        run(proto, f"manual__run{i}", commit=i < 3)
+    return cfg
+
+
+def test_find_knows_the_pipelines_of_pipelines_dir(three):
+    assert find("orders").name == "orders"
+    for name in ("nope", "../orders", "Orders", ""):
+        with pytest.raises(UnknownPipeline) as e:
+            find(name)
+        assert e.value.known == ["orders"]
+
+
+def test_page_newest_first_with_chart_and_backlog(three):
+    v = page_view(three, page=1, per_page=2)
+    assert [(r["batch_id"], r["state"]) for r in v.rows] == [(3, "PLANNED"), (2, "COMMITTED")]
+    assert [r["batch_id"] for r in v.chart_rows] == [1, 2, 3]  # the chart: oldest left
+    assert (v.pager.total, v.pager.pages) == (3, 2)
+    assert [r["batch_id"] for r in page_view(three, page=2, per_page=2).rows] == [1]
+    assert v.committed_versions == {"sink": 2, "quarantine": 2}
+    assert v.backlog["files"] == 0 and v.backlog["unpublished"] is True  # c.jsonl: planned, not committed
+    assert v.backlog["oldest_unpublished_at"].startswith("2023-11-14T22:13:22")
+
+
+def test_page_of_a_dag_run_shows_its_batch(three):
+    v = page_view(three, page=2, per_page=2, run_id="manual__run3")
+    assert v.pager.page == 1 and v.run_id == "manual__run3"
+    v = page_view(three, per_page=2, run_id="manual__run1")
+    assert v.pager.page == 2 and [r["batch_id"] for r in v.rows] == [1]
+    v = page_view(three, per_page=2, run_id="scheduled__no_batch")  # a run that planned nothing
+    assert v.pager.page == 1
+
+
+def test_json_is_make_ledger_format_json(three, capsys):
+    assert cli.main(["ledger", "orders", "--format", "json"]) == 0
+    printed = capsys.readouterr().out
+    served = batches_json(three)
+    assert json.loads(served) == json.loads(printed)
+    rows = json.loads(served)
+    assert [r["batch_id"] for r in rows] == [1, 2, 3]
+    assert {"batch_id", "state", "rows_in", "rows_published", "rows_quarantined", "delta_version",
+            "fingerprint"} <= set(rows[0])
+    assert (rows[0]["rows_in"], rows[0]["rows_published"], rows[0]["rows_quarantined"]) == (11, 10, 1)
+    assert [r["batch_id"] for r in json.loads(batches_json(three, limit=2))] == [1, 2]
+    assert [r["batch_id"] for r in json.loads(batches_json(three, limit=2, offset=2))] == [3]
+    assert [r["batch_id"] for r in json.loads(batches_json(three, offset=1))] == [2, 3]
+    assert json.loads(batches_json(three, offset=9)) == []
+
+
+def test_ledger_rows_of_chosen_batches_are_the_full_rows(three):
+    proto = Protocol(three)
+    every = {r["batch_id"]: r for r in cli.ledger_rows(proto)}
+    assert cli.ledger_rows(proto, [3, 1, 7]) == [every[3], every[1]]
