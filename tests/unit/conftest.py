@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.s3env import ENV as S3_ENV
+
 
 def base_pipeline(root: Path) -> dict:
     """A valid pipeline definition whose folders all live under ``root``."""
@@ -56,3 +58,33 @@ def make_cfg(tmp_path, write_yaml):
         return load_pipeline(write_yaml(doc))
 
     return _make
+
+
+@pytest.fixture
+def by_prefix(make_cfg):
+    """An hourly interval-mode pipeline whose intervals are folders dt=<day>/hour=<hh>, settled at once."""
+    return make_cfg(mode="interval", schedule="@hourly", source={
+        "kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 100,
+        "interval_prefix": "dt={ds}/hour={hh}", "settle_seconds": 0})
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Ledger checkpoints every 2 batches, index chunks of about 2 entries: every code path runs."""
+    from eobatch import checkpoint as ckpt
+
+    monkeypatch.setattr(ckpt, "INTERVAL", 2)
+    monkeypatch.setattr(ckpt, "CHUNK", 2)
+    monkeypatch.setattr(ckpt, "GC_MIN_AGE_S", 0.0)
+
+
+@pytest.fixture
+def s3env(monkeypatch):
+    """The made-up S3 settings of ``support.s3env`` in the environment, and no other S3 variable."""
+    from eobatch import s3conf
+
+    for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in S3_ENV.items():
+        monkeypatch.setenv(k, v)
+    return S3_ENV

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import copy
 import datetime
+import datetime as dt
 import os
 
 import pytest
 
 from eobatch import config
 from eobatch.config import Column, ConfigError, load_all, load_pipeline, parse_schema
-
-
-def _load(write_yaml, doc, name="pipeline.yaml"):
-    return load_pipeline(write_yaml(doc, name))
+from support.pipeline_yaml import kafka_doc as _kafka
+from support.pipeline_yaml import load_doc as _load
 
 
 def _expect_error(write_yaml, doc, key, name="pipeline.yaml", contains=None):
@@ -404,6 +403,66 @@ def test_transform_options_with_yaml_date(write_yaml, base_cfg):
     assert len(cfg.fingerprint()) == 16
 
 
+# -- sections: the section parsers on the branches the cases above leave untested (a section that
+# is not a mapping; an optional section that is null)
+
+NOT_MAPPINGS = [
+    ("sink", "/lake/orders", "must be a mapping with 'table'"),
+    ("sink", ["/lake/orders"], "must be a mapping with 'table'"),
+    ("quarantine", "/lake/orders_bad", "must be a mapping with 'table'"),
+    ("spark", "local[*]", "must be a mapping"),
+    ("spark", ["conn_id"], "must be a mapping"),
+    ("retries", 3, "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)"),
+    ("retries", [1, 2], "must be a mapping (plan, stage, commit"),
+]
+
+
+@pytest.mark.parametrize("section,value,text", NOT_MAPPINGS, ids=[f"{c[0]}-{type(c[1]).__name__}" for c in NOT_MAPPINGS])
+def test_a_section_that_is_not_a_mapping_names_file_and_section(write_yaml, base_cfg, section, value, text):
+    doc = copy.deepcopy(base_cfg)
+    doc[section] = value
+    path = write_yaml(doc, "orders.yaml")
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    assert ei.value.key == section
+    assert str(ei.value).startswith(f"orders.yaml: {section}: {text}"), str(ei.value)
+    assert os.path.dirname(path) not in str(ei.value)
+
+
+@pytest.mark.parametrize("empty", [None, {}])
+def test_null_or_empty_spark_and_retries_take_the_defaults(write_yaml, base_cfg, empty):
+    doc = copy.deepcopy(base_cfg)
+    doc["spark"] = empty
+    doc["retries"] = empty
+    cfg = load_pipeline(write_yaml(doc))
+    assert (cfg.spark.conn_id, cfg.spark.conf, cfg.spark.driver_memory, cfg.spark.executor_memory) == (
+        "spark_default", {}, None, None)
+    assert (cfg.plan_retries, cfg.stage_retries, cfg.commit_retries) == (2, 1, 8)
+    assert cfg.retry_delay_seconds == 10.0 and isinstance(cfg.retry_delay_seconds, float)
+    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds) == (900, 3600)
+
+
+def test_every_retries_key_is_read(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["retries"] = {"plan": 0, "stage": 4, "commit": 1, "delay_seconds": 3, "verify_timeout_seconds": 30,
+                      "plan_wait_seconds": 120}
+    cfg = load_pipeline(write_yaml(doc))
+    assert (cfg.plan_retries, cfg.stage_retries, cfg.commit_retries) == (0, 4, 1)
+    assert cfg.retry_delay_seconds == 3.0 and isinstance(cfg.retry_delay_seconds, float)
+    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds) == (30, 120)
+
+
+@pytest.mark.parametrize("key", ["verify_timeout_seconds", "plan_wait_seconds"])
+@pytest.mark.parametrize("value", [0, -1, "60", True])
+def test_a_timeout_must_be_a_positive_integer(write_yaml, base_cfg, key, value):
+    doc = copy.deepcopy(base_cfg)
+    doc["retries"] = {key: value}
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(write_yaml(doc))
+    assert ei.value.key == f"retries.{key}"
+    assert "must be a positive integer" in str(ei.value)
+
+
 # -- spark.conf: a pipeline YAML may tune Spark, not weaken its security -----------------------
 
 SECURITY_SPARK_CONF = [
@@ -595,39 +654,7 @@ def test_fingerprint_ignores_schedule_description_and_retries(write_yaml, base_c
     assert _load(write_yaml, changed).fingerprint() == fp
 
 
-# -- kafka source -----------------------------------------------------------------------------
-
-
-def _kafka(base_cfg, **source):
-    cfg = copy.deepcopy(base_cfg)
-    cfg["source"] = {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092", "topic": "orders", **source}
-    return cfg
-
-
-def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
-    c = _load(write_yaml, _kafka(base_cfg))
-    assert (c.source.kind, c.source.topic, c.source.bootstrap_servers) == ("kafka", "orders", "127.0.0.1:9092")
-    assert (c.source.starting_offsets, c.source.isolation_level, c.source.on_data_loss) == (
-        "earliest", "read_committed", "fail")
-    assert c.source.path is None and "kafka topic orders" in c.source.describe()
-
-
-@pytest.mark.parametrize("source,key,msg", [
-    ({"bootstrap_servers": None}, "source.bootstrap_servers", "is required"),
-    ({"bootstrap_servers": "no-port"}, "source.bootstrap_servers", "host:port"),
-    ({"topic": "bad topic!"}, "source.topic", "not a valid Kafka topic"),
-    ({"isolation_level": "dirty"}, "source.isolation_level", "read_committed"),
-    ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
-    ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
-    ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
-])
-def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
-    cfg = _kafka(base_cfg, **source)
-    cfg["source"] = {k: v for k, v in cfg["source"].items() if v is not None}
-    with pytest.raises(ConfigError) as e:
-        _load(write_yaml, cfg)
-    assert e.value.key == key and msg in str(e.value)
-
+# -- interval mode ------------------------------------------------------------------------------
 
 INTERVAL_BAD = [
     ("prefix-unknown-field", {"source.interval_prefix": "dt={date}"}, "source.interval_prefix", "placeholders"),
@@ -657,6 +684,20 @@ def test_interval_mode_loads(write_yaml, base_cfg):
     doc["source"]["interval_prefix"] = "dt={ds}/hour={hh}"
     cfg = load_pipeline(write_yaml(doc))
     assert cfg.mode == "interval" and cfg.source.interval_prefix == "dt={ds}/hour={hh}"
+
+
+def test_interval_starting(write_yaml, base_cfg):
+    from eobatch.config import load_pipeline
+
+    cfg = load_pipeline(write_yaml(dict(base_cfg, mode="interval", schedule="@hourly")))
+    utc = dt.timezone.utc
+    start, end = cfg.interval_starting(dt.datetime(2026, 1, 1, 4, tzinfo=utc))
+    assert (start, end) == (dt.datetime(2026, 1, 1, 4, tzinfo=utc), dt.datetime(2026, 1, 1, 5, tzinfo=utc))
+    with pytest.raises(ValueError, match="not a start"):
+        cfg.interval_starting(dt.datetime(2026, 1, 1, 4, 30, tzinfo=utc))
+    daily = load_pipeline(write_yaml(dict(base_cfg, mode="interval", schedule="30 2 * * *")))
+    assert daily.interval_starting(dt.datetime(2026, 1, 1, 2, 30, tzinfo=utc))[1] == \
+        dt.datetime(2026, 1, 2, 2, 30, tzinfo=utc)
 
 
 # -- interval_prefix against the schedule: one folder per interval ----------------------------

@@ -1,8 +1,9 @@
-"""eobatch.launch: the code zip of ``--py-files`` holds what the Spark job imports, and only that.
+"""eobatch.launch: what the stage job is started with: its code, its spec, its ``--conf`` and jars.
 
-The job (spark_jobs/stage_batch.py, run by spark-submit from the repository) imports its product
-code from the zip alone, in the driver and in the Python workers: so a fresh interpreter with
-only the zip on its path (and the venv's pyspark, pyarrow, ...) must import every module the job
+The code zip of ``--py-files`` holds what the Spark job imports, and only that. The job
+(spark_jobs/stage_batch.py, run by spark-submit from the repository) imports its product code
+from the zip alone, in the driver and in the Python workers: so a fresh interpreter with only
+the zip on its path (and the venv's pyspark, pyarrow, ...) must import every module the job
 needs, and none of them may import Airflow.
 """
 
@@ -13,13 +14,18 @@ import inspect
 import json
 import subprocess
 import sys
+import textwrap
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from eobatch import launch
+from eobatch.config import load_pipeline
 from eobatch.sources import kind_names
+from support.pipeline_yaml import PINNED
+from support.pipeline_yaml import write_named as _write
+from support.s3env import ENV
 
 # Modules of the Airflow side and of the protocol's verbs: never needed by the Spark job.
 NOT_SHIPPED = ("eobatch/airflow_ops.py", "eobatch/dag_factory.py", "eobatch/cli.py", "eobatch/launch.py")
@@ -154,3 +160,62 @@ def test_the_zip_alone_imports_everything_the_stage_job_imports(code_zip, tmp_pa
     assert out["outside_zip"] == []
     assert out["airflow"] == [], "the Spark job's code imports Airflow"
     assert {"eobatch.sources.kafka.read", "eobatch.sources.parquet.read", "eobatch.verify"} <= set(out["loaded"])
+
+
+# -- the job's spec and its spark-submit settings ------------------------------------------------
+
+
+def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
+    from eobatch.launch import job_spec
+
+    files = load_pipeline(_write(tmp_path, "fp_files_min", PINNED["fp_files_min"][0]))
+    kafka = load_pipeline(_write(tmp_path, "fp_kafka", PINNED["fp_kafka"][0]))
+    assert job_spec(files, 1, "a1")["source"] == {"kind": "files"}
+    assert job_spec(kafka, 1, "a1")["source"] == {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092,broker2:9093",
+                                                  "consumer_timeout_seconds": 60}
+
+
+def test_spark_conf_of_an_s3_pipeline_holds_no_secret(s3env, tmp_path):
+    y = tmp_path / "p.yaml"
+    y.write_text(textwrap.dedent("""\
+        name: p
+        source: {kind: files, path: "s3://bkt/landing"}
+        schema: "a STRING"
+        sink: {table: s3a://bkt/lake/p}
+        quarantine: {table: s3a://bkt/lake/p_bad}
+        """))
+    cfg = load_pipeline(str(y))
+    assert cfg.source.path == "s3a://bkt/landing"  # one spelling everywhere
+    assert launch.uses_s3(cfg)
+    conf = launch.spark_conf(cfg)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
+    assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    text = repr(conf)
+    assert ENV["AWS_SECRET_ACCESS_KEY"] not in text and ENV["AWS_ACCESS_KEY_ID"] not in text
+    import re
+
+    assert re.search(conf["spark.redaction.regex"], "spark.executorEnv.AWS_ACCESS_KEY_ID")
+    assert re.search(conf["spark.redaction.regex"], "spark.executorEnv.AWS_SECRET_ACCESS_KEY")
+
+
+def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
+    y = tmp_path / "p.yaml"
+    y.write_text(textwrap.dedent(f"""\
+        name: p
+        source: {{kind: files, path: {tmp_path}/landing}}
+        schema: "a STRING"
+        sink: {{table: {tmp_path}/lake/p}}
+        quarantine: {{table: {tmp_path}/lake/p_bad}}
+        """))
+    cfg = load_pipeline(str(y))
+    assert not any(k.startswith("spark.hadoop.fs.s3a") for k in launch.spark_conf(cfg))
+    jars_dir = tmp_path / "jars"
+    jars_dir.mkdir()
+    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar"):
+        (jars_dir / name).write_bytes(b"")
+    monkeypatch.setenv("EOBATCH_JARS_DIR", str(jars_dir))
+    assert [j.rsplit("/", 1)[1] for j in launch.jars(cfg)] == ["delta-spark_4.2_2.13-4.4.0.jar"]
+    assert len(launch.jars()) == 3
+    monkeypatch.setenv("EOBATCH_JARS_ON_NODES", "1")
+    assert all(j.startswith("local:/") for j in launch.jars())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 
 from eobatch.params import ParamsError, RunParams, check_params
@@ -38,17 +36,3 @@ def test_bad_params_are_refused(conf, text):
 def test_rewind_is_refused_in_interval_mode():
     with pytest.raises(ParamsError, match="continuous mode"):
         check_params({"rewind_to_batch": 2}, {}, "interval")
-
-
-def test_interval_starting(write_yaml, base_cfg):
-    from eobatch.config import load_pipeline
-
-    cfg = load_pipeline(write_yaml(dict(base_cfg, mode="interval", schedule="@hourly")))
-    utc = dt.timezone.utc
-    start, end = cfg.interval_starting(dt.datetime(2026, 1, 1, 4, tzinfo=utc))
-    assert (start, end) == (dt.datetime(2026, 1, 1, 4, tzinfo=utc), dt.datetime(2026, 1, 1, 5, tzinfo=utc))
-    with pytest.raises(ValueError, match="not a start"):
-        cfg.interval_starting(dt.datetime(2026, 1, 1, 4, 30, tzinfo=utc))
-    daily = load_pipeline(write_yaml(dict(base_cfg, mode="interval", schedule="30 2 * * *")))
-    assert daily.interval_starting(dt.datetime(2026, 1, 1, 2, 30, tzinfo=utc))[1] == \
-        dt.datetime(2026, 1, 2, 2, 30, tzinfo=utc)

@@ -1,4 +1,5 @@
-"""eobatch.storage.LocalStorage: the storage primitives the protocol relies on."""
+"""eobatch.storage: the storage primitives the protocol relies on (LocalStorage; S3Storage's
+conditional put with its client replaced)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import threading
 
 import pytest
 
+from eobatch import s3conf
 from eobatch.storage import FileInfo, LocalStorage, S3Storage, join, relpath, storage_for
+from support.landing import SECRET
+from support.landing import links_of as _links
+from support.landing import zone_with_links as _zone_with_links
+from support.s3env import ENV
 
 
 @pytest.fixture
@@ -188,3 +194,179 @@ def test_storage_for():
     assert isinstance(storage_for("file:///tmp/x"), LocalStorage)
     assert isinstance(storage_for("s3a://bucket/x"), S3Storage)
     assert isinstance(storage_for("s3://bucket/x"), S3Storage)
+
+
+# -- list_dirs with a start-after key ------------------------------------------------------------
+
+
+def test_list_dirs_start_after(tmp_path):
+    for name in ("b0000000001", "b0000000002", "b0000000010", "x"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "b0000000003").write_text("a file")
+    fs = LocalStorage()
+    assert fs.list_dirs(str(tmp_path), start_after="b0000000001") == ["b0000000002", "b0000000010", "x"]
+    assert fs.list_dirs(str(tmp_path), start_after="b0000000010") == ["x"]
+    assert fs.list_dirs(str(tmp_path)) == ["b0000000001", "b0000000002", "b0000000010", "x"]
+
+
+# -- symbolic links are never followed, and are reported (the landing zone's planner: sources/test_files.py)
+
+
+def test_list_files_follows_no_link_and_reports_each(tmp_path):
+    landing = tmp_path / "landing"
+    paths = _zone_with_links(tmp_path, landing)
+    links: list = []
+    files = list(LocalStorage().list_files(str(landing), links=links))
+    assert [f.path for f in files] == [paths["regular"]]
+    assert sorted(links) == _links(paths)
+    # without the argument: the same files, and no crash on the dangling link
+    assert [f.path for f in LocalStorage().list_files(str(landing))] == [paths["regular"]]
+
+
+def test_stat_does_not_follow_a_link(tmp_path):
+    target = tmp_path / "target.jsonl"
+    target.write_text(SECRET)
+    link = tmp_path / "link.jsonl"
+    os.symlink(target, link)
+    assert LocalStorage().stat(str(target)).size == len(SECRET)
+    assert LocalStorage().stat(str(link)) is None  # a link never passes as a file
+    os.symlink(tmp_path / "nothing", tmp_path / "dangling.jsonl")
+    assert LocalStorage().stat(str(tmp_path / "dangling.jsonl")) is None
+
+
+# -- durability: LocalStorage writes survive a power loss once they return ---------------------------
+# The data is fsynced before its name appears (link / replace), the folder holding the new name is
+# fsynced after it, and so is the parent of every folder the write created. Recorded by wrapping
+# os.fsync, os.link and os.replace, each fsynced descriptor resolved to its path through /proc/self/fd.
+needs_proc_fd = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+
+
+@pytest.fixture
+def events(monkeypatch):
+    """The ordered list of ("fsync", path) / ("link"|"replace", src, dst) calls."""
+    log: list[tuple] = []
+    real_fsync, real_link, real_replace = os.fsync, os.link, os.replace
+
+    def fsync(fd):
+        log.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def link(src, dst, *a, **kw):
+        log.append(("link", str(src), str(dst)))
+        return real_link(src, dst, *a, **kw)
+
+    def replace(src, dst, *a, **kw):
+        log.append(("replace", str(src), str(dst)))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(os, "replace", replace)
+    return log
+
+
+def _check_durable(events: list, verb: str, root, target: str, new_dirs: list[str]) -> None:
+    """The file's data before its name, its folder after, and every new folder's parent."""
+    moves = [i for i, e in enumerate(events) if e[0] == verb]
+    assert len(moves) == 1, events
+    at = moves[0]
+    tmp, dst = events[at][1], events[at][2]
+    assert dst == target
+    synced = [e[1] for e in events if e[0] == "fsync"]
+    # the data: the temp file that becomes the name is fsynced before the link/replace
+    assert ("fsync", tmp) in events[:at], events
+    # the new name: the folder holding it is fsynced after the link/replace
+    assert ("fsync", os.path.dirname(target)) in events[at + 1:], events
+    # the new folders: each one's parent holds its name, and is fsynced
+    for d in new_dirs:
+        assert os.path.dirname(d) in synced, (d, events)
+    # nothing outside the written path is fsynced, nothing twice
+    assert len(synced) == len(set(synced)), events
+    assert all(p == str(root) or p.startswith(str(root) + os.sep) for p in synced), events
+
+
+@needs_proc_fd
+def test_put_if_absent_in_new_nested_folders_fsyncs_file_then_folder_and_new_folders_parents(events, tmp_path):
+    fs = LocalStorage()
+    target = str(tmp_path / "ledger" / "prepared" / "b" / "0000000001.json")
+    new_dirs = [str(tmp_path / "ledger"), str(tmp_path / "ledger" / "prepared"),
+                str(tmp_path / "ledger" / "prepared" / "b")]
+    assert fs.put_if_absent(target, b"prepared") is True
+    _check_durable(events, "link", tmp_path, target, new_dirs)
+    assert fs.read_bytes(target) == b"prepared"
+    assert os.listdir(os.path.dirname(target)) == ["0000000001.json"]  # the temp name is gone
+
+
+@needs_proc_fd
+def test_write_atomic_in_new_nested_folders_fsyncs_file_then_folder_and_new_folders_parents(events, tmp_path):
+    fs = LocalStorage()
+    target = str(tmp_path / "archive" / "2026" / "plans" / "0000000001.json")
+    new_dirs = [str(tmp_path / "archive"), str(tmp_path / "archive" / "2026"),
+                str(tmp_path / "archive" / "2026" / "plans")]
+    fs.write_atomic(target, b"plan")
+    _check_durable(events, "replace", tmp_path, target, new_dirs)
+    assert fs.read_bytes(target) == b"plan"
+
+
+@needs_proc_fd
+def test_a_write_into_an_existing_folder_costs_one_extra_fsync(events, tmp_path):
+    fs = LocalStorage()
+    (tmp_path / "plans").mkdir()
+    target = str(tmp_path / "plans" / "0000000001.json")
+    assert fs.put_if_absent(target, b"x") is True
+    assert [e[0] for e in events] == ["fsync", "link", "fsync"], events  # the data, the name
+    assert events[-1] == ("fsync", str(tmp_path / "plans"))
+    events.clear()
+    fs.write_atomic(target, b"y")
+    assert [e[0] for e in events] == ["fsync", "replace", "fsync"], events
+    assert events[-1] == ("fsync", str(tmp_path / "plans"))
+
+
+@needs_proc_fd
+def test_put_if_absent_that_loses_still_makes_the_winners_name_durable(events, tmp_path):
+    """The loser goes on to act on the winner's record: that name must survive a power loss too."""
+    fs = LocalStorage()
+    target = str(tmp_path / "0000000001.json")
+    assert fs.put_if_absent(target, b"first") is True
+    events.clear()
+    assert fs.put_if_absent(target, b"second") is False
+    assert events[-1] == ("fsync", str(tmp_path)), events
+    assert fs.read_bytes(target) == b"first" and os.listdir(tmp_path) == ["0000000001.json"]
+
+
+# -- S3Storage (no I/O: its client is replaced) -------------------------------------------------
+
+
+def _client_error(code: str, status: int):
+    from botocore.exceptions import ClientError
+
+    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+                       "PutObject")
+
+
+def test_put_if_absent_retries_a_conditional_conflict_then_loses(s3env, monkeypatch):
+    """409 ConditionalRequestConflict (another conditional write in flight) is decided again;
+    412 PreconditionFailed means the key exists: this writer lost."""
+    calls = []
+
+    class Fake:
+        def put_object(self, **kw):
+            calls.append(kw)
+            assert kw["IfNoneMatch"] == "*"
+            raise (_client_error("ConditionalRequestConflict", 409) if len(calls) < 3
+                   else _client_error("PreconditionFailed", 412))
+
+    monkeypatch.setattr(s3conf, "boto3_client", lambda s=None: Fake())
+    assert S3Storage().put_if_absent("s3a://bkt/plans/1.json", b"x") is False
+    assert len(calls) == 3
+
+    class Denied:
+        def put_object(self, **kw):
+            raise _client_error("AccessDenied", 403)
+
+    monkeypatch.setattr(s3conf, "boto3_client", lambda s=None: Denied())
+    from eobatch.storage import S3StorageError
+
+    with pytest.raises(S3StorageError, match="AccessDenied") as e:
+        S3Storage().put_if_absent("s3a://bkt/plans/1.json", b"x")
+    assert ENV["AWS_SECRET_ACCESS_KEY"] not in str(e.value)

@@ -2,11 +2,11 @@
 after it gives the answers the whole history gives, and costs the same at batch 2,000 as at 10.
 
 Real files on local disk (``LocalStorage``). The ledgers are written record by record as the
-protocol writes them (``Book``): plans, PREPARED, COMMITTED, ABANDONED, rewinds (reservation
-plan, then the record), resets (an undecided batch's records removed), with the batch every
-table holds (``held``) kept beside them. The reference answers come from ``protocol.state``'s
-functions over every record (``Ledger.plans()``, ``rewinds()``), with the files planner's
-consumed-file rules written out here, as they were before checkpoints.
+protocol writes them (``support.ledger_book.Book``): plans, PREPARED, COMMITTED, ABANDONED,
+rewinds (reservation plan, then the record), resets (an undecided batch's records removed), with
+the batch every table holds (``held``) kept beside them. The reference answers come from
+``protocol.state``'s functions over every record (``Ledger.plans()``, ``rewinds()``), with the
+files planner's consumed-file rules written out here, as they were before checkpoints.
 """
 
 from __future__ import annotations
@@ -18,107 +18,22 @@ import random
 import tempfile
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from eobatch import checkpoint as ckpt
 from eobatch.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
-from eobatch.ledger import Ledger
 from eobatch.protocol import state as st
-from eobatch.storage import LocalStorage
+from support.counting import Counting
+from support.ledger_book import STARTS, T0, Book, H
+from support.ledger_book import commit_batches as _committed
+from support.ledger_book import iso_of as _iso
+from support.protocol_runs import land_ids as _land
+from support.protocol_runs import published_ids as _published
+from support.protocol_runs import run_next as _batch
 
-H = 3_600_000
-T0 = 1_767_225_600_000  # 2026-01-01T00:00Z
 PATHS = [f"/landing/{d}/f{i}.jsonl" for d in ("a", "b") for i in range(6)]
 LINKS = [f"ignored symbolic link /landing/l{i} in the landing zone: ..." for i in range(3)]
-STARTS = [T0 + i * H for i in range(6)]
-
-
-@pytest.fixture
-def small(monkeypatch):
-    """Checkpoints every 2 batches, index chunks of about 2 entries: every code path runs."""
-    monkeypatch.setattr(ckpt, "INTERVAL", 2)
-    monkeypatch.setattr(ckpt, "CHUNK", 2)
-    monkeypatch.setattr(ckpt, "GC_MIN_AGE_S", 0.0)
-
-
-def _iso(ms: int) -> str:
-    return st.interval_of(_dt(ms), _dt(ms + H))["start"]
-
-
-def _dt(ms: int):
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
-
-
-class Book:
-    """A ledger written as the protocol writes it, with the batch every table holds."""
-
-    def __init__(self, root: Path):
-        self.layout = Layout(str(root / "lake" / "orders"), str(root / "lake" / "orders_q"))
-        self.ledger = Ledger(self.layout, LocalStorage())
-        self.held = 0  # every table holds batches 1..held
-        self.latest = 0
-        self.pending: int | None = None  # planned, not decided
-
-    def plan(self, files=(), notes=(), interval_start: int | None = None, extra_slices=(), rewind=None) -> int:
-        assert self.pending is None
-        b = self.latest + 1
-        interval = None
-        rng: dict = {"files": [dict(f) for f in files]}
-        if interval_start is not None:
-            interval = {"start": _iso(interval_start), "end": _iso(interval_start + H)}
-            own = slice_name(interval_start)
-            for f in rng["files"]:
-                f["slice"] = own
-            for lo in extra_slices:  # a late interval published again by this batch
-                rng["files"].append({"path": f"/landing/late/{lo}.jsonl", "size": b, "mtime_ms": lo, "records": 1,
-                                     "slice": slice_name(lo)})
-        plan = BatchPlan(pipeline="orders", batch_id=b, source_kind="files", range=rng, rows_in=1,
-                         config_fingerprint="f", planned_at="t", notes=list(notes), interval=interval, rewind=rewind)
-        assert self.ledger.put_plan(plan)
-        self.latest, self.pending = b, b
-        return b
-
-    def commit(self) -> None:
-        b = self.pending
-        assert b is not None
-        plan = self.ledger.require_plan(b)
-        adds = {"sink": [{"path": f"eo_batches/b{b:010d}/a1/{name}/part-0.parquet", "size": 10,
-                          "partition_values": {}, "modification_time": 0, "stats": "{}"}
-                         for name in (plan.slices() or {"": []})], "quarantine": []}
-        assert self.ledger.put_prepared(PreparedBatch(
-            pipeline="orders", batch_id=b, attempt="a1", adds=adds, arrow_schema={}, partition_by={},
-            fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,
-            bytes=10, files=1, prepared_at="t", verify_seconds=0.0, stage_seconds=0.0))
-        self.held, self.pending = b, None
-
-    def abandon(self) -> None:
-        assert self.pending is not None and self.ledger.put_abandoned(self.pending, {"reason": "test"})
-        self.pending = None
-
-    def rewind(self, to: int) -> RewindRecord:
-        """Protocol.rewind's ledger writes: the reservation plan of L+1, then the record."""
-        assert self.pending is None and self.held == self.latest and 1 <= to <= self.latest
-        rec = RewindRecord(pipeline="orders", after_batch=self.latest, to_batch=to, restore_versions={},
-                           requested_at="t")
-        self.plan(rewind=json.loads(rec.to_json()))
-        assert self.ledger.put_rewind(rec)
-        return rec
-
-    def reset(self) -> None:
-        """reset-batch of the undecided batch: its records go (no table holds it)."""
-        b = self.pending
-        assert b is not None
-        for path in (self.layout.plan(b), self.layout.prepared(b)):
-            self.ledger.fs.delete(path)
-        self.latest, self.pending = b - 1, None
-
-    def checkpoint(self):
-        hist = self.ledger.history().bound(self.held)
-        return self.ledger.write_checkpoint(hist, self.held)
 
 
 # -- the reference: every record, as before checkpoints ------------------------------------------
@@ -247,15 +162,6 @@ def test_a_checkpoint_gives_the_answers_of_the_whole_history_on_random_ledgers(s
 
 
 # -- the protocol's mutable facts across a checkpoint ---------------------------------------------
-def _committed(book: Book, n: int, rnd: random.Random | None = None, interval: bool = False) -> None:
-    rnd = rnd or random.Random(n)
-    for _ in range(n):
-        b = book.latest + 1
-        book.plan([{"path": f"/landing/c/{b:05d}.jsonl", "size": b, "mtime_ms": b, "records": 1}],
-                  interval_start=STARTS[b % len(STARTS)] if interval else None)
-        book.commit()
-
-
 def test_a_rewind_to_before_the_checkpoint_makes_it_stale_and_an_older_one_or_the_records_answer(small, tmp_path):
     book = Book(tmp_path)
     _committed(book, 5)
@@ -430,80 +336,7 @@ def test_retention_keeps_the_newest_and_a_few_far_back_and_drops_unnamed_chunks(
     check(book)
 
 
-def test_latest_batch_id_from_the_checkpoint_equals_the_listing(small, tmp_path):
-    book = Book(tmp_path)
-    _committed(book, 5)
-    book.checkpoint()
-    _committed(book, 2)
-    book.plan()
-    assert book.ledger.latest_batch_id() == max(book.ledger.batch_ids()) == 8
-    book.reset()
-    assert book.ledger.latest_batch_id() == 7
-
-
-def test_list_dirs_start_after(tmp_path):
-    for name in ("b0000000001", "b0000000002", "b0000000010", "x"):
-        (tmp_path / name).mkdir()
-    (tmp_path / "b0000000003").write_text("a file")
-    fs = LocalStorage()
-    assert fs.list_dirs(str(tmp_path), start_after="b0000000001") == ["b0000000002", "b0000000010", "x"]
-    assert fs.list_dirs(str(tmp_path), start_after="b0000000010") == ["x"]
-    assert fs.list_dirs(str(tmp_path)) == ["b0000000001", "b0000000002", "b0000000010", "x"]
-
-
-def test_interval_mode_with_a_prefix_lists_only_the_folders_of_the_interval_and_its_look_back(make_cfg, tmp_path):
-    from eobatch.sources.files import FilesSource
-
-    cfg = make_cfg(mode="interval", schedule="@hourly", source={
-        "kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 100,
-        "interval_prefix": "dt={ds}/hour={hh}", "settle_seconds": 0, "late_lookback_intervals": 2})
-    for h in range(24):  # a day of hourly folders
-        d = tmp_path / "landing" / "dt=2026-01-01" / f"hour={h:02d}"
-        d.mkdir(parents=True)
-        (d / "a.jsonl").write_text('{"order_id": "x"}\n')
-    src = FilesSource(cfg)
-    fs = src.fs = Counting(src.fs)
-    at = T0 + 10 * H
-    rng, n, _ = src.interval_range(at, at + H, 100, lookback=[(at - H, at), (at - 2 * H, at - H)], published={})
-    assert sorted(os.path.relpath(f, tmp_path / "landing") for f in fs.listed) == [
-        "dt=2026-01-01/hour=08", "dt=2026-01-01/hour=09", "dt=2026-01-01/hour=10"]
-    assert n == 3 and {f["slice"] for f in rng["files"]} == {slice_name(at - 2 * H), slice_name(at - H), slice_name(at)}
-
-
-def test_sweep_lists_the_staging_folders_of_the_newest_batches_only(make_cfg):
-    from eobatch.protocol import Protocol
-
-    proto = Protocol(make_cfg())
-    for b in range(1, 13):
-        (Path(proto.layout.staging_root("sink")) / f"b{b:010d}").mkdir(parents=True)
-    assert proto._staged_batches() == list(range(1, 13))
-    assert proto._staged_batches(after=7) == [8, 9, 10, 11, 12]
-
-
 # -- the protocol with checkpoints: real batches, real Delta tables ---------------------------------
-def _land(cfg, name: str, ids: range) -> None:
-    (Path(cfg.source.path) / name).write_text("".join(json.dumps({"order_id": f"o{i}"}) + "\n" for i in ids))
-
-
-def _batch(proto) -> int | None:
-    from support.pyarrow_stager import stage
-
-    proto.recover()
-    plan, _ = proto.plan()
-    if plan is None:
-        return None
-    attempt = stage(proto, plan.batch_id)
-    proto.verify(plan.batch_id, attempt)
-    proto.commit(plan.batch_id)
-    return plan.batch_id
-
-
-def _published(proto) -> list[str]:
-    from deltalake import DeltaTable
-
-    return sorted(r["order_id"] for r in DeltaTable(proto.cfg.sink_table).to_pyarrow_table().to_pylist())
-
-
 def test_runs_write_checkpoints_and_a_rewind_and_a_reset_across_them_publish_each_record_once(
         make_cfg, tmp_path, monkeypatch):
     from eobatch.protocol import Protocol
@@ -535,57 +368,7 @@ def test_runs_write_checkpoints_and_a_rewind_and_a_reset_across_them_publish_eac
     assert newest.checkpoint_id >= 9 and len(newest.base.rewinds) == 1
 
 
-def test_a_reset_after_the_tables_were_recreated_removes_the_checkpoints_of_the_forgotten_batches(
-        make_cfg, monkeypatch):
-    import shutil
-
-    from eobatch.protocol import Protocol
-
-    monkeypatch.setattr(ckpt, "INTERVAL", 2)
-    cfg = make_cfg()
-    proto = Protocol(cfg)
-    for i in range(4):
-        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 2))
-        assert _batch(proto) == i + 1
-    assert proto.ledger.checkpoint_files()
-    for table in (cfg.sink_table, cfg.quarantine_table):  # both tables dropped: the ledger is ahead
-        shutil.rmtree(Path(table) / "_delta_log")
-    assert proto.reset(1) == [1, 2, 3, 4]
-    assert proto.ledger.checkpoint_files() == []
-    assert _batch(proto) == 1
-    assert _published(proto) == sorted(f"o{i}" for i in range(40) if i % 10 < 2)
-
-
 # -- what a plan reads: the same at batch 10 as at batch 2,000 ---------------------------------------
-class Counting:
-    """A real storage that counts the calls made to it (reads, listings, writes)."""
-
-    READS = ("read_bytes", "open_read", "exists", "stat", "list_files", "list_dirs")
-
-    def __init__(self, real):
-        self._real = real
-        self.calls: dict[str, int] = {}
-        self.listed: list[str] = []  # the folders listed
-
-    def __getattr__(self, name):
-        attr = getattr(self._real, name)
-        if not callable(attr):
-            return attr
-
-        def counted(*a, **k):
-            self.calls[name] = self.calls.get(name, 0) + 1
-            if name == "list_files":
-                self.listed.append(a[0])
-            out = attr(*a, **k)
-            return list(out) if name == "list_files" else out
-
-        return counted
-
-    @property
-    def reads(self) -> int:
-        return sum(n for k, n in self.calls.items() if k in self.READS)
-
-
 def _put(path: str, data: bytes) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     Path(path).write_bytes(data)
@@ -678,7 +461,7 @@ def test_a_plan_at_batch_2000_reads_what_a_plan_at_batch_10_reads(tmp_path):
 
 
 if __name__ == "__main__":
-    # PYTHONPATH=plugins:tests .venv/bin/python tests/unit/test_ledger_checkpoint.py 10 2000 100000 [--keep-landing]
+    # PYTHONPATH=plugins:tests .venv/bin/python tests/unit/test_checkpoint.py 10 2000 100000 [--keep-landing]
     # plan() seconds and storage calls on synthetic ledgers of N committed batches (one landing file
     # each; consumed landing files removed unless --keep-landing), sizes interleaved, 15 runs each:
     # right after a checkpoint, and with INTERVAL - 1 plans after it (the most there can be).

@@ -1,20 +1,110 @@
-"""S3 credentials and spark-submit: the decision "may credentials travel as spark-submit's
-process environment?" is the Spark hook's own (never a guess from the master's spelling),
-and every credential value is known to Airflow's secrets masker before spark-submit starts.
-
-The hook here is the installed provider's real SparkSubmitHook, fed a connection through
-``AIRFLOW_CONN_<ID>`` (JSON); only ``submit`` is replaced, so that no process is started:
-the replacement builds the real command line with the hook's real ``_build_spark_submit_command``.
-"""
+"""eobatch.airflow_ops: the Airflow operators and sensors only translate: the product's errors by
+kind, in one place (``_step``); S3 credentials for spark-submit; the late-files metric."""
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
+from pathlib import Path
 
 import pytest
 
+from eobatch import errors
+from eobatch.batch_run import Report
+from eobatch.formats import BatchPlan, PreparedBatch, fingerprint_of
+from eobatch.protocol import Protocol
+from support.protocol_runs import land, run
+
+
+class _TI:
+    """A task instance as the operators use it: XCom pulls answered from ``xcoms`` (the plan task's
+    batch 1 when not given), pushes recorded; first try."""
+
+    try_number = 1
+
+    def __init__(self, xcoms: dict | None = None):
+        self.xcoms = {("plan", "return_value"): 1} if xcoms is None else xcoms
+        self.pushed: dict = {}
+
+    def xcom_pull(self, task_ids=None, key="return_value"):
+        return self.xcoms.get((task_ids, key))
+
+    def xcom_push(self, key, value):
+        self.pushed[key] = value
+
+
+# -- errors: each kind translated in one place (_step) ----------------------------------------------
+
+
+@pytest.mark.parametrize("sensor", [True, False])
+def test_airflow_translates_each_kind_in_one_place(sensor):
+    from airflow.sdk import BaseOperator, BaseSensorOperator
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from eobatch.airflow_ops import _step
+
+    task = (BaseSensorOperator(task_id="s") if sensor else BaseOperator(task_id="t"))
+
+    def raises(e):
+        def fn():
+            raise e
+        return fn
+
+    wait = errors.BatchInFlight("batch 3 of run r is not decided yet")
+    if sensor:
+        assert _step(task, "plan", raises(wait)) is None  # the sensor pokes again
+    else:
+        with pytest.raises(errors.BatchInFlight):  # any other task: Airflow's retry
+            _step(task, "recover", raises(wait))
+    with pytest.raises(AirflowFailException, match="cannot be committed"):
+        _step(task, "commit", raises(errors.CommitBlocked("PREPARED batch 1 cannot be committed")))
+    with pytest.raises(errors.RetryableError):  # a retryable error is raised as it is: Airflow's retries
+        _step(task, "commit", raises(errors.RetryableError("S3 is down")))
+    with pytest.raises(AirflowSkipException, match="nothing new"):
+        _step(task, "plan", lambda: Report(lines=["x"], skip="nothing new"))
+    r = _step(task, "verify", lambda: Report(lines=["PREPARED"], warnings=["late"], value=7))
+    assert r.value == 7
+
+
+# A terminal protocol error fails the task at once (AirflowFailException: no retries), never after
+# eight retries with backoff.
+
+
+def test_commit_of_a_prepared_batch_whose_files_are_gone_fails_without_retry(make_cfg, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch.airflow_ops import CommitOperator
+    from eobatch.protocol import Protocol
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    assert proto.ledger.put_plan(BatchPlan(pipeline="orders", batch_id=1, source_kind="files", range={"files": []},
+                                           rows_in=1, config_fingerprint="f", planned_at="t"))
+    adds = {"sink": [{"path": "eo_batches/b0000000001/a1/part-0.parquet", "size": 10, "partition_values": {},
+                      "modification_time": 0, "stats": "{}"}], "quarantine": []}
+    assert proto.ledger.put_prepared(PreparedBatch(
+        pipeline="orders", batch_id=1, attempt="a1", adds=adds, arrow_schema={}, partition_by={},
+        fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,
+        bytes=10, files=1, prepared_at="t", verify_seconds=0.0, stage_seconds=0.0))
+    op = CommitOperator(task_id="commit", pipeline_file=cfg.file)
+    ctx = {"ti": _TI({("plan", "return_value"): 1}), "params": {}, "dag_run": None, "run_id": "r1"}
+    with pytest.raises(AirflowFailException, match="PREPARED batch 1 cannot be committed.*is gone"):
+        op.execute(ctx)
+
+
+# -- S3 credentials and spark-submit ---------------------------------------------------------------
+# The decision "may credentials travel as spark-submit's process environment?" is the Spark hook's
+# own (never a guess from the master's spelling), and every credential value is known to Airflow's
+# secrets masker before spark-submit starts.
+#
+# The hook here is the installed provider's real SparkSubmitHook, fed a connection through
+# ``AIRFLOW_CONN_<ID>`` (JSON); only ``submit`` is replaced, so that no process is started:
+# the replacement builds the real command line with the hook's real ``_build_spark_submit_command``.
+
+
 HOOK_MODULE = "airflow.providers.apache.spark.hooks.spark_submit"
+
 
 MASTERS = [
     ("local[*]", True),
@@ -87,19 +177,6 @@ def test_a_hook_that_cannot_be_built_forwards_nothing(spark_conn, monkeypatch):
 
 
 # ---- the stage task itself: the real operator, the real hook, no spark-submit process ----
-
-
-class _TI:
-    try_number = 1
-
-    def __init__(self):
-        self.pushed = {}
-
-    def xcom_pull(self, task_ids=None, key="return_value"):
-        return 1
-
-    def xcom_push(self, key, value):
-        self.pushed[key] = value
 
 
 @pytest.fixture
@@ -176,3 +253,35 @@ def test_stage_masks_credentials_from_the_aws_connection_before_spark_submit(spa
     seen = s3_stage(spark_conn("yarn"), watch=values.values())
     assert seen["masked"] == {v: "<***>" for v in values.values()}
     assert not any(values["token"] in arg for arg in seen["cmd"])
+
+
+# -- the late files metric: what the plan found late, counted through Airflow's StatsD client ----------
+
+
+def test_the_plan_records_what_was_late_and_a_statsd_metric_counts_it(by_prefix, tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    proto = Protocol(by_prefix)
+    land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1"])
+    run(proto, 0)
+    land(by_prefix, "dt=2026-01-01/hour=00/late.jsonl", ["late1"])
+    plan = run(proto, 1)
+    assert [(x["interval"].split("/")[0], [p.rsplit("/", 1)[-1] for p in x["files"]], x["action"])
+            for x in plan.late] == [("2026-01-01T00:00:00+00:00", ["late.jsonl"], "republish")]
+    # the plan task's metric, through Airflow's own StatsD client, received by a real UDP socket
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(20)
+    code = ("import types; from eobatch.airflow_ops import _count_late_files; "
+            "_count_late_files(types.SimpleNamespace(cfg=types.SimpleNamespace(name='orders'), "
+            f"last_late={plan.late!r}))")
+    env = {**os.environ, "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+           "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]), "AIRFLOW_HOME": str(tmp_path / "af"),
+           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "plugins")}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    want, got = {"airflow.eobatch.orders.late_files:1|c", "airflow.eobatch.orders.late_files_republish:1|c"}, set()
+    while not want <= got:  # Airflow sends metrics of its own too
+        got |= set(sock.recv(65536).decode().splitlines())

@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from eobatch.config import ConfigError
-from eobatch.formats import StageSummary
 from eobatch.sources import IntervalTooLarge, kind_for, source_for
 from eobatch.sources.files import LateFiles
 from eobatch.sources.parquet import ParquetConfig, ParquetSource, UnreadableParquet
+from support.landing import planned_paths as _paths
+from support.records import stage_summary as _summary
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
 
@@ -30,10 +31,6 @@ def _land(root: Path, rel: str, rows: int, mtime_s: int, row_group_size: int | N
     pq.write_table(table, p, row_group_size=row_group_size)
     os.utime(p, ns=(mtime_s * 10**9, mtime_s * 10**9))
     return str(p)
-
-
-def _paths(rng):
-    return [f["path"] for f in rng["files"]]
 
 
 class _Plan:
@@ -147,12 +144,6 @@ def test_interval_by_prefix_late_files_and_the_record_limit(make_cfg, tmp_path):
 
 
 # -- the range against the stage summary -----------------------------------------------------
-
-
-def _summary(rows_in, positions):
-    return StageSummary(batch_id=1, attempt="a", rows_in=rows_in, rows_valid=rows_in, rows_quarantined=0,
-                        row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
-                        stage_seconds=0.0, source_positions=positions)
 
 
 def test_rows_read_per_file_are_checked_against_the_footer_counts():

@@ -1,84 +1,27 @@
-"""eobatch.sources.files: record counting and the choice of the next range of landing files."""
+"""eobatch.sources.files: the choice of the next range of landing files, interval ranges and the
+folders listed for them, file size limits, and symbolic links in a landing zone."""
 
 from __future__ import annotations
 
-import io
+import json
+import logging
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from eobatch import lines
+from eobatch.formats import slice_name
+from eobatch.protocol import Protocol
 from eobatch.sources import source_for
-from eobatch.sources.files import FilesSource, count_records
-from eobatch.storage import LocalStorage
+from eobatch.sources.files import FilesSource, changed_since_plan
+from support.counting import Counting
+from support.landing import T0, land_at
+from support.landing import links_of as _links
+from support.landing import planned_paths as _paths
+from support.landing import zone_with_links as _zone_with_links
 
-CHUNK = 1 << 22  # count_records reads 4 MiB at a time
-T0 = 1_700_000_000  # seconds
-
-
-def _reference_count(data: bytes) -> int:
-    """What the Spark job keeps: lines split on \\n, minus whitespace-only ones."""
-    return sum(1 for line in data.split(b"\n") if line.strip(b" \t\r\x0b\x0c"))
-
-
-def _count(tmp_path, data: bytes) -> int:
-    p = tmp_path / "f.jsonl"
-    p.write_bytes(data)
-    return count_records(LocalStorage(), str(p))
-
-
-@pytest.mark.parametrize("data,expected", [
-    (b"", 0),
-    (b"\n", 0),
-    (b"{}", 1),
-    (b"{}\n", 1),
-    (b'{"a":1}\n{"a":2}\n{"a":3}', 3),
-    (b'{"a":1}\n{"a":2}\n{"a":3}\n', 3),
-    (b'{"a":1}\r\n{"a":2}\r\n', 2),
-    (b'{"a":1}\r\n{"a":2}', 2),
-    (b"\r\n\r\n{}\r\n\r\n", 1),
-    (b"{}\n\n\n{}\n", 2),
-    (b"{}\n   \n\t\n \x0b\x0c\r\n{}", 2),
-    (b"   \n\t", 0),
-    (b"not json at all\n  {}  \n", 2),  # invalid lines are records too (they go to quarantine)
-])
-def test_count_records_small(tmp_path, data, expected):
-    assert _count(tmp_path, data) == expected
-    assert _reference_count(data) == expected
-
-
-@pytest.mark.parametrize("case", ["crlf-split", "blank-across", "record-across", "newline-at-boundary",
-                                  "many-lines"])
-def test_count_records_across_chunk_boundary(tmp_path, case):
-    if case == "crlf-split":  # \r is the last byte of chunk 1, \n the first of chunk 2
-        data = b"x" * (CHUNK - 1) + b"\r\n" + b'{"b":2}\r\n'
-    elif case == "blank-across":  # a whitespace-only line spans the boundary
-        data = b'{"a":1}\n' + b" " * CHUNK + b"\n" + b'{"b":2}'
-    elif case == "record-across":  # one record spans the boundary, no trailing newline
-        data = b'{"a":1}\n' + b"y" * (CHUNK + 10)
-    elif case == "newline-at-boundary":
-        data = b"z" * (CHUNK - 1) + b"\n" + b"\n" + b"w\n"
-    else:
-        line = b'{"id":"0123456789","amount":12.5}\n'  # 35 bytes: 4 MiB is not a multiple
-        data = line * ((CHUNK * 2) // len(line) + 17) + b"   \r\n"
-    assert len(data) > CHUNK
-    assert _count(tmp_path, data) == _reference_count(data)
-    expected = {"crlf-split": 2, "blank-across": 2, "record-across": 2, "newline-at-boundary": 2}
-    if case in expected:
-        assert _reference_count(data) == expected[case]
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.lists(st.sampled_from([b"\n", b"\r", b" ", b"\t", b"\x0b", b"\x0c", b"x", b"{}", b"\xe2\x80\xa8", b"\x85"]),
-                max_size=60), st.integers(1, 9))
-def test_count_records_agrees_with_the_line_definition_at_any_chunk_size(parts, chunk_size):
-    """The planner's count (in C, chunk by chunk) is eobatch.lines' own split, whatever the chunking."""
-    data = b"".join(parts)
-    assert lines.count_records(io.BytesIO(data), chunk_size) == sum(1 for _ in lines.split_records(data))
+T0_MS, H_MS = 1_767_225_600_000, 3_600_000  # 2026-01-01T00:00Z and an hour, in milliseconds
 
 
 # -- next_range ------------------------------------------------------------------------
@@ -96,10 +39,6 @@ def _land(root: Path, rel: str, records: int, mtime_s: int, blank_lines: int = 0
 def _plan(rng, notes=()):
     """A previous batch plan as next_range sees it."""
     return SimpleNamespace(range=rng or {"files": []}, notes=list(notes))
-
-
-def _paths(rng):
-    return [f["path"] for f in rng["files"]]
 
 
 @pytest.fixture
@@ -295,32 +234,26 @@ def test_interval_by_prefix_and_the_record_limit(make_cfg):
         s.interval_range(t * 1000, (t + 3600) * 1000, 4)
 
 
-ODD_TERMINATORS = {  # record content for the planner and the job alike: counted, never dropped
-    "NEL": "\u0085".encode(), "LS": "\u2028".encode(), "PS": "\u2029".encode(),
-    "lone-CR-inside": b"{}\r{}", "NEL-after-record": '{"a":1}\u0085'.encode(),
-    "CR-then-NEL": "\r\u0085".encode(),
-}
+def test_interval_mode_with_a_prefix_lists_only_the_folders_of_the_interval_and_its_look_back(make_cfg, tmp_path):
+    from eobatch.sources.files import FilesSource
+
+    cfg = make_cfg(mode="interval", schedule="@hourly", source={
+        "kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 100,
+        "interval_prefix": "dt={ds}/hour={hh}", "settle_seconds": 0, "late_lookback_intervals": 2})
+    for h in range(24):  # a day of hourly folders
+        d = tmp_path / "landing" / "dt=2026-01-01" / f"hour={h:02d}"
+        d.mkdir(parents=True)
+        (d / "a.jsonl").write_text('{"order_id": "x"}\n')
+    src = FilesSource(cfg)
+    fs = src.fs = Counting(src.fs)
+    at = T0_MS + 10 * H_MS
+    rng, n, _ = src.interval_range(at, at + H_MS, 100, lookback=[(at - H_MS, at), (at - 2 * H_MS, at - H_MS)], published={})
+    assert sorted(os.path.relpath(f, tmp_path / "landing") for f in fs.listed) == [
+        "dt=2026-01-01/hour=08", "dt=2026-01-01/hour=09", "dt=2026-01-01/hour=10"]
+    assert n == 3 and {f["slice"] for f in rng["files"]} == {slice_name(at - 2 * H_MS), slice_name(at - H_MS), slice_name(at)}
 
 
-@pytest.mark.parametrize("name", sorted(ODD_TERMINATORS))
-def test_lines_of_only_unicode_line_separators_are_records(tmp_path, name):
-    from eobatch import lines
-
-    data = b'{"a":1}\n' + ODD_TERMINATORS[name] + b"\n\r\n" + ODD_TERMINATORS[name]
-    assert _count(tmp_path, data) == 3
-    assert [n for n, _ in lines.split_records(data)] == [1, 2, 4]
-    assert not lines.is_blank(ODD_TERMINATORS[name])
-
-
-def test_the_spark_expressions_say_what_the_python_definition_says():
-    """The job's regular expressions are Java's: anchored with \\z, never $ (which matches before a
-    final U+0085, U+2028, U+2029 or lone \\r in Java)."""
-    from eobatch import lines
-
-    assert "$" not in lines.SPARK_BLANK_LINE and lines.SPARK_BLANK_LINE.endswith(r"\z")
-    assert "$" not in lines.SPARK_TRAILING_CR and lines.SPARK_TRAILING_CR.endswith(r"\z")
-    for blank in (b"", b" ", b"\t\r", b"\x0b\x0c \r"):
-        assert lines.is_blank(blank)
+# -- max_file_bytes ----------------------------------------------------------------------
 
 
 def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_time(make_cfg, tmp_path):
@@ -355,3 +288,89 @@ def test_a_file_of_any_size_is_planned_by_default_and_max_file_bytes_must_be_pos
     assert plan is not None and plan.rows_in == 2 and plan.range["files"][0]["size"] > 200 << 20
     with pytest.raises(ConfigError, match="source.max_file_bytes"):
         make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 0})
+
+
+# -- symbolic links in a landing zone: never followed, and reported ---------------------------------
+# A link can point anywhere, e.g. at a credentials file: following it would read the secret and
+# land it in the quarantine table's ``raw`` column. The listing skips links to files, links to
+# folders and dangling links, and tells the caller about them (test_storage.py); the planner
+# names them in the batch plan's notes; the stage job's last check (``changed_since_plan``)
+# refuses a planned file that was replaced by a link after the plan. A hard link is a regular
+# file and is read as one.
+
+
+def test_the_plan_holds_only_the_regular_file_and_its_notes_name_the_links(make_cfg, caplog):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    paths = _zone_with_links(landing.parent, landing)
+    with caplog.at_level(logging.WARNING, logger="eobatch.sources.files"):
+        plan, is_new = Protocol(cfg).plan()
+    assert is_new
+    assert [f["path"] for f in plan.range["files"]] == [paths["regular"]]
+    assert plan.rows_in == 2
+    assert "s3cr3t" not in json.dumps(plan.range) and "s3cr3t" not in json.dumps(plan.notes)
+    link_notes = [n for n in plan.notes if n.startswith("ignored symbolic link ")]
+    assert len(link_notes) == 3
+    for link in _links(paths):
+        assert sum(f"ignored symbolic link {link} in the landing zone" in n for n in link_notes) == 1
+    assert all("links are never followed" in n for n in link_notes)
+    for link in _links(paths):
+        assert any(f"ignored symbolic link {link} " in r.getMessage() for r in caplog.records)
+
+
+def test_list_landing_keeps_the_links_for_the_planner(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    paths = _zone_with_links(landing.parent, landing)
+    src = FilesSource(cfg)
+    assert [f.path for f in src.list_landing()] == [paths["regular"]]
+    assert sorted(src.links) == _links(paths)
+
+
+def test_a_link_is_noted_in_one_plan_only(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    os.symlink(landing.parent / "elsewhere.jsonl", landing / "l.jsonl")
+    src = FilesSource(cfg)
+    rng1, _, notes1 = src.next_range([], 100)
+    assert [f["path"] for f in rng1["files"]] == [a]
+    assert len(notes1) == 1 and notes1[0].startswith(f"ignored symbolic link {landing / 'l.jsonl'} ")
+    land_at(landing / "b.jsonl", range(1), T0 + 1)
+    plan1 = SimpleNamespace(range=rng1, notes=notes1)
+    rng2, _, notes2 = src.next_range([plan1], 100)
+    assert [f["path"] for f in rng2["files"]] == [str(landing / "b.jsonl")]
+    assert notes2 == []  # already in the earlier plan's notes
+
+
+def test_a_hard_link_is_a_regular_landing_file(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    elsewhere = land_at(landing.parent / "produced.jsonl", range(4))
+    os.link(elsewhere, landing / "h.jsonl")
+    plan, _ = Protocol(cfg).plan()
+    assert [f["path"] for f in plan.range["files"]] == [str(landing / "h.jsonl")]
+    assert plan.rows_in == 4 and plan.notes == []
+    assert changed_since_plan(plan.range) == []
+
+
+def test_changed_since_plan_refuses_a_planned_file_replaced_by_a_link(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    plan, _ = Protocol(cfg).plan()
+    planned = plan.range["files"][0]
+    assert planned["path"] == a and changed_since_plan(plan.range) == []
+    # a file outside the landing zone of the same size and modification time
+    secret = landing.parent / "secret"
+    secret.write_text("x" * (planned["size"] - 1) + "\n")
+    os.utime(secret, ns=(os.stat(a).st_atime_ns, os.stat(a).st_mtime_ns))
+    assert (os.stat(secret).st_size, os.stat(secret).st_mtime_ns) == (os.stat(a).st_size, os.stat(a).st_mtime_ns)
+    os.remove(a)
+    os.symlink(secret, a)
+    problems = changed_since_plan(plan.range)
+    assert problems == [f"{a}: is now a symbolic link; refusing to read it"]
+    # a dangling link in its place is refused the same way
+    os.remove(a)
+    os.symlink(landing.parent / "nothing", a)
+    assert changed_since_plan(plan.range) == [f"{a}: is now a symbolic link; refusing to read it"]

@@ -1,0 +1,192 @@
+"""eobatch.protocol.repairs: rewind, reset and sweep, on real local storage; where batches are
+published, real delta-rs tables and the pyarrow stager as the stage job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eobatch import checkpoint as ckpt
+from eobatch.protocol import ConcurrentPlan, Protocol
+from support.protocol_runs import empty_plan as _plan
+from support.protocol_runs import land_ids as _land
+from support.protocol_runs import prepare_by_hand as _prepare
+from support.protocol_runs import published_ids as _published
+from support.protocol_runs import run_next as _batch
+from support.protocol_runs import stage_by_hand as _stage
+from support.protocol_runs import staged_left as _left
+
+# -- rewind: it reserves the next batch, put-if-absent ------------------------------------------------
+# A rewind and a plan are exclusive through the ledger itself: the rewind reserves batch L+1
+# (put-if-absent) as the first batch that reads again from K's start. A plan that got there first
+# wins and the rewind does nothing; a rewind that got there first makes every later plan continue
+# after its replay.
+
+
+def _drain(proto: Protocol) -> None:
+    while _batch(proto) is not None:
+        pass
+
+
+def test_a_plan_that_wins_the_race_makes_the_rewind_do_nothing(make_cfg, monkeypatch):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 3))
+        assert _batch(proto) == i + 1
+    _land(cfg, "late.jsonl", range(100, 102))
+    other = Protocol(cfg)
+    real = proto.ledger.fs.put_if_absent
+    raced = []
+
+    def another_run_plans_first(path, data):  # between the rewind's checks and its first ledger write
+        if not raced:
+            raced.append(other.plan(run_id="scheduled")[0].batch_id)
+        return real(path, data)
+
+    monkeypatch.setattr(proto.ledger.fs, "put_if_absent", another_run_plans_first)
+    with pytest.raises(ConcurrentPlan, match="batch 4 was planned by run scheduled.*nothing was rewound"):
+        proto.rewind(2, run_id="ui")
+    monkeypatch.undo()
+    assert raced == [4] and proto.ledger.rewinds() == []
+    assert _published(proto) == sorted(f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22))  # not restored
+    _drain(proto)
+    # asked again once batch 4 is committed: the rewind happens, and everything ends exactly once
+    proto.rewind(2, run_id="ui-again")
+    _drain(proto)
+    assert _published(proto) == sorted(f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22, 100, 101))
+
+
+def test_a_rewind_that_wins_the_race_makes_the_plan_continue_after_its_replay(make_cfg):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 3))
+        assert _batch(proto) == i + 1
+    proto.rewind(2, run_id="ui")
+    replay = proto.ledger.plan(4)
+    assert replay.rewind["to_batch"] == 2 and replay.run_id == "ui"
+    assert [f["path"].rsplit("/", 1)[-1] for f in replay.range["files"]] == ["f1.jsonl", "f2.jsonl"]
+    # another run planning now finds batch 4 reserved: it re-stages that very range
+    plan, new = Protocol(cfg).plan(run_id="scheduled")
+    assert (plan.batch_id, new) == (4, False)
+    _drain(proto)
+    assert _published(proto) == sorted(f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22))
+    assert [proto.state(b) for b in (1, 2, 3, 4)] == ["COMMITTED", "REWOUND", "REWOUND", "COMMITTED"]
+
+
+def test_a_rewind_that_died_after_its_reservation_is_finished_by_recover(make_cfg, monkeypatch):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(2):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 2))
+        assert _batch(proto) == i + 1
+
+    class Died(BaseException):
+        pass
+
+    def die(rec):
+        raise Died
+
+    monkeypatch.setattr(proto.ledger, "put_rewind", die)  # the process dies right after the reservation
+    with pytest.raises(Died):
+        proto.rewind(1, run_id="ui")
+    monkeypatch.undo()
+    fresh = Protocol(cfg)
+    rec = fresh.recover()
+    assert any("restored" in a for a in rec.actions), rec.actions
+    assert [r.key for r in fresh.ledger.rewinds()] == ["2-1"]
+    _drain(fresh)
+    assert _published(fresh) == sorted(f"o{i}" for i in (0, 1, 10, 11))
+
+
+# -- sweep and reset with runs that overlap (interval mode, backfills) ----------------------------------
+# Sweep only touches decided batches, so it never removes the files of a live attempt (another
+# run's, or a zombie's that may still become PREPARED). The staged files are written by hand.
+
+
+def test_live_attempts_of_an_undecided_batch_are_left_alone(make_cfg):
+    proto = Protocol(make_cfg())
+    assert proto.ledger.put_plan(_plan(1))
+    live = _stage(proto, 1, "a-live")
+    assert proto.sweep() == [] and proto.sweep(recent=None) == []
+    assert _left(proto) == set(live)
+    # a batch planned after the sweep read the ledger (its plan not visible yet): left alone too
+    later = _stage(proto, 2, "a-next")
+    assert proto.sweep() == [] and _left(proto) == set(live + later)
+
+
+def test_aborted_attempts_of_an_undecided_batch_go(make_cfg):
+    proto = Protocol(make_cfg())
+    assert proto.ledger.put_plan(_plan(1))
+    live = _stage(proto, 1, "a-live")
+    dead = _stage(proto, 1, "a-dead")  # e.g. a zombie that wrote after its attempt was aborted
+    proto.ledger.decide(1, "a-dead", "abort", {"reason": "stage failed"})
+    assert len(proto.sweep()) == len(dead)
+    assert _left(proto) == set(live)
+
+
+def test_a_prepared_batch_keeps_exactly_its_prepared_files(make_cfg):
+    proto = Protocol(make_cfg())
+    assert proto.ledger.put_plan(_plan(1))
+    winner = _stage(proto, 1, "a-win")
+    _stage(proto, 1, "a-lost")
+    _stage(proto, 1, "a-crashed")
+    _prepare(proto, 1, "a-win", winner)
+    proto.sweep()
+    assert _left(proto) == set(winner)
+
+
+def test_an_abandoned_batch_loses_everything(make_cfg):
+    proto = Protocol(make_cfg(mode="interval", schedule="@hourly"))
+    assert proto.ledger.put_plan(_plan(1))
+    _stage(proto, 1, "a1")
+    assert proto.abandon(1, "run failed")
+    proto.sweep()
+    assert _left(proto) == set()
+
+
+def test_reset_removes_the_staged_files_of_the_batches_it_forgets(make_cfg):
+    proto = Protocol(make_cfg())
+    for b in (1, 2):
+        assert proto.ledger.put_plan(_plan(b))
+    _stage(proto, 1, "a1")
+    _stage(proto, 2, "a2")
+    assert proto.reset(2) == [2]
+    assert _left(proto) == set(_stage(proto, 1, "a1"))  # batch 1 is undecided: kept
+    assert proto.ledger.latest_batch_id() == 1
+
+
+def test_sweep_lists_the_staging_folders_of_the_newest_batches_only(make_cfg):
+    from eobatch.protocol import Protocol
+
+    proto = Protocol(make_cfg())
+    for b in range(1, 13):
+        (Path(proto.layout.staging_root("sink")) / f"b{b:010d}").mkdir(parents=True)
+    assert proto._staged_batches() == list(range(1, 13))
+    assert proto._staged_batches(after=7) == [8, 9, 10, 11, 12]
+
+
+# -- reset and the ledger's checkpoints -----------------------------------------------------------------
+
+
+def test_a_reset_after_the_tables_were_recreated_removes_the_checkpoints_of_the_forgotten_batches(
+        make_cfg, monkeypatch):
+    import shutil
+
+    from eobatch.protocol import Protocol
+
+    monkeypatch.setattr(ckpt, "INTERVAL", 2)
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(4):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 2))
+        assert _batch(proto) == i + 1
+    assert proto.ledger.checkpoint_files()
+    for table in (cfg.sink_table, cfg.quarantine_table):  # both tables dropped: the ledger is ahead
+        shutil.rmtree(Path(table) / "_delta_log")
+    assert proto.reset(1) == [1, 2, 3, 4]
+    assert proto.ledger.checkpoint_files() == []
+    assert _batch(proto) == 1
+    assert _published(proto) == sorted(f"o{i}" for i in range(40) if i % 10 < 2)

@@ -1,0 +1,106 @@
+"""eobatch.sources.kafka: its config, spreading the record limit, slicing ranges for Spark tasks,
+the range against the stage summary, the broker errors a plan asks again after."""
+
+from __future__ import annotations
+
+import pytest
+
+from eobatch.config import ConfigError
+from eobatch.sources import kind_for
+from eobatch.sources.kafka import range_summary, spread
+from eobatch.sources.kafka.read import slices
+from support.pipeline_yaml import kafka_doc as _kafka
+from support.pipeline_yaml import load_doc as _load
+from support.records import stage_summary as _summary
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
+    c = _load(write_yaml, _kafka(base_cfg))
+    assert (c.source.kind, c.source.topic, c.source.bootstrap_servers) == ("kafka", "orders", "127.0.0.1:9092")
+    assert (c.source.starting_offsets, c.source.isolation_level, c.source.on_data_loss) == (
+        "earliest", "read_committed", "fail")
+    assert c.source.path is None and "kafka topic orders" in c.source.describe()
+
+
+@pytest.mark.parametrize("source,key,msg", [
+    ({"bootstrap_servers": None}, "source.bootstrap_servers", "is required"),
+    ({"bootstrap_servers": "no-port"}, "source.bootstrap_servers", "host:port"),
+    ({"topic": "bad topic!"}, "source.topic", "not a valid Kafka topic"),
+    ({"isolation_level": "dirty"}, "source.isolation_level", "read_committed"),
+    ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
+    ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
+    ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
+])
+def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
+    cfg = _kafka(base_cfg, **source)
+    cfg["source"] = {k: v for k, v in cfg["source"].items() if v is not None}
+    with pytest.raises(ConfigError) as e:
+        _load(write_yaml, cfg)
+    assert e.value.key == key and msg in str(e.value)
+
+
+# -- planning: the record limit spread over the partitions ---------------------------------------
+
+
+def test_spread_takes_everything_when_it_fits():
+    assert spread(100, {0: 10, 1: 0, 2: 50}) == {0: 10, 1: 0, 2: 50}
+
+
+@pytest.mark.parametrize("limit,backlog", [
+    (100, {0: 1000, 1: 1000, 2: 1000}), (7, {0: 5, 1: 5}), (1, {0: 3, 1: 900}), (1000, {0: 999, 1: 2, 2: 0}),
+])
+def test_spread_never_exceeds_limit_or_backlog_and_uses_the_limit(limit, backlog):
+    take = spread(limit, backlog)
+    assert sum(take.values()) == min(limit, sum(backlog.values()))
+    assert all(0 <= take[p] <= backlog[p] for p in backlog)
+
+
+def test_spread_is_proportional():
+    take = spread(300, {0: 1000, 1: 2000})
+    assert take == {0: 100, 1: 200}
+
+
+# -- reading: slices of a range for Spark tasks ---------------------------------------------------
+
+
+def test_slices_cover_each_range_exactly_once():
+    parts = {"0": [0, 10], "1": [5, 5], "2": [100, 125]}
+    pieces = slices(parts, 10)
+    assert pieces == [(0, 0, 10), (2, 100, 110), (2, 110, 120), (2, 120, 125)]
+    covered = sorted((p, o) for p, s, e in pieces for o in range(s, e))
+    assert covered == sorted([(0, o) for o in range(10)] + [(2, o) for o in range(100, 125)])
+
+
+# -- the range: its summary, and against the stage summary ----------------------------------------
+
+
+def test_range_summary_shows_offsets_and_loss():
+    s = range_summary({"topic": "t", "partitions": {"0": [0, 3], "1": [4, 4]}, "lost": {"1": [2, 4]}})
+    assert s.startswith("t: 3 offsets p0[0,3)") and "LOST" in s
+
+
+def test_the_kafka_check_against_the_stage_summary():
+    rng = kind_for("kafka").range({"topic": "t", "partitions": {"0": [0, 3], "1": [4, 6]}})
+    assert rng.check_stage(_summary(5, {"0": [3, 0, 2], "1": [2, 4, 5]})) == []
+    assert rng.check_stage(_summary(4, {"0": [3, 0, 2], "1": [1, 4, 6]})) == [
+        "partition 1: read offsets 4..6, outside the planned [4, 6)"]
+    assert rng.check_stage(_summary(1, {"2": [1, 0, 0]})) == ["read partition 2, which is not in the plan",
+                                                               "records per partition add up to 0, the job counted 1"]
+
+
+# -- the broker's answers --------------------------------------------------------------------
+
+
+def test_offsets_are_asked_again_after_errors_a_restarting_broker_answers():
+    """A broker that just restarted answers UNKNOWN_LEADER_EPOCH for a moment (seen in the suite
+    right after a restart): plan asks again instead of failing; other errors fail at once."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from eobatch.sources.kafka.planner import _retriable
+
+    for code in (KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT):
+        assert _retriable(KafkaException(KafkaError(code)))
+    assert not _retriable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    assert not _retriable(KafkaException("no KafkaError inside"))

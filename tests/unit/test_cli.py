@@ -1,0 +1,183 @@
+"""eobatch.cli: the protocol's verbs and their exit statuses, the ledger's rows and table, `show`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import eobatch
+from eobatch import cli
+from eobatch.cli import TABLE_COLS, render_table
+from eobatch.protocol import Protocol
+from support.protocol_runs import iv, land
+from support.protocol_runs import land_and_run as _run_batch
+from support.protocol_runs import lose_prepared_and_committed as _lose_prepared_and_committed
+from support.pyarrow_stager import stage
+
+# -- the verbs: through BatchRun, as the Airflow tasks run them; the exit status of each error kind ----
+
+
+def _cli(cfg, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eobatch.cli", *args],
+                          env={"PIPELINES_DIR": str(Path(cfg.file).parent),
+                               "PYTHONPATH": str(Path(eobatch.__file__).parents[1]), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+
+
+def _interval_cfg(make_cfg):
+    return make_cfg(mode="interval", schedule="@hourly", source={
+        "kind": "files", "path": str(Path(make_cfg().source.path)), "interval_prefix": "dt={ds}/hour={hh}",
+        "settle_seconds": 0})
+
+
+def test_cli_abort_of_an_interval_batch_abandons_it_as_the_abort_task_does(make_cfg):
+    cfg = _interval_cfg(make_cfg)
+    proto = Protocol(cfg)
+    land(cfg, "dt=2026-01-01/hour=00/a.jsonl", ["a1", "a2"])
+    plan, _ = proto.plan(interval=iv(0), run_id="h0")
+    attempt = stage(proto, plan.batch_id)
+    staged = [f for t in (cfg.sink_table, cfg.quarantine_table) for f in Path(t).rglob("*")
+              if f.is_file() and "eo_batches" in f.parts]
+    assert any(f.suffix == ".parquet" for f in staged)
+
+    r = _cli(cfg, "abort", cfg.name, str(plan.batch_id), attempt)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"removed": len(staged)}
+    assert "ABANDONED" in r.stderr
+    assert proto.ledger.abandoned(plan.batch_id) is not None  # the next interval can go ahead
+    assert not list(Path(cfg.sink_table).rglob("*.parquet"))
+    # and the interval can simply run again: a new batch of the same interval
+    plan2, new = proto.plan(interval=iv(0), run_id="h0-again")
+    assert new and plan2.batch_id == plan.batch_id + 1 and plan2.rows_in == 2
+
+
+def test_cli_abort_of_a_prepared_attempt_is_refused_with_the_protocols_exit_status(make_cfg):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    land(cfg, "a.jsonl", ["a1"])
+    plan, _ = proto.plan()
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+    r = _cli(cfg, "abort", cfg.name, str(plan.batch_id), attempt)
+    assert r.returncode == 5 and "PREPARED" in r.stderr, (r.returncode, r.stderr)
+    assert proto.ledger.prepared(plan.batch_id).attempt == attempt
+
+
+def test_cli_exit_status_by_kind(make_cfg):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    land(cfg, "a.jsonl", ["a1"])
+    plan, _ = proto.plan()
+    r = _cli(cfg, "verify", cfg.name, str(plan.batch_id), "t1-notstagedyet")  # wait: no stage summary
+    assert r.returncode == 3 and r.stderr.startswith("not ready:"), (r.returncode, r.stderr)
+    r = _cli(cfg, "verify", cfg.name, str(plan.batch_id), "../x")  # usage: a forged attempt id
+    assert r.returncode == 2, r.stderr
+    r = _cli(cfg, "commit", cfg.name, str(plan.batch_id))  # terminal: not PREPARED
+    assert r.returncode == 5 and "not PREPARED" in r.stderr, r.stderr
+    r = _cli(cfg, "plan", cfg.name)  # the batch is pending: handed back, not planned past
+    assert r.returncode == 0 and json.loads(r.stdout) == {"batch_id": 1, "new": False,
+                                                          "range": plan.range_summary()}, r.stdout
+
+
+# -- ledger_rows: a batch whose PREPARED record was lost (a crash) shows COMMITTED -----------------
+
+
+def test_crash_lost_prepared_record_ledger_rows_show_the_batch_committed(make_cfg):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    b, _ = _run_batch(proto, range(3), "a.jsonl")
+    _lose_prepared_and_committed(proto, b)
+    row, = cli.ledger_rows(Protocol(cfg))
+    assert row["state"] == "COMMITTED" and row["rows_published"] is None
+    assert any("ledger entry missing" in n for n in row["notes"])
+    Protocol(cfg).recover()
+    row, = cli.ledger_rows(Protocol(cfg))
+    assert row["state"] == "COMMITTED" and row["recovered"] is True and row["delta_version"] is not None
+
+
+# -- render_table ----------------------------------------------------------------------------------
+
+
+def _row(batch_id, **kw):
+    row = {k: None for k, _ in TABLE_COLS}
+    row.update(batch_id=batch_id, state="COMMITTED", source_range="1 files [a.jsonl]", rows_in=5,
+               attempts=1, plan_s=0.123, notes=[])
+    row.update(kw)
+    return row
+
+
+def test_render_table_header_rows_and_notes():
+    rows = [
+        _row(1, rows_published=4, rows_quarantined=1, files=1, bytes=1234, delta_version=1, stage_s=12.0,
+             verify_s=0.456, commit_s=1.0),
+        _row(2, state="PLANNED", source_range="3 files [b.jsonl, c.jsonl, d.jsonl]",
+             notes=["changed /l/a.jsonl after it was consumed", "second note"]),
+    ]
+    out = render_table(rows)
+    lines = out.split("\n")
+    header, sep, r1, r2 = lines[:4]
+    widths = [len(x) for x in sep.split("  ")]
+    assert set(sep.replace(" ", "")) == {"-"} and len(widths) == len(TABLE_COLS)
+
+    def cells(line):
+        out, pos = [], 0
+        for w in widths:
+            out.append(line[pos:pos + w])
+            assert line[pos + w:pos + w + 2] in ("  ", "")  # aligned under the dashes
+            pos += w + 2
+        return [c.strip() for c in out]
+
+    assert cells(header) == [h for _, h in TABLE_COLS]
+    assert cells(r1) == ["1", "COMMITTED", "1 files [a.jsonl]", "5", "4", "1", "1", "1234", "1", "1",
+                         "0.12", "12.00", "0.46", "1.00"]
+    assert cells(r2) == ["2", "PLANNED", "3 files [b.jsonl, c.jsonl, d.jsonl]", "5", "-", "-", "-", "-", "-",
+                         "1", "0.12", "-", "-", "-"]
+    assert widths[2] == len("3 files [b.jsonl, c.jsonl, d.jsonl]")  # widest cell sets the width
+    assert lines[4:] == ["", "notes:", "  batch 2: changed /l/a.jsonl after it was consumed",
+                         "  batch 2: second note"]
+
+
+def test_render_table_without_notes_and_without_rows():
+    out = render_table([_row(1)])
+    assert "notes:" not in out and len(out.split("\n")) == 3
+    empty = render_table([])
+    assert empty.split("\n")[0].split()[:2] == ["batch", "state"]
+    assert len(empty.split("\n")) == 2
+
+
+# -- show -----------------------------------------------------------------------------------------
+# `cli show` reads each table with its participant's storage options (S3 endpoint, region,
+# credentials), as every other reader of the tables does; without them an S3 table cannot be opened.
+
+
+def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monkeypatch, capsys):
+    import deltalake
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from eobatch.cli import show
+    from eobatch.protocol import Protocol
+
+    cfg = make_cfg()
+    write_deltalake(cfg.sink_table, pa.table({"order_id": ["o1", "o2"], "amount": [1.0, 2.0]}))
+    proto = Protocol(cfg)
+    for part in proto.participants.values():
+        part.storage_options = {"eobatch_marker": part.name}  # delta-rs accepts (ignores) it for a local table
+
+    opened = []
+    real = deltalake.DeltaTable
+
+    class Recording(real):
+        def __init__(self, table_uri, *args, **kwargs):
+            opened.append((str(table_uri), kwargs.get("storage_options", args[1] if len(args) > 1 else None)))
+            super().__init__(table_uri, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", Recording)
+    show(proto, limit=5)
+
+    out = capsys.readouterr().out
+    assert "Delta version 0, 2 rows" in out and '"order_id": "o2"' in out
+    parts = {p.uri: p for p in proto.participants.values()}
+    assert opened and all(opts == parts[uri].storage_options for uri, opts in opened), opened

@@ -1,0 +1,119 @@
+"""eobatch.sources: the registry of source kinds; adding a kind is one object, registered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from eobatch import sources
+from eobatch.config import ConfigError, load_pipeline
+from eobatch.formats import PreparedBatch, commit_metadata, compact_offsets
+from eobatch.sources import ConfigContext, SourceConfig, SourceKind, kind_for, kind_names, register
+from support.pipeline_yaml import write_named as _write
+from support.records import kind_plan as _plan
+
+
+def test_the_registry_knows_the_builtin_kinds_and_refuses_others(tmp_path):
+    assert kind_names() == ["files", "kafka", "parquet"]
+    for name in kind_names():
+        kind = kind_for(name)
+        assert isinstance(kind, SourceKind) and kind.name == name
+    with pytest.raises(KeyError, match="unknown source kind 'ftp'"):
+        kind_for("ftp")
+    path = _write(tmp_path, "bad", "source:\n  kind: ftp\n  path: /data/in\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: source.kind: 'ftp' must be one of files, kafka, parquet"):
+        load_pipeline(path)
+
+
+# -- adding a kind: one object, registered -------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class NumbersConfig(SourceConfig):
+    count: int = 3
+
+    def describe(self) -> str:
+        return f"the numbers 1..{self.count}"
+
+
+class NumbersKind:
+    """A toy kind: the records {"n": 1} .. {"n": count}, one batch."""
+
+    name, config_keys = "numbers", frozenset({"kind", "count"})
+    position_based, checks_late_files, located_columns = False, False, ()
+
+    def parse_config(self, src, ctx: ConfigContext):
+        if not isinstance(src.get("count", 3), int):
+            raise ConfigError(ctx.file, "source.count", "must be an integer")
+        return NumbersConfig(kind=self.name, count=src.get("count", 3))
+
+    def planner(self, cfg):
+        return NumbersPlanner(cfg.source.count)
+
+    def range(self, data):
+        return NumbersRange(data["upto"])
+
+    def start_marker(self, rng):
+        return None
+
+    def job_source(self, source):
+        return {"kind": self.name}
+
+    def unreadable(self, rng, job):
+        return []
+
+    def read(self, spark, rng, job):
+        raise NotImplementedError("not run by this unit test")
+
+    def locate(self, spark, records, rng, job):
+        return records
+
+    def positions(self, lines):
+        return {}
+
+
+@dataclass
+class NumbersPlanner:
+    count: int
+    late = ()
+
+    def next_range(self, previous_plans, limit):
+        return (None, 0, []) if previous_plans else ({"upto": self.count}, self.count, [])
+
+
+@dataclass(frozen=True)
+class NumbersRange:
+    upto: int
+
+    def to_json(self):
+        return {"upto": self.upto}
+
+    def summary(self):
+        return f"1..{self.upto}"
+
+    def commit_offsets(self):
+        return self.upto
+
+    def locations(self):
+        return []
+
+    def check_stage(self, summary):
+        return []
+
+
+def test_a_new_kind_is_one_registered_object(tmp_path, monkeypatch):
+    monkeypatch.setattr(sources, "_registered", dict(sources._registered))
+    with pytest.raises(TypeError, match="does not implement"):
+        register(object())
+    register(NumbersKind())
+    assert "numbers" in kind_names()
+    cfg = load_pipeline(_write(tmp_path, "nums", "source:\n  kind: numbers\n  count: 4\n"))
+    assert cfg.source.describe() == "the numbers 1..4" and cfg.source.path is None
+    with pytest.raises(ConfigError, match="source.other: unknown key"):
+        load_pipeline(_write(tmp_path, "nums", "source:\n  kind: numbers\n  other: 4\n"))
+    rng, n, _ = sources.source_for(cfg).next_range([], 100)
+    plan = _plan("numbers", rng)
+    assert (n, plan.range_summary(), compact_offsets(plan)) == (4, "1..4", 4)
+    prepared = PreparedBatch(pipeline="p", batch_id=3, attempt="a", adds={}, arrow_schema={}, partition_by={},
+                             fingerprint="x", rows_in=4, rows_valid=4, rows_quarantined=0, rows_published=4, bytes=0,
+                             files=0, prepared_at="", verify_seconds=0.0, stage_seconds=0.0)
+    assert commit_metadata(plan, prepared, "sink")["eo.offsets"] == "4"
