@@ -1,4 +1,5 @@
-"""HTML of the ledger page and its timeline chart (inline SVG drawn here: no JavaScript, no build).
+"""HTML of the ledger page and its timeline chart (inline SVG drawn here: no JavaScript build; one
+inline script, ``TOP_LINKS_JS``, lets links leave Airflow's iframe).
 
 Pure functions of ledger rows (``eobatch.cli.ledger_rows``), the backlog (``eobatch.backlog``)
 and a few facts about the pipeline. Every string that comes from the ledger, the landing zone
@@ -224,13 +225,27 @@ class PageView:
     description: str | None = None
 
 
+# In Airflow's "Batch ledger" tab this page is an iframe sandboxed without allow-top-navigation: a
+# link of it may not navigate the window around it (a target="_top" link does nothing). Its
+# sandbox allows scripts and the same origin, so a click on such a link is handed to that window,
+# which follows it itself. Opened directly (not in a frame), the links work as they are.
+TOP_LINKS_JS = """document.addEventListener("click", function (e) {
+  var a = e.target.closest ? e.target.closest("a[target=_top]") : null;
+  if (!a || window.top === window) return;
+  try {
+    var doc = window.top.document, link = doc.createElement("a");
+    link.href = a.href; doc.body.appendChild(link); link.click(); link.remove();
+    e.preventDefault();
+  } catch (err) { /* another origin: the browser follows the link as it may */ }
+});"""
+
 CSS = """
 body{font:14px/1.45 -apple-system,BlinkMacSystemFont,"Segoe UI",Roboto,sans-serif;margin:16px;color:#222;
 background:#fff}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 6px}
 .muted{color:#666}.small{font-size:12px}
 table{border-collapse:collapse;width:100%}th,td{border-bottom:1px solid #e3e3e3;padding:4px 6px;text-align:left;
-vertical-align:top}th{background:#f6f6f6;font-weight:600;white-space:nowrap}td.num{text-align:right;
+vertical-align:top}th{background:#f6f6f6;font-weight:600}td.num{text-align:right;
 white-space:nowrap}tr.mark td{background:#fff8d6}
 .state{display:inline-block;padding:1px 6px;border-radius:9px;color:#fff;font-size:12px;font-weight:600}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
@@ -238,6 +253,7 @@ code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px;word
 min-width:150px}.card b{display:block;font-size:18px}
 details summary{cursor:pointer}ul.notes{margin:0;padding-left:16px}.pager a,.pager span{margin-right:8px}
 dl.states{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;margin:0}
+.scroll{overflow-x:auto}a.run{word-break:break-all}
 """
 
 
@@ -263,11 +279,17 @@ def _range_cell(r: dict) -> str:
     return f'<details><summary>{summary}</summary><ul class="notes small">{"".join(items)}</ul></details>'
 
 
+def _when(iso: Any) -> str:
+    """"2026-11-23T14:22:37.123+00:00" as "2026-11-23 14:22:37" (UTC; the full value is the title)."""
+    return str(iso)[:19].replace("T", " ") if iso else "-"
+
+
 def _run_link(view: PageView, run_id: str | None) -> str:
     if not run_id:
         return '<span class="muted">-</span>'
     href = f"{view.airflow_base}/dags/{url_path(view.pipeline)}/runs/{url_path(run_id)}"
-    return f'<a href="{esc(href)}" target="_top" title="this batch\'s DAG run in Airflow">{esc(run_id)}</a>'
+    return (f'<a class="run" href="{esc(href)}" target="_top" title="this batch\'s DAG run in Airflow">'
+            f'{esc(run_id)}</a>')
 
 
 def _row_html(view: PageView, r: dict) -> str:
@@ -294,9 +316,10 @@ def _row_html(view: PageView, r: dict) -> str:
             f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}</td>'
             f'<td class="num">{fmt_int(r.get("rows_quarantined"))}</td>'
             f'<td class="num">{versions}</td>'
-            f'<td><span class="mono" title="{esc(fp)}">{esc(fp[:12] if fp else None)}</span></td>'
+            f'<td><span class="mono" title="{esc(fp)}">{esc(fp[:8] if fp else None)}</span></td>'
             f'<td class="num">{attempts}</td><td class="small">{esc(phases)}</td>'
-            f'<td class="small">{esc(r.get("planned_at"))}<br>{_run_link(view, r.get("run_id"))}</td>'
+            f'<td class="small"><span title="{esc(r.get("planned_at"))}">{esc(_when(r.get("planned_at")))}</span>'
+            f'<br>{_run_link(view, r.get("run_id"))}</td>'
             f'<td>{notes_html}</td></tr>')
 
 
@@ -355,11 +378,11 @@ def render_page(view: PageView) -> str:
                 f'{", ".join(esc(b) for b in hits)} (highlighted).</p>' if hits else
                 f'<p>DAG run <span class="mono">{esc(view.run_id)}</span> planned no batch on this page (a run '
                 f'that found nothing new, or failed before its plan, plans none).</p>')
-    head = ["batch", "state", "source range", "rows in", "published", "quarantined", "Delta version (sink / bad)",
-            "fingerprint", "attempts", "seconds per phase", "planned / DAG run", "notes"]
+    head = ["batch", "state", "source range", "rows in", "published", "quarantined", "Delta version sink / bad",
+            "fingerprint", "attempts", "seconds per phase", "planned, by DAG run", "notes"]
     rows_html = "".join(_row_html(view, r) for r in view.rows)
-    table = (f'<table id="batches"><thead><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}</tr></thead>'
-             f'<tbody>{rows_html}</tbody></table>' if view.rows else
+    table = (f'<div class="scroll"><table id="batches"><thead><tr>{"".join(f"<th>{esc(h)}</th>" for h in head)}'
+             f'</tr></thead><tbody>{rows_html}</tbody></table></div>' if view.rows else
              '<p>No batches yet. Trigger the DAG (the ▶ button): each run plans, stages, verifies and commits '
              'one batch of what has landed.</p>')
     states = "".join(f'<dt>{_state(s)}</dt><dd class="small" style="margin:0">{esc(m)}</dd>'
@@ -388,6 +411,7 @@ Spark job writes its files (stage), they are checked (verify) and published in o
 {mark}{_pager_html(view)}{table}{_pager_html(view)}
 <details class="small" style="margin-top:14px"><summary>What the states mean</summary><dl class="states">{states}</dl>
 </details>
+<script>{TOP_LINKS_JS}</script>
 </body></html>
 """
 
@@ -396,7 +420,8 @@ def render_message(title: str, message: str, link: tuple[str, str] | None = None
     """A small page for a refusal or an unknown pipeline: the title, the message, one link."""
     a = f'<p><a href="{esc(link[0])}" target="_top">{esc(link[1])}</a></p>' if link else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>'
-            f'<style>{CSS}</style></head><body><h1>{esc(title)}</h1><p>{esc(message)}</p>{a}</body></html>\n')
+            f'<style>{CSS}</style></head><body><h1>{esc(title)}</h1><p>{esc(message)}</p>{a}'
+            f'<script>{TOP_LINKS_JS}</script></body></html>\n')
 
 
 def render_not_found(name: str, known: Sequence[str], airflow_base: str = "") -> str:

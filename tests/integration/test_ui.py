@@ -1,0 +1,226 @@
+"""The ledger page in a real Airflow, started by the code of `make ui-up` (tests/support/services.py
+ui-up: api-server, scheduler, dag-processor, Airflow's own login), with real runs behind it:
+triggered through the REST API, run by the scheduler. Read anonymously (refused), with a token
+(the JSON against the raw _delta_log and `make ledger FORMAT=json`), and in a real headless
+browser (Debian's chromium): log in on Airflow's login page, open the DAG, open its "Batch
+ledger" tab, see the batch ids and states the independent reader sees.
+
+EOBATCH_UI_SCREENSHOT=<path.png> makes the browser test save a screenshot of the ledger tab there
+(docs/ledger-page.png in the README is one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from unittest import mock
+
+import pytest
+
+from support import browser, services
+from support.checks import delta_log_commits
+from support.harness import airflow_env, orders, write_pipeline
+
+pytestmark = pytest.mark.integration
+
+
+class UI:
+    def __init__(self, env: dict, pipeline, run_ids: list[str]):
+        self.url, self.user, self.password = env["AIRFLOW_UI_URL"], env["AIRFLOW_UI_USER"], env["AIRFLOW_UI_PASSWORD"]
+        self.p = pipeline
+        self.run_ids = run_ids
+
+    def get(self, path: str, token: str | None = None, headers: dict | None = None) -> tuple[int, str]:
+        h = dict(headers or {})
+        if token:
+            h["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(self.url + path, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+
+    def token(self) -> str:
+        return token(self.url, self.user, self.password)
+
+
+def token(url: str, user: str, password: str) -> str:
+    """Airflow's own ``POST /auth/token`` (the contract's way to a token)."""
+    req = urllib.request.Request(url + "/auth/token", method="POST", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"username": user, "password": password}).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["access_token"]
+
+
+def rest(url: str, tok: str, method: str, path: str, body: dict | None = None) -> dict:
+    req = urllib.request.Request(url + path, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {tok}"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def read_env_file(path: Path) -> dict:
+    out = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.removeprefix("export ").partition("=")
+        out[key] = shlex.split(value)[0]
+    return out
+
+
+@pytest.fixture(scope="module")
+def ui(tmp_path_factory):
+    """`make ui-up` (services.py ui-up) for pipeline ``orders``, three runs triggered through the
+    REST API and run by the scheduler (a, b, c: one batch each), then one more file landed and
+    not yet planned (the backlog)."""
+    root = tmp_path_factory.mktemp("ui")
+    p = write_pipeline(root, name="orders", max_records=60)
+    p.land("a.jsonl", orders("a", 50), bad=["{not json", '{"order_id": null, "amount": 1}'])
+    p.land("b.jsonl", orders("b", 40))
+    p.land("c.jsonl", orders("c", 30))
+    dot_services = root / ".services"
+    env = airflow_env(root / "airflow", p.yaml_path.parent)
+    with mock.patch.dict(os.environ, env):
+        assert services.main(["ui-up", "--dir", str(dot_services)]) == 0
+        try:
+            env_file = dot_services / "ui-env"
+            assert stat.S_IMODE(env_file.stat().st_mode) == 0o600  # it holds the password
+            ui_env = read_env_file(env_file)
+            assert set(ui_env) == {"AIRFLOW_UI_URL", "AIRFLOW_UI_USER", "AIRFLOW_UI_PASSWORD"}
+            url = ui_env["AIRFLOW_UI_URL"]
+            tok = token(url, ui_env["AIRFLOW_UI_USER"], ui_env["AIRFLOW_UI_PASSWORD"])
+            runs = [rest(url, tok, "POST", "/api/v2/dags/orders/dagRuns", {"logical_date": None, "conf": {}})
+                    ["dag_run_id"] for _ in range(3)]  # max_active_runs=1: one after the other
+            deadline = time.time() + 600
+            while time.time() < deadline:
+                states = [rest(url, tok, "GET", f"/api/v2/dags/orders/dagRuns/{urllib.parse.quote(r, safe='')}")
+                          ["state"] for r in runs]
+                if all(s in ("success", "failed") for s in states):
+                    break
+                time.sleep(2)
+            assert states == ["success"] * 3, (states, (dot_services / "ui" / "scheduler.log").read_text()[-4000:])
+            p.land("d.jsonl", orders("d", 20))  # not planned: the backlog
+            yield UI(ui_env, p, runs)
+        finally:
+            assert services.main(["ui-down", "--dir", str(dot_services)]) == 0
+            assert not (dot_services / "ui-env").exists()
+
+
+def independent_batches(table: Path, app_id: str) -> dict[int, int]:
+    """{batch id: Delta version} of the table's commits, from the raw _delta_log."""
+    return {c["txns"][0]["version"]: c["version"] for c in delta_log_commits(table)
+            if c["txns"] and c["txns"][0]["appId"] == app_id}
+
+
+def test_anonymous_and_bad_tokens_get_nothing(ui):
+    for path in ("/eobatch/pipelines/orders", "/eobatch/api/pipelines/orders/batches", "/eobatch/pipelines/nope",
+                 "/eobatch/api/pipelines/nope/batches"):
+        for headers in ({}, {"Authorization": "Bearer not-a-jwt"}, {"Cookie": "_token=forged"},
+                        {"Authorization": f"Basic {ui.user}:{ui.password}"}):
+            status, body = ui.get(path, headers=headers)
+            assert status in (401, 403), (path, headers, status, body[:300])
+            assert "batch_id" not in body and "a.jsonl" not in body and "COMMITTED" not in body
+    status, body = ui.get("/eobatch/pipelines/orders")
+    assert "Log in to Airflow" in body and "/auth/login?next=" in body
+
+
+def test_json_is_what_the_delta_log_and_make_ledger_say(ui):
+    tok = ui.token()
+    status, body = ui.get("/eobatch/api/pipelines/orders/batches", tok)
+    assert status == 200, body
+    rows = json.loads(body)
+    sink = independent_batches(ui.p.sink, "orders")
+    bad = independent_batches(ui.p.quarantine, "orders")
+    assert sorted(sink) == [1, 2, 3] and sorted(bad) == [1, 2, 3]
+    assert [(r["batch_id"], r["state"]) for r in rows] == [(b, "COMMITTED") for b in sorted(sink)]
+    assert {r["batch_id"]: r["delta_version"] for r in rows} == sink
+    assert {r["batch_id"]: r["quarantine_delta_version"] for r in rows} == bad
+    assert [(r["rows_published"], r["rows_quarantined"]) for r in rows] == [(50, 2), (40, 0), (30, 0)]
+    assert [r["run_id"] for r in rows] == ui.run_ids  # each batch names the DAG run that planned it
+    # the same objects as `make ledger FORMAT=json` (the CLI behind it, in the same environment)
+    env = airflow_env(ui.p.root / "airflow", ui.p.yaml_path.parent)
+    cli = subprocess.run([sys.executable, "-m", "eobatch.cli", "ledger", "orders", "--format", "json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    assert json.loads(cli.stdout) == rows
+    status, body = ui.get("/eobatch/api/pipelines/nope/batches", tok)
+    assert status == 404 and json.loads(body)["pipelines"] == ["orders"]
+
+
+def test_html_page_shows_batches_backlog_and_timeline(ui):
+    tok = ui.token()
+    status, page = ui.get("/eobatch/pipelines/orders", tok)
+    assert status == 200, page
+    for b in (1, 2, 3):
+        assert f'data-batch="{b}" data-state="COMMITTED"' in page
+    assert "<svg" in page and "seconds per phase" in page
+    assert "files not yet planned</span><b>1</b>" in page  # d.jsonl
+    run = urllib.parse.quote(ui.run_ids[1], safe="")
+    assert f'href="/dags/orders/runs/{run}" target="_top"' in page
+    status, page = ui.get(f"/eobatch/pipelines/orders?run_id={urllib.parse.quote(ui.run_ids[1])}", tok)
+    assert '<tr id="batch-2" class="mark"' in page
+    status, page = ui.get("/eobatch/pipelines/nope", tok)
+    assert status == 404 and "No such pipeline" in page
+
+
+def test_browser_logs_in_opens_the_dag_and_its_ledger_tab(ui):
+    """Chromium, headless: Airflow's login page, the DAG page, its "Batch ledger" tab (the plugin's
+    external view, an iframe of /eobatch/pipelines/orders), the batches the _delta_log holds; then
+    a DAG run's tab, with that run's batch marked."""
+    assert browser.missing() is None, browser.missing()  # CI installs it: a missing browser fails
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    want = {str(b): "COMMITTED" for b in independent_batches(ui.p.sink, "orders")}
+    d = browser.chrome()
+    wait = WebDriverWait(d, 60)
+    try:
+        d.get(ui.url + "/dags/orders")  # not logged in: Airflow sends the browser to its login page
+        wait.until(ec.presence_of_element_located((By.NAME, "username")))
+        assert "/auth/login" in d.current_url
+        d.find_element(By.NAME, "username").send_keys(ui.user)
+        d.find_element(By.NAME, "password").send_keys(ui.password)
+        d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        tab = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Batch ledger")))  # on the DAG page
+        assert urllib.parse.urlparse(d.current_url).path == "/dags/orders"
+        tab.click()
+        frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/eobatch/pipelines/']")))
+        assert frame.get_attribute("src") == ui.url + "/eobatch/pipelines/orders"
+        d.switch_to.frame(frame)
+        wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#batches tbody tr")))
+        rows = d.find_elements(By.CSS_SELECTOR, "#batches tbody tr")
+        assert {r.get_attribute("data-batch"): r.get_attribute("data-state") for r in rows} == want
+        assert [r.get_attribute("data-batch") for r in rows] == sorted(want, key=int, reverse=True)
+        assert "COMMITTED" in rows[0].text and d.find_elements(By.CSS_SELECTOR, "svg.timeline rect")
+        run_link = rows[0].find_element(By.CSS_SELECTOR, "a[target=_top]")
+        assert run_link.text == ui.run_ids[2]
+        d.switch_to.default_content()
+        shot = os.environ.get("EOBATCH_UI_SCREENSHOT")
+        if shot:  # the whole ledger tab: a window tall enough for it
+            d.set_window_size(1440, 1800)
+            time.sleep(2)  # the layout, the chart and the fonts settle
+            d.save_screenshot(shot)
+            d.set_window_size(1440, 1000)
+        # from a batch to its DAG run (the link leaves the iframe), then that run's ledger tab
+        d.switch_to.frame(d.find_element(By.CSS_SELECTOR, "iframe[src*='/eobatch/pipelines/']"))
+        d.find_element(By.CSS_SELECTOR, "#batch-3 a[target=_top]").click()
+        d.switch_to.default_content()
+        wait.until(lambda drv: "/runs/" in drv.current_url)
+        assert urllib.parse.unquote(d.current_url).endswith(f"/dags/orders/runs/{ui.run_ids[2]}")
+        wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Batch ledger"))).click()
+        frame = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='run_id=']")))
+        d.switch_to.frame(frame)
+        marked = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "#batches tr.mark")))
+        assert marked.get_attribute("data-batch") == "3"
+    finally:
+        d.quit()
