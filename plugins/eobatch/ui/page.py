@@ -223,6 +223,7 @@ class PageView:
     run_id: str | None = None  # a DAG run's batches to mark (the link from a DAG run)
     airflow_base: str = ""
     description: str | None = None
+    rewinds: list[str] = field(default_factory=list)  # one line per rewind of the ledger
 
 
 # In Airflow's "Batch ledger" tab this page is an iframe sandboxed without allow-top-navigation: a
@@ -389,6 +390,8 @@ def render_page(view: PageView) -> str:
                      for s, m in STATE_MEANING.items())
     versions = ", ".join(f"{esc(k)}: {esc(v)}" for k, v in sorted(view.committed_versions.items()))
     desc = f'<p>{esc(view.description)}</p>' if view.description else ""
+    rewinds = (f'<ul class="notes small">{"".join(f"<li>{esc(r)}</li>" for r in view.rewinds)}</ul>'
+               if view.rewinds else "")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(view.pipeline)}: batch ledger</title>
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>
@@ -407,7 +410,7 @@ Spark job writes its files (stage), they are checked (verify) and published in o
 <h2>Timeline of the last {len(view.chart_rows)} batches</h2>
 {timeline_svg(view.chart_rows)}
 <h2>Batches</h2>
-<p class="small muted">{esc(shown)}</p>
+{rewinds}<p class="small muted">{esc(shown)}</p>
 {mark}{_pager_html(view)}{table}{_pager_html(view)}
 <details class="small" style="margin-top:14px"><summary>What the states mean</summary><dl class="states">{states}</dl>
 </details>

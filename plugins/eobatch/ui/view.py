@@ -59,7 +59,10 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, schedule=cfg.schedule, pager=pager,
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
         backlog=backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
-        airflow_base=airflow_base, description=cfg.description)
+        airflow_base=airflow_base, description=cfg.description,
+        rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
+                 f"batches {r.to_batch}..{r.after_batch} REWOUND and read again by later batches"
+                 for r in proto.ledger.rewinds()])
 
 
 def batches_json(cfg: PipelineConfig, limit: int | None = None, offset: int = 0) -> str:

@@ -146,6 +146,12 @@ def test_page_rows_newest_first_with_states_versions_and_links():
     assert "abababababab" in out  # the fingerprint, shortened (the whole one in its title)
 
 
+def test_rewinds_are_listed_and_escaped():
+    out = render_page(view([row(1), row(2, state="REWOUND")], rewinds=[f"rewind at t (run {EVIL}): batches 2..2"]))
+    assert f"rewind at t (run {EVIL}): batches 2..2" in "".join(Tags(out).text)
+    assert 'data-batch="2" data-state="REWOUND"' in out
+
+
 def test_empty_ledger_and_unreadable_backlog():
     out = render_page(view([], backlog={"error": "PermissionError: [Errno 13] /landing"}))
     assert "No batches yet" in out and "could not be read now" in out and "<svg" not in out

@@ -94,3 +94,18 @@ def test_ledger_rows_of_chosen_batches_are_the_full_rows(three):
     proto = Protocol(three)
     every = {r["batch_id"]: r for r in cli.ledger_rows(proto)}
     assert cli.ledger_rows(proto, [3, 1, 7]) == [every[3], every[1]]
+
+
+def test_a_rewind_is_shown_with_its_rewound_batches(make_cfg, monkeypatch, tmp_path):
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 10})
+    monkeypatch.setenv("PIPELINES_DIR", os.path.dirname(cfg.file))
+    proto = Protocol(cfg)
+    for i, name in enumerate(("a.jsonl", "b.jsonl")):
+        land(cfg, name, range(10 * i, 10 * i + 10))
+        run(proto, f"manual__run{i + 1}")
+    proto.rewind(2, run_id="manual__rewind")
+    v = page_view(cfg)
+    # the rewind reserves batch 3 as its first replay, of b.jsonl again
+    assert [(r["batch_id"], r["state"]) for r in v.rows] == [(3, "PLANNED"), (2, "REWOUND"), (1, "COMMITTED")]
+    assert len(v.rewinds) == 1 and "run manual__rewind" in v.rewinds[0] and "before batch 2" in v.rewinds[0]
+    assert (v.backlog["files"], v.backlog["unpublished"]) == (0, True)  # planned again, not yet published
