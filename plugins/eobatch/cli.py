@@ -81,6 +81,10 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
     }
     if state == "COMMITTED" and committed is None:
         row["notes"].append("ledger entry missing: the next run's recover completes it")
+    if state == "ABANDONED":
+        info = proto.ledger.abandoned(b) or {}
+        row["notes"].append(f"abandoned at {info.get('abandoned_at', '?')}: {info.get('reason', 'no reason recorded')}; "
+                            f"its interval can run again")
     return row
 
 

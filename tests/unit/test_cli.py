@@ -47,6 +47,8 @@ def test_cli_abort_of_an_interval_batch_abandons_it_as_the_abort_task_does(make_
     assert json.loads(r.stdout) == {"removed": len(staged)}
     assert "ABANDONED" in r.stderr
     assert proto.ledger.abandoned(plan.batch_id) is not None  # the next interval can go ahead
+    row, = cli.ledger_rows(proto, [plan.batch_id])  # `make ledger` and the UI say why
+    assert row["state"] == "ABANDONED" and row["notes"][-1].endswith(": aborted by hand; its interval can run again")
     assert not list(Path(cfg.sink_table).rglob("*.parquet"))
     # and the interval can simply run again: a new batch of the same interval
     plan2, new = proto.plan(interval=iv(0), run_id="h0-again")
