@@ -24,6 +24,8 @@ from .errors import RetryableError, SliceRewritten, TerminalError
 from .formats import partition_text
 
 log = logging.getLogger(__name__)
+# how long a just-created table may take to be listed by the store before creating it failed
+TABLE_VISIBLE_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -148,21 +150,40 @@ class DeltaParticipant:
                 break
         return None
 
-    def ensure_table(self, schema: pa.Schema, partition_by: list[str]) -> None:
-        from deltalake import DeltaTable
+    def ensure_table(self, schema: pa.Schema, partition_by: list[str]):
+        """The table, created (version 0, nothing else) when there is none yet; returns its handle.
 
-        if self._table() is not None:
-            return
+        Creating is a put-if-absent of version 0: delta-rs must not retry a create that lost the
+        race as a later version (its default), which would commit a second CREATE TABLE, a new
+        table id, on top of the winner's, maybe after a batch (a streaming reader of the table
+        then stops on the changed id). The loser re-reads the winner's table instead.
+        """
+        from deltalake import DeltaTable
+        from deltalake.transaction import CommitProperties
+
+        dt = self._table()
+        if dt is not None:
+            return dt
         log.info("%s: creating Delta table %s (partitioned by %s)", self.name, self.uri, partition_by or "nothing")
+        error: Exception | None = None
         try:
             DeltaTable.create(self.uri, schema=schema, mode="ignore", partition_by=partition_by or None,
-                              storage_options=self.storage_options)
-        except Exception:
-            # two committers creating the table at once (on S3 the loser's conditional write of
-            # version 0 fails): the other one created it, which is all this call wants
+                              storage_options=self.storage_options,
+                              commit_properties=CommitProperties(max_commit_retries=0))
+        except Exception as e:  # noqa: BLE001 - another committer created it (checked below)
+            error = e
+        # whoever won, the table must now be there; a store may list a new entry a moment late
+        deadline = time.monotonic() + TABLE_VISIBLE_S
+        while True:
+            dt = self._table()
+            if dt is not None:
+                return dt
+            if time.monotonic() > deadline:
+                if error is not None:
+                    raise error
+                raise RuntimeError(f"{self.name}: created Delta table {self.uri} but it is not listed "
+                                   f"after {TABLE_VISIBLE_S:.0f} s")
             time.sleep(0.2)
-            if self._table() is None:
-                raise
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,
@@ -177,8 +198,7 @@ class DeltaParticipant:
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-        self.ensure_table(schema, partition_by)
-        dt = self._table()
+        dt = self.ensure_table(schema, partition_by)
         # Re-read the txn in the very snapshot this transaction is built on: a writer that
         # committed before it is seen here, one that commits after it makes delta-rs fail
         # the commit (same appId). A check made before ensure_table could be stale.
