@@ -13,7 +13,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import launch, s3conf
+from . import assets, launch, s3conf
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -154,8 +154,38 @@ def _count_late_files(proto: Protocol) -> None:
         stats.incr(f"eobatch.{proto.cfg.name}.late_files_{found['action']}", count=len(found["files"]))
 
 
+def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
+    """Has ``batch_id`` no COMMITTED ledger record yet? (Read before a step that may commit it.)"""
+    return batch_id is not None and batch_id > 0 and proto.ledger.committed(batch_id) is None
+
+
+def emit_batch_events(task: BaseOperator, context, proto: Protocol, batch_id: int) -> list[dict]:
+    """One asset event per published table of a batch this task has just committed, added through
+    the pipeline's alias (``assets``): the sink table's asset (the contract's) and the quarantine's,
+    each with its table's Delta version. Airflow records them when this task instance succeeds.
+    Returns the extras (the sink's first)."""
+    cfg = proto.cfg
+    rec = proto.ledger.committed(batch_id)
+    plan = proto.ledger.plan(batch_id)
+    if rec is None or plan is None:  # the caller saw the batch committed: a ledger that lost it is a bug
+        raise RuntimeError(f"batch {batch_id} of {cfg.name} has no COMMITTED record or plan after its commit")
+    tables = {"sink": cfg.sink_table, "quarantine": cfg.quarantine_table}
+    extras = assets.batch_extras(cfg.name, tables, plan, proto.ledger.prepared(batch_id), rec)
+    alias = assets.batch_alias(cfg.name)
+    events = context["outlet_events"][alias]
+    for participant, extra in extras.items():
+        events.add(assets.table_asset(tables[participant]), extra=extra)
+        task.log.info("asset event: batch %s of %s, %s table %s at Delta version %s", batch_id, cfg.name,
+                      participant, extra["table_uri"], extra["delta_version"])
+    return list(extras.values())
+
+
 class RecoverOperator(BaseOperator):
-    """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept."""
+    """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept.
+
+    A batch whose commit this task completes (PREPARED by an earlier run that did not commit it, or
+    committed in every table by a commit that died before the ledger's COMMITTED record) gets its
+    asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task."""
 
     ui_color = "#f3e5f5"
 
@@ -165,7 +195,12 @@ class RecoverOperator(BaseOperator):
 
     def execute(self, context):
         run = _run(self.pipeline_file, context)
-        return _step(self, "recover", run.recover).value
+        latest = run.proto.ledger.latest_batch_id()
+        open_before = _uncommitted(run.proto, latest)
+        report = _step(self, "recover", run.recover)
+        if open_before and self.outlets and not _uncommitted(run.proto, latest):
+            emit_batch_events(self, context, run.proto, latest)
+        return report.value
 
 
 class PlanOperator(BaseSensorOperator):
@@ -272,7 +307,15 @@ class VerifySensor(BaseSensorOperator):
 
 
 class CommitOperator(BaseOperator):
-    """commit: one Delta transaction per participant; retried until it succeeds (never aborted)."""
+    """commit: one Delta transaction per participant; retried until it succeeds (never aborted).
+
+    With the outlet ``AssetAlias("eobatch-<pipeline>")`` (the DAG factory declares it), a commit that
+    writes the batch's COMMITTED ledger record adds one asset event per published table
+    (``emit_batch_events``). None for a dry run (nothing is committed) nor for a recommit of a batch
+    already COMMITTED (a cleared task, a batch the next run's recover committed first): the ledger's
+    record is put-if-absent, so exactly one call per batch writes it. A commit task that dies after
+    that write and before Airflow records its success loses the events (they are Airflow's, written on
+    success); the ledger and the Delta log stay the truth."""
 
     ui_color = "#c8e6c9"
 
@@ -284,8 +327,14 @@ class CommitOperator(BaseOperator):
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         run = _run(self.pipeline_file, context)
-        return _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
-                     attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")).value
+        open_before = _uncommitted(run.proto, batch_id)
+        report = _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
+                       attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"))
+        if open_before and not run.params.dry_run and self.outlets and not _uncommitted(run.proto, batch_id):
+            emit_batch_events(self, context, run.proto, batch_id)
+        elif not open_before and not run.params.dry_run:
+            self.log.info("commit: batch %s was already COMMITTED before this task: no asset event", batch_id)
+        return report.value
 
 
 class AbortOperator(BaseOperator):

@@ -10,6 +10,7 @@ import datetime as dt
 
 from airflow.sdk import DAG, Param
 
+from . import assets
 from .airflow_ops import (
     AbortOperator,
     CommitOperator,
@@ -54,6 +55,8 @@ Each run is one micro-batch under a two-phase commit:
 **plan** (record the exact source range) → **stage** (spark-submit, staged files invisible to
 readers) → **verify** (every partition's manifest, files, sizes, counts, schema ⇒ PREPARED) →
 **commit** (one Delta transaction per table with `txn(appId={name}, version=batch)`).
+Each committed batch emits one event on the asset `{asset}` (alias `{alias}`), extra: batch id,
+Delta version, rows, source range; none for a dry run, a skipped run or a recommit.
 A failure before PREPARED runs **abort** (the attempt's files are removed; the batch keeps its
 range and is re-staged by the next run).
 
@@ -81,11 +84,15 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         params=run_params(),
         tags=["eobatch", cfg.source.kind, cfg.mode],
         doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
+                          asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
                           quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
                           schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else ", manual triggers only"),
     ) as dag:
         f = cfg.file
-        recover = RecoverOperator(task_id="recover", pipeline_file=f)
+        # The published tables are Airflow Assets (eobatch.assets): events are added through the
+        # pipeline's alias by the tasks that can commit a batch, once per committed batch.
+        published = assets.batch_alias(cfg.name)
+        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published])
         plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
                             timeout=cfg.plan_wait_seconds)
         # Backfills run with their own max_active_runs: commits of one table are serialised here
@@ -94,7 +101,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
                               retries=cfg.stage_retries)
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
-        commit = CommitOperator(task_id="commit", pipeline_file=f, retries=cfg.commit_retries,
+        commit = CommitOperator(task_id="commit", pipeline_file=f, retries=cfg.commit_retries, outlets=[published],
                                 retry_exponential_backoff=True, max_active_tis_per_dag=1,
                                 max_retry_delay=dt.timedelta(minutes=10))
         abort = AbortOperator(task_id="abort", pipeline_file=f)

@@ -285,3 +285,121 @@ def test_the_plan_records_what_was_late_and_a_statsd_metric_counts_it(by_prefix,
     want, got = {"airflow.eobatch.orders.late_files:1|c", "airflow.eobatch.orders.late_files_republish:1|c"}, set()
     while not want <= got:  # Airflow sends metrics of its own too
         got |= set(sock.recv(65536).decode().splitlines())
+
+
+# -- asset events: one per committed batch, through the pipeline's alias ----------------------------
+# The operators run as the DAG factory declares them (outlets), against batches of the real protocol
+# (pyarrow stager, real delta-rs tables). What they add is read back with the Task SDK's own
+# _serialize_outlet_events: the payload the task runner sends to Airflow when the task succeeds.
+
+
+def _prepared_batch(proto: Protocol, ids: range, name: str) -> tuple[int, str]:
+    from support.protocol_runs import land_ids
+    from support.pyarrow_stager import stage
+
+    land_ids(proto.cfg, name, ids)
+    plan, _ = proto.plan(run_id="r")
+    assert plan is not None
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+    return plan.batch_id, attempt
+
+
+def _task_of_factory_dag(cfg, task_id: str):
+    from eobatch.dag_factory import build_dag
+
+    return build_dag(cfg).get_task(task_id)
+
+
+def _run_task(task, batch_id: int, attempt: str | None, dry_run: bool = False) -> list[dict]:
+    """Execute ``task`` as Airflow's task runner would; the asset events it would send on success."""
+    import types
+
+    from airflow.sdk.execution_time.context import OutletEventAccessors
+    from airflow.sdk.execution_time.task_runner import _serialize_outlet_events
+
+    conf = {"dry_run": True} if dry_run else {}
+    xcoms = {("plan", "return_value"): batch_id, ("stage", "attempt"): attempt,
+             ("verify", "return_value"): {"attempt": attempt, "dry_run": dry_run}}
+    events = OutletEventAccessors()
+    ctx = {"ti": _TI(xcoms), "params": dict(conf), "dag_run": types.SimpleNamespace(conf=conf), "run_id": "r",
+           "outlet_events": events}
+    task.execute(ctx)
+    return list(_serialize_outlet_events(events))
+
+
+def _sink_versions(table: str) -> dict[int, int]:
+    """{batch id: Delta version} from the raw _delta_log (txn actions)."""
+    out = {}
+    for f in sorted((Path(table) / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            txn = json.loads(line).get("txn")
+            if txn:
+                out[txn["version"]] = int(f.stem)
+    return out
+
+
+def test_a_committed_batch_emits_one_event_per_table_and_a_recommit_none(make_cfg):
+    from eobatch.assets import asset_uri
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, attempt = _prepared_batch(proto, range(5), "a.jsonl")
+    commit = _task_of_factory_dag(cfg, "commit")
+    assert [o.name for o in commit.outlets] == ["eobatch-orders"]  # an alias, never a static Asset
+    events = _run_task(commit, batch_id, attempt)
+    assert [(e["source_alias_name"], e["dest_asset_key"]["uri"]) for e in events] == [
+        ("eobatch-orders", asset_uri(cfg.sink_table)), ("eobatch-orders", asset_uri(cfg.quarantine_table))]
+    sink = events[0]["extra"]
+    assert asset_uri(cfg.sink_table) == "file://" + cfg.sink_table
+    assert (sink["pipeline"], sink["batch_id"], sink["table"]) == ("orders", 1, "sink")
+    assert sink["delta_version"] == _sink_versions(cfg.sink_table)[1]
+    assert events[1]["extra"]["delta_version"] == _sink_versions(cfg.quarantine_table)[1]
+    assert (sink["rows_in"], sink["rows_published"], sink["rows_quarantined"]) == (5, 5, 0)
+    assert sink["range"]["files"] == [str(Path(cfg.source.path) / "a.jsonl")]
+    json.dumps(events)  # what Airflow stores: JSON
+    # the same commit again (a cleared task, a retry after the batch was committed): no event
+    assert _run_task(commit, batch_id, attempt) == []
+
+
+def test_a_dry_run_emits_nothing(make_cfg):
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, _ = _prepared_batch(proto, range(3), "a.jsonl")
+    proto.commit(batch_id)
+    # the next batch, verified as a dry run (not PREPARED), then the dry run's commit step
+    from support.protocol_runs import land_ids
+    from support.pyarrow_stager import stage
+
+    land_ids(cfg, "b.jsonl", range(3, 6))
+    plan, _ = proto.plan(run_id="dry")
+    assert plan is not None
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt, dry_run=True)
+    assert _run_task(_task_of_factory_dag(cfg, "commit"), plan.batch_id, attempt, dry_run=True) == []
+    assert proto.ledger.committed(plan.batch_id) is None and max(_sink_versions(cfg.sink_table)) == batch_id
+
+
+def test_a_batch_committed_by_recovery_emits_its_event_there_once(make_cfg):
+    """A run's commit that never happened (PREPARED, then the run died): the next run's recover
+    commits the batch and emits its event; the dead run's commit, cleared later, emits none."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, attempt = _prepared_batch(proto, range(4), "a.jsonl")
+    recover = _task_of_factory_dag(cfg, "recover")
+    events = _run_task(recover, 0, None)
+    assert [(e["extra"]["batch_id"], e["extra"]["table"]) for e in events] == [(1, "sink"), (1, "quarantine")]
+    assert events[0]["extra"]["delta_version"] == _sink_versions(cfg.sink_table)[batch_id]
+    assert _run_task(recover, 0, None) == []
+    assert _run_task(_task_of_factory_dag(cfg, "commit"), batch_id, attempt) == []
+
+
+def test_operators_without_outlets_commit_and_emit_nothing(make_cfg):
+    """The operators used alone (no alias declared): the batch commits, no outlet event is added."""
+    from eobatch.airflow_ops import CommitOperator
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, attempt = _prepared_batch(proto, range(2), "a.jsonl")
+    assert _run_task(CommitOperator(task_id="commit", pipeline_file=cfg.file), batch_id, attempt) == []
+    assert proto.ledger.committed(batch_id) is not None

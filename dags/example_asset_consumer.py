@@ -1,0 +1,115 @@
+"""Example downstream DAGs: one per pipeline, scheduled on its sink table's Airflow Asset.
+
+Each committed batch of pipeline ``<name>`` emits one asset event on the sink table's asset
+(``file:///<path>`` or ``s3://<bucket>/<key>``, ``eobatch.assets``), whose extra carries the batch
+id and the Delta version that holds it. The DAG ``<name>_downstream_example`` runs on each event
+and reads exactly that version with delta-rs (``DeltaTable(uri, version=v)``): the rows the batch
+added (the files its commit added, nothing else), and the table's row count at that version. Its
+task returns (XCom) and logs one summary per event it was triggered by.
+
+Copy it as the start of your own consumer: replace ``summarize`` with your work on ``new_rows``.
+A batch's sink and quarantine tables are committed one after the other, so a reader may briefly
+see one table a batch ahead of the other; the event's ``delta_versions`` names both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+import urllib.parse
+
+_PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+if _PLUGINS not in sys.path:  # Airflow adds plugins/ itself; `python dags/...` and tests may not
+    sys.path.insert(0, _PLUGINS)
+
+from airflow.sdk import DAG, task  # noqa: E402
+
+from eobatch import assets  # noqa: E402
+from eobatch.config import PipelineConfig, load_all  # noqa: E402
+
+SUFFIX = "_downstream_example"
+
+
+def _open(table: str, version: int | None = None):
+    """delta-rs's DeltaTable of a table location (local path or s3a:// URI) at ``version``."""
+    from deltalake import DeltaTable
+
+    from eobatch import s3conf
+
+    if s3conf.is_s3(table):
+        from eobatch.airflow_ops import export_aws_connection
+
+        export_aws_connection()  # the aws_default connection, as the pipeline's tasks use it
+    return DeltaTable(s3conf.table_uri(table), version=version, storage_options=s3conf.delta_storage_options(table))
+
+
+def _adds(dtab) -> dict[str, int]:
+    """{path relative to the table root: records} of a snapshot's files."""
+    import pyarrow as pa
+
+    rows = pa.table(dtab.get_add_actions(flatten=True)).to_pylist()
+    return {urllib.parse.unquote(r["path"]): int(r["num_records"] or 0) for r in rows}
+
+
+def read_version(table: str, version: int):
+    """Exactly Delta ``version`` of ``table``: (its snapshot, the arrow table of the rows that
+    version's commit added: the files in version v that are not in version v-1)."""
+    import pyarrow.dataset as pds
+
+    snap = _open(table, version)
+    if snap.version() != version:
+        raise RuntimeError(f"{table}: asked for Delta version {version}, delta-rs opened {snap.version()}")
+    added = set(_adds(snap)) - (set(_adds(_open(table, version - 1))) if version > 0 else set())
+    ds = snap.to_pyarrow_dataset()
+    fragments = [f for f in ds.get_fragments() if urllib.parse.unquote(f.path) in added]
+    new = pds.FileSystemDataset(fragments, ds.schema, ds.format, ds.filesystem)
+    return snap, new.to_table()
+
+
+def summarize(table: str, extra: dict) -> dict:
+    """What the example does with one event: read its version, count what it added and what the
+    table holds then. Replace this with your own work."""
+    version = int(extra["delta_version"])
+    snap, new_rows = read_version(table, version)
+    return {"pipeline": extra.get("pipeline"), "batch_id": extra.get("batch_id"), "delta_version": version,
+            "version_read": snap.version(), "new_rows": new_rows.num_rows,
+            "table_rows": sum(_adds(snap).values()), "rows_published": extra.get("rows_published")}
+
+
+def build_consumer(cfg: PipelineConfig) -> DAG:
+    sink = assets.table_asset(cfg.sink_table)
+    with DAG(
+        dag_id=cfg.name + SUFFIX,
+        description=f"example consumer of {sink.uri}: reads exactly the Delta version of each batch of {cfg.name}",
+        schedule=[sink],
+        start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        tags=["eobatch", "example", "asset-consumer"],
+        doc_md=__doc__,
+    ) as dag:
+
+        @task(task_id="read_new_version")
+        def read_new_version(**context) -> list[dict]:
+            events = sorted(context["triggering_asset_events"][sink],
+                            key=lambda e: int((e.extra or {}).get("delta_version", -1)))
+            out = []
+            for event in events:
+                extra = dict(event.extra or {})
+                summary = summarize(cfg.sink_table, extra)
+                print(f"batch {summary['batch_id']} of {summary['pipeline']}: read {sink.uri} at Delta version "
+                      f"{summary['version_read']}: {summary['new_rows']} new rows, {summary['table_rows']} in the table")
+                out.append(summary)
+            return out
+
+        read_new_version()
+    return dag
+
+
+def build_all(directory: str | None = None) -> dict[str, DAG]:
+    """One example consumer per valid pipeline (invalid ones are reported by eobatch_pipelines.py)."""
+    configs, _ = load_all(directory)
+    return {cfg.name + SUFFIX: build_consumer(cfg) for cfg in configs.values() if cfg.name + SUFFIX not in configs}
+
+
+globals().update({f"dag_{dag_id}": d for dag_id, d in build_all().items()})
