@@ -98,6 +98,7 @@ def ui(tmp_path_factory):
             assert set(ui_env) == {"AIRFLOW_UI_URL", "AIRFLOW_UI_USER", "AIRFLOW_UI_PASSWORD"}
             url = ui_env["AIRFLOW_UI_URL"]
             tok = token(url, ui_env["AIRFLOW_UI_USER"], ui_env["AIRFLOW_UI_PASSWORD"])
+            wait_dag_listed(url, tok, CONSUMER)  # its asset schedule is known before the first batch commits
             runs = [rest(url, tok, "POST", "/api/v2/dags/orders/dagRuns", {"logical_date": None, "conf": {}})
                     ["dag_run_id"] for _ in range(3)]  # max_active_runs=1: one after the other
             deadline = time.time() + 600
@@ -113,6 +114,21 @@ def ui(tmp_path_factory):
         finally:
             assert services.main(["ui-down", "--dir", str(dot_services)]) == 0
             assert not (dot_services / "ui-env").exists()
+
+
+CONSUMER = "orders_downstream_example"  # dags/example_asset_consumer.py, scheduled on the sink table's asset
+
+
+def wait_dag_listed(url: str, tok: str, dag_id: str, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if not rest(url, tok, "GET", f"/api/v2/dags/{dag_id}")["is_paused"]:
+                return
+        except urllib.error.HTTPError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"{dag_id} not listed (unpaused) within {timeout}s")
 
 
 def independent_batches(table: Path, app_id: str) -> dict[int, int]:
@@ -224,3 +240,49 @@ def test_browser_logs_in_opens_the_dag_and_its_ledger_tab(ui):
         assert marked.get_attribute("data-batch") == "3"
     finally:
         d.quit()
+
+
+def test_each_committed_batch_emits_one_asset_event_and_the_consumer_reads_its_version(ui):
+    """GET /api/v2/assets/events: one event per committed batch on the sink table's asset
+    (file://<path>), its extra the batch id and the Delta version the raw _delta_log holds it at,
+    emitted by that batch's own commit task; and the example downstream DAG, scheduled on that
+    asset by the real scheduler, ran once per event and read exactly that version."""
+    tok = ui.token()
+    uri = "file://" + str(ui.p.sink)
+    sink = independent_batches(ui.p.sink, "orders")
+    status, body = ui.get("/api/v2/assets/events?source_dag_id=orders&limit=100&order_by=timestamp", tok)
+    assert status == 200, body
+    events = [e for e in json.loads(body)["asset_events"] if e["uri"] == uri]
+    assert sorted(e["extra"]["batch_id"] for e in events) == [1, 2, 3], events  # exactly one per batch
+    for e in events:
+        b = e["extra"]["batch_id"]
+        assert (e["extra"]["pipeline"], e["extra"]["delta_version"], e["extra"]["table"]) == ("orders", sink[b], "sink")
+        assert (e["source_task_id"], e["source_run_id"]) == ("commit", ui.run_ids[b - 1])
+    assert [e["extra"]["rows_published"] for e in events] == [50, 40, 30]
+    status, body = ui.get("/api/v2/assets/events?source_dag_id=orders&limit=100", tok)
+    bad = [e for e in json.loads(body)["asset_events"] if e["uri"] == "file://" + str(ui.p.quarantine)]
+    assert sorted((e["extra"]["batch_id"], e["extra"]["delta_version"]) for e in bad) == sorted(
+        independent_batches(ui.p.quarantine, "orders").items())
+    # the downstream DAG: one run per event (the event names the run it created), each run's task read
+    # the event's version and found the batch's rows in the files that version added
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        status, body = ui.get(f"/api/v2/dags/{CONSUMER}/dagRuns?limit=100", tok)
+        consumer_runs = json.loads(body)["dag_runs"]
+        if len(consumer_runs) >= 3 and all(r["state"] in ("success", "failed") for r in consumer_runs):
+            break
+        time.sleep(2)
+    assert [r["state"] for r in consumer_runs] == ["success"] * 3, consumer_runs
+    status, body = ui.get("/api/v2/assets/events?source_dag_id=orders&limit=100", tok)
+    created = {e["extra"]["batch_id"]: [d["run_id"] for d in e["created_dagruns"] if d["dag_id"] == CONSUMER]
+               for e in json.loads(body)["asset_events"] if e["uri"] == uri}
+    assert all(len(runs) == 1 for runs in created.values()) and len(created) == 3, created
+    assert sorted(r for runs in created.values() for r in runs) == sorted(r["dag_run_id"] for r in consumer_runs)
+    for batch_id, (run_id,) in created.items():
+        status, body = ui.get(f"/api/v2/dags/{CONSUMER}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/"
+                              "read_new_version/xcomEntries/return_value?deserialize=true", tok)
+        assert status == 200, body
+        value = json.loads(body)["value"]
+        read = json.loads(value) if isinstance(value, str) else value
+        assert [(r["batch_id"], r["version_read"], r["new_rows"]) for r in read] == [
+            (batch_id, sink[batch_id], {1: 50, 2: 40, 3: 30}[batch_id])], read
