@@ -8,7 +8,7 @@ import pytest
 from eobatch.config import ConfigError
 from eobatch.sources import kind_for
 from eobatch.sources.kafka import range_summary, spread
-from eobatch.sources.kafka.read import slices
+from eobatch.sources.kafka.read import FIELDS, Columns, slices
 from support.pipeline_yaml import kafka_doc as _kafka
 from support.pipeline_yaml import load_doc as _load
 from support.records import stage_summary as _summary
@@ -71,6 +71,41 @@ def test_slices_cover_each_range_exactly_once():
     assert pieces == [(0, 0, 10), (2, 100, 110), (2, 110, 120), (2, 120, 125)]
     covered = sorted((p, o) for p, s, e in pieces for o in range(s, e))
     assert covered == sorted([(0, o) for o in range(10)] + [(2, o) for o in range(100, 125)])
+
+
+class _Msg:
+    """The three accessors of a confluent-kafka Message that the reader uses."""
+
+    def __init__(self, value, key, ts):
+        self._v, self._k, self._ts = value, key, ts
+
+    def value(self):
+        return self._v
+
+    def key(self):
+        return self._k
+
+    def timestamp(self):
+        return self._ts
+
+
+def test_columns_give_spark_one_arrow_batch_per_read_with_the_record_fields():
+    import datetime as dt
+
+    cols = Columns(3)
+    cols.add(_Msg(b'{"a":1}', b"k1", (1, 1_700_000_000_123)), 10)
+    cols.add(_Msg(None, None, (0, None)), 11)  # a tombstone without a timestamp
+    cols.add(_Msg(b"\xff", b"", (2, -1)), 12)  # a negative timestamp is none
+    b = cols.to_arrow()
+    assert b.schema.names == list(FIELDS)
+    rows = b.to_pylist()
+    assert [r["_kafka_partition"] for r in rows] == [3, 3, 3]
+    assert [r["_kafka_offset"] for r in rows] == [10, 11, 12]
+    assert [r["raw"] for r in rows] == [b'{"a":1}', None, b"\xff"]
+    assert [r["_kafka_key"] for r in rows] == [b"k1", None, b""]
+    assert rows[0]["_kafka_timestamp"] == dt.datetime(2023, 11, 14, 22, 13, 20, 123000, tzinfo=dt.timezone.utc)
+    assert rows[1]["_kafka_timestamp"] is None and rows[2]["_kafka_timestamp"] is None
+    assert Columns(0).to_arrow().num_rows == 0
 
 
 # -- the range: its summary, and against the stage summary ----------------------------------------

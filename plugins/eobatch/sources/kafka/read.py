@@ -17,16 +17,15 @@ to exactly ``[start, end)`` with the plan's isolation level, no consumer group c
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any, Iterator
+from typing import Iterator
 
 from ...errors import RetryableError
 
-FIELDS = ("source", "position", "raw", "_kafka_topic", "_kafka_partition", "_kafka_offset", "_kafka_key",
-          "_kafka_timestamp")
-# raw and key stay bytes: Spark casts them to strings and flags invalid UTF-8 itself
-SPARK_SCHEMA = ("source STRING, position BIGINT, raw BINARY, _kafka_topic STRING, _kafka_partition INT, "
-                "_kafka_offset BIGINT, _kafka_key BINARY, _kafka_timestamp TIMESTAMP")
+# What a read task returns, per record (raw and key stay bytes: Spark casts them to strings and
+# flags invalid UTF-8 itself). The topic, the record's source and its position are derived in
+# Spark from these: nothing per record is built in Python that Spark can build per column.
+FIELDS = ("raw", "_kafka_partition", "_kafka_offset", "_kafka_key", "_kafka_timestamp")
+SPARK_SCHEMA = "raw BINARY, _kafka_partition INT, _kafka_offset BIGINT, _kafka_key BINARY, _kafka_timestamp TIMESTAMP"
 
 
 class KafkaReadError(RetryableError):
@@ -46,8 +45,8 @@ def slices(partitions: dict, max_per_slice: int) -> list[tuple[int, int, int]]:
 
 
 def read_range(servers: str, topic: str, partition: int, start: int, end: int, isolation_level: str,
-               timeout: float = 120.0, batch: int = 5000) -> Iterator[list[tuple]]:
-    """Yield lists of rows (FIELDS order) for the records of ``topic``/``partition`` in [start, end)."""
+               timeout: float = 120.0, batch: int = 5000) -> Iterator[Columns]:
+    """Yield ``Columns`` of at most about ``batch`` records of ``topic``/``partition`` in [start, end)."""
     from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition  # noqa: F401
 
     if end <= start:
@@ -74,11 +73,11 @@ def read_range(servers: str, topic: str, partition: int, start: int, end: int, i
             raise KafkaReadError(f"data loss: topic {topic!r} partition {partition}: offsets [{start}, {low}) "
                                  f"of the planned range [{start}, {end}) were deleted before they were read")
         c.assign([TopicPartition(topic, partition, start)])
-        source = f"{topic}/{partition}"
-        rows: list[tuple] = []
+        cols = Columns(partition)
         last_progress = time.time()
         pos = start
         while pos < end:
+            before = pos
             msgs = c.consume(num_messages=batch, timeout=1.0)
             if not msgs:
                 p = c.position([tp])[0].offset
@@ -115,30 +114,48 @@ def read_range(servers: str, topic: str, partition: int, start: int, end: int, i
                     break
                 if off < start:
                     continue
-                ts_type, ts = m.timestamp()
-                rows.append((source, off, m.value(), topic, partition, off, m.key(),
-                             ts if ts_type != 0 and ts is not None and ts >= 0 else None))
+                cols.add(m, off)
                 pos = off + 1
+            if pos > before:
                 last_progress = time.time()
-            if len(rows) >= batch:
-                yield rows
-                rows = []
-        if rows:
-            yield rows
+            if len(cols.offsets) >= batch:
+                yield cols
+                cols = Columns(partition)
+        if cols.offsets:
+            yield cols
     finally:
         c.close()
 
 
-def to_arrow(rows: list[tuple]):
-    import pyarrow as pa
+class Columns:
+    """The records of one read call, column by column (no tuple per record)."""
 
-    cols: list[Sequence[Any]] = list(zip(*rows)) if rows else [[] for _ in FIELDS]
-    return pa.RecordBatch.from_arrays([
-        pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int64()), pa.array(cols[2], pa.binary()),
-        pa.array(cols[3], pa.string()), pa.array(cols[4], pa.int32()), pa.array(cols[5], pa.int64()),
-        pa.array(cols[6], pa.binary()),
-        pa.array([None if v is None else v * 1000 for v in cols[7]], pa.timestamp("us", tz="UTC")),
-    ], names=list(FIELDS))
+    __slots__ = ("partition", "values", "offsets", "keys", "timestamps")
+
+    def __init__(self, partition: int):
+        self.partition = partition
+        self.values: list[bytes | None] = []
+        self.offsets: list[int] = []
+        self.keys: list[bytes | None] = []
+        self.timestamps: list[int | None] = []
+
+    def add(self, m, off: int) -> None:
+        ts_type, ts = m.timestamp()
+        self.values.append(m.value())
+        self.offsets.append(off)
+        self.keys.append(m.key())
+        # TIMESTAMP_NOT_AVAILABLE (type 0) or a negative timestamp: none
+        self.timestamps.append(ts if ts_type != 0 and ts is not None and ts >= 0 else None)
+
+    def to_arrow(self):
+        import pyarrow as pa
+
+        n = len(self.offsets)
+        ts = pa.array(self.timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
+        return pa.RecordBatch.from_arrays([
+            pa.array(self.values, pa.binary()), pa.repeat(pa.scalar(self.partition, pa.int32()), n),
+            pa.array(self.offsets, pa.int64()), pa.array(self.keys, pa.binary()), ts,
+        ], names=list(FIELDS))
 
 
 def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):
@@ -155,8 +172,8 @@ def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int =
     def consume(batches):
         for b in batches:
             for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
-                for rows in read_range(servers, topic, part, start, end, iso, timeout=timeout):
-                    yield to_arrow(rows)
+                for cols in read_range(servers, topic, part, start, end, iso, timeout=timeout):
+                    yield cols.to_arrow()
 
     if pieces:
         tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
@@ -164,8 +181,9 @@ def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int =
         df = tasks.mapInArrow(consume, SPARK_SCHEMA)
     else:
         df = spark.createDataFrame([], SPARK_SCHEMA)
-    return df.select("source", "position", F.col("raw").cast("string").alias("raw"), "_kafka_topic",
-                     "_kafka_partition", "_kafka_offset",
+    return df.select(F.concat(F.lit(f"{topic}/"), F.col("_kafka_partition").cast("string")).alias("source"),
+                     F.col("_kafka_offset").alias("position"), F.col("raw").cast("string").alias("raw"),
+                     F.lit(topic).alias("_kafka_topic"), "_kafka_partition", "_kafka_offset",
                      F.make_valid_utf8(F.col("_kafka_key").cast("string")).alias("_kafka_key"), "_kafka_timestamp")
 
 
