@@ -19,11 +19,12 @@ from __future__ import annotations
 CORRUPT = "_corrupt_record"
 # Spark's default (allowNonNumericNumbers) reads a string naming NaN / an infinity ("NaN",
 # "-Infinity", "INF") into a float column, which is how JSON carries them; the same option also
-# lets the parser accept a bare NaN / Infinity token, which is not JSON. So a record that contains
-# such a word is never decided by the fast path: the full rule list's strict json_object_keys
-# refuses the bare token, and the string form stays valid.
-PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
-NON_NUMERIC_WORDS = ("NaN", "Inf", "INF")
+# lets the parser accept a bare NaN / Infinity token, which is not JSON. The fast path parses
+# without that option (a bare token never passes it; a string naming one fails it too), and a
+# record that fails the fast path is parsed again with Spark's default: the full rule list's
+# strict json_object_keys refuses the bare token and the string form stays valid.
+LENIENT = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+STRICT = {**LENIENT, "allowNonNumericNumbers": "false"}
 
 
 def record_schema(ddl: str):
@@ -45,8 +46,9 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
     typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
                          + [T.StructField(CORRUPT, T.StringType(), True)])
     keep = [c for c in lines.columns if c != "raw"]
-    df = lines.select(*keep, "raw", F.from_json("raw", typed, PARSE_OPTIONS).alias("rec"))
-    raw, rec = F.col("raw"), F.col("rec")
+    raw = F.col("raw")
+    # the full rule list's parse; evaluated only for the records the fast path leaves to it
+    rec = F.from_json(raw, typed, LENIENT)
     size = F.octet_length(raw)
     missing = [F.when(rec[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
 
@@ -70,16 +72,16 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
     )
     if missing:
         full = full.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
-    reason = full
-    if fast_path:
-        ok = (raw.isNotNull() & F.startswith(raw, F.lit("{")) & rec.isNotNull() & rec[CORRUPT].isNull()
-              & (size <= max_record_bytes) & F.is_valid_utf8(raw))
-        for c in not_null:
-            ok = ok & rec[c].isNotNull()
-        for word in NON_NUMERIC_WORDS:
-            ok = ok & ~F.contains(raw, F.lit(word))
-        reason = F.when(ok, F.lit(None).cast("string")).otherwise(full)
-    return df.select(*keep, "raw", "rec", reason.alias("reason"))
+    if not fast_path:
+        return lines.select(*keep, "raw", rec.alias("rec"), full.alias("reason"))
+    fast = F.col("_eo_fast")
+    ok = (raw.isNotNull() & F.startswith(raw, F.lit("{")) & fast.isNotNull() & fast[CORRUPT].isNull()
+          & (size <= max_record_bytes) & F.is_valid_utf8(raw))
+    for c in not_null:
+        ok = ok & fast[c].isNotNull()
+    parsed = lines.select(*keep, "raw", F.from_json(raw, typed, STRICT).alias("_eo_fast"))
+    return parsed.select(*keep, "raw", F.when(ok, fast).otherwise(rec).alias("rec"),
+                         F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
 
 
 def kept_records(classified, ddl: str, located: tuple[str, ...] = ()):
