@@ -32,6 +32,11 @@ SPARK_DEFAULTS = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.maxRecordsPerBatch": "20000",
+    # The stage job caches its classified records (DISK_ONLY) for the sink's write, the
+    # quarantine and the positions; compressing that cache spent about a seventh of the job's
+    # CPU gathering encoding statistics (JFR profile) for a local-disk cache read once or twice:
+    # off, the read-classify-write pass takes 15 % less wall time at 5M records.
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     # Spark's default plus access_key / AWS_ACCESS_KEY_ID (spark.executorEnv.* the job sets)
