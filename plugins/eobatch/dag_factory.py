@@ -7,6 +7,7 @@ the Airflow UI and in `airflow dags list-import-errors`); every other pipeline s
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 from airflow.sdk import DAG, Param
 
@@ -20,7 +21,7 @@ from .airflow_ops import (
     VerifySensor,
 )
 from .config import PipelineConfig, load_all
-from .params import PARAMS_DOC
+from .params import PARAMS_DOC, PARAMS_FORM, params_for_mode
 
 
 def timetable_for(cfg: PipelineConfig):
@@ -36,14 +37,20 @@ def timetable_for(cfg: PipelineConfig):
     return CronDataIntervalTimetable(cfg.require_interval_cron(), timezone="UTC")
 
 
-def run_params() -> dict:
-    return {
-        "max_records_per_batch": Param(None, type=["null", "integer"], minimum=1,
-                                       description=PARAMS_DOC["max_records_per_batch"]),
-        "dry_run": Param(False, type="boolean", description=PARAMS_DOC["dry_run"]),
-        "rewind_to_batch": Param(None, type=["null", "integer"], minimum=1,
-                                 description=PARAMS_DOC["rewind_to_batch"]),
+def run_params(mode: str = "continuous") -> dict:
+    """The trigger form: titled fields in sections; no rewind fields in interval mode."""
+    schema: dict[str, dict[str, Any]] = {
+        "max_records_per_batch": dict(default=None, type=["null", "integer"], minimum=1),
+        "dry_run": dict(default=False, type="boolean"),
+        "rewind_to_batch": dict(default=None, type=["null", "integer"], minimum=1),
+        "confirm_rewind": dict(default=False, type="boolean"),
     }
+    out = {}
+    for key in params_for_mode(mode):
+        title, section = PARAMS_FORM[key]
+        out[key] = Param(description=PARAMS_DOC[key], title=title, section=section, **schema[key])
+    return out
+
 
 DOC = """
 ### Exactly-once pipeline `{name}`
@@ -63,7 +70,8 @@ range and is re-staged by the next run).
 Mode `{mode}`{schedule}. Params (trigger form): `max_records_per_batch` caps a *new* batch (a pending
 batch keeps its range); `dry_run` stages and verifies, then aborts and reports what would have
 been published; `rewind_to_batch` (continuous mode) restores the tables to before that batch and
-reads again from its start. Unknown or invalid params are refused before anything is planned.
+reads again from its start: run it with `dry_run` first (a report, nothing changed), then with
+`confirm_rewind`. Unknown or invalid params are refused before anything is planned.
 """
 
 
@@ -81,7 +89,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         catchup=False,  # no catch-up storm; past intervals are published with `airflow backfill create`
         max_active_runs=1,  # one committer per pipeline at a time; correctness does not rely on it
         default_args=default_args,
-        params=run_params(),
+        params=run_params(cfg.mode),
         tags=["eobatch", cfg.source.kind, cfg.mode],
         doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
                           asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),

@@ -53,17 +53,20 @@ def test_triggers_with_good_and_bad_params(stack):
 
     # Unknown keys and an unknown batch pass the API but are refused by the first task,
     # before anything is planned or staged.
+    # A rewind that would change the tables needs its confirmation (after a dry run's report).
     refused = {}
-    for conf in ({"colour": "red"}, {"rewind_to_batch": 7}):
+    cases = {"colour": {"colour": "red"}, "unconfirmed": {"rewind_to_batch": 1},
+             "no batch": {"rewind_to_batch": 7, "confirm_rewind": True}}
+    for name, conf in cases.items():
         status, body = stack.trigger("orders", conf)
         assert status == 200, body
-        refused[body["dag_run_id"]] = conf
+        refused[body["dag_run_id"]] = name
     got = stack.wait_runs("orders", list(refused))
     assert {r["state"] for r in got.values()} == {"failed"}
-    logs = {refused[r]["colour" if "colour" in refused[r] else "rewind_to_batch"]: stack.task_log("orders", r, "recover")
-            for r in refused}
-    assert "params refused: unknown param(s) ['colour']" in logs["red"]
-    assert "cannot rewind to batch 7" in logs[7]
+    logs = {name: stack.task_log("orders", r, "recover") for r, name in refused.items()}
+    assert "params refused: unknown param(s) ['colour']" in logs["colour"]
+    assert "first with dry_run=true" in logs["unconfirmed"] and "confirm_rewind=true" in logs["unconfirmed"]
+    assert "cannot rewind to batch 7" in logs["no batch"]
     assert ledger(p) == {}
 
     # A REST trigger and a CLI trigger at once: the second waits for the first (one active run)
@@ -99,7 +102,7 @@ def test_triggers_with_good_and_bad_params(stack):
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + b)
 
     # Rewind to batch 2 from the trigger form: the tables go back, batch 3 reads b again.
-    status, rw = stack.trigger("orders", {"rewind_to_batch": 2})
+    status, rw = stack.trigger("orders", {"rewind_to_batch": 2, "confirm_rewind": True})
     stack.wait_success("orders", [rw["dag_run_id"]])
     assert "rewind to before batch 2" in stack.task_log("orders", rw["dag_run_id"], "recover")
     assert ids(p.sink) == collections.Counter(x["order_id"] for x in a + b)

@@ -17,3 +17,15 @@ def test_recover_and_commit_declare_the_alias_and_no_other_task_an_outlet(make_c
         assert declared == [AssetAlias("eobatch-orders")]
         assert not any(isinstance(o, Asset) for o in declared)  # a static Asset emits on every success
     assert asset_uri(cfg.sink_table) in (dag.doc_md or "")
+
+
+def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
+    cont = build_dag(make_cfg()).params
+    assert list(cont.keys()) == ["max_records_per_batch", "dry_run", "rewind_to_batch", "confirm_rewind"]
+    for key in cont.keys():
+        schema = cont.get_param(key).schema
+        assert schema.get("title") and schema.get("section") and cont.get_param(key).description, key
+    assert cont.get_param("confirm_rewind").schema["section"] == cont.get_param("rewind_to_batch").schema["section"]
+    assert cont["confirm_rewind"] is False and cont["rewind_to_batch"] is None
+    interval = build_dag(by_prefix).params
+    assert list(interval.keys()) == ["max_records_per_batch", "dry_run"]

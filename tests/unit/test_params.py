@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eobatch.params import ParamsError, RunParams, check_params
+from eobatch.params import PARAMS_DOC, ParamsError, RunParams, check_params, params_for_mode
 
 
 def test_defaults_and_values():
@@ -12,6 +12,8 @@ def test_defaults_and_values():
                         "continuous") == RunParams()
     got = check_params({"max_records_per_batch": 50, "dry_run": True, "rewind_to_batch": 3}, {}, "continuous")
     assert got == RunParams(50, True, 3)
+    got = check_params({"rewind_to_batch": 3, "confirm_rewind": True}, {}, "continuous")
+    assert got == RunParams(None, False, 3, True)
     assert check_params({"max_records_per_batch": "20"}, {}, "continuous").max_records_per_batch == 20
 
 
@@ -26,6 +28,8 @@ def test_defaults_and_values():
     ({"dry_run": "yes"}, "true or false"),
     ({"dry_run": 1}, "true or false"),
     ({"rewind_to_batch": 0}, "positive integer"),
+    ({"confirm_rewind": "yes", "rewind_to_batch": 2}, "true or false"),
+    ({"confirm_rewind": True}, "set 'rewind_to_batch' too"),
 ])
 def test_bad_params_are_refused(conf, text):
     with pytest.raises(ParamsError) as ei:
@@ -36,3 +40,25 @@ def test_bad_params_are_refused(conf, text):
 def test_rewind_is_refused_in_interval_mode():
     with pytest.raises(ParamsError, match="continuous mode"):
         check_params({"rewind_to_batch": 2}, {}, "interval")
+
+
+def test_a_rewind_that_changes_the_tables_needs_its_confirmation_and_points_at_the_dry_run():
+    with pytest.raises(ParamsError) as ei:
+        check_params({"rewind_to_batch": 4}, {"confirm_rewind": False}, "continuous")
+    msg = str(ei.value)
+    assert "rewind_to_batch=4" in msg and "dry_run=true" in msg and "confirm_rewind=true" in msg
+    assert "nothing was changed" in msg
+    # the report needs no confirmation
+    assert check_params({"rewind_to_batch": 4, "dry_run": True}, {}, "continuous") == RunParams(None, True, 4)
+
+
+def test_interval_mode_offers_no_rewind_and_refuses_one_clearly():
+    assert params_for_mode("continuous") == tuple(PARAMS_DOC)
+    assert "rewind_to_batch" not in params_for_mode("interval")
+    assert "confirm_rewind" not in params_for_mode("interval")
+    for conf in ({"rewind_to_batch": 2, "confirm_rewind": True}, {"confirm_rewind": True}):
+        with pytest.raises(ParamsError, match="continuous mode"):
+            check_params(conf, {}, "interval")
+    with pytest.raises(ParamsError) as ei:
+        check_params({"colour": "red"}, {}, "interval")
+    assert "rewind_to_batch" not in str(ei.value)
