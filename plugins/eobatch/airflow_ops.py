@@ -7,13 +7,14 @@ id travel between tasks by XCom; offsets never do (they live in the ledger and t
 
 from __future__ import annotations
 
+import logging
 import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import assets, launch, s3conf
+from . import assets, launch, metrics, s3conf
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -21,6 +22,7 @@ from .params import ParamsError, check_params
 from .protocol import Protocol, interval_of
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
+log = logging.getLogger(__name__)
 
 
 AWS_CONN_ID = "aws_default"
@@ -144,14 +146,27 @@ def _interval(context) -> dict | None:
     return interval_of(start, end)
 
 
-def _count_late_files(proto: Protocol) -> None:
-    """Metrics (StatsD/OpenTelemetry as Airflow is configured): eobatch.<pipeline>.late_files
-    (files found late by this plan) and eobatch.<pipeline>.late_files_<action>."""
-    from airflow.sdk.observability import stats
+def _after_plan(proto: Protocol) -> None:
+    """Metrics of a plan (``metrics``): the files it found late, and the backlog it left."""
+    from .backlog import backlog
 
-    for found in proto.last_late:
-        stats.incr(f"eobatch.{proto.cfg.name}.late_files", count=len(found["files"]))
-        stats.incr(f"eobatch.{proto.cfg.name}.late_files_{found['action']}", count=len(found["files"]))
+    sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
+    try:
+        sent += metrics.backlog_metrics(proto.cfg.name, backlog(proto, count_bytes_limit=0))
+    except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan
+        log.warning("backlog metrics not computed (%s: %s)", type(e).__name__, e)
+    metrics.send(sent)
+
+
+def _published(task: BaseOperator, context, proto: Protocol, batch_id: int) -> None:
+    """This task's call committed ``batch_id`` (wrote its COMMITTED record): its metrics, and its
+    asset events when the task declares the pipeline's alias."""
+    led = proto.ledger
+    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
+    if plan is not None and prepared is not None and committed is not None:
+        metrics.send(metrics.batch_metrics(proto.cfg.name, plan, prepared, committed))
+    if task.outlets:
+        emit_batch_events(task, context, proto, batch_id)
 
 
 def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
@@ -198,8 +213,8 @@ class RecoverOperator(BaseOperator):
         latest = run.proto.ledger.latest_batch_id()
         open_before = _uncommitted(run.proto, latest)
         report = _step(self, "recover", run.recover)
-        if open_before and self.outlets and not _uncommitted(run.proto, latest):
-            emit_batch_events(self, context, run.proto, latest)
+        if open_before and not _uncommitted(run.proto, latest):
+            _published(self, context, run.proto, latest)
         return report.value
 
 
@@ -221,7 +236,7 @@ class PlanOperator(BaseSensorOperator):
 
     def poke(self, context):
         run = _run(self.pipeline_file, context)
-        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _count_late_files(run.proto))
+        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto))
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
@@ -330,8 +345,8 @@ class CommitOperator(BaseOperator):
         open_before = _uncommitted(run.proto, batch_id)
         report = _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
                        attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"))
-        if open_before and not run.params.dry_run and self.outlets and not _uncommitted(run.proto, batch_id):
-            emit_batch_events(self, context, run.proto, batch_id)
+        if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
+            _published(self, context, run.proto, batch_id)
         elif not open_before and not run.params.dry_run:
             self.log.info("commit: batch %s was already COMMITTED before this task: no asset event", batch_id)
         return report.value

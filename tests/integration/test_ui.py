@@ -29,15 +29,17 @@ import pytest
 from support import browser, services
 from support.checks import delta_log_commits
 from support.harness import airflow_env, orders, write_pipeline
+from support.statsd_sink import StatsdSink
 
 pytestmark = pytest.mark.integration
 
 
 class UI:
-    def __init__(self, env: dict, pipeline, run_ids: list[str]):
+    def __init__(self, env: dict, pipeline, run_ids: list[str], statsd: StatsdSink):
         self.url, self.user, self.password = env["AIRFLOW_UI_URL"], env["AIRFLOW_UI_USER"], env["AIRFLOW_UI_PASSWORD"]
         self.p = pipeline
         self.run_ids = run_ids
+        self.statsd = statsd
 
     def get(self, path: str, token: str | None = None, headers: dict | None = None) -> tuple[int, str]:
         h = dict(headers or {})
@@ -81,14 +83,15 @@ def read_env_file(path: Path) -> dict:
 def ui(tmp_path_factory):
     """`make ui-up` (services.py ui-up) for pipeline ``orders``, three runs triggered through the
     REST API and run by the scheduler (a, b, c: one batch each), then one more file landed and
-    not yet planned (the backlog)."""
+    not yet planned (the backlog). Airflow's StatsD metrics go to a UDP socket of the test."""
     root = tmp_path_factory.mktemp("ui")
     p = write_pipeline(root, name="orders", max_records=60)
     p.land("a.jsonl", orders("a", 50), bad=["{not json", '{"order_id": null, "amount": 1}'])
     p.land("b.jsonl", orders("b", 40))
     p.land("c.jsonl", orders("c", 30))
     dot_services = root / ".services"
-    env = airflow_env(root / "airflow", p.yaml_path.parent)
+    statsd = StatsdSink()  # Airflow's StatsD metrics (its own and the pipeline's) go there
+    env = {**airflow_env(root / "airflow", p.yaml_path.parent), **statsd.env()}
     with mock.patch.dict(os.environ, env):
         assert services.main(["ui-up", "--dir", str(dot_services)]) == 0
         try:
@@ -110,8 +113,9 @@ def ui(tmp_path_factory):
                 time.sleep(2)
             assert states == ["success"] * 3, (states, (dot_services / "ui" / "scheduler.log").read_text()[-4000:])
             p.land("d.jsonl", orders("d", 20))  # not planned: the backlog
-            yield UI(ui_env, p, runs)
+            yield UI(ui_env, p, runs, statsd)
         finally:
+            statsd.close()
             assert services.main(["ui-down", "--dir", str(dot_services)]) == 0
             assert not (dot_services / "ui-env").exists()
 
@@ -286,3 +290,26 @@ def test_each_committed_batch_emits_one_asset_event_and_the_consumer_reads_its_v
         read = json.loads(value) if isinstance(value, str) else value
         assert [(r["batch_id"], r["version_read"], r["new_rows"]) for r in read] == [
             (batch_id, sink[batch_id], {1: 50, 2: 40, 3: 30}[batch_id])], read
+
+
+def test_statsd_receives_each_committed_batch_once_and_the_backlog(ui):
+    """The pipeline's metrics from the real task processes, through Airflow's StatsD client: one
+    batches_committed per batch, the rows each published (50 good lines of a, two bad ones
+    quarantined; 40 of b; 30 of c), the phase timers, and the backlog gauges of each plan."""
+    pre = "airflow.eobatch.orders."
+    deadline = time.time() + 30  # UDP lines of the last run's commit task may still be on their way
+    while time.time() < deadline and len(ui.statsd.lines(pre + "batches_committed")) < 3:
+        time.sleep(0.5)
+    assert ui.statsd.lines(pre + "batches_committed") == [pre + "batches_committed:1|c"] * 3
+    assert sorted(ui.statsd.lines(pre + "rows_published:")) == sorted(
+        [f"{pre}rows_published:{n}|c" for n in (50, 40, 30)])
+    assert sorted(ui.statsd.lines(pre + "rows_quarantined:")) == sorted(
+        [f"{pre}rows_quarantined:{n}|c" for n in (2, 0, 0)])
+    for phase in ("plan", "stage", "verify", "commit"):
+        timers = ui.statsd.lines(f"{pre}{phase}_seconds:")
+        assert len(timers) == 3 and all(t.endswith("|ms") for t in timers), (phase, timers)
+    # each plan left the files after its own: b and c, then c, then none (d lands after the runs)
+    files = [int(x.split(":")[1].split("|")[0]) for x in ui.statsd.lines(pre + "backlog_files:")]
+    assert files == [2, 1, 0], ui.statsd.lines(pre)
+    # Airflow's own metrics arrive too (the sink is what a StatsD server would see)
+    assert ui.statsd.lines("airflow.ti.finish") or ui.statsd.lines("airflow.ti_successes"), ui.statsd.lines()[:20]

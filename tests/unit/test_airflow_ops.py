@@ -4,7 +4,6 @@ kind, in one place (``_step``); S3 credentials for spark-submit; the late-files 
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -259,10 +258,6 @@ def test_stage_masks_credentials_from_the_aws_connection_before_spark_submit(spa
 
 
 def test_the_plan_records_what_was_late_and_a_statsd_metric_counts_it(by_prefix, tmp_path):
-    import socket
-    import subprocess
-    import sys
-
     proto = Protocol(by_prefix)
     land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1"])
     run(proto, 0)
@@ -270,21 +265,13 @@ def test_the_plan_records_what_was_late_and_a_statsd_metric_counts_it(by_prefix,
     plan = run(proto, 1)
     assert [(x["interval"].split("/")[0], [p.rsplit("/", 1)[-1] for p in x["files"]], x["action"])
             for x in plan.late] == [("2026-01-01T00:00:00+00:00", ["late.jsonl"], "republish")]
-    # the plan task's metric, through Airflow's own StatsD client, received by a real UDP socket
-    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.settimeout(20)
-    code = ("import types; from eobatch.airflow_ops import _count_late_files; "
-            "_count_late_files(types.SimpleNamespace(cfg=types.SimpleNamespace(name='orders'), "
-            f"last_late={plan.late!r}))")
-    env = {**os.environ, "AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-           "AIRFLOW__METRICS__STATSD_PORT": str(sock.getsockname()[1]), "AIRFLOW_HOME": str(tmp_path / "af"),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "plugins")}
-    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr[-2000:]
-    want, got = {"airflow.eobatch.orders.late_files:1|c", "airflow.eobatch.orders.late_files_republish:1|c"}, set()
-    while not want <= got:  # Airflow sends metrics of its own too
-        got |= set(sock.recv(65536).decode().splitlines())
+    # the plan task's metrics, through Airflow's own StatsD client, received by a real UDP socket
+    from support.statsd_sink import received_by_statsd
+
+    code = ("from eobatch import metrics; "
+            f"metrics.send(metrics.late_file_metrics('orders', {plan.late!r}))")
+    want = {"airflow.eobatch.orders.late_files:1|c", "airflow.eobatch.orders.late_files_republish:1|c"}
+    assert want <= received_by_statsd(tmp_path, code, want)
 
 
 # -- asset events: one per committed batch, through the pipeline's alias ----------------------------
