@@ -21,6 +21,7 @@ from eobatch import launch
 from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.s3conf import ENV_KEYS
 from eobatch.storage import S3Storage, S3StorageError
+from support.delta_races import race_first_commit
 from support.harness import base_env, kill_group, orders, stage, wait_for
 from support.s3checks import BUCKET, S3Reader, s3_pipeline
 from support.services import S3Server, SparkCluster
@@ -204,37 +205,8 @@ def test_committers_racing_to_create_an_s3_table_each_see_it_and_commit_once(s3,
     once. Whichever create wins, every racer must then see the table and either commit the
     batch or be told another did; none may fail on a table that is not there yet, and the
     table is created once."""
-    import pyarrow as pa
-
-    schema = pa.schema([("x", pa.int64())])
-    for round_ in range(40):  # the race was lost about once in 15 rounds
-        table = f"s3a://{BUCKET}/create-race/{uuid.uuid4().hex[:8]}"
-        outcomes: list = []
-
-        def commit(table=table, outcomes=outcomes):
-            try:
-                outcomes.append(DeltaParticipant("sink", table).commit(
-                    "app", 1, [{"path": "eo_batches/app-1.parquet", "size": 1}], schema, [],
-                    {"eo.pipeline": "app", "eo.batchId": "1"}))
-            except CommitConflict:
-                outcomes.append("conflict")
-            except Exception as e:  # noqa: BLE001 - the failure this test is about
-                outcomes.append(e)
-
-        threads = [threading.Thread(target=commit) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert all(o == "conflict" or isinstance(o, int) for o in outcomes), (round_, outcomes)
-        assert [o for o in outcomes if isinstance(o, int)], (round_, outcomes)
-        commits = reader.delta_log_commits(table)
-        same = [c for c in commits for t in c["txns"] if t["appId"] == "app"]
-        assert len(same) == 1, (round_, same)
-        # one CREATE TABLE, version 0: a lost create is not retried as a new table id on top
-        creates = [c["version"] for c in commits if c["commitInfo"].get("operation") == "CREATE TABLE"]
-        assert creates == [0], (round_, creates)
-        assert DeltaParticipant("sink", table).committed_version("app") == 1
+    for _ in range(40):  # the old code lost the race about once in 15 rounds
+        race_first_commit(f"s3a://{BUCKET}/create-race/{uuid.uuid4().hex[:8]}", reader.delta_log_commits)
 
 
 # -- the cluster ---------------------------------------------------------------------------

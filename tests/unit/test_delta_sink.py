@@ -71,32 +71,8 @@ def test_committers_racing_to_create_a_local_table_create_it_once(tmp_path):
     """The first commit of a pipeline, by several committers at once: each sees the table, one
     commits the batch, the others are told so, and version 0 is the only CREATE TABLE (a lost
     create retried on top would change the table id under the batch)."""
-    import threading
-
-    from eobatch.delta_sink import CommitConflict, DeltaParticipant
     from support.checks import delta_log_commits
+    from support.delta_races import race_first_commit
 
-    schema = pa.schema([("x", pa.int64())])
     for round_ in range(15):
-        table = tmp_path / f"t{round_}"
-        outcomes: list = []
-
-        def commit(table=table, outcomes=outcomes):
-            try:
-                outcomes.append(DeltaParticipant("sink", str(table)).commit(
-                    "app", 1, [{"path": "eo_batches/app-1.parquet", "size": 1}], schema, [],
-                    {"eo.pipeline": "app", "eo.batchId": "1"}))
-            except CommitConflict:
-                outcomes.append("conflict")
-            except Exception as e:  # noqa: BLE001 - the failure this test is about
-                outcomes.append(e)
-
-        threads = [threading.Thread(target=commit) for _ in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert all(o == "conflict" or isinstance(o, int) for o in outcomes), (round_, outcomes)
-        commits = delta_log_commits(table)
-        assert [c["version"] for c in commits if c["commitInfo"].get("operation") == "CREATE TABLE"] == [0]
-        assert sum(1 for c in commits for t in c["txns"] if t["appId"] == "app") == 1
+        race_first_commit(str(tmp_path / f"t{round_}"), delta_log_commits)

@@ -1,0 +1,42 @@
+"""Committers racing for the first commit of a table that does not exist yet (delta_sink)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+
+def race_first_commit(table: str, delta_log_commits: Callable[[str], list[dict]], racers: int = 3) -> None:
+    """``racers`` threads commit batch 1 of app ``app`` to ``table`` at once, each creating the
+    table if it finds none. Asserts what must hold whoever wins: every racer committed or was told
+    another did (CommitConflict), none failed otherwise, the batch is in one commit, and version 0
+    is the only CREATE TABLE (``delta_log_commits``: the independent reader of the raw log)."""
+    import pyarrow as pa
+
+    from eobatch.delta_sink import CommitConflict, DeltaParticipant
+
+    schema = pa.schema([("x", pa.int64())])
+    outcomes: list = []
+
+    def commit():
+        try:
+            outcomes.append(DeltaParticipant("sink", table).commit(
+                "app", 1, [{"path": "eo_batches/app-1.parquet", "size": 1}], schema, [],
+                {"eo.pipeline": "app", "eo.batchId": "1"}))
+        except CommitConflict:
+            outcomes.append("conflict")
+        except Exception as e:  # noqa: BLE001 - the failure these races are about
+            outcomes.append(e)
+
+    threads = [threading.Thread(target=commit) for _ in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(o == "conflict" or isinstance(o, int) for o in outcomes), outcomes
+    assert [o for o in outcomes if isinstance(o, int)], outcomes
+    commits = delta_log_commits(table)
+    assert sum(1 for c in commits for t in c["txns"] if t["appId"] == "app") == 1, commits
+    # one CREATE TABLE, version 0: a lost create is not retried as a new table id on top
+    assert [c["version"] for c in commits if c["commitInfo"].get("operation") == "CREATE TABLE"] == [0], commits
+    assert DeltaParticipant("sink", table).committed_version("app") == 1
