@@ -162,8 +162,11 @@ def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
     errors, versions = [], []
 
     def commit(app: str, batch: int, retries: int = 0):
-        """Like the commit task: a failed commit is retried; one that happened is not redone."""
-        for _ in range(retries + 1):
+        """Like the commit task: a failed commit is retried after a delay (Airflow's retry_delay,
+        shortened); one that happened is not redone."""
+        for attempt in range(retries + 1):
+            if attempt:
+                time.sleep(0.2 * attempt)
             part = DeltaParticipant("sink", table)
             if part.committed_version(app) >= batch:
                 return
@@ -177,7 +180,7 @@ def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
 
     # different appIds at once: every commit lands once, each in its own version (a loser of
     # the race for a version fails or retries; retried like the commit task, none is lost)
-    threads = [threading.Thread(target=commit, args=(f"app{i}", 1, 8)) for i in range(n)]
+    threads = [threading.Thread(target=commit, args=(f"app{i}", 1, 12)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
