@@ -200,7 +200,7 @@ class RecoverOperator(BaseOperator):
 
     A batch whose commit this task completes (PREPARED by an earlier run that did not commit it, or
     committed in every table by a commit that died before the ledger's COMMITTED record) gets its
-    asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task."""
+    metrics and asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task."""
 
     ui_color = "#f3e5f5"
 
@@ -324,9 +324,9 @@ class VerifySensor(BaseSensorOperator):
 class CommitOperator(BaseOperator):
     """commit: one Delta transaction per participant; retried until it succeeds (never aborted).
 
-    With the outlet ``AssetAlias("eobatch-<pipeline>")`` (the DAG factory declares it), a commit that
-    writes the batch's COMMITTED ledger record adds one asset event per published table
-    (``emit_batch_events``). None for a dry run (nothing is committed) nor for a recommit of a batch
+    A commit that writes the batch's COMMITTED ledger record sends the batch's metrics
+    (``metrics``) and, with the outlet ``AssetAlias("eobatch-<pipeline>")`` (the DAG factory
+    declares it), adds one asset event per published table (``emit_batch_events``). None for a dry run (nothing is committed) nor for a recommit of a batch
     already COMMITTED (a cleared task, a batch the next run's recover committed first): the ledger's
     record is put-if-absent, so exactly one call per batch writes it. A commit task that dies after
     that write and before Airflow records its success loses the events (they are Airflow's, written on
