@@ -152,7 +152,8 @@ def _after_plan(proto: Protocol) -> None:
 
     sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
     try:
-        sent += metrics.backlog_metrics(proto.cfg.name, backlog(proto, count_bytes_limit=0))
+        # the listing only: counting records would read every pending file (or footer) on each plan
+        sent += metrics.backlog_metrics(proto.cfg.name, backlog(proto, count_records=False))
     except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan
         log.warning("backlog metrics not computed (%s: %s)", type(e).__name__, e)
     metrics.send(sent)

@@ -12,7 +12,7 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
 ``eobatch.<pipeline>.<phase>_seconds``            timer    plan, stage, verify, commit (ms, StatsD)
 ``eobatch.<pipeline>.backlog_files``              gauge    files not planned yet (files-like kinds)
 ``eobatch.<pipeline>.backlog_bytes``              gauge    their bytes
-``eobatch.<pipeline>.backlog_records``            gauge    records not planned yet, when known
+``eobatch.<pipeline>.backlog_records``            gauge    records not planned yet (Kafka)
 ``eobatch.<pipeline>.oldest_unpublished_age_s``   gauge    age of the oldest unpublished landing file
 ``eobatch.<pipeline>.late_files``                 counter  files a plan found late (interval mode)
 ``eobatch.<pipeline>.late_files_<action>``        counter  the same, by what was done with them

@@ -70,3 +70,17 @@ def test_an_unreadable_source_is_reported_not_raised(make_cfg, tmp_path):
                            "max_records_per_batch": 10})
     b = backlog(Protocol(cfg), kafka_timeout=0.5)
     assert b["kind"] == "kafka" and b["error"] and "KafkaUnavailable" in b["error"]
+
+
+def test_the_plan_tasks_backlog_lists_only_and_reads_no_pending_file(make_cfg, tmp_path):
+    """What the plan task sends as metrics after every plan: files and bytes from the listing; a
+    pending Parquet file's footer is not read (it would be, for each pending file, on every plan)."""
+    cfg = make_cfg(source={"kind": "parquet", "path": str(tmp_path / "landing")})
+    os.makedirs(cfg.source.path, exist_ok=True)
+    with open(os.path.join(cfg.source.path, "a.parquet"), "wb") as f:
+        f.write(b"not parquet at all")  # reading its footer fails: only a read would notice
+    counted = backlog(Protocol(cfg))
+    assert counted["records"] is None and any("records not counted: " in n for n in counted["notes"])
+    listed = backlog(Protocol(cfg), count_records=False)
+    assert (listed["files"], listed["bytes"], listed["records"], listed["error"]) == (1, 18, None, None)
+    assert listed["notes"][0] == "records not counted (not asked)"
