@@ -77,10 +77,9 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
     if mode != "continuous" and any(conf.get(k) not in (None, False) for k in REWIND_PARAMS):
         raise ParamsError("param 'rewind_to_batch' is for continuous mode; in interval mode run the interval "
                           "again (a manual run with its logical date, or a backfill with reprocessing)")
-    offered = params_for_mode(mode)
-    unknown = sorted(set(conf) - set(PARAMS_DOC) - ({*REWIND_PARAMS} - set(offered)))
+    unknown = sorted(set(conf) - set(PARAMS_DOC))  # a null rewind key in interval mode is harmless
     if unknown:
-        raise ParamsError(f"unknown param(s) {unknown}; this pipeline accepts {sorted(offered)}")
+        raise ParamsError(f"unknown param(s) {unknown}; this pipeline accepts {sorted(params_for_mode(mode))}")
     merged = {**(params or {}), **conf}
     out = RunParams(
         max_records_per_batch=_pos_int("max_records_per_batch", merged.get("max_records_per_batch")),
