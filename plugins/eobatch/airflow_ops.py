@@ -161,13 +161,15 @@ def _after_plan(proto: Protocol) -> None:
 
 def _published(task: BaseOperator, context, proto: Protocol, batch_id: int) -> None:
     """This task's call committed ``batch_id`` (wrote its COMMITTED record): its metrics, and its
-    asset events when the task declares the pipeline's alias."""
+    asset events when the task declares the pipeline's alias. The ledger's records are read once."""
     led = proto.ledger
     plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
-    if plan is not None and prepared is not None and committed is not None:
+    if committed is None or plan is None:  # the caller saw the batch committed: a ledger that lost it is a bug
+        raise RuntimeError(f"batch {batch_id} of {proto.cfg.name} has no COMMITTED record or plan after its commit")
+    if prepared is not None:
         metrics.send(metrics.batch_metrics(proto.cfg.name, plan, prepared, committed))
     if task.outlets:
-        emit_batch_events(task, context, proto, batch_id)
+        emit_batch_events(task, context, proto.cfg, plan, prepared, committed)
 
 
 def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
@@ -175,18 +177,14 @@ def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
     return batch_id is not None and batch_id > 0 and proto.ledger.committed(batch_id) is None
 
 
-def emit_batch_events(task: BaseOperator, context, proto: Protocol, batch_id: int) -> list[dict]:
-    """One asset event per published table of a batch this task has just committed, added through
-    the pipeline's alias (``assets``): the sink table's asset (the contract's) and the quarantine's,
-    each with its table's Delta version. Airflow records them when this task instance succeeds.
-    Returns the extras (the sink's first)."""
-    cfg = proto.cfg
-    rec = proto.ledger.committed(batch_id)
-    plan = proto.ledger.plan(batch_id)
-    if rec is None or plan is None:  # the caller saw the batch committed: a ledger that lost it is a bug
-        raise RuntimeError(f"batch {batch_id} of {cfg.name} has no COMMITTED record or plan after its commit")
+def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committed) -> list[dict]:
+    """One asset event per published table of a batch this task has just committed (its ledger
+    records), added through the pipeline's alias (``assets``): the sink table's asset (the
+    contract's) and the quarantine's, each with its table's Delta version. Airflow records them
+    when this task instance succeeds. Returns the extras (the sink's first)."""
+    batch_id = plan.batch_id
     tables = {"sink": cfg.sink_table, "quarantine": cfg.quarantine_table}
-    extras = assets.batch_extras(cfg.name, tables, plan, proto.ledger.prepared(batch_id), rec)
+    extras = assets.batch_extras(cfg.name, tables, plan, prepared, committed)
     alias = assets.batch_alias(cfg.name)
     events = context["outlet_events"][alias]
     for participant, extra in extras.items():
