@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import assets, launch, metrics, s3conf
+from . import alerts, assets, launch, metrics, s3conf
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -146,16 +146,19 @@ def _interval(context) -> dict | None:
     return interval_of(start, end)
 
 
-def _after_plan(proto: Protocol) -> None:
-    """Metrics of a plan (``metrics``): the files it found late, and the backlog it left."""
+def _after_plan(proto: Protocol, context) -> None:
+    """After a plan recorded its range: metrics of the files it found late and of the backlog it
+    left (``metrics``), and the backlog age alert (``alerts``)."""
     from .backlog import backlog
 
     sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
     try:
         # the listing only: counting records would read every pending file (or footer) on each plan
-        sent += metrics.backlog_metrics(proto.cfg.name, backlog(proto, count_records=False))
+        left = backlog(proto, count_records=False)
+        sent += metrics.backlog_metrics(proto.cfg.name, left)
+        alerts.check_backlog(proto.cfg, left, context)
     except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan
-        log.warning("backlog metrics not computed (%s: %s)", type(e).__name__, e)
+        log.warning("backlog not computed (%s: %s)", type(e).__name__, e)
     metrics.send(sent)
 
 
@@ -235,7 +238,7 @@ class PlanOperator(BaseSensorOperator):
 
     def poke(self, context):
         run = _run(self.pipeline_file, context)
-        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto))
+        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto, context))
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 

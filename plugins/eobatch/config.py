@@ -55,6 +55,28 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class Notifier:
+    """One notifier of ``alerts.notify``: e-mail through the SMTP provider (``email``: the
+    recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``)."""
+    email: tuple[str, ...] = ()
+    smtp_conn_id: str | None = None
+    from_email: str | None = None
+    notifier: str | None = None
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """``alerts``: who is told (``notify``) and of what: a task that failed for good
+    (``on_failure``), a run still going ``run_deadline_minutes`` after it was queued, a backlog
+    whose oldest unpublished record is older than ``backlog_max_age_minutes``."""
+    notify: tuple[Notifier, ...] = ()
+    on_failure: bool = False
+    run_deadline_minutes: float | None = None
+    backlog_max_age_minutes: float | None = None
+
+
+@dataclass(frozen=True)
 class PipelineConfig:
     name: str
     file: str
@@ -77,6 +99,7 @@ class PipelineConfig:
     retry_delay_seconds: float = 10.0
     verify_timeout_seconds: int = 900
     plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -125,10 +148,13 @@ class PipelineConfig:
 
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
-            "description", "max_record_bytes", "spark", "retries"}
+            "description", "max_record_bytes", "spark", "retries", "alerts"}
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
+ALERT_KEYS = {"notify", "on_failure", "run_deadline_minutes", "backlog_max_age_minutes"}
+EMAIL_NOTIFIER_KEYS = {"email", "smtp_conn_id", "from_email"}
+CLASS_NOTIFIER_KEYS = {"notifier", "args"}
 RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds", "plan_wait_seconds"}
 
 
@@ -312,6 +338,7 @@ def load_pipeline(file: str) -> PipelineConfig:
                                         "delay_seconds, verify_timeout_seconds, plan_wait_seconds)")
     retries = _parse_retries(retries_section, file)
     timeouts = _parse_timeouts(retries_section, file)
+    alerts = _parse_alerts(raw, source, file)
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
         schema=schema, columns=columns, transform=transform, transform_options=transform_options,
@@ -319,7 +346,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         max_record_bytes=max_record_bytes, description=str(raw.get("description", "")), spark=spark,
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
-        plan_wait_seconds=timeouts.plan_wait_seconds,
+        plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts,
     )
 
 
@@ -516,6 +543,73 @@ def _parse_timeouts(section: dict, file: str) -> _Timeouts:
     return _Timeouts(
         verify_seconds=pos_int(section.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds"),
         plan_wait_seconds=pos_int(section.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds"))
+
+
+CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")
+DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+EMAIL_RE = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
+
+
+def _parse_alerts(raw: dict, source: SourceConfig, file: str) -> AlertsConfig:
+    """``alerts``: notifiers (e-mail or an Airflow notifier class) and the conditions that call
+    them. Only connection ids are named here, never a password."""
+    section = _optional_mapping(raw, "alerts", ALERT_KEYS, file, "must be a mapping (notify, on_failure, "
+                                "run_deadline_minutes, backlog_max_age_minutes)")
+    if not section:
+        return AlertsConfig()
+    notify = section.get("notify")
+    if not isinstance(notify, list) or not notify:
+        raise ConfigError(file, "alerts.notify", "must be a list of at least one notifier, e.g. "
+                          "[{email: [ops@example.com]}]")
+    notifiers = tuple(_parse_notifier(n, file, f"alerts.notify[{i}]") for i, n in enumerate(notify))
+    on_failure = section.get("on_failure", True)
+    if not isinstance(on_failure, bool):
+        raise ConfigError(file, "alerts.on_failure", f"must be true or false, got {on_failure!r}")
+    deadline = _positive_minutes(section, "run_deadline_minutes", file)
+    backlog_age = _positive_minutes(section, "backlog_max_age_minutes", file)
+    if backlog_age is not None and kind_for(source.kind).position_based:
+        raise ConfigError(file, "alerts.backlog_max_age_minutes", f"the age of a {source.kind} backlog is not known "
+                          "(a record's timestamp is only known by reading it, the backlog age of landing files "
+                          "is their modification time); alert with on_failure and run_deadline_minutes instead")
+    return AlertsConfig(notify=notifiers, on_failure=on_failure, run_deadline_minutes=deadline,
+                        backlog_max_age_minutes=backlog_age)
+
+
+def _parse_notifier(n: Any, file: str, key: str) -> Notifier:
+    if not isinstance(n, dict) or ("email" in n) == ("notifier" in n):
+        raise ConfigError(file, key, "must be a mapping with either 'email' (a list of addresses) or 'notifier' "
+                          "(the dotted path of an Airflow notifier class)")
+    if "email" in n:
+        refuse_unknown(n, EMAIL_NOTIFIER_KEYS, file, f"{key}.")
+        to = n["email"]
+        to = [to] if isinstance(to, str) else to
+        if not isinstance(to, list) or not to or not all(isinstance(a, str) and EMAIL_RE.match(a) for a in to):
+            raise ConfigError(file, f"{key}.email", f"must be an e-mail address or a list of them, got {n['email']!r}")
+        conn_id = n.get("smtp_conn_id")
+        if conn_id is not None and not (isinstance(conn_id, str) and CONN_ID_RE.match(conn_id)):
+            raise ConfigError(file, f"{key}.smtp_conn_id", f"must be an Airflow connection id, got {conn_id!r}")
+        sender = n.get("from_email")
+        if sender is not None and not (isinstance(sender, str) and EMAIL_RE.match(sender)):
+            raise ConfigError(file, f"{key}.from_email", f"must be an e-mail address, got {sender!r}")
+        return Notifier(email=tuple(to), smtp_conn_id=conn_id, from_email=sender)
+    refuse_unknown(n, CLASS_NOTIFIER_KEYS, file, f"{key}.")
+    path = n["notifier"]
+    if not isinstance(path, str) or not DOTTED_RE.match(path):
+        raise ConfigError(file, f"{key}.notifier", f"must be the dotted path of a notifier class, e.g. "
+                          f"airflow.providers.slack.notifications.slack.SlackNotifier; got {path!r}")
+    args = n.get("args") or {}
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise ConfigError(file, f"{key}.args", "must be a mapping of the notifier's keyword arguments")
+    return Notifier(notifier=path, args=dict(args))
+
+
+def _positive_minutes(section: dict, key: str, file: str) -> float | None:
+    v = section.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise ConfigError(file, f"alerts.{key}", f"must be a positive number of minutes, got {v!r}")
+    return float(v)
 
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")

@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow.sdk import DAG, Param
 
-from . import assets
+from . import alerts, assets
 from .airflow_ops import (
     AbortOperator,
     CommitOperator,
@@ -20,7 +20,7 @@ from .airflow_ops import (
     StageOperator,
     VerifySensor,
 )
-from .config import PipelineConfig, load_all
+from .config import ConfigError, PipelineConfig, load_all
 from .params import PARAMS_DOC, PARAMS_FORM, params_for_mode
 
 
@@ -81,6 +81,10 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         "retries": 0,
         "retry_delay": dt.timedelta(seconds=cfg.retry_delay_seconds),
     }
+    if cfg.alerts.notify:
+        alerts.check_notifiers(cfg)  # a notifier that cannot be built is an error of this pipeline's file
+        if cfg.alerts.on_failure:
+            default_args["on_failure_callback"] = alerts.OnFailure(cfg)
     with DAG(
         dag_id=cfg.name,
         description=cfg.description or f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}",
@@ -90,6 +94,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         max_active_runs=1,  # one committer per pipeline at a time; correctness does not rely on it
         default_args=default_args,
         params=run_params(cfg.mode),
+        deadline=alerts.deadline(cfg),  # alerts.run_deadline_minutes: Airflow's deadline alert
         tags=["eobatch", cfg.source.kind, cfg.mode],
         doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
                           asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
@@ -120,7 +125,13 @@ def build_dag(cfg: PipelineConfig) -> DAG:
 
 def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
     configs, errors = load_all(directory)
-    return {name: build_dag(cfg) for name, cfg in configs.items()}, errors
+    dags = {}
+    for name, cfg in configs.items():
+        try:
+            dags[name] = build_dag(cfg)
+        except ConfigError as e:  # found when building (e.g. a notifier class): still one file's error
+            errors[cfg.file] = str(e)
+    return dags, errors
 
 
 class _InvalidPipelines(DAG):

@@ -29,17 +29,21 @@ import pytest
 from support import browser, services
 from support.checks import delta_log_commits
 from support.harness import airflow_env, orders, write_pipeline
+from support.smtp_sink import SmtpSink
 from support.statsd_sink import StatsdSink
 
 pytestmark = pytest.mark.integration
 
 
 class UI:
-    def __init__(self, env: dict, pipeline, run_ids: list[str], statsd: StatsdSink):
+    def __init__(self, env: dict, pipeline, run_ids: list[str], statsd: StatsdSink, smtp: SmtpSink,
+                 alerted_runs: dict[str, dict]):
         self.url, self.user, self.password = env["AIRFLOW_UI_URL"], env["AIRFLOW_UI_USER"], env["AIRFLOW_UI_PASSWORD"]
         self.p = pipeline
         self.run_ids = run_ids
         self.statsd = statsd
+        self.smtp = smtp
+        self.alerted_runs = alerted_runs  # {"ok": run, "refused": run} of pipeline ALERTED
 
     def get(self, path: str, token: str | None = None, headers: dict | None = None) -> tuple[int, str]:
         h = dict(headers or {})
@@ -79,19 +83,36 @@ def read_env_file(path: Path) -> dict:
     return out
 
 
+ALERTED, SMTP_CONN = "alerted", "eobatch_test_smtp"
+ALERTS_YAML = f"""\
+alerts:
+  notify:
+    - email: [ops@example.com, oncall@example.com]
+      smtp_conn_id: {SMTP_CONN}
+  run_deadline_minutes: 0.1
+  backlog_max_age_minutes: 0.01
+"""
+
+
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
     """`make ui-up` (services.py ui-up) for pipeline ``orders``, three runs triggered through the
     REST API and run by the scheduler (a, b, c: one batch each), then one more file landed and
-    not yet planned (the backlog). Airflow's StatsD metrics go to a UDP socket of the test."""
+    not yet planned (the backlog). Airflow's StatsD metrics go to a UDP socket of the test.
+
+    Beside it, pipeline ``alerted`` mails a real SMTP server (aiosmtpd, through the Airflow
+    connection SMTP_CONN): one run that publishes a file older than its backlog age limit and
+    takes longer than its run deadline, then one run whose params are refused."""
     root = tmp_path_factory.mktemp("ui")
     p = write_pipeline(root, name="orders", max_records=60)
     p.land("a.jsonl", orders("a", 50), bad=["{not json", '{"order_id": null, "amount": 1}'])
     p.land("b.jsonl", orders("b", 40))
     p.land("c.jsonl", orders("c", 30))
+    write_pipeline(root, name=ALERTED, extra=ALERTS_YAML).land("x.jsonl", orders("x", 5))
     dot_services = root / ".services"
     statsd = StatsdSink()  # Airflow's StatsD metrics (its own and the pipeline's) go there
-    env = {**airflow_env(root / "airflow", p.yaml_path.parent), **statsd.env()}
+    smtp = SmtpSink()
+    env = {**airflow_env(root / "airflow", p.yaml_path.parent), **statsd.env(), **smtp.env(SMTP_CONN)}
     with mock.patch.dict(os.environ, env):
         assert services.main(["ui-up", "--dir", str(dot_services)]) == 0
         try:
@@ -102,20 +123,34 @@ def ui(tmp_path_factory):
             url = ui_env["AIRFLOW_UI_URL"]
             tok = token(url, ui_env["AIRFLOW_UI_USER"], ui_env["AIRFLOW_UI_PASSWORD"])
             wait_dag_listed(url, tok, CONSUMER)  # its asset schedule is known before the first batch commits
-            runs = [rest(url, tok, "POST", "/api/v2/dags/orders/dagRuns", {"logical_date": None, "conf": {}})
-                    ["dag_run_id"] for _ in range(3)]  # max_active_runs=1: one after the other
-            deadline = time.time() + 600
-            while time.time() < deadline:
-                states = [rest(url, tok, "GET", f"/api/v2/dags/orders/dagRuns/{urllib.parse.quote(r, safe='')}")
-                          ["state"] for r in runs]
-                if all(s in ("success", "failed") for s in states):
-                    break
-                time.sleep(2)
+            wait_dag_listed(url, tok, ALERTED)
+
+            def trigger(dag_id: str, conf: dict) -> str:
+                return rest(url, tok, "POST", f"/api/v2/dags/{dag_id}/dagRuns",
+                            {"logical_date": None, "conf": conf})["dag_run_id"]
+
+            def wait_done(dag_id: str, run_ids: list[str]) -> list[dict]:
+                deadline = time.time() + 600
+                while time.time() < deadline:
+                    got = [rest(url, tok, "GET", f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(r, safe='')}")
+                           for r in run_ids]
+                    if all(g["state"] in ("success", "failed") for g in got):
+                        return got
+                    time.sleep(2)
+                raise AssertionError((dag_id, (dot_services / "ui" / "scheduler.log").read_text()[-4000:]))
+
+            runs = [trigger("orders", {}) for _ in range(3)]  # max_active_runs=1: one after the other
+            alerted_ok = trigger(ALERTED, {})
+            states = [r["state"] for r in wait_done("orders", runs)]
             assert states == ["success"] * 3, (states, (dot_services / "ui" / "scheduler.log").read_text()[-4000:])
             p.land("d.jsonl", orders("d", 20))  # not planned: the backlog
-            yield UI(ui_env, p, runs, statsd)
+            ok = wait_done(ALERTED, [alerted_ok])[0]
+            # queued only now, or its queue time would count against its own run deadline
+            refused = wait_done(ALERTED, [trigger(ALERTED, {"rewind_to_batch": 1})])[0]
+            yield UI(ui_env, p, runs, statsd, smtp, {"ok": ok, "refused": refused})
         finally:
             statsd.close()
+            smtp.close()
             assert services.main(["ui-down", "--dir", str(dot_services)]) == 0
             assert not (dot_services / "ui-env").exists()
 
@@ -173,7 +208,7 @@ def test_json_is_what_the_delta_log_and_make_ledger_say(ui):
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout) == rows
     status, body = ui.get("/eobatch/api/pipelines/nope/batches", tok)
-    assert status == 404 and json.loads(body)["pipelines"] == ["orders"]
+    assert status == 404 and json.loads(body)["pipelines"] == [ALERTED, "orders"]
 
 
 def test_html_page_shows_batches_backlog_and_timeline(ui):
@@ -313,3 +348,32 @@ def test_statsd_receives_each_committed_batch_once_and_the_backlog(ui):
     assert files == [2, 1, 0], ui.statsd.lines(pre)
     # Airflow's own metrics arrive too (the sink is what a StatsD server would see)
     assert ui.statsd.lines("airflow.ti.finish") or ui.statsd.lines("airflow.ti_successes"), ui.statsd.lines()[:20]
+
+
+def test_alerts_mail_a_failure_a_missed_run_deadline_and_an_old_backlog(ui):
+    """Pipeline ``alerted`` through a real SMTP server: its refused run's failure (from the task
+    that failed, with the reason and what happens next), its first run's missed deadline (Airflow's
+    deadline alert, called by the executor), the backlog age its plan found, each to both
+    recipients; the alerts never failed the run that sent them."""
+    from support.smtp_sink import body
+
+    ok, refused = ui.alerted_runs["ok"], ui.alerted_runs["refused"]
+    assert (ok["state"], refused["state"]) == ("success", "failed")
+    assert independent_batches(ui.p.root / "lake" / ALERTED, ALERTED) == {1: 1}  # published as usual
+
+    def subject(words: str):
+        return lambda m: m["Subject"].startswith(f"[eobatch] {ALERTED}: {words}")
+
+    (failure,) = ui.smtp.wait_for(subject("recover failed"), timeout=60)
+    assert failure["Subject"] == f"[eobatch] {ALERTED}: recover failed in run {refused['dag_run_id']}"
+    text = body(failure)
+    assert "params refused" in text and "confirm_rewind" in text, text
+    assert f"/dags/{ALERTED}/runs/" in text  # the task log's link
+    (backlog,) = ui.smtp.wait_for(subject("backlog"), timeout=60)  # the refused run planned nothing
+    assert "(limit 0.01 min)" in backlog["Subject"] and "Not planned yet: 0 files, 0 bytes" in body(backlog)
+    late = ui.smtp.wait_for(subject(f"run {ok['dag_run_id']} not finished after 0.1 min"), timeout=120)
+    assert len(late) == 1, [m["Subject"] for m in ui.smtp.mails]
+    for mail in (failure, backlog, late[0]):
+        assert mail["X-Rcpt-To"] == "ops@example.com, oncall@example.com"
+        assert f"/eobatch/pipelines/{ALERTED}" in body(mail)  # the ledger page's link
+    assert not [m for m in ui.smtp.mails if "orders" in m["Subject"]]  # no alerts section: no mail

@@ -189,6 +189,7 @@ class AirflowStack:
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.port),
+            "AIRFLOW__API__BASE_URL": self.url,  # links in task logs and alerts
             "AIRFLOW__API__WORKERS": "1",
             "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(32).hex(),
             "AIRFLOW__API_AUTH__JWT_ISSUER": "eobatch-tests",
