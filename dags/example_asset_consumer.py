@@ -31,7 +31,7 @@ from eobatch.config import PipelineConfig, load_all  # noqa: E402
 SUFFIX = "_downstream_example"
 
 
-def _open(table: str, version: int | None = None):
+def _open(table: str, version: int | None = None, aws_conn_id: str = "aws_default"):
     """delta-rs's DeltaTable of a table location (local path or s3a:// URI) at ``version``."""
     from deltalake import DeltaTable
 
@@ -40,7 +40,7 @@ def _open(table: str, version: int | None = None):
     if s3conf.is_s3(table):
         from eobatch.airflow_ops import export_aws_connection
 
-        export_aws_connection()  # the aws_default connection, as the pipeline's tasks use it
+        export_aws_connection(aws_conn_id)  # the pipeline's connection, as its tasks use it
     return DeltaTable(s3conf.table_uri(table), version=version, storage_options=s3conf.delta_storage_options(table))
 
 
@@ -52,26 +52,26 @@ def _adds(dtab) -> dict[str, int]:
     return {urllib.parse.unquote(r["path"]): int(r["num_records"] or 0) for r in rows}
 
 
-def read_version(table: str, version: int):
+def read_version(table: str, version: int, aws_conn_id: str = "aws_default"):
     """Exactly Delta ``version`` of ``table``: (its snapshot, the arrow table of the rows that
     version's commit added: the files in version v that are not in version v-1)."""
     import pyarrow.dataset as pds
 
-    snap = _open(table, version)
+    snap = _open(table, version, aws_conn_id)
     if snap.version() != version:
         raise RuntimeError(f"{table}: asked for Delta version {version}, delta-rs opened {snap.version()}")
-    added = set(_adds(snap)) - (set(_adds(_open(table, version - 1))) if version > 0 else set())
+    added = set(_adds(snap)) - (set(_adds(_open(table, version - 1, aws_conn_id))) if version > 0 else set())
     ds = snap.to_pyarrow_dataset()
     fragments = [f for f in ds.get_fragments() if urllib.parse.unquote(f.path) in added]
     new = pds.FileSystemDataset(fragments, ds.schema, ds.format, ds.filesystem)
     return snap, new.to_table()
 
 
-def summarize(table: str, extra: dict) -> dict:
+def summarize(table: str, extra: dict, aws_conn_id: str = "aws_default") -> dict:
     """What the example does with one event: read its version, count what it added and what the
     table holds then. Replace this with your own work."""
     version = int(extra["delta_version"])
-    snap, new_rows = read_version(table, version)
+    snap, new_rows = read_version(table, version, aws_conn_id)
     return {"pipeline": extra.get("pipeline"), "batch_id": extra.get("batch_id"), "delta_version": version,
             "version_read": snap.version(), "new_rows": new_rows.num_rows,
             "table_rows": sum(_adds(snap).values()), "rows_published": extra.get("rows_published")}
@@ -96,7 +96,7 @@ def build_consumer(cfg: PipelineConfig) -> DAG:
             out = []
             for event in events:
                 extra = dict(event.extra or {})
-                summary = summarize(cfg.sink_table, extra)
+                summary = summarize(cfg.sink_table, extra, cfg.aws_conn_id)
                 print(f"batch {summary['batch_id']} of {summary['pipeline']}: read {sink.uri} at Delta version "
                       f"{summary['version_read']}: {summary['new_rows']} new rows, {summary['table_rows']} in the table")
                 out.append(summary)

@@ -29,31 +29,39 @@ AWS_CONN_ID = "aws_default"
 
 
 def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
-    """S3 credentials for this task process (and its spark-submit): the Airflow connection
-    ``aws_default`` when it exists (login = access key id, password = secret, extra:
-    ``endpoint_url``, ``region_name``, ``aws_session_token``), else the environment as it is.
-    The values are registered with Airflow's secrets masker: they never appear in task logs."""
+    """S3 credentials for this task process (and its spark-submit) from the Airflow connection
+    ``conn_id`` when it exists, resolved by the Amazon provider's own hook: keys and session
+    token, ``profile_name``, ``role_arn`` (assumed), web identity, or the default chain, whatever
+    the connection says, become frozen credentials; with the connection's ``endpoint_url`` (its
+    ``service_config.s3`` one first) and ``region_name``. Without the connection, the environment
+    as it is. The values are registered with Airflow's secrets masker: never in task logs.
+    Assumed-role credentials are valid for the role's session length (one hour by default): a
+    stage job outlasting them fails and is retried with fresh ones."""
     import os
 
     from airflow.sdk import BaseHook
     from airflow.sdk.log import mask_secret
 
     try:
-        conn = BaseHook.get_connection(conn_id)
+        BaseHook.get_connection(conn_id)
     except Exception:  # no such connection: credentials come from the environment (or nowhere)
         mask_credentials()
         return False
-    extra = conn.extra_dejson or {}
-    values = {"AWS_ACCESS_KEY_ID": conn.login, "AWS_SECRET_ACCESS_KEY": conn.password,
-              "AWS_SESSION_TOKEN": extra.get("aws_session_token"),
-              "S3_ENDPOINT": extra.get("endpoint_url") or (extra.get("service_config") or {}).get("s3", {}).get(
-                  "endpoint_url"),
-              "AWS_REGION": extra.get("region_name")}
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    creds = hook.get_credentials()
+    wrapper = hook.conn_config
+    values = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key,
+              "AWS_SESSION_TOKEN": creds.token, "S3_ENDPOINT": wrapper.get_service_endpoint_url("s3"),
+              "AWS_REGION": wrapper.region_name}
     for k, v in values.items():
         if v:
             if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
                 mask_secret(v)
             os.environ[k] = str(v)
+        elif k == "AWS_SESSION_TOKEN":
+            os.environ.pop(k, None)  # one of an earlier identity would not match these keys
     mask_credentials()
     return True
 
@@ -92,7 +100,7 @@ def credentials_travel_as_env(conn_id: str, *, deploy_mode: str | None = None,
 def _protocol(pipeline_file: str) -> Protocol:
     cfg = load_pipeline(pipeline_file)
     if launch.uses_s3(cfg):
-        export_aws_connection()
+        export_aws_connection(cfg.aws_conn_id)
     return Protocol(cfg)
 
 
@@ -268,7 +276,7 @@ class StageOperator(SparkSubmitOperator):
     def execute(self, context):
         cfg = load_pipeline(self.pipeline_file)
         if launch.uses_s3(cfg):
-            export_aws_connection()
+            export_aws_connection(cfg.aws_conn_id)
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         attempt = launch.new_attempt_id(ti.try_number)

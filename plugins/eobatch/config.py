@@ -100,6 +100,7 @@ class PipelineConfig:
     verify_timeout_seconds: int = 900
     plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -148,7 +149,7 @@ class PipelineConfig:
 
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
-            "description", "max_record_bytes", "spark", "retries", "alerts"}
+            "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id"}
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
@@ -339,6 +340,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     retries = _parse_retries(retries_section, file)
     timeouts = _parse_timeouts(retries_section, file)
     alerts = _parse_alerts(raw, source, file)
+    aws_conn_id = conn_id(raw.get("aws_conn_id", "aws_default"), file, "aws_conn_id")
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
         schema=schema, columns=columns, transform=transform, transform_options=transform_options,
@@ -346,7 +348,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         max_record_bytes=max_record_bytes, description=str(raw.get("description", "")), spark=spark,
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
-        plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts,
+        plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
     )
 
 
@@ -585,13 +587,12 @@ def _parse_notifier(n: Any, file: str, key: str) -> Notifier:
         to = [to] if isinstance(to, str) else to
         if not isinstance(to, list) or not to or not all(isinstance(a, str) and EMAIL_RE.match(a) for a in to):
             raise ConfigError(file, f"{key}.email", f"must be an e-mail address or a list of them, got {n['email']!r}")
-        conn_id = n.get("smtp_conn_id")
-        if conn_id is not None and not (isinstance(conn_id, str) and CONN_ID_RE.match(conn_id)):
-            raise ConfigError(file, f"{key}.smtp_conn_id", f"must be an Airflow connection id, got {conn_id!r}")
+        smtp = n.get("smtp_conn_id")
+        smtp = None if smtp is None else conn_id(smtp, file, f"{key}.smtp_conn_id")
         sender = n.get("from_email")
         if sender is not None and not (isinstance(sender, str) and EMAIL_RE.match(sender)):
             raise ConfigError(file, f"{key}.from_email", f"must be an e-mail address, got {sender!r}")
-        return Notifier(email=tuple(to), smtp_conn_id=conn_id, from_email=sender)
+        return Notifier(email=tuple(to), smtp_conn_id=smtp, from_email=sender)
     refuse_unknown(n, CLASS_NOTIFIER_KEYS, file, f"{key}.")
     path = n["notifier"]
     if not isinstance(path, str) or not DOTTED_RE.match(path):
@@ -601,6 +602,13 @@ def _parse_notifier(n: Any, file: str, key: str) -> Notifier:
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
         raise ConfigError(file, f"{key}.args", "must be a mapping of the notifier's keyword arguments")
     return Notifier(notifier=path, args=dict(args))
+
+
+def conn_id(v: Any, file: str, key: str) -> str:
+    """An Airflow connection id (the YAML names connections, never their secrets)."""
+    if not (isinstance(v, str) and CONN_ID_RE.match(v)):
+        raise ConfigError(file, key, f"must be an Airflow connection id, got {v!r}")
+    return v
 
 
 def _positive_minutes(section: dict, key: str, file: str) -> float | None:

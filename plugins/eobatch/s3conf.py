@@ -10,7 +10,8 @@ Resolved from the environment only (no Airflow import here: the Spark job uses i
 * ``AWS_REGION``          (or ``AWS_DEFAULT_REGION``), default ``us-east-1``.
 
 Pipeline YAMLs hold only ``s3a://bucket/prefix`` locations, never credentials. The Airflow
-operators export the ``aws_default`` connection into these variables (airflow_ops), and the
+operators export the pipeline's AWS connection (``aws_conn_id``, resolved by the Amazon
+provider's hook) into these variables (airflow_ops), and the
 stage job forwards them to its executors as environment variables (never as ``--conf``, which
 spark-submit's command line and the task log would show). Nothing here puts a secret into an
 exception message: ``redact`` removes them from any text that leaves this process.

@@ -232,16 +232,21 @@ def _ok(run):
 def test_dag_runs_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_path, reader, airflow):
     """The real DAG (airflow dags test) with only locations and connections changed: s3a://
     paths in the YAML, spark_default -> spark://127.0.0.1:<port>, S3 credentials from the
-    aws_default connection (the environment has none). They never appear in the task logs."""
-    p = s3_pipeline(tmp_path, reader, max_records=300)
+    connection the YAML names (``aws_conn_id: lake_s3``), resolved by the Amazon provider's hook
+    from an AWS profile of a shared credentials file (the environment has no keys). They never
+    appear in the task logs."""
+    p = s3_pipeline(tmp_path, reader, max_records=300, extra="aws_conn_id: lake_s3\n")
     p.land("2026/a.jsonl", orders("a", 300), bad=["{not json", '{"order_id": null}'])
     p.land("2026/b.jsonl", orders("b", 200), bad=['{"order_id": "b-x", "amount": "lots"}'])
+    profiles = tmp_path / "aws-credentials"
+    profiles.write_text(f"[eobatch-lake]\naws_access_key_id = {s3.access_key}\n"
+                        f"aws_secret_access_key = {s3.secret_key}\n")
     env = {
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
                                                   "port": cluster.port}),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({"conn_type": "aws", "login": s3.access_key,
-                                                "password": s3.secret_key,
-                                                "extra": {"endpoint_url": s3.endpoint, "region_name": s3.region}}),
+        "AIRFLOW_CONN_LAKE_S3": json.dumps({"conn_type": "aws", "extra": {
+            "profile_name": "eobatch-lake", "endpoint_url": s3.endpoint, "region_name": s3.region}}),
+        "AWS_SHARED_CREDENTIALS_FILE": str(profiles), "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "S3_ENDPOINT": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
     }
     runs = [airflow(p, extra_env=env) for _ in range(2)]

@@ -139,7 +139,7 @@ class S3Pipeline:
 
 
 def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_records: int = 100000,
-                bucket: str = BUCKET) -> S3Pipeline:
+                bucket: str = BUCKET, extra: str = "") -> S3Pipeline:
     """The product (config, protocol) is used only through the pipeline YAML it writes."""
     root = f"s3a://{bucket}/{uuid.uuid4().hex[:8]}"
     landing, sink, quarantine = f"{root}/landing/{name}", f"{root}/lake/{name}", f"{root}/lake/{name}_bad"
@@ -162,5 +162,5 @@ def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_reco
           stage: 0
           commit: 3
           delay_seconds: 2
-        """))
+        """) + extra)
     return S3Pipeline(path, name, landing, sink, quarantine, reader)

@@ -211,9 +211,11 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
 
     monkeypatch.setattr(SparkSubmitHook, "submit", fake_submit)
 
-    def _run(conn_id: str, watch=()):
+    def _run(conn_id: str, watch=(), aws_conn_id: str | None = None):
         from eobatch.airflow_ops import StageOperator
 
+        if aws_conn_id:
+            write_yaml(dict(doc, aws_conn_id=aws_conn_id))
         seen.clear()
         seen["watch"] = tuple(watch)
         op = StageOperator(task_id="stage", pipeline_file=pipeline_file, conn_id=conn_id)
@@ -252,6 +254,47 @@ def test_stage_masks_credentials_from_the_aws_connection_before_spark_submit(spa
     seen = s3_stage(spark_conn("yarn"), watch=values.values())
     assert seen["masked"] == {v: "<***>" for v in values.values()}
     assert not any(values["token"] in arg for arg in seen["cmd"])
+
+
+def test_the_aws_connection_is_resolved_by_the_amazon_hook_from_a_profile(monkeypatch, tmp_path):
+    """A connection naming a profile (no keys in it): the Amazon provider's hook resolves the
+    profile's keys; endpoint from the connection's s3 service config; a stale session token of
+    the environment does not survive (it would not match these keys); the keys are masked."""
+    from airflow.sdk.log import redact
+
+    from eobatch.airflow_ops import export_aws_connection
+
+    key, secret = _fake("AKIA"), _fake("secret-")
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[lake]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S3_ENDPOINT", "AWS_REGION"):
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
+    monkeypatch.setenv("AWS_SESSION_TOKEN", _fake("STALE-"))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({"conn_type": "aws", "extra": {
+        "profile_name": "lake", "region_name": "eu-west-3",
+        "service_config": {"s3": {"endpoint_url": "http://127.0.0.1:9999"}}}}))
+    assert export_aws_connection("lake_s3") is True
+    import os
+
+    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == (key, secret)
+    assert (os.environ["S3_ENDPOINT"], os.environ["AWS_REGION"]) == ("http://127.0.0.1:9999", "eu-west-3")
+    assert "AWS_SESSION_TOKEN" not in os.environ
+    assert redact(f"<{key}> <{secret}>") == "<***> <***>"
+    assert export_aws_connection("no_such_connection") is False  # the environment stays as it is
+    assert os.environ["AWS_ACCESS_KEY_ID"] == key
+
+
+def test_the_stage_uses_the_connection_the_yaml_names(spark_conn, s3_stage, monkeypatch, tmp_path):
+    key, secret = _fake("AKIA"), _fake("secret-")
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({"conn_type": "aws", "login": "not-this",
+                                                               "password": "not-this"}))
+    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({"conn_type": "aws", "login": key, "password": secret}))
+    seen = s3_stage(spark_conn("local[*]"), aws_conn_id="lake_s3")
+    assert (seen["env"]["AWS_ACCESS_KEY_ID"], seen["env"]["AWS_SECRET_ACCESS_KEY"]) == (key, secret)
+    assert not any(secret in arg for arg in seen["cmd"])
 
 
 # -- the late files metric: what the plan found late, counted through Airflow's StatsD client ----------

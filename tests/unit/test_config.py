@@ -302,6 +302,8 @@ BAD_CASES = [
     ("retries-bool", "retries", {"commit": True}, "retries.commit", None),
     ("retries-delay", "retries", {"delay_seconds": "soon"}, "retries.delay_seconds", None),
     ("spark-conf-list", "spark", {"conf": ["a"]}, "spark.conf", None),
+    ("aws-conn-id-space", "aws_conn_id", "my conn", "aws_conn_id", "Airflow connection id"),
+    ("aws-conn-id-mapping", "aws_conn_id", {"login": "AKIA"}, "aws_conn_id", "Airflow connection id"),
     ("schema-missing", "schema", _DELETE, "schema", "is required"),
     ("schema-unknown-type", "schema", "a STRING, b FOO", "schema", "unknown or unsupported type"),
     ("schema-duplicate", "schema", "a STRING, a INT", "schema", "declared twice"),
