@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import alerts, assets, launch, metrics, s3conf
+from . import airflow_conn, alerts, assets, launch, metrics, s3conf  # noqa: F401 - airflow_conn: connections
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -287,13 +287,28 @@ class StageOperator(SparkSubmitOperator):
         self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip()
         self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
-        self.application_args = ["--spec", launch.encode_spec(launch.job_spec(cfg, batch_id, attempt))]
+        try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
+            spec, source_env = launch.job_spec(cfg, batch_id, attempt), launch.job_env(cfg)
+        except EobatchError as e:
+            if e.kind == "terminal":
+                raise AirflowFailException(str(e)) from e
+            raise
+        self.application_args = ["--spec", launch.encode_spec(spec)]
         env = launch.spark_env()
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
+        travels = credentials_travel_as_env(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
+                                            spark_binary=self.spark_binary_name)
+        if source_env and not travels:  # e.g. a Kafka connection's security settings, masked already
+            raise AirflowFailException(
+                f"stage: source.conn_id {getattr(cfg.source, 'conn_id', None)!r}: the connection's client settings "
+                f"reach the Spark job only as spark-submit's environment, which spark connection "
+                f"{self.spark_conn_id!r} would put on a command line (YARN, Kubernetes) or not pass (standalone "
+                f"cluster mode); use client deploy mode, or give source.bootstrap_servers and configure the "
+                f"client where the job runs")
+        self.env_vars |= source_env
         if launch.uses_s3(cfg):
-            if credentials_travel_as_env(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
-                                         spark_binary=self.spark_binary_name):
+            if travels:
                 self.env_vars |= s3conf.credential_env()
             else:
                 self.log.info("stage: spark connection %r would put spark-submit's environment on its command "

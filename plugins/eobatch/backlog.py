@@ -99,10 +99,11 @@ def _landing(proto, source, read, out: dict, count_bytes_limit: int | None) -> N
 
 
 def _kafka(cfg, read, out: dict, timeout: float) -> None:
+    from .sources.kafka.client import settings
     from .sources.kafka.planner import partition_offsets
 
     src = cfg.source
-    offsets = partition_offsets(src.bootstrap_servers, src.topic, src.isolation_level, timeout=timeout)
+    offsets = partition_offsets(settings(src), src.topic, src.isolation_level, timeout=timeout)
     prev = read[-1].range if read else None
     parts = {}
     for p, (low, high) in sorted(offsets.items()):

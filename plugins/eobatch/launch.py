@@ -63,6 +63,11 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
     }
 
 
+def job_env(cfg: PipelineConfig) -> dict[str, str]:
+    """The source's settings for the job that travel as spark-submit's environment (secrets)."""
+    return kind_for(cfg.source.kind).job_env(cfg.source)
+
+
 def encode_spec(spec: dict) -> str:
     return base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
 

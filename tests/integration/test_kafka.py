@@ -10,6 +10,7 @@ import pytest
 
 from eobatch import launch
 from eobatch.sources.kafka import DataLossError, partition_offsets
+from eobatch.sources.kafka.planner import KafkaAuthFailed
 from support.checks import delta_log_commits, orphans, read_rows, txn_version
 from support.harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
 from support.services import KafkaBroker
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    b = KafkaBroker(str(tmp_path_factory.mktemp("kafka"))).start()
+    b = KafkaBroker(str(tmp_path_factory.mktemp("kafka")), sasl=True).start()
     yield b
     b.stop(kill=True)
 
@@ -115,6 +116,31 @@ def test_thousands_of_records_with_committed_and_aborted_transactions(tmp_path, 
     assert sum(ends.values()) >= len(plain) + len(committed) + len(bad) + len(aborted) + 2 * 3
     assert orphans(p.sink) == [] and orphans(p.quarantine) == []
     assert run_batch(p) is None  # idle now: nothing planned, nothing published
+
+
+def test_a_sasl_broker_through_an_airflow_kafka_connection_and_its_password_never_logged(tmp_path, broker, airflow):
+    """The YAML names a connection (``source.conn_id``), never a broker or a secret; the Kafka
+    connection's extra (the confluent-kafka config: SASL_PLAINTEXT, PLAIN, user, password) serves
+    the plan's admin client and the stage job's consumers, to which it travels as spark-submit's
+    environment. The real DAG publishes every record once, and the password is in no log."""
+    topic = "orders_sasl"
+    create_topic(broker, topic, 2)
+    records = orders("sasl", 300)
+    produce(broker, topic, as_values(records, 2))
+    bad = dict(broker.sasl_client, **{"sasl.password": "wrong"})
+    with pytest.raises(KafkaAuthFailed, match="authentication failed: .*Invalid username or password"):
+        partition_offsets(bad, topic, timeout=5)  # the listener checks the password, the plan says so
+    p = write_kafka_pipeline(tmp_path, "", topic, conn_id="kafka_sasl")
+    conn = json.dumps({"conn_type": "kafka", "extra": broker.sasl_client})
+    run = airflow(p, extra_env={"AIRFLOW_CONN_KAFKA_SASL": conn})
+    assert run.rc == 0 and run.state == "success", run.log[-5000:]
+    assert "plan: batch 1 PLANNED: orders_sasl: 300 offsets" in run.log, run.log[-3000:]
+    assert published_ids(p) == collections.Counter(r["order_id"] for r in records)
+    assert ranges(p) == [{"0": [0, 150], "1": [0, 150]}]
+    assert broker.sasl_password not in run.log
+    # nowhere under the test's folder: task logs, Airflow's database (rendered fields), tables, ledger
+    leaks = [str(f) for f in tmp_path.rglob("*") if f.is_file() and broker.sasl_password.encode() in f.read_bytes()]
+    assert leaks == []
 
 
 def test_idle_topic_publishes_nothing(tmp_path, broker):

@@ -114,7 +114,8 @@ def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, 
 
 
 def write_kafka_pipeline(root: Path, bootstrap: str, topic: str, name: str = "events", max_records: int = 100000,
-                         extra_source: str = "", schema: str | None = None) -> Pipeline:
+                         extra_source: str = "", schema: str | None = None, conn_id: str | None = None) -> Pipeline:
+    """A Kafka pipeline at ``bootstrap``, or through the Airflow connection ``conn_id`` instead."""
     pipelines = root / "pipelines"
     pipelines.mkdir(parents=True, exist_ok=True)
     sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
@@ -123,7 +124,7 @@ def write_kafka_pipeline(root: Path, bootstrap: str, topic: str, name: str = "ev
         name: {name}
         source:
           kind: kafka
-          bootstrap_servers: "{bootstrap}"
+          {f"conn_id: {conn_id}" if conn_id else f'bootstrap_servers: "{bootstrap}"'}
           topic: {topic}
           max_records_per_batch: {max_records}
           consumer_timeout_seconds: 15

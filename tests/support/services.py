@@ -47,11 +47,11 @@ SERVER_PROPERTIES = """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
-listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
-advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}{sasl_listener}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}{sasl_listener}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 log.dirs={data}
 num.partitions=1
 auto.create.topics.enable=false
@@ -63,6 +63,14 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 log.retention.check.interval.ms=1000
 log.segment.delete.delay.ms=0
+"""
+
+# a second listener that needs a user name and password (SASL/PLAIN), for clients configured
+# through an Airflow connection
+SASL_PROPERTIES = """\
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\
+  required username="{user}" password="{password}" user_{user}="{password}";
 """
 
 LOG4J2 = """\
@@ -154,17 +162,27 @@ class _Service:
 
 
 class KafkaBroker(_Service):
-    """A single-node KRaft broker in ``home`` (data, config, log and pid file)."""
+    """A single-node KRaft broker in ``home`` (data, config, log and pid file). ``sasl``: also a
+    SASL_PLAINTEXT listener with one user (``sasl_client`` holds a client's settings for it)."""
 
     name = "kafka"
 
-    def __init__(self, home: str, port: int | None = None, controller_port: int | None = None):
+    def __init__(self, home: str, port: int | None = None, controller_port: int | None = None, sasl: bool = False):
         super().__init__(home, port)
         self.controller_port = controller_port or free_port()
+        self.sasl_port = free_port() if sasl else None
+        self.sasl_user, self.sasl_password = "eobatch", uuid.uuid4().hex
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_client(self) -> dict[str, str]:
+        """confluent-kafka settings of a client of the SASL listener (what a Kafka connection's extra holds)."""
+        assert self.sasl_port, "started without sasl=True"
+        return {"bootstrap.servers": f"127.0.0.1:{self.sasl_port}", "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanisms": "PLAIN", "sasl.username": self.sasl_user, "sasl.password": self.sasl_password}
 
     def _classpath(self) -> str:
         if not glob.glob(os.path.join(KAFKA_JARS, "kafka_2.13-*.jar")):
@@ -181,7 +199,11 @@ class KafkaBroker(_Service):
         data = os.path.join(self.home, "data")
         props = os.path.join(self.home, "server.properties")
         with open(props, "w") as f:
-            f.write(SERVER_PROPERTIES.format(port=self.port, controller_port=self.controller_port, data=data))
+            sasl = f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}" if self.sasl_port else ""
+            f.write(SERVER_PROPERTIES.format(port=self.port, controller_port=self.controller_port, data=data,
+                                             sasl_listener=sasl))
+            if self.sasl_port:
+                f.write(SASL_PROPERTIES.format(user=self.sasl_user, password=self.sasl_password))
         with open(os.path.join(self.home, "log4j2.properties"), "w") as f:
             f.write(LOG4J2.format(log=os.path.join(self.home, "kafka.log")))
         if not os.path.exists(os.path.join(data, "meta.properties")):
@@ -568,7 +590,9 @@ def _ui(args) -> int:
     for file, err in sorted(errors.items()):
         print(f"warning: {file}: {err} (an import error of the DAG file in the UI)", file=sys.stderr)
     home = Path(os.environ.get("AIRFLOW_HOME") or os.path.join(args.dir, "airflow")).resolve()
-    stack = ui_stack(root, dict(os.environ), home=home, port=args.ui_port or None)
+    # the example downstream DAG of pipeline orders (dags/example_asset_consumer.py), unless set
+    env = {"EOBATCH_EXAMPLE_CONSUMERS": "orders", **os.environ}
+    stack = ui_stack(root, env, home=home, port=args.ui_port or None)
     t0 = time.time()
     stack.start(sorted(good), timeout=300)
     os.makedirs(args.dir, exist_ok=True)

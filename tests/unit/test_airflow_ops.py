@@ -211,11 +211,11 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
 
     monkeypatch.setattr(SparkSubmitHook, "submit", fake_submit)
 
-    def _run(conn_id: str, watch=(), aws_conn_id: str | None = None):
+    def _run(conn_id: str, watch=(), **changes):
         from eobatch.airflow_ops import StageOperator
 
-        if aws_conn_id:
-            write_yaml(dict(doc, aws_conn_id=aws_conn_id))
+        if changes:  # top-level keys of the pipeline's YAML
+            write_yaml(dict(doc, **changes))
         seen.clear()
         seen["watch"] = tuple(watch)
         op = StageOperator(task_id="stage", pipeline_file=pipeline_file, conn_id=conn_id)
@@ -254,6 +254,28 @@ def test_stage_masks_credentials_from_the_aws_connection_before_spark_submit(spa
     seen = s3_stage(spark_conn("yarn"), watch=values.values())
     assert seen["masked"] == {v: "<***>" for v in values.values()}
     assert not any(values["token"] in arg for arg in seen["cmd"])
+
+
+@pytest.mark.parametrize("host,forwarded", MASTERS)
+def test_a_kafka_connections_settings_travel_as_env_or_the_stage_refuses(spark_conn, s3_stage, monkeypatch, host,
+                                                                         forwarded):
+    """source.conn_id: the connection's settings but the servers go to spark-submit's environment,
+    never its command line; a Spark connection that would not keep them there fails the stage."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch.sources.kafka.client import CLIENT_ENV
+
+    secret = _fake("pw-")
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": {
+        "bootstrap.servers": "b1:9093", "security.protocol": "SASL_SSL", "sasl.password": secret}}))
+    source = {"kind": "kafka", "conn_id": "kafka_prod", "topic": "orders"}
+    if not forwarded:
+        with pytest.raises(AirflowFailException, match="client deploy mode"):
+            s3_stage(spark_conn(host), source=source)
+        return
+    seen = s3_stage(spark_conn(host), watch=[secret], source=source)
+    assert json.loads(seen["env"][CLIENT_ENV]) == {"security.protocol": "SASL_SSL", "sasl.password": secret}
+    assert not any(secret in arg for arg in seen["cmd"]) and seen["masked"] == {secret: "<***>"}
 
 
 def test_the_aws_connection_is_resolved_by_the_amazon_hook_from_a_profile(monkeypatch, tmp_path):

@@ -58,6 +58,9 @@ class NumbersKind:
     def job_source(self, source):
         return {"kind": self.name}
 
+    def job_env(self, source):
+        return {}
+
     def unreadable(self, rng, job):
         return []
 

@@ -86,12 +86,16 @@ LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def legacy_fingerprint_dict(cfg: SourceConfig) -> dict:
-    out = {**LEGACY_SOURCE_DEFAULTS, **asdict(cfg)}
+def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> dict:
+    """``cfg`` over LEGACY_SOURCE_DEFAULTS; ``added``: fields newer than those, hashed only when
+    set (not None), so a YAML that does not use them keeps its fingerprint."""
+    own = asdict(cfg)
+    newer = {k: own.pop(k) for k in added}
+    out = {**LEGACY_SOURCE_DEFAULTS, **own}
     if set(out) != set(LEGACY_SOURCE_DEFAULTS):
         raise AssertionError(f"{type(cfg).__name__} has fields the legacy fingerprint never hashed: "
                              f"{sorted(set(out) - set(LEGACY_SOURCE_DEFAULTS))}")
-    return out
+    return out | {k: v for k, v in newer.items() if v is not None}
 
 
 class Planner(Protocol):
@@ -160,6 +164,10 @@ class SourceKind(Protocol):
 
     def job_source(self, source: SourceConfig) -> dict:
         """What the Spark job needs of the source config (the job spec's ``source``), ``kind`` included."""
+
+    def job_env(self, source: SourceConfig) -> dict[str, str]:
+        """Settings the Spark job needs that must not be in its spec (secrets of a connection):
+        spark-submit's environment variables, masked in Airflow's logs; {} for none."""
 
     # -- Spark side (the job spec's ``source`` is ``job``) ---------------------------------------
     def unreadable(self, rng: dict, job: dict) -> list[str]:

@@ -19,6 +19,7 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
+from .. import airflow_conn  # noqa: F401 - a Kafka backlog reads its connection
 from .page import MAX_PER_PAGE, render_message, render_not_found, render_page
 from .view import UnknownPipeline, batches_json, find, page_view
 

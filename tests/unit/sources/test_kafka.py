@@ -32,6 +32,8 @@ def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
     ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
     ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
     ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
+    ({"conn_id": "kafka_prod"}, "source.bootstrap_servers", "not both"),
+    ({"bootstrap_servers": None, "conn_id": "bad id"}, "source.conn_id", "Airflow connection id"),
 ])
 def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
     cfg = _kafka(base_cfg, **source)
@@ -39,6 +41,66 @@ def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg
     with pytest.raises(ConfigError) as e:
         _load(write_yaml, cfg)
     assert e.value.key == key and msg in str(e.value)
+
+
+# -- a connection: the confluent-kafka config as its extra --------------------------------------
+
+
+def test_a_connection_replaces_the_servers_and_keeps_other_pipelines_fingerprints(write_yaml, base_cfg):
+    plain = _load(write_yaml, _kafka(base_cfg))
+    doc = _kafka(base_cfg, conn_id="kafka_prod")
+    doc["source"].pop("bootstrap_servers")
+    with_conn = _load(write_yaml, doc)
+    assert (with_conn.source.conn_id, with_conn.source.bootstrap_servers) == ("kafka_prod", None)
+    assert with_conn.source.describe() == "kafka topic orders at connection kafka_prod"
+    assert plain.source.fingerprint_dict().keys() == with_conn.source.fingerprint_dict().keys() - {"conn_id"}
+    assert with_conn.fingerprint() != plain.fingerprint()
+
+
+def test_the_connections_settings_reach_the_job_apart_from_its_spec(write_yaml, base_cfg, monkeypatch):
+    """Through Airflow's connection reader: the job spec holds the servers only; every other
+    setting travels in the job's environment (``job_env``) and comes back whole in the job
+    (``for_job``); the product's reader settings win over the connection's; its secrets are masked."""
+    import json
+
+    from airflow.sdk.log import redact
+
+    from eobatch import (
+        airflow_conn,  # noqa: F401 - registers Airflow's reader
+        launch,
+    )
+    from eobatch.sources.kafka import client
+
+    secret = "pw-" + "x9" * 8
+    extra = {"bootstrap.servers": "b1:9093,b2:9093", "security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN",
+             "sasl.username": "etl", "sasl.password": secret, "enable.auto.commit": True, "fetch.max.bytes": 1024}
+    monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": extra}))
+    doc = _kafka(base_cfg, conn_id="kafka_prod")
+    doc["source"].pop("bootstrap_servers")
+    cfg = _load(write_yaml, doc)
+    assert client.settings(cfg.source) == extra
+    spec = launch.job_spec(cfg, 1, "a1")
+    assert spec["source"]["bootstrap_servers"] == "b1:9093,b2:9093" and secret not in json.dumps(spec)
+    env = launch.job_env(cfg)
+    assert list(env) == [client.CLIENT_ENV] and secret in env[client.CLIENT_ENV]
+    assert redact(f"<{secret}>") == "<***>"
+    in_job = client.for_job(spec["source"]["bootstrap_servers"], environ=env)
+    assert in_job == extra
+    consumer = client.consumer_settings(in_job, **{"fetch.max.bytes": 52428800, "group.id": "g"})
+    assert consumer["fetch.max.bytes"] == 1024 and consumer["group.id"] == "g"  # tuning: the connection's
+    assert consumer["enable.auto.commit"] is False  # the product's own: never the connection's
+    assert launch.job_env(_load(write_yaml, _kafka(base_cfg))) == {}  # no connection: nothing travels
+
+
+def test_a_missing_connection_is_an_operators_error_naming_it(write_yaml, base_cfg):
+    from eobatch import airflow_conn  # noqa: F401
+    from eobatch.errors import TerminalError
+    from eobatch.sources.kafka import client
+
+    doc = _kafka(base_cfg, conn_id="kafka_nowhere")
+    doc["source"].pop("bootstrap_servers")
+    with pytest.raises(TerminalError, match="kafka_nowhere"):
+        client.settings(_load(write_yaml, doc).source)
 
 
 # -- planning: the record limit spread over the partitions ---------------------------------------

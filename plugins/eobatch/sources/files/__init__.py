@@ -34,6 +34,9 @@ class FilesKind:
     def job_source(self, source: FilesConfig) -> dict:
         return {"kind": self.name}
 
+    def job_env(self, source: FilesConfig) -> dict[str, str]:
+        return {}  # storage credentials travel on their own (s3conf)
+
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return changed_since_plan(rng)
 

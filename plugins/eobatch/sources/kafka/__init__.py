@@ -8,6 +8,7 @@ the registry.
 from __future__ import annotations
 
 from ..base import ConfigContext, IntervalTooLarge
+from .client import for_job, job_env, settings
 from .config import KEYS, KafkaConfig, parse
 from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
 from .range import KafkaRange, range_summary
@@ -34,8 +35,14 @@ class KafkaKind:
         return KafkaRange.from_json(rng).start_marker().to_json()
 
     def job_source(self, source: KafkaConfig) -> dict:
-        return {"kind": self.name, "bootstrap_servers": source.bootstrap_servers,
+        """The spec's servers: from the connection when the source names one (the connection's
+        other settings travel to the job apart, ``client.job_env``)."""
+        servers = source.bootstrap_servers if not source.conn_id else settings(source)["bootstrap.servers"]
+        return {"kind": self.name, "bootstrap_servers": servers,
                 "consumer_timeout_seconds": source.consumer_timeout_seconds}
+
+    def job_env(self, source: KafkaConfig) -> dict[str, str]:
+        return job_env(settings(source)) if source.conn_id else {}
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return [] if job.get("bootstrap_servers") else ["the job spec names no Kafka bootstrap servers"]
@@ -43,7 +50,8 @@ class KafkaKind:
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
-        return read_lines(spark, rng, job["bootstrap_servers"], float(job.get("consumer_timeout_seconds") or 120))
+        return read_lines(spark, rng, for_job(job["bootstrap_servers"]),
+                          float(job.get("consumer_timeout_seconds") or 120))
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # offsets are exact already

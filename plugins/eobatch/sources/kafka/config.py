@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ..base import ConfigContext, SourceConfig, legacy_fingerprint_dict
 
-KEYS = frozenset({"kind", "bootstrap_servers", "topic", "max_records_per_batch", "starting_offsets",
+KEYS = frozenset({"kind", "bootstrap_servers", "conn_id", "topic", "max_records_per_batch", "starting_offsets",
                   "settle_seconds", "isolation_level", "on_data_loss", "consumer_timeout_seconds"})
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 CHOICES = {"starting_offsets": ("earliest", "latest"), "isolation_level": ("read_committed", "read_uncommitted"),
@@ -17,30 +17,41 @@ CHOICES = {"starting_offsets": ("earliest", "latest"), "isolation_level": ("read
 
 @dataclass(frozen=True, kw_only=True)
 class KafkaConfig(SourceConfig):
-    bootstrap_servers: str
+    bootstrap_servers: str | None  # None with conn_id: the connection's bootstrap.servers
     topic: str
     starting_offsets: str = "earliest"  # where a new pipeline starts (earliest | latest)
     isolation_level: str = "read_committed"  # records of aborted transactions are never read
     on_data_loss: str = "fail"  # records deleted before they were read: fail | accept
     consumer_timeout_seconds: int = 120  # a stage read that makes no progress for this long fails
+    conn_id: str | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
     path: ClassVar[str | None] = None  # no folder
 
     def describe(self) -> str:
-        return f"kafka topic {self.topic} at {self.bootstrap_servers}"
+        return f"kafka topic {self.topic} at " + (f"connection {self.conn_id}" if self.conn_id
+                                                   else str(self.bootstrap_servers))
 
     def fingerprint_dict(self) -> dict:
-        return legacy_fingerprint_dict(self)
+        return legacy_fingerprint_dict(self, added=("conn_id",))
 
 
 def parse(src: dict, ctx: ConfigContext) -> KafkaConfig:
-    from ...config import ConfigError, interval_source_keys, pos_int, require
+    from ...config import ConfigError, conn_id, interval_source_keys, pos_int, require
 
     file = ctx.file
     limit = pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
-    servers = require(src, "bootstrap_servers", file, "source.")
-    if not isinstance(servers, str) or not all(
-            re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
-        raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
+    conn = src.get("conn_id")
+    if conn is not None:
+        conn = conn_id(conn, file, "source.conn_id")
+        if src.get("bootstrap_servers") is not None:
+            raise ConfigError(file, "source.bootstrap_servers", "give either bootstrap_servers or conn_id (whose "
+                              "extra holds bootstrap.servers), not both")
+        servers = None
+    else:
+        servers = require(src, "bootstrap_servers", file, "source.")
+        if not isinstance(servers, str) or not all(
+                re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
+            raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
+        servers = servers.strip()
     topic = require(src, "topic", file, "source.")
     if not isinstance(topic, str) or not TOPIC_RE.fullmatch(topic):
         raise ConfigError(file, "source.topic", f"{topic!r} is not a valid Kafka topic name")
@@ -51,5 +62,5 @@ def parse(src: dict, ctx: ConfigContext) -> KafkaConfig:
             raise ConfigError(file, f"source.{k}", f"{v!r} must be one of {', '.join(allowed)}")
         vals[k] = v
     timeout = pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
-    return KafkaConfig(kind=src["kind"], max_records_per_batch=limit, bootstrap_servers=servers.strip(), topic=topic,
-                       consumer_timeout_seconds=timeout, **vals, **interval_source_keys(src, ctx.mode, file))
+    return KafkaConfig(kind=src["kind"], max_records_per_batch=limit, bootstrap_servers=servers, topic=topic,
+                       conn_id=conn, consumer_timeout_seconds=timeout, **vals, **interval_source_keys(src, ctx.mode, file))

@@ -15,10 +15,13 @@ lost range in its notes and in the range itself (``lost``), so the ledger shows 
 
 from __future__ import annotations
 
+import functools
 import logging
+from typing import Any
 
 from ...errors import RetryableError, TerminalError
 from ..base import IntervalTooLarge
+from .client import as_settings, servers_of, settings
 
 log = logging.getLogger(__name__)
 
@@ -31,24 +34,49 @@ class KafkaUnavailable(RetryableError):
     """The broker or the topic cannot be reached now (the plan task is retried)."""
 
 
-def _admin(servers: str):
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient({"bootstrap.servers": servers, "socket.timeout.ms": 10000,
-                        "client.id": "eobatch-plan"})
+class KafkaAuthFailed(TerminalError):
+    """The broker refused the client's credentials: a person must fix the connection."""
 
 
-def partition_offsets(servers: str, topic: str, isolation_level: str = "read_committed",
+class _Admin:
+    """An AdminClient that keeps the errors the client reports on its own (librdkafka tells an
+    authentication failure there; the failed call only says the transport failed)."""
+
+    def __init__(self, client: str | dict):
+        from confluent_kafka.admin import AdminClient
+
+        self.servers = servers_of(client)
+        self.errors: list = []
+        conf: dict[str, Any] = {"socket.timeout.ms": 10000, "client.id": "eobatch-plan", **as_settings(client),
+                                "error_cb": self.errors.append}
+        self.admin = AdminClient(conf)
+
+    def failure(self, what: str, e: Exception) -> Exception:
+        """The error to raise for call ``what`` that failed with ``e``."""
+        from confluent_kafka import KafkaError
+
+        self.admin.poll(0)  # serves the client's own error reports
+        auth = next((x for x in self.errors if x.code() == KafkaError._AUTHENTICATION), None)
+        if auth is not None:
+            return KafkaAuthFailed(f"kafka {self.servers}: {what}: authentication failed: {auth.str()}; check the "
+                                   "credentials of the pipeline's Kafka connection (source.conn_id)")
+        return KafkaUnavailable(f"kafka {self.servers}: {what}: {e}")
+
+
+def partition_offsets(client: str | dict, topic: str, isolation_level: str = "read_committed",
                       timeout: float = 30.0) -> dict[int, tuple[int, int]]:
-    """{partition: (earliest, end)} where end is what a consumer of that isolation level can read."""
+    """{partition: (earliest, end)} where end is what a consumer of that isolation level can read.
+    ``client``: the bootstrap servers or the client settings (``client.settings``)."""
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    admin = _admin(servers)
+    servers = servers_of(client)
+    adm = _Admin(client)
+    admin = adm.admin
     try:
         md = admin.list_topics(topic, timeout=timeout)
     except KafkaException as e:
-        raise KafkaUnavailable(f"kafka {servers}: cannot read metadata of topic {topic!r}: {e}") from e
+        raise adm.failure(f"cannot read metadata of topic {topic!r}", e) from e
     t = md.topics.get(topic)
     if t is None or (t.error is not None and t.error.code() != 0):
         raise KafkaUnavailable(f"kafka {servers}: topic {topic!r} is not available: {t.error if t else 'unknown'}")
@@ -72,7 +100,7 @@ def partition_offsets(servers: str, topic: str, isolation_level: str = "read_com
             # a broker that just restarted answers retriable errors (UNKNOWN_LEADER_EPOCH, NOT_LEADER...)
             # for a moment: ask again until the timeout, then say it is unavailable
             if not _retriable(e) or time.monotonic() > deadline:
-                raise KafkaUnavailable(f"kafka {servers}: cannot list offsets of topic {topic!r}: {e}") from e
+                raise adm.failure(f"cannot list offsets of topic {topic!r}", e) from e
             log.info("kafka %s: %s; asking again", servers, e)
             time.sleep(0.5)
 
@@ -90,19 +118,19 @@ def _retriable(e) -> bool:
     return err.retriable() or err.code() in codes
 
 
-def offsets_for_time(servers: str, topic: str, partitions: list[int], ts_ms: int,
+def offsets_for_time(client: str | dict, topic: str, partitions: list[int], ts_ms: int,
                      timeout: float = 30.0) -> dict[int, int]:
     """{partition: first offset whose timestamp is >= ts_ms}, -1 where no such record exists yet."""
     from confluent_kafka import KafkaException, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    admin = _admin(servers)
+    adm = _Admin(client)
     try:
-        res = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.for_timestamp(ts_ms) for p in partitions},
-                                 request_timeout=timeout)
+        res = adm.admin.list_offsets({TopicPartition(topic, p): OffsetSpec.for_timestamp(ts_ms)
+                                          for p in partitions}, request_timeout=timeout)
         return {tp.partition: f.result().offset for tp, f in res.items()}
     except KafkaException as e:
-        raise KafkaUnavailable(f"kafka {servers}: cannot look up offsets by time in topic {topic!r}: {e}") from e
+        raise adm.failure(f"cannot look up offsets by time in topic {topic!r}", e) from e
 
 
 def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
@@ -128,8 +156,13 @@ class KafkaSource:
         self.cfg = cfg
         self.src = cfg.source
 
+    @functools.cached_property
+    def client(self) -> dict:
+        """The client settings (from the pipeline's connection when it names one), read once."""
+        return settings(self.src)
+
     def describe(self) -> str:
-        return f"kafka {self.src.bootstrap_servers} topic {self.src.topic}"
+        return self.src.describe()
 
     def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int | None, list[str]]:
         topic = self.src.topic
@@ -137,7 +170,7 @@ class KafkaSource:
         if prev is not None and prev.get("topic") != topic:
             raise DataLossError(f"the last batch read topic {prev.get('topic')!r}, the pipeline now names "
                                 f"{topic!r}; changing the topic of a pipeline needs a new pipeline name")
-        offsets = partition_offsets(self.src.bootstrap_servers, topic, self.src.isolation_level)
+        offsets = partition_offsets(self.client, topic, self.src.isolation_level)
         notes: list[str] = []
         start: dict[int, int] = {}
         for p, (low, high) in offsets.items():
@@ -197,10 +230,10 @@ class KafkaSource:
         the ledger there is nothing to judge against, and deleted records count as possible loss.
         """
         topic = self.src.topic
-        offsets = partition_offsets(self.src.bootstrap_servers, topic, self.src.isolation_level)
+        offsets = partition_offsets(self.client, topic, self.src.isolation_level)
         parts = sorted(offsets)
-        lo = offsets_for_time(self.src.bootstrap_servers, topic, parts, start_ms)
-        hi = offsets_for_time(self.src.bootstrap_servers, topic, parts, end_ms)
+        lo = offsets_for_time(self.client, topic, parts, start_ms)
+        hi = offsets_for_time(self.client, topic, parts, end_ms)
         notes: list[str] = []
         rng_parts = {}
         for p in parts:

@@ -20,6 +20,7 @@ import time
 from typing import Iterator
 
 from ...errors import RetryableError
+from .client import consumer_settings, servers_of
 
 # What a read task returns, per record (raw and key stay bytes: Spark casts them to strings and
 # flags invalid UTF-8 itself). The topic, the record's source and its position are derived in
@@ -44,24 +45,22 @@ def slices(partitions: dict, max_per_slice: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def read_range(servers: str, topic: str, partition: int, start: int, end: int, isolation_level: str,
+def read_range(client: str | dict, topic: str, partition: int, start: int, end: int, isolation_level: str,
                timeout: float = 120.0, batch: int = 5000) -> Iterator[Columns]:
-    """Yield ``Columns`` of at most about ``batch`` records of ``topic``/``partition`` in [start, end)."""
+    """Yield ``Columns`` of at most about ``batch`` records of ``topic``/``partition`` in [start, end).
+    ``client``: the bootstrap servers or the client settings (``client.for_job``)."""
     from confluent_kafka import OFFSET_END, Consumer, KafkaError, TopicPartition  # noqa: F401
 
     if end <= start:
         return
+    servers = servers_of(client)
     c = Consumer({
-        "bootstrap.servers": servers,
-        "group.id": f"eobatch-reader-{topic}",  # never committed: offsets live in the ledger
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "error",
-        "enable.partition.eof": True,
+        **consumer_settings(
+            client,
+            **{"group.id": f"eobatch-reader-{topic}",  # never committed: offsets live in the ledger
+               "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760,
+               "client.id": f"eobatch-stage-{topic}-{partition}"}),
         "isolation.level": isolation_level,
-        "fetch.max.bytes": 52428800,
-        "max.partition.fetch.bytes": 10485760,
-        "client.id": f"eobatch-stage-{topic}-{partition}",
     })
     try:
         tp = TopicPartition(topic, partition)
@@ -158,7 +157,7 @@ class Columns:
         ], names=list(FIELDS))
 
 
-def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int = 250_000):
+def read_lines(spark, rng: dict, client: str | dict, timeout: float, slice_size: int = 250_000):
     """One row per record of the planned offset ranges, plus _kafka_* metadata columns.
 
     One Spark task per (partition, slice of at most ``slice_size`` offsets), each reading with
@@ -172,7 +171,7 @@ def read_lines(spark, rng: dict, servers: str, timeout: float, slice_size: int =
     def consume(batches):
         for b in batches:
             for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
-                for cols in read_range(servers, topic, part, start, end, iso, timeout=timeout):
+                for cols in read_range(client, topic, part, start, end, iso, timeout=timeout):
                     yield cols.to_arrow()
 
     if pieces:

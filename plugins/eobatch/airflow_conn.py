@@ -1,0 +1,32 @@
+"""The Airflow side's reader of connections (``eobatch.connections``), registered on import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import connections
+
+SECRET_WORDS = ("password", "secret", "jaas", "pem", "token", "key", "oauthbearer.config")
+
+
+def is_secret(key: str) -> bool:
+    """Whether a setting's value is (or holds) a secret, judged by its name."""
+    return any(w in key.lower() for w in SECRET_WORDS)
+
+
+def connection_extra(conn_id: str) -> dict[str, Any]:
+    """The extra of Airflow connection ``conn_id``; the values of secret-looking keys registered
+    with Airflow's secrets masker (never in a task log)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    extra = BaseHook.get_connection(conn_id).extra_dejson or {}
+    if not isinstance(extra, dict):
+        raise connections.TerminalError(f"the extra of Airflow connection {conn_id!r} must be a JSON object")
+    for k, v in extra.items():
+        if v and is_secret(str(k)):
+            mask_secret(str(v))
+    return dict(extra)
+
+
+connections.register(connection_extra)
