@@ -1,4 +1,6 @@
-"""Example downstream DAGs: one per pipeline, scheduled on its sink table's Airflow Asset.
+"""Example downstream DAGs: one per pipeline named in ``EOBATCH_EXAMPLE_CONSUMERS`` (comma-separated
+names, or ``*`` for every pipeline; unset or empty: none), scheduled on its sink table's Airflow
+Asset. ``make ui-up`` names ``orders`` when the variable is not set, so the demo shows one.
 
 Each committed batch of pipeline ``<name>`` emits one asset event on the sink table's asset
 (``file:///<path>`` or ``s3://<bucket>/<key>``, ``eobatch.assets``), whose extra carries the batch
@@ -106,10 +108,22 @@ def build_consumer(cfg: PipelineConfig) -> DAG:
     return dag
 
 
-def build_all(directory: str | None = None) -> dict[str, DAG]:
-    """One example consumer per valid pipeline (invalid ones are reported by eobatch_pipelines.py)."""
+OPT_IN = "EOBATCH_EXAMPLE_CONSUMERS"
+
+
+def wanted(name: str, opt_in: str | None) -> bool:
+    """Whether pipeline ``name`` gets an example consumer under ``EOBATCH_EXAMPLE_CONSUMERS``."""
+    names = {n.strip() for n in (opt_in or "").split(",") if n.strip()}
+    return "*" in names or name in names
+
+
+def build_all(directory: str | None = None, opt_in: str | None = None) -> dict[str, DAG]:
+    """An example consumer per valid pipeline that opted in (invalid ones are reported by
+    eobatch_pipelines.py); ``opt_in`` defaults to the environment's ``EOBATCH_EXAMPLE_CONSUMERS``."""
+    opt_in = os.environ.get(OPT_IN) if opt_in is None else opt_in
     configs, _ = load_all(directory)
-    return {cfg.name + SUFFIX: build_consumer(cfg) for cfg in configs.values() if cfg.name + SUFFIX not in configs}
+    return {cfg.name + SUFFIX: build_consumer(cfg) for cfg in configs.values()
+            if wanted(cfg.name, opt_in) and cfg.name + SUFFIX not in configs}
 
 
 globals().update({f"dag_{dag_id}": d for dag_id, d in build_all().items()})

@@ -21,11 +21,17 @@ def consumer(monkeypatch):
     sys.modules.pop("example_asset_consumer", None)
 
 
-def test_one_consumer_per_pipeline_scheduled_on_its_sink_asset(consumer, make_cfg):
+def test_one_consumer_per_pipeline_that_opted_in_scheduled_on_its_sink_asset(consumer, make_cfg, monkeypatch):
     from eobatch.assets import asset_uri
 
     cfg = make_cfg()
-    dags = consumer.build_all(str(Path(cfg.file).parent))
+    folder = str(Path(cfg.file).parent)
+    monkeypatch.delenv(consumer.OPT_IN, raising=False)
+    assert consumer.build_all(folder) == {}  # opt-in: a production Airflow gets no example DAGs
+    assert consumer.build_all(folder, opt_in="other, colors") == {}
+    assert list(consumer.build_all(folder, opt_in="*")) == ["orders_downstream_example"]
+    monkeypatch.setenv(consumer.OPT_IN, "colors,orders")
+    dags = consumer.build_all(folder)
     assert list(dags) == ["orders_downstream_example"]
     dag = dags["orders_downstream_example"]
     assert [(a.name, a.uri) for a in dag.timetable.asset_condition.objects] == [(asset_uri(cfg.sink_table),) * 2]
