@@ -120,3 +120,53 @@ def quarantined_records(kept, batch_id: int, extra: list[str]):
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8(raw), raw).otherwise(F.make_valid_utf8(raw)).alias("raw"),
         "reason", *extra)
+
+
+EXPECTATION_PRECEDENCE = ("fail", "quarantine", "drop")  # a record failing several: the first action here
+
+
+def expect(classified, ddl: str, expectations: list[dict]):
+    """``classified`` with the pipeline's expectations applied to its valid records: ``reason``
+    set to ``expectation <name> failed`` for those quarantined by one (or ``... failed (action
+    fail)`` for one whose batch must fail), ``_eo_drop`` true for those dropped, and one boolean
+    ``_eo_x<i>`` per expectation (it failed; counted by the caller). A record passes an
+    expectation when its expression is true (false or null fail it); a record failing several
+    takes the action that comes first in EXPECTATION_PRECEDENCE, and its reason names the first
+    of those (in the YAML's order). Records already invalid are not evaluated."""
+    from pyspark.sql import functions as F
+
+    if not expectations:
+        return classified.withColumn("_eo_drop", F.lit(False))
+    fields = record_schema(ddl).fields
+    outer = classified.columns
+    # the record's fields under their own names (the lines' columns renamed out of their way:
+    # a record field never starts with "_", so no name is shadowed)
+    scope = classified.select(*[F.col(c).alias(f"_eo_o{i}") for i, c in enumerate(outer)],
+                              *[F.col("rec")[f.name].alias(f.name) for f in fields])
+    failed = []
+    for e in expectations:
+        try:
+            verdict = F.expr(e["expr"])
+        except Exception as err:  # a parse error: name the expectation
+            raise SystemExit(f"expectation {e['name']}: {e['expr']!r} is not a Spark SQL expression: {err}") from None
+        failed.append(F.col(f"_eo_o{outer.index('reason')}").isNull()
+                      & ~F.coalesce(verdict.cast("boolean"), F.lit(False)))
+    try:
+        scope = scope.select("*", *[f.alias(f"_eo_x{i}") for i, f in enumerate(failed)])
+    except Exception as err:  # e.g. an unknown column or a type error, found by Spark's analysis
+        names = ", ".join(f"{e['name']} ({e['expr']!r})" for e in expectations)
+        raise SystemExit(f"the expectations {names} cannot be evaluated on the schema: {err}") from None
+    hit = {a: [i for i, e in enumerate(expectations) if e["action"] == a] for a in EXPECTATION_PRECEDENCE}
+    reason = F.col(f"_eo_o{outer.index('reason')}")
+    any_of = {a: F.lit(False) if not ix else F.greatest(*[F.col(f"_eo_x{i}") for i in ix], F.lit(False))
+              for a, ix in hit.items()}
+    first = {a: F.coalesce(*[F.when(F.col(f"_eo_x{i}"), F.lit(expectations[i]["name"])) for i in ix], F.lit(None))
+             for a, ix in hit.items() if ix}
+    new_reason = reason
+    for action, suffix in (("quarantine", " failed"), ("fail", " failed (action fail)")):  # fail wins: last
+        if hit[action]:
+            new_reason = F.when(reason.isNull() & any_of[action],
+                                F.concat(F.lit("expectation "), first[action], F.lit(suffix))).otherwise(new_reason)
+    return scope.select(*[(new_reason if c == "reason" else F.col(f"_eo_o{i}")).alias(c) for i, c in enumerate(outer)],
+                        (reason.isNull() & ~any_of["fail"] & ~any_of["quarantine"] & any_of["drop"]).alias("_eo_drop"),
+                        *[F.col(f"_eo_x{i}") for i in range(len(expectations))])

@@ -95,7 +95,7 @@ def run(spec: dict) -> dict:
     from eobatch.ledger import Ledger
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
-    from spark_jobs.classify import classify, kept_records, quarantined_records, valid_records
+    from spark_jobs.classify import classify, expect, kept_records, quarantined_records, valid_records
     from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
@@ -143,9 +143,15 @@ def run(spec: dict) -> dict:
         lines = lines.join(F.broadcast(of_file), "source")
     extra = [SLICE_COL] if slices else []
     classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
+    expectations = list(spec.get("expectations") or [])
+    checked = expect(classified, spec["schema"], expectations)
+    xcols = [f"_eo_x{i}" for i in range(len(expectations))]
     counts = Observation("eobatch_counts")  # taken once, while the cache is written
-    observed = classified.observe(counts, F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"))
-    kept = kept_records(observed, spec["schema"], kind.located_columns).persist(StorageLevel.DISK_ONLY)
+    observed = checked.observe(counts, F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"),
+                               F.count_if("_eo_drop").alias("rows_dropped"),
+                               *[F.count_if(c).alias(c) for c in xcols])
+    kept = kept_records(observed.where(~F.col("_eo_drop")).drop("_eo_drop", *xcols), spec["schema"],
+                        kind.located_columns).persist(StorageLevel.DISK_ONLY)
 
     # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec["transform"])
@@ -158,10 +164,20 @@ def run(spec: dict) -> dict:
     manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
                                        partition_by=pby[SINK], **common)}
     got = counts.get
-    rows_in, rows_bad = int(got["rows_in"]), int(got["rows_bad"])
-    rows_valid = rows_in - rows_bad
-    log(f"read {rows_in} records: {rows_valid} valid, {rows_bad} to quarantine; "
-        f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows")
+    rows_in, rows_bad, rows_dropped = int(got["rows_in"]), int(got["rows_bad"]), int(got["rows_dropped"])
+    failed = {e["name"]: int(got[c]) for e, c in zip(expectations, xcols)}
+    rows_valid = rows_in - rows_bad - rows_dropped
+    log(f"read {rows_in} records: {rows_valid} valid, {rows_bad} to quarantine, {rows_dropped} dropped; "
+        f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows"
+        + (f"; expectations failed: {failed}" if expectations else ""))
+    fatal = [e["name"] for e in expectations if e["action"] == "fail" and failed[e["name"]]]
+    if fatal:  # before any quarantine file and any summary: nothing of this attempt can be prepared
+        example = kind.locate(spark, kept.where(F.col("reason").endswith("(action fail)")).limit(1), plan.range,
+                              src).select("source", "position", "raw", "reason").first()
+        kept.unpersist()
+        raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
+                         f"{batch_id}; nothing is published. First: {example['reason']}, at {example['source']} "
+                         f"position {example['position']}: {str(example['raw'])[:300]}")
 
     # 4. the quarantine, only when there is something to quarantine, at the exact source positions
     bad = quarantined_records(kind.locate(spark, kept.where(F.col("reason").isNotNull()), plan.range, src),
@@ -179,6 +195,7 @@ def run(spec: dict) -> dict:
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
         config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions, plan_digest=digest,
+        rows_dropped=rows_dropped, expectations=failed,
     )
     storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
     nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)

@@ -60,6 +60,8 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
         "rows_published": prepared.rows_published if prepared else None,
         "rows_quarantined": prepared.rows_quarantined if prepared else None,
+        "rows_dropped": prepared.rows_dropped if prepared else None,
+        "expectations": dict(prepared.expectations) if prepared else None,  # name -> records that failed it
         "files": prepared.files if prepared else None,
         "bytes": prepared.bytes if prepared else None,
         "delta_version": (committed.delta_versions.get("sink") if committed else None),
@@ -94,7 +96,8 @@ def rows_json(rows: list[dict]) -> str:
 
 
 TABLE_COLS = [("batch_id", "batch"), ("state", "state"), ("source_range", "source range"), ("rows_in", "in"),
-              ("rows_published", "published"), ("rows_quarantined", "quarantined"), ("files", "files"),
+              ("rows_published", "published"), ("rows_quarantined", "quarantined"), ("rows_dropped", "dropped"),
+              ("files", "files"),
               ("bytes", "bytes"), ("delta_version", "delta v"), ("attempts", "attempts"), ("plan_s", "plan s"),
               ("stage_s", "stage s"), ("verify_s", "verify s"), ("commit_s", "commit s")]
 

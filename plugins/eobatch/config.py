@@ -55,6 +55,19 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """A data-quality rule: a Spark SQL boolean expression over a record's fields. A record passes
+    when it is true; false or null fails it, and ``action`` says what then happens to the record
+    (quarantine) or to it alone (drop) or to the whole batch (fail)."""
+    name: str
+    expr: str
+    action: str = "quarantine"
+
+
+EXPECTATION_ACTIONS = ("quarantine", "drop", "fail")
+
+
+@dataclass(frozen=True)
 class Notifier:
     """One notifier of ``alerts.notify``: e-mail through the SMTP provider (``email``: the
     recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``)."""
@@ -101,6 +114,7 @@ class PipelineConfig:
     plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
+    expectations: tuple[Expectation, ...] = ()
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -110,6 +124,8 @@ class PipelineConfig:
             "quarantine": self.quarantine_table, "source": self.source.fingerprint_dict(),
             "max_record_bytes": self.max_record_bytes,
         }
+        if self.expectations:  # a pipeline without any keeps the fingerprint it always had
+            d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
@@ -149,7 +165,7 @@ class PipelineConfig:
 
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
-            "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id"}
+            "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations"}
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
@@ -341,6 +357,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     timeouts = _parse_timeouts(retries_section, file)
     alerts = _parse_alerts(raw, source, file)
     aws_conn_id = conn_id(raw.get("aws_conn_id", "aws_default"), file, "aws_conn_id")
+    expectations = _parse_expectations(raw.get("expectations"), columns, file)
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
         schema=schema, columns=columns, transform=transform, transform_options=transform_options,
@@ -349,6 +366,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
         plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
+        expectations=expectations,
     )
 
 
@@ -545,6 +563,41 @@ def _parse_timeouts(section: dict, file: str) -> _Timeouts:
     return _Timeouts(
         verify_seconds=pos_int(section.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds"),
         plan_wait_seconds=pos_int(section.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds"))
+
+
+def _parse_expectations(section: Any, columns: tuple[Column, ...], file: str) -> tuple[Expectation, ...]:
+    """``expectations``: a list of {name, expr, action}, names unique. The expression is Spark SQL,
+    checked by Spark in the stage job (its error names the expectation); here: that it is one
+    non-empty expression naming at least one column of the schema."""
+    if section is None:
+        return ()
+    if not isinstance(section, list):
+        raise ConfigError(file, "expectations", "must be a list of {name, expr, action}, e.g. "
+                          "[{name: positive_amount, expr: \"amount >= 0\", action: quarantine}]")
+    out: list[Expectation] = []
+    names = {c.name.lower() for c in columns}
+    for i, e in enumerate(section):
+        key = f"expectations[{i}]"
+        if not isinstance(e, dict):
+            raise ConfigError(file, key, "must be a mapping {name, expr, action}")
+        refuse_unknown(e, {"name", "expr", "action"}, file, f"{key}.")
+        name = require(e, "name", file, f"{key}.")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ConfigError(file, f"{key}.name", f"{name!r} must match [a-z][a-z0-9_]*")
+        if any(x.name == name for x in out):
+            raise ConfigError(file, f"{key}.name", f"{name!r} is defined twice")
+        expr = require(e, "expr", file, f"{key}.")
+        if not isinstance(expr, str) or not expr.strip() or ";" in expr:
+            raise ConfigError(file, f"{key}.expr", f"must be one Spark SQL boolean expression, got {expr!r}")
+        words = {w.lower() for pair in re.findall(r"`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*)", expr) for w in pair if w}
+        if not words & names:
+            raise ConfigError(file, f"{key}.expr", f"{expr!r} names no column of the schema "
+                              f"({', '.join(c.name for c in columns)})")
+        action = e.get("action", "quarantine")
+        if action not in EXPECTATION_ACTIONS:
+            raise ConfigError(file, f"{key}.action", f"{action!r} must be one of {', '.join(EXPECTATION_ACTIONS)}")
+        out.append(Expectation(name=name, expr=expr.strip(), action=action))
+    return tuple(out)
 
 
 CONN_ID_RE = re.compile(r"^[A-Za-z0-9_.\-]+$")

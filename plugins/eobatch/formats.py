@@ -306,6 +306,8 @@ class StageSummary(Record):
     # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]}
     source_positions: dict = field(default_factory=dict)
     plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
+    rows_dropped: int = 0  # valid records an expectation with action drop removed
+    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
     format: int = FORMAT_VERSION
 
 
@@ -329,6 +331,8 @@ class PreparedBatch(Record):
     prepared_at: str
     verify_seconds: float
     stage_seconds: float
+    rows_dropped: int = 0
+    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
     format: int = FORMAT_VERSION
 
 

@@ -60,6 +60,7 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "quarantine_table": cfg.quarantine_table, "partition_by": list(cfg.partition_by),
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
         "source": kind_for(cfg.source.kind).job_source(cfg.source),
+        "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
     }
 
 

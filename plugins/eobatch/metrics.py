@@ -8,6 +8,8 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
 ``eobatch.<pipeline>.rows_in``                    counter  the batch's source records
 ``eobatch.<pipeline>.rows_published``             counter  rows the batch published in the sink
 ``eobatch.<pipeline>.rows_quarantined``           counter  records it published in the quarantine
+``eobatch.<pipeline>.rows_dropped``               counter  records an expectation (action drop) removed
+``eobatch.<pipeline>.expectation_<name>_failed``  counter  records that failed expectation <name>
 ``eobatch.<pipeline>.bytes_published``            counter  bytes of the files it published
 ``eobatch.<pipeline>.<phase>_seconds``            timer    plan, stage, verify, commit (ms, StatsD)
 ``eobatch.<pipeline>.backlog_files``              gauge    files not planned yet (files-like kinds)
@@ -47,8 +49,11 @@ def batch_metrics(pipeline: str, plan, prepared, committed) -> list[Metric]:
     """The metrics of one committed batch (its plan, PREPARED and COMMITTED ledger records)."""
     out = [Metric("incr", _name(pipeline, "batches_committed"), 1)]
     for what, value in (("rows_in", prepared.rows_in), ("rows_published", prepared.rows_published),
-                        ("rows_quarantined", prepared.rows_quarantined), ("bytes_published", prepared.bytes)):
+                        ("rows_quarantined", prepared.rows_quarantined), ("rows_dropped", prepared.rows_dropped),
+                        ("bytes_published", prepared.bytes)):
         out.append(Metric("incr", _name(pipeline, what), int(value or 0)))
+    for name, failed in sorted((prepared.expectations or {}).items()):
+        out.append(Metric("incr", _name(pipeline, f"expectation_{name}_failed"), int(failed)))
     seconds = {"plan": plan.plan_seconds, "stage": prepared.stage_seconds, "verify": prepared.verify_seconds,
                "commit": committed.commit_seconds}
     for phase in PHASES:

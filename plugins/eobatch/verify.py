@@ -303,8 +303,9 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
     problems += kind_for(plan.source_kind).range(plan.range).check_stage(summary)
     if plan.rows_in is not None and summary.rows_in != plan.rows_in:
         problems.append(f"the job read {summary.rows_in} records, the source range holds {plan.rows_in}")
-    if summary.rows_valid + summary.rows_quarantined != summary.rows_in:
-        problems.append(f"rows in {summary.rows_in} != valid {summary.rows_valid} + quarantined {summary.rows_quarantined}")
+    if summary.rows_valid + summary.rows_quarantined + summary.rows_dropped != summary.rows_in:
+        problems.append(f"rows in {summary.rows_in} != valid {summary.rows_valid} + quarantined "
+                        f"{summary.rows_quarantined} + dropped {summary.rows_dropped}")
     if QUARANTINE in rows and rows[QUARANTINE] != summary.rows_quarantined:
         problems.append(f"quarantine files hold {rows[QUARANTINE]} rows, the job quarantined {summary.rows_quarantined}")
     if summary.row_preserving and SINK in rows and rows[SINK] != summary.rows_valid:

@@ -112,7 +112,8 @@ def _row(batch_id, **kw):
 
 def test_render_table_header_rows_and_notes():
     rows = [
-        _row(1, rows_published=4, rows_quarantined=1, files=1, bytes=1234, delta_version=1, stage_s=12.0,
+        _row(1, rows_published=4, rows_quarantined=1, rows_dropped=0, files=1, bytes=1234, delta_version=1,
+             stage_s=12.0,
              verify_s=0.456, commit_s=1.0),
         _row(2, state="PLANNED", source_range="3 files [b.jsonl, c.jsonl, d.jsonl]",
              notes=["changed /l/a.jsonl after it was consumed", "second note"]),
@@ -132,9 +133,9 @@ def test_render_table_header_rows_and_notes():
         return [c.strip() for c in out]
 
     assert cells(header) == [h for _, h in TABLE_COLS]
-    assert cells(r1) == ["1", "COMMITTED", "1 files [a.jsonl]", "5", "4", "1", "1", "1234", "1", "1",
+    assert cells(r1) == ["1", "COMMITTED", "1 files [a.jsonl]", "5", "4", "1", "0", "1", "1234", "1", "1",
                          "0.12", "12.00", "0.46", "1.00"]
-    assert cells(r2) == ["2", "PLANNED", "3 files [b.jsonl, c.jsonl, d.jsonl]", "5", "-", "-", "-", "-", "-",
+    assert cells(r2) == ["2", "PLANNED", "3 files [b.jsonl, c.jsonl, d.jsonl]", "5", "-", "-", "-", "-", "-", "-",
                          "1", "0.12", "-", "-", "-"]
     assert widths[2] == len("3 files [b.jsonl, c.jsonl, d.jsonl]")  # widest cell sets the width
     assert lines[4:] == ["", "notes:", "  batch 2: changed /l/a.jsonl after it was consumed",

@@ -303,6 +303,20 @@ BAD_CASES = [
     ("retries-delay", "retries", {"delay_seconds": "soon"}, "retries.delay_seconds", None),
     ("spark-conf-list", "spark", {"conf": ["a"]}, "spark.conf", None),
     ("aws-conn-id-space", "aws_conn_id", "my conn", "aws_conn_id", "Airflow connection id"),
+    ("expectations-mapping", "expectations", {"a": "amount > 0"}, "expectations", "must be a list"),
+    ("expectation-no-name", "expectations", [{"expr": "amount > 0"}], "expectations[0].name", "is required"),
+    ("expectation-bad-name", "expectations", [{"name": "Pos", "expr": "amount > 0"}], "expectations[0].name",
+     "[a-z][a-z0-9_]*"),
+    ("expectation-twice", "expectations", [{"name": "p", "expr": "amount > 0"}, {"name": "p", "expr": "amount < 9"}],
+     "expectations[1].name", "defined twice"),
+    ("expectation-no-column", "expectations", [{"name": "p", "expr": "1 = 1"}], "expectations[0].expr",
+     "names no column"),
+    ("expectation-two-statements", "expectations", [{"name": "p", "expr": "amount > 0; DROP TABLE x"}],
+     "expectations[0].expr", "one Spark SQL boolean expression"),
+    ("expectation-bad-action", "expectations", [{"name": "p", "expr": "amount > 0", "action": "warn"}],
+     "expectations[0].action", "quarantine, drop, fail"),
+    ("expectation-unknown-key", "expectations", [{"name": "p", "expr": "amount > 0", "severity": 1}],
+     "expectations[0].severity", "unknown key"),
     ("aws-conn-id-mapping", "aws_conn_id", {"login": "AKIA"}, "aws_conn_id", "Airflow connection id"),
     ("schema-missing", "schema", _DELETE, "schema", "is required"),
     ("schema-unknown-type", "schema", "a STRING, b FOO", "schema", "unknown or unsupported type"),
@@ -324,6 +338,21 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
     doc = copy.deepcopy(base_cfg)
     _set(doc, dotted, value)
     _expect_error(write_yaml, doc, key, name="orders.yaml", contains=text)
+
+
+def test_expectations_load_in_order_and_change_the_fingerprint_only_when_present(write_yaml, base_cfg):
+    from eobatch.config import Expectation
+
+    plain = load_pipeline(write_yaml(base_cfg))
+    doc = copy.deepcopy(base_cfg)
+    doc["expectations"] = [{"name": "positive_amount", "expr": " amount >= 0 ", "action": "drop"},
+                           {"name": "known_customer", "expr": "`customer` IS NOT NULL"}]
+    cfg = load_pipeline(write_yaml(doc))
+    assert cfg.expectations == (Expectation("positive_amount", "amount >= 0", "drop"),
+                                Expectation("known_customer", "`customer` IS NOT NULL", "quarantine"))
+    assert cfg.fingerprint() != plain.fingerprint()
+    doc["expectations"] = []
+    assert load_pipeline(write_yaml(doc)).fingerprint() == plain.fingerprint()
 
 
 def test_partition_by_every_column_is_an_error(write_yaml, base_cfg):

@@ -330,6 +330,7 @@ class Protocol(Repairs):
             rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
             bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
             verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
+            rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
         )
         self._check_replaceable(plan, self._replaces(plan), "verify")
         if dry_run:
