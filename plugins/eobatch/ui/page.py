@@ -302,6 +302,11 @@ def _row_html(view: PageView, r: dict) -> str:
     notes = r.get("notes") or []
     notes_html = (f'<ul class="notes small">{"".join(f"<li>{esc(n)}</li>" for n in notes)}</ul>' if notes else "")
     extra = []
+    if r.get("rows_dropped"):
+        extra.append(f"{r['rows_dropped']:,} dropped by expectations")
+    failed = {k: v for k, v in (r.get("expectations") or {}).items() if v}
+    if failed:
+        extra.append("expectations failed: " + ", ".join(f"{k} {v:,}" for k, v in sorted(failed.items())))
     if r.get("recovered"):
         extra.append("committed by recovery")
     if r.get("interval"):
