@@ -86,10 +86,10 @@ def test_odd_file_names_notes_and_run_ids_are_text_never_markup():
 
 
 def test_a_batchs_dropped_records_and_failed_expectations_are_shown():
-    r = row(1, rows_dropped=1200, expectations={"positive_amount": 3, "known_customer": 1200, "never": 0})
+    r = row(1, rows_dropped=1200, expectations={"positive_amount": 3, "known_customer": 1200, "zero_rule": 0})
     text = "".join(Tags(render_page(view([r, row(2)]))).text)
     assert "1,200 dropped by expectations" in text
-    assert "expectations failed: known_customer 1,200, positive_amount 3" in text and "never" not in text
+    assert "expectations failed: known_customer 1,200, positive_amount 3" in text and "zero_rule" not in text
 
 
 def test_svg_escapes_and_parses_as_xml():
