@@ -115,6 +115,7 @@ class PipelineConfig:
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
     expectations: tuple[Expectation, ...] = ()
+    schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -165,7 +166,8 @@ class PipelineConfig:
 
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
-            "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations"}
+            "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations",
+            "schema_evolution"}
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
@@ -358,6 +360,9 @@ def load_pipeline(file: str) -> PipelineConfig:
     alerts = _parse_alerts(raw, source, file)
     aws_conn_id = conn_id(raw.get("aws_conn_id", "aws_default"), file, "aws_conn_id")
     expectations = _parse_expectations(raw.get("expectations"), columns, file)
+    evolution = raw.get("schema_evolution", "add_columns")
+    if evolution not in ("add_columns", "fail"):
+        raise ConfigError(file, "schema_evolution", f"{evolution!r} must be add_columns or fail")
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
         schema=schema, columns=columns, transform=transform, transform_options=transform_options,
@@ -366,7 +371,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
         plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
-        expectations=expectations,
+        expectations=expectations, schema_evolution=evolution,
     )
 
 

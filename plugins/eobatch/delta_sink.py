@@ -74,6 +74,39 @@ def normalize_type(t: pa.DataType) -> str:
     return str(t)
 
 
+SCHEMA_EVOLUTION = ("add_columns", "fail")
+
+
+def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add_columns",
+                  where: str = "") -> tuple[list[pa.Field], list[str]]:
+    """What committing files of schema ``staged`` to a table of schema ``table`` needs: (the
+    columns to add to the table, in the batch's commit; the problems that refuse it). Columns
+    match by name. ``add_columns``: a column of ``staged`` the table lacks is added, nullable
+    (rows already published read null); ``fail``: it is a problem naming it. Always problems: a
+    column whose type changes (named with both types), a table column the batch no longer writes.
+    """
+    if table is None:
+        return [], []
+    have = {f.name: f for f in table}
+    new = [f for f in staged if f.name not in have]
+    problems = []
+    for f in staged:
+        old = have.get(f.name)
+        if old is not None and normalize_type(old.type) != normalize_type(f.type):
+            problems.append(f"{where}column {f.name!r} is {normalize_type(old.type)} in the table and "
+                            f"{normalize_type(f.type)} in this batch: a column's type is never changed (Delta "
+                            f"keeps it; add a column of the new type under a new name instead)")
+    gone = [n for n in have if n not in {f.name for f in staged}]
+    if gone:
+        problems.append(f"{where}the table's column(s) {', '.join(gone)} are not in this batch's schema: removing a "
+                        f"column is not supported (keep it in the pipeline's schema)")
+    if new and policy != "add_columns":
+        problems.append(f"{where}new column(s) {', '.join(f.name for f in new)} are not in the table and "
+                        f"schema_evolution is {policy!r}: set schema_evolution: add_columns in the pipeline YAML "
+                        f"to add them with the next batch (rows already published read null)")
+    return ([pa.field(f.name, f.type, nullable=True) for f in new] if not problems else []), problems
+
+
 def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
 
@@ -199,6 +232,7 @@ class DeltaParticipant:
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
         dt = self.ensure_table(schema, partition_by)
+        dt = self._add_columns(dt, schema)
         # Re-read the txn in the very snapshot this transaction is built on: a writer that
         # committed before it is seen here, one that commits after it makes delta-rs fail
         # the commit (same appId). A check made before ensure_table could be stale.
@@ -233,6 +267,26 @@ class DeltaParticipant:
             raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
         found = self.find_batch_commit(app_id, batch_id)
         return found[0] if found else -1
+
+    def _add_columns(self, dt, schema: pa.Schema):
+        """The columns of ``schema`` the table lacks (verify allowed them: schema_change), added
+        as nullable columns just before the batch's commit; a no-op when there are none, so a
+        retried commit after a crash in between adds nothing twice. Returns the table to commit on."""
+        from deltalake.schema import Field
+
+        have = {f.name for f in pa.schema(dt.schema().to_arrow())}
+        new = [f for f in schema if f.name not in have]
+        if not new:
+            return dt
+        log.info("%s: adding column(s) %s to %s", self.name, ", ".join(f"{f.name} {f.type}" for f in new), self.uri)
+        try:
+            dt.alter.add_columns([Field.from_arrow(pa.field(f.name, f.type, nullable=True)) for f in new])
+        except Exception as e:  # another committer added them first: fine when they are there now
+            fresh = self._table()
+            if fresh is None or not {f.name for f in new} <= {f.name for f in pa.schema(fresh.schema().to_arrow())}:
+                raise CommitConflict(f"{self.name}: adding columns to {self.uri} failed: {e}") from e
+            return fresh
+        return self._table()
 
     def _removes(self, dt, replace: Replace, now: int, app_id: str) -> list:
         """RemoveActions for ``replace``'s files in ``dt``'s snapshot (the one the commit is built

@@ -23,7 +23,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .delta_sink import normalize_type, schema_from_b64, schema_signature
+from .delta_sink import schema_change, schema_from_b64, schema_signature
 from .errors import TerminalError, WaitError
 from .formats import (
     PARTICIPANTS,
@@ -202,7 +202,7 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str
 
 
 def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str,
-                   participants: dict) -> tuple[StageSummary, dict, dict]:
+                   participants: dict, schema_evolution: str = "add_columns") -> tuple[StageSummary, dict, dict]:
     """Verify one attempt. Returns (summary, adds per participant, totals).
 
     ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
@@ -290,12 +290,11 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
             if mrows != m.rows:
                 problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")
             rows[participant] += mrows
-        # the table, when it exists, must take this schema as it is
+        # the table, when it exists, must take this schema: as it is, or with the new columns the
+        # commit adds (schema_evolution); the schema the commit produces, not the old table's
         tschema = participants[participant].table_schema()
         if tschema is not None:
-            if [(f.name, normalize_type(f.type)) for f in tschema] != [(f.name, normalize_type(f.type)) for f in expected]:
-                problems.append(f"{participant}: staged schema {schema_signature(expected)} does not match the "
-                                f"table's {schema_signature(tschema)} ({table_root}); schema changes are not applied automatically")
+            problems += schema_change(tschema, expected, schema_evolution, f"{participant} ({table_root}): ")[1]
             tparts = participants[participant].partition_columns()
             if tparts is not None and list(tparts) != pcols:
                 problems.append(f"{participant}: partition columns {pcols} differ from the table's {list(tparts)}")

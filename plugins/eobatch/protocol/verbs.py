@@ -322,7 +322,7 @@ class Protocol(Repairs):
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
         summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
-                                               self.participants)
+                                               self.participants, self.cfg.schema_evolution)
         prepared = PreparedBatch(
             pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
             arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
