@@ -27,6 +27,7 @@ def _land(cfg, name: str, records: list[dict]) -> None:
 
 def _stage_and_verify(proto: Protocol):
     plan, _ = proto.plan()
+    assert plan is not None, "nothing to plan"
     return plan.batch_id, proto.verify(plan.batch_id, stage(proto, plan.batch_id))
 
 
