@@ -25,11 +25,11 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
-	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json]"
+	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name>"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars s3-jars
@@ -144,6 +144,10 @@ reset-batch: venv
 rewind: venv
 	@test -n "$$BATCH" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1]" >&2; exit 2; }
 	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" "$$BATCH" $${DRY_RUN:+--dry-run}
+
+maintain: venv
+	@test -n "$$PIPELINE" || { echo "usage: make maintain PIPELINE=<name>" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli maintain "$$PIPELINE"
 
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all

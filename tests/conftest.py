@@ -34,9 +34,10 @@ def airflow(tmp_path, airflow_template):
     home = tmp_path / "airflow"
     shutil.copytree(airflow_template, home)
 
-    def run(p: Pipeline, extra_env: dict | None = None, conf: dict | None = None, timeout: int = 600) -> DagRun:
+    def run(p: Pipeline, extra_env: dict | None = None, conf: dict | None = None, timeout: int = 600,
+            dag_id: str | None = None) -> DagRun:
         env = airflow_env(home, p.yaml_path.parent, extra_env)
-        argv = [str(VENV_BIN / "airflow"), "dags", "test", p.name]
+        argv = [str(VENV_BIN / "airflow"), "dags", "test", dag_id or p.name]
         if conf is not None:
             argv += ["-c", json.dumps(conf)]
         r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)

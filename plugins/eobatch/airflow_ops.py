@@ -393,3 +393,23 @@ class AbortOperator(BaseOperator):
         attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
         run = _run(self.pipeline_file, context)
         return _step(self, "abort", run.fail, None if batch_id is None else int(batch_id), attempt).value
+
+
+class MaintainOperator(BaseOperator):
+    """The ``<name>_maintenance`` DAG's task: one maintenance pass (``eobatch.maintenance``) over
+    the pipeline's tables: compaction (continuous mode), lite VACUUM, Delta checkpoint. A batch
+    commit running at the same time stays correct (see the module); it is retried on a conflict."""
+
+    ui_color = "#ede7f6"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        from .maintenance import maintain, summary_line
+
+        proto = _protocol(self.pipeline_file)
+        report = maintain(proto)
+        self.log.info("maintain: %s", summary_line(report))
+        return report

@@ -198,6 +198,9 @@ def main(argv=None) -> int:
     wp.add_argument("pipeline")
     wp.add_argument("batch", type=int)
     wp.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
+    mp = sub.add_parser("maintain", help="one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
+                                          "<name>_maintenance DAG)")
+    mp.add_argument("pipeline")
     rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
@@ -226,6 +229,11 @@ def _command(args) -> int:
             for r in proto.ledger.rewinds():
                 print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
                       f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
+            from .maintenance import last_report, summary_line
+
+            last = last_report(proto)
+            if last:
+                print(summary_line(last))
             found = proto.ledger.checkpoint_files()
             if found:
                 print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "
@@ -261,6 +269,13 @@ def _command(args) -> int:
         moved = proto.reset(args.batch)
         print(f"forgot batches {moved}: archived under {proto.layout.ledger}/archive/; the next run plans "
               f"them again from the end of batch {args.batch - 1}")
+        return 0
+    if args.cmd == "maintain":
+        from .maintenance import maintain, summary_line
+
+        report = maintain(proto)
+        print(summary_line(report).replace("last maintenance", "maintenance", 1))
+        print(json.dumps(report, indent=1, sort_keys=True))
         return 0
     if args.cmd == "sweep":
         removed = proto.sweep(recent=None if args.all else 5)

@@ -68,6 +68,15 @@ EXPECTATION_ACTIONS = ("quarantine", "drop", "fail")
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
+    schedule: str | None = None  # None: run it from the UI or with `make maintain`
+    compact: bool = True  # continuous mode only (eobatch.maintenance)
+    target_file_bytes: int = 128 << 20
+    vacuum_retention_hours: float = 168.0
+
+
+@dataclass(frozen=True)
 class Notifier:
     """One notifier of ``alerts.notify``: e-mail through the SMTP provider (``email``: the
     recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``)."""
@@ -116,6 +125,7 @@ class PipelineConfig:
     aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
     expectations: tuple[Expectation, ...] = ()
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -167,7 +177,8 @@ class PipelineConfig:
 
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
             "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations",
-            "schema_evolution"}
+            "schema_evolution", "maintenance"}
+MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours"}
 SINK_KEYS = {"table", "partition_by"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
@@ -363,6 +374,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     evolution = raw.get("schema_evolution", "add_columns")
     if evolution not in ("add_columns", "fail"):
         raise ConfigError(file, "schema_evolution", f"{evolution!r} must be add_columns or fail")
+    maintenance = _parse_maintenance(raw, file)
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,
         schema=schema, columns=columns, transform=transform, transform_options=transform_options,
@@ -371,7 +383,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
         plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
-        expectations=expectations, schema_evolution=evolution,
+        expectations=expectations, schema_evolution=evolution, maintenance=maintenance,
     )
 
 
@@ -568,6 +580,26 @@ def _parse_timeouts(section: dict, file: str) -> _Timeouts:
     return _Timeouts(
         verify_seconds=pos_int(section.get("verify_timeout_seconds", 900), file, "retries.verify_timeout_seconds"),
         plan_wait_seconds=pos_int(section.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds"))
+
+
+def _parse_maintenance(raw: dict, file: str) -> MaintenanceConfig:
+    section = _optional_mapping(raw, "maintenance", MAINTENANCE_KEYS, file, "must be a mapping (schedule, compact, "
+                                "target_file_mb, vacuum_retention_hours)")
+    schedule = section.get("schedule")
+    if schedule is not None:
+        if not isinstance(schedule, str):
+            raise ConfigError(file, "maintenance.schedule", f"must be a cron expression or a preset, got {schedule!r}")
+        _check_schedule(schedule, file, "maintenance.schedule")
+    compact = section.get("compact", True)
+    if not isinstance(compact, bool):
+        raise ConfigError(file, "maintenance.compact", f"must be true or false, got {compact!r}")
+    target = pos_int(section.get("target_file_mb", 128), file, "maintenance.target_file_mb")
+    retention = section.get("vacuum_retention_hours", 168)
+    if isinstance(retention, bool) or not isinstance(retention, (int, float)) or retention < 0:
+        raise ConfigError(file, "maintenance.vacuum_retention_hours", f"must be a number of hours >= 0, got "
+                          f"{retention!r}")
+    return MaintenanceConfig(schedule=schedule, compact=compact, target_file_bytes=target << 20,
+                             vacuum_retention_hours=float(retention))
 
 
 def _parse_expectations(section: Any, columns: tuple[Column, ...], file: str) -> tuple[Expectation, ...]:
@@ -800,21 +832,21 @@ PRESET_CRON = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 
 PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
 
 
-def _check_schedule(s: str, file: str) -> None:
+def _check_schedule(s: str, file: str, key: str = "schedule") -> None:
     s = s.strip()
     if s.startswith("@"):
         if s not in PRESETS:
-            raise ConfigError(file, "schedule", f"unknown preset {s!r} (known: {', '.join(sorted(PRESETS))})")
+            raise ConfigError(file, key, f"unknown preset {s!r} (known: {', '.join(sorted(PRESETS))})")
         return
     fields = s.split()
     if len(fields) not in (5, 6) or not all(re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", f) for f in fields):
-        raise ConfigError(file, "schedule", f"{s!r} is not a cron expression (5 fields) or a preset")
+        raise ConfigError(file, key, f"{s!r} is not a cron expression (5 fields) or a preset")
     try:
         from croniter import croniter  # ships with Airflow; optional here
     except ImportError:
         return
     if not croniter.is_valid(s):
-        raise ConfigError(file, "schedule", f"{s!r} is not a valid cron expression")
+        raise ConfigError(file, key, f"{s!r} is not a valid cron expression")
 
 
 # Spark settings a pipeline YAML may not set (fnmatch globs, matched case-insensitively). They decide

@@ -15,6 +15,7 @@ from . import alerts, assets
 from .airflow_ops import (
     AbortOperator,
     CommitOperator,
+    MaintainOperator,
     PlanOperator,
     RecoverOperator,
     StageOperator,
@@ -123,6 +124,33 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     return dag
 
 
+MAINTENANCE_SUFFIX = "_maintenance"
+
+
+def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
+    """``<name>_maintenance``: one maintenance pass per run, on ``maintenance.schedule`` (none:
+    triggered from the UI or run with `make maintain PIPELINE=<name>`, the same work)."""
+    m = cfg.maintenance
+    with DAG(
+        dag_id=cfg.name + MAINTENANCE_SUFFIX,
+        description=f"maintenance of {cfg.sink_table} and its quarantine: compaction, VACUUM, checkpoint",
+        schedule=m.schedule,
+        start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "eobatch", "retries": 2, "retry_delay": dt.timedelta(minutes=1)},
+        tags=["eobatch", "maintenance"],
+        doc_md=(f"### Maintenance of pipeline `{cfg.name}`\n\nCompaction of small files "
+                f"({'on, to ' + str(m.target_file_bytes >> 20) + ' MiB files' if m.compact else 'off'}; never in "
+                f"interval mode), lite VACUUM of files removed more than {m.vacuum_retention_hours:g} h ago (never a "
+                f"file no commit added: staged files of PREPARED batches are safe), Delta checkpoint and log "
+                f"cleanup. A batch commit at the same time stays exactly once. The report is kept in the ledger "
+                f"(`make ledger` shows the last one)."),
+    ) as dag:
+        MaintainOperator(task_id="maintain", pipeline_file=cfg.file)
+    return dag
+
+
 def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
     configs, errors = load_all(directory)
     dags = {}
@@ -131,6 +159,9 @@ def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, s
             dags[name] = build_dag(cfg)
         except ConfigError as e:  # found when building (e.g. a notifier class): still one file's error
             errors[cfg.file] = str(e)
+            continue
+        if name + MAINTENANCE_SUFFIX not in configs:
+            dags[name + MAINTENANCE_SUFFIX] = build_maintenance_dag(cfg)
     return dags, errors
 
 

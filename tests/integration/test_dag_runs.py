@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from support.checks import assert_exactly_once, delta_log_commits, orphans, read_rows, txn_version
+from support.checks import assert_exactly_once, delta_log_commits, live_files, orphans, read_rows, txn_version
 from support.harness import VENV_BIN, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
@@ -50,6 +50,17 @@ def test_three_batches_through_the_dag_exactly_once(pipeline, airflow):
             for b in ledger] == [(1, "COMMITTED", 202, 200, 2), (2, "COMMITTED", 30, 30, 0),
                                  (3, "COMMITTED", 51, 50, 1)]
     assert [b["delta_version"] for b in ledger] == [1, 2, 3]
+
+    # the pipeline's maintenance DAG: compacted, the rows and the batches' exactly-once unchanged
+    live = len(live_files(p.sink))
+    m = airflow(p, dag_id=f"{p.name}_maintenance")
+    _ok(m)
+    assert "maintain: last maintenance" in m.log and f"sink {live} -> 1 files" in m.log, m.log[-3000:]
+    assert len(live_files(p.sink)) == 1 and len(read_rows(p.sink)) == 280
+    assert_exactly_once(p, batches=3)
+    table = subprocess.run([str(VENV_BIN / "python"), "-m", "eobatch.cli", "ledger", p.name], env=airflow.env(p),
+                           capture_output=True, text=True, check=True).stdout
+    assert f"sink {live} -> 1 files" in table, table
 
 
 def test_crash_after_delta_commit_before_ledger_update(pipeline, airflow, tmp_path):

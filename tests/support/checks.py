@@ -60,11 +60,13 @@ def live_files(table: Path) -> set[str]:
 
 
 def orphans(table: Path) -> list[str]:
-    """Staged files under eo_batches/ that the Delta log does not reference."""
+    """Staged files under eo_batches/ that no commit of the Delta log ever added (a file a later
+    commit removed, a compaction's input say, waits for VACUUM: not an orphan)."""
     root = table / "eo_batches"
     if not root.exists():
         return []
-    live = live_files(table) if (table / "_delta_log").exists() else set()
+    live = ({a["path"] for c in delta_log_commits(table) for a in c["adds"]}
+            if (table / "_delta_log").exists() else set())
     out = []
     for dirpath, _dirs, files in os.walk(root):
         for f in files:

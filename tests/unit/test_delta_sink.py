@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from eobatch.delta_sink import normalize_type, schema_from_b64, schema_signature, schema_to_b64
+from eobatch.delta_sink import normalize_type, schema_change, schema_from_b64, schema_signature, schema_to_b64
 
 TS_US = pa.timestamp("us", tz="UTC")
 
@@ -76,3 +76,23 @@ def test_committers_racing_to_create_a_local_table_create_it_once(tmp_path):
 
     for round_ in range(15):
         race_first_commit(str(tmp_path / f"t{round_}"), delta_log_commits)
+
+
+# -- schema evolution: what a commit of a staged schema needs of a table ------------------------------
+
+
+def test_schema_change_adds_new_columns_and_refuses_the_rest():
+    table = pa.schema([("a", pa.string()), ("b", pa.float64())])
+    add, problems = schema_change(table, pa.schema([("a", pa.large_string()), ("c", pa.int64()), ("b", pa.float64())]))
+    assert ([(f.name, f.type, f.nullable) for f in add], problems) == ([("c", pa.int64(), True)], [])
+    assert schema_change(None, table) == ([], [])
+    assert schema_change(table, table, "fail") == ([], [])
+    add, problems = schema_change(table, pa.schema([("a", pa.string()), ("b", pa.float64()), ("c", pa.int64())]),
+                                  "fail")
+    assert add == [] and "new column(s) c" in problems[0] and "schema_evolution: add_columns" in problems[0]
+    add, problems = schema_change(table, pa.schema([("a", pa.string()), ("b", pa.string())]))
+    assert add == [] and problems == ["column 'b' is double in the table and string in this batch: a column's "
+                                      "type is never changed (Delta keeps it; add a column of the new type under "
+                                      "a new name instead)"]
+    add, problems = schema_change(table, pa.schema([("a", pa.string())]))
+    assert add == [] and "column(s) b are not in this batch's schema" in problems[0]

@@ -9,12 +9,18 @@ import json
 import math
 import re
 import struct
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from eobatch.errors import EobatchError
+from eobatch.protocol import Protocol
 from eobatch.verify import _json_value, footer_stats
+from support.checks import delta_log_commits
+from support.protocol_runs import land_and_run
+from support.pyarrow_stager import stage
 
 UTC = dt.timezone.utc
 TS_US = pa.timestamp("us", tz="UTC")
@@ -335,3 +341,62 @@ def test_json_value_zero_bounds_go_outward(zero, is_max, sign):
     # a min said +0.0, nor a +0.0 row because a max said -0.0
     got = _json_value(zero, pa.float64(), is_max)
     assert got == 0.0 and math.copysign(1.0, got) == sign
+
+
+# -- schema evolution: a column added mid-stream, and the changes a table cannot take ----------------
+# (real delta-rs tables, the protocol's own verify and commit)
+
+SCHEMA_BEFORE = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+
+
+def _land(cfg, name: str, records: list[dict]) -> None:
+    (Path(cfg.source.path) / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def _stage_and_verify(proto: Protocol):
+    plan, _ = proto.plan()
+    assert plan is not None, "nothing to plan"
+    return plan.batch_id, proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+
+
+def test_a_column_added_mid_stream_arrives_with_the_batch_that_writes_it(make_cfg):
+    before = make_cfg()
+    land_and_run(Protocol(before), range(3), "a.jsonl")
+    after = make_cfg(schema=SCHEMA_BEFORE + ", coupon STRING")
+    proto = Protocol(after)
+    _land(after, "b.jsonl", [{"order_id": "n1", "amount": 1.0, "coupon": "SPRING"}, {"order_id": "n2"}])
+    batch_id, prepared = _stage_and_verify(proto)
+    proto.commit(batch_id)
+
+    from deltalake import DeltaTable
+
+    table = DeltaTable(after.sink_table)
+    assert [f.name for f in pa.schema(table.schema().to_arrow())] == ["order_id", "customer", "amount", "ts", "coupon"]
+    rows = {r["order_id"]: r["coupon"] for r in table.to_pyarrow_table().to_pylist()}
+    assert rows == {"o0": None, "o1": None, "o2": None, "n1": "SPRING", "n2": None}
+    commits = delta_log_commits(Path(after.sink_table))
+    data = [c for c in commits if c["txns"]]
+    assert [c["txns"][0]["version"] for c in data] == [1, 2]
+    (added,) = [c for c in commits if c["version"] == data[-1]["version"] - 1]
+    assert not added["txns"] and not added["adds"]  # the columns, just before the batch that writes them
+    assert added["commitInfo"]["operation"] == "ADD COLUMN", added["commitInfo"]
+    # a retried commit adds nothing twice and publishes nothing twice
+    proto.commit(batch_id)
+    assert len(delta_log_commits(Path(after.sink_table))) == len(commits)
+
+
+@pytest.mark.parametrize("schema, evolution, words", [
+    (SCHEMA_BEFORE + ", coupon STRING", "fail", "new column(s) coupon are not in the table and schema_evolution is 'fail'"),
+    ("order_id STRING NOT NULL, customer STRING, amount STRING, ts TIMESTAMP", "add_columns",
+     "column 'amount' is double in the table and string in this batch"),
+    ("order_id STRING NOT NULL, customer STRING, ts TIMESTAMP", "add_columns",
+     "the table's column(s) amount are not in this batch's schema"),
+])
+def test_a_schema_change_the_table_cannot_take_is_refused_before_prepared(make_cfg, schema, evolution, words):
+    land_and_run(Protocol(make_cfg()), range(2), "a.jsonl")
+    proto = Protocol(make_cfg(schema=schema, schema_evolution=evolution))
+    _land(proto.cfg, "b.jsonl", [{"order_id": "n1", "amount": 1.0}])
+    with pytest.raises(EobatchError) as e:
+        _stage_and_verify(proto)
+    assert words in str(e.value)
+    assert proto.ledger.prepared(2) is None

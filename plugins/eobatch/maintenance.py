@@ -1,0 +1,124 @@
+"""One maintenance pass over a pipeline's two Delta tables: compaction, VACUUM, a Delta
+checkpoint and log cleanup, with delta-rs; what it did is kept in the ledger.
+
+Exactly-once holds whatever runs beside it, by construction rather than by scheduling:
+
+* **Compaction** (continuous mode) is delta-rs OPTIMIZE: one commit that removes small files and
+  adds their rows in bigger ones (``dataChange=false``), never touching the pipeline's
+  ``txn(appId, version)``. A batch commit racing it is an append of new files, which does not
+  conflict with it: both land, in either order; the batch's own txn check still decides in
+  its snapshot. Interval mode is not compacted: a re-run of an interval replaces the exact
+  files its batches published, which a compaction would rewrite together with other intervals'
+  rows (the re-run would then be refused, never duplicated).
+* **VACUUM** is delta-rs's *lite* vacuum (never ``full``): it deletes only files that a commit
+  removed (tombstones) and that are older than the retention. Files that no commit ever added
+  are never touched: the staged files of an attempt in flight, of a PREPARED batch waiting for
+  its commit (its retry window), the ledger. The retention (``maintenance.vacuum_retention_hours``,
+  default 168) also bounds how far back a rewind or a reader's time travel can go.
+* **Checkpoint**: ``create_checkpoint`` and ``cleanup_metadata`` (log files older than the
+  table's ``delta.logRetentionDuration``, 30 days by default, and covered by a checkpoint).
+
+The report (files and bytes before and after, versions, files vacuumed, seconds, notes) is
+written to ``_eo_ledger/maintenance/<utc time>.json``; ``make ledger`` and the ledger page show
+the newest one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from .formats import PARTICIPANTS
+from .protocol.state import utcnow
+from .storage import join, storage_for
+
+log = logging.getLogger(__name__)
+TARGET_FILE_BYTES = 128 << 20
+
+
+def _snapshot(dt) -> tuple[int, int]:
+    """(live files, their bytes) of a table snapshot."""
+    import pyarrow as pa
+
+    t = pa.table(dt.get_add_actions(flatten=False))
+    return t.num_rows, int(sum(t.column("size_bytes").to_pylist())) if t.num_rows else 0
+
+
+def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: float | None = None,
+             checkpoint: bool = True, now: str | None = None) -> dict[str, Any]:
+    """One pass over ``proto``'s tables (a ``Protocol``); the report, also written to the ledger."""
+    from deltalake.transaction import CommitProperties
+
+    cfg = proto.cfg
+    m = cfg.maintenance
+    compact = m.compact if compact is None else compact
+    retention = m.vacuum_retention_hours if vacuum_retention_hours is None else vacuum_retention_hours
+    report: dict[str, Any] = {"pipeline": cfg.name, "started_at": now or utcnow(), "tables": {}, "notes": []}
+    if compact and cfg.mode == "interval":
+        compact = False
+        report["notes"].append("not compacted: interval mode (a re-run of an interval replaces the exact files its "
+                               "batches published; a compaction would mix them with other intervals' rows)")
+    t_all = time.time()
+    for participant in PARTICIPANTS:
+        part = proto.participants[participant]
+        dt = part._table()
+        if dt is None:
+            report["tables"][participant] = {"table": part.uri, "exists": False}
+            continue
+        t0 = time.time()
+        files0, bytes0 = _snapshot(dt)
+        entry: dict[str, Any] = {"table": part.uri, "exists": True, "version_before": dt.version(),
+                                 "files_before": files0, "bytes_before": bytes0}
+        meta = {"eo.maintenance": cfg.name}
+        if compact:
+            metrics = dt.optimize.compact(target_size=m.target_file_bytes,
+                                          commit_properties=CommitProperties(custom_metadata=meta))
+            entry["compacted"] = {"files_removed": int(metrics.get("numFilesRemoved", 0)),
+                                  "files_added": int(metrics.get("numFilesAdded", 0))}
+            dt = part._table()
+        vacuumed = dt.vacuum(retention_hours=int(retention), dry_run=False, enforce_retention_duration=False,
+                             full=False, commit_properties=CommitProperties(custom_metadata=meta))
+        entry["files_vacuumed"] = len(vacuumed)
+        if checkpoint:
+            dt = part._table()
+            dt.create_checkpoint()
+            dt.cleanup_metadata()
+        dt = part._table()
+        entry["files_after"], entry["bytes_after"] = _snapshot(dt)
+        entry["version_after"] = dt.version()
+        entry["seconds"] = round(time.time() - t0, 3)
+        report["tables"][participant] = entry
+        log.info("maintenance of %s (%s): %d files / %d bytes -> %d files / %d bytes; %d vacuumed; %.1fs",
+                 participant, part.uri, files0, bytes0, entry["files_after"], entry["bytes_after"],
+                 entry["files_vacuumed"], entry["seconds"])
+    report["vacuum_retention_hours"] = retention
+    report["seconds"] = round(time.time() - t_all, 3)
+    report["finished_at"] = utcnow()
+    fs = storage_for(proto.layout.sink_table)
+    name = "".join(ch for ch in report["started_at"] if ch.isalnum())
+    fs.write_atomic(join(proto.layout.ledger, "maintenance", f"{name}.json"),
+                    json.dumps(report, indent=1, sort_keys=True).encode())
+    return report
+
+
+def last_report(proto) -> dict | None:
+    """The newest maintenance report of ``proto``'s pipeline, or None."""
+    fs = storage_for(proto.layout.sink_table)
+    found = sorted((f.path for f in fs.list_files(join(proto.layout.ledger, "maintenance"), recursive=False)
+                    if f.path.endswith(".json")), key=lambda p: p.rsplit("/", 1)[-1])
+    return json.loads(fs.read_bytes(found[-1])) if found else None
+
+
+def summary_line(report: dict) -> str:
+    """One line of a report, for `make ledger` and the task log."""
+    parts = []
+    for participant, e in report.get("tables", {}).items():
+        if not e.get("exists"):
+            continue
+        parts.append(f"{participant} {e['files_before']} -> {e['files_after']} files, "
+                     f"{e['bytes_before']:,} -> {e['bytes_after']:,} bytes, {e['files_vacuumed']} vacuumed")
+    notes = "; ".join(report.get("notes") or [])
+    return (f"last maintenance {report.get('started_at')} ({report.get('seconds')} s): " + "; ".join(parts)
+            + (f" ({notes})" if notes else ""))

@@ -1,0 +1,91 @@
+"""eobatch.maintenance on real delta-rs tables (the pyarrow stager, no Spark): many small batches
+compacted and vacuumed with the rows unchanged and later batches still exactly once; a PREPARED
+batch's staged files survive a VACUUM of retention 0 and its commit still lands; interval mode
+is not compacted; the report reaches the ledger, `make ledger` and the maintenance DAG."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+from eobatch.maintenance import last_report, maintain, summary_line
+from eobatch.protocol import Protocol
+from support.checks import delta_log_commits, live_files, read_rows, txn_version
+from support.protocol_runs import land_and_run, land_ids, published_ids
+from support.pyarrow_stager import stage
+
+
+def test_many_small_batches_compacted_and_vacuumed_rows_unchanged_later_batches_exactly_once(make_cfg):
+    proto = Protocol(make_cfg())
+    for b in range(12):
+        land_and_run(proto, range(b * 5, b * 5 + 5), f"f{b:02d}.jsonl")
+    sink = Path(proto.cfg.sink_table)
+    before = collections.Counter(r["order_id"] for r in read_rows(sink))
+    files_before = len(live_files(sink))
+    assert files_before >= 12
+
+    report = maintain(proto, vacuum_retention_hours=0)
+    e = report["tables"]["sink"]
+    assert (e["files_before"], e["files_after"]) == (files_before, 1)
+    assert e["compacted"]["files_removed"] == files_before and e["files_vacuumed"] == files_before
+    assert collections.Counter(r["order_id"] for r in read_rows(sink)) == before  # the row multiset
+    assert txn_version(sink, "orders") == 12  # the pipeline's txn is untouched
+    assert all(not Path(sink, p).exists() for p in {a["path"] for c in delta_log_commits(sink) for a in c["adds"]}
+               - live_files(sink))  # removed files are gone from storage, live ones are there
+    assert all(Path(sink, p).exists() for p in live_files(sink))
+    assert (sink / "_delta_log" / f"{e['version_after']:020d}.checkpoint.parquet").exists()
+
+    land_and_run(proto, range(100, 103), "later.jsonl")  # a later batch: exactly once on the compacted table
+    assert published_ids(proto) == sorted([f"o{i}" for i in range(60)] + ["o100", "o101", "o102"])
+    assert txn_version(sink, "orders") == 13
+    assert last_report(proto) == report and f"sink {files_before} -> 1 files" in summary_line(report)
+
+
+def test_a_prepared_batch_survives_vacuum_and_a_compaction_before_its_commit(make_cfg):
+    """Maintenance between verify and commit (the batch's retry window): lite VACUUM never
+    deletes files no commit added, so the PREPARED batch still commits, once."""
+    proto = Protocol(make_cfg())
+    for b in range(3):
+        land_and_run(proto, range(b * 2, b * 2 + 2), f"f{b}.jsonl")
+    land_ids(proto.cfg, "pending.jsonl", range(50, 54))
+    plan, _ = proto.plan()
+    assert plan is not None
+    attempt = stage(proto, plan.batch_id)
+    prepared = proto.verify(plan.batch_id, attempt)
+    staged = [Path(proto.cfg.sink_table, a["path"]) for a in prepared.adds["sink"]]
+    assert staged and all(p.exists() for p in staged)
+
+    maintain(proto, vacuum_retention_hours=0)
+    assert all(p.exists() for p in staged)  # never in the log: never vacuumed
+    proto.commit(plan.batch_id)
+    assert published_ids(proto) == sorted([f"o{i}" for i in range(6)] + [f"o{i}" for i in range(50, 54)])
+    proto.commit(plan.batch_id)  # a retried commit changes nothing
+    assert txn_version(Path(proto.cfg.sink_table), "orders") == 4
+    assert len(read_rows(Path(proto.cfg.sink_table))) == 10
+
+
+def test_interval_mode_is_checkpointed_but_never_compacted_and_a_rerun_still_replaces(by_prefix):
+    from support.protocol_runs import land, published, run
+
+    proto = Protocol(by_prefix)
+    assert maintain(proto)["tables"]["sink"] == {"table": by_prefix.sink_table, "exists": False}  # no table yet
+    for i in range(3):
+        land(by_prefix, f"dt=2026-01-01/hour={i:02d}/a.jsonl", [f"h{i}-a", f"h{i}-b"])
+        run(proto, i)
+    files = live_files(Path(by_prefix.sink_table))
+    report = maintain(proto, vacuum_retention_hours=0)
+    assert "not compacted: interval mode" in report["notes"][0] and "compacted" not in report["tables"]["sink"]
+    assert live_files(Path(by_prefix.sink_table)) == files
+    land(by_prefix, "dt=2026-01-01/hour=01/late.jsonl", ["h1-late"])  # a late file: hour 1 is published again
+    run(proto, 1, run_id="h1-again")
+    assert published(proto) == collections.Counter(["h0-a", "h0-b", "h1-a", "h1-b", "h1-late", "h2-a", "h2-b"])
+
+
+def test_each_pipeline_gets_a_maintenance_dag(make_cfg):
+    from eobatch.dag_factory import build_all
+
+    cfg = make_cfg(maintenance={"schedule": "@weekly", "vacuum_retention_hours": 72})
+    dags, errors = build_all(str(Path(cfg.file).parent))
+    assert errors == {} and sorted(dags) == ["orders", "orders_maintenance"]
+    dag = dags["orders_maintenance"]
+    assert [t.task_id for t in dag.tasks] == ["maintain"] and "72 h" in dag.doc_md
