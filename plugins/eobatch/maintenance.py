@@ -114,7 +114,9 @@ def last_report(proto) -> dict | None:
 def summary_line(report: dict) -> str:
     """One line of a report, for `make ledger` and the task log."""
     parts = []
-    for participant, e in report.get("tables", {}).items():
+    tables = report.get("tables", {})
+    for participant in sorted(tables, key=lambda p: PARTICIPANTS.index(p) if p in PARTICIPANTS else 9):
+        e = tables[participant]
         if not e.get("exists"):
             continue
         parts.append(f"{participant} {e['files_before']} -> {e['files_after']} files, "

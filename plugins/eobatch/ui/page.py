@@ -224,6 +224,7 @@ class PageView:
     airflow_base: str = ""
     description: str | None = None
     rewinds: list[str] = field(default_factory=list)  # one line per rewind of the ledger
+    maintenance: str | None = None  # the last maintenance pass, one line (eobatch.maintenance.summary_line)
 
 
 # In Airflow's "Batch ledger" tab this page is an iframe sandboxed without allow-top-navigation: a
@@ -412,6 +413,7 @@ Spark job writes its files (stage), they are checked (verify) and published in o
 (commit). A batch's records reach the tables exactly once, whatever fails.</p>
 <h2>Backlog</h2>
 {_backlog_html(view.backlog)}
+<p class="small">{esc(view.maintenance or "No maintenance pass yet (the DAG " + view.pipeline + "_maintenance, or make maintain).")}</p>
 <h2>Timeline of the last {len(view.chart_rows)} batches</h2>
 {timeline_svg(view.chart_rows)}
 <h2>Batches</h2>

@@ -60,9 +60,20 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
         backlog=backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
         airflow_base=airflow_base, description=cfg.description,
+        maintenance=_maintenance_line(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
                  f"batches {r.to_batch}..{r.after_batch} REWOUND and read again by later batches"
                  for r in proto.ledger.rewinds()])
+
+
+def _maintenance_line(proto) -> str | None:
+    from ..maintenance import last_report, summary_line
+
+    try:
+        report = last_report(proto)
+    except Exception as e:  # noqa: BLE001 - the page still shows the ledger
+        return f"last maintenance: not readable now ({type(e).__name__})"
+    return summary_line(report) if report else None
 
 
 def batches_json(cfg: PipelineConfig, limit: int | None = None, offset: int = 0) -> str:

@@ -92,6 +92,13 @@ def test_a_batchs_dropped_records_and_failed_expectations_are_shown():
     assert "expectations failed: known_customer 1,200, positive_amount 3" in text and "zero_rule" not in text
 
 
+def test_the_last_maintenance_is_shown_or_how_to_run_one():
+    text = "".join(Tags(render_page(view([row(1)], maintenance="last maintenance t (1 s): sink 9 -> 1 files"))).text)
+    assert "last maintenance t (1 s): sink 9 -> 1 files" in text
+    assert "No maintenance pass yet (the DAG orders_maintenance, or make maintain)" in "".join(
+        Tags(render_page(view([row(1)]))).text)
+
+
 def test_svg_escapes_and_parses_as_xml():
     svg = timeline_svg([row(1, state=EVIL)])
     root = ET.fromstring(svg)  # well-formed: nothing unescaped broke it

@@ -109,3 +109,15 @@ def test_a_rewind_is_shown_with_its_rewound_batches(make_cfg, monkeypatch, tmp_p
     assert [(r["batch_id"], r["state"]) for r in v.rows] == [(3, "PLANNED"), (2, "REWOUND"), (1, "COMMITTED")]
     assert len(v.rewinds) == 1 and "run manual__rewind" in v.rewinds[0] and "before batch 2" in v.rewinds[0]
     assert (v.backlog["files"], v.backlog["unpublished"]) == (0, True)  # planned again, not yet published
+
+
+def test_the_page_shows_the_last_maintenance_pass_and_make_ledger_too(three, capsys):
+    from eobatch.maintenance import maintain
+
+    assert page_view(three).maintenance is None
+    maintain(Protocol(three), vacuum_retention_hours=0)  # batch 3 is planned, not staged: nothing of it touched
+    line = page_view(three).maintenance
+    assert line is not None and line.startswith("last maintenance ") and "sink 4 -> 1 files" in line, line
+    assert line.index("sink") < line.index("quarantine")
+    assert cli.main(["ledger", "orders"]) == 0
+    assert line in capsys.readouterr().out
