@@ -48,6 +48,10 @@ for each run, at most one fault:
                    U+2028 / U+2029 (and U+00A0), a lone \\r inside a line, CRLF endings, blank and
                    whitespace-only lines; good records (some with U+2028/U+0085 inside a string, one
                    with a lone \\r between tokens) are published once, the odd lines quarantined
+  maintenance      between two runs, the product's own maintenance pass (`cli maintain`, what `make
+                   maintain` runs): compaction (continuous mode), lite VACUUM with retention 0 (the
+                   chaos pipelines set `maintenance: {vacuum_retention_hours: 0}`), Delta checkpoint;
+                   a PREPARED batch left by a crashed commit must survive it and commit once
   late_file        (interval) a file lands in an hour that was already published; a later run
                    republishes that hour whole, as another slice of its batch
   broker_restart   (kafka) the broker is restarted between stage and verify
@@ -67,7 +71,7 @@ files land under that hour's folder first. A run that fails before PREPARED aban
 (the abort task: abort the attempt, then ``Protocol.abandon``) and the hour runs again later, as
 a backfill; a run that dies leaving its batch undecided (plan_crash, stage_kill) is cleared and
 retried with the same run id. Every hour ends published. Kinds there: all of the first ten,
-verify_abort_race, foreign_writers, odd_lines, late_file.
+verify_abort_race, foreign_writers, odd_lines, late_file, maintenance.
 
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
 published rows = the good records landed (no duplicate, none lost; `foreign-` rows apart: each
@@ -121,11 +125,12 @@ if TYPE_CHECKING:
 
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
-NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines"]
+NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance"]
 FAULTS = BASE_FAULTS + NEW_FAULTS  # the files backend, continuous mode (the default)
-KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers"]
+KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
+                              "maintenance"]
 S3_FAULTS = FAULTS + ["s3_restart"]
-INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file"]
+INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file", "maintenance"]
 FOREIGN_OPS = ("compact", "append", "vacuum")
 PY = sys.executable
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
@@ -215,6 +220,8 @@ class Chaos:
             self.p = write_pipeline(self.root, name="chaos")
             text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
             self.p.yaml_path.write_text(text)
+        # the maintenance fault: VACUUM at retention 0, the harshest the product allows
+        self.p.yaml_path.write_text(self.p.yaml_path.read_text() + "maintenance: {vacuum_retention_hours: 0}\n")
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
         self.faults: collections.Counter[str] = collections.Counter()
@@ -551,6 +558,15 @@ class Chaos:
             pre.append(what or "foreign writer: no sink table yet, nothing done")
             if what:
                 self.faults[fault] += 1
+            fault = None
+        elif fault == "maintenance":
+            r = self.verb("maintain")
+            if r.returncode != 0:
+                self.anomalies.append(f"run {self.runs}: maintain failed ({r.returncode}): {r.stderr[-800:]}")
+            line = (r.stdout.splitlines() or ["(no output)"])[0]
+            pre.append(f"maintenance pass: {line}")
+            self.faults[fault] += 1
+            self.outcomes["maintenance: " + ("ok" if r.returncode == 0 else "failed")] += 1
             fault = None
         elif fault == "odd_lines":
             pre.append(self.land_odd(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
