@@ -25,7 +25,7 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain replay sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
@@ -148,6 +148,10 @@ rewind: venv
 maintain: venv
 	@test -n "$$PIPELINE" || { echo "usage: make maintain PIPELINE=<name>" >&2; exit 2; }
 	@source include/env.sh && python -m eobatch.cli maintain "$$PIPELINE"
+
+replay: venv
+	@test -n "$$PIPELINE" -a -n "$$BATCH" || { echo "usage: make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli replay "$$PIPELINE" "$$BATCH" $${REASON:+--reason "$$REASON"}
 
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all

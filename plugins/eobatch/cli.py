@@ -201,6 +201,10 @@ def main(argv=None) -> int:
     mp = sub.add_parser("maintain", help="one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
                                           "<name>_maintenance DAG)")
     mp.add_argument("pipeline")
+    qp = sub.add_parser("replay", help="write a batch's quarantined records back as a new landing file (once)")
+    qp.add_argument("pipeline")
+    qp.add_argument("batch", type=int)
+    qp.add_argument("--reason", default=None, help="only records whose reason contains this text")
     rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
@@ -269,6 +273,14 @@ def _command(args) -> int:
         moved = proto.reset(args.batch)
         print(f"forgot batches {moved}: archived under {proto.layout.ledger}/archive/; the next run plans "
               f"them again from the end of batch {args.batch - 1}")
+        return 0
+    if args.cmd == "replay":
+        from .replay import replay
+
+        done = replay(proto, args.batch, args.reason)
+        print(f"replayed {done['records']} quarantined record(s) of batch {args.batch} as {done['file']} (lineage: "
+              f"{done['lineage']}); the next run publishes them once (one still failing is quarantined again)"
+              + (f"; {done['skipped']} skipped: their raw text was not kept exactly" if done["skipped"] else ""))
         return 0
     if args.cmd == "maintain":
         from .maintenance import maintain, summary_line
