@@ -40,6 +40,12 @@ class Replace:
         return ", ".join(self.slices)
 
 
+# What delta-rs says when a table is not there (yet): no log at all, or (S3, a create racing this
+# read) a log whose version 0 is not readable yet. Treating the latter as "no table" is safe:
+# creating a table is a put-if-absent of version 0 (ensure_table), which then waits for it.
+NO_TABLE_YET = ("no log files", "not a delta table", "no table metadata or protocol found")
+
+
 class CommitConflict(RetryableError):
     """Another writer committed first; re-read the table and decide again."""
 
@@ -146,7 +152,7 @@ class DeltaParticipant:
         try:
             return DeltaTable(self.uri, storage_options=self.storage_options)
         except Exception as e:  # TableNotFoundError differs between versions
-            if "no log files" in str(e).lower() or "not a delta table" in str(e).lower() or type(e).__name__ == "TableNotFoundError":
+            if type(e).__name__ == "TableNotFoundError" or any(s in str(e).lower() for s in NO_TABLE_YET):
                 return None
             raise
 
