@@ -65,6 +65,7 @@ class Expectation:
 
 
 EXPECTATION_ACTIONS = ("quarantine", "drop", "fail")
+SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a new column (delta_sink.schema_change)
 
 
 @dataclass(frozen=True)
@@ -371,9 +372,9 @@ def load_pipeline(file: str) -> PipelineConfig:
     alerts = _parse_alerts(raw, source, file)
     aws_conn_id = conn_id(raw.get("aws_conn_id", "aws_default"), file, "aws_conn_id")
     expectations = _parse_expectations(raw.get("expectations"), columns, file)
-    evolution = raw.get("schema_evolution", "add_columns")
-    if evolution not in ("add_columns", "fail"):
-        raise ConfigError(file, "schema_evolution", f"{evolution!r} must be add_columns or fail")
+    evolution = raw.get("schema_evolution", SCHEMA_EVOLUTION[0])
+    if evolution not in SCHEMA_EVOLUTION:
+        raise ConfigError(file, "schema_evolution", f"{evolution!r} must be one of {', '.join(SCHEMA_EVOLUTION)}")
     maintenance = _parse_maintenance(raw, file)
     return PipelineConfig(
         name=name, file=os.path.abspath(file), mode=mode, schedule=schedule, source=source,

@@ -80,9 +80,6 @@ def normalize_type(t: pa.DataType) -> str:
     return str(t)
 
 
-SCHEMA_EVOLUTION = ("add_columns", "fail")
-
-
 def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add_columns",
                   where: str = "") -> tuple[list[pa.Field], list[str]]:
     """What committing files of schema ``staged`` to a table of schema ``table`` needs: (the
