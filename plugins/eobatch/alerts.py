@@ -102,18 +102,15 @@ def send(cfg: PipelineConfig, alert: Alert, context: Any = None) -> int:
     ctx = dict(context or {})
     ctx["alert"] = alert.template_value()
     log.warning("alert %s: %s", alert.kind, alert.subject)
-    try:
-        built = [notifier(spec) for spec in cfg.alerts.notify]
-    except Exception as e:  # noqa: BLE001 - alerts must not fail the task that sends them
-        log.error("alert %s not sent: the notifiers cannot be built (%s: %s)", alert.kind, type(e).__name__, e)
-        return 0
     sent = 0
-    for n in built:
+    for spec in cfg.alerts.notify:  # each on its own: one that fails does not silence the others
         try:
+            n = notifier(spec)
             n(dict(ctx))
             sent += 1
-        except Exception as e:  # noqa: BLE001
-            log.error("alert %s not sent by %s (%s: %s)", alert.kind, type(n).__name__, type(e).__name__, e)
+        except Exception as e:  # noqa: BLE001 - alerts must not fail the task that sends them
+            log.error("alert %s not sent by %s (%s: %s)", alert.kind, spec.notifier or "SmtpNotifier",
+                      type(e).__name__, e)
     return sent
 
 
