@@ -116,6 +116,8 @@ def measure(n: int, partitions: int = 3, master: str = "local[*]") -> dict:
         r = subprocess.run(launch.spark_submit_argv(pl.cfg, plan.batch_id, attempt, master=master), env=base_env(),
                            capture_output=True, text=True)
         out["stage_s"] = round(time.time() - t, 2)
+        out["stage_steps"] = [line.split(" attempt ", 1)[1].split(" ", 1)[1] for line in r.stdout.splitlines()
+                              if line.startswith("[eobatch]") and " attempt " in line]  # the job's "+seconds: step"
         if r.returncode != 0:
             raise RuntimeError(f"Kafka stage job failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
         t = time.time()
