@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +38,7 @@ from support.harness import base_env, write_kafka_pipeline  # noqa: E402
 from support.services import KafkaBroker  # noqa: E402
 
 TOPIC = "bench"
+STEP = re.compile(r"^\[eobatch\] .* attempt \S+ (\+[0-9.]+s: .*)$")  # the stage job's timeline lines
 
 
 def _produce(bootstrap: str, n: int, partitions: int) -> None:
@@ -116,8 +118,7 @@ def measure(n: int, partitions: int = 3, master: str = "local[*]") -> dict:
         r = subprocess.run(launch.spark_submit_argv(pl.cfg, plan.batch_id, attempt, master=master), env=base_env(),
                            capture_output=True, text=True)
         out["stage_s"] = round(time.time() - t, 2)
-        out["stage_steps"] = [line.split(" attempt ", 1)[1].split(" ", 1)[1] for line in r.stdout.splitlines()
-                              if line.startswith("[eobatch]") and " attempt " in line]  # the job's "+seconds: step"
+        out["stage_steps"] = [m.group(1) for m in map(STEP.search, r.stdout.splitlines()) if m]  # "+seconds: step"
         if r.returncode != 0:
             raise RuntimeError(f"Kafka stage job failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
         t = time.time()
