@@ -143,21 +143,20 @@ def expect(classified, ddl: str, expectations: list[dict]):
     # a record field never starts with "_", so no name is shadowed)
     scope = classified.select(*[F.col(c).alias(f"_eo_o{i}") for i, c in enumerate(outer)],
                               *[F.col("rec")[f.name].alias(f.name) for f in fields])
+    reason = F.col(f"_eo_o{outer.index('reason')}")  # the classification's: null for a valid record
     failed = []
     for e in expectations:
         try:
             verdict = F.expr(e["expr"])
         except Exception as err:  # a parse error: name the expectation
             raise SystemExit(f"expectation {e['name']}: {e['expr']!r} is not a Spark SQL expression: {err}") from None
-        failed.append(F.col(f"_eo_o{outer.index('reason')}").isNull()
-                      & ~F.coalesce(verdict.cast("boolean"), F.lit(False)))
+        failed.append(reason.isNull() & ~F.coalesce(verdict.cast("boolean"), F.lit(False)))
     try:
         scope = scope.select("*", *[f.alias(f"_eo_x{i}") for i, f in enumerate(failed)])
     except Exception as err:  # e.g. an unknown column or a type error, found by Spark's analysis
         names = ", ".join(f"{e['name']} ({e['expr']!r})" for e in expectations)
         raise SystemExit(f"the expectations {names} cannot be evaluated on the schema: {err}") from None
     hit = {a: [i for i, e in enumerate(expectations) if e["action"] == a] for a in EXPECTATION_PRECEDENCE}
-    reason = F.col(f"_eo_o{outer.index('reason')}")
     any_of = {a: F.lit(False) if not ix else F.greatest(*[F.col(f"_eo_x{i}") for i in ix], F.lit(False))
               for a, ix in hit.items()}
     first = {a: F.coalesce(*[F.when(F.col(f"_eo_x{i}"), F.lit(expectations[i]["name"])) for i in ix], F.lit(None))

@@ -83,7 +83,7 @@ def normalize_type(t: pa.DataType) -> str:
 def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add_columns",
                   where: str = "") -> tuple[list[pa.Field], list[str]]:
     """What committing files of schema ``staged`` to a table of schema ``table`` needs: (the
-    columns to add to the table, in the batch's commit; the problems that refuse it). Columns
+    columns the batch's commit adds to the table first; the problems that refuse it). Columns
     match by name. ``add_columns``: a column of ``staged`` the table lacks is added, nullable
     (rows already published read null); ``fail``: it is a problem naming it. Always problems: a
     column whose type changes (named with both types), a table column the batch no longer writes.
@@ -272,18 +272,17 @@ class DeltaParticipant:
         return found[0] if found else -1
 
     def _add_columns(self, dt, schema: pa.Schema):
-        """The columns of ``schema`` the table lacks (verify allowed them: schema_change), added
-        as nullable columns just before the batch's commit; a no-op when there are none, so a
-        retried commit after a crash in between adds nothing twice. Returns the table to commit on."""
+        """The columns of ``schema`` the table lacks (``schema_change``, which verify checked),
+        added as nullable columns just before the batch's commit; a no-op when there are none, so
+        a retried commit after a crash in between adds nothing twice. Returns the table to commit on."""
         from deltalake.schema import Field
 
-        have = {f.name for f in pa.schema(dt.schema().to_arrow())}
-        new = [f for f in schema if f.name not in have]
+        new, _ = schema_change(pa.schema(dt.schema().to_arrow()), schema)
         if not new:
             return dt
         log.info("%s: adding column(s) %s to %s", self.name, ", ".join(f"{f.name} {f.type}" for f in new), self.uri)
         try:
-            dt.alter.add_columns([Field.from_arrow(pa.field(f.name, f.type, nullable=True)) for f in new])
+            dt.alter.add_columns([Field.from_arrow(f) for f in new])
         except Exception as e:  # another committer added them first: fine when they are there now
             fresh = self._table()
             if fresh is None or not {f.name for f in new} <= {f.name for f in pa.schema(fresh.schema().to_arrow())}:

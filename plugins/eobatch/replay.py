@@ -33,15 +33,12 @@ RAW_LIMIT = 65536  # the quarantine keeps at most this many characters of a reco
 def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
     """The quarantine rows of ``batch_id`` (reason containing ``reason``), in source order."""
     import pyarrow.compute as pc
-    from deltalake import DeltaTable
 
-    from . import s3conf
+    from .formats import QUARANTINE
 
-    table = proto.cfg.quarantine_table
-    try:
-        dt = DeltaTable(s3conf.table_uri(table), storage_options=s3conf.delta_storage_options(table))
-    except Exception as e:  # noqa: BLE001 - no table yet
-        raise UsageError(f"the quarantine table {table} cannot be read ({type(e).__name__}: {e})") from e
+    dt = proto.participants[QUARANTINE]._table()
+    if dt is None:
+        raise UsageError(f"the quarantine table {proto.cfg.quarantine_table} does not exist yet")
     rows = dt.to_pyarrow_dataset().to_table(filter=pc.field("batch_id") == batch_id,
                                             columns=["batch_id", "source", "position", "raw", "reason"]).to_pylist()
     if reason:
