@@ -11,7 +11,8 @@
 3. classify (spark_jobs/classify.py): too large, invalid UTF-8, not a JSON object, type mismatch,
    missing required field -> quarantine with the raw text and the reason; the rest parsed with
    the declared schema;
-4. apply the pipeline's transform to the valid records;
+4. apply the pipeline's transform to the valid records (a merge sink: then keep the latest
+   record of each key, spark_jobs/merge.py);
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
    table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
    Spark partition. The source is read once: what the job keeps of the classified records is
@@ -96,6 +97,7 @@ def run(spec: dict) -> dict:
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
     from spark_jobs.classify import classify, expect, kept_records, quarantined_records, valid_records
+    from spark_jobs.merge import latest_per_key
     from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
@@ -157,6 +159,9 @@ def run(spec: dict) -> dict:
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
     out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices)
+    merge = spec.get("merge")
+    if merge:  # a merge sink stages the latest record of each key, flagged when it deletes
+        out = latest_per_key(out, merge["keys"], merge["sequence_by"], merge.get("delete_when"))
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
                   slice_col=SLICE_COL if slices else None)
@@ -190,7 +195,8 @@ def run(spec: dict) -> dict:
                QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(
         batch_id=batch_id, attempt=attempt, rows_in=rows_in, rows_valid=rows_valid,
-        rows_quarantined=rows_bad, row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)),
+        rows_quarantined=rows_bad,
+        row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)) and not merge,
         partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,

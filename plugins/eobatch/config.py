@@ -69,6 +69,25 @@ SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a n
 
 
 @dataclass(frozen=True)
+class MergeConfig:
+    """``sink.mode: merge``: the sink is upserted by ``keys``. Of the records of one key, the one
+    with the highest ``sequence_by`` is its latest version (ties: see ``spark_jobs.merge``); a
+    record for which ``delete_when`` is true deletes its key. A record never replaces or deletes
+    a version of its key with a higher or equal ``sequence_by``, in the batch or in the table, nor
+    one that was deleted by a higher ``sequence_by`` (``delta_sink.TombstoneParticipant``)."""
+    keys: tuple[str, ...]
+    sequence_by: str
+    delete_when: str | None = None
+
+
+SINK_MODES = ("append", "merge")
+MERGE_KEY_TYPES = {"STRING", "VARCHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT",
+                   "BYTE", "DATE", "TIMESTAMP", "BOOLEAN"}
+SEQUENCE_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE", "DATE",
+                  "TIMESTAMP", "STRING", "VARCHAR", "DOUBLE", "FLOAT", "REAL"}
+
+
+@dataclass(frozen=True)
 class MaintenanceConfig:
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
     schedule: str | None = None  # None: run it from the UI or with `make maintain`
@@ -127,6 +146,18 @@ class PipelineConfig:
     expectations: tuple[Expectation, ...] = ()
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    merge: MergeConfig | None = None  # sink.mode: merge (None: append)
+
+    @property
+    def sink_mode(self) -> str:
+        return "append" if self.merge is None else "merge"
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        """The tables a batch is committed to, in commit order (``formats.participants``)."""
+        from .formats import participants
+
+        return participants(tombstones=self.merge is not None)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -136,6 +167,8 @@ class PipelineConfig:
             "quarantine": self.quarantine_table, "source": self.source.fingerprint_dict(),
             "max_record_bytes": self.max_record_bytes,
         }
+        if self.merge is not None:  # append pipelines keep the fingerprint they always had
+            d["merge"] = [list(self.merge.keys), self.merge.sequence_by, self.merge.delete_when]
         if self.expectations:  # a pipeline without any keeps the fingerprint it always had
             d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -180,7 +213,8 @@ TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink",
             "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations",
             "schema_evolution", "maintenance"}
 MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours"}
-SINK_KEYS = {"table", "partition_by"}
+SINK_KEYS = {"table", "partition_by", "mode", "merge"}
+MERGE_KEYS = {"keys", "sequence_by", "delete_when"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
 ALERT_KEYS = {"notify", "on_failure", "run_deadline_minutes", "backlog_max_age_minutes"}
@@ -360,6 +394,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     columns = parse_schema(schema, file)
     transform, transform_options = _parse_transform(raw, file)
     sink_table, partition_by = _parse_sink(raw, transform, columns, file)
+    merge = _parse_merge(raw, mode, transform, columns, file)
     quarantine_table = _parse_quarantine(raw, file)
     _check_separate_locations({"sink.table": sink_table, "quarantine.table": quarantine_table,
                                "source.path": source.path}, file)
@@ -384,7 +419,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
         plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
-        expectations=expectations, schema_evolution=evolution, maintenance=maintenance,
+        expectations=expectations, schema_evolution=evolution, maintenance=maintenance, merge=merge,
     )
 
 
@@ -505,6 +540,65 @@ def _parse_sink(raw: dict, transform: str, columns: tuple[Column, ...], file: st
     if transform == "passthrough":  # the published columns are the schema's (other transforms: unknown here)
         _check_partition_columns(partition_by, columns, file)
     return table, tuple(partition_by)
+
+
+def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ...],
+                 file: str) -> MergeConfig | None:
+    """``sink.mode`` and ``sink.merge``: None for an append sink. The key and sequence columns are
+    columns of the transform's output: with ``passthrough`` (the schema's columns) they must be
+    declared NOT NULL, so records without them are quarantined; with another transform the stage
+    job and verify check them (a null key or sequence fails the attempt)."""
+    section = raw["sink"]
+    sink_mode = section.get("mode", "append")
+    if sink_mode not in SINK_MODES:
+        raise ConfigError(file, "sink.mode", f"{sink_mode!r} must be one of {', '.join(SINK_MODES)}")
+    if sink_mode == "append":
+        if "merge" in section:
+            raise ConfigError(file, "sink.merge", "is only for sink.mode: merge")
+        return None
+    if mode != "continuous":
+        raise ConfigError(file, "sink.mode", "merge runs in continuous mode only for now (an interval re-run "
+                          "would have to undo the interval's earlier upserts); use mode: continuous")
+    m = section.get("merge")
+    if not isinstance(m, dict):
+        raise ConfigError(file, "sink.merge", "sink.mode: merge needs a mapping {keys: [...], sequence_by: "
+                          "<column>, delete_when: <optional SQL>}, e.g. {keys: [order_id], sequence_by: updated_at}")
+    refuse_unknown(m, MERGE_KEYS, file, "sink.merge.")
+    keys = require(m, "keys", file, "sink.merge.")
+    if isinstance(keys, str):
+        keys = [keys]
+    if (not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys)
+            or len(set(keys)) != len(keys)):
+        raise ConfigError(file, "sink.merge.keys", f"must be a non-empty list of distinct column names, got {keys!r}")
+    seq = require(m, "sequence_by", file, "sink.merge.")
+    if not isinstance(seq, str) or not seq:
+        raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
+    if seq in keys:
+        raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
+                          f"(the version of a key's record: a number, date or timestamp that grows)")
+    delete_when = m.get("delete_when")
+    if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip() or ";" in delete_when):
+        raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
+                          f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
+    if any(c.startswith("_") for c in [*keys, seq]):
+        raise ConfigError(file, "sink.merge", "key and sequence columns are published columns: their names "
+                          "cannot start with '_'")
+    if transform == "passthrough":
+        cols = {c.name: c for c in columns}
+        for key, names, types in (("sink.merge.keys", keys, MERGE_KEY_TYPES), ("sink.merge.sequence_by", [seq],
+                                                                            SEQUENCE_TYPES)):
+            for n in names:
+                c = cols.get(n)
+                if c is None:
+                    raise ConfigError(file, key, f"{n!r} is not a column of the schema")
+                if c.type not in types:
+                    raise ConfigError(file, key, f"{n!r} has type {c.type}; it must be one of {sorted(types)}")
+                if not c.not_null:
+                    raise ConfigError(file, key, f"{n!r} must be declared NOT NULL in the schema (e.g. "
+                                      f"'{n} {c.type} NOT NULL'): a record without it is then quarantined, "
+                                      f"since it cannot be merged")
+    return MergeConfig(keys=tuple(keys), sequence_by=seq,
+                       delete_when=delete_when.strip() if delete_when is not None else None)
 
 
 def _check_partition_columns(partition_by: list[str], columns: tuple[Column, ...], file: str) -> None:

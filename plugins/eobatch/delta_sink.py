@@ -11,6 +11,7 @@ conflict checker sees both transactions touch the same txn); the caller then re-
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import time
@@ -21,7 +22,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from .errors import RetryableError, SliceRewritten, TerminalError
-from .formats import partition_text
+from .formats import DELETE_COL, partition_text
 
 log = logging.getLogger(__name__)
 # how long a just-created table may take to be listed by the store before creating it failed
@@ -110,6 +111,11 @@ def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add
     return ([pa.field(f.name, f.type, nullable=True) for f in new] if not problems else []), problems
 
 
+def published_schema(staged: pa.Schema) -> pa.Schema:
+    """The table columns of a staged schema: without a merge's ``_eo_delete`` flag."""
+    return pa.schema([f for f in staged if f.name != DELETE_COL])
+
+
 def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tuple[str, str]]:
     return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
 
@@ -121,6 +127,8 @@ class Participant(Protocol):
     name: str
     uri: str
     storage_options: dict | None  # how a reader opens the table (S3: endpoint, region, credentials; None: local)
+    reads_from: str | None  # the participant whose staged files its commit takes (None: its own)
+    keeps_staged_files: bool  # False: its commit reads them (merge), so they can go once every table holds the batch
 
     def exists(self) -> bool: ...
     def committed_version(self, app_id: str) -> int: ...
@@ -135,6 +143,12 @@ class Participant(Protocol):
 
 
 class DeltaParticipant:
+    """A table whose batches are the stage job's files, added as they are (append; interval
+    mode: replacing its slices' files)."""
+
+    reads_from: str | None = None  # whose staged files its commit takes (None: its own)
+    keeps_staged_files = True  # its staged files become table files: never swept once PREPARED
+
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
         from . import s3conf
 
@@ -231,19 +245,9 @@ class DeltaParticipant:
         transaction, so the batch replaces its interval slices of the table.
         Returns the new table version. Raises CommitConflict when another writer won.
         """
-        from deltalake.exceptions import CommitFailedError, DeltaError
-        from deltalake.transaction import AddAction, CommitProperties, Transaction
+        from deltalake.transaction import AddAction
 
-        dt = self.ensure_table(schema, partition_by)
-        dt = self._add_columns(dt, schema)
-        # Re-read the txn in the very snapshot this transaction is built on: a writer that
-        # committed before it is seen here, one that commits after it makes delta-rs fail
-        # the commit (same appId). A check made before ensure_table could be stale.
-        current = dt.transaction_version(app_id) or 0
-        expected = batch_id - 1 if expected_prev is None else expected_prev
-        if current != expected:
-            raise CommitConflict(f"{self.name}: {self.uri} holds batch {current} of {app_id!r} at version "
-                                 f"{dt.version()}; batch {batch_id} cannot be appended on top of it now")
+        dt = self._begin(app_id, batch_id, schema, partition_by, expected_prev)
         now = int(time.time() * 1000)
         actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
                              int(a.get("modification_time") or now), True, a.get("stats") or "{}")
@@ -253,12 +257,42 @@ class DeltaParticipant:
             log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())
             metadata = {**metadata, "eo.replaces": json.dumps(list(replace.slices))}
         actions += removes
+        with self._conflicts():
+            dt.create_write_transaction(actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
+                                        commit_properties=self._properties(app_id, batch_id, metadata))
+        found = self.find_batch_commit(app_id, batch_id)
+        return found[0] if found else -1
+
+    def _begin(self, app_id: str, batch_id: int, schema: pa.Schema, partition_by: list[str],
+               expected_prev: int | None):
+        """The table (created, new columns added) that batch ``batch_id``'s transaction is built
+        on, after checking that it holds ``expected_prev`` (default ``batch_id - 1``)."""
+        dt = self.ensure_table(schema, partition_by)
+        dt = self._add_columns(dt, schema)
+        # Re-read the txn in the very snapshot this transaction is built on: a writer that
+        # committed before it is seen here, one that commits after it makes delta-rs fail
+        # the commit (same appId). A check made before ensure_table could be stale.
+        current = dt.transaction_version(app_id) or 0
+        expected = batch_id - 1 if expected_prev is None else expected_prev
+        if current != expected:
+            raise CommitConflict(f"{self.name}: {self.uri} holds batch {current} of {app_id!r} at version "
+                                 f"{dt.version()}; batch {batch_id} cannot be committed on top of it now")
+        return dt
+
+    @staticmethod
+    def _properties(app_id: str, batch_id: int, metadata: dict):
+        """The commit's txn(app_id, batch_id) and commitInfo: what makes a batch's commit one."""
+        from deltalake.transaction import CommitProperties, Transaction
+
+        return CommitProperties(custom_metadata=metadata, app_transactions=[Transaction(app_id, batch_id)])
+
+    @contextlib.contextmanager
+    def _conflicts(self):
+        """Another writer's commit won: CommitConflict (the caller re-reads the table)."""
+        from deltalake.exceptions import CommitFailedError, DeltaError
+
         try:
-            dt.create_write_transaction(
-                actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
-                commit_properties=CommitProperties(custom_metadata=metadata,
-                                                   app_transactions=[Transaction(app_id, batch_id)]),
-            )
+            yield
         except CommitFailedError as e:
             raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
         except DeltaError as e:
@@ -268,8 +302,6 @@ class DeltaParticipant:
             if "version" not in str(e).lower():
                 raise
             raise CommitConflict(f"{self.name}: concurrent commit on {self.uri}: {e}") from e
-        found = self.find_batch_commit(app_id, batch_id)
-        return found[0] if found else -1
 
     def _add_columns(self, dt, schema: pa.Schema):
         """The columns of ``schema`` the table lacks (``schema_change``, which verify checked),

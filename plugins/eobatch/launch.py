@@ -61,6 +61,8 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
         "source": kind_for(cfg.source.kind).job_source(cfg.source),
         "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
+        **({"merge": {"keys": list(cfg.merge.keys), "sequence_by": cfg.merge.sequence_by,
+                      "delete_when": cfg.merge.delete_when}} if cfg.merge else {}),
     }
 
 

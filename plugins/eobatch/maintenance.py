@@ -30,7 +30,7 @@ import logging
 import time
 from typing import Any
 
-from .formats import PARTICIPANTS
+from .formats import participants
 from .protocol.state import utcnow
 from .storage import join, storage_for
 
@@ -61,7 +61,7 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
         report["notes"].append("not compacted: interval mode (a re-run of an interval replaces the exact files its "
                                "batches published; a compaction would mix them with other intervals' rows)")
     t_all = time.time()
-    for participant in PARTICIPANTS:
+    for participant in proto.names:
         part = proto.participants[participant]
         dt = part._table()
         if dt is None:
@@ -115,7 +115,8 @@ def summary_line(report: dict) -> str:
     """One line of a report, for `make ledger` and the task log."""
     parts = []
     tables = report.get("tables", {})
-    for participant in sorted(tables, key=lambda p: PARTICIPANTS.index(p) if p in PARTICIPANTS else 9):
+    order = participants(tombstones=True)
+    for participant in sorted(tables, key=lambda p: order.index(p) if p in order else 9):
         e = tables[participant]
         if not e.get("exists"):
             continue

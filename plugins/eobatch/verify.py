@@ -1,4 +1,5 @@
-"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers, never data.
+"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers (and, for a
+merge sink, the key and sequence columns of its staged rows).
 
 Checks, for every participant and every Spark partition of the attempt:
 * the stage summary is there (else: not ready yet);
@@ -7,7 +8,8 @@ Checks, for every participant and every Spark partition of the attempt:
   is the staged schema, and that schema fits the table (when the table exists);
 * rows in (the source's own count) = rows valid + rows quarantined; quarantine rows match;
   a row-preserving transform published exactly the valid rows; the source kind's own check of
-  what was read against the planned range (Kafka: offsets per partition; parquet: rows per file).
+  what was read against the planned range (Kafka: offsets per partition; parquet: rows per file);
+* a merge sink: one staged row per key, none with a null key or sequence (``merge_problems``).
 The result is the AddAction list per participant (with stats from the footers) and a
 fingerprint of the file set: what PREPARED records and commit publishes.
 """
@@ -23,12 +25,12 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .delta_sink import schema_change, schema_from_b64, schema_signature
+from .delta_sink import published_schema, schema_change, schema_from_b64, schema_signature
 from .errors import TerminalError, WaitError
 from .formats import (
-    PARTICIPANTS,
     QUARANTINE,
     SINK,
+    STAGED,
     BatchPlan,
     Layout,
     StageSummary,
@@ -201,8 +203,30 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str
     return _stats_json({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
-def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str,
-                   participants: dict, schema_evolution: str = "add_columns") -> tuple[StageSummary, dict, dict]:
+def merge_problems(fs, table_root: str, adds: list[dict], staged: pa.Schema, merge) -> list[str]:
+    """A merge sink's staged rows (``config.MergeConfig``): one row per key, no null key or
+    sequence, and the delete flag. Reads the key and sequence columns of the staged files."""
+    from .formats import DELETE_COL
+    from .merge_sink import read_staged
+
+    cols = [*merge.keys, merge.sequence_by]
+    missing = [c for c in [*cols, DELETE_COL] if c not in staged.names]
+    if missing:
+        return [f"sink: the staged rows have no column(s) {', '.join(missing)} (sink.merge)"]
+    if not pa.types.is_boolean(staged.field(DELETE_COL).type):
+        return [f"sink: the staged column {DELETE_COL} is {staged.field(DELETE_COL).type}, not boolean"]
+    t = read_staged(fs, table_root, adds, staged, cols)
+    problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key and the sequence "
+                f"of every row (the transform must not output null ones)" for c in cols if t[c].null_count]
+    distinct = t.group_by(list(merge.keys)).aggregate([]).num_rows if t.num_rows else 0
+    if distinct != t.num_rows:
+        problems.append(f"sink: the staged rows hold {t.num_rows - distinct} more row(s) than keys: a merge batch "
+                        f"stages one row per key")
+    return problems
+
+
+def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str, participants: dict,
+                   schema_evolution: str = "add_columns", merge=None) -> tuple[StageSummary, dict, dict]:
     """Verify one attempt. Returns (summary, adds per participant, totals).
 
     ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
@@ -221,7 +245,7 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
     adds: dict[str, list[dict]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
-    for participant in PARTICIPANTS:
+    for participant in STAGED:
         fs = fs_for(participant)
         table_root = layout.table(participant)
         n = int(summary.partitions.get(participant, -1))
@@ -290,11 +314,14 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
             if mrows != m.rows:
                 problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")
             rows[participant] += mrows
+        if merge is not None and participant == SINK:
+            problems += merge_problems(fs, table_root, adds[SINK], expected, merge)
         # the table, when it exists, must take this schema: as it is, or with the new columns the
         # commit adds (schema_evolution); the schema the commit produces, not the old table's
         tschema = participants[participant].table_schema()
         if tschema is not None:
-            problems += schema_change(tschema, expected, schema_evolution, f"{participant} ({table_root}): ")[1]
+            problems += schema_change(tschema, published_schema(expected), schema_evolution,
+                                      f"{participant} ({table_root}): ")[1]
             tparts = participants[participant].partition_columns()
             if tparts is not None and list(tparts) != pcols:
                 problems.append(f"{participant}: partition columns {pcols} differ from the table's {list(tparts)}")

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from eobatch.delta_sink import schema_to_b64
-from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
+from eobatch.formats import DELETE_COL, QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
 from eobatch.storage import join, storage_for
 from eobatch.verify import writer_statistics
@@ -85,6 +86,29 @@ def classify(cfg, source: str, position: int, raw: bytes) -> tuple[dict | None, 
     return {f.name: _value(obj.get(f.name), f.type) for f in schema}, None, text
 
 
+def deletes(delete_when: str | None, row: dict) -> bool:
+    """``delete_when`` of the tests' merge pipelines: ``<column> = '<text>'`` (Spark evaluates any
+    expression; this stager needs only that one)."""
+    if delete_when is None:
+        return False
+    m = re.fullmatch(r"\s*(\w+)\s*=\s*'([^']*)'\s*", delete_when)
+    assert m, f"the pyarrow stager evaluates only <column> = '<text>', not {delete_when!r}"
+    return row.get(m.group(1)) == m.group(2)
+
+
+def latest_per_key(merge, good: list) -> list:
+    """A merge sink's staged rows: per key, the row with the highest sequence (ties: the highest
+    row as JSON), with its delete flag (as ``spark_jobs/merge.py`` stages them)."""
+    best: dict[tuple, tuple[str, dict]] = {}
+    for sl, row in good:
+        row = {**row, DELETE_COL: deletes(merge.delete_when, row)}
+        k = tuple(row[c] for c in merge.keys)
+        rank = (row[merge.sequence_by], json.dumps(row, sort_keys=True, default=str))
+        if k not in best or rank > (best[k][1][merge.sequence_by], json.dumps(best[k][1], sort_keys=True, default=str)):
+            best[k] = (sl, row)
+    return list(best.values())
+
+
 def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
           write_summary: bool = True) -> str:
     """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
@@ -104,6 +128,10 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                 bad.append((f.get("slice", ""), {"batch_id": batch_id, "source": f["path"], "position": position,
                                                  "raw": text, "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
+    valid = len(good)
+    if cfg.merge is not None:
+        good = latest_per_key(cfg.merge, good)
+        schemas[SINK] = schemas[SINK].append(pa.field(DELETE_COL, pa.bool_()))
     rows = {SINK: good, QUARANTINE: bad}
     manifests: dict[str, list[dict]] = {}
     for participant in (SINK, QUARANTINE):
@@ -131,8 +159,8 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             manifests[participant].append(json.loads(m.to_json()))
     if write_summary:
         summary = StageSummary(
-            batch_id=batch_id, attempt=attempt, rows_in=len(good) + len(bad), rows_valid=len(good),
-            rows_quarantined=len(bad), row_preserving=True, partitions={SINK: partitions, QUARANTINE: partitions},
+            batch_id=batch_id, attempt=attempt, rows_in=valid + len(bad), rows_valid=valid,
+            rows_quarantined=len(bad), row_preserving=cfg.merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
             config_fingerprint=cfg.fingerprint(), plan_digest=digest)

@@ -816,3 +816,61 @@ def test_two_pipelines_on_one_table_is_an_error(tmp_path, base_cfg):
     good, errors = load_all(str(tmp_path))
     assert list(good) == [a["name"]]
     assert "sink.table" in errors[str(tmp_path / "b.yaml")] and "exactly one pipeline" in errors[str(tmp_path / "b.yaml")]
+
+
+MERGE_SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP NOT NULL, op STRING"
+MERGE_CASES = [
+    # (id, sink.mode, sink.merge, expected error key, text in message)
+    ("mode-unknown", "upsert", None, "sink.mode", "append, merge"),
+    ("merge-missing", "merge", None, "sink.merge", "needs a mapping"),
+    ("merge-not-mapping", "merge", ["order_id"], "sink.merge", "needs a mapping"),
+    ("merge-unknown-key", "merge", {"keys": ["order_id"], "sequence_by": "ts", "order": "desc"},
+     "sink.merge.order", "unknown key"),
+    ("keys-missing", "merge", {"sequence_by": "ts"}, "sink.merge.keys", "is required"),
+    ("keys-empty", "merge", {"keys": [], "sequence_by": "ts"}, "sink.merge.keys", "non-empty list"),
+    ("keys-twice", "merge", {"keys": ["order_id", "order_id"], "sequence_by": "ts"}, "sink.merge.keys", "distinct"),
+    ("key-not-a-column", "merge", {"keys": ["id"], "sequence_by": "ts"}, "sink.merge.keys", "not a column"),
+    ("key-nullable", "merge", {"keys": ["customer"], "sequence_by": "ts"}, "sink.merge.keys", "NOT NULL"),
+    ("key-double", "merge", {"keys": ["amount"], "sequence_by": "ts"}, "sink.merge.keys", "has type DOUBLE"),
+    ("sequence-missing", "merge", {"keys": ["order_id"]}, "sink.merge.sequence_by", "is required"),
+    ("sequence-is-a-key", "merge", {"keys": ["order_id"], "sequence_by": "order_id"}, "sink.merge.sequence_by",
+     "is a key column"),
+    ("sequence-nullable", "merge", {"keys": ["order_id"], "sequence_by": "amount"}, "sink.merge.sequence_by",
+     "NOT NULL"),
+    ("delete-when-two-statements", "merge", {"keys": ["order_id"], "sequence_by": "ts", "delete_when": "op='d'; x"},
+     "sink.merge.delete_when", "one Spark SQL boolean expression"),
+    ("merge-with-append", "append", {"keys": ["order_id"], "sequence_by": "ts"}, "sink.merge", "only for"),
+]
+
+
+@pytest.mark.parametrize("mode,merge,key,text", [c[1:] for c in MERGE_CASES], ids=[c[0] for c in MERGE_CASES])
+def test_bad_merge_sinks_name_file_and_key(write_yaml, base_cfg, mode, merge, key, text):
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = MERGE_SCHEMA
+    doc["sink"]["mode"] = mode
+    if merge is not None:
+        doc["sink"]["merge"] = merge
+    _expect_error(write_yaml, doc, key, name="orders.yaml", contains=text)
+
+
+def test_a_merge_sink_loads_adds_the_tombstones_participant_and_changes_the_fingerprint(write_yaml, base_cfg):
+    from eobatch.config import MergeConfig
+
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = MERGE_SCHEMA
+    append = load_pipeline(write_yaml(doc))
+    assert (append.sink_mode, append.merge, append.participants) == ("append", None, ("sink", "quarantine"))
+    doc["sink"].update(mode="merge", merge={"keys": "order_id", "sequence_by": "ts", "delete_when": " op = 'd' "})
+    cfg = load_pipeline(write_yaml(doc))
+    assert cfg.merge == MergeConfig(keys=("order_id",), sequence_by="ts", delete_when="op = 'd'")
+    assert cfg.participants == ("sink", "quarantine", "tombstones")
+    assert cfg.fingerprint() != append.fingerprint()
+    doc["sink"]["merge"] = {"keys": ["order_id"], "sequence_by": "ts"}
+    assert load_pipeline(write_yaml(doc)).fingerprint() not in (cfg.fingerprint(), append.fingerprint())
+
+
+def test_a_merge_sink_is_refused_in_interval_mode(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc.update(schema=MERGE_SCHEMA, mode="interval", schedule="@hourly")
+    doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "ts"})
+    _expect_error(write_yaml, doc, "sink.mode", name="orders.yaml", contains="continuous mode only")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import faults
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
-from ..formats import PARTICIPANTS, BatchPlan, RewindRecord
+from ..formats import STAGED, BatchPlan, RewindRecord
 from ..sources import source_for
 from ..storage import join, relpath
 from . import state as st
@@ -34,6 +34,7 @@ class Repairs:
     layout: Layout
     ledger: Ledger
     participants: dict[str, Participant]
+    names: tuple[str, ...]
 
     if TYPE_CHECKING:  # the verbs' half (verbs.Protocol) provides these
         def committed_versions(self) -> dict[str, int]: ...
@@ -78,7 +79,7 @@ class Repairs:
                                 f"normal run commit it first, or `make reset-batch PIPELINE={self.app_id} "
                                 f"BATCH={latest}`")
         restore = {}
-        for p in PARTICIPANTS:
+        for p in self.names:
             found = self.participants[p].find_batch_commit(self.app_id, to_batch)
             if found is None:
                 raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
@@ -150,7 +151,7 @@ class Repairs:
                 keys = self.ledger.rewind_keys()
         if not keys:
             return done
-        for p in PARTICIPANTS:
+        for p in self.names:
             part = self.participants[p]
             held = part.committed_version(self.app_id)
             for key in keys:
@@ -247,11 +248,19 @@ class Repairs:
         ``after`` when given (a start-after listing: not every batch the table ever held)."""
         ids = set()
         start = f"b{after:010d}" if after else None
-        for participant in PARTICIPANTS:
+        for participant in STAGED:
             for d in self.fs_for(participant).list_dirs(self.layout.staging_root(participant), start_after=start):
                 if d.startswith("b") and d[1:].isdigit():
                     ids.add(int(d[1:]))
         return sorted(ids)
+
+    def _consumed(self, staged: str, b: int) -> bool:
+        """Whether the PREPARED files ``staged`` wrote for batch ``b`` are of no use any more: no
+        table adds them as its own files (they are a merge's input), and every table that reads
+        them holds the batch."""
+        readers = [p for p in self.names if (self.participants[p].reads_from or p) == staged]
+        return (all(not self.participants[p].keeps_staged_files for p in readers)
+                and all(self.participants[p].committed_version(self.app_id) >= b for p in readers))
 
     def _sweep_batch(self, b: int, everything: bool = False) -> list[str]:
         """The staged files of batch ``b`` that no commit will reference (see ``sweep``);
@@ -264,10 +273,12 @@ class Repairs:
             if not dead:
                 return []
         removed: list[str] = []
-        for participant in PARTICIPANTS:
+        for participant in STAGED:
             fs = self.fs_for(participant)
             table = self.layout.table(participant)
             keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
+            if keep and self._consumed(participant, b):
+                keep = set()  # a merge's staged rows, applied by every table that reads them: no longer needed
             folder = join(table, self.layout.batch_staging_rel(b))
             for f in list(fs.list_files(folder)):
                 rel = relpath(f.path, table)

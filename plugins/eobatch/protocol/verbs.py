@@ -33,7 +33,9 @@ from ..errors import (
     SliceRewritten,
 )
 from ..formats import (
-    PARTICIPANTS,
+    SINK,
+    STAGED,
+    TOMBSTONES,
     BatchPlan,
     BatchState,
     CommittedBatch,
@@ -74,11 +76,30 @@ class Protocol(Repairs):
         self.app_id = cfg.app_id
         self.layout = Layout(cfg.sink_table, cfg.quarantine_table)
         self.ledger = Ledger(self.layout)
-        self.participants: dict[str, Participant] = {
-            p: DeltaParticipant(p, self.layout.table(p), storage_options) for p in PARTICIPANTS
-        }
-        self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in PARTICIPANTS}
+        self.names = cfg.participants  # the tables of a batch, in commit order
+        self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
+        self.participants: dict[str, Participant] = self._participants(storage_options)
         self.last_late: list = []  # late files the last plan() found (interval mode)
+
+    def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
+        """The participant of each table: append tables take the staged files as they are; a merge
+        sink and its tombstones apply the sink's staged rows with a MERGE (``merge_sink``)."""
+        out: dict[str, Participant] = {p: DeltaParticipant(p, self.layout.table(p), storage_options)
+                                       for p in self.names}
+        merge = self.cfg.merge
+        if merge is not None:
+            from ..merge_sink import MergeParticipant, TombstoneParticipant
+
+            staged = (self.fs_for(SINK), self.layout.sink_table)
+            tombstones = TombstoneParticipant(TOMBSTONES, self.layout.table(TOMBSTONES), storage_options, merge,
+                                              *staged)
+            out[TOMBSTONES] = tombstones
+            out[SINK] = MergeParticipant(SINK, self.layout.table(SINK), storage_options, merge, *staged, tombstones)
+        return out
+
+    def inputs(self, participant: str) -> str:
+        """The participant whose staged files ``participant``'s commit takes."""
+        return self.participants[participant].reads_from or participant
 
     def fs_for(self, participant: str) -> Storage:
         return self._fs[participant]
@@ -322,7 +343,7 @@ class Protocol(Repairs):
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
         summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
-                                               self.participants, self.cfg.schema_evolution)
+                                               self.participants, self.cfg.schema_evolution, self.cfg.merge)
         prepared = PreparedBatch(
             pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
             arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
@@ -379,11 +400,11 @@ class Protocol(Repairs):
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
         # quarantine's staged files must not leave the sink holding the batch alone).
-        todo = {p: prepared.adds[p] for p in PARTICIPANTS
+        todo = {self.inputs(p): prepared.adds[self.inputs(p)] for p in self.names
                 if self.participants[p].committed_version(self.app_id) < batch_id}
         problems = recheck_files(self.layout, self.fs_for, todo)
         if problems:
-            held = [p for p in PARTICIPANTS if p not in todo]
+            held = [p for p in self.names if self.participants[p].committed_version(self.app_id) >= batch_id]
             repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
                       if not held else
                       f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
@@ -394,8 +415,9 @@ class Protocol(Repairs):
         versions: dict[str, int] = {}
         done_now = 0
         replaces = self._replaces(plan)
-        for participant in PARTICIPANTS:
+        for participant in self.names:
             part = self.participants[participant]
+            staged = self.inputs(participant)
             v = part.committed_version(self.app_id)
             if v >= batch_id:
                 versions[participant] = self._check_committed(participant, batch_id, prepared)
@@ -410,9 +432,9 @@ class Protocol(Repairs):
             faults.crash_point("commit.before_delta_commit")
             try:
                 versions[participant] = part.commit(
-                    self.app_id, batch_id, prepared.adds[participant],
-                    schema_from_b64(prepared.arrow_schema[participant]),
-                    list(prepared.partition_by.get(participant, [])),
+                    self.app_id, batch_id, prepared.adds[staged],
+                    schema_from_b64(prepared.arrow_schema[staged]),
+                    list(prepared.partition_by.get(staged, [])),
                     commit_metadata(plan, prepared, participant), expected_prev=prev,
                     replace=(replaces or {}).get(participant),
                 )
@@ -427,8 +449,8 @@ class Protocol(Repairs):
                     continue
                 raise
             done_now += 1
-            log.info("%s: committed batch %s as Delta version %s (%d files)", participant, batch_id,
-                     versions[participant], len(prepared.adds[participant]))
+            log.info("%s: committed batch %s as Delta version %s (%d staged files)", participant, batch_id,
+                     versions[participant], len(prepared.adds[staged]))
             if done_now == 1:
                 faults.crash_point("commit.after_first_participant")
         faults.crash_point("commit.after_delta_commit")
@@ -456,11 +478,11 @@ class Protocol(Repairs):
         if prepared is not None:
             fingerprint = prepared.fingerprint
             if versions is None:
-                versions = {p: self._check_committed(p, batch_id, prepared) for p in PARTICIPANTS}
+                versions = {p: self._check_committed(p, batch_id, prepared) for p in self.names}
         else:
-            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in PARTICIPANTS}
+            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in self.names}
             prints = {p: (f[1].get("eo.fingerprint") if f else None) for p, f in found.items()}
-            fingerprint = prints[PARTICIPANTS[0]]
+            fingerprint = prints[SINK]
             if not fingerprint or any(fp != fingerprint for fp in prints.values()):
                 held = "; ".join(
                     f"the {p} table {self.layout.table(p)} " + (
@@ -507,7 +529,7 @@ class Protocol(Repairs):
         by_slice = st.replaced_files(plan, hist.replace_sources(plan, held))
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
-                for part in PARTICIPANTS}
+                for part in self.names}
 
     def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
         """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""
@@ -553,7 +575,7 @@ class Protocol(Repairs):
                                   f"first; it is not aborted (the next run's recover finishes its PREPARE "
                                   f"and commits it)")
         removed = []
-        for participant in PARTICIPANTS:
+        for participant in STAGED:
             fs = self.fs_for(participant)
             folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
             for f in list(fs.list_files(folder)):

@@ -1,0 +1,216 @@
+"""The participants of a merge sink (``sink.mode: merge``, ``config.MergeConfig``).
+
+A merge batch's staged rows are the latest record of each key of the batch
+(``spark_jobs/merge.py``), flagged ``_eo_delete`` when they delete their key. They are not
+added to the table: the commit applies them with one Delta MERGE, which carries
+``txn(appId, batch)`` and the batch's commit info like every other commit, so the protocol
+does not change: a retried commit finds the txn and checks the fingerprint, a crash between the
+MERGE and the ledger is completed by ``recover``.
+
+A record changes its key's row only when its ``sequence_by`` is higher than the row's, so an
+out-of-order update never overwrites a newer one. A delete removes the row, and with it the
+sequence that would stop an older record of the key arriving later: that is what the
+**tombstones** table keeps (``<sink>/_eo_tombstones``: each deleted key with the sequence that
+deleted it). It is the batch's third participant, committed after the sink from the same staged
+rows, so the sink's MERGE of batch N reads the tombstones as of batch N-1, in every attempt and
+every retry: the commit is a function of the PREPARED rows and the tables' state at N-1.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .config import MergeConfig
+from .delta_sink import CommitConflict, DeltaParticipant, Replace, published_schema
+from .errors import LedgerMismatch, ProtocolError
+from .formats import DELETE_COL, SINK
+from .storage import Storage, join
+
+log = logging.getLogger(__name__)
+CONFLICT_RETRIES = 5  # a MERGE that lost to another writer's commit is built again on the new snapshot
+
+
+def q(column: str) -> str:
+    """A column name for delta-rs's SQL (DataFusion folds unquoted names to lower case)."""
+    return "`" + column.replace("`", "``") + "`"
+
+
+def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schema,
+                columns: list[str] | None = None) -> pa.Table:
+    """The rows of staged files ``adds`` (relative to ``table_root``), ``columns`` of ``schema``
+    (all by default). Partition columns are not in the files: they come from each file's
+    partition values (the text the Delta log keeps), cast to their type."""
+    columns = list(columns or schema.names)
+    afs = fs.arrow_fs()
+    out = []
+    for a in adds:
+        pv = a.get("partition_values") or {}
+        t = pq.read_table(fs.arrow_path(join(table_root, a["path"])), filesystem=afs,
+                                  columns=[c for c in columns if c not in pv])
+        for c in columns:
+            if c in pv:
+                typ = schema.field(c).type
+                arr = pa.nulls(t.num_rows, typ) if pv[c] is None else pa.array([pv[c]] * t.num_rows).cast(typ)
+                t = t.append_column(pa.field(c, typ), arr)
+        out.append(t.select(columns).cast(pa.schema([schema.field(c) for c in columns])))
+    if not out:
+        return pa.schema([schema.field(c) for c in columns]).empty_table()
+    return pa.concat_tables(out)
+
+
+def _merger(dt, source: pa.Table, keys: tuple[str, ...], props):
+    return dt.merge(source, predicate=" AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys),
+                    source_alias="s", target_alias="t", commit_properties=props)
+
+
+class _MergeCommit(DeltaParticipant):
+    """A participant whose batch is applied with a MERGE of the staged rows (never added)."""
+
+    keeps_staged_files = False
+
+    def __init__(self, name: str, table_uri: str, storage_options: dict | None, merge: MergeConfig,
+                 staged_fs: Storage, staged_root: str):
+        super().__init__(name, table_uri, storage_options)
+        self.merge = merge
+        self.staged_fs, self.staged_root = staged_fs, staged_root
+
+    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
+               partition_by: list[str], metadata: dict, expected_prev: int | None = None,
+               replace: Replace | None = None) -> int:
+        """The batch's MERGE, with txn(app_id, batch_id) and ``metadata``; retried on a new
+        snapshot when another writer committed first (a PREPARED batch is never given up). A
+        commit that finds the txn moved raises CommitConflict at once: the protocol decides."""
+        if replace is not None and replace.paths:
+            raise ProtocolError(f"{self.name}: a merge commit replaces no files (interval mode is refused for merge)")
+        for attempt in range(CONFLICT_RETRIES + 1):
+            dt = self._begin(app_id, batch_id, self.schema_for(schema), self.partitioning(partition_by),
+                             expected_prev)
+            try:
+                with self._conflicts():
+                    metrics = self._apply(dt, app_id, batch_id, adds, schema, metadata)
+                break
+            except CommitConflict as e:
+                if attempt == CONFLICT_RETRIES:
+                    raise
+                log.info("%s; merging batch %s again on the new snapshot", e, batch_id)
+                time.sleep(min(0.2 * 2 ** attempt, 5.0))
+        fresh = self._table()
+        if (fresh.transaction_version(app_id) or 0) < batch_id:
+            # the MERGE changed nothing, and delta-rs then writes no commit: the batch's txn
+            # still needs one (an empty one), on the snapshot the MERGE was built on
+            with self._conflicts():
+                dt.create_write_transaction([], mode="append", schema=dt.schema(),
+                                            partition_by=list(dt.metadata().partition_columns) or None,
+                                            commit_properties=self._properties(app_id, batch_id, metadata))
+        log.info("%s: batch %s merged: %s", self.name, batch_id,
+                 ", ".join(f"{k.removeprefix('num_target_rows_')} {v}" for k, v in metrics.items()
+                           if k.startswith("num_target_rows_")))
+        found = self.find_batch_commit(app_id, batch_id)
+        return found[0] if found else -1
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        """The table's schema, from the staged rows' schema."""
+        raise NotImplementedError
+
+    def partitioning(self, staged: list[str]) -> list[str]:
+        """The table's partition columns, from the staged rows' ones."""
+        return staged
+
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+        raise NotImplementedError
+
+
+class MergeParticipant(_MergeCommit):
+    """The sink of a merge pipeline: an upsert of the latest record of each key."""
+
+    def __init__(self, name: str, table_uri: str, storage_options: dict | None, merge: MergeConfig,
+                 staged_fs: Storage, staged_root: str, tombstones: TombstoneParticipant | None):
+        super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
+        self.tombstones = tombstones
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        return published_schema(staged)
+
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+        m = self.merge
+        source = self._after_tombstones(read_staged(self.staged_fs, self.staged_root, adds, schema), app_id,
+                                        dt.transaction_version(app_id) or 0)
+        cols = [f.name for f in published_schema(schema)]
+        values = {q(c): f"s.{q(c)}" for c in cols}
+        newer = f"s.{q(m.sequence_by)} > t.{q(m.sequence_by)}"
+        return (_merger(dt, source, m.keys, self._properties(app_id, batch_id, metadata))
+                .when_matched_update(updates=values, predicate=f"NOT s.{q(DELETE_COL)} AND {newer}")
+                .when_matched_delete(predicate=f"s.{q(DELETE_COL)} AND {newer}")
+                .when_not_matched_insert(updates=values, predicate=f"NOT s.{q(DELETE_COL)}")
+                .execute())
+
+    def _after_tombstones(self, source: pa.Table, app_id: str, held: int) -> pa.Table:
+        """``source`` without the records older than a delete of their key in an earlier batch
+        (the tombstones as of batch ``held``, which the sink holds: they commit after it)."""
+        if self.tombstones is None or source.num_rows == 0:
+            return source
+        tomb = self.tombstones._table()
+        at = (tomb.transaction_version(app_id) or 0) if tomb is not None else 0
+        if at != held:
+            raise LedgerMismatch(f"the tombstones table {self.tombstones.uri} holds batch {at} of {app_id!r} and the "
+                                 f"sink {self.uri} batch {held}: they are committed together, sink first; another "
+                                 f"writer changed one of them. Nothing was merged")
+        if tomb is None:
+            return source
+        m = self.merge
+        seq_col = "_eo_deleted_at"
+        cols = [*m.keys, m.sequence_by]
+        types = pa.schema([source.schema.field(c) for c in cols])
+        wanted = {k: pc.unique(source[k]) for k in m.keys}
+        found = []
+        # the tombstones of this batch's keys, scanned batch by batch (a filter pushed into the scan
+        # would compare the view types delta-rs writes with the log's types, which pyarrow refuses)
+        for rb in tomb.to_pyarrow_dataset().to_batches(columns=cols):
+            t = pa.Table.from_batches([rb]).cast(types)
+            mask = None
+            for k in m.keys:
+                hit = pc.is_in(t[k], value_set=wanted[k])
+                mask = hit if mask is None else pc.and_(mask, hit)
+            found.append(t.filter(mask))
+        deleted = pa.concat_tables(found).rename_columns([*m.keys, seq_col]) if found else None
+        if deleted is None:
+            return source
+        if deleted.num_rows == 0:
+            return source
+        joined = source.join(deleted, keys=list(m.keys), join_type="left outer")
+        later = pc.or_kleene(pc.is_null(joined[seq_col]), pc.greater(joined[m.sequence_by], joined[seq_col]))
+        kept = joined.filter(pc.fill_null(later, False)).drop_columns([seq_col]).select(source.schema.names)
+        if kept.num_rows < source.num_rows:
+            log.info("%s: %d record(s) are older than the delete of their key in an earlier batch: not merged",
+                     self.name, source.num_rows - kept.num_rows)
+        return kept
+
+
+class TombstoneParticipant(_MergeCommit):
+    """The deleted keys of a merge sink and the sequence that deleted each (see the module)."""
+
+    reads_from: str | None = SINK
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        m = self.merge
+        return pa.schema([pa.field(c, staged.field(c).type, nullable=False) for c in (*m.keys, m.sequence_by)])
+
+    def partitioning(self, staged: list[str]) -> list[str]:
+        return []
+
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+        m = self.merge
+        cols = [*m.keys, m.sequence_by]
+        source = read_staged(self.staged_fs, self.staged_root, adds, schema, [*cols, DELETE_COL])
+        newer = f"s.{q(m.sequence_by)} > t.{q(m.sequence_by)}"
+        return (_merger(dt, source, m.keys, self._properties(app_id, batch_id, metadata))
+                .when_matched_update(updates={q(m.sequence_by): f"s.{q(m.sequence_by)}"},
+                                     predicate=f"s.{q(DELETE_COL)} AND {newer}")
+                .when_matched_delete(predicate=f"NOT s.{q(DELETE_COL)} AND {newer}")
+                .when_not_matched_insert(updates={q(c): f"s.{q(c)}" for c in cols}, predicate=f"s.{q(DELETE_COL)}")
+                .execute())

@@ -1,0 +1,39 @@
+"""Merge sinks (``sink.mode: merge``): the latest record of each key of a batch, staged for the upsert.
+
+A batch may hold several records of one key (an order created and then updated, a duplicate
+delivery). Only its latest version is staged: the record with the highest ``sequence_by``; of
+records with the same key and sequence (the same version delivered twice, or a producer that
+reuses sequence numbers), the one whose whole row, as JSON, sorts highest, so that every attempt
+of the batch stages the same row whatever the order Spark reads them in. The staged rows carry
+``_eo_delete`` (``delete_when`` of the row, null counted as false); the commit applies them with
+one Delta MERGE (``eobatch.delta_sink.MergeParticipant``).
+"""
+
+from __future__ import annotations
+
+
+def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | None):
+    """One row per key of ``df``: its latest version, plus the ``_eo_delete`` column. SystemExit
+    naming the problem when a key or sequence column is missing or ``delete_when`` does not
+    evaluate on the transform's output."""
+    from pyspark.errors import AnalysisException
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from eobatch.formats import DELETE_COL
+
+    missing = [c for c in [*keys, sequence_by] if c not in df.columns]
+    if missing:
+        raise SystemExit(f"sink.merge: the transform's output has no column(s) {', '.join(missing)} "
+                         f"(its columns: {', '.join(df.columns)})")
+    try:
+        flag = F.coalesce(F.expr(delete_when).cast("boolean"), F.lit(False)) if delete_when else F.lit(False)
+        flagged = df.withColumn(DELETE_COL, flag)
+        flagged.schema  # noqa: B018 - analyses the expression now, to name it in the error
+    except AnalysisException as e:
+        raise SystemExit(f"sink.merge.delete_when {delete_when!r} cannot be evaluated on the transform's "
+                         f"output (columns: {', '.join(df.columns)}): {e}") from None
+    tie = F.to_json(F.struct(*[F.col(c) for c in df.columns], F.col(DELETE_COL)))
+    order = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(sequence_by).desc_nulls_last(), tie.desc())
+    return (flagged.withColumn("_eo_rank", F.row_number().over(order))
+                   .where(F.col("_eo_rank") == 1).drop("_eo_rank"))

@@ -1,0 +1,193 @@
+"""Merge sinks (``sink.mode: merge``) through the real protocol: real local storage, real delta-rs
+MERGE commits; the stage step is the pyarrow stager (which stages the latest record of each key
+as the Spark job does: ``tests/integration/test_merge.py`` runs the job itself).
+
+Every test compares the sink table with the same model: of all the records of a key ever read, the
+one with the highest sequence, absent when that one deletes its key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hst
+
+from eobatch import faults
+from eobatch.formats import DELETE_COL
+from eobatch.protocol import Protocol
+from support.protocol_runs import run_next
+from support.pyarrow_stager import stage
+
+SCHEMA = "order_id STRING NOT NULL, seq BIGINT NOT NULL, status STRING, op STRING"
+MERGE = {"keys": ["order_id"], "sequence_by": "seq", "delete_when": "op = 'd'"}
+
+
+@pytest.fixture
+def merge_proto(make_cfg, tmp_path):
+    def _make(merge=None, partition_by=()):
+        cfg = make_cfg(schema=SCHEMA, sink={"table": str(tmp_path / "lake" / "orders"), "mode": "merge",
+                                            "merge": dict(merge or MERGE), "partition_by": list(partition_by)})
+        return Protocol(cfg)
+    return _make
+
+
+def land(proto: Protocol, name: str, records: list[tuple]) -> None:
+    """Records (order_id, seq, status) as a landing file; status "DELETE" is a delete (op = 'd')."""
+    lines = [json.dumps({"order_id": k, "seq": s, "status": None if st == "DELETE" else st,
+                         "op": "d" if st == "DELETE" else "u"}) for k, s, st in records]
+    (Path(str(proto.cfg.source.path)) / name).write_text("".join(x + "\n" for x in lines))
+
+
+def model(batches: list[list[tuple]]) -> dict:
+    """order_id -> (seq, status) the table must hold after ``batches``: per key the record with the
+    highest sequence over every batch (the tests use one sequence per record of a key)."""
+    latest: dict = {}
+    for records in batches:
+        for k, s, st in records:
+            if k not in latest or s > latest[k][0]:
+                latest[k] = (s, st)
+    return {k: v for k, v in latest.items() if v[1] != "DELETE"}
+
+
+def table(proto: Protocol) -> dict:
+    rows = DeltaTable(proto.cfg.sink_table).to_pyarrow_table().to_pylist()
+    keys = [r["order_id"] for r in rows]
+    assert len(keys) == len(set(keys)), f"a key is published twice: {sorted(keys)}"
+    return {r["order_id"]: (r["seq"], r["status"]) for r in rows}
+
+
+def run_batches(proto: Protocol, batches: list[list[tuple]]) -> None:
+    for i, records in enumerate(batches):
+        land(proto, f"b{i:03d}.jsonl", records)
+        assert run_next(proto) is not None
+        assert table(proto) == model(batches[:i + 1]), f"after batch {i + 1}"
+
+
+def test_the_table_holds_the_latest_record_of_each_key_across_batches_out_of_order_and_deleted(merge_proto):
+    proto = merge_proto()
+    run_batches(proto, [
+        [("o1", 1, "new"), ("o2", 1, "new"), ("o1", 3, "paid"), ("o1", 2, "late in the batch")],
+        [("o1", 2, "older than the table's"), ("o2", 5, "shipped"), ("o3", 1, "new")],
+        [("o2", 4, "older"), ("o3", 2, "DELETE")],
+        # o3 was deleted at 2: an older record of it arriving now must not bring it back, nor must a
+        # delete older than o1's row remove it
+        [("o3", 1, "new, again"), ("o1", 1, "DELETE")],
+        [("o3", 7, "re-created after its delete")],
+    ])
+    assert table(proto) == {"o1": (3, "paid"), "o2": (5, "shipped"), "o3": (7, "re-created after its delete")}
+    dt = DeltaTable(proto.cfg.sink_table)
+    assert dt.transaction_version("orders") == 5
+    assert DELETE_COL not in dt.schema().to_arrow().names
+    tomb = DeltaTable(proto.layout.table("tombstones"))
+    assert tomb.transaction_version("orders") == 5
+    # o3's tombstone went with its newer record; the stale delete of o1 is kept (it still hides
+    # any record of o1 older than it)
+    assert {r["order_id"]: r["seq"] for r in tomb.to_pyarrow_table().to_pylist()} == {"o1": 1}
+
+
+def test_a_batch_whose_records_change_nothing_is_still_committed_once(merge_proto):
+    proto = merge_proto()
+    run_batches(proto, [[("o1", 5, "paid")], [("o1", 4, "older"), ("o2", 1, "DELETE")]])
+    # batch 2 changed no row of the sink: its MERGE wrote nothing, the txn was still committed
+    assert DeltaTable(proto.cfg.sink_table).transaction_version("orders") == 2
+    land(proto, "b9.jsonl", [("o1", 6, "shipped")])
+    assert run_next(proto) == 3
+    assert table(proto) == {"o1": (6, "shipped")}
+
+
+def test_a_retried_commit_changes_nothing_and_the_consumed_staged_rows_are_swept(merge_proto):
+    proto = merge_proto()
+    run_batches(proto, [[("o1", 1, "new"), ("o2", 1, "new")], [("o1", 2, "paid")]])
+    versions = {p: DeltaTable(proto.layout.table(p)).version() for p in proto.names}
+    again = proto.commit(2)
+    assert again.batch_id == 2
+    assert {p: DeltaTable(proto.layout.table(p)).version() for p in proto.names} == versions
+    assert table(proto) == {"o1": (2, "paid"), "o2": (1, "new")}
+    # the staged rows were the MERGE's input, not table files: gone once every table holds the batch
+    staged = list((Path(proto.cfg.sink_table) / "eo_batches").rglob("*.parquet"))
+    assert staged == []
+
+
+def test_a_crash_between_the_sink_and_the_tombstones_is_finished_by_recover(merge_proto, monkeypatch):
+    proto = merge_proto()
+    run_batches(proto, [[("o1", 1, "new"), ("o2", 1, "new")]])
+    land(proto, "b2.jsonl", [("o2", 3, "DELETE"), ("o1", 2, "paid")])
+    plan, _ = proto.plan()
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+
+    def crash(name):
+        if name == "commit.after_first_participant":
+            raise SystemExit("crash")
+    monkeypatch.setattr(faults, "crash_point", crash)
+    with pytest.raises(SystemExit):
+        proto.commit(plan.batch_id)
+    monkeypatch.undo()
+    assert proto.committed_versions() == {"sink": 2, "quarantine": 1, "tombstones": 1}
+    # the staged rows are still needed by the tombstones' commit: a sweep keeps them
+    proto.sweep(recent=None)
+    assert list((Path(proto.cfg.sink_table) / "eo_batches").rglob("*.parquet"))
+    rec = proto.recover()
+    assert any("PREPARED" in a for a in rec.actions), rec.actions
+    assert proto.committed_versions() == {"sink": 2, "quarantine": 2, "tombstones": 2}
+    assert table(proto) == {"o1": (2, "paid")}
+    # an older o2 arriving later stays deleted: the tombstone of batch 2 is there
+    land(proto, "b3.jsonl", [("o2", 2, "late")])
+    run_next(proto)
+    assert table(proto) == {"o1": (2, "paid")}
+
+
+def test_verify_refuses_staged_rows_with_a_key_twice(merge_proto):
+    from eobatch.verify import VerifyFailed
+    from support import pyarrow_stager
+
+    proto = merge_proto()
+    land(proto, "b1.jsonl", [("o1", 1, "new"), ("o1", 2, "paid")])
+    plan, _ = proto.plan()
+    keep_all = pyarrow_stager.latest_per_key
+    try:  # a stage job that forgot to keep one record per key
+        pyarrow_stager.latest_per_key = lambda merge, good: [(sl, {**r, DELETE_COL: False}) for sl, r in good]
+        attempt = stage(proto, plan.batch_id, partitions=1)
+    finally:
+        pyarrow_stager.latest_per_key = keep_all
+    with pytest.raises(VerifyFailed, match="more row"):
+        proto.verify(plan.batch_id, attempt)
+
+
+def test_a_rewind_restores_the_sink_and_its_tombstones_and_reads_again(merge_proto):
+    proto = merge_proto()
+    batches = [[("o1", 1, "new"), ("o2", 1, "new")], [("o2", 2, "DELETE")], [("o1", 3, "paid")]]
+    run_batches(proto, batches)
+    proto.rewind(2)
+    proto.recover()
+    plan, _ = proto.plan()
+    assert plan is not None and plan.batch_id == 4
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+    while run_next(proto) is not None:
+        pass
+    assert table(proto) == model(batches)
+
+
+records = hst.lists(hst.tuples(hst.sampled_from(["o1", "o2", "o3", "o4"]), hst.integers(1, 12),
+                               hst.sampled_from(["new", "paid", "DELETE"])), max_size=8)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=hst.lists(records, min_size=1, max_size=4))
+def test_any_records_in_any_batches_publish_the_latest_record_of_each_key(merge_proto, batches, tmp_path_factory):
+    # one sequence per record of a key (a producer's version): duplicates of a key's version dropped
+    seen: set = set()
+    batches = [[r for r in b if (r[0], r[1]) not in seen and not seen.add((r[0], r[1]))] for b in batches]
+    batches = [b for b in batches if b]
+    proto = merge_proto()
+    for d in (Path(proto.cfg.sink_table).parent, Path(str(proto.cfg.source.path))):  # a fresh pipeline per example
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+    Path(str(proto.cfg.source.path)).mkdir(parents=True)
+    proto = Protocol(proto.cfg)
+    run_batches(proto, batches)
