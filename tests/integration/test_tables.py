@@ -5,29 +5,14 @@ from __future__ import annotations
 
 import collections
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from eobatch import launch
 from support.checks import assert_exactly_once, delta_log_commits, read_rows
-from support.harness import REPO, base_env, orders, run_batch, write_pipeline
+from support.harness import orders, run_batch, spark_read, write_pipeline
 
 pytestmark = pytest.mark.integration
-
-
-def spark_read(*tables: Path) -> dict:
-    argv = ["spark-submit", "--master", "local[2]", "--jars", ",".join(launch.jars()),
-            str(REPO / "tests" / "support" / "spark_read_delta.py"), *map(str, tables)]
-    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
-    out = {}
-    for line in r.stdout.splitlines():
-        if line.startswith("RESULT "):
-            d = json.loads(line[len("RESULT "):])
-            out[d["table"]] = d
-    return out
 
 
 def test_partitioned_table_opens_in_delta_spark_and_delta_rs(tmp_path):

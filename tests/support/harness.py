@@ -80,7 +80,8 @@ class Pipeline:
 def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, transform: str = "passthrough",
                    extra: str = "", partition_by: list[str] | None = None, max_records: int = 100000,
                    options: dict | None = None, mode: str = "continuous", schedule: str | None = None,
-                   interval_prefix: str | None = None) -> Pipeline:
+                   interval_prefix: str | None = None, merge: dict | None = None) -> Pipeline:
+    """A files pipeline under ``root``; ``merge``: a merge sink with that ``sink.merge``."""
     pipelines = root / "pipelines"
     pipelines.mkdir(parents=True, exist_ok=True)
     landing, sink, quarantine = root / "landing" / name, root / "lake" / name, root / "lake" / f"{name}_bad"
@@ -101,6 +102,7 @@ def write_pipeline(root: Path, name: str = "orders", schema: str | None = None, 
         sink:
           table: {sink}
           partition_by: {json.dumps(partition_by or [])}
+        {f"  mode: merge{chr(10)}          merge: {json.dumps(merge)}" if merge else ""}
         quarantine:
           table: {quarantine}
         retries:
@@ -163,6 +165,20 @@ def stage(p: Pipeline, batch_id: int, attempt: str, env: dict | None = None, wai
                                 start_new_session=True)
     r = subprocess.run(argv, env=e, capture_output=True, text=True, timeout=600)
     return r
+
+
+def spark_read(*tables: Path) -> dict:
+    """Each table as delta-spark reads it (``spark_read_delta.py``): {table: {rows, history, ...}}."""
+    argv = ["spark-submit", "--master", "local[2]", "--jars", ",".join(launch.jars()),
+            str(REPO / "tests" / "support" / "spark_read_delta.py"), *map(str, tables)]
+    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("RESULT "):
+            d = json.loads(line[len("RESULT "):])
+            out[d["table"]] = d
+    return out
 
 
 def kill_group(proc: subprocess.Popen) -> None:
