@@ -18,7 +18,7 @@ PYTEST_ARGS ?=
 # stays a character of the value. `override VAR := $(value VAR)` keeps make from expanding a `$`
 # in a value given on the command line: CONF='{"note": "$5"}' arrives as it was typed.
 # (PYTEST_ARGS is meant to be split into words: it stays pasted into the command.)
-USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND MASTER BATCH DRY_RUN SIZES SINGLE_FILE_GB PLAN_LATE_BATCHES KAFKA_RECORDS DRIVER_MEMORY
+USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND MASTER BATCH DRY_RUN SIZES SINGLE_FILE_GB PLAN_LATE_BATCHES KAFKA_RECORDS MERGE_RECORDS DRIVER_MEMORY SINK
 define verbatim_env
 override $(1) := $$(value $(1))
 export $(1)
@@ -30,7 +30,7 @@ $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name>"
-	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] | sweep PIPELINE=<name>"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars s3-jars
 
@@ -123,14 +123,15 @@ run: setup
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 # [MODE=continuous|interval] [FAULTS=kind,kind] (unset: continuous, every kind of the backend and mode)
+# [SINK=append|merge] (merge: the sink upserts by key; continuous mode)
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
-	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"}
+	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"} $${SINK:+--sink "$$SINK"}
 
 # The product against Spark Structured Streaming (availableNow) and a plain delta-spark append on
 # the same generated data, plus the protocol's own costs, in one run: .bench/results.json, a table,
 # .bench/bench.png. [SIZES=1000,1000000,5000000] [SINGLE_FILE_GB=1] [MASTER=local[*]]
-# [PLAN_LATE_BATCHES=100000] [KAFKA_RECORDS=1000000] [DRIVER_MEMORY=<size>] (read from the environment)
+# [PLAN_LATE_BATCHES=100000] [KAFKA_RECORDS=1000000] [MERGE_RECORDS=1000000] [DRIVER_MEMORY=<size>] (read from the environment)
 bench: setup
 	@source include/env.sh && python tests/bench/run_bench.py
 

@@ -2,10 +2,10 @@
 
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
-        [--driver-memory 3g] [--out .bench/results.json] [--plot .bench/bench.png]
+        [--merge-records 1000000] [--driver-memory 3g] [--out .bench/results.json] [--plot .bench/bench.png]
 
 (every option also reads its environment variable: SIZES, SINGLE_FILE_GB, MASTER,
-PLAN_LATE_BATCHES, KAFKA_RECORDS, DRIVER_MEMORY; `make bench` passes them through.)
+PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY; `make bench` passes them through.)
 
 For each size, on the same generated JSON-lines orders (``bench_data``: ~0.1 % bad lines,
 cached under .bench/data), one after another, with the same Spark master, ``--conf`` set and
@@ -31,8 +31,10 @@ driver memory as the product's stage job (``launch.spark_conf``; the pipeline's
   product and Structured Streaming.
 
 Then the protocol's own costs (``protocol_costs``: commit, verify, fixed overhead, plan at batch
-100,000 of a synthetic ledger over plan at batch 10) and the Kafka stage over the raw consume
-floor of one confluent-kafka consumer per partition (``kafka_batch``; KAFKA_RECORDS=0 skips it).
+100,000 of a synthetic ledger over plan at batch 10), the Kafka stage over the raw consume
+floor of one confluent-kafka consumer per partition (``kafka_batch``; KAFKA_RECORDS=0 skips it),
+and a batch upserted into a merge sink over the same batch appended (``merge_batch``:
+``merge_over_append``; MERGE_RECORDS=0 skips it).
 
 A contender that fails (e.g. OutOfMemoryError) gets null seconds and an ``*_error`` text; the
 run goes on. Writes .bench/results.json (keys: ../shared/contracts.md "Benchmarks"), prints
@@ -62,6 +64,7 @@ for _p in (REPO / "plugins", REPO / "tests", BENCH):
         sys.path.insert(0, str(_p))
 
 import kafka_batch  # noqa: E402
+import merge_batch  # noqa: E402
 import protocol_costs  # noqa: E402
 from bench_data import DDL, dataset, single_file  # noqa: E402
 from procwatch import Jvm, JvmWatch  # noqa: E402
@@ -239,7 +242,7 @@ CONTRACT_SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_se
                       "eo_over_sss", "stage_over_sss", "driver_peak_rss_mib")
 CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
-                    "plan_late_over_early", "kafka_stage_over_consume_floor")
+                    "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append")
 
 
 def _fmt(v) -> str:
@@ -332,6 +335,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--master", default=_env("MASTER", "local[*]"))
     ap.add_argument("--plan-late-batches", type=int, default=int(_env("PLAN_LATE_BATCHES", "100000")))
     ap.add_argument("--kafka-records", type=int, default=int(_env("KAFKA_RECORDS", "1000000")))
+    ap.add_argument("--merge-records", type=int, default=int(_env("MERGE_RECORDS", "1000000")),
+                    help="records of the measured merge batch, and of the table's first batch (0: skipped)")
     ap.add_argument("--driver-memory", default=_env("DRIVER_MEMORY", "") or None,
                     help="the pipeline's spark.driver_memory, and the peers' (default: Spark's own, 1g)")
     ap.add_argument("--data-dir", default=_env("BENCH_DATA_DIR", str(REPO / ".bench" / "data")))
@@ -375,6 +380,7 @@ def main(argv=None) -> int:
         "master": args.master, "driver_memory": args.driver_memory or "Spark default (1g)",
         "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
         "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
+        "merge_records": args.merge_records,
         "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
         "peers_seconds": "wall time of each peer's spark-submit process",
         "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
@@ -424,6 +430,17 @@ def main(argv=None) -> int:
             res["kafka_stage_over_consume_floor_note"] = "skipped: KAFKA_RECORDS=0"
         res["kafka_stage_over_consume_floor"] = kafka["stage_over_consume_floor"] if kafka else None
         res["kafka_details"] = kafka
+
+        if args.merge_records > 0:
+            _log(f"merge sink: a batch of {args.merge_records:,} changes upserted into {args.merge_records:,} keys, "
+                 f"against the same batch appended")
+            merge = _guarded(res, "merge_over_append",
+                             lambda: merge_batch.measure(args.merge_records, args.master, work / "merge"))
+        else:
+            merge = None
+            res["merge_over_append_note"] = "skipped: MERGE_RECORDS=0"
+        res["merge_over_append"] = merge["merge_over_append"] if merge else None
+        res["merge_details"] = merge
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

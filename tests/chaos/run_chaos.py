@@ -1,6 +1,7 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
     python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--mode continuous|interval]
+                                      [--sink append|merge]
                                       [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
@@ -132,6 +133,7 @@ KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_rac
 S3_FAULTS = FAULTS + ["s3_restart"]
 INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file", "maintenance"]
 FOREIGN_OPS = ("compact", "append", "vacuum")
+MERGE_KEYS = 60  # --sink merge: the keys records are drawn from
 PY = sys.executable
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
 HOUR_DIR = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/")
@@ -170,9 +172,13 @@ sys.exit(5 if out["prepared_first"] else 0)
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
                  backend: str = "files", master: str = "local[*]", only: list[str] | None = None,
-                 distinct: bool = False, mode: str = "continuous"):
+                 distinct: bool = False, mode: str = "continuous", sink: str = "append"):
         if mode not in ("continuous", "interval"):
             raise ValueError(f"mode {mode!r}: continuous or interval")
+        if sink not in ("append", "merge") or (sink == "merge" and mode != "continuous"):
+            raise ValueError(f"sink {sink!r}: append, or merge (continuous mode only)")
+        self.merge = sink == "merge"
+        self.seqs: set[int] = set()  # merge: every sequence drawn (one per record)
         if mode == "interval" and backend != "files":
             raise ValueError("interval mode runs with the files backend only")
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
@@ -222,6 +228,12 @@ class Chaos:
             self.p.yaml_path.write_text(text)
         # the maintenance fault: VACUUM at retention 0, the harshest the product allows
         self.p.yaml_path.write_text(self.p.yaml_path.read_text() + "maintenance: {vacuum_retention_hours: 0}\n")
+        if self.merge:  # the same pipeline, upserting by key: records carry a version and may delete
+            text = self.p.yaml_path.read_text().replace("ts TIMESTAMP\"", "ts TIMESTAMP, seq BIGINT NOT NULL, op STRING\"")
+            text = text.replace("\nsink:\n", "\nsink:\n  mode: merge\n  merge: {keys: [order_id], sequence_by: seq, "
+                                "delete_when: \"op = 'd'\"}\n", 1)
+            assert "mode: merge" in text and "seq BIGINT" in text, text
+            self.p.yaml_path.write_text(text)
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
         self.faults: collections.Counter[str] = collections.Counter()
@@ -288,11 +300,24 @@ class Chaos:
         k = self.files
         good = [{"order_id": f"s{self.seed}-f{k}-{i}", "customer": f"c{i % 5}", "amount": float(i),
                  "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(5, 40))]
+        if self.merge:  # keys of a small pool, so that they repeat within and across batches
+            for r in good:
+                r["order_id"] = f"s{self.seed}-k{self.rnd.randint(0, MERGE_KEYS - 1)}"
+                self.versioned(r, deletes=True)
         bad = [f'{{"order_id": "bad-{self.seed}-{k}-{j}", "amount": "x{j}"}}' for j in range(self.rnd.randint(0, 2))]
         if self.backend == "kafka":
             self.produce(good, bad)
         else:
             self.p.land(f"{sub or f'd{k % 3}'}/f{k:04d}.jsonl", good, bad=bad)
+
+    def versioned(self, r: dict, deletes: bool) -> None:
+        """Merge sink: the record's version (a sequence drawn at random, so later files often hold
+        older versions) and, for some, a delete."""
+        seq = self.rnd.randint(1, 10 ** 9)
+        while seq in self.seqs:
+            seq = self.rnd.randint(1, 10 ** 9)
+        self.seqs.add(seq)
+        r["seq"], r["op"] = seq, ("d" if deletes and self.rnd.random() < 0.2 else "u")
 
     def land_odd(self, sub: str | None = None) -> str:
         """A landing file of odd lines (see odd_lines in the module docstring), written as bytes."""
@@ -301,6 +326,9 @@ class Chaos:
         good = [{"order_id": f"s{self.seed}-f{k}-odd{i}", "customer": f"c{i}", "amount": float(i) + 0.25,
                  "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(3, 6))]
         good[1]["customer"] = "c\u2028x\u0085y\u2029z"  # legal unescaped inside a JSON string
+        if self.merge:
+            for r in good:
+                self.versioned(r, deletes=False)
         texts = [json.dumps(r, ensure_ascii=False) for r in good]
         texts[2] = texts[2].replace(", ", ",\r", 1)  # a lone \r between tokens: JSON whitespace
         bad = ["\u0085", "\u2028", "\u2029", "\u2028\u0085\u2029", "\u00a0",
@@ -943,7 +971,8 @@ class Chaos:
         if stopped:
             result["problems"].insert(0, stopped)
         result.update(runs=self.runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
-                      backend=self.backend, mode=self.mode, outcomes=dict(self.outcomes), repairs=self.repairs)
+                      backend=self.backend, mode=self.mode, outcomes=dict(self.outcomes), repairs=self.repairs,
+                      sink="merge" if self.merge else "append")
         return result
 
     def drive(self) -> None:
@@ -1057,11 +1086,14 @@ class Chaos:
         want = collections.Counter(r["order_id"] for r in p.landed)
         duplicates = sum(v - 1 for v in got.values() if v > 1) + sum(v for k, v in got.items() if k not in want)
         lost = sum(1 for k in want if k not in got)
+        merge_problems: list[str] = []
+        if self.merge:
+            duplicates, lost, merge_problems = self.check_merge(p.landed)
         qgot = collections.Counter(r["raw"] for r in self.rows_of(p.quarantine))
         qwant = collections.Counter(p.landed_bad)
         duplicates += sum(max(0, qgot[k] - qwant.get(k, 0)) for k in qgot)
         lost += sum(max(0, qwant[k] - qgot.get(k, 0)) for k in qwant)
-        problems = list(self.anomalies)
+        problems = list(self.anomalies) + merge_problems
         fwant = collections.Counter(self.foreign_ids)
         foreign_res = {"appended": len(fwant), "present": sum(1 for k in fwant if foreign[k] >= 1),
                        "duplicates": sum(max(0, foreign[k] - fwant.get(k, 0)) for k in foreign),
@@ -1121,6 +1153,32 @@ class Chaos:
                 "lost": lost, "orphans": len(orphan_files), "problems": problems,
                 "records": sum(want.values()), "bad_records": sum(qwant.values()), "foreign": foreign_res,
                 "rewound": sorted(rewound), "tombstoned": tombstoned}
+
+    def check_merge(self, landed: list[dict]) -> tuple[int, int, list[str]]:
+        """Merge sink: (duplicates, lost, problems). The sink must hold, per key, the landed record
+        with the highest seq (one per record), none when that one deletes: a key published twice or
+        that should not be there is a duplicate; a key missing, or holding another version, is lost.
+        The tombstones table holds every batch of the sink."""
+        latest: dict[str, dict] = {}
+        for r in landed:
+            if r["order_id"] not in latest or r["seq"] > latest[r["order_id"]]["seq"]:
+                latest[r["order_id"]] = r
+        want = {k: r["seq"] for k, r in latest.items() if r["op"] != "d"}
+        rows = [r for r in self.rows_of(self.p.sink) if not str(r["order_id"]).startswith("foreign-")]
+        got = collections.Counter(r["order_id"] for r in rows)
+        duplicates = sum(v - 1 for v in got.values()) + sum(1 for k in got if k not in want)
+        seqs = {r["order_id"]: r["seq"] for r in rows}
+        wrong = sorted(k for k in want if k in seqs and seqs[k] != want[k])
+        lost = sum(1 for k in want if k not in got) + len(wrong)
+        problems = [f"merge: keys holding another version than their latest record: "
+                    f"{[(k, seqs[k], want[k]) for k in wrong[:5]]}"] if wrong else []
+        tomb = f"{self.table_uri(self.p.sink)}/_eo_tombstones"
+        sink_txn, tomb_txn = (self.delta_table(t).transaction_version(self.p.name) for t in (self.p.sink, tomb))
+        if sink_txn != tomb_txn:
+            problems.append(f"merge: the sink holds batch {sink_txn}, its tombstones table batch {tomb_txn}")
+        self.outcomes["merge: keys published"] = len(got)
+        self.outcomes["merge: keys deleted last"] = sum(1 for r in latest.values() if r["op"] == "d")
+        return duplicates, lost, problems
 
     def check_interval_offsets(self, commits: list[dict], sink_log: list[dict], q_log: list[dict]) -> list[str]:
         """Every landed file is in the newest committed batch that holds its hour, which holds
@@ -1189,6 +1247,8 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=["files", "kafka", "s3"], default="files")
     ap.add_argument("--mode", choices=["continuous", "interval"], default="continuous",
                     help="interval: an hourly interval-mode pipeline, one run per hour (files backend only)")
+    ap.add_argument("--sink", choices=["append", "merge"], default="append",
+                    help="merge: the sink upserts by key (order_id, sequence seq, op = 'd' deletes; continuous mode)")
     ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
@@ -1200,6 +1260,8 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     if args.mode == "interval" and args.backend != "files":
         ap.error("--mode interval runs with --backend files only")
+    if args.sink == "merge" and args.mode != "continuous":
+        ap.error("--sink merge runs in continuous mode only")
     only = [k for k in args.faults.split(",") if k] if args.faults else None
     kinds = kinds_for(args.backend, args.mode)
     known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)
@@ -1211,7 +1273,7 @@ def main(argv=None) -> int:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     chaos = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
-                  only=only, distinct=args.distinct, mode=args.mode)
+                  only=only, distinct=args.distinct, mode=args.mode, sink=args.sink)
     try:
         res = chaos.run()
     finally:  # never leave a broker or an S3 server behind, whatever failed
@@ -1220,7 +1282,7 @@ def main(argv=None) -> int:
                 service.stop(kill=True)
     print(json.dumps(res, indent=1))
     f = res.get("foreign") or {}
-    print(f"chaos: mode={res.get('mode')} backend={res.get('backend')} runs={res.get('runs')} "
+    print(f"chaos: mode={res.get('mode')} backend={res.get('backend')} sink={res.get('sink')} runs={res.get('runs')} "
           f"seconds={res.get('seconds')} problems={len(res['problems'])} rewound={len(res.get('rewound') or [])} "
           f"repairs={len(res.get('repairs') or [])} foreign_rows={f.get('present', 0)}/{f.get('appended', 0)} "
           f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)}")

@@ -25,7 +25,7 @@ SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "
              "stage_over_sss", "driver_peak_rss_mib")
 SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
 SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
-           "plan_late_over_early", "kafka_stage_over_consume_floor")
+           "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append")
 
 
 def _number(v) -> bool:
@@ -36,6 +36,7 @@ def _number(v) -> bool:
 def test_bench_smoke_writes_every_contract_key(tmp_path):
     out = tmp_path / "results.json"
     env = base_env({"SIZES": "1000", "SINGLE_FILE_GB": "0", "PLAN_LATE_BATCHES": "200", "KAFKA_RECORDS": "0",
+                    "MERGE_RECORDS": "0",
                     "MASTER": "local[*]"})
     r = subprocess.run([sys.executable, str(BENCH / "run_bench.py"), "--out", str(out),
                         "--data-dir", str(tmp_path / "data")], env=env, capture_output=True, text=True, timeout=900)
@@ -54,6 +55,7 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     assert res["single_file"] is None and "SINGLE_FILE_GB=0" in res["single_file_note"]
     assert res["kafka_stage_over_consume_floor"] is None and "KAFKA_RECORDS=0" in res[
         "kafka_stage_over_consume_floor_note"]
+    assert res["merge_over_append"] is None and "MERGE_RECORDS=0" in res["merge_over_append_note"]
     assert {k: res[k] for k in SCALARS[:4] if not _number(res[k])} == {}
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert "eo/sss" in r.stdout and "plan_late_over_early" in r.stdout

@@ -656,7 +656,8 @@ def test_shipped_pipelines_load(monkeypatch):
     monkeypatch.delenv("PIPELINES_DIR", raising=False)
     configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
     assert errors == {}
-    assert {"orders", "colors", "orders_kafka", "orders_hourly"} <= set(configs)
+    assert {"orders", "colors", "orders_kafka", "orders_hourly", "orders_cdc"} <= set(configs)
+    assert configs["orders_cdc"].merge is not None
     assert configs["orders_hourly"].mode == "interval"
 
 
