@@ -7,8 +7,12 @@ odd_lines, late_file and verify_abort_race (the seed draws them in that order: t
 land in hour 0, a late file lands in the published hour 0 and is republished with hour 1, then a
 zombie verify races the abort task on hour 2's attempt).
 
+A third one upserts into a merge sink through the faults that split its commit: a crash
+between the sink's MERGE and the tombstones' (commit_crash), after both and before the ledger
+(ledger_crash), and a zombie attempt.
+
 The long runs (hundreds of batches) and the other kinds (rewind_race, foreign_writers, the
-Kafka and S3 backends) stay in `make chaos BATCHES=... SEED=... [MODE=...] [FAULTS=...]`.
+Kafka and S3 backends) stay in `make chaos BATCHES=... SEED=... [MODE=...] [FAULTS=...] [SINK=merge]`.
 """
 
 from __future__ import annotations
@@ -40,3 +44,16 @@ def test_short_interval_chaos_run_is_exactly_once(tmp_path):
     assert res["batches"] >= 3, res
     assert set(INTERVAL_KINDS) <= set(res["faults_by_kind"]), res  # each of them injected
     assert res["bad_records"] >= 6, res  # the odd lines were landed, and quarantined exactly once
+
+
+MERGE_KINDS = ["commit_crash", "ledger_crash", "zombie"]
+
+
+def test_short_merge_chaos_run_is_exactly_once(tmp_path):
+    res = Chaos(batches=3, seed=5, workdir=tmp_path, fault_rate=1.0, quiet=True, distinct=True,
+                only=MERGE_KINDS, sink="merge").run()
+    assert res["problems"] == [], res
+    assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
+    assert res["batches"] >= 3, res
+    assert set(MERGE_KINDS) <= set(res["faults_by_kind"]), res
+    assert res["outcomes"]["merge: keys published"] > 0, res
