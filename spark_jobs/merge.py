@@ -1,4 +1,7 @@
-"""Merge sinks (``sink.mode: merge``): the latest record of each key of a batch, staged for the upsert.
+"""Merge sinks (``sink.mode: merge``): one staged row per key of a batch, for the commit's MERGE.
+
+Upsert (``sequence_by``): the latest record of each key (``latest_per_key``, below).
+Accumulate (``accumulate``): the batch's rows of each key folded into one (``fold_per_key``).
 
 A batch may hold several records of one key (an order created and then updated, a duplicate
 delivery). Only its latest version is staged: the record with the highest ``sequence_by``; of
@@ -22,10 +25,7 @@ def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | Non
 
     from eobatch.formats import DELETE_COL
 
-    missing = [c for c in [*keys, sequence_by] if c not in df.columns]
-    if missing:
-        raise SystemExit(f"sink.merge: the transform's output has no column(s) {', '.join(missing)} "
-                         f"(its columns: {', '.join(df.columns)})")
+    _require(df, [*keys, sequence_by])
     try:
         flag = F.coalesce(F.expr(delete_when).cast("boolean"), F.lit(False)) if delete_when else F.lit(False)
         flagged = df.withColumn(DELETE_COL, flag)
@@ -37,3 +37,26 @@ def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | Non
     order = Window.partitionBy(*[F.col(k) for k in keys]).orderBy(F.col(sequence_by).desc_nulls_last(), tie.desc())
     return (flagged.withColumn("_eo_rank", F.row_number().over(order))
                    .where(F.col("_eo_rank") == 1).drop("_eo_rank"))
+
+
+def _require(df, columns: list[str]) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise SystemExit(f"sink.merge: the transform's output has no column(s) {', '.join(missing)} "
+                         f"(its columns: {', '.join(df.columns)})")
+
+
+def fold_per_key(df, keys: list[str], accumulate: list[list[str]]):
+    """One row per key of ``df``: each ``accumulate`` column folded with its function (sum, min,
+    max; nulls ignored, all-null gives null), as the commit's MERGE then folds it into the
+    table's row. Any other column of the output is refused: it would have no defined value."""
+    from pyspark.sql import functions as F
+
+    cols = [c for c, _ in accumulate]
+    _require(df, [*keys, *cols])
+    other = [c for c in df.columns if c not in keys and c not in cols]
+    if other:
+        raise SystemExit(f"sink.merge.accumulate: the transform's output column(s) {', '.join(other)} have no "
+                         f"aggregate (add them to sink.merge.accumulate, or leave them out of the output)")
+    fn = {"sum": F.sum, "min": F.min, "max": F.max}
+    return df.groupBy(*[F.col(k) for k in keys]).agg(*[fn[f](F.col(c)).alias(c) for c, f in accumulate])

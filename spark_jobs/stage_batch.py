@@ -12,7 +12,7 @@
    missing required field -> quarantine with the raw text and the reason; the rest parsed with
    the declared schema;
 4. apply the pipeline's transform to the valid records (a merge sink: then keep the latest
-   record of each key, spark_jobs/merge.py);
+   record of each key, or fold the rows of each key into one, spark_jobs/merge.py);
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
    table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
    Spark partition. The source is read once: what the job keeps of the classified records is
@@ -97,7 +97,7 @@ def run(spec: dict) -> dict:
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
     from spark_jobs.classify import classify, expect, kept_records, quarantined_records, valid_records
-    from spark_jobs.merge import latest_per_key
+    from spark_jobs.merge import fold_per_key, latest_per_key
     from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
@@ -160,7 +160,9 @@ def run(spec: dict) -> dict:
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
     out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices)
     merge = spec.get("merge")
-    if merge:  # a merge sink stages the latest record of each key, flagged when it deletes
+    if merge and merge.get("accumulate"):  # running aggregates: the batch's rows of a key folded into one
+        out = fold_per_key(out, merge["keys"], merge["accumulate"])
+    elif merge:  # an upsert stages the latest record of each key, flagged when it deletes
         out = latest_per_key(out, merge["keys"], merge["sequence_by"], merge.get("delete_when"))
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,

@@ -70,16 +70,27 @@ SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a n
 
 @dataclass(frozen=True)
 class MergeConfig:
-    """``sink.mode: merge``: the sink is upserted by ``keys``. Of the records of one key, the one
-    with the highest ``sequence_by`` is its latest version (ties: see ``spark_jobs.merge``); a
-    record for which ``delete_when`` is true deletes its key. A record never replaces or deletes
-    a version of its key with a higher or equal ``sequence_by``, in the batch or in the table, nor
-    one that was deleted by a higher ``sequence_by`` (``delta_sink.TombstoneParticipant``)."""
+    """``sink.mode: merge``: one row per ``keys`` in the sink, in one of two ways.
+
+    * **upsert** (``sequence_by``): of the records of one key, the one with the highest
+      ``sequence_by`` is its latest version (ties: see ``spark_jobs.merge``); a record for which
+      ``delete_when`` is true deletes its key. A record never replaces or deletes a version of its
+      key with a higher or equal ``sequence_by``, in the batch or in the table, nor one that was
+      deleted by a higher ``sequence_by`` (``merge_sink.TombstoneParticipant``).
+    * **accumulate** (``accumulate``: column -> sum | min | max): the row of a key is a running
+      aggregate; each batch folds its rows of the key into it (a sum adds, a min keeps the
+      smaller, a max the larger), e.g. the ``running_totals`` transform's per-key partials."""
     keys: tuple[str, ...]
-    sequence_by: str
+    sequence_by: str | None = None
     delete_when: str | None = None
+    accumulate: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def upsert(self) -> bool:
+        return not self.accumulate
 
 
+ACCUMULATE_FUNCTIONS = ("sum", "min", "max")
 SINK_MODES = ("append", "merge")
 MERGE_KEY_TYPES = {"STRING", "VARCHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT",
                    "BYTE", "DATE", "TIMESTAMP", "BOOLEAN"}
@@ -157,7 +168,7 @@ class PipelineConfig:
         """The tables a batch is committed to, in commit order (``formats.participants``)."""
         from .formats import participants
 
-        return participants(tombstones=self.merge is not None)
+        return participants(tombstones=self.merge is not None and self.merge.upsert)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -168,7 +179,8 @@ class PipelineConfig:
             "max_record_bytes": self.max_record_bytes,
         }
         if self.merge is not None:  # append pipelines keep the fingerprint they always had
-            d["merge"] = [list(self.merge.keys), self.merge.sequence_by, self.merge.delete_when]
+            d["merge"] = [list(self.merge.keys), self.merge.sequence_by, self.merge.delete_when,
+                          [list(a) for a in self.merge.accumulate]]
         if self.expectations:  # a pipeline without any keeps the fingerprint it always had
             d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -214,7 +226,7 @@ TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink",
             "schema_evolution", "maintenance"}
 MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours"}
 SINK_KEYS = {"table", "partition_by", "mode", "merge"}
-MERGE_KEYS = {"keys", "sequence_by", "delete_when"}
+MERGE_KEYS = {"keys", "sequence_by", "delete_when", "accumulate"}
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
 ALERT_KEYS = {"notify", "on_failure", "run_deadline_minutes", "backlog_max_age_minutes"}
@@ -562,7 +574,9 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
     m = section.get("merge")
     if not isinstance(m, dict):
         raise ConfigError(file, "sink.merge", "sink.mode: merge needs a mapping {keys: [...], sequence_by: "
-                          "<column>, delete_when: <optional SQL>}, e.g. {keys: [order_id], sequence_by: updated_at}")
+                          "<column>, delete_when: <optional SQL>} (an upsert), or {keys: [...], accumulate: "
+                          "{<column>: sum|min|max, ...}} (running aggregates), e.g. {keys: [order_id], "
+                          "sequence_by: updated_at}")
     refuse_unknown(m, MERGE_KEYS, file, "sink.merge.")
     keys = require(m, "keys", file, "sink.merge.")
     if isinstance(keys, str):
@@ -570,35 +584,81 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
     if (not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys)
             or len(set(keys)) != len(keys)):
         raise ConfigError(file, "sink.merge.keys", f"must be a non-empty list of distinct column names, got {keys!r}")
-    seq = require(m, "sequence_by", file, "sink.merge.")
-    if not isinstance(seq, str) or not seq:
-        raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
-    if seq in keys:
-        raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
-                          f"(the version of a key's record: a number, date or timestamp that grows)")
-    delete_when = m.get("delete_when")
-    if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip() or ";" in delete_when):
-        raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
-                          f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
-    if any(c.startswith("_") for c in [*keys, seq]):
-        raise ConfigError(file, "sink.merge", "key and sequence columns are published columns: their names "
-                          "cannot start with '_'")
+    if ("sequence_by" in m) == ("accumulate" in m):
+        raise ConfigError(file, "sink.merge", "needs either sequence_by (an upsert: the latest record of each key) "
+                          "or accumulate (running aggregates of each key), not both")
+    checked: list[tuple[str, list[str], set[str]]] = [("sink.merge.keys", keys, MERGE_KEY_TYPES)]
+    seq, delete_when, accumulate = None, None, []
+    if "sequence_by" in m:
+        seq = m["sequence_by"]
+        if not isinstance(seq, str) or not seq:
+            raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
+        if seq in keys:
+            raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
+                              f"(the version of a key's record: a number, date or timestamp that grows)")
+        checked.append(("sink.merge.sequence_by", [seq], SEQUENCE_TYPES))
+        delete_when = m.get("delete_when")
+        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip()
+                                        or ";" in delete_when):
+            raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
+                              f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
+    else:
+        acc = m["accumulate"]
+        if not isinstance(acc, dict) or not acc:
+            raise ConfigError(file, "sink.merge.accumulate", f"must be a mapping {{<column>: sum|min|max}}, got {acc!r}")
+        for col, fn in acc.items():
+            if fn not in ACCUMULATE_FUNCTIONS:
+                raise ConfigError(file, f"sink.merge.accumulate.{col}", f"{fn!r} must be one of "
+                                  f"{', '.join(ACCUMULATE_FUNCTIONS)}")
+            if col in keys:
+                raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
+        accumulate = [(str(c), str(f)) for c, f in acc.items()]
+        if "delete_when" in m:
+            raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
+                              "are never deleted")
+    if any(c.startswith("_") for c in [*keys, *([seq] if seq else []), *(c for c, _ in accumulate)]):
+        raise ConfigError(file, "sink.merge", "key, sequence and aggregate columns are published columns: their "
+                          "names cannot start with '_'")
     if transform == "passthrough":
-        cols = {c.name: c for c in columns}
-        for key, names, types in (("sink.merge.keys", keys, MERGE_KEY_TYPES), ("sink.merge.sequence_by", [seq],
-                                                                            SEQUENCE_TYPES)):
-            for n in names:
-                c = cols.get(n)
-                if c is None:
-                    raise ConfigError(file, key, f"{n!r} is not a column of the schema")
-                if c.type not in types:
-                    raise ConfigError(file, key, f"{n!r} has type {c.type}; it must be one of {sorted(types)}")
-                if not c.not_null:
-                    raise ConfigError(file, key, f"{n!r} must be declared NOT NULL in the schema (e.g. "
-                                      f"'{n} {c.type} NOT NULL'): a record without it is then quarantined, "
-                                      f"since it cannot be merged")
+        _check_merge_columns(checked, accumulate, columns, file)
     return MergeConfig(keys=tuple(keys), sequence_by=seq,
-                       delete_when=delete_when.strip() if delete_when is not None else None)
+                       delete_when=delete_when.strip() if delete_when is not None else None,
+                       accumulate=tuple(accumulate))
+
+
+NUMERIC_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE", "DOUBLE", "FLOAT",
+                 "REAL"}
+
+
+def _check_merge_columns(checked: list[tuple[str, list[str], set[str]]], accumulate: list[tuple[str, str]],
+                         columns: tuple[Column, ...], file: str) -> None:
+    """With ``passthrough`` the published columns are the schema's: keys and sequence are NOT NULL
+    columns of a fitting type (a record without them is quarantined, since it cannot be merged);
+    and a transform-less pipeline accumulates only the schema's columns."""
+    cols = {c.name: c for c in columns}
+    for key, names, types in checked:
+        for n in names:
+            c = cols.get(n)
+            if c is None:
+                raise ConfigError(file, key, f"{n!r} is not a column of the schema")
+            if c.type not in types:
+                raise ConfigError(file, key, f"{n!r} has type {c.type}; it must be one of {sorted(types)}")
+            if not c.not_null:
+                raise ConfigError(file, key, f"{n!r} must be declared NOT NULL in the schema (e.g. "
+                                  f"'{n} {c.type} NOT NULL'): a record without it is then quarantined, "
+                                  f"since it cannot be merged")
+    for n, fn in accumulate:
+        c = cols.get(n)
+        if c is None:
+            raise ConfigError(file, f"sink.merge.accumulate.{n}", f"{n!r} is not a column of the schema")
+        if c.type not in (NUMERIC_TYPES if fn == "sum" else NUMERIC_TYPES | SEQUENCE_TYPES):
+            raise ConfigError(file, f"sink.merge.accumulate.{n}", f"{n!r} has type {c.type}: {fn} needs a "
+                              f"{'number' if fn == 'sum' else 'number, date, timestamp or string'}")
+    keys = {n for _, names, _ in checked[:1] for n in names}
+    rest = [c.name for c in columns if c.name not in keys and c.name not in dict(accumulate)]
+    if accumulate and rest:
+        raise ConfigError(file, "sink.merge.accumulate", f"every published column that is not a key needs an "
+                          f"aggregate; {', '.join(rest)} have none")
 
 
 def _check_partition_columns(partition_by: list[str], columns: tuple[Column, ...], file: str) -> None:

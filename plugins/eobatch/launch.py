@@ -62,7 +62,8 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "source": kind_for(cfg.source.kind).job_source(cfg.source),
         "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
         **({"merge": {"keys": list(cfg.merge.keys), "sequence_by": cfg.merge.sequence_by,
-                      "delete_when": cfg.merge.delete_when}} if cfg.merge else {}),
+                      "delete_when": cfg.merge.delete_when, "accumulate": [list(a) for a in cfg.merge.accumulate]}}
+           if cfg.merge else {}),
     }
 
 

@@ -1,5 +1,10 @@
 """The participants of a merge sink (``sink.mode: merge``, ``config.MergeConfig``).
 
+An accumulating merge sink (``accumulate``) folds each batch's per-key partials into the key's
+row (``MergeParticipant._accumulate``) in the same commit as the batch's txn: the running state
+is the published table itself, so state and output can never be a batch apart. What follows is
+about the upsert.
+
 A merge batch's staged rows are the latest record of each key of the batch
 (``spark_jobs/merge.py``), flagged ``_eo_delete`` when they delete their key. They are not
 added to the table: the commit applies them with one Delta MERGE, which carries
@@ -40,6 +45,15 @@ def q(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
 
 
+# how a key's row and a batch's partial fold (``accumulate``): nulls are ignored, as Spark's
+# aggregates ignore them, so a fold over batches equals the aggregate over all their records
+FOLD = {
+    "sum": "CASE WHEN {t} IS NULL THEN {s} WHEN {s} IS NULL THEN {t} ELSE {t} + {s} END",
+    "min": "CASE WHEN {t} IS NULL OR {s} < {t} THEN {s} ELSE {t} END",
+    "max": "CASE WHEN {t} IS NULL OR {s} > {t} THEN {s} ELSE {t} END",
+}
+
+
 def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schema,
                 columns: list[str] | None = None) -> pa.Table:
     """The rows of staged files ``adds`` (relative to ``table_root``), ``columns`` of ``schema``
@@ -77,6 +91,7 @@ class _MergeCommit(DeltaParticipant):
                  staged_fs: Storage, staged_root: str):
         super().__init__(name, table_uri, storage_options)
         self.merge = merge
+        self.seq = merge.sequence_by or ""  # an upsert's sequence column (the accumulating sink has none)
         self.staged_fs, self.staged_root = staged_fs, staged_root
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
@@ -138,15 +153,27 @@ class MergeParticipant(_MergeCommit):
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
         m = self.merge
+        if not m.upsert:
+            return self._accumulate(dt, app_id, batch_id, adds, schema, metadata)
         source = self._after_tombstones(read_staged(self.staged_fs, self.staged_root, adds, schema), app_id,
                                         dt.transaction_version(app_id) or 0)
         cols = [f.name for f in published_schema(schema)]
         values = {q(c): f"s.{q(c)}" for c in cols}
-        newer = f"s.{q(m.sequence_by)} > t.{q(m.sequence_by)}"
+        newer = f"s.{q(self.seq)} > t.{q(self.seq)}"
         return (_merger(dt, source, m.keys, self._properties(app_id, batch_id, metadata))
                 .when_matched_update(updates=values, predicate=f"NOT s.{q(DELETE_COL)} AND {newer}")
                 .when_matched_delete(predicate=f"s.{q(DELETE_COL)} AND {newer}")
                 .when_not_matched_insert(updates=values, predicate=f"NOT s.{q(DELETE_COL)}")
+                .execute())
+
+    def _accumulate(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+        """Running aggregates: each staged row (one per key, the batch's partials) folded into its
+        key's row, or inserted. Exactly once because the fold and the txn are one commit."""
+        source = read_staged(self.staged_fs, self.staged_root, adds, schema)
+        folded = {q(c): FOLD[fn].format(t=f"t.{q(c)}", s=f"s.{q(c)}") for c, fn in self.merge.accumulate}
+        return (_merger(dt, source, self.merge.keys, self._properties(app_id, batch_id, metadata))
+                .when_matched_update(updates=folded)
+                .when_not_matched_insert(updates={q(c): f"s.{q(c)}" for c in source.column_names})
                 .execute())
 
     def _after_tombstones(self, source: pa.Table, app_id: str, held: int) -> pa.Table:
@@ -164,7 +191,7 @@ class MergeParticipant(_MergeCommit):
             return source
         m = self.merge
         seq_col = "_eo_deleted_at"
-        cols = [*m.keys, m.sequence_by]
+        cols = [*m.keys, self.seq]
         types = pa.schema([source.schema.field(c) for c in cols])
         wanted = {k: pc.unique(source[k]) for k in m.keys}
         found = []
@@ -183,7 +210,7 @@ class MergeParticipant(_MergeCommit):
         if deleted.num_rows == 0:
             return source
         joined = source.join(deleted, keys=list(m.keys), join_type="left outer")
-        later = pc.or_kleene(pc.is_null(joined[seq_col]), pc.greater(joined[m.sequence_by], joined[seq_col]))
+        later = pc.or_kleene(pc.is_null(joined[seq_col]), pc.greater(joined[self.seq], joined[seq_col]))
         kept = joined.filter(pc.fill_null(later, False)).drop_columns([seq_col]).select(source.schema.names)
         if kept.num_rows < source.num_rows:
             log.info("%s: %d record(s) are older than the delete of their key in an earlier batch: not merged",
@@ -198,18 +225,18 @@ class TombstoneParticipant(_MergeCommit):
 
     def schema_for(self, staged: pa.Schema) -> pa.Schema:
         m = self.merge
-        return pa.schema([pa.field(c, staged.field(c).type, nullable=False) for c in (*m.keys, m.sequence_by)])
+        return pa.schema([pa.field(c, staged.field(c).type, nullable=False) for c in (*m.keys, self.seq)])
 
     def partitioning(self, staged: list[str]) -> list[str]:
         return []
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
         m = self.merge
-        cols = [*m.keys, m.sequence_by]
+        cols = [*m.keys, self.seq]
         source = read_staged(self.staged_fs, self.staged_root, adds, schema, [*cols, DELETE_COL])
-        newer = f"s.{q(m.sequence_by)} > t.{q(m.sequence_by)}"
+        newer = f"s.{q(self.seq)} > t.{q(self.seq)}"
         return (_merger(dt, source, m.keys, self._properties(app_id, batch_id, metadata))
-                .when_matched_update(updates={q(m.sequence_by): f"s.{q(m.sequence_by)}"},
+                .when_matched_update(updates={q(self.seq): f"s.{q(self.seq)}"},
                                      predicate=f"s.{q(DELETE_COL)} AND {newer}")
                 .when_matched_delete(predicate=f"NOT s.{q(DELETE_COL)} AND {newer}")
                 .when_not_matched_insert(updates={q(c): f"s.{q(c)}" for c in cols}, predicate=f"s.{q(DELETE_COL)}")

@@ -209,15 +209,15 @@ def merge_problems(fs, table_root: str, adds: list[dict], staged: pa.Schema, mer
     from .formats import DELETE_COL
     from .merge_sink import read_staged
 
-    cols = [*merge.keys, merge.sequence_by]
-    missing = [c for c in [*cols, DELETE_COL] if c not in staged.names]
+    cols = [*merge.keys, *([merge.sequence_by] if merge.upsert else [])]
+    missing = [c for c in [*cols, *([DELETE_COL] if merge.upsert else [])] if c not in staged.names]
     if missing:
         return [f"sink: the staged rows have no column(s) {', '.join(missing)} (sink.merge)"]
-    if not pa.types.is_boolean(staged.field(DELETE_COL).type):
+    if merge.upsert and not pa.types.is_boolean(staged.field(DELETE_COL).type):
         return [f"sink: the staged column {DELETE_COL} is {staged.field(DELETE_COL).type}, not boolean"]
     t = read_staged(fs, table_root, adds, staged, cols)
-    problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key and the sequence "
-                f"of every row (the transform must not output null ones)" for c in cols if t[c].null_count]
+    problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key (and an upsert the "
+                f"sequence) of every row (the transform must not output null ones)" for c in cols if t[c].null_count]
     distinct = t.group_by(list(merge.keys)).aggregate([]).num_rows if t.num_rows else 0
     if distinct != t.num_rows:
         problems.append(f"sink: the staged rows hold {t.num_rows - distinct} more row(s) than keys: a merge batch "

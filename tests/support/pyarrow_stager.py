@@ -14,6 +14,7 @@ import datetime as dt
 import json
 import re
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -109,6 +110,23 @@ def latest_per_key(merge, good: list) -> list:
     return list(best.values())
 
 
+def fold_per_key(merge, good: list) -> list:
+    """An accumulating merge sink's staged rows: the rows of each key folded (sum, min, max;
+    nulls ignored), as ``spark_jobs/merge.py`` stages them."""
+    fns: dict[str, Any] = {"sum": lambda a, b: a + b, "min": min, "max": max}
+    out: dict[tuple, tuple[str, dict]] = {}
+    for sl, row in good:
+        k = tuple(row[c] for c in merge.keys)
+        if k not in out:
+            out[k] = (sl, dict(row))
+            continue
+        acc = out[k][1]
+        for c, fn in merge.accumulate:
+            if row[c] is not None:
+                acc[c] = row[c] if acc[c] is None else fns[fn](acc[c], row[c])
+    return list(out.values())
+
+
 def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
           write_summary: bool = True) -> str:
     """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
@@ -129,7 +147,9 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                                                  "raw": text, "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     valid = len(good)
-    if cfg.merge is not None:
+    if cfg.merge is not None and not cfg.merge.upsert:
+        good = fold_per_key(cfg.merge, good)
+    elif cfg.merge is not None:
         good = latest_per_key(cfg.merge, good)
         schemas[SINK] = schemas[SINK].append(pa.field(DELETE_COL, pa.bool_()))
     rows = {SINK: good, QUARANTINE: bad}

@@ -657,7 +657,7 @@ def test_shipped_pipelines_load(monkeypatch):
     configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
     assert errors == {}
     assert {"orders", "colors", "orders_kafka", "orders_hourly", "orders_cdc"} <= set(configs)
-    assert configs["orders_cdc"].merge is not None
+    assert configs["orders_cdc"].merge is not None and configs["customer_totals"].merge is not None
     assert configs["orders_hourly"].mode == "interval"
 
 
@@ -833,7 +833,22 @@ MERGE_CASES = [
     ("key-not-a-column", "merge", {"keys": ["id"], "sequence_by": "ts"}, "sink.merge.keys", "not a column"),
     ("key-nullable", "merge", {"keys": ["customer"], "sequence_by": "ts"}, "sink.merge.keys", "NOT NULL"),
     ("key-double", "merge", {"keys": ["amount"], "sequence_by": "ts"}, "sink.merge.keys", "has type DOUBLE"),
-    ("sequence-missing", "merge", {"keys": ["order_id"]}, "sink.merge.sequence_by", "is required"),
+    ("sequence-missing", "merge", {"keys": ["order_id"]}, "sink.merge", "either sequence_by"),
+    ("sequence-and-accumulate", "merge", {"keys": ["order_id"], "sequence_by": "ts", "accumulate": {"amount": "sum"}},
+     "sink.merge", "not both"),
+    ("accumulate-not-mapping", "merge", {"keys": ["customer"], "accumulate": ["amount"]}, "sink.merge.accumulate",
+     "must be a mapping"),
+    ("accumulate-bad-function", "merge", {"keys": ["order_id"], "accumulate": {"amount": "avg"}},
+     "sink.merge.accumulate.amount", "sum, min, max"),
+    ("accumulate-a-key", "merge", {"keys": ["order_id"], "accumulate": {"order_id": "max"}},
+     "sink.merge.accumulate.order_id", "is a key column"),
+    ("accumulate-sum-of-text", "merge", {"keys": ["order_id"], "accumulate": {"customer": "sum", "amount": "sum",
+                                                                               "ts": "max", "op": "max"}},
+     "sink.merge.accumulate.customer", "sum needs a number"),
+    ("accumulate-leaves-a-column", "merge", {"keys": ["order_id"], "accumulate": {"amount": "sum"}},
+     "sink.merge.accumulate", "customer, ts, op have none"),
+    ("accumulate-delete-when", "merge", {"keys": ["order_id"], "accumulate": {"amount": "sum"},
+                                         "delete_when": "op = 'd'"}, "sink.merge.delete_when", "never deleted"),
     ("sequence-is-a-key", "merge", {"keys": ["order_id"], "sequence_by": "order_id"}, "sink.merge.sequence_by",
      "is a key column"),
     ("sequence-nullable", "merge", {"keys": ["order_id"], "sequence_by": "amount"}, "sink.merge.sequence_by",
@@ -864,6 +879,7 @@ def test_a_merge_sink_loads_adds_the_tombstones_participant_and_changes_the_fing
     doc["sink"].update(mode="merge", merge={"keys": "order_id", "sequence_by": "ts", "delete_when": " op = 'd' "})
     cfg = load_pipeline(write_yaml(doc))
     assert cfg.merge == MergeConfig(keys=("order_id",), sequence_by="ts", delete_when="op = 'd'")
+    assert cfg.merge.upsert
     assert cfg.participants == ("sink", "quarantine", "tombstones")
     assert cfg.fingerprint() != append.fingerprint()
     doc["sink"]["merge"] = {"keys": ["order_id"], "sequence_by": "ts"}
@@ -875,3 +891,13 @@ def test_a_merge_sink_is_refused_in_interval_mode(write_yaml, base_cfg):
     doc.update(schema=MERGE_SCHEMA, mode="interval", schedule="@hourly")
     doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "ts"})
     _expect_error(write_yaml, doc, "sink.mode", name="orders.yaml", contains="continuous mode only")
+
+
+def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cfg):
+    doc = copy.deepcopy(base_cfg)
+    doc["schema"] = "customer STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"
+    doc["sink"].update(mode="merge", merge={"keys": ["customer"], "accumulate": {"amount": "sum", "ts": "max"}})
+    cfg = load_pipeline(write_yaml(doc))
+    assert cfg.merge is not None and not cfg.merge.upsert
+    assert cfg.merge.accumulate == (("amount", "sum"), ("ts", "max"))
+    assert cfg.participants == ("sink", "quarantine")

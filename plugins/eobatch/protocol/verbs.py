@@ -91,9 +91,11 @@ class Protocol(Repairs):
             from ..merge_sink import MergeParticipant, TombstoneParticipant
 
             staged = (self.fs_for(SINK), self.layout.sink_table)
-            tombstones = TombstoneParticipant(TOMBSTONES, self.layout.table(TOMBSTONES), storage_options, merge,
-                                              *staged)
-            out[TOMBSTONES] = tombstones
+            tombstones = None
+            if TOMBSTONES in self.names:
+                tombstones = TombstoneParticipant(TOMBSTONES, self.layout.table(TOMBSTONES), storage_options, merge,
+                                                  *staged)
+                out[TOMBSTONES] = tombstones
             out[SINK] = MergeParticipant(SINK, self.layout.table(SINK), storage_options, merge, *staged, tombstones)
         return out
 
