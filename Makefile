@@ -123,7 +123,7 @@ run: setup
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 # [MODE=continuous|interval] [FAULTS=kind,kind] (unset: continuous, every kind of the backend and mode)
-# [SINK=append|merge] (merge: the sink upserts by key; continuous mode)
+# [SINK=append|merge] (merge: the sink upserts by key)
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
 	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"} $${SINK:+--sink "$$SINK"}

@@ -164,6 +164,17 @@ class PipelineConfig:
         return "append" if self.merge is None else "merge"
 
     @property
+    def sink_contract(self) -> str:
+        """What a row of the sink means: appended records, or one row per key (an upsert's latest
+        version, or running aggregates). Recorded in each plan: it cannot change under a table."""
+        m = self.merge
+        if m is None:
+            return "append"
+        if m.upsert:
+            return f"merge upsert keys={','.join(m.keys)}"
+        return f"merge accumulate keys={','.join(m.keys)} " + ",".join(f"{c}:{f}" for c, f in m.accumulate)
+
+    @property
     def participants(self) -> tuple[str, ...]:
         """The tables a batch is committed to, in commit order (``formats.participants``)."""
         from .formats import participants
@@ -568,9 +579,6 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
         if "merge" in section:
             raise ConfigError(file, "sink.merge", "is only for sink.mode: merge")
         return None
-    if mode != "continuous":
-        raise ConfigError(file, "sink.mode", "merge runs in continuous mode only for now (an interval re-run "
-                          "would have to undo the interval's earlier upserts); use mode: continuous")
     m = section.get("merge")
     if not isinstance(m, dict):
         raise ConfigError(file, "sink.merge", "sink.mode: merge needs a mapping {keys: [...], sequence_by: "
@@ -613,6 +621,9 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
             if col in keys:
                 raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
         accumulate = [(str(c), str(f)) for c, f in acc.items()]
+        if mode != "continuous":
+            raise ConfigError(file, "sink.merge.accumulate", "running aggregates run in continuous mode only: a "
+                              "re-run of an interval would fold its records into the totals a second time")
         if "delete_when" in m:
             raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
                               "are never deleted")

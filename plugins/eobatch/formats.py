@@ -241,6 +241,7 @@ class BatchPlan(Record):
     run_id: str | None = None  # the Airflow run that planned it (interval mode: its owner)
     rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
     late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
+    sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
     format: int = FORMAT_VERSION
 
     @property

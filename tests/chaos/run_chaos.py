@@ -175,8 +175,8 @@ class Chaos:
                  distinct: bool = False, mode: str = "continuous", sink: str = "append"):
         if mode not in ("continuous", "interval"):
             raise ValueError(f"mode {mode!r}: continuous or interval")
-        if sink not in ("append", "merge") or (sink == "merge" and mode != "continuous"):
-            raise ValueError(f"sink {sink!r}: append, or merge (continuous mode only)")
+        if sink not in ("append", "merge"):
+            raise ValueError(f"sink {sink!r}: append or merge")
         self.merge = sink == "merge"
         self.seqs: set[int] = set()  # merge: every sequence drawn (one per record)
         if mode == "interval" and backend != "files":
@@ -1248,7 +1248,7 @@ def main(argv=None) -> int:
     ap.add_argument("--mode", choices=["continuous", "interval"], default="continuous",
                     help="interval: an hourly interval-mode pipeline, one run per hour (files backend only)")
     ap.add_argument("--sink", choices=["append", "merge"], default="append",
-                    help="merge: the sink upserts by key (order_id, sequence seq, op = 'd' deletes; continuous mode)")
+                    help="merge: the sink upserts by key (order_id, sequence seq, op = 'd' deletes)")
     ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
@@ -1260,8 +1260,6 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     if args.mode == "interval" and args.backend != "files":
         ap.error("--mode interval runs with --backend files only")
-    if args.sink == "merge" and args.mode != "continuous":
-        ap.error("--sink merge runs in continuous mode only")
     only = [k for k in args.faults.split(",") if k] if args.faults else None
     kinds = kinds_for(args.backend, args.mode)
     known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)

@@ -886,11 +886,14 @@ def test_a_merge_sink_loads_adds_the_tombstones_participant_and_changes_the_fing
     assert load_pipeline(write_yaml(doc)).fingerprint() not in (cfg.fingerprint(), append.fingerprint())
 
 
-def test_a_merge_sink_is_refused_in_interval_mode(write_yaml, base_cfg):
+def test_an_upsert_runs_in_interval_mode_running_aggregates_do_not(write_yaml, base_cfg):
     doc = copy.deepcopy(base_cfg)
     doc.update(schema=MERGE_SCHEMA, mode="interval", schedule="@hourly")
     doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "ts"})
-    _expect_error(write_yaml, doc, "sink.mode", name="orders.yaml", contains="continuous mode only")
+    assert load_pipeline(write_yaml(doc)).merge is not None  # a re-run re-applies the same versions: no change
+    doc["schema"] = "order_id STRING NOT NULL, amount DOUBLE"
+    doc["sink"]["merge"] = {"keys": ["order_id"], "accumulate": {"amount": "sum"}}
+    _expect_error(write_yaml, doc, "sink.merge.accumulate", name="orders.yaml", contains="a second time")
 
 
 def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cfg):

@@ -17,7 +17,7 @@ from hypothesis import strategies as hst
 
 from eobatch import faults
 from eobatch.formats import DELETE_COL
-from eobatch.protocol import Protocol
+from eobatch.protocol import Protocol, ProtocolError
 from support.protocol_runs import run_next
 from support.pyarrow_stager import stage
 
@@ -273,3 +273,52 @@ def test_running_totals_equal_a_recomputation_from_the_whole_input(totals_proto,
         land_sales(proto, f"s{i}.jsonl", b)
         assert run_next(proto) is not None
     assert totals(proto) == totals_model(batches)
+
+
+# -- interval mode: a re-run re-applies the interval's records ----------------------------------------
+def test_an_interval_upsert_republished_with_a_late_file_or_run_again_applies_each_version_once(make_cfg, tmp_path):
+    from support.protocol_runs import run as run_hour
+
+    landing = Path(str(make_cfg().source.path))
+    cfg = make_cfg(mode="interval", schedule="@hourly", schema=SCHEMA,
+                   source={"kind": "files", "path": str(landing), "interval_prefix": "dt={ds}/hour={hh}",
+                           "settle_seconds": 0},
+                   sink={"table": str(tmp_path / "lake" / "orders"), "mode": "merge", "merge": MERGE})
+    proto = Protocol(cfg)
+
+    def land_hour(h: int, name: str, records: list[tuple]) -> None:
+        (landing / f"dt=2026-01-01/hour={h:02d}").mkdir(parents=True, exist_ok=True)
+        land(proto, f"dt=2026-01-01/hour={h:02d}/{name}", records)
+
+    hour0 = [("o1", 1, "new"), ("o2", 1, "new")]
+    land_hour(0, "a.jsonl", hour0)
+    run_hour(proto, 0)
+    hour1 = [("o1", 5, "paid"), ("o2", 4, "DELETE")]
+    land_hour(1, "a.jsonl", hour1)
+    run_hour(proto, 1)
+    assert table(proto) == {"o1": (5, "paid")}
+    # a late file of hour 0: the next run republishes hour 0 whole (its records again, and the late
+    # one); re-applied versions change nothing, the late one is older than o1's row and than o2's delete
+    late = [("o1", 2, "late"), ("o2", 2, "late"), ("o3", 1, "new in the late file")]
+    land_hour(0, "late.jsonl", late)
+    land_hour(2, "a.jsonl", [("o4", 1, "new")])
+    run_hour(proto, 2)
+    assert table(proto) == model([hour0, hour1, late, [("o4", 1, "new")]])
+    # hour 1 run again (a backfill with reprocessing): nothing changes
+    before = table(proto)
+    run_hour(proto, 1, run_id="rerun-h1")
+    assert table(proto) == before
+    assert proto.committed_versions()["sink"] == proto.committed_versions()["tombstones"] == 4
+
+
+def test_the_kind_of_sink_cannot_change_under_an_existing_table(make_cfg, merge_proto, tmp_path):
+    append = make_cfg(schema=SCHEMA, sink={"table": str(tmp_path / "lake" / "orders")})
+    land(Protocol(append), "a.jsonl", [("o1", 1, "new")])
+    assert run_next(Protocol(append)) == 1
+    proto = merge_proto()  # the same tables, now as an upsert
+    land(proto, "b.jsonl", [("o1", 2, "paid")])
+    for verb in (proto.recover, proto.plan):
+        with pytest.raises(ProtocolError, match="cannot change under an existing table"):
+            verb()
+    assert table(Protocol(append)) == {"o1": (1, "new")}
+    assert run_next(Protocol(append)) == 2  # put back: it goes on

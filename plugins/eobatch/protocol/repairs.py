@@ -44,6 +44,7 @@ class Repairs:
         def _read_so_far(self, pending_rewind: RewindRecord | None = None,
                          hist: History | None = None) -> ReadSoFar: ...
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
+        def _sink_record(self) -> str | None: ...
 
     # -- rewind ----------------------------------------------------------------------
     def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
@@ -130,6 +131,7 @@ class Repairs:
             pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
+            sink=self._sink_record(),
             notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
                    f"{rec.to_batch}'s start"] + notes,
         )

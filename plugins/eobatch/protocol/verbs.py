@@ -209,6 +209,8 @@ class Protocol(Repairs):
         t0 = time.time()
         hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
         latest = hist.latest
+        if latest:
+            self._check_sink(self.ledger.require_plan(latest))
         versions = self.committed_versions()
         self._check_consistent(latest, versions)
         if self._undecided(latest, versions):
@@ -261,7 +263,7 @@ class Protocol(Repairs):
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=self.last_late,
+            late=self.last_late, sink=self._sink_record(),
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         if not self.ledger.put_plan(plan):
@@ -270,6 +272,23 @@ class Protocol(Repairs):
         faults.crash_point("plan.after_record")
         self._checkpoint(hist, held)
         return plan, True
+
+    def _sink_record(self) -> str | None:
+        """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
+        return None if self.cfg.merge is None else self.cfg.sink_contract
+
+    def _check_sink(self, plan: BatchPlan) -> None:
+        """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
+        pipeline's now is never planned past, staged or committed: an appended table read as one
+        row per key, or rows folded under other keys, would be wrong rows, silently."""
+        was = plan.sink or "append"
+        if was != self.cfg.sink_contract:
+            raise ProtocolError(
+                f"the tables of {self.app_id!r} hold batches written for a sink of kind {was!r} (batch "
+                f"{plan.batch_id}'s plan), and {self.cfg.file} now says {self.cfg.sink_contract!r}: the kind of "
+                f"sink (sink.mode, merge keys, aggregates) cannot change under an existing table. Put it back, or "
+                f"give the pipeline a new sink.table (and quarantine.table) to start a new table from the source's "
+                f"beginning")
 
     def _checkpoint(self, hist: History, held: int) -> None:
         """Write the ledger checkpoint of batches 1..``held`` when one is due (``Ledger.write_checkpoint``).
@@ -398,6 +417,7 @@ class Protocol(Repairs):
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
+        self._check_sink(plan)
         self._complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
@@ -531,6 +551,7 @@ class Protocol(Repairs):
         by_slice = st.replaced_files(plan, hist.replace_sources(plan, held))
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
+                if self.participants[part].keeps_staged_files else Replace()  # a merge re-applies, see merge_sink
                 for part in self.names}
 
     def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
