@@ -30,7 +30,7 @@ $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name>"
-	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge] | sweep PIPELINE=<name>"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars s3-jars
 
@@ -123,7 +123,7 @@ run: setup
 
 # Fault injection at every phase boundary; last line: chaos: batches=.. faults=.. duplicates=.. lost=.. orphans=..
 # [MODE=continuous|interval] [FAULTS=kind,kind] (unset: continuous, every kind of the backend and mode)
-# [SINK=append|merge] (merge: the sink upserts by key)
+# [SINK=append|merge|totals] (merge: the sink upserts by key; totals: running totals per customer)
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
 	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"} $${SINK:+--sink "$$SINK"}

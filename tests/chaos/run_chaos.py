@@ -1,7 +1,7 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
     python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--mode continuous|interval]
-                                      [--sink append|merge]
+                                      [--sink append|merge|totals]
                                       [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
@@ -58,6 +58,14 @@ for each run, at most one fault:
   broker_restart   (kafka) the broker is restarted between stage and verify
   broker_kill      (kafka) the broker is killed during the stage, started again after it failed
   s3_restart       (s3) the S3 server is killed after PREPARED; the commit fails until it is back
+
+``--sink merge``: the sink upserts by key (``sink.mode: merge``, keys ``order_id`` drawn from a
+pool of 60, a random ``seq`` per record so later files often hold older versions, 20 % with
+``op = 'd'``, a delete); the check is then that the sink holds, per key, the landed record with the
+highest seq (none when it deletes) and that the tombstones table holds every batch. ``--sink
+totals`` (continuous mode): running totals per customer (the ``running_totals`` transform into an
+accumulating merge sink); the check is that each customer's row equals the totals recomputed from
+every good record landed. Both also run every check above (offsets, quarantine, ledger, orphans).
 
 BACKEND=kafka produces JSON records to a 3-partition topic of a real broker (some inside
 producer transactions that commit, some in transactions that abort and must never appear).
@@ -134,6 +142,7 @@ S3_FAULTS = FAULTS + ["s3_restart"]
 INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file", "maintenance"]
 FOREIGN_OPS = ("compact", "append", "vacuum")
 MERGE_KEYS = 60  # --sink merge: the keys records are drawn from
+SINKS = ("append", "merge", "totals")
 PY = sys.executable
 START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
 HOUR_DIR = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/")
@@ -175,9 +184,11 @@ class Chaos:
                  distinct: bool = False, mode: str = "continuous", sink: str = "append"):
         if mode not in ("continuous", "interval"):
             raise ValueError(f"mode {mode!r}: continuous or interval")
-        if sink not in ("append", "merge"):
-            raise ValueError(f"sink {sink!r}: append or merge")
+        if sink not in SINKS or (sink == "totals" and mode != "continuous"):
+            raise ValueError(f"sink {sink!r}: one of {', '.join(SINKS)} (totals: continuous mode only)")
+        self.sink = sink
         self.merge = sink == "merge"
+        self.totals = sink == "totals"
         self.seqs: set[int] = set()  # merge: every sequence drawn (one per record)
         if mode == "interval" and backend != "files":
             raise ValueError("interval mode runs with the files backend only")
@@ -233,6 +244,15 @@ class Chaos:
             text = text.replace("\nsink:\n", "\nsink:\n  mode: merge\n  merge: {keys: [order_id], sequence_by: seq, "
                                 "delete_when: \"op = 'd'\"}\n", 1)
             assert "mode: merge" in text and "seq BIGINT" in text, text
+            self.p.yaml_path.write_text(text)
+        if self.totals:  # running totals per customer of the same records (an accumulating merge sink)
+            text = self.p.yaml_path.read_text().replace("customer STRING,", "customer STRING NOT NULL,")
+            tr = "transform: {name: running_totals, options: {key: customer, value: amount, time: ts}}\n"
+            text = (text.replace("\ntransform: passthrough\n", "\n" + tr, 1) if "\ntransform:" in text
+                    else text.replace("\nsink:\n", "\n" + tr + "sink:\n", 1))
+            text = text.replace("\nsink:\n", "\nsink:\n  mode: merge\n  merge: {keys: [customer], accumulate: {events: sum, "
+                                "total: sum, smallest: min, largest: max, last_seen: max}}\n", 1)
+            assert "running_totals" in text and "accumulate" in text and "customer STRING NOT NULL" in text, text
             self.p.yaml_path.write_text(text)
         self.env = base_env({"PIPELINES_DIR": str(self.p.yaml_path.parent), **extra_env})
         self.fault_rate = fault_rate
@@ -300,6 +320,9 @@ class Chaos:
         k = self.files
         good = [{"order_id": f"s{self.seed}-f{k}-{i}", "customer": f"c{i % 5}", "amount": float(i),
                  "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(5, 40))]
+        if self.totals:  # event times that differ, for last_seen
+            for i, r in enumerate(good):
+                r["ts"] = f"2026-01-{1 + k % 28:02d}T{i % 24:02d}:00:00Z"
         if self.merge:  # keys of a small pool, so that they repeat within and across batches
             for r in good:
                 r["order_id"] = f"s{self.seed}-k{self.rnd.randint(0, MERGE_KEYS - 1)}"
@@ -972,7 +995,7 @@ class Chaos:
             result["problems"].insert(0, stopped)
         result.update(runs=self.runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
                       backend=self.backend, mode=self.mode, outcomes=dict(self.outcomes), repairs=self.repairs,
-                      sink="merge" if self.merge else "append")
+                      sink=self.sink)
         return result
 
     def drive(self) -> None:
@@ -1089,6 +1112,8 @@ class Chaos:
         merge_problems: list[str] = []
         if self.merge:
             duplicates, lost, merge_problems = self.check_merge(p.landed)
+        elif self.totals:
+            duplicates, lost, merge_problems = self.check_totals(p.landed)
         qgot = collections.Counter(r["raw"] for r in self.rows_of(p.quarantine))
         qwant = collections.Counter(p.landed_bad)
         duplicates += sum(max(0, qgot[k] - qwant.get(k, 0)) for k in qgot)
@@ -1180,6 +1205,40 @@ class Chaos:
         self.outcomes["merge: keys deleted last"] = sum(1 for r in latest.values() if r["op"] == "d")
         return duplicates, lost, problems
 
+    def check_totals(self, landed: list[dict]) -> tuple[int, int, list[str]]:
+        """Running totals: (duplicates, lost, problems). Per customer, the row must equal the totals
+        recomputed from every good record landed (events, total, smallest, largest, last_seen): a
+        customer published twice is a duplicate (a retried fold would show as a wrong total); a
+        customer missing or with other totals is lost."""
+        want: dict[str, dict] = {}
+        for r in landed:
+            w = want.setdefault(r["customer"], {"events": 0, "total": 0.0, "smallest": None, "largest": None,
+                                                "last_seen": None})
+            w["events"] += 1
+            a = r["amount"]
+            w["total"] += a
+            w["smallest"] = a if w["smallest"] is None else min(w["smallest"], a)
+            w["largest"] = a if w["largest"] is None else max(w["largest"], a)
+            ts = dt.datetime.fromisoformat(r["ts"].replace("Z", "+00:00"))
+            w["last_seen"] = ts if w["last_seen"] is None else max(w["last_seen"], ts)
+        rows = [r for r in self.rows_of(self.p.sink) if r["customer"] != "foreign"]
+        got = collections.Counter(r["customer"] for r in rows)
+        duplicates = sum(v - 1 for v in got.values()) + sum(1 for k in got if k not in want)
+        wrong = []
+        for r in rows:
+            w = want.get(r["customer"])
+            if w is None:
+                continue
+            if (r["events"], r["smallest"], r["largest"], r["last_seen"]) != (
+                    w["events"], w["smallest"], w["largest"], w["last_seen"]) or \
+                    abs(r["total"] - w["total"]) > 1e-6 * max(1.0, abs(w["total"])):
+                wrong.append((r["customer"], {k: r[k] for k in w}, w))
+        lost = sum(1 for k in want if k not in got) + len(wrong)
+        problems = [f"totals: customers whose totals differ from a recomputation: {wrong[:3]}"] if wrong else []
+        self.outcomes["totals: customers"] = len(got)
+        self.outcomes["totals: events"] = sum(r["events"] for r in rows)
+        return duplicates, lost, problems
+
     def check_interval_offsets(self, commits: list[dict], sink_log: list[dict], q_log: list[dict]) -> list[str]:
         """Every landed file is in the newest committed batch that holds its hour, which holds
         exactly the hour's landed files; no older batch's staged files of an hour are still live."""
@@ -1247,8 +1306,9 @@ def main(argv=None) -> int:
     ap.add_argument("--backend", choices=["files", "kafka", "s3"], default="files")
     ap.add_argument("--mode", choices=["continuous", "interval"], default="continuous",
                     help="interval: an hourly interval-mode pipeline, one run per hour (files backend only)")
-    ap.add_argument("--sink", choices=["append", "merge"], default="append",
-                    help="merge: the sink upserts by key (order_id, sequence seq, op = 'd' deletes)")
+    ap.add_argument("--sink", choices=list(SINKS), default="append",
+                    help="merge: the sink upserts by key (order_id, sequence seq, op = 'd' deletes); totals: running "
+                         "totals per customer (running_totals transform, an accumulating merge; continuous mode)")
     ap.add_argument("--master", default="local[*]", help="Spark master of the stage job (default local[*])")
     ap.add_argument("--workdir", default=None, help="kept after the run (default: a temporary folder, removed)")
     ap.add_argument("--fault-rate", type=float, default=0.6)
@@ -1260,6 +1320,8 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     if args.mode == "interval" and args.backend != "files":
         ap.error("--mode interval runs with --backend files only")
+    if args.sink == "totals" and args.mode != "continuous":
+        ap.error("--sink totals runs in continuous mode only")
     only = [k for k in args.faults.split(",") if k] if args.faults else None
     kinds = kinds_for(args.backend, args.mode)
     known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)
