@@ -322,3 +322,44 @@ def test_the_kind_of_sink_cannot_change_under_an_existing_table(make_cfg, merge_
             verb()
     assert table(Protocol(append)) == {"o1": (1, "new")}
     assert run_next(Protocol(append)) == 2  # put back: it goes on
+
+
+def test_committers_racing_for_one_prepared_merge_batch_apply_it_once(merge_proto):
+    """The commit task and a later run's recover commit the same PREPARED batch at once (each its
+    own Protocol, as separate processes have): one MERGE per table carries it, the other committer
+    sees the txn and checks the fingerprint; the table is as if committed once."""
+    import threading
+
+    import deltalake.exceptions  # noqa: F401 - imported before the threads (real committers are processes)
+    import deltalake.transaction  # noqa: F401
+
+    from support.checks import delta_log_commits
+
+    proto = merge_proto()
+    run_batches(proto, [[("o1", 1, "new"), ("o2", 1, "new")]])
+    land(proto, "b2.jsonl", [("o1", 2, "paid"), ("o2", 3, "DELETE"), ("o3", 1, "new")])
+    plan, _ = proto.plan()
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    start = threading.Barrier(3)
+    outcomes: list = []
+
+    def commit():
+        p = Protocol(proto.cfg)
+        start.wait()
+        try:
+            outcomes.append(p.commit(plan.batch_id).batch_id)
+        except Exception as e:  # noqa: BLE001 - what the race is about
+            outcomes.append(e)
+
+    threads = [threading.Thread(target=commit) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # a loser may be told to retry (the task's retry then finds the batch committed); none applied it twice
+    assert all(o == 2 or type(o).__name__ in ("CommitConflict", "LedgerMismatch") for o in outcomes), outcomes
+    proto.recover()
+    assert table(proto) == {"o1": (2, "paid"), "o3": (1, "new")}
+    for t in ("sink", "tombstones"):
+        commits = delta_log_commits(proto.layout.table(t))
+        assert sum(1 for c in commits for x in c["txns"] if x["version"] == 2) == 1, (t, commits)
