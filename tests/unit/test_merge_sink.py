@@ -66,6 +66,17 @@ def run_batches(proto: Protocol, batches: list[list[tuple]]) -> None:
         assert table(proto) == model(batches[:i + 1]), f"after batch {i + 1}"
 
 
+def commit_dies_at(proto: Protocol, batch_id: int, point: str, monkeypatch) -> None:
+    """A commit of ``batch_id`` that dies at crash point ``point`` (nothing after it runs)."""
+    def crash(name):
+        if name == point:
+            raise SystemExit(f"crash at {point}")
+    monkeypatch.setattr(faults, "crash_point", crash)
+    with pytest.raises(SystemExit):
+        proto.commit(batch_id)
+    monkeypatch.undo()
+
+
 def test_the_table_holds_the_latest_record_of_each_key_across_batches_out_of_order_and_deleted(merge_proto):
     proto = merge_proto()
     run_batches(proto, [
@@ -119,13 +130,7 @@ def test_a_crash_between_the_sink_and_the_tombstones_is_finished_by_recover(merg
     attempt = stage(proto, plan.batch_id)
     proto.verify(plan.batch_id, attempt)
 
-    def crash(name):
-        if name == "commit.after_first_participant":
-            raise SystemExit("crash")
-    monkeypatch.setattr(faults, "crash_point", crash)
-    with pytest.raises(SystemExit):
-        proto.commit(plan.batch_id)
-    monkeypatch.undo()
+    commit_dies_at(proto, plan.batch_id, "commit.after_first_participant", monkeypatch)
     assert proto.committed_versions() == {"sink": 2, "quarantine": 1, "tombstones": 1}
     # the staged rows are still needed by the tombstones' commit: a sweep keeps them
     proto.sweep(recent=None)
@@ -241,13 +246,7 @@ def test_running_totals_fold_every_batch_once_even_when_a_commit_is_retried(tota
         attempt = stage(proto, plan.batch_id)
         proto.verify(plan.batch_id, attempt)
         if i == 1:  # the commit dies after the Delta commit, before the ledger: run again, recover, commit again
-            def crash(name):
-                if name == "commit.after_delta_commit":
-                    raise SystemExit("crash")
-            monkeypatch.setattr(faults, "crash_point", crash)
-            with pytest.raises(SystemExit):
-                proto.commit(plan.batch_id)
-            monkeypatch.undo()
+            commit_dies_at(proto, plan.batch_id, "commit.after_delta_commit", monkeypatch)
             proto.recover()
         proto.commit(plan.batch_id)
         proto.commit(plan.batch_id)  # a retried commit: a checked no-op
