@@ -65,7 +65,7 @@ def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schem
     for a in adds:
         pv = a.get("partition_values") or {}
         t = pq.read_table(fs.arrow_path(join(table_root, a["path"])), filesystem=afs,
-                                  columns=[c for c in columns if c not in pv])
+                          columns=[c for c in columns if c not in pv])
         for c in columns:
             if c in pv:
                 typ = schema.field(c).type
@@ -101,7 +101,8 @@ class _MergeCommit(DeltaParticipant):
         snapshot when another writer committed first (a PREPARED batch is never given up). A
         commit that finds the txn moved raises CommitConflict at once: the protocol decides."""
         if replace is not None and replace.paths:
-            raise ProtocolError(f"{self.name}: a merge commit replaces no files (interval mode is refused for merge)")
+            raise ProtocolError(f"{self.name}: a merge commit replaces no files (an interval re-run re-applies its "
+                                f"rows; the protocol passes it no files to remove)")
         for attempt in range(CONFLICT_RETRIES + 1):
             dt = self._begin(app_id, batch_id, self.schema_for(schema), self.partitioning(partition_by),
                              expected_prev)
@@ -205,9 +206,7 @@ class MergeParticipant(_MergeCommit):
                 mask = hit if mask is None else pc.and_(mask, hit)
             found.append(t.filter(mask))
         deleted = pa.concat_tables(found).rename_columns([*m.keys, seq_col]) if found else None
-        if deleted is None:
-            return source
-        if deleted.num_rows == 0:
+        if deleted is None or deleted.num_rows == 0:
             return source
         joined = source.join(deleted, keys=list(m.keys), join_type="left outer")
         later = pc.or_kleene(pc.is_null(joined[seq_col]), pc.greater(joined[self.seq], joined[seq_col]))

@@ -1226,9 +1226,9 @@ class Chaos:
         duplicates = sum(v - 1 for v in got.values()) + sum(1 for k in got if k not in want)
         wrong = []
         for r in rows:
-            w = want.get(r["customer"])
-            if w is None:
+            if r["customer"] not in want:
                 continue
+            w = want[r["customer"]]
             if (r["events"], r["smallest"], r["largest"], r["last_seen"]) != (
                     w["events"], w["smallest"], w["largest"], w["last_seen"]) or \
                     abs(r["total"] - w["total"]) > 1e-6 * max(1.0, abs(w["total"])):
