@@ -1,5 +1,6 @@
-"""One maintenance pass over a pipeline's two Delta tables: compaction, VACUUM, a Delta
-checkpoint and log cleanup, with delta-rs; what it did is kept in the ledger.
+"""One maintenance pass over a pipeline's Delta tables (the sink, the quarantine, and a merge
+sink's tombstones): compaction, VACUUM, a Delta checkpoint and log cleanup, with delta-rs; what
+it did is kept in the ledger.
 
 Exactly-once holds whatever runs beside it, by construction rather than by scheduling:
 
@@ -7,7 +8,9 @@ Exactly-once holds whatever runs beside it, by construction rather than by sched
   adds their rows in bigger ones (``dataChange=false``), never touching the pipeline's
   ``txn(appId, version)``. A batch commit racing it is an append of new files, which does not
   conflict with it: both land, in either order; the batch's own txn check still decides in
-  its snapshot. Interval mode is not compacted: a re-run of an interval replaces the exact
+  its snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it
+  read, delta-rs refuses the MERGE, which is then built again on the new snapshot
+  (``merge_sink``); the compaction changes no row, so the result is the same. Interval mode is not compacted: a re-run of an interval replaces the exact
   files its batches published, which a compaction would rewrite together with other intervals'
   rows (the re-run would then be refused, never duplicated).
 * **VACUUM** is delta-rs's *lite* vacuum (never ``full``): it deletes only files that a commit
