@@ -362,3 +362,30 @@ def test_committers_racing_for_one_prepared_merge_batch_apply_it_once(merge_prot
     for t in ("sink", "tombstones"):
         commits = delta_log_commits(proto.layout.table(t))
         assert sum(1 for c in commits for x in c["txns"] if x["version"] == 2) == 1, (t, commits)
+
+
+def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(merge_proto, monkeypatch):
+    """A compaction (or any writer) commits between the snapshot a MERGE read and its commit:
+    delta-rs refuses the MERGE (it read files the compaction removed), and the commit builds it
+    again on the new snapshot; no row twice, none lost, the batch once."""
+    from eobatch import merge_sink
+
+    proto = merge_proto()
+    run_batches(proto, [[("o1", 1, "new")], [("o2", 1, "new")], [("o3", 1, "new")]])
+    land(proto, "b4.jsonl", [("o1", 2, "paid"), ("o3", 2, "DELETE"), ("o4", 1, "new")])
+    plan, _ = proto.plan()
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    begin, raced = merge_sink.MergeParticipant._begin, []
+
+    def begin_then_compact(self, *a, **kw):
+        dt = begin(self, *a, **kw)
+        if not raced:  # the first snapshot goes stale: another writer compacts the table now
+            raced.append(DeltaTable(self.uri).optimize.compact()["numFilesRemoved"])
+        return dt
+    monkeypatch.setattr(merge_sink.MergeParticipant, "_begin", begin_then_compact)
+    monkeypatch.setattr(merge_sink.time, "sleep", lambda s: None)
+    proto.commit(plan.batch_id)
+    assert raced and raced[0] > 1, raced
+    assert table(proto) == {"o1": (2, "paid"), "o2": (1, "new"), "o4": (1, "new")}
+    ops = [h["operation"] for h in DeltaTable(proto.cfg.sink_table).history() if h.get("eo.batchId") == "4"]
+    assert ops == ["MERGE"]
