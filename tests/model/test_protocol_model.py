@@ -73,7 +73,7 @@ bugs this model found, fixed in 5315b82 (``test_found_*``). Where the model deli
 away from a state, the comment says why ("Not a bug: ...").
 
 Settings: a fixed, derandomized CI profile (200 examples of up to 35 steps, about 2 minutes on
-2 cores, and 60 of ``MergeProtocolModel``, the same machine over a merge sink, about a minute);
+2 cores, and 40 of ``MergeProtocolModel``, the same machine over a merge sink, about 45 s);
 ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check EXAMPLES=<n> [SEED=<s>]``) runs n random
 examples of up to 50 steps of each (``--hypothesis-seed`` repeats one run).
 """
@@ -1097,7 +1097,7 @@ class MergeProtocolModel(ProtocolModel):
 
 MergeProtocolModel.TestCase.settings = settings(
     ProtocolModel.TestCase.settings,
-    max_examples=int(os.environ.get("EOBATCH_MODEL_EXAMPLES") or os.environ.get("EOBATCH_MODEL_MERGE_CI_EXAMPLES", "60")))
+    max_examples=int(os.environ.get("EOBATCH_MODEL_EXAMPLES") or os.environ.get("EOBATCH_MODEL_MERGE_CI_EXAMPLES", "40")))
 TestMergeProtocolModel = MergeProtocolModel.TestCase
 
 
