@@ -9,7 +9,7 @@ records with the same key and sequence (the same version delivered twice, or a p
 reuses sequence numbers), the one whose whole row, as JSON, sorts highest, so that every attempt
 of the batch stages the same row whatever the order Spark reads them in. The staged rows carry
 ``_eo_delete`` (``delete_when`` of the row, null counted as false); the commit applies them with
-one Delta MERGE (``eobatch.delta_sink.MergeParticipant``).
+one Delta MERGE (``eobatch.merge_sink.MergeParticipant``).
 """
 
 from __future__ import annotations
