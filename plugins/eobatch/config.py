@@ -598,35 +598,10 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
     checked: list[tuple[str, list[str], set[str]]] = [("sink.merge.keys", keys, MERGE_KEY_TYPES)]
     seq, delete_when, accumulate = None, None, []
     if "sequence_by" in m:
-        seq = m["sequence_by"]
-        if not isinstance(seq, str) or not seq:
-            raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
-        if seq in keys:
-            raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
-                              f"(the version of a key's record: a number, date or timestamp that grows)")
+        seq, delete_when = _parse_upsert(m, keys, file)
         checked.append(("sink.merge.sequence_by", [seq], SEQUENCE_TYPES))
-        delete_when = m.get("delete_when")
-        if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip()
-                                        or ";" in delete_when):
-            raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
-                              f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
     else:
-        acc = m["accumulate"]
-        if not isinstance(acc, dict) or not acc:
-            raise ConfigError(file, "sink.merge.accumulate", f"must be a mapping {{<column>: sum|min|max}}, got {acc!r}")
-        for col, fn in acc.items():
-            if fn not in ACCUMULATE_FUNCTIONS:
-                raise ConfigError(file, f"sink.merge.accumulate.{col}", f"{fn!r} must be one of "
-                                  f"{', '.join(ACCUMULATE_FUNCTIONS)}")
-            if col in keys:
-                raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
-        accumulate = [(str(c), str(f)) for c, f in acc.items()]
-        if mode != "continuous":
-            raise ConfigError(file, "sink.merge.accumulate", "running aggregates run in continuous mode only: a "
-                              "re-run of an interval would fold its records into the totals a second time")
-        if "delete_when" in m:
-            raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
-                              "are never deleted")
+        accumulate = _parse_accumulate(m, keys, mode, file)
     if any(c.startswith("_") for c in [*keys, *([seq] if seq else []), *(c for c, _ in accumulate)]):
         raise ConfigError(file, "sink.merge", "key, sequence and aggregate columns are published columns: their "
                           "names cannot start with '_'")
@@ -635,6 +610,41 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
     return MergeConfig(keys=tuple(keys), sequence_by=seq,
                        delete_when=delete_when.strip() if delete_when is not None else None,
                        accumulate=tuple(accumulate))
+
+
+def _parse_upsert(m: dict, keys: list[str], file: str) -> tuple[str, str | None]:
+    """(sequence column, delete_when or None) of an upsert's ``sink.merge``."""
+    seq = m["sequence_by"]
+    if not isinstance(seq, str) or not seq:
+        raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
+    if seq in keys:
+        raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
+                          f"(the version of a key's record: a number, date or timestamp that grows)")
+    delete_when = m.get("delete_when")
+    if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip() or ";" in delete_when):
+        raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
+                          f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
+    return seq, delete_when
+
+
+def _parse_accumulate(m: dict, keys: list[str], mode: str, file: str) -> list[tuple[str, str]]:
+    """(column, function) pairs of a running-aggregates ``sink.merge.accumulate``."""
+    acc = m["accumulate"]
+    if not isinstance(acc, dict) or not acc:
+        raise ConfigError(file, "sink.merge.accumulate", f"must be a mapping {{<column>: sum|min|max}}, got {acc!r}")
+    for col, fn in acc.items():
+        if fn not in ACCUMULATE_FUNCTIONS:
+            raise ConfigError(file, f"sink.merge.accumulate.{col}", f"{fn!r} must be one of "
+                              f"{', '.join(ACCUMULATE_FUNCTIONS)}")
+        if col in keys:
+            raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
+    if mode != "continuous":
+        raise ConfigError(file, "sink.merge.accumulate", "running aggregates run in continuous mode only: a "
+                          "re-run of an interval would fold its records into the totals a second time")
+    if "delete_when" in m:
+        raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
+                          "are never deleted")
+    return [(str(c), str(f)) for c, f in acc.items()]
 
 
 NUMERIC_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE", "DOUBLE", "FLOAT",
