@@ -46,17 +46,18 @@ def _require(df, columns: list[str]) -> None:
                          f"(its columns: {', '.join(df.columns)})")
 
 
-def fold_per_key(df, keys: list[str], accumulate: list[list[str]]):
-    """One row per key of ``df``: each ``accumulate`` column folded with its function (sum, min,
-    max; nulls ignored, all-null gives null), as the commit's MERGE then folds it into the
-    table's row. Any other column of the output is refused: it would have no defined value."""
+def fold_per_key(df, keys: list[str], accumulate: list[list[str]], within: list[str] | None = None):
+    """One row per key of ``df`` (per key and ``within`` columns: interval mode, per key and
+    slice): each ``accumulate`` column folded with its function (sum, min, max; nulls ignored,
+    all-null gives null), as the commit then folds it into the table's row. Any other column of
+    the output is refused: it would have no defined value."""
     from pyspark.sql import functions as F
 
-    cols = [c for c, _ in accumulate]
+    cols, within = [c for c, _ in accumulate], list(within or [])
     _require(df, [*keys, *cols])
-    other = [c for c in df.columns if c not in keys and c not in cols]
+    other = [c for c in df.columns if c not in keys and c not in cols and c not in within]
     if other:
         raise SystemExit(f"sink.merge.accumulate: the transform's output column(s) {', '.join(other)} have no "
                          f"aggregate (add them to sink.merge.accumulate, or leave them out of the output)")
     fn = {"sum": F.sum, "min": F.min, "max": F.max}
-    return df.groupBy(*[F.col(k) for k in keys]).agg(*[fn[f](F.col(c)).alias(c) for c, f in accumulate])
+    return df.groupBy(*[F.col(k) for k in [*keys, *within]]).agg(*[fn[f](F.col(c)).alias(c) for c, f in accumulate])

@@ -64,7 +64,7 @@ def executor_env(spec: dict, plan) -> dict:
     return s3conf.credential_env()
 
 
-SLICE_COL = "_eo_slice"
+SLICE_COL = "_eo_slice"  # eobatch.formats.SLICE_COL (imported lazily like every eobatch name here; a test checks)
 
 
 def transform_slices(tmod, valid, ctx, slices: list[str]):
@@ -160,8 +160,8 @@ def run(spec: dict) -> dict:
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
     out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices)
     merge = spec.get("merge")
-    if merge and merge.get("accumulate"):  # running aggregates: the batch's rows of a key folded into one
-        out = fold_per_key(out, merge["keys"], merge["accumulate"])
+    if merge and merge.get("accumulate"):  # running aggregates: the batch's rows of a key (of a slice) folded into one
+        out = fold_per_key(out, merge["keys"], merge["accumulate"], within=extra)
     elif merge:  # an upsert stages the latest record of each key, flagged when it deletes
         out = latest_per_key(out, merge["keys"], merge["sequence_by"], merge.get("delete_when"))
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}

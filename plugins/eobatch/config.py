@@ -79,7 +79,9 @@ class MergeConfig:
       deleted by a higher ``sequence_by`` (``merge_sink.TombstoneParticipant``).
     * **accumulate** (``accumulate``: column -> sum | min | max): the row of a key is a running
       aggregate; each batch folds its rows of the key into it (a sum adds, a min keeps the
-      smaller, a max the larger), e.g. the ``running_totals`` transform's per-key partials."""
+      smaller, a max the larger), e.g. the ``running_totals`` transform's per-key partials. In
+      interval mode each interval's partials are kept (``PipelineConfig.interval_partials``) and
+      the key's row is their fold, so a re-run of an interval replaces its partials."""
     keys: tuple[str, ...]
     sequence_by: str | None = None
     delete_when: str | None = None
@@ -102,7 +104,7 @@ SEQUENCE_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINY
 class MaintenanceConfig:
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
     schedule: str | None = None  # None: run it from the UI or with `make maintain`
-    compact: bool = True  # continuous mode only (eobatch.maintenance)
+    compact: bool = True  # interval mode: the merge tables only (eobatch.maintenance)
     target_file_bytes: int = 128 << 20
     vacuum_retention_hours: float = 168.0
 
@@ -172,14 +174,21 @@ class PipelineConfig:
             return "append"
         if m.upsert:
             return f"merge upsert keys={','.join(m.keys)}"
-        return f"merge accumulate keys={','.join(m.keys)} " + ",".join(f"{c}:{f}" for c, f in m.accumulate)
+        return (f"merge accumulate keys={','.join(m.keys)} " + ",".join(f"{c}:{f}" for c, f in m.accumulate)
+                + (" from interval partials" if self.interval_partials else ""))
+
+    @property
+    def interval_partials(self) -> bool:
+        """Running aggregates in interval mode: the sink is recomputed from each interval's per-key
+        partials (``merge_sink.PartialsParticipant``), so that a re-run replaces its interval's."""
+        return self.mode == "interval" and self.merge is not None and not self.merge.upsert
 
     @property
     def participants(self) -> tuple[str, ...]:
         """The tables a batch is committed to, in commit order (``formats.participants``)."""
         from .formats import participants
 
-        return participants(tombstones=self.merge is not None and self.merge.upsert)
+        return participants(tombstones=self.merge is not None and self.merge.upsert, partials=self.interval_partials)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -417,7 +426,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     columns = parse_schema(schema, file)
     transform, transform_options = _parse_transform(raw, file)
     sink_table, partition_by = _parse_sink(raw, transform, columns, file)
-    merge = _parse_merge(raw, mode, transform, columns, file)
+    merge = _parse_merge(raw, transform, columns, file)
     quarantine_table = _parse_quarantine(raw, file)
     _check_separate_locations({"sink.table": sink_table, "quarantine.table": quarantine_table,
                                "source.path": source.path}, file)
@@ -565,7 +574,7 @@ def _parse_sink(raw: dict, transform: str, columns: tuple[Column, ...], file: st
     return table, tuple(partition_by)
 
 
-def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ...],
+def _parse_merge(raw: dict, transform: str, columns: tuple[Column, ...],
                  file: str) -> MergeConfig | None:
     """``sink.mode`` and ``sink.merge``: None for an append sink. The key and sequence columns are
     columns of the transform's output: with ``passthrough`` (the schema's columns) they must be
@@ -601,7 +610,7 @@ def _parse_merge(raw: dict, mode: str, transform: str, columns: tuple[Column, ..
         seq, delete_when = _parse_upsert(m, keys, file)
         checked.append(("sink.merge.sequence_by", [seq], SEQUENCE_TYPES))
     else:
-        accumulate = _parse_accumulate(m, keys, mode, file)
+        accumulate = _parse_accumulate(m, keys, file)
     if any(c.startswith("_") for c in [*keys, *([seq] if seq else []), *(c for c, _ in accumulate)]):
         raise ConfigError(file, "sink.merge", "key, sequence and aggregate columns are published columns: their "
                           "names cannot start with '_'")
@@ -627,7 +636,7 @@ def _parse_upsert(m: dict, keys: list[str], file: str) -> tuple[str, str | None]
     return seq, delete_when
 
 
-def _parse_accumulate(m: dict, keys: list[str], mode: str, file: str) -> list[tuple[str, str]]:
+def _parse_accumulate(m: dict, keys: list[str], file: str) -> list[tuple[str, str]]:
     """(column, function) pairs of a running-aggregates ``sink.merge.accumulate``."""
     acc = m["accumulate"]
     if not isinstance(acc, dict) or not acc:
@@ -638,9 +647,6 @@ def _parse_accumulate(m: dict, keys: list[str], mode: str, file: str) -> list[tu
                               f"{', '.join(ACCUMULATE_FUNCTIONS)}")
         if col in keys:
             raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
-    if mode != "continuous":
-        raise ConfigError(file, "sink.merge.accumulate", "running aggregates run in continuous mode only: a "
-                          "re-run of an interval would fold its records into the totals a second time")
     if "delete_when" in m:
         raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
                           "are never deleted")

@@ -43,20 +43,26 @@ FORMAT_VERSION = 1
 BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", "REWOUND"]
 LEDGER_DIR = "_eo_ledger"
 STAGING_DIR = "eo_batches"
-SINK, QUARANTINE, TOMBSTONES = "sink", "quarantine", "tombstones"
+SINK, QUARANTINE, TOMBSTONES, PARTIALS = "sink", "quarantine", "tombstones", "partials"
 # the participants the stage job writes files for; every pipeline has both
 STAGED = (SINK, QUARANTINE)
 # merge sinks: the staged rows' column saying "this record deletes its key" (never published)
 DELETE_COL = "_eo_delete"
 TOMBSTONES_DIR = "_eo_tombstones"  # under the sink table, like the ledger: Delta readers and VACUUM skip "_" folders
+PARTIALS_DIR = "_eo_partials"  # the same, for the partials of running aggregates in interval mode
+# interval mode: the column of a partials row naming the interval slice it belongs to (as the stage
+# job calls each record's slice), and the flag of a key a re-run of the slice no longer holds
+SLICE_COL, GONE_COL = "_eo_slice", "_eo_gone"
 
 
-def participants(tombstones: bool = False) -> tuple[str, ...]:
+def participants(tombstones: bool = False, partials: bool = False) -> tuple[str, ...]:
     """The tables a batch is committed to, in commit order: the sink, the quarantine, and for a
     merge sink its tombstones (the keys deleted and the sequence that deleted
     them, read by the sink's next merges: they are committed after the sink, from the sink's
-    staged rows, so the sink's merge of batch N always reads them as of batch N-1)."""
-    return STAGED + ((TOMBSTONES,) if tombstones else ())
+    staged rows, so the sink's merge of batch N always reads them as of batch N-1). Running
+    aggregates in interval mode commit their partials first (each interval's per-key partials,
+    from the sink's staged rows): the sink is then recomputed from the partials as of batch N."""
+    return ((PARTIALS,) if partials else ()) + STAGED + ((TOMBSTONES,) if tombstones else ())
 
 
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
@@ -136,8 +142,8 @@ class Layout:
         return join(self.sink_table, LEDGER_DIR)
 
     def table(self, participant: str) -> str:
-        if participant == TOMBSTONES:
-            return join(self.sink_table, TOMBSTONES_DIR)
+        if participant in (TOMBSTONES, PARTIALS):
+            return join(self.sink_table, TOMBSTONES_DIR if participant == TOMBSTONES else PARTIALS_DIR)
         return self.sink_table if participant == SINK else self.quarantine_table
 
     def plan(self, batch_id: int) -> str:

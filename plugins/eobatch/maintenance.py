@@ -10,9 +10,12 @@ Exactly-once holds whatever runs beside it, by construction rather than by sched
   conflict with it: both land, in either order; the batch's own txn check still decides in
   its snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it
   read, delta-rs refuses the MERGE, which is then built again on the new snapshot
-  (``merge_sink``); the compaction changes no row, so the result is the same. Interval mode is not compacted: a re-run of an interval replaces the exact
-  files its batches published, which a compaction would rewrite together with other intervals'
-  rows (the re-run would then be refused, never duplicated).
+  (``merge_sink``); the compaction changes no row, so the result is the same. In interval mode
+  the tables of staged files (an append sink, the quarantine) are not compacted: a re-run of an
+  interval replaces the exact files its batches published, which a compaction would rewrite
+  together with other intervals' rows (the re-run would then be refused, never duplicated). A
+  merge sink, its tombstones and the partials of running aggregates are: their batches are rows
+  (the partials' slices are named by a column), never files a re-run removes.
 * **VACUUM** is delta-rs's *lite* vacuum (never ``full``): it deletes only files that a commit
   removed (tombstones) and that are older than the retention. Files that no commit ever added
   are never touched: the staged files of an attempt in flight, of a PREPARED batch waiting for
@@ -59,13 +62,16 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
     compact = m.compact if compact is None else compact
     retention = m.vacuum_retention_hours if vacuum_retention_hours is None else vacuum_retention_hours
     report: dict[str, Any] = {"pipeline": cfg.name, "started_at": now or utcnow(), "tables": {}, "notes": []}
-    if compact and cfg.mode == "interval":
-        compact = False
-        report["notes"].append("not compacted: interval mode (a re-run of an interval replaces the exact files its "
-                               "batches published; a compaction would mix them with other intervals' rows)")
+    by_files = [p for p in proto.names if proto.participants[p].keeps_staged_files]
+    if compact and cfg.mode == "interval" and by_files:
+        report["notes"].append(f"not compacted: {', '.join(by_files)} (interval mode: a re-run of an interval "
+                               f"replaces the exact files its batches published there; a compaction would mix them "
+                               f"with other intervals' rows)")
     t_all = time.time()
     for participant in proto.names:
         part = proto.participants[participant]
+        # a merge table's batches are rows, never files a later re-run removes: compacted in both modes
+        compact_it = compact and (cfg.mode != "interval" or participant not in by_files)
         dt = part._table()
         if dt is None:
             report["tables"][participant] = {"table": part.uri, "exists": False}
@@ -75,7 +81,7 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
         entry: dict[str, Any] = {"table": part.uri, "exists": True, "version_before": dt.version(),
                                  "files_before": files0, "bytes_before": bytes0}
         meta = {"eo.maintenance": cfg.name}
-        if compact:
+        if compact_it:
             metrics = dt.optimize.compact(target_size=m.target_file_bytes,
                                           commit_properties=CommitProperties(custom_metadata=meta))
             entry["compacted"] = {"files_removed": int(metrics.get("numFilesRemoved", 0)),
@@ -118,7 +124,7 @@ def summary_line(report: dict) -> str:
     """One line of a report, for `make ledger` and the task log."""
     parts = []
     tables = report.get("tables", {})
-    order = participants(tombstones=True)
+    order = participants(tombstones=True, partials=True)
     for participant in sorted(tables, key=lambda p: order.index(p) if p in order else 9):
         e = tables[participant]
         if not e.get("exists"):

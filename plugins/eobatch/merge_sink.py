@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from .config import MergeConfig
 from .delta_sink import CommitConflict, DeltaParticipant, Replace, published_schema
 from .errors import LedgerMismatch, ProtocolError
-from .formats import DELETE_COL, SINK
+from .formats import DELETE_COL, GONE_COL, SINK, SLICE_COL, slice_of
 from .storage import Storage, join
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,22 @@ def _merger(dt, source: pa.Table, keys: tuple[str, ...], props):
                     source_alias="s", target_alias="t", commit_properties=props)
 
 
+def rows_of_keys(dt, types: pa.Schema, keys: tuple[str, ...], of: pa.Table) -> pa.Table:
+    """The rows of table ``dt`` (columns ``types``, cast to them) whose ``keys`` are those of a row
+    of ``of``. Scanned batch by batch: a filter pushed into the scan would compare the view
+    types delta-rs writes with the log's types, which pyarrow refuses."""
+    wanted = {k: pc.unique(of[k]) for k in keys}
+    found = []
+    for rb in dt.to_pyarrow_dataset().to_batches(columns=types.names):
+        t = pa.Table.from_batches([rb]).cast(types)
+        mask = None
+        for k in keys:
+            hit = pc.is_in(t[k], value_set=wanted[k])
+            mask = hit if mask is None else pc.and_(mask, hit)
+        found.append(t.filter(mask))
+    return pa.concat_tables(found) if found else types.empty_table()
+
+
 class _MergeCommit(DeltaParticipant):
     """A participant whose batch is applied with a MERGE of the staged rows (never added)."""
 
@@ -101,14 +117,15 @@ class _MergeCommit(DeltaParticipant):
         snapshot when another writer committed first (a PREPARED batch is never given up). A
         commit that finds the txn moved raises CommitConflict at once: the protocol decides."""
         if replace is not None and replace.paths:
-            raise ProtocolError(f"{self.name}: a merge commit replaces no files (an interval re-run re-applies its "
-                                f"rows; the protocol passes it no files to remove)")
+            raise ProtocolError(f"{self.name}: a merge commit replaces no files by name (an interval re-run "
+                                f"re-applies its rows, or replaces its partials by slice; the protocol passes it "
+                                f"no files to remove)")
         for attempt in range(CONFLICT_RETRIES + 1):
             dt = self._begin(app_id, batch_id, self.schema_for(schema), self.partitioning(partition_by),
                              expected_prev)
             try:
                 with self._conflicts():
-                    metrics = self._apply(dt, app_id, batch_id, adds, schema, metadata)
+                    metrics = self._apply(dt, app_id, batch_id, adds, schema, metadata, replace or Replace())
                 break
             except CommitConflict as e:
                 if attempt == CONFLICT_RETRIES:
@@ -137,7 +154,10 @@ class _MergeCommit(DeltaParticipant):
         """The table's partition columns, from the staged rows' ones."""
         return staged
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+               replace: Replace) -> dict:
+        """The batch's Delta commit on ``dt`` (with ``self._properties``); returns its metrics.
+        ``replace.slices``: interval mode, the slices this batch publishes."""
         raise NotImplementedError
 
 
@@ -152,7 +172,8 @@ class MergeParticipant(_MergeCommit):
     def schema_for(self, staged: pa.Schema) -> pa.Schema:
         return published_schema(staged)
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+               replace: Replace) -> dict:
         m = self.merge
         if not m.upsert:
             return self._accumulate(dt, app_id, batch_id, adds, schema, metadata)
@@ -193,20 +214,9 @@ class MergeParticipant(_MergeCommit):
         m = self.merge
         seq_col = "_eo_deleted_at"
         cols = [*m.keys, self.seq]
-        types = pa.schema([source.schema.field(c) for c in cols])
-        wanted = {k: pc.unique(source[k]) for k in m.keys}
-        found = []
-        # the tombstones of this batch's keys, scanned batch by batch (a filter pushed into the scan
-        # would compare the view types delta-rs writes with the log's types, which pyarrow refuses)
-        for rb in tomb.to_pyarrow_dataset().to_batches(columns=cols):
-            t = pa.Table.from_batches([rb]).cast(types)
-            mask = None
-            for k in m.keys:
-                hit = pc.is_in(t[k], value_set=wanted[k])
-                mask = hit if mask is None else pc.and_(mask, hit)
-            found.append(t.filter(mask))
-        deleted = pa.concat_tables(found).rename_columns([*m.keys, seq_col]) if found else None
-        if deleted is None or deleted.num_rows == 0:
+        found = rows_of_keys(tomb, pa.schema([source.schema.field(c) for c in cols]), m.keys, source)
+        deleted = found.rename_columns([*m.keys, seq_col])
+        if deleted.num_rows == 0:
             return source
         joined = source.join(deleted, keys=list(m.keys), join_type="left outer")
         later = pc.or_kleene(pc.is_null(joined[seq_col]), pc.greater(joined[self.seq], joined[seq_col]))
@@ -229,7 +239,8 @@ class TombstoneParticipant(_MergeCommit):
     def partitioning(self, staged: list[str]) -> list[str]:
         return []
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+               replace: Replace) -> dict:
         m = self.merge
         cols = [*m.keys, self.seq]
         source = read_staged(self.staged_fs, self.staged_root, adds, schema, [*cols, DELETE_COL])
@@ -240,3 +251,132 @@ class TombstoneParticipant(_MergeCommit):
                 .when_matched_delete(predicate=f"NOT s.{q(DELETE_COL)} AND {newer}")
                 .when_not_matched_insert(updates={q(c): f"s.{q(c)}" for c in cols}, predicate=f"s.{q(DELETE_COL)}")
                 .execute())
+
+
+# -- running aggregates in interval mode ---------------------------------------------------------
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _with_nulls(keys: pa.Table, schema: pa.Schema, flags: dict[str, bool]) -> pa.Table:
+    """Rows of ``schema``: the columns of ``keys``, each of ``flags`` set to its value, nulls elsewhere."""
+    n = keys.num_rows
+    cols = [keys[f.name] if f.name in keys.column_names else
+            pa.array([flags[f.name]] * n, pa.bool_()) if f.name in flags else pa.nulls(n, f.type)
+            for f in schema]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+class PartialsParticipant(_MergeCommit):
+    """Running aggregates in interval mode (``PipelineConfig.interval_partials``): the per-key
+    partials of each interval slice (the stage folds the rows of a key within a slice), one row
+    per key and slice, named by the slice (``SLICE_COL``). A batch replaces the partials of its
+    slices in one commit: an overwrite whose predicate names them by that column, so a
+    compaction of the table cannot make it inexact. A key the slice held before and no longer
+    holds keeps a row flagged ``GONE_COL`` (no values): the sink's recompute must visit it.
+    Committed first: the sink (``RefoldParticipant``) is recomputed from it as of the batch."""
+
+    reads_from: str | None = SINK
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        return pa.schema([*published_schema(staged), pa.field(SLICE_COL, pa.string(), nullable=False),
+                          pa.field(GONE_COL, pa.bool_(), nullable=False)])
+
+    def partitioning(self, staged: list[str]) -> list[str]:
+        return [SLICE_COL]
+
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+               replace: Replace) -> dict:
+        from deltalake import write_deltalake
+
+        slices = sorted(replace.slices)
+        if not slices:
+            raise ProtocolError(f"{self.name}: batch {batch_id} names no interval slice: its partials would "
+                                f"replace nothing (interval mode passes the batch's slices)")
+        table_schema = self.schema_for(schema)
+        keys = [*self.merge.keys, SLICE_COL]
+        new = self._staged_rows(adds, schema, slices)
+        old = dt.to_pyarrow_table(filters=[(SLICE_COL, "in", slices)], columns=[*keys, GONE_COL])
+        old = old.cast(pa.schema([table_schema.field(c) for c in old.column_names]))
+        gone = (old.filter(pc.invert(old[GONE_COL])).select(keys)
+                .join(new.select(keys), keys=keys, join_type="left anti"))
+        data = pa.concat_tables([
+            new.append_column(pa.field(GONE_COL, pa.bool_(), nullable=False),
+                              pa.array([False] * new.num_rows, pa.bool_())).select(table_schema.names)
+            .cast(table_schema),
+            _with_nulls(gone, table_schema, {GONE_COL: True})])
+        write_deltalake(dt, data, mode="overwrite", partition_by=[SLICE_COL],
+                        predicate=" OR ".join(f"{q(SLICE_COL)} = {_sql_text(s)}" for s in slices),
+                        commit_properties=self._properties(app_id, batch_id, metadata))
+        return {"num_target_rows_partials": new.num_rows, "num_target_rows_gone": gone.num_rows,
+                "num_target_rows_slices": len(slices)}
+
+    def _staged_rows(self, adds: list[dict], schema: pa.Schema, slices: list[str]) -> pa.Table:
+        """The staged partials with their slice: the folder of each staged file (a range without
+        files, e.g. Kafka offsets, is one slice: the batch's)."""
+        out = []
+        for a in adds:
+            name = slice_of(a["path"]) or (slices[0] if len(slices) == 1 else None)
+            if name not in slices:
+                raise ProtocolError(f"{self.name}: staged file {a['path']} is in no slice of this batch "
+                                    f"({', '.join(slices)})")
+            t = read_staged(self.staged_fs, self.staged_root, [a], published_schema(schema))
+            out.append(t.append_column(pa.field(SLICE_COL, pa.string(), nullable=False),
+                                       pa.array([name] * t.num_rows, pa.string())))
+        if not out:
+            return pa.schema([*published_schema(schema), pa.field(SLICE_COL, pa.string(), nullable=False)]).empty_table()
+        return pa.concat_tables(out)
+
+
+class RefoldParticipant(_MergeCommit):
+    """The sink of running aggregates in interval mode: a key's row is the fold (``accumulate``)
+    of its partials over every interval. Each batch recomputes it, for every key its slices hold
+    or held (a ``GONE_COL`` row), from the partials table as of this batch (committed just
+    before): a key left with no partials is deleted. The sink is a function of the partials, so
+    a retried or recovered commit, or a re-run of an interval, folds nothing twice."""
+
+    def __init__(self, name: str, table_uri: str, storage_options: dict | None, merge: MergeConfig,
+                 staged_fs: Storage, staged_root: str, partials: PartialsParticipant):
+        super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
+        self.partials = partials
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        return published_schema(staged)
+
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+               replace: Replace) -> dict:
+        source = self._refolded(app_id, batch_id, schema, sorted(replace.slices))
+        cols = {q(c): f"s.{q(c)}" for c in published_schema(schema).names}
+        return (_merger(dt, source, self.merge.keys, self._properties(app_id, batch_id, metadata))
+                .when_matched_delete(predicate=f"s.{q(DELETE_COL)}")
+                .when_matched_update(updates=cols, predicate=f"NOT s.{q(DELETE_COL)}")
+                .when_not_matched_insert(updates=cols, predicate=f"NOT s.{q(DELETE_COL)}")
+                .execute())
+
+    def _refolded(self, app_id: str, batch_id: int, schema: pa.Schema, slices: list[str]) -> pa.Table:
+        """The new row of every key of ``slices`` in the partials (flagged ``DELETE_COL`` when it
+        has no partials left)."""
+        p = self.partials._table()
+        at = (p.transaction_version(app_id) or 0) if p is not None else 0
+        if at != batch_id:
+            raise LedgerMismatch(f"the partials table {self.partials.uri} holds batch {at} of {app_id!r}; the sink "
+                                 f"{self.uri} is recomputed from its batch {batch_id} (committed just before it): "
+                                 f"another writer changed it. Nothing was merged")
+        m = self.merge
+        keys = list(m.keys)
+        pschema = self.partials.schema_for(schema)
+        out = pa.schema([*published_schema(schema), pa.field(DELETE_COL, pa.bool_(), nullable=False)])
+        touched = p.to_pyarrow_table(filters=[(SLICE_COL, "in", slices)], columns=keys)
+        touched = touched.cast(pa.schema([pschema.field(k) for k in keys])).group_by(keys).aggregate([])
+        if touched.num_rows == 0:
+            return out.empty_table()
+        cols = [c for c, _ in m.accumulate]
+        rows = rows_of_keys(p, pa.schema([pschema.field(c) for c in [*keys, *cols, GONE_COL]]), m.keys, touched)
+        rows = rows.filter(pc.invert(rows[GONE_COL]))
+        folded = rows.group_by(keys).aggregate([(c, fn) for c, fn in m.accumulate])
+        folded = folded.rename_columns([next((c for c, fn in m.accumulate if n == f"{c}_{fn}"), n)
+                                        for n in folded.column_names])
+        left = touched.join(folded.select(keys), keys=keys, join_type="left anti")
+        live = folded.append_column(pa.field(DELETE_COL, pa.bool_(), nullable=False),
+                                    pa.array([False] * folded.num_rows, pa.bool_()))
+        return pa.concat_tables([live.select(out.names).cast(out), _with_nulls(left, out, {DELETE_COL: True})])

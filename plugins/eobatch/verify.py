@@ -206,7 +206,7 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str
 def merge_problems(fs, table_root: str, adds: list[dict], staged: pa.Schema, merge) -> list[str]:
     """A merge sink's staged rows (``config.MergeConfig``): one row per key, no null key or
     sequence, and the delete flag. Reads the key and sequence columns of the staged files."""
-    from .formats import DELETE_COL
+    from .formats import DELETE_COL, slice_of
     from .merge_sink import read_staged
 
     cols = [*merge.keys, *([merge.sequence_by] if merge.upsert else [])]
@@ -215,13 +215,21 @@ def merge_problems(fs, table_root: str, adds: list[dict], staged: pa.Schema, mer
         return [f"sink: the staged rows have no column(s) {', '.join(missing)} (sink.merge)"]
     if merge.upsert and not pa.types.is_boolean(staged.field(DELETE_COL).type):
         return [f"sink: the staged column {DELETE_COL} is {staged.field(DELETE_COL).type}, not boolean"]
+    # running aggregates stage one row per key and interval slice (the slice folder of the file;
+    # none in continuous mode), an upsert one row per key of the whole batch
+    groups: dict[str | None, list[dict]] = {}
+    for a in adds:
+        groups.setdefault(None if merge.upsert else slice_of(a["path"]), []).append(a)
     t = read_staged(fs, table_root, adds, staged, cols)
     problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key (and an upsert the "
                 f"sequence) of every row (the transform must not output null ones)" for c in cols if t[c].null_count]
-    distinct = t.group_by(list(merge.keys)).aggregate([]).num_rows if t.num_rows else 0
-    if distinct != t.num_rows:
-        problems.append(f"sink: the staged rows hold {t.num_rows - distinct} more row(s) than keys: a merge batch "
-                        f"stages one row per key")
+    extra = 0
+    for part in groups.values():
+        g = read_staged(fs, table_root, part, staged, list(merge.keys)) if len(groups) > 1 else t
+        extra += g.num_rows - (g.group_by(list(merge.keys)).aggregate([]).num_rows if g.num_rows else 0)
+    if extra:
+        problems.append(f"sink: the staged rows hold {extra} more row(s) than keys: a merge batch stages one row "
+                        f"per key" + ("" if merge.upsert else " (per key and interval slice)"))
     return problems
 
 

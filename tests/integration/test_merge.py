@@ -90,32 +90,54 @@ def test_a_partitioned_merge_sink_publishes_the_latest_record_of_each_key_to_del
     assert seen["partitionColumns"] == ["status"]
 
 
-def test_running_totals_fold_each_batch_into_the_table_once(tmp_path):
-    """The running_totals transform's per-key partials, folded by an accumulating merge sink: the
-    table equals the totals recomputed from every record read, a retried commit adds nothing."""
-    from support.harness import orders
+TOTALS = {"keys": ["customer"], "accumulate": {"events": "sum", "total": "sum", "smallest": "min", "largest": "max",
+                                                 "last_seen": "max"}}
+TOTALS_OPTIONS = {"key": "customer", "value": "amount", "time": "ts"}
+TOTALS_SCHEMA = "order_id STRING NOT NULL, customer STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"
 
-    p = write_pipeline(tmp_path, transform="running_totals", options={"key": "customer", "value": "amount", "time": "ts"},
-                       schema="order_id STRING NOT NULL, customer STRING NOT NULL, amount DOUBLE, ts TIMESTAMP",
-                       merge={"keys": ["customer"], "accumulate": {"events": "sum", "total": "sum", "smallest": "min",
-                                                                   "largest": "max", "last_seen": "max"}})
-    batches = [orders("a", 40), orders("b", 25, start=7) + [{"order_id": "n", "customer": "c1", "ts": "2026-01-02T00:00:00Z"}]]
-    for i, records in enumerate(batches):
-        p.land(f"b{i}.jsonl", records)
-        assert run_batch(p) == i + 1
-    p.protocol().commit(2)  # a retried commit: the txn is there, nothing is folded twice
 
+def check_totals(sink, records: list[dict]) -> None:
+    """The sink holds, per customer, the running totals recomputed here from ``records``."""
     want: dict = {}
-    for r in (r for b in batches for r in b):
+    for r in records:
         w = want.setdefault(r["customer"], {"events": 0, "amounts": [], "ts": []})
         w["events"] += 1
         if r.get("amount") is not None:
             w["amounts"].append(r["amount"])
         w["ts"].append(r["ts"])
-    got = {r["customer"]: r for r in read_rows(p.sink)}
+    got = {r["customer"]: r for r in read_rows(sink)}
     assert sorted(got) == sorted(want)
     for c, w in want.items():
         row = got[c]
         assert (row["events"], row["smallest"], row["largest"]) == (w["events"], min(w["amounts"]), max(w["amounts"]))
         assert row["total"] == pytest.approx(sum(w["amounts"]))
         assert row["last_seen"].isoformat().replace("+00:00", "Z") == max(w["ts"])
+
+
+def test_interval_running_totals_republish_a_late_interval_without_folding_it_twice(tmp_path):
+    """The running_totals transform's per-key partials with the real stage job, in interval mode
+    (continuous mode's fold is the same Spark code without slices; its commit is unit-tested and
+    `make chaos SINK=totals` runs it on Spark): the job folds each interval's records per key
+    and slice; a late file republishes hour 0 in the batch of hour 1 (two slices in one batch):
+    the partials of hour 0 are replaced, the sink recomputed from them, so hour 0's first file
+    is counted once, and a retried commit changes nothing."""
+    from support.harness import orders
+
+    p = write_pipeline(tmp_path, name="hourly", transform="running_totals", options=TOTALS_OPTIONS,
+                       schema=TOTALS_SCHEMA, merge=TOTALS, mode="interval", schedule="@hourly",
+                       interval_prefix="dt={ds}/hour={hh}")
+    h0, h1 = ("2026-01-01T00:00:00+00:00", "2026-01-01T01:00:00+00:00"), ("2026-01-01T01:00:00+00:00",
+                                                                           "2026-01-01T02:00:00+00:00")
+    a, late, b = orders("a", 30), orders("l", 12, start=3), orders("b", 20, start=5)
+    p.land("dt=2026-01-01/hour=00/a.jsonl", a)
+    assert run_batch(p, interval=h0, run_id="r0") == 1
+    check_totals(p.sink, a)
+    p.land("dt=2026-01-01/hour=00/late.jsonl", late)
+    p.land("dt=2026-01-01/hour=01/b.jsonl", b)
+    assert run_batch(p, interval=h1, run_id="r1") == 2
+    check_totals(p.sink, a + late + b)
+    p.protocol().commit(2)  # a retried commit changes nothing
+    check_totals(p.sink, a + late + b)
+    partials = read_rows(str(p.sink) + "/_eo_partials")
+    assert sorted({r["_eo_slice"] for r in partials}) == ["iv=20260101T000000Z", "iv=20260101T010000Z"]
+    assert len(partials) == len({(r["_eo_slice"], r["customer"]) for r in partials})  # a key once per slice

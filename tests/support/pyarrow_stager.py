@@ -111,12 +111,12 @@ def latest_per_key(merge, good: list) -> list:
 
 
 def fold_per_key(merge, good: list) -> list:
-    """An accumulating merge sink's staged rows: the rows of each key folded (sum, min, max;
-    nulls ignored), as ``spark_jobs/merge.py`` stages them."""
+    """An accumulating merge sink's staged rows: the rows of each key (of each interval slice)
+    folded (sum, min, max; nulls ignored), as ``spark_jobs/merge.py`` stages them."""
     fns: dict[str, Any] = {"sum": lambda a, b: a + b, "min": min, "max": max}
     out: dict[tuple, tuple[str, dict]] = {}
     for sl, row in good:
-        k = tuple(row[c] for c in merge.keys)
+        k = (sl, *(row[c] for c in merge.keys))
         if k not in out:
             out[k] = (sl, dict(row))
             continue

@@ -886,14 +886,21 @@ def test_a_merge_sink_loads_adds_the_tombstones_participant_and_changes_the_fing
     assert load_pipeline(write_yaml(doc)).fingerprint() not in (cfg.fingerprint(), append.fingerprint())
 
 
-def test_an_upsert_runs_in_interval_mode_running_aggregates_do_not(write_yaml, base_cfg):
+def test_merge_sinks_run_in_interval_mode_running_aggregates_from_interval_partials(write_yaml, base_cfg):
     doc = copy.deepcopy(base_cfg)
     doc.update(schema=MERGE_SCHEMA, mode="interval", schedule="@hourly")
     doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "ts"})
-    assert load_pipeline(write_yaml(doc)).merge is not None  # a re-run re-applies the same versions: no change
+    cfg = load_pipeline(write_yaml(doc))  # a re-run re-applies the same versions: no change
+    assert cfg.participants == ("sink", "quarantine", "tombstones") and not cfg.interval_partials
     doc["schema"] = "order_id STRING NOT NULL, amount DOUBLE"
     doc["sink"]["merge"] = {"keys": ["order_id"], "accumulate": {"amount": "sum"}}
-    _expect_error(write_yaml, doc, "sink.merge.accumulate", name="orders.yaml", contains="a second time")
+    cfg = load_pipeline(write_yaml(doc))  # a re-run replaces its interval's partials; the sink is their fold
+    assert cfg.participants == ("partials", "sink", "quarantine") and cfg.interval_partials
+    continuous = copy.deepcopy(doc)
+    continuous.update(mode="continuous")
+    del continuous["schedule"]
+    # the sink's rows mean something else in each mode: a table cannot change from one to the other
+    assert load_pipeline(write_yaml(continuous)).sink_contract != cfg.sink_contract
 
 
 def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cfg):

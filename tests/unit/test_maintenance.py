@@ -74,7 +74,8 @@ def test_interval_mode_is_checkpointed_but_never_compacted_and_a_rerun_still_rep
         run(proto, i)
     files = live_files(Path(by_prefix.sink_table))
     report = maintain(proto, vacuum_retention_hours=0)
-    assert "not compacted: interval mode" in report["notes"][0] and "compacted" not in report["tables"]["sink"]
+    assert "not compacted: sink, quarantine (interval mode" in report["notes"][0]
+    assert "compacted" not in report["tables"]["sink"]
     assert live_files(Path(by_prefix.sink_table)) == files
     land(by_prefix, "dt=2026-01-01/hour=01/late.jsonl", ["h1-late"])  # a late file: hour 1 is published again
     run(proto, 1, run_id="h1-again")

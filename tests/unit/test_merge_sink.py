@@ -8,6 +8,7 @@ one with the highest sequence, absent when that one deletes its key."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as hst
 from eobatch import faults
 from eobatch.formats import DELETE_COL
 from eobatch.protocol import Protocol, ProtocolError
-from support.protocol_runs import run_next
+from support.protocol_runs import iv, run_next
 from support.pyarrow_stager import stage
 
 SCHEMA = "order_id STRING NOT NULL, seq BIGINT NOT NULL, status STRING, op STRING"
@@ -310,6 +311,154 @@ def test_an_interval_upsert_republished_with_a_late_file_or_run_again_applies_ea
     assert proto.committed_versions()["sink"] == proto.committed_versions()["tombstones"] == 4
 
 
+# -- interval mode, running aggregates: the sink is the fold of every interval's partials ----------------
+@pytest.fixture
+def interval_totals(make_cfg, tmp_path):
+    """(protocol, land(hour, name, sales), drop(hour, name)) of an hourly running-totals pipeline."""
+    landing = Path(str(make_cfg().source.path))
+    cfg = make_cfg(mode="interval", schedule="@hourly", schema=TOTALS_SCHEMA,
+                   source={"kind": "files", "path": str(landing), "interval_prefix": "dt={ds}/hour={hh}",
+                           "settle_seconds": 0},
+                   sink={"table": str(tmp_path / "lake" / "orders"), "mode": "merge", "merge": TOTALS})
+    proto = Protocol(cfg)
+    assert proto.names == ("partials", "sink", "quarantine")
+
+    def folder(h: int) -> Path:
+        return landing / f"dt=2026-01-01/hour={h:02d}"
+
+    def land_hour(h: int, name: str, sales: list[tuple]) -> None:
+        folder(h).mkdir(parents=True, exist_ok=True)
+        land_sales(proto, f"dt=2026-01-01/hour={h:02d}/{name}", sales)
+
+    return proto, land_hour, lambda h, name: (folder(h) / name).unlink()
+
+
+def test_interval_running_totals_re_run_an_interval_by_replacing_its_partials_never_folding_twice(
+        interval_totals, monkeypatch):
+    from support.protocol_runs import run as run_hour
+
+    proto, land_hour, drop = interval_totals
+    files = {(0, "a"): [("ada", 5, 0), ("bob", 2, 0)], (0, "b"): [("ada", 3, 0)],
+             (1, "a"): [("ada", 1, 1), ("cy", None, 1)]}
+    for (h, name), sales in files.items():
+        land_hour(h, f"{name}.jsonl", sales)
+    run_hour(proto, 0)
+    run_hour(proto, 1)
+    assert totals(proto) == totals_model(list(files.values()))
+    # a late file of hour 0 and a new hour: the run of hour 2 republishes hour 0 whole
+    files[(0, "late")] = [("dan", 7, 0), ("ada", -4, 0)]
+    files[(2, "a")] = [("bob", 4, 2)]
+    land_hour(0, "late.jsonl", files[(0, "late")])
+    land_hour(2, "a.jsonl", files[(2, "a")])
+    run_hour(proto, 2)
+    assert totals(proto) == totals_model(list(files.values()))
+    # a maintenance pass compacts the partials and the sink (their batches are rows, slices a
+    # column), not the quarantine (its slices are files); the next re-runs stay exact
+    from eobatch.maintenance import maintain
+
+    report = maintain(proto, vacuum_retention_hours=0)
+    assert [p for p, e in report["tables"].items() if "compacted" in e] == ["partials", "sink"]
+    # hour 0 run again after two of its files were taken out of the landing zone (a backfill):
+    # dan had sales in them only (deleted), bob keeps his hour-2 sale, ada loses 5, -4 and her min
+    for name in ("a", "late"):
+        drop(0, f"{name}.jsonl")
+        del files[(0, name)]
+    run_hour(proto, 0, run_id="rerun-h0")
+    assert totals(proto) == totals_model(list(files.values())) == {
+        "ada": (4, 1, 1), "bob": (4, 4, 2), "cy": (None, None, 1)}
+    # hour 1 run again and its commit dies between the partials and the sink: recover finishes it
+    before = totals(proto)
+    proto.recover(run_id="rerun-h1")
+    plan, _ = proto.plan(interval=iv(1), run_id="rerun-h1")
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    commit_dies_at(proto, plan.batch_id, "commit.after_first_participant", monkeypatch)
+    held = proto.committed_versions()
+    assert held["partials"] == plan.batch_id > held["sink"]
+    proto.recover(run_id="rerun-h1")
+    proto.commit(plan.batch_id)  # a retried commit: a checked no-op
+    assert totals(proto) == before
+    assert set(proto.committed_versions().values()) == {plan.batch_id}
+    # the partials: one row per key and slice, the keys hour 0 no longer holds flagged
+    rows = DeltaTable(proto.layout.table("partials")).to_pyarrow_table().to_pylist()
+    live = sorted((r["_eo_slice"][-7:-5], r["customer"]) for r in rows if not r["_eo_gone"])
+    assert live == [("00", "ada"), ("01", "ada"), ("01", "cy"), ("02", "bob")]
+    assert sorted(r["customer"] for r in rows if r["_eo_gone"]) == ["bob", "dan"]
+
+
+def partials_fold(proto: Protocol) -> dict:
+    """What the sink must hold, computed here from the partials table: per key the fold of its
+    rows not flagged gone (the keys with none left absent)."""
+    out: dict = {}
+    for r in DeltaTable(proto.layout.table("partials")).to_pyarrow_table().to_pylist():
+        if r["_eo_gone"]:
+            continue
+        s, lo, ts = out.get(r["customer"], (None, None, None))
+        a, b, t = r["amount"], r["low"], r["ts"]
+        out[r["customer"]] = (s if a is None else a if s is None else s + a, lo if b is None else b if lo is None
+                              else min(lo, b), ts if t is None else t if ts is None else max(ts, t))
+    return {k: (s, lo, None if ts is None else ts.hour) for k, (s, lo, ts) in out.items()}
+
+
+hours = hst.integers(0, 1)  # two hours: a re-run, a late file and a removal meet often
+steps = hst.lists(hst.one_of(
+    hst.tuples(hst.just("land"), hours, sales),
+    hst.tuples(hst.just("drop"), hours, hst.integers(0, 3)),
+    hst.tuples(hst.just("run"), hours, hst.none())), min_size=3, max_size=10)
+
+
+@settings(max_examples=int(os.environ.get("EOBATCH_IV_TOTALS_EXAMPLES", "12")), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=steps)
+def test_interval_running_totals_after_any_landings_removals_and_re_runs_equal_a_recomputation(
+        make_cfg, tmp_path_factory, script):
+    """Any files landed in and taken out of three hours, hours run in any order and again: the
+    sink is always the fold of the partials, and once every hour has run after its last change,
+    the fold of every record of the landing zone."""
+    from support.protocol_runs import run as run_hour
+
+    tmp = tmp_path_factory.mktemp("iv")
+    landing = tmp / "landing"
+    landing.mkdir()
+    cfg = make_cfg(mode="interval", schedule="@hourly", schema=TOTALS_SCHEMA,
+                   source={"kind": "files", "path": str(landing), "interval_prefix": "dt={ds}/hour={hh}",
+                           "settle_seconds": 0},
+                   sink={"table": str(tmp / "lake" / "orders"), "mode": "merge", "merge": TOTALS},
+                   quarantine={"table": str(tmp / "lake" / "orders_quarantine")})
+    proto = Protocol(cfg)
+    present: dict[tuple[int, int], list[tuple]] = {}
+    runs = 0
+
+    def run(h: int) -> None:
+        nonlocal runs
+        runs += 1
+        run_hour(proto, h, run_id=f"r{runs}")
+        if DeltaTable.is_deltatable(proto.cfg.sink_table):
+            assert totals(proto) == partials_fold(proto), f"after run {runs} (hour {h})"
+
+    for n, (op, h, arg) in enumerate(script):
+        folder = landing / f"dt=2026-01-01/hour={h:02d}"
+        if op == "land":
+            folder.mkdir(parents=True, exist_ok=True)
+            present[(h, n)] = [(c, a, h) for c, a, _ in arg]
+            land_sales(proto, f"dt=2026-01-01/hour={h:02d}/f{n}.jsonl", present[(h, n)])
+        elif op == "drop":
+            mine = sorted(k for k in present if k[0] == h)
+            if mine:
+                k = mine[arg % len(mine)]
+                (folder / f"f{k[1]}.jsonl").unlink()
+                del present[k]
+        else:
+            run(h)
+    for h in range(2):  # every hour once more: each publishes the files it holds now (one at least: a
+        folder = landing / f"dt=2026-01-01/hour={h:02d}"  # run of an emptied interval plans nothing, README)
+        folder.mkdir(parents=True, exist_ok=True)
+        present[(h, -1)] = [("zed", h, h)]
+        land_sales(proto, f"dt=2026-01-01/hour={h:02d}/last.jsonl", present[(h, -1)])
+        run(h)
+    published = totals(proto) if DeltaTable.is_deltatable(proto.cfg.sink_table) else {}
+    assert published == totals_model(list(present.values()))
+
+
 def test_the_kind_of_sink_cannot_change_under_an_existing_table(make_cfg, merge_proto, tmp_path):
     append = make_cfg(schema=SCHEMA, sink={"table": str(tmp_path / "lake" / "orders")})
     land(Protocol(append), "a.jsonl", [("o1", 1, "new")])
@@ -389,3 +538,10 @@ def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(m
     assert table(proto) == {"o1": (2, "paid"), "o2": (1, "new"), "o4": (1, "new")}
     ops = [h["operation"] for h in DeltaTable(proto.cfg.sink_table).history() if h.get("eo.batchId") == "4"]
     assert ops == ["MERGE"]
+
+
+def test_the_stage_job_names_each_rows_interval_slice_as_the_partials_table_does():
+    from eobatch.formats import SLICE_COL
+    from spark_jobs.stage_batch import SLICE_COL as job_slice_col
+
+    assert job_slice_col == SLICE_COL

@@ -33,6 +33,7 @@ from ..errors import (
     SliceRewritten,
 )
 from ..formats import (
+    PARTIALS,
     SINK,
     STAGED,
     TOMBSTONES,
@@ -83,11 +84,20 @@ class Protocol(Repairs):
 
     def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
         """The participant of each table: append tables take the staged files as they are; a merge
-        sink and its tombstones apply the sink's staged rows with a MERGE (``merge_sink``)."""
+        sink and its tombstones apply the sink's staged rows with a MERGE; running aggregates in
+        interval mode keep the staged partials per slice and recompute the sink from them
+        (``merge_sink``)."""
         out: dict[str, Participant] = {p: DeltaParticipant(p, self.layout.table(p), storage_options)
                                        for p in self.names}
         merge = self.cfg.merge
-        if merge is not None:
+        if merge is not None and PARTIALS in self.names:
+            from ..merge_sink import PartialsParticipant, RefoldParticipant
+
+            staged = (self.fs_for(SINK), self.layout.sink_table)
+            partials = PartialsParticipant(PARTIALS, self.layout.table(PARTIALS), storage_options, merge, *staged)
+            out[PARTIALS] = partials
+            out[SINK] = RefoldParticipant(SINK, self.layout.table(SINK), storage_options, merge, *staged, partials)
+        elif merge is not None:
             from ..merge_sink import MergeParticipant, TombstoneParticipant
 
             staged = (self.fs_for(SINK), self.layout.sink_table)
@@ -549,9 +559,12 @@ class Protocol(Repairs):
         held = min(self.committed_versions().values()) if held is None else held
         hist = (hist or self.ledger.history()).bound(held)
         by_slice = st.replaced_files(plan, hist.replace_sources(plan, held))
+        # a table of staged files replaces its slices' files, named; a merge table is told the
+        # batch's slices only (an upsert re-applies its rows, running aggregates replace their
+        # partials by slice: see merge_sink)
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
-                if self.participants[part].keeps_staged_files else Replace()  # a merge re-applies, see merge_sink
+                if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
                 for part in self.names}
 
     def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
