@@ -104,7 +104,7 @@ SEQUENCE_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINY
 class MaintenanceConfig:
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
     schedule: str | None = None  # None: run it from the UI or with `make maintain`
-    compact: bool = True  # interval mode: the merge tables only (eobatch.maintenance)
+    compact: bool = True  # interval mode: slice by slice (eobatch.compaction)
     target_file_bytes: int = 128 << 20
     vacuum_retention_hours: float = 168.0
 

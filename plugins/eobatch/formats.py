@@ -43,6 +43,7 @@ FORMAT_VERSION = 1
 BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", "REWOUND"]
 LEDGER_DIR = "_eo_ledger"
 STAGING_DIR = "eo_batches"
+COMPACTED_DIR = "eo_compacted"  # interval mode: the files a compaction of a slice wrote (maintenance)
 SINK, QUARANTINE, TOMBSTONES, PARTIALS = "sink", "quarantine", "tombstones", "partials"
 # the participants the stage job writes files for; every pipeline has both
 STAGED = (SINK, QUARANTINE)
@@ -201,6 +202,16 @@ class Layout:
         if not isinstance(name, str) or not re.fullmatch(r"[0-9a-f]{64}", name):
             raise InvalidId(f"invalid checkpoint chunk name {name!r}")
         return join(self.checkpoint_index_dir(), name + ".json")
+
+    def compactions_dir(self, batch_id: int, participant: str, slice_: str) -> str:
+        """Interval mode: the records of the compactions of one slice of one batch in one table."""
+        if not re.fullmatch(r"iv=\d{8}T\d{6}Z", slice_ or "") or participant not in STAGED:
+            raise InvalidId(f"invalid slice {slice_!r} of participant {participant!r}")
+        return join(self.ledger, "compactions", bid(batch_id), participant, slice_)
+
+    def compacted_rel(self, batch_id: int, slice_: str, token: str) -> str:
+        """Interval mode: the folder, relative to a table, of one compaction's files of a slice."""
+        return f"{COMPACTED_DIR}/b{bid(batch_id)}/{slice_}/{check_attempt(token)}"
 
     def staging_root(self, participant: str) -> str:
         return join(self.table(participant), STAGING_DIR)
@@ -389,6 +400,26 @@ class RewindRecord(Record):
     @property
     def key(self) -> str:
         return f"{self.after_batch}-{self.to_batch}"
+
+
+@dataclass
+class SliceCompaction(Record):
+    """Interval mode: maintenance rewrote the files ``replaces`` that batch ``batch_id`` published
+    for ``slice`` in table ``participant`` into ``added``, so that the slice is held by ``files``
+    (paths relative to the table); written before that Delta commit. A re-run of the slice removes ``files`` instead
+    when they are live (the commit landed; ``compaction.current_slice_files``), so the slice
+    stays exactly replaceable; a record whose files are not live (the commit lost or never ran,
+    or a restore went back before it) changes nothing."""
+
+    pipeline: str
+    batch_id: int
+    participant: str
+    slice: str
+    replaces: list  # the paths it removes (of the slice's files before it)
+    files: list  # the paths of the slice's files after it
+    added: list  # the AddAction dicts of the files it wrote: {"path", "size", "partition_values", ...}
+    written_at: str
+    format: int = FORMAT_VERSION
 
 
 def _epoch_ms(iso: str) -> int:

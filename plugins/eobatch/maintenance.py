@@ -4,18 +4,17 @@ it did is kept in the ledger.
 
 Exactly-once holds whatever runs beside it, by construction rather than by scheduling:
 
-* **Compaction** (continuous mode) is delta-rs OPTIMIZE: one commit that removes small files and
-  adds their rows in bigger ones (``dataChange=false``), never touching the pipeline's
-  ``txn(appId, version)``. A batch commit racing it is an append of new files, which does not
-  conflict with it: both land, in either order; the batch's own txn check still decides in
-  its snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it
-  read, delta-rs refuses the MERGE, which is then built again on the new snapshot
-  (``merge_sink``); the compaction changes no row, so the result is the same. In interval mode
-  the tables of staged files (an append sink, the quarantine) are not compacted: a re-run of an
-  interval replaces the exact files its batches published, which a compaction would rewrite
-  together with other intervals' rows (the re-run would then be refused, never duplicated). A
-  merge sink, its tombstones and the partials of running aggregates are: their batches are rows
-  (the partials' slices are named by a column), never files a re-run removes.
+* **Compaction** is delta-rs OPTIMIZE: one commit that removes small files and adds their rows
+  in bigger ones (``dataChange=false``), never touching the pipeline's ``txn(appId, version)``.
+  A batch commit racing it is an append of new files, which does not conflict with it: both
+  land, in either order; the batch's own txn check still decides in its snapshot. A merge
+  sink's MERGE rewrites files too: when the compaction removed one it read, delta-rs refuses
+  the MERGE, which is then built again on the new snapshot (``merge_sink``); the compaction
+  changes no row, so the result is the same. In interval mode a table of staged files (an
+  append sink, the quarantine) is compacted one interval slice at a time instead, with a record
+  of each, so that a re-run of an interval still replaces exactly its slice (``compaction``,
+  which also says how it races a batch commit); a merge sink, its tombstones and the partials
+  of running aggregates are compacted as in continuous mode (their batches are rows).
 * **VACUUM** is delta-rs's *lite* vacuum (never ``full``): it deletes only files that a commit
   removed (tombstones) and that are older than the retention. Files that no commit ever added
   are never touched: the staged files of an attempt in flight, of a PREPARED batch waiting for
@@ -36,6 +35,7 @@ import logging
 import time
 from typing import Any
 
+from . import compaction
 from .formats import participants
 from .protocol.state import utcnow
 from .storage import join, storage_for
@@ -62,16 +62,12 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
     compact = m.compact if compact is None else compact
     retention = m.vacuum_retention_hours if vacuum_retention_hours is None else vacuum_retention_hours
     report: dict[str, Any] = {"pipeline": cfg.name, "started_at": now or utcnow(), "tables": {}, "notes": []}
-    by_files = [p for p in proto.names if proto.participants[p].keeps_staged_files]
-    if compact and cfg.mode == "interval" and by_files:
-        report["notes"].append(f"not compacted: {', '.join(by_files)} (interval mode: a re-run of an interval "
-                               f"replaces the exact files its batches published there; a compaction would mix them "
-                               f"with other intervals' rows)")
     t_all = time.time()
     for participant in proto.names:
         part = proto.participants[participant]
-        # a merge table's batches are rows, never files a later re-run removes: compacted in both modes
-        compact_it = compact and (cfg.mode != "interval" or participant not in by_files)
+        # interval mode: a table of staged files is compacted one slice at a time (``compaction``),
+        # so that a re-run still replaces exactly its slice; a merge table's batches are rows
+        by_slice = cfg.mode == "interval" and part.keeps_staged_files
         dt = part._table()
         if dt is None:
             report["tables"][participant] = {"table": part.uri, "exists": False}
@@ -81,7 +77,14 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
         entry: dict[str, Any] = {"table": part.uri, "exists": True, "version_before": dt.version(),
                                  "files_before": files0, "bytes_before": bytes0}
         meta = {"eo.maintenance": cfg.name}
-        if compact_it:
+        if by_slice:
+            entry["dead_compactions_removed"] = compaction.sweep_dead(proto, participant, dt)
+        if compact and by_slice:
+            done = compaction.compact_slices(proto, participant, dt, m.target_file_bytes)
+            report["notes"] += done.pop("notes")
+            entry["compacted"] = done
+            dt = part._table()
+        elif compact:
             metrics = dt.optimize.compact(target_size=m.target_file_bytes,
                                           commit_properties=CommitProperties(custom_metadata=meta))
             entry["compacted"] = {"files_removed": int(metrics.get("numFilesRemoved", 0)),

@@ -353,11 +353,11 @@ def test_interval_running_totals_re_run_an_interval_by_replacing_its_partials_ne
     run_hour(proto, 2)
     assert totals(proto) == totals_model(list(files.values()))
     # a maintenance pass compacts the partials and the sink (their batches are rows, slices a
-    # column), not the quarantine (its slices are files); the next re-runs stay exact
+    # column) and the quarantine (slice by slice: its slices are files); the next re-runs stay exact
     from eobatch.maintenance import maintain
 
     report = maintain(proto, vacuum_retention_hours=0)
-    assert [p for p, e in report["tables"].items() if "compacted" in e] == ["partials", "sink"]
+    assert [p for p, e in report["tables"].items() if "compacted" in e] == ["partials", "sink", "quarantine"]
     # hour 0 run again after two of its files were taken out of the landing zone (a backfill):
     # dan had sales in them only (deleted), bob keeps his hour-2 sale, ada loses 5, -4 and her min
     for name in ("a", "late"):

@@ -158,13 +158,17 @@ def last_interval_before(live_plans: Iterable[BatchPlan], start) -> BatchPlan | 
     return newest[1] if newest is not None else None
 
 
-def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, PreparedBatch]]) -> dict[str, dict[str, set[str]]]:
+def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, PreparedBatch]],
+                   current: Callable[[int, str, str, set[str]], set[str]] | None = None,
+                   ) -> dict[str, dict[str, set[str]]]:
     """Interval mode: slice name -> participant -> the table paths ``plan``'s commit removes to
     replace that slice: the files the newest batch of ``committed`` (committed live batches
     before ``plan``, with their PREPARED records) that published the slice staged for it. Those
     are its files under the slice's folder, or all its files when it published that slice
     alone (a Kafka range, a batch staged before slices existed). Named one by one, never
-    matched by a path pattern: a file another writer rewrote is missing, not silently kept."""
+    matched by a path pattern: a file another writer rewrote is missing, not silently kept.
+    ``current(batch, participant, slice, published)``: the files that hold that slice now, when
+    a compaction of the slice alone rewrote them (``compaction.current_slice_files``)."""
     out: dict[str, dict[str, set[str]]] = {}
     wanted = set(plan.slices())
     for held, prepared in sorted(committed, key=lambda c: -c[0].batch_id):
@@ -174,6 +178,8 @@ def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, Prepare
         for name in sorted((wanted & own) - out.keys()):
             out[name] = {part: {a["path"] for a in adds if len(own) == 1 or slice_of(a["path"]) == name}
                          for part, adds in prepared.adds.items()}
+            if current is not None:
+                out[name] = {part: current(held.batch_id, part, name, paths) for part, paths in out[name].items()}
     return out
 
 

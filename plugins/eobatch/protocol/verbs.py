@@ -558,7 +558,7 @@ class Protocol(Repairs):
             return None
         held = min(self.committed_versions().values()) if held is None else held
         hist = (hist or self.ledger.history()).bound(held)
-        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held))
+        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
         # a table of staged files replaces its slices' files, named; a merge table is told the
         # batch's slices only (an upsert re-applies its rows, running aggregates replace their
         # partials by slice: see merge_sink)
@@ -566,6 +566,24 @@ class Protocol(Repairs):
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
                 if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
                 for part in self.names}
+
+    def _current_slice_files(self):
+        """For ``state.replaced_files``: the files holding a slice now, after compactions of it
+        (``compaction``); each table's live files are read once, when a compaction is found."""
+        from ..compaction import current_slice_files
+
+        live: dict[str, set[str]] = {}
+
+        def current(batch_id: int, participant: str, slice_: str, published: set[str]) -> set[str]:
+            if participant not in STAGED or not self.participants[participant].keeps_staged_files:
+                return published
+
+            def live_files() -> set[str]:
+                if participant not in live:
+                    live[participant] = self.participants[participant].live_files()
+                return live[participant]
+            return current_slice_files(self, batch_id, participant, slice_, published, live_files)
+        return current
 
     def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
         """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""

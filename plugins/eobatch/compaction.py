@@ -1,0 +1,242 @@
+"""Interval mode: compaction that keeps every interval slice exactly replaceable.
+
+A re-run of an interval removes, by name, the files its newest committed batch published for
+it in each table of staged files (``state.replaced_files``). A compaction that mixed them with
+other slices' rows would make that impossible, so a slice is compacted on its own: the files
+one batch published for one slice (in one partition) are rewritten into one, under
+``eo_compacted/b<batch>/<slice>/<token>/``, and a record of it (``formats.SliceCompaction``,
+``_eo_ledger/compactions/b<batch>/<participant>/<slice>/<token>.json``) is written before the
+Delta commit that swaps them. ``current_slice_files`` then answers "which files hold this slice
+now": the newest record whose files are all live, else what the batch published; so a record
+whose commit never landed (a crash, a lost race) or that a restore went back before changes
+nothing.
+
+Races, decided by Delta, never by scheduling: the swap restates the pipeline's
+``txn(appId, version)`` as it is in its snapshot (the version does not change). delta-rs fails
+either of two commits that carry a txn of the same appId when the other landed first, so a
+batch commit racing a compaction of the same table is rebuilt on the new snapshot (and then
+removes the compacted files), and a compaction built before a batch landed is given up. (A
+remove alone would not do: delta-rs lets a commit remove a file a concurrent commit removed
+with ``dataChange=false``, which is how compactions remove.) The swap's actions say
+``dataChange=false``: a streaming reader does not see the rows again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from .formats import COMPACTED_DIR, STAGING_DIR, SliceCompaction, partition_text, slice_of
+from .protocol.state import utcnow
+from .storage import join
+
+log = logging.getLogger(__name__)
+DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long
+
+
+def records(proto, batch_id: int, participant: str, slice_: str) -> list[tuple[str, SliceCompaction]]:
+    """(path, record) of every compaction of ``slice_`` of ``batch_id`` in ``participant``, oldest first."""
+    fs = proto.ledger.fs
+    folder = proto.layout.compactions_dir(batch_id, participant, slice_)
+    found = sorted(f.path for f in fs.list_files(folder, recursive=False) if f.path.endswith(".json"))
+    return [(p, SliceCompaction.from_json(fs.read_bytes(p))) for p in found]
+
+
+def current_slice_files(proto, batch_id: int, participant: str, slice_: str, published: set[str],
+                        live: Callable[[], set[str]]) -> set[str]:
+    """The files that hold ``slice_`` of ``batch_id`` in ``participant`` now: those of its newest
+    compaction whose files are all ``live()``, else ``published`` (what the batch committed)."""
+    recs = records(proto, batch_id, participant, slice_) if proto.cfg.mode == "interval" else []
+    if not recs:
+        return published
+    now_live = live()
+    for _path, rec in reversed(recs):
+        files = set(rec.files)
+        if files and files <= now_live:
+            return files
+    return published
+
+
+def _owner(path: str) -> tuple[int, str | None] | None:
+    """(batch, slice or None) of a table file the pipeline wrote, from its path; None for others."""
+    parts = path.split("/")
+    if len(parts) > 3 and parts[0] == STAGING_DIR and parts[1].startswith("b") and parts[1][1:].isdigit():
+        return int(parts[1][1:]), slice_of(path)
+    if len(parts) > 4 and parts[0] == COMPACTED_DIR and parts[1].startswith("b") and parts[1][1:].isdigit():
+        return int(parts[1][1:]), parts[2]
+    return None
+
+
+def _published(proto, batch_id: int, participant: str, slice_: str) -> set[str] | None:
+    """The files ``batch_id`` committed for ``slice_`` in ``participant`` (as replaced_files reads
+    its PREPARED record), or None when the ledger does not have them."""
+    plan, prepared = proto.ledger.plan(batch_id), proto.ledger.prepared(batch_id)
+    if plan is None or prepared is None or slice_ not in plan.slices():
+        return None
+    one = len(plan.slices()) == 1
+    return {a["path"] for a in prepared.adds.get(participant, []) if one or slice_of(a["path"]) == slice_}
+
+
+def compact_slices(proto, participant: str, dt, target_bytes: int) -> dict:
+    """Compact, in ``participant``'s table ``dt`` (a delta-rs handle), every slice whose files
+    (those of one partition) are more than one and smaller on average than ``target_bytes``.
+    Returns {"slices": n, "files_removed": r, "files_added": a, "notes": [...]}."""
+    out: dict = {"slices": 0, "files_removed": 0, "files_added": 0, "notes": []}
+    app = proto.app_id
+    txn = dt.transaction_version(app) or 0
+    if txn == 0:
+        return out
+    t = pa.table(dt.get_add_actions(flatten=False))
+    pvs = t.column("partition").to_pylist() if "partition" in t.column_names else [None] * t.num_rows
+    live: dict[str, dict] = {}
+    groups: dict[tuple[int, str], list[str]] = {}
+    for path, size, pv in zip(t.column("path").to_pylist(), t.column("size_bytes").to_pylist(), pvs):
+        live[path] = {"size": int(size), "partition_values": {k: partition_text(v) for k, v in (pv or {}).items()}}
+        owner = _owner(path)
+        if owner is None:
+            continue
+        b, s = owner
+        if s is None:  # a batch of one slice (a Kafka range): its plan names it
+            plan = proto.ledger.plan(b)
+            s = next(iter(plan.slices())) if plan is not None and len(plan.slices()) == 1 else None
+        if s is not None:
+            groups.setdefault((b, s), []).append(path)
+    for (b, s), paths in sorted(groups.items()):
+        published = _published(proto, b, participant, s)
+        if published is None:
+            continue
+        current = current_slice_files(proto, b, participant, s, published, lambda: set(live))
+        if set(paths) != current:
+            out["notes"].append(f"{participant}: slice {s} of batch {b}: its live files are not the ones the ledger "
+                                f"says it holds (another writer?): not compacted")
+            continue
+        by_partition: dict[tuple, list[str]] = {}
+        for p in paths:
+            by_partition.setdefault(tuple(sorted(live[p]["partition_values"].items())), []).append(p)
+        small = [ps for ps in by_partition.values()
+                 if len(ps) > 1 and sum(live[p]["size"] for p in ps) / len(ps) < target_bytes]
+        if not small:
+            continue
+        done = _compact_one(proto, participant, dt, txn, b, s, current, small, live)
+        if done is None:
+            out["notes"].append(f"{participant}: slice {s} of batch {b}: a batch committed meanwhile; not compacted")
+            break  # the snapshot is stale: the next pass starts from a new one
+        out["slices"] += 1
+        out["files_removed"] += done[0]
+        out["files_added"] += done[1]
+        dt = proto.participants[participant]._table()  # the next swap is built on this one's version
+        if (dt.transaction_version(app) or 0) != txn:
+            break  # a batch landed since the listing: the next pass starts from a new one
+    return out
+
+
+def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current: set[str],
+                 small: list[list[str]], live: dict[str, dict]) -> tuple[int, int] | None:
+    """Rewrite each group of ``small`` into one file; record it; swap them in one Delta commit
+    restating ``txn``. (removed, added), or None when that commit lost to a batch commit."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+    from .verify import footer_stats
+
+    fs = proto.fs_for(participant)
+    root = proto.layout.table(participant)
+    afs = fs.arrow_fs()
+    token = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:12]
+    schema = pa.schema(dt.schema().to_arrow())
+    pcols = set(dt.metadata().partition_columns)
+    data_schema = pa.schema([f for f in schema if f.name not in pcols])
+    added, removed = [], []
+    for i, group in enumerate(small):
+        parts = [pq.read_table(fs.arrow_path(join(root, p)), filesystem=afs) for p in group]
+        rows = pa.concat_tables(parts, promote_options="default")
+        rows = rows.select([n for n in data_schema.names if n in rows.column_names])
+        rel = f"{proto.layout.compacted_rel(b, s, token)}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
+        full = join(root, rel)
+        fs.makedirs(full.rsplit("/", 1)[0])
+        pq.write_table(rows, fs.arrow_path(full), filesystem=afs, compression="snappy")
+        info = fs.stat(full)
+        if info is None:
+            raise RuntimeError(f"{full}: written but not found")
+        nan_free = [f.name for f in rows.schema if pa.types.is_floating(f.type)
+                    and not pc.any(pc.is_nan(rows[f.name])).as_py()]
+        meta = pq.ParquetFile(fs.arrow_path(full), filesystem=afs).metadata
+        added.append({"path": rel, "size": info.size, "partition_values": live[group[0]]["partition_values"],
+                      "modification_time": info.mtime_ms, "stats": footer_stats(meta, schema, nan_free)})
+        removed += group
+    files = sorted((current - set(removed)) | {a["path"] for a in added})
+    rec = SliceCompaction(pipeline=proto.cfg.name, batch_id=b, participant=participant, slice=s,
+                          replaces=sorted(removed), files=files, added=added, written_at=utcnow())
+    path = join(proto.layout.compactions_dir(b, participant, s), token + ".json")
+    if not proto.ledger.fs.put_if_absent(path, rec.to_json()):
+        raise RuntimeError(f"compaction record {path} exists already")
+    now = int(time.time() * 1000)
+    actions: list = [RemoveAction(p, False, now, live[p]["size"], live[p]["partition_values"]) for p in removed]
+    actions += [AddAction(a["path"], a["size"], a["partition_values"], a["modification_time"], False, a["stats"])
+                for a in added]
+    meta = {"eo.maintenance": proto.cfg.name, "eo.compacted": _tag(b, s, path)}
+    try:
+        dt.create_write_transaction(actions, mode="append", schema=dt.schema(),
+                                    partition_by=list(dt.metadata().partition_columns) or None,
+                                    commit_properties=CommitProperties(
+                                        custom_metadata=meta, app_transactions=[Transaction(proto.app_id, txn)]))
+    except CommitFailedError as e:
+        log.info("%s: compaction of slice %s of batch %s lost to a concurrent commit (%s); undone", participant, s,
+                 b, e)
+        _forget(proto, participant, path, rec)
+        return None
+    log.info("%s: slice %s of batch %s: %d file(s) compacted into %d", participant, s, b, len(removed), len(added))
+    return len(removed), len(added)
+
+
+def _forget(proto, participant: str, record_path: str, rec: SliceCompaction) -> None:
+    """Remove a compaction that never landed: its files, then its record."""
+    fs = proto.fs_for(participant)
+    root = proto.layout.table(participant)
+    for a in rec.added:
+        try:
+            fs.delete(join(root, a["path"]))
+        except FileNotFoundError:
+            pass
+    proto.ledger.fs.delete(record_path)
+
+
+def sweep_dead(proto, participant: str, dt, older_than_s: float = DEAD_AFTER_S) -> int:
+    """Remove the compactions of ``participant`` that never landed (a pass that died between its
+    record and its commit), once older than ``older_than_s`` (a pass in flight is younger): none
+    of their files is live and no commit of the table's history carries their token. Returns how
+    many were removed."""
+    fs = proto.ledger.fs
+    cutoff = time.time() - older_than_s
+    live = None
+    dead = []
+    for f in fs.list_files(join(proto.layout.ledger, "compactions")):
+        if f"/{participant}/" not in f.path or not f.path.endswith(".json") or f.mtime_ms / 1000 > cutoff:
+            continue
+        rec = SliceCompaction.from_json(fs.read_bytes(f.path))
+        live = live if live is not None else set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
+        if not any(a["path"] in live for a in rec.added):
+            dead.append((f.path, rec))
+    if not dead:
+        return 0
+    landed = {h.get("eo.compacted") for h in dt.history() if h.get("eo.compacted")}
+    removed = 0
+    for path, rec in dead:
+        if _tag(rec.batch_id, rec.slice, path) not in landed:
+            _forget(proto, participant, path, rec)
+            removed += 1
+    return removed
+
+
+def _tag(batch_id: int, slice_: str, record_path: str) -> str:
+    """What a compaction's commit says of itself (commitInfo ``eo.compacted``)."""
+    return f"batch {batch_id} {slice_} {record_path.rsplit('/', 1)[-1].removesuffix('.json')}"
+
+
+__all__ = ["compact_slices", "current_slice_files", "records", "sweep_dead"]
