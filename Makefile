@@ -25,11 +25,11 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain replay sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
-	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name>"
+	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars s3-jars
@@ -149,6 +149,13 @@ rewind: venv
 maintain: venv
 	@test -n "$$PIPELINE" || { echo "usage: make maintain PIPELINE=<name>" >&2; exit 2; }
 	@source include/env.sh && python -m eobatch.cli maintain "$$PIPELINE"
+
+# the one-slot Airflow pools that pipelines name in maintenance.pool (their commit and maintenance
+# tasks take a slot of it), created or reset in the Airflow home of include/env.sh
+pools: venv
+	@source include/env.sh && airflow_init && python -m eobatch.cli pools | while read -r pool names; do \
+	    airflow pools set "$$pool" 1 "eobatch: the commit and maintenance tasks of $$names" >/dev/null && \
+	    echo "pool $$pool: 1 slot ($$names)"; done
 
 replay: venv
 	@test -n "$$PIPELINE" -a -n "$$BATCH" || { echo "usage: make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]" >&2; exit 2; }

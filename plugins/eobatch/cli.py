@@ -208,8 +208,12 @@ def main(argv=None) -> int:
     rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
+    sub.add_parser("pools", help="the Airflow pools the pipelines name (maintenance.pool): one line each, "
+                                 "<pool> <pipelines, comma-separated> (make pools creates them with one slot)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "pools":
+            return _pools()
         return _command(args)
     except KeyError as e:  # no such pipeline
         print(f"error: {e.args[0]}", file=sys.stderr)
@@ -217,6 +221,21 @@ def main(argv=None) -> int:
     except EobatchError as e:  # the one table: eobatch.errors.exit_code
         print(f"{'not ready' if e.kind == 'wait' else 'error'}: {e}", file=sys.stderr)
         return exit_code(e)
+
+
+def _pools() -> int:
+    from .config import load_all
+
+    cfgs, errors = load_all()
+    for name, err in sorted(errors.items()):
+        print(f"warning: {name}: {err}", file=sys.stderr)
+    pools: dict[str, list[str]] = {}
+    for cfg in cfgs.values():
+        if cfg.maintenance.pool:
+            pools.setdefault(cfg.maintenance.pool, []).append(cfg.name)
+    for pool, names in sorted(pools.items()):
+        print(f"{pool} {','.join(sorted(names))}")
+    return 0
 
 
 def _command(args) -> int:

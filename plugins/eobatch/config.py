@@ -107,6 +107,10 @@ class MaintenanceConfig:
     compact: bool = True  # interval mode: slice by slice (eobatch.compaction)
     target_file_bytes: int = 128 << 20
     vacuum_retention_hours: float = 168.0
+    # an Airflow pool (create it with one slot: `make pools`) that the commit task and the
+    # maintenance task take, so that they do not run at the same time on purpose (correctness
+    # does not depend on it: eobatch.compaction, eobatch.maintenance); None: no pool
+    pool: str | None = None
 
 
 @dataclass(frozen=True)
@@ -244,7 +248,7 @@ class PipelineConfig:
 TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink", "quarantine",
             "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations",
             "schema_evolution", "maintenance"}
-MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours"}
+MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours", "pool"}
 SINK_KEYS = {"table", "partition_by", "mode", "merge"}
 MERGE_KEYS = {"keys", "sequence_by", "delete_when", "accumulate"}
 QUARANTINE_KEYS = {"table"}
@@ -764,9 +768,12 @@ def _parse_timeouts(section: dict, file: str) -> _Timeouts:
         plan_wait_seconds=pos_int(section.get("plan_wait_seconds", 3600), file, "retries.plan_wait_seconds"))
 
 
+POOL_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
 def _parse_maintenance(raw: dict, file: str) -> MaintenanceConfig:
     section = _optional_mapping(raw, "maintenance", MAINTENANCE_KEYS, file, "must be a mapping (schedule, compact, "
-                                "target_file_mb, vacuum_retention_hours)")
+                                "target_file_mb, vacuum_retention_hours, pool)")
     schedule = section.get("schedule")
     if schedule is not None:
         if not isinstance(schedule, str):
@@ -780,8 +787,12 @@ def _parse_maintenance(raw: dict, file: str) -> MaintenanceConfig:
     if isinstance(retention, bool) or not isinstance(retention, (int, float)) or retention < 0:
         raise ConfigError(file, "maintenance.vacuum_retention_hours", f"must be a number of hours >= 0, got "
                           f"{retention!r}")
+    pool = section.get("pool")
+    if pool is not None and (not isinstance(pool, str) or not POOL_RE.fullmatch(pool)):
+        raise ConfigError(file, "maintenance.pool", f"must be an Airflow pool name (letters, digits, '_', '-', '.'; "
+                          f"at most 256), got {pool!r}")
     return MaintenanceConfig(schedule=schedule, compact=compact, target_file_bytes=target << 20,
-                             vacuum_retention_hours=float(retention))
+                             vacuum_retention_hours=float(retention), pool=pool)
 
 
 def _parse_expectations(section: Any, columns: tuple[Column, ...], file: str) -> tuple[Expectation, ...]:

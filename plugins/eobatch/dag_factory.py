@@ -117,7 +117,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
         commit = CommitOperator(task_id="commit", pipeline_file=f, retries=cfg.commit_retries, outlets=[published],
                                 retry_exponential_backoff=True, max_active_tis_per_dag=1,
-                                max_retry_delay=dt.timedelta(minutes=10))
+                                max_retry_delay=dt.timedelta(minutes=10), **pool_args(cfg))
         abort = AbortOperator(task_id="abort", pipeline_file=f)
         recover >> plan >> stage >> verify >> commit
         [stage, verify] >> abort
@@ -141,14 +141,19 @@ def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
         default_args={"owner": "eobatch", "retries": 2, "retry_delay": dt.timedelta(minutes=1)},
         tags=["eobatch", "maintenance"],
         doc_md=(f"### Maintenance of pipeline `{cfg.name}`\n\nCompaction of small files "
-                f"({'on, to ' + str(m.target_file_bytes >> 20) + ' MiB files' if m.compact else 'off'}; never in "
-                f"interval mode), lite VACUUM of files removed more than {m.vacuum_retention_hours:g} h ago (never a "
+                f"({'on, to ' + str(m.target_file_bytes >> 20) + ' MiB files' if m.compact else 'off'}; interval "
+                f"mode: one interval slice at a time), lite VACUUM of files removed more than {m.vacuum_retention_hours:g} h ago (never a "
                 f"file no commit added: staged files of PREPARED batches are safe), Delta checkpoint and log "
                 f"cleanup. A batch commit at the same time stays exactly once. The report is kept in the ledger "
                 f"(`make ledger` shows the last one)."),
     ) as dag:
-        MaintainOperator(task_id="maintain", pipeline_file=cfg.file)
+        MaintainOperator(task_id="maintain", pipeline_file=cfg.file, **pool_args(cfg))
     return dag
+
+
+def pool_args(cfg: PipelineConfig) -> dict:
+    """The pool shared by the commit and the maintenance tasks (``maintenance.pool``), if any."""
+    return {"pool": cfg.maintenance.pool} if cfg.maintenance.pool else {}
 
 
 def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, str]]:

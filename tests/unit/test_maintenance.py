@@ -168,3 +168,25 @@ def test_each_pipeline_gets_a_maintenance_dag(make_cfg):
     assert errors == {} and sorted(dags) == ["orders", "orders_maintenance"]
     dag = dags["orders_maintenance"]
     assert [t.task_id for t in dag.tasks] == ["maintain"] and "72 h" in dag.doc_md
+    assert dag.get_task("maintain").pool == "default_pool" and dags["orders"].get_task("commit").pool == "default_pool"
+
+
+def test_a_pool_named_by_the_pipeline_is_taken_by_its_commit_and_maintenance_tasks(make_cfg, capsys, monkeypatch):
+    import pytest
+
+    from eobatch import cli
+    from eobatch.config import ConfigError
+    from eobatch.dag_factory import build_all
+
+    cfg = make_cfg(maintenance={"pool": "eobatch_orders"})
+    dags, errors = build_all(str(Path(cfg.file).parent))
+    assert errors == {}
+    assert dags["orders"].get_task("commit").pool == dags["orders_maintenance"].get_task("maintain").pool == \
+        "eobatch_orders"
+    assert {t.task_id for t in dags["orders"].tasks if t.pool == "eobatch_orders"} == {"commit"}
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["pools"]) == 0
+    assert capsys.readouterr().out == "eobatch_orders orders\n"  # what `make pools` creates, one slot each
+    for bad in ("", "a pool", 7, "x" * 257):
+        with pytest.raises(ConfigError, match="maintenance.pool"):
+            make_cfg(maintenance={"pool": bad})
