@@ -1325,8 +1325,6 @@ def main(argv=None) -> int:
         ap.error("--batches must be at least 1")
     if args.mode == "interval" and args.backend != "files":
         ap.error("--mode interval runs with --backend files only")
-    if args.sink == "totals" and args.mode != "continuous":
-        ap.error("--sink totals runs in continuous mode only")
     only = [k for k in args.faults.split(",") if k] if args.faults else None
     kinds = kinds_for(args.backend, args.mode)
     known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)
