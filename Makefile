@@ -25,7 +25,7 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
@@ -117,6 +117,13 @@ model-check: venv
 	@examples="$${EXAMPLES:-500}"; [[ "$$examples" =~ ^[0-9]+$$ ]] || { echo "usage: make model-check [EXAMPLES=<n>] [SEED=<s>]" >&2; exit 2; }; \
 	EOBATCH_MODEL_EXAMPLES="$$examples" $(VENV)/bin/python -m pytest tests/model -q -p no:cacheprovider \
 	    --hypothesis-seed="$${SEED:-1}" --hypothesis-show-statistics $(PYTEST_ARGS)
+
+# a long history (many small batches, maintenance passes, late files, re-runs) in both modes;
+# make test runs 40 batches of it
+history-check: venv
+	@batches="$${BATCHES:-2000}"; [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
+	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/test_maintenance.py \
+	    tests/unit/test_compaction.py -k long_history -q -p no:cacheprovider $(PYTEST_ARGS)
 
 run: setup
 	bash include/run_pipeline.sh "$$PIPELINE" "$$RUNS" "$$CONF" "$$DATE"

@@ -1,12 +1,13 @@
 """eobatch.maintenance on real delta-rs tables (the pyarrow stager, no Spark): many small batches
 compacted and vacuumed with the rows unchanged and later batches still exactly once; a PREPARED
 batch's staged files survive a VACUUM of retention 0 and its commit still lands; interval mode
-is compacted slice by slice and its re-runs stay exact, also when a compaction races a commit;
-the report reaches the ledger, `make ledger` and the maintenance DAG."""
+is compacted slice by slice (test_compaction.py); a long history; the report reaches the ledger,
+`make ledger` and the maintenance DAG; the pool shared with the commit task."""
 
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 from eobatch.maintenance import last_report, maintain, summary_line
@@ -14,6 +15,11 @@ from eobatch.protocol import Protocol
 from support.checks import delta_log_commits, live_files, read_rows, txn_version
 from support.protocol_runs import land_and_run, land_ids, published_ids
 from support.pyarrow_stager import stage
+
+# a long history (`make history-check BATCHES=<n>`; a year of hours is 8760): many small batches
+# through the real protocol, a maintenance pass every EVERY batches
+HISTORY = int(os.environ.get("EOBATCH_HISTORY_BATCHES", "40"))
+EVERY = max(HISTORY // 4, 10)
 
 
 def test_many_small_batches_compacted_and_vacuumed_rows_unchanged_later_batches_exactly_once(make_cfg):
@@ -65,101 +71,6 @@ def test_a_prepared_batch_survives_vacuum_and_a_compaction_before_its_commit(mak
     assert len(read_rows(Path(proto.cfg.sink_table))) == 10
 
 
-def hours_published(by_prefix, proto, n: int = 3) -> list[str]:
-    """Hours 0..n-1, three records each, run once (two staged files per hour: two Spark partitions)."""
-    from support.protocol_runs import land, run
-
-    ids = []
-    for i in range(n):
-        land(by_prefix, f"dt=2026-01-01/hour={i:02d}/a.jsonl", [f"h{i}-a", f"h{i}-b", f"h{i}-c"])
-        run(proto, i)
-        ids += [f"h{i}-a", f"h{i}-b", f"h{i}-c"]
-    return ids
-
-
-def test_interval_mode_is_compacted_slice_by_slice_and_a_rerun_still_replaces_exactly(by_prefix):
-    from support.protocol_runs import land, published, run
-
-    proto = Protocol(by_prefix)
-    assert maintain(proto)["tables"]["sink"] == {"table": by_prefix.sink_table, "exists": False}  # no table yet
-    ids = hours_published(by_prefix, proto)
-    sink = Path(by_prefix.sink_table)
-    assert len(live_files(sink)) == 6
-    report = maintain(proto, vacuum_retention_hours=0)
-    e = report["tables"]["sink"]
-    assert e["compacted"] == {"slices": 3, "files_removed": 6, "files_added": 3} and e["files_after"] == 3
-    assert all(p.startswith("eo_compacted/") for p in live_files(sink))
-    assert published(proto) == collections.Counter(ids) and txn_version(sink, "orders") == 3
-    # a late file: hour 1 is published again, replacing its compacted file, nothing twice
-    land(by_prefix, "dt=2026-01-01/hour=01/late.jsonl", ["h1-late"])
-    run(proto, 1, run_id="h1-again")
-    ids.append("h1-late")
-    assert published(proto) == collections.Counter(ids)
-    # compacted again (the new slice of hour 1), then hour 1 and hour 0 run again: still exact
-    assert maintain(proto, vacuum_retention_hours=0)["tables"]["sink"]["compacted"]["slices"] == 1
-    run(proto, 1, run_id="h1-third")
-    run(proto, 0, run_id="h0-again")
-    assert published(proto) == collections.Counter(ids)
-    assert summary_line(last_report(proto)).startswith("last maintenance")
-
-
-def test_a_compaction_racing_an_interval_commit_leaves_the_slice_exact_either_way(by_prefix, monkeypatch):
-    from eobatch import compaction
-    from eobatch.delta_sink import CommitConflict, DeltaParticipant
-    from support.protocol_runs import iv, land, published, run
-
-    proto = Protocol(by_prefix)
-    ids = hours_published(by_prefix, proto, n=2)
-    # 1. the compaction lands between the re-run commit's snapshot and its Delta commit: the
-    # commit fails (both restate the pipeline's txn), its retry removes the compacted files
-    land(by_prefix, "dt=2026-01-01/hour=00/late.jsonl", ["h0-late"])
-    ids.append("h0-late")
-    proto.recover(run_id="race")
-    plan, _ = proto.plan(interval=iv(0), run_id="race")
-    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
-    begin = DeltaParticipant._begin
-
-    def begin_then_compact(self, *a, **kw):
-        dt = begin(self, *a, **kw)
-        if self.name == "sink":
-            monkeypatch.setattr(DeltaParticipant, "_begin", begin)
-            assert maintain(Protocol(by_prefix))["tables"]["sink"]["compacted"]["slices"] == 2
-        return dt
-    monkeypatch.setattr(DeltaParticipant, "_begin", begin_then_compact)
-    try:
-        proto.commit(plan.batch_id)
-        raise AssertionError("the commit built before the compaction landed")
-    except CommitConflict:
-        pass
-    proto.commit(plan.batch_id)  # the task's retry
-    assert published(proto) == collections.Counter(ids)
-    # 2. a compaction built before a re-run commit landed loses, and undoes what it wrote;
-    # 3. one that died between its record and its commit changes nothing, and is swept later
-    def written() -> set:
-        return set(Path(by_prefix.sink_table, "eo_compacted").rglob("*.parquet"))
-    stale = proto.participants["sink"]._table()
-    run(proto, 1, run_id="h1-again")
-    before = written()
-    assert compaction.compact_slices(proto, "sink", stale, 1 << 20)["slices"] == 0
-    assert written() == before
-    stale = proto.participants["sink"]._table()
-    land(by_prefix, "dt=2026-01-01/hour=02/a.jsonl", ["h2-a", "h2-b", "h2-c"])
-    run(proto, 2)
-    ids += ["h2-a", "h2-b", "h2-c"]
-    def records() -> set:
-        return set(Path(proto.layout.ledger, "compactions").rglob("*.json"))
-    kept, files = records(), written()
-    monkeypatch.setattr(compaction, "_forget", lambda *a: None)  # as if the pass died before its commit
-    compaction.compact_slices(proto, "sink", stale, 1 << 20)
-    monkeypatch.undo()
-    assert len(records() - kept) == 1 and len(written() - files) == 1  # its record and its file, dead
-    run(proto, 0, run_id="h0-third")
-    assert published(proto) == collections.Counter(ids)
-    assert compaction.sweep_dead(proto, "sink", proto.participants["sink"]._table(), older_than_s=0) == 1
-    assert records() == kept and written() == files  # what landed stays (history: VACUUM's business)
-    assert published(proto) == collections.Counter(ids)
-
-
 def test_each_pipeline_gets_a_maintenance_dag(make_cfg):
     from eobatch.dag_factory import build_all
 
@@ -190,3 +101,20 @@ def test_a_pool_named_by_the_pipeline_is_taken_by_its_commit_and_maintenance_tas
     for bad in ("", "a pool", 7, "x" * 257):
         with pytest.raises(ConfigError, match="maintenance.pool"):
             make_cfg(maintenance={"pool": bad})
+
+
+def test_a_long_continuous_history_compacted_and_vacuumed_publishes_every_record_once(make_cfg):
+    proto = Protocol(make_cfg())
+    sink = Path(proto.cfg.sink_table)
+    want = []
+    for b in range(HISTORY):
+        land_and_run(proto, range(b * 3, b * 3 + 3), f"f{b:05d}.jsonl")
+        want += [f"o{i}" for i in range(b * 3, b * 3 + 3)]
+        if (b + 1) % EVERY == 0:
+            files = len(live_files(sink))
+            report = maintain(proto, vacuum_retention_hours=0)
+            assert report["tables"]["sink"]["files_after"] < files
+            assert published_ids(proto) == sorted(want), f"after the pass at batch {b + 1}"
+    assert txn_version(sink, "orders") == HISTORY
+    land_and_run(proto, range(10**6, 10**6 + 2), "later.jsonl")
+    assert published_ids(proto) == sorted(want + ["o1000000", "o1000001"])

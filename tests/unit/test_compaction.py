@@ -1,0 +1,147 @@
+"""eobatch.compaction on real delta-rs tables (the pyarrow stager, no Spark): interval-mode tables
+compacted one slice at a time, re-runs and late files after it still exactly once; a compaction
+racing a batch commit in either order; a pass that died between its record and its commit; a
+long history (`make history-check BATCHES=<n>`) with late files, re-runs and passes."""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+from pathlib import Path
+
+from eobatch.maintenance import last_report, maintain, summary_line
+from eobatch.protocol import Protocol
+from support.checks import live_files, txn_version
+from support.protocol_runs import T0, H, land, published, run
+from support.pyarrow_stager import stage
+
+HISTORY = int(os.environ.get("EOBATCH_HISTORY_BATCHES", "40"))
+EVERY = max(HISTORY // 4, 10)
+
+
+def hours_published(by_prefix, proto, n: int = 3) -> list[str]:
+    """Hours 0..n-1, three records each, run once (two staged files per hour: two Spark partitions)."""
+    from support.protocol_runs import land, run
+
+    ids = []
+    for i in range(n):
+        land(by_prefix, f"dt=2026-01-01/hour={i:02d}/a.jsonl", [f"h{i}-a", f"h{i}-b", f"h{i}-c"])
+        run(proto, i)
+        ids += [f"h{i}-a", f"h{i}-b", f"h{i}-c"]
+    return ids
+
+
+def test_interval_mode_is_compacted_slice_by_slice_and_a_rerun_still_replaces_exactly(by_prefix):
+    from support.protocol_runs import land, published, run
+
+    proto = Protocol(by_prefix)
+    assert maintain(proto)["tables"]["sink"] == {"table": by_prefix.sink_table, "exists": False}  # no table yet
+    ids = hours_published(by_prefix, proto)
+    sink = Path(by_prefix.sink_table)
+    assert len(live_files(sink)) == 6
+    report = maintain(proto, vacuum_retention_hours=0)
+    e = report["tables"]["sink"]
+    assert e["compacted"] == {"slices": 3, "files_removed": 6, "files_added": 3} and e["files_after"] == 3
+    assert all(p.startswith("eo_compacted/") for p in live_files(sink))
+    assert published(proto) == collections.Counter(ids) and txn_version(sink, "orders") == 3
+    # a late file: hour 1 is published again, replacing its compacted file, nothing twice
+    land(by_prefix, "dt=2026-01-01/hour=01/late.jsonl", ["h1-late"])
+    run(proto, 1, run_id="h1-again")
+    ids.append("h1-late")
+    assert published(proto) == collections.Counter(ids)
+    # compacted again (the new slice of hour 1), then hour 1 and hour 0 run again: still exact
+    assert maintain(proto, vacuum_retention_hours=0)["tables"]["sink"]["compacted"]["slices"] == 1
+    run(proto, 1, run_id="h1-third")
+    run(proto, 0, run_id="h0-again")
+    assert published(proto) == collections.Counter(ids)
+    assert summary_line(last_report(proto)).startswith("last maintenance")
+
+
+def test_a_compaction_racing_an_interval_commit_leaves_the_slice_exact_either_way(by_prefix, monkeypatch):
+    from eobatch import compaction
+    from eobatch.delta_sink import CommitConflict, DeltaParticipant
+    from support.protocol_runs import iv, land, published, run
+
+    proto = Protocol(by_prefix)
+    ids = hours_published(by_prefix, proto, n=2)
+    # 1. the compaction lands between the re-run commit's snapshot and its Delta commit: the
+    # commit fails (both restate the pipeline's txn), its retry removes the compacted files
+    land(by_prefix, "dt=2026-01-01/hour=00/late.jsonl", ["h0-late"])
+    ids.append("h0-late")
+    proto.recover(run_id="race")
+    plan, _ = proto.plan(interval=iv(0), run_id="race")
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    begin = DeltaParticipant._begin
+
+    def begin_then_compact(self, *a, **kw):
+        dt = begin(self, *a, **kw)
+        if self.name == "sink":
+            monkeypatch.setattr(DeltaParticipant, "_begin", begin)
+            assert maintain(Protocol(by_prefix))["tables"]["sink"]["compacted"]["slices"] == 2
+        return dt
+    monkeypatch.setattr(DeltaParticipant, "_begin", begin_then_compact)
+    try:
+        proto.commit(plan.batch_id)
+        raise AssertionError("the commit built before the compaction landed")
+    except CommitConflict:
+        pass
+    proto.commit(plan.batch_id)  # the task's retry
+    assert published(proto) == collections.Counter(ids)
+    # 2. a compaction built before a re-run commit landed loses, and undoes what it wrote;
+    # 3. one that died between its record and its commit changes nothing, and is swept later
+    def written() -> set:
+        return set(Path(by_prefix.sink_table, "eo_compacted").rglob("*.parquet"))
+    stale = proto.participants["sink"]._table()
+    run(proto, 1, run_id="h1-again")
+    before = written()
+    assert compaction.compact_slices(proto, "sink", stale, 1 << 20)["slices"] == 0
+    assert written() == before
+    stale = proto.participants["sink"]._table()
+    land(by_prefix, "dt=2026-01-01/hour=02/a.jsonl", ["h2-a", "h2-b", "h2-c"])
+    run(proto, 2)
+    ids += ["h2-a", "h2-b", "h2-c"]
+    def records() -> set:
+        return set(Path(proto.layout.ledger, "compactions").rglob("*.json"))
+    kept, files = records(), written()
+    monkeypatch.setattr(compaction, "_forget", lambda *a: None)  # as if the pass died before its commit
+    compaction.compact_slices(proto, "sink", stale, 1 << 20)
+    monkeypatch.undo()
+    assert len(records() - kept) == 1 and len(written() - files) == 1  # its record and its file, dead
+    run(proto, 0, run_id="h0-third")
+    assert published(proto) == collections.Counter(ids)
+    assert compaction.sweep_dead(proto, "sink", proto.participants["sink"]._table(), older_than_s=0) == 1
+    assert records() == kept and written() == files  # what landed stays (history: VACUUM's business)
+    assert published(proto) == collections.Counter(ids)
+
+
+def test_a_long_interval_history_with_late_files_and_re_runs_compacted_slice_by_slice(by_prefix):
+    proto = Protocol(by_prefix)
+    sink = Path(by_prefix.sink_table)
+    want: collections.Counter = collections.Counter()
+
+    def folder(i: int) -> str:
+        t = dt.datetime.fromtimestamp(T0 + i * H, dt.timezone.utc)
+        return f"dt={t:%Y-%m-%d}/hour={t:%H}"
+
+    for i in range(HISTORY):
+        ids = [f"h{i}-{k}" for k in range(3)]
+        land(by_prefix, f"{folder(i)}/a.jsonl", ids)
+        want.update(ids)
+        if i % 7 == 6:  # a late file in an interval three hours back: republished by this run
+            late = [f"h{i - 3}-late{i}"]
+            land(by_prefix, f"{folder(i - 3)}/late{i}.jsonl", late)
+            want.update(late)
+        run(proto, i)
+        if i % 11 == 10:  # an interval five hours back run again (a backfill): nothing changes
+            run(proto, i - 5, run_id=f"again-{i}")
+        if (i + 1) % EVERY == 0:
+            report = maintain(proto, vacuum_retention_hours=0)
+            assert report["tables"]["sink"]["compacted"]["slices"] > 0
+            assert published(proto) == want, f"after the pass at hour {i}"
+    assert published(proto) == want
+    # every interval of the history run once more after the last pass: still exactly once
+    for i in range(0, HISTORY, max(HISTORY // 10, 1)):
+        run(proto, i, run_id=f"final-{i}")
+    assert published(proto) == want
+    assert txn_version(sink, "orders") == proto.ledger.latest_batch_id()
