@@ -261,7 +261,27 @@ class DeltaParticipant:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
                                         commit_properties=self._properties(app_id, batch_id, metadata))
         found = self.find_batch_commit(app_id, batch_id)
+        if removes and found and found[0] > dt.version() + 1:
+            self._check_removed_alone(dt, found[0], {r.path for r in removes}, replace, batch_id)
         return found[0] if found else -1
+
+    def _check_removed_alone(self, dt, version: int, removed: set[str], replace: Replace, batch_id: int) -> None:
+        """After a slice-replacing commit at ``version`` built on ``dt``'s snapshot: whether a
+        commit in between removed some of the same files. delta-rs lets that pass when the other
+        commit removed them with ``dataChange=false`` (another tool's OPTIMIZE: the pipeline's own
+        compaction restates its txn and cannot), and the interval's old rows then live on in that
+        commit's rewritten files. It cannot be undone here: said as loudly as possible."""
+        from deltalake import DeltaTable
+
+        before = DeltaTable(self.uri, version=version - 1, storage_options=self.storage_options)
+        gone = removed - set(pa.table(before.get_add_actions(flatten=False)).column("path").to_pylist())
+        if gone:
+            log.error("%s: batch %s replaced %s in version %s, but a commit between version %s and it (another "
+                      "writer's OPTIMIZE?) had already rewritten %d of those files (e.g. %s): the interval's old rows "
+                      "may now be published twice, in that commit's files. Inspect the table's history; repair with "
+                      "`make rewind` to before the compaction's version, and never compact interval-mode tables "
+                      "with another tool (README, Maintenance)", self.name, batch_id, replace.describe(), version,
+                      dt.version(), len(gone), min(gone))
 
     def _begin(self, app_id: str, batch_id: int, schema: pa.Schema, partition_by: list[str],
                expected_prev: int | None):
