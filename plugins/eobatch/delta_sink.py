@@ -261,7 +261,7 @@ class DeltaParticipant:
             dt.create_write_transaction(actions, mode="append", schema=dt.schema(), partition_by=partition_by or None,
                                         commit_properties=self._properties(app_id, batch_id, metadata))
         found = self.find_batch_commit(app_id, batch_id)
-        if removes and found and found[0] > dt.version() + 1:
+        if replace and removes and found and found[0] > dt.version() + 1:
             self._check_removed_alone(dt, found[0], {r.path for r in removes}, replace, batch_id)
         return found[0] if found else -1
 
