@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .formats import COMPACTED_DIR, STAGING_DIR, SliceCompaction, partition_text, slice_of
+from .formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of
 from .protocol.state import utcnow
 from .storage import join
 
@@ -210,8 +210,9 @@ def _forget(proto, participant: str, record_path: str, rec: SliceCompaction) -> 
 def sweep_dead(proto, participant: str, dt, older_than_s: float = DEAD_AFTER_S) -> int:
     """Remove the compactions of ``participant`` that never landed (a pass that died between its
     record and its commit), once older than ``older_than_s`` (a pass in flight is younger): none
-    of their files is live and no commit of the table's history carries their token. Returns how
-    many were removed."""
+    of their files is live and no commit of the table's history carries their token; and the
+    files of a pass that died before its record. Returns how many records and such files were
+    removed."""
     fs = proto.ledger.fs
     cutoff = time.time() - older_than_s
     live = None
@@ -223,13 +224,33 @@ def sweep_dead(proto, participant: str, dt, older_than_s: float = DEAD_AFTER_S) 
         live = live if live is not None else set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
         if not any(a["path"] in live for a in rec.added):
             dead.append((f.path, rec))
+    removed = _sweep_unrecorded(proto, participant, cutoff)
     if not dead:
-        return 0
+        return removed
     landed = {h.get("eo.compacted") for h in dt.history() if h.get("eo.compacted")}
-    removed = 0
     for path, rec in dead:
         if _tag(rec.batch_id, rec.slice, path) not in landed:
             _forget(proto, participant, path, rec)
+            removed += 1
+    return removed
+
+
+def _sweep_unrecorded(proto, participant: str, cutoff: float) -> int:
+    """Files a compaction wrote but never recorded (the pass died before its record), older
+    than ``cutoff``: ``eo_compacted/b<batch>/<slice>/<token>/`` with no record of that token."""
+    fs = proto.fs_for(participant)
+    root = proto.layout.table(participant)
+    removed = 0
+    for f in fs.list_files(join(root, COMPACTED_DIR)):
+        parts = f.path[len(root):].strip("/").split("/")
+        if len(parts) != 5 or f.mtime_ms / 1000 > cutoff or not parts[1][1:].isdigit():
+            continue
+        try:
+            record = join(proto.layout.compactions_dir(int(parts[1][1:]), participant, parts[2]), parts[3] + ".json")
+        except InvalidId:
+            continue  # not a folder this module writes
+        if not proto.ledger.fs.exists(record):
+            fs.delete(f.path)
             removed += 1
     return removed
 

@@ -110,8 +110,12 @@ def test_a_compaction_racing_an_interval_commit_leaves_the_slice_exact_either_wa
     assert len(records() - kept) == 1 and len(written() - files) == 1  # its record and its file, dead
     run(proto, 0, run_id="h0-third")
     assert published(proto) == collections.Counter(ids)
-    assert compaction.sweep_dead(proto, "sink", proto.participants["sink"]._table(), older_than_s=0) == 1
+    unrecorded = Path(by_prefix.sink_table, "eo_compacted/b0000000001/iv=20260101T000000Z/20260101T000000Z-0a/p.parquet")
+    unrecorded.parent.mkdir(parents=True)
+    unrecorded.write_bytes(b"a pass that died before its record")
+    assert compaction.sweep_dead(proto, "sink", proto.participants["sink"]._table(), older_than_s=0) == 2
     assert records() == kept and written() == files  # what landed stays (history: VACUUM's business)
+    assert not unrecorded.exists()
     assert published(proto) == collections.Counter(ids)
 
 
