@@ -98,8 +98,13 @@ def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add
         old = have.get(f.name)
         if old is not None and normalize_type(old.type) != normalize_type(f.type):
             problems.append(f"{where}column {f.name!r} is {normalize_type(old.type)} in the table and "
-                            f"{normalize_type(f.type)} in this batch: a column's type is never changed (Delta "
-                            f"keeps it; add a column of the new type under a new name instead)")
+                            f"{normalize_type(f.type)} in this batch: " + (
+                                "a widening Delta's typeWidening table feature allows, which delta-rs (the "
+                                "commit engine) cannot apply: cast the column back to "
+                                f"{normalize_type(old.type)} in the transform, or publish it under a new name"
+                                if is_widening(old.type, f.type) else
+                                "a column's type is never changed (Delta keeps it; add a column of the new type "
+                                "under a new name instead)"))
     gone = [n for n in have if n not in {f.name for f in staged}]
     if gone:
         problems.append(f"{where}the table's column(s) {', '.join(gone)} are not in this batch's schema: removing a "
@@ -109,6 +114,22 @@ def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add
                         f"schema_evolution is {policy!r}: set schema_evolution: add_columns in the pipeline YAML "
                         f"to add them with the next batch (rows already published read null)")
     return ([pa.field(f.name, f.type, nullable=True) for f in new] if not problems else []), problems
+
+
+def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether ``old`` -> ``new`` is a type change of the Delta protocol's typeWidening feature
+    (integers to wider integers or to double, float to double, date to timestamp_ntz, decimals
+    to decimals with room for every value)."""
+    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+    if old in ints and new in ints:
+        return ints.index(new) > ints.index(old)
+    if new == pa.float64() and (old in ints[:3] or old == pa.float32()):
+        return True
+    if old == pa.date32() and pa.types.is_timestamp(new) and new.tz is None:
+        return True
+    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
+        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale and new != old
+    return False
 
 
 def published_schema(staged: pa.Schema) -> pa.Schema:

@@ -94,5 +94,24 @@ def test_schema_change_adds_new_columns_and_refuses_the_rest():
     assert add == [] and problems == ["column 'b' is double in the table and string in this batch: a column's "
                                       "type is never changed (Delta keeps it; add a column of the new type under "
                                       "a new name instead)"]
+    add, problems = schema_change(pa.schema([("n", pa.int32())]), pa.schema([("n", pa.int64())]))
+    assert add == [] and problems == ["column 'n' is int32 in the table and int64 in this batch: a widening Delta's "
+                                      "typeWidening table feature allows, which delta-rs (the commit engine) cannot "
+                                      "apply: cast the column back to int32 in the transform, or publish it under a "
+                                      "new name"]
+    add, problems = schema_change(pa.schema([("n", pa.int64())]), pa.schema([("n", pa.int32())]))
+    assert "type is never changed" in problems[0]  # a narrowing
     add, problems = schema_change(table, pa.schema([("a", pa.string())]))
     assert add == [] and "column(s) b are not in this batch's schema" in problems[0]
+
+
+@pytest.mark.parametrize("old,new,widening", [
+    (pa.int8(), pa.int64(), True), (pa.int32(), pa.int64(), True), (pa.int64(), pa.int32(), False),
+    (pa.float32(), pa.float64(), True), (pa.int32(), pa.float64(), True), (pa.int64(), pa.float64(), False),
+    (pa.date32(), pa.timestamp("us"), True), (pa.date32(), pa.timestamp("us", "UTC"), False),
+    (pa.decimal128(10, 2), pa.decimal128(12, 3), True), (pa.decimal128(10, 2), pa.decimal128(10, 3), False),
+    (pa.decimal128(10, 2), pa.decimal128(10, 2), False), (pa.string(), pa.large_string(), False)])
+def test_the_type_changes_delta_calls_widenings(old, new, widening):
+    from eobatch.delta_sink import is_widening
+
+    assert is_widening(old, new) is widening
