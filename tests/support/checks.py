@@ -12,7 +12,10 @@ from typing import Any
 
 
 def parse_commit(version: int, data: bytes) -> dict:
-    """One commit file of a raw _delta_log: {version, commitInfo, adds, removes, txns}.
+    """One commit file of a raw _delta_log: {version, commitInfo, adds, removes, txns,
+    restated_txns}. ``txns`` are the txn actions of a batch's commit; a maintenance commit (its
+    commitInfo says ``eo.maintenance``: an interval-mode slice compaction restates the
+    pipeline's txn, unchanged, to exclude a racing batch commit) keeps them in ``restated_txns``.
 
     Actions are separated by "\n" only (the Delta protocol: one JSON object per line). A JSON
     string may hold U+2028, U+2029 or U+0085 unescaped (delta-rs's OPTIMIZE writes statistics of
@@ -27,6 +30,9 @@ def parse_commit(version: int, data: bytes) -> dict:
                 entry[kind + "s"].append(a[kind])
         if "commitInfo" in a:
             entry["commitInfo"] = a["commitInfo"]
+    entry["restated_txns"] = []
+    if entry["commitInfo"].get("eo.maintenance"):
+        entry["restated_txns"], entry["txns"] = entry["txns"], []
     return entry
 
 

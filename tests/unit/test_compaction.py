@@ -12,7 +12,7 @@ from pathlib import Path
 
 from eobatch.maintenance import last_report, maintain, summary_line
 from eobatch.protocol import Protocol
-from support.checks import live_files, txn_version
+from support.checks import delta_log_commits, live_files, txn_version
 from support.protocol_runs import T0, H, land, published, run
 from support.pyarrow_stager import stage
 
@@ -45,6 +45,9 @@ def test_interval_mode_is_compacted_slice_by_slice_and_a_rerun_still_replaces_ex
     assert e["compacted"] == {"slices": 3, "files_removed": 6, "files_added": 3} and e["files_after"] == 3
     assert all(p.startswith("eo_compacted/") for p in live_files(sink))
     assert published(proto) == collections.Counter(ids) and txn_version(sink, "orders") == 3
+    swaps = [c for c in delta_log_commits(sink) if c["commitInfo"].get("eo.compacted")]
+    assert len(swaps) == 3 and all([(t["appId"], t["version"]) for t in c["restated_txns"]] == [("orders", 3)]
+                                   and not any(a["dataChange"] for a in c["adds"] + c["removes"]) for c in swaps)
     # a late file: hour 1 is published again, replacing its compacted file, nothing twice
     land(by_prefix, "dt=2026-01-01/hour=01/late.jsonl", ["h1-late"])
     run(proto, 1, run_id="h1-again")
