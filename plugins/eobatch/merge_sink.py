@@ -147,8 +147,8 @@ class _MergeCommit(DeltaParticipant):
         return found[0] if found else -1
 
     def schema_for(self, staged: pa.Schema) -> pa.Schema:
-        """The table's schema, from the staged rows' schema."""
-        raise NotImplementedError
+        """The table's schema, from the staged rows' schema (by default their published columns)."""
+        return published_schema(staged)
 
     def partitioning(self, staged: list[str]) -> list[str]:
         """The table's partition columns, from the staged rows' ones."""
@@ -168,9 +168,6 @@ class MergeParticipant(_MergeCommit):
                  staged_fs: Storage, staged_root: str, tombstones: TombstoneParticipant | None):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.tombstones = tombstones
-
-    def schema_for(self, staged: pa.Schema) -> pa.Schema:
-        return published_schema(staged)
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
@@ -339,9 +336,6 @@ class RefoldParticipant(_MergeCommit):
                  staged_fs: Storage, staged_root: str, partials: PartialsParticipant):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.partials = partials
-
-    def schema_for(self, staged: pa.Schema) -> pa.Schema:
-        return published_schema(staged)
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
