@@ -38,6 +38,7 @@ from .storage import join
 
 log = logging.getLogger(__name__)
 DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long
+LANDED = ".landed"  # beside a record whose commit landed
 
 
 def records(proto, batch_id: int, participant: str, slice_: str) -> list[tuple[str, SliceCompaction]]:
@@ -191,8 +192,17 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
                  b, e)
         _forget(proto, participant, path, rec)
         return None
+    _mark_landed(proto, path)
     log.info("%s: slice %s of batch %s: %d file(s) compacted into %d", participant, s, b, len(removed), len(added))
     return len(removed), len(added)
+
+
+def _mark_landed(proto, record_path: str) -> None:
+    """``<token>.landed`` beside a record whose commit landed: the sweep never reads it again."""
+    try:
+        proto.ledger.fs.put_if_absent(record_path.removesuffix(".json") + LANDED, b"")
+    except Exception as e:  # noqa: BLE001 - an optimisation only: the sweep finds out from the log
+        log.info("marking %s landed failed (%s); the next sweep checks the Delta log", record_path, e)
 
 
 def _forget(proto, participant: str, record_path: str, rec: SliceCompaction) -> None:
@@ -209,35 +219,38 @@ def _forget(proto, participant: str, record_path: str, rec: SliceCompaction) -> 
 
 def sweep_dead(proto, participant: str, dt, older_than_s: float = DEAD_AFTER_S) -> int:
     """Remove the compactions of ``participant`` that never landed (a pass that died between its
-    record and its commit), once older than ``older_than_s`` (a pass in flight is younger): none
-    of their files is live and no commit of the table's history carries their token; and the
-    files of a pass that died before its record. Returns how many records and such files were
-    removed."""
+    record and its commit), once older than ``older_than_s`` (a pass in flight is younger): no
+    ``.landed`` mark, none of their files live, and no commit of the table's history carries
+    their token (those that did are marked); and the files of a pass that died before its
+    record. Returns how many records and such files were removed."""
     fs = proto.ledger.fs
     cutoff = time.time() - older_than_s
-    live = None
-    dead = []
-    for f in fs.list_files(join(proto.layout.ledger, "compactions")):
-        if f"/{participant}/" not in f.path or not f.path.endswith(".json") or f.mtime_ms / 1000 > cutoff:
-            continue
-        rec = SliceCompaction.from_json(fs.read_bytes(f.path))
-        live = live if live is not None else set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
-        if not any(a["path"] in live for a in rec.added):
-            dead.append((f.path, rec))
-    removed = _sweep_unrecorded(proto, participant, cutoff)
-    if not dead:
+    found = [f for f in fs.list_files(join(proto.layout.ledger, "compactions")) if f"/{participant}/" in f.path]
+    names = {f.path for f in found}
+    removed = _sweep_unrecorded(proto, participant, cutoff, names)
+    candidates = [f.path for f in found if f.path.endswith(".json") and f.mtime_ms / 1000 <= cutoff
+                  and f.path.removesuffix(".json") + LANDED not in names]
+    if not candidates:
         return removed
-    landed = {h.get("eo.compacted") for h in dt.history() if h.get("eo.compacted")}
-    for path, rec in dead:
-        if _tag(rec.batch_id, rec.slice, path) not in landed:
-            _forget(proto, participant, path, rec)
-            removed += 1
+    live = {p.rsplit("/", 1)[0] for p in pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()}
+    landed = None
+    for path in candidates:
+        rec = SliceCompaction.from_json(fs.read_bytes(path))
+        if not any(a["path"].rsplit("/", 1)[0] in live for a in rec.added):
+            if landed is None:  # read once, only when some compaction may not have landed
+                landed = {h.get("eo.compacted") for h in dt.history() if h.get("eo.compacted")}
+            if _tag(rec.batch_id, rec.slice, path) not in landed:
+                _forget(proto, participant, path, rec)
+                removed += 1
+                continue
+        _mark_landed(proto, path)
     return removed
 
 
-def _sweep_unrecorded(proto, participant: str, cutoff: float) -> int:
+def _sweep_unrecorded(proto, participant: str, cutoff: float, names: set[str]) -> int:
     """Files a compaction wrote but never recorded (the pass died before its record), older
-    than ``cutoff``: ``eo_compacted/b<batch>/<slice>/<token>/`` with no record of that token."""
+    than ``cutoff``: ``eo_compacted/b<batch>/<slice>/<token>/`` with no record of that token
+    among ``names`` (the paths of the compaction records)."""
     fs = proto.fs_for(participant)
     root = proto.layout.table(participant)
     removed = 0
@@ -249,7 +262,7 @@ def _sweep_unrecorded(proto, participant: str, cutoff: float) -> int:
             record = join(proto.layout.compactions_dir(int(parts[1][1:]), participant, parts[2]), parts[3] + ".json")
         except InvalidId:
             continue  # not a folder this module writes
-        if not proto.ledger.fs.exists(record):
+        if record not in names:
             fs.delete(f.path)
             removed += 1
     return removed
