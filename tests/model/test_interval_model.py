@@ -1,0 +1,195 @@
+"""Interval mode under hypothesis: the slices of an hourly pipeline against everything that
+rewrites or replaces their files.
+
+Files land in three hours; any hour runs (again) at any time, its commit dying at any named
+point (the next run's recover finishes it); maintenance passes compact the tables one slice at a
+time (``eobatch.compaction``) and VACUUM at retention 0; a compaction lands between a batch
+commit's snapshot and its Delta commit (the commit is then retried, as its task would); a
+compaction built on a stale snapshot loses; one dies between its record and its commit; the
+sweep of dead compactions runs. Real protocol, real delta-rs tables, the pyarrow stager.
+
+Checked after every step: no record is published twice, none is published that did not land;
+the pipeline's txn in each table is a batch the ledger planned. At the end of every example,
+every hour runs once more, and then the sink publishes exactly the records that landed.
+
+``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check``) runs n examples of 40 steps;
+``make test`` runs EOBATCH_MODEL_INTERVAL_CI_EXAMPLES (default 15) of 25 steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import deltalake
+import yaml
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from eobatch import compaction, faults
+from eobatch.config import load_pipeline
+from eobatch.delta_sink import CommitConflict, DeltaParticipant
+from eobatch.maintenance import maintain
+from eobatch.protocol import Protocol
+from support.protocol_runs import T0, H, iv, land, published
+from support.pyarrow_stager import stage
+
+HOURS = st.integers(0, 2)
+COMMIT_POINTS = (None, "commit.before_delta_commit", "commit.after_first_participant", "commit.after_delta_commit")
+
+
+class Died(BaseException):
+    """A process that died at a crash point (nothing after it runs)."""
+
+
+def folder(h: int) -> str:
+    t = dt.datetime.fromtimestamp(T0 + h * H, dt.timezone.utc)
+    return f"dt={t:%Y-%m-%d}/hour={t:%H}"
+
+
+class IntervalModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = Path(tempfile.mkdtemp(prefix="eobatch-ivmodel-"))
+        doc = {
+            "name": "orders", "mode": "interval", "schedule": "@hourly",
+            "source": {"kind": "files", "path": str(self.root / "landing"), "max_records_per_batch": 1000,
+                       "interval_prefix": "dt={ds}/hour={hh}", "settle_seconds": 0},
+            "schema": "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP",
+            "sink": {"table": str(self.root / "lake" / "orders")},
+            "quarantine": {"table": str(self.root / "lake" / "orders_quarantine")},
+            "maintenance": {"vacuum_retention_hours": 0},
+        }
+        (self.root / "landing").mkdir()
+        (self.root / "pipelines").mkdir()
+        path = self.root / "pipelines" / "orders.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        self.cfg = load_pipeline(str(path))
+        self.proto = Protocol(self.cfg)
+        self.landed: collections.Counter = collections.Counter()
+        self.files = 0
+        self.runs = 0
+
+    def teardown(self) -> None:
+        try:
+            for h in range(3):  # every hour once more: each publishes what it holds now
+                self._run(h)
+            if any(self.landed.values()):
+                assert published(self.proto) == self.landed, "after every hour ran once more"
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- the steps ---------------------------------------------------------------------------------
+    @rule(h=HOURS, n=st.integers(1, 3))
+    def land_file(self, h: int, n: int) -> None:
+        self.files += 1
+        ids = [f"f{self.files}-{j}" for j in range(n)]
+        land(self.cfg, f"{folder(h)}/f{self.files}.jsonl", ids)
+        self.landed.update(ids)
+
+    @rule(h=HOURS, point=st.sampled_from(COMMIT_POINTS))
+    def run_hour(self, h: int, point: str | None) -> None:
+        self._run(h, point)
+
+    @rule(h=HOURS)
+    def run_hour_while_a_compaction_lands(self, h: int) -> None:
+        """A maintenance pass lands between the first table's snapshot and its Delta commit."""
+        begin = DeltaParticipant._begin
+        cfg = self.cfg
+
+        def begin_then_maintain(part, *a, **kw):
+            got = begin(part, *a, **kw)
+            DeltaParticipant._begin = begin  # type: ignore[method-assign]
+            maintain(Protocol(cfg))
+            return got
+        DeltaParticipant._begin = begin_then_maintain  # type: ignore[method-assign]
+        try:
+            self._run(h)
+        finally:
+            DeltaParticipant._begin = begin  # type: ignore[method-assign]
+
+    @rule()
+    def maintenance(self) -> None:
+        maintain(self.proto)
+
+    @rule(h=HOURS)
+    def stale_compaction(self, h: int) -> None:
+        """A pass built before a batch landed: it loses (and undoes what it wrote)."""
+        stale = {p: self.proto.participants[p]._table() for p in ("sink", "quarantine")}
+        self._run(h)
+        for p, dt_ in stale.items():
+            if dt_ is not None:
+                compaction.compact_slices(self.proto, p, dt_, 1 << 20)
+
+    @rule()
+    def compaction_dies_before_its_commit(self) -> None:
+        commit = deltalake.DeltaTable.create_write_transaction
+
+        def dies(*a, **kw):
+            raise Died("a maintenance pass died before its Delta commit")
+        deltalake.DeltaTable.create_write_transaction = dies  # type: ignore[method-assign]
+        try:
+            maintain(self.proto)
+        except Died:
+            pass
+        finally:
+            deltalake.DeltaTable.create_write_transaction = commit  # type: ignore[method-assign]
+
+    @rule()
+    def sweep_dead_compactions(self) -> None:
+        for p in ("sink", "quarantine"):
+            dt_ = self.proto.participants[p]._table()
+            if dt_ is not None:
+                compaction.sweep_dead(self.proto, p, dt_, older_than_s=0)
+
+    # -- what holds after every step -----------------------------------------------------------------
+    @invariant()
+    def nothing_twice_nothing_invented(self) -> None:
+        if not deltalake.DeltaTable.is_deltatable(self.cfg.sink_table):
+            return
+        got = published(self.proto)
+        assert not [k for k, v in got.items() if v > 1], f"published twice: {got}"
+        assert set(got) <= set(self.landed), f"published without landing: {set(got) - set(self.landed)}"
+        latest = self.proto.ledger.latest_batch_id()
+        assert all(v <= latest for v in self.proto.committed_versions().values())
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def _run(self, h: int, point: str | None = None) -> None:
+        """The run of hour ``h``: recover, plan, stage, verify, commit (dying at ``point``); a
+        commit that lost to a racing compaction is retried once, as the commit task would."""
+        self.runs += 1
+        rid = f"r{self.runs}"
+        self.proto.recover(run_id=rid)
+        plan, _ = self.proto.plan(interval=iv(h), run_id=rid)
+        if plan is None:
+            return
+        self.proto.verify(plan.batch_id, stage(self.proto, plan.batch_id))
+        crash = faults.crash_point
+
+        def dies_at(name: str) -> None:
+            if name == point:
+                raise Died(f"the commit died at {point}")
+        faults.crash_point = dies_at  # type: ignore[assignment]
+        try:
+            self.proto.commit(plan.batch_id)
+        except Died:
+            return  # PREPARED, maybe partly committed: the next run's recover finishes it
+        except CommitConflict:
+            faults.crash_point = crash  # type: ignore[assignment]
+            self.proto.commit(plan.batch_id)
+        finally:
+            faults.crash_point = crash  # type: ignore[assignment]
+
+
+IntervalModel.TestCase.settings = (
+    settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
+             suppress_health_check=[HealthCheck.too_slow])
+    if os.environ.get("EOBATCH_MODEL_EXAMPLES") else
+    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_INTERVAL_CI_EXAMPLES", "15")), stateful_step_count=25,
+             deadline=None, suppress_health_check=[HealthCheck.too_slow]))
+TestIntervalModel = IntervalModel.TestCase
