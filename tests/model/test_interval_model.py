@@ -19,11 +19,13 @@ every hour runs once more, and then the sink publishes exactly the records that 
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import deltalake
 import yaml
@@ -45,6 +47,17 @@ COMMIT_POINTS = (None, "commit.before_delta_commit", "commit.after_first_partici
 
 class Died(BaseException):
     """A process that died at a crash point (nothing after it runs)."""
+
+
+@contextlib.contextmanager
+def patched(owner, name: str, value):
+    """``owner.name`` is ``value`` inside the block (a process of the model that behaves so)."""
+    old = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield old
+    finally:
+        setattr(owner, name, old)
 
 
 def folder(h: int) -> str:
@@ -99,19 +112,16 @@ class IntervalModel(RuleBasedStateMachine):
     @rule(h=HOURS)
     def run_hour_while_a_compaction_lands(self, h: int) -> None:
         """A maintenance pass lands between the first table's snapshot and its Delta commit."""
-        begin = DeltaParticipant._begin
         cfg = self.cfg
+        begin = DeltaParticipant._begin
 
         def begin_then_maintain(part, *a, **kw):
             got = begin(part, *a, **kw)
-            DeltaParticipant._begin = begin  # type: ignore[method-assign]
+            DeltaParticipant._begin = begin  # once
             maintain(Protocol(cfg))
             return got
-        DeltaParticipant._begin = begin_then_maintain  # type: ignore[method-assign]
-        try:
+        with patched(DeltaParticipant, "_begin", begin_then_maintain):
             self._run(h)
-        finally:
-            DeltaParticipant._begin = begin  # type: ignore[method-assign]
 
     @rule()
     def maintenance(self) -> None:
@@ -120,7 +130,7 @@ class IntervalModel(RuleBasedStateMachine):
     @rule(h=HOURS)
     def stale_compaction(self, h: int) -> None:
         """A pass built before a batch landed: it loses (and undoes what it wrote)."""
-        stale = {p: self.proto.participants[p]._table() for p in ("sink", "quarantine")}
+        stale = {p: self._table(p) for p in ("sink", "quarantine")}
         self._run(h)
         for p, dt_ in stale.items():
             if dt_ is not None:
@@ -128,22 +138,18 @@ class IntervalModel(RuleBasedStateMachine):
 
     @rule()
     def compaction_dies_before_its_commit(self) -> None:
-        commit = deltalake.DeltaTable.create_write_transaction
-
         def dies(*a, **kw):
             raise Died("a maintenance pass died before its Delta commit")
-        deltalake.DeltaTable.create_write_transaction = dies  # type: ignore[method-assign]
-        try:
-            maintain(self.proto)
-        except Died:
-            pass
-        finally:
-            deltalake.DeltaTable.create_write_transaction = commit  # type: ignore[method-assign]
+        with patched(deltalake.DeltaTable, "create_write_transaction", dies):
+            try:
+                maintain(self.proto)
+            except Died:
+                pass
 
     @rule()
     def sweep_dead_compactions(self) -> None:
         for p in ("sink", "quarantine"):
-            dt_ = self.proto.participants[p]._table()
+            dt_ = self._table(p)
             if dt_ is not None:
                 compaction.sweep_dead(self.proto, p, dt_, older_than_s=0)
 
@@ -159,6 +165,10 @@ class IntervalModel(RuleBasedStateMachine):
         assert all(v <= latest for v in self.proto.committed_versions().values())
 
     # -- helpers ----------------------------------------------------------------------------------------
+    def _table(self, participant: str):
+        part: Any = self.proto.participants[participant]
+        return part._table()
+
     def _run(self, h: int, point: str | None = None) -> None:
         """The run of hour ``h``: recover, plan, stage, verify, commit (dying at ``point``); a
         commit that lost to a racing compaction is retried once, as the commit task would."""
@@ -169,21 +179,16 @@ class IntervalModel(RuleBasedStateMachine):
         if plan is None:
             return
         self.proto.verify(plan.batch_id, stage(self.proto, plan.batch_id))
-        crash = faults.crash_point
-
         def dies_at(name: str) -> None:
             if name == point:
                 raise Died(f"the commit died at {point}")
-        faults.crash_point = dies_at  # type: ignore[assignment]
         try:
-            self.proto.commit(plan.batch_id)
+            with patched(faults, "crash_point", dies_at):
+                self.proto.commit(plan.batch_id)
         except Died:
             return  # PREPARED, maybe partly committed: the next run's recover finishes it
         except CommitConflict:
-            faults.crash_point = crash  # type: ignore[assignment]
             self.proto.commit(plan.batch_id)
-        finally:
-            faults.crash_point = crash  # type: ignore[assignment]
 
 
 IntervalModel.TestCase.settings = (
