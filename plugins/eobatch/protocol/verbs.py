@@ -265,6 +265,8 @@ class Protocol(Repairs):
             rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
         if rng is None:
+            if interval is not None:
+                notes += self._emptied(interval, hist, held)
             for msg in notes:
                 log.warning(msg)
             self._checkpoint(hist, held)
@@ -329,6 +331,19 @@ class Protocol(Repairs):
                                 f"check late files")
         first = (hist or self.ledger.history()).first_interval_start_ms()
         return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
+
+    def _emptied(self, interval: dict, hist: History, held: int) -> list[str]:
+        """Interval mode, nothing planned: what to say when the interval was published before
+        (its files were all taken out of the landing zone since): its rows stay published."""
+        name = slice_name(_ms(interval["start"]))
+        files = hist.published({name}, held).get(name) or set()
+        if not files:
+            return []
+        return [f"interval {interval['start']}/{interval['end']} was published with {len(files)} file(s) and none "
+                f"is in the landing zone now: nothing was planned, so the rows it published stay (a run publishes "
+                f"what its interval holds; an emptied interval has nothing to read). To take them back, land the "
+                f"corrected records in the interval's folder and run it again, or rewind the pipeline "
+                f"(`make rewind`) to before that interval's batch"]
 
     def _published_slices(self, hist: History, held: int, lookback: list[tuple[int, int]]) -> dict[str, set]:
         """``state.published_slices`` for the look-back intervals' slices."""

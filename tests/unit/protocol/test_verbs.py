@@ -274,6 +274,24 @@ def test_a_file_dropped_late_into_a_published_hour_folder_is_published_by_the_ne
     assert run(proto, 2) is None  # nothing late any more, nothing new: no batch
 
 
+def test_an_interval_emptied_after_it_was_published_plans_nothing_and_says_its_rows_stay(by_prefix, caplog):
+    import logging
+
+    proto = Protocol(by_prefix)
+    land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1", "a2"])
+    run(proto, 0)
+    (Path(by_prefix.source.path) / "dt=2026-01-01/hour=00/a.jsonl").unlink()
+    with caplog.at_level(logging.WARNING, logger="eobatch.protocol.verbs"):
+        assert run(proto, 0, run_id="again") is None
+    assert published(proto) == collections.Counter(["a1", "a2"])  # the documented limit (README)
+    assert "was published with 1 file(s) and none is in the landing zone now" in caplog.text
+    assert "make rewind" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="eobatch.protocol.verbs"):
+        assert run(proto, 1) is None  # an hour never published and empty: nothing to say
+    assert "none is in the landing zone" not in caplog.text
+
+
 def test_a_file_renamed_into_place_after_the_plan_keeps_its_mtime_and_is_not_lost(by_mtime):
     proto = Protocol(by_mtime)
     land(by_mtime, "a.jsonl", ["a1"], mtime=T0 + 10)
