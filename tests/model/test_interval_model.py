@@ -13,7 +13,7 @@ the pipeline's txn in each table is a batch the ledger planned. At the end of ev
 every hour runs once more, and then the sink publishes exactly the records that landed.
 
 ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check``) runs n examples of 40 steps;
-``make test`` runs EOBATCH_MODEL_INTERVAL_CI_EXAMPLES (default 15) of 25 steps.
+``make test`` runs EOBATCH_MODEL_INTERVAL_CI_EXAMPLES (default 15) of 30 steps.
 """
 
 from __future__ import annotations
@@ -105,8 +105,11 @@ class IntervalModel(RuleBasedStateMachine):
         land(self.cfg, f"{folder(h)}/f{self.files}.jsonl", ids)
         self.landed.update(ids)
 
-    @rule(h=HOURS, point=st.sampled_from(COMMIT_POINTS))
-    def run_hour(self, h: int, point: str | None) -> None:
+    @rule(h=HOURS, n=st.integers(0, 3), point=st.sampled_from(COMMIT_POINTS))
+    def run_hour(self, h: int, n: int, point: str | None) -> None:
+        """Hour ``h`` runs (again), after ``n`` more records landed in it (0: a plain re-run)."""
+        if n:
+            self.land_file(h, n)
         self._run(h, point)
 
     @rule(h=HOURS)
@@ -195,6 +198,6 @@ IntervalModel.TestCase.settings = (
     settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
              suppress_health_check=[HealthCheck.too_slow])
     if os.environ.get("EOBATCH_MODEL_EXAMPLES") else
-    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_INTERVAL_CI_EXAMPLES", "15")), stateful_step_count=25,
+    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_INTERVAL_CI_EXAMPLES", "15")), stateful_step_count=30,
              deadline=None, suppress_health_check=[HealthCheck.too_slow]))
 TestIntervalModel = IntervalModel.TestCase
