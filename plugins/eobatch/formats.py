@@ -406,10 +406,11 @@ class RewindRecord(Record):
 class SliceCompaction(Record):
     """Interval mode: maintenance rewrote the files ``replaces`` that batch ``batch_id`` published
     for ``slice`` in table ``participant`` into ``added``, so that the slice is held by ``files``
-    (paths relative to the table); written before that Delta commit. A re-run of the slice removes ``files`` instead
-    when they are live (the commit landed; ``compaction.current_slice_files``), so the slice
-    stays exactly replaceable; a record whose files are not live (the commit lost or never ran,
-    or a restore went back before it) changes nothing."""
+    (paths relative to the table); written before that Delta commit. A re-run of the slice
+    removes ``files`` instead when they are live (the commit landed;
+    ``compaction.current_slice_files``), so the slice stays exactly replaceable; a record whose
+    files are not live (the commit lost or never ran, or a restore went back before it) changes
+    nothing."""
 
     pipeline: str
     batch_id: int
