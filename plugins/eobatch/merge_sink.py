@@ -146,6 +146,17 @@ class _MergeCommit(DeltaParticipant):
         found = self.find_batch_commit(app_id, batch_id)
         return found[0] if found else -1
 
+    @staticmethod
+    def _companion(other: DeltaParticipant, app_id: str, expected: int, relation: str):
+        """The table of ``other``, a participant this one's commit reads, after checking that it
+        holds batch ``expected`` (LedgerMismatch otherwise: another writer changed one of them)."""
+        dt = other._table()
+        at = (dt.transaction_version(app_id) or 0) if dt is not None else 0
+        if at != expected:
+            raise LedgerMismatch(f"the {other.name} table {other.uri} holds batch {at} of {app_id!r}; {relation}: "
+                                 f"another writer changed one of them. Nothing was merged")
+        return dt
+
     def schema_for(self, staged: pa.Schema) -> pa.Schema:
         """The table's schema, from the staged rows' schema (by default their published columns)."""
         return published_schema(staged)
@@ -200,12 +211,8 @@ class MergeParticipant(_MergeCommit):
         (the tombstones as of batch ``held``, which the sink holds: they commit after it)."""
         if self.tombstones is None or source.num_rows == 0:
             return source
-        tomb = self.tombstones._table()
-        at = (tomb.transaction_version(app_id) or 0) if tomb is not None else 0
-        if at != held:
-            raise LedgerMismatch(f"the tombstones table {self.tombstones.uri} holds batch {at} of {app_id!r} and the "
-                                 f"sink {self.uri} batch {held}: they are committed together, sink first; another "
-                                 f"writer changed one of them. Nothing was merged")
+        tomb = self._companion(self.tombstones, app_id, held, f"the sink {self.uri} holds batch {held}: they are "
+                               f"committed together, sink first")
         if tomb is None:
             return source
         m = self.merge
@@ -350,12 +357,8 @@ class RefoldParticipant(_MergeCommit):
     def _refolded(self, app_id: str, batch_id: int, schema: pa.Schema, slices: list[str]) -> pa.Table:
         """The new row of every key of ``slices`` in the partials (flagged ``DELETE_COL`` when it
         has no partials left)."""
-        p = self.partials._table()
-        at = (p.transaction_version(app_id) or 0) if p is not None else 0
-        if at != batch_id:
-            raise LedgerMismatch(f"the partials table {self.partials.uri} holds batch {at} of {app_id!r}; the sink "
-                                 f"{self.uri} is recomputed from its batch {batch_id} (committed just before it): "
-                                 f"another writer changed it. Nothing was merged")
+        p = self._companion(self.partials, app_id, batch_id, f"the sink {self.uri} is recomputed from its batch "
+                            f"{batch_id} (committed just before it)")
         m = self.merge
         keys = list(m.keys)
         pschema = self.partials.schema_for(schema)
