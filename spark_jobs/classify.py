@@ -84,18 +84,21 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
                          F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
 
 
-def kept_records(classified, ddl: str, located: tuple[str, ...] = ()):
+def kept_records(classified, ddl: str, located: tuple[str, ...] = (), quarantine_only: tuple[str, ...] = ()):
     """What the job keeps of its one read, to write both outputs from (and count, and locate):
     each record field as ``_eo_rec<i>`` (a record may have fields named like the lines' own
-    columns), ``reason``, ``raw`` only for the records to quarantine, and every other column of
-    the lines but the ``located`` ones (the kind's ``locate`` recomputes them for the records to
-    quarantine). Flat columns cache far cheaper than the parsed struct."""
+    columns), ``reason``, ``raw`` and the ``quarantine_only`` columns only for the records to
+    quarantine (null for the others: a null costs the cache a bit, a value its bytes), and every
+    other column of the lines but the ``located`` ones (the kind's ``locate`` recomputes them for
+    the records to quarantine). Flat columns cache far cheaper than the parsed struct."""
     from pyspark.sql import functions as F
 
     fields = record_schema(ddl).fields
-    other = [c for c in classified.columns if c not in ("raw", "rec", "reason", *located)]
+    bad = F.col("reason").isNotNull()
+    other = [F.when(bad, F.col(c)).alias(c) if c in quarantine_only else F.col(c)
+             for c in classified.columns if c not in ("raw", "rec", "reason", *located)]
     return classified.select(*[F.col("rec")[f.name].alias(f"_eo_rec{i}") for i, f in enumerate(fields)],
-                             "reason", F.when(F.col("reason").isNotNull(), F.col("raw")).alias("raw"), *other)
+                             "reason", F.when(bad, F.col("raw")).alias("raw"), *other)
 
 
 def valid_records(kept, ddl: str, extra: list[str]):

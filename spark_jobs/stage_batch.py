@@ -153,7 +153,7 @@ def run(spec: dict) -> dict:
                                F.count_if("_eo_drop").alias("rows_dropped"),
                                *[F.count_if(c).alias(c) for c in xcols])
     kept = kept_records(observed.where(~F.col("_eo_drop")).drop("_eo_drop", *xcols), spec["schema"],
-                        kind.located_columns).persist(StorageLevel.DISK_ONLY)
+                        kind.located_columns, kind.quarantine_columns).persist(StorageLevel.DISK_ONLY)
 
     # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec["transform"])

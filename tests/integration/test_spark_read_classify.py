@@ -78,6 +78,7 @@ def _write_files(tmp: Path, n_files: int, n_lines: int, seed: int) -> list[Path]
 def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_path):
     from pyspark.sql import functions as F
 
+    from eobatch.sources.files import KIND
     from eobatch.sources.files.read import locate, read_lines
     from spark_jobs.classify import classify, kept_records, valid_records
 
@@ -90,7 +91,8 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     for p in paths:
         for n, rec in eolines.split_records(p.read_bytes()):
             expected[(str(p), n)] = rec
-    kept = kept_records(classify(lines, SCHEMA, ["order_id"], 1 << 20), SCHEMA, ("source",))  # as the job keeps them
+    kept = kept_records(classify(lines, SCHEMA, ["order_id"], 1 << 20), SCHEMA,  # as the job keeps them
+                        KIND.located_columns, KIND.quarantine_columns)
     assert kept.count() == len(expected)
 
     bad = locate(spark, kept.where(F.col("reason").isNotNull()), rng).select(

@@ -39,7 +39,7 @@ class NumbersKind:
     """A toy kind: the records {"n": 1} .. {"n": count}, one batch."""
 
     name, config_keys = "numbers", frozenset({"kind", "count"})
-    position_based, checks_late_files, located_columns = False, False, ()
+    position_based, checks_late_files, located_columns, quarantine_columns = False, False, (), ()
 
     def parse_config(self, src, ctx: ConfigContext):
         if not isinstance(src.get("count", 3), int):

@@ -147,6 +147,7 @@ class SourceKind(Protocol):
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
     located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
+    quarantine_columns: tuple[str, ...]  # columns of ``read`` only ``locate`` needs: kept for quarantined records only
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:

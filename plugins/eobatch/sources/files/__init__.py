@@ -18,6 +18,7 @@ class FilesKind:
     position_based = False
     checks_late_files = True
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
+    quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
         return parse(src, ctx)

@@ -21,6 +21,7 @@ class KafkaKind:
     position_based = True
     checks_late_files = False
     located_columns = ()
+    quarantine_columns = ()
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
         return parse(src, ctx)

@@ -21,6 +21,7 @@ class ParquetKind(FilesKind):
     name = "parquet"
     config_keys = KEYS
     located_columns = ()
+    quarantine_columns = ()
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> ParquetConfig:
         return parse(src, ctx)
