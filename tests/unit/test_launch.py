@@ -79,7 +79,8 @@ def test_the_zip_leaves_out_the_airflow_side_and_the_protocol(code_zip):
     for name in NOT_SHIPPED:
         assert name not in names
     assert not [n for n in names if n.startswith("eobatch/protocol/")]
-    assert all(n.endswith(".py") for n in names)
+    sources = {n for n in names if n.endswith(".py")}
+    assert {n for n in names if n not in sources} == {n + "c" for n in sources}  # and each one compiled
 
 
 def test_the_zip_holds_the_read_module_of_every_source_kind(code_zip):
@@ -91,16 +92,25 @@ def test_the_zip_holds_the_read_module_of_every_source_kind(code_zip):
 
 def test_no_module_in_the_zip_imports_airflow(code_zip):
     with zipfile.ZipFile(code_zip) as z:
-        for name in z.namelist():
+        for name in [n for n in z.namelist() if n.endswith(".py")]:
             module = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
             found = _imports(z.read(name).decode(), module, name.endswith("/__init__.py"))
             assert not [m for m in found if m == "airflow" or m.startswith("airflow.")], name
 
 
 PROBE = """
-import importlib, importlib.util, json, sys, zipfile
+import builtins, importlib, importlib.util, json, sys, zipfile
 ZIP, JOB, KINDS, NEEDS = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), json.loads(sys.argv[4])
 sys.path.insert(0, ZIP)
+COMPILED, _compile = [], builtins.compile  # what zipimport compiles (the path in the zip of each)
+
+
+def _counting_compile(source, filename, *args, **kwargs):
+    COMPILED.append(str(filename).removeprefix(ZIP).lstrip("/"))
+    return _compile(source, filename, *args, **kwargs)
+
+
+builtins.compile = _counting_compile
 
 
 def ours(m):
@@ -127,12 +137,13 @@ from eobatch.verify import writer_statistics  # noqa: F401
 
 wanted = {m for m in _imports(open(JOB).read(), "spark_jobs.stage_batch", False) if ours(m)}
 with zipfile.ZipFile(ZIP) as z:
-    for name in z.namelist():
+    for name in [n for n in z.namelist() if n.endswith(".py")]:
         module = name[:-3].replace("/", ".").removesuffix(".__init__")
         wanted |= {module} | {m for m in _imports(z.read(name).decode(), module, name.endswith("/__init__.py"))
                               if ours(m)}
 for m in sorted(wanted):
     load(m)
+compiled = sorted(c for c in COMPILED if c.startswith(("eobatch", "spark_jobs")))
 spec = importlib.util.spec_from_file_location("stage_batch", JOB)  # as spark-submit runs it
 job = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(job)
@@ -141,6 +152,7 @@ print(json.dumps({
                           if ours(n) and not (getattr(m, "__file__", None) or "").startswith(ZIP)),
     "airflow": sorted(n for n in sys.modules if n == "airflow" or n.startswith("airflow.")),
     "loaded": sorted(n for n in sys.modules if ours(n)),
+    "compiled": compiled,
 }))
 """
 
@@ -160,6 +172,7 @@ def test_the_zip_alone_imports_everything_the_stage_job_imports(code_zip, tmp_pa
     assert out["outside_zip"] == []
     assert out["airflow"] == [], "the Spark job's code imports Airflow"
     assert {"eobatch.sources.kafka.read", "eobatch.sources.parquet.read", "eobatch.verify"} <= set(out["loaded"])
+    assert out["compiled"] == [], "a module of the zip was compiled again instead of loaded from its .pyc"
 
 
 # -- the job's spec and its spark-submit settings ------------------------------------------------
