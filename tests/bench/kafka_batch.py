@@ -39,6 +39,9 @@ from support.services import KafkaBroker  # noqa: E402
 
 TOPIC = "bench"
 STEP = re.compile(r"^\[eobatch\] .* attempt \S+ (\+[0-9.]+s: .*)$")  # the stage job's timeline lines
+# one line per read task of the stage job (eobatch.sources.kafka.read)
+READ = re.compile(r"\[eobatch\] kafka read \S+/(\d+) \[\d+, \d+\): (\d+) records, ([0-9.]+)s in the consumer, "
+                  r"from ([0-9.]+) to ([0-9.]+)")
 
 
 def _produce(bootstrap: str, n: int, partitions: int) -> None:
@@ -92,6 +95,22 @@ def consume_floor(bootstrap: str, partitions: int) -> dict:
             "consume_partition_s": [round(r["end"] - r["start"], 3) for r in sorted(res, key=lambda r: r["partition"])]}
 
 
+def read_phase(tasks: list[tuple[str, ...]], floor_partition_s: list[float]) -> dict:
+    """The stage job's read phase from its read tasks' lines: ``read_span_s`` (first task's start to
+    the last one's end, Spark's parallelism included), ``read_consumer_s`` per partition (time
+    inside the consumer, summed over the partition's tasks) and ``read_over_consume_floor``: all
+    of that time over all of the floor consumers' (both reading every record once)."""
+    if not tasks:
+        return {"read_over_consume_floor": None}
+    per: dict[int, float] = {}
+    for part, _n, busy, _start, _end in tasks:
+        per[int(part)] = per.get(int(part), 0.0) + float(busy)
+    span = max(float(t[4]) for t in tasks) - min(float(t[3]) for t in tasks)
+    return {"read_tasks": len(tasks), "read_records": sum(int(t[1]) for t in tasks), "read_span_s": round(span, 3),
+            "read_consumer_s": [round(per[p], 3) for p in sorted(per)],
+            "read_over_consume_floor": round(sum(per.values()) / sum(floor_partition_s), 3)}
+
+
 def measure(n: int, partitions: int = 3, master: str = "local[*]") -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -132,6 +151,8 @@ def measure(n: int, partitions: int = 3, master: str = "local[*]") -> dict:
         out["stage_job_internal_s"] = prepared.stage_seconds
         out.update(consume_floor(broker.bootstrap, partitions))
         out["stage_over_consume_floor"] = round(out["stage_s"] / out["consume_floor_s"], 3)
+        out.update(read_phase([m.groups() for m in map(READ.search, (r.stdout + r.stderr).splitlines()) if m],
+                              out["consume_partition_s"]))
     finally:
         broker.stop(kill=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -243,6 +243,8 @@ CONTRACT_SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_se
 CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
                     "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append")
+# printed with them, beside the contract's keys
+REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor",)
 
 
 def _fmt(v) -> str:
@@ -276,7 +278,7 @@ def table(res: dict) -> str:
         for k in sorted(k for k in r if k.endswith("_error")):
             lines.append(f"  {r['records']:,} records, {k}: {r[k]}")
     lines.append("")
-    for k in CONTRACT_SCALARS:
+    for k in REPORTED_SCALARS:
         note = res.get(f"{k}_note")
         lines.append(f"{k:<32} {_fmt(res.get(k))}" + (f"   ({note})" if note else ""))
     return "\n".join(lines)
@@ -429,6 +431,7 @@ def main(argv=None) -> int:
             kafka = None
             res["kafka_stage_over_consume_floor_note"] = "skipped: KAFKA_RECORDS=0"
         res["kafka_stage_over_consume_floor"] = kafka["stage_over_consume_floor"] if kafka else None
+        res["kafka_read_over_consume_floor"] = kafka.get("read_over_consume_floor") if kafka else None
         res["kafka_details"] = kafka
 
         if args.merge_records > 0:

@@ -70,6 +70,9 @@ def test_bench_kafka_figure():
     assert res["rows_published"] == res["consume_records"] == 3000
     assert _number(res["stage_s"]) and _number(res["consume_floor_s"]) and res["consume_floor_s"] > 0
     assert _number(res["stage_over_consume_floor"])
+    # the read phase, from the stage job's line per read task: every record read once, in the consumer
+    assert res["read_records"] == 3000 and res["read_tasks"] >= 3
+    assert _number(res["read_over_consume_floor"]) and len(res["read_consumer_s"]) == 3
 
 
 # -- the pieces, without Spark -----------------------------------------------------------

@@ -169,10 +169,22 @@ def read_lines(spark, rng: dict, client: str | dict, timeout: float, slice_size:
     pieces = slices(rng["partitions"], slice_size)
 
     def consume(batches):
+        import sys
+
         for b in batches:
             for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
-                for cols in read_range(client, topic, part, start, end, iso, timeout=timeout):
+                began, busy, n = time.time(), 0.0, 0
+                reader = read_range(client, topic, part, start, end, iso, timeout=timeout)
+                while True:  # busy: the time spent in the consumer, not waiting for Spark to take a batch
+                    t = time.perf_counter()
+                    cols = next(reader, None)
+                    busy += time.perf_counter() - t
+                    if cols is None:
+                        break
+                    n += len(cols.offsets)
                     yield cols.to_arrow()
+                print(f"[eobatch] kafka read {topic}/{part} [{start}, {end}): {n} records, {busy:.3f}s in the "
+                      f"consumer, from {began:.3f} to {time.time():.3f}", file=sys.stderr, flush=True)
 
     if pieces:
         tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
