@@ -64,6 +64,7 @@ def executor_env(spec: dict, plan) -> dict:
     return s3conf.credential_env()
 
 
+QUARANTINE_ROWS_PER_TASK = 1_000_000
 SLICE_COL = "_eo_slice"  # eobatch.formats.SLICE_COL (imported lazily like every eobatch name here; a test checks)
 
 
@@ -189,6 +190,9 @@ def run(spec: dict) -> dict:
     # 4. the quarantine, only when there is something to quarantine, at the exact source positions
     bad = quarantined_records(kind.locate(spark, kept.where(F.col("reason").isNotNull()), plan.range, src),
                               batch_id, extra)
+    # a few bad records spread over every piece of the read: one file for up to a million of them,
+    # not one per piece (the cache's per-batch statistics skip the pieces without any)
+    bad = bad.coalesce(max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK)))
     manifests[QUARANTINE] = (stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
                                              partition_by=[], **common) if rows_bad else [])
     positions = kind.positions(kept)
