@@ -25,14 +25,19 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
-setup: venv jars kafka-jars s3-jars
+setup: venv jars kafka-jars s3-jars class-archive
+
+# The stage job's JVM class-data archive (eobatch/class_archive.py): one small stage job, once per
+# pyspark and Java; every later stage job's driver starts from it.
+class-archive: venv jars
+	@source include/env.sh && python -m eobatch.cli class-archive
 
 # Python environment from the pinned lock; re-installed when requirements.txt changes.
 venv: $(VENV)/.installed

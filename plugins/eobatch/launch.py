@@ -19,7 +19,7 @@ import sys
 import tempfile
 import zipfile
 
-from . import s3conf
+from . import class_archive, s3conf
 from .config import PipelineConfig
 from .sources import kind_for, kind_names
 
@@ -202,6 +202,11 @@ def _code_files() -> list[tuple[str, str]]:
     return sorted(out, key=lambda f: f[1])
 
 
+def default_cache_dir() -> str:
+    """Where the code zip and the class-data archive are kept (EOBATCH_CACHE_DIR, else .cache/)."""
+    return os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
+
+
 def _compiled(path: str, arc: str, tmp: str) -> bytes:
     """The module compiled for this Python, as an unchecked hash-based .pyc (PEP 552): zipimport
     loads it without compiling the source again, in the driver and in every Python worker (about
@@ -225,7 +230,7 @@ def pyfiles_zip(cache_dir: str | None = None) -> str:
         with open(path, "rb") as f:
             sources.append(f.read())
         h.update(arc.encode() + b"\0" + hashlib.sha256(sources[-1]).digest())
-    cache_dir = cache_dir or os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
+    cache_dir = cache_dir or default_cache_dir()
     os.makedirs(cache_dir, exist_ok=True)
     target = os.path.join(cache_dir, f"eobatch-{h.hexdigest()[:16]}.zip")
     if os.path.exists(target):
@@ -251,11 +256,13 @@ def spark_conf(cfg: PipelineConfig) -> dict:
     return conf
 
 
-def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]") -> list[str]:
-    """The spark-submit command line (for tests and benchmarks; Airflow uses its hook)."""
+def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]",
+                      conf: dict | None = None) -> list[str]:
+    """The spark-submit command line (for tests and benchmarks; Airflow uses its hook), the
+    stage operator's ``--conf`` set (``conf`` over it)."""
     argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
             "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip()]
-    for k, v in spark_conf(cfg).items():
+    for k, v in {**class_archive.java_options(spark_conf(cfg)), **(conf or {})}.items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
         argv += ["--driver-memory", cfg.spark.driver_memory]
