@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -43,15 +44,19 @@ def _java() -> str | None:
 
 def archive_path(cache_dir: str | None = None) -> str | None:
     """Where the archive of this pyspark and this Java lives (whether or not it exists); None
-    without a java."""
+    without a java or an installed pyspark."""
     from .launch import default_cache_dir
 
     java = _java()
+    try:
+        spark_version = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:  # a pyspark from SPARK_HOME: no archive of ours
+        return None
     if java is None:
         return None
     modules = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "modules")
     stamp = os.stat(modules).st_mtime_ns if os.path.exists(modules) else 0
-    key = f"{importlib.metadata.version('pyspark')}|{java}|{stamp}"
+    key = f"{spark_version}|{java}|{stamp}"
     return os.path.join(cache_dir or default_cache_dir(), f"stage-classes-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa")
 
 
@@ -63,10 +68,10 @@ def platform_java_options() -> str:
     if not os.path.isfile(path):
         return ""
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            key, _, value = line.strip().partition(" ") if " " in line.strip() else line.strip().partition("\t")
-            if key == JAVA_OPTIONS:
-                return value.strip()
+        for line in f:  # a Java properties file: "key value", "key=value" or "key: value"; # or ! comments
+            m = re.match(r"\s*([^\s=:#!][^\s=:]*)\s*[=:\s]\s*(.*?)\s*$", line)
+            if m and m.group(1) == JAVA_OPTIONS:
+                return m.group(2)
     return ""
 
 

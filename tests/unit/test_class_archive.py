@@ -39,6 +39,12 @@ def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
         "# platform\nspark.master  local[2]\nspark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
     assert platform_java_options() == "-Djava.security.krb5.conf=/etc/krb5.conf -Da=b"
+    for line in ("spark.driver.extraJavaOptions=-Da=b -Dc=d", "spark.driver.extraJavaOptions\t-Da=b -Dc=d",
+                 "  spark.driver.extraJavaOptions : -Da=b -Dc=d  "):  # the forms of a properties file
+        (conf_dir / "spark-defaults.conf").write_text(f"# spark.driver.extraJavaOptions -Dno=1\n{line}\n")
+        assert platform_java_options() == "-Da=b -Dc=d", line
+    (conf_dir / "spark-defaults.conf").write_text(
+        "spark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
     path = _archive(tmp_path)
     assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == (
         f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b -XX:SharedArchiveFile={path}")
@@ -77,3 +83,16 @@ def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path,
     assert f"{JAVA_OPTIONS}=-XX:SharedArchiveFile={path}" in argv
     assert JAVA_OPTIONS not in launch.spark_conf(cfg)
     assert class_archive.archive_path() == path
+
+
+def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    _archive(tmp_path)
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert archive_path(str(tmp_path)) is None
+    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b"}
