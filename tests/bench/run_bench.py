@@ -201,8 +201,13 @@ def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Pa
     jvm = stage[0] if stage else None  # the pipeline's stage retries are 0: one attempt
     task = re.findall(r"stage: batch \d+ attempt \S+ finished in ([0-9.]+)s", text)
     prepared = Protocol(cfg).ledger.prepared(1)
+    tasks = dag_test_task_seconds(text)
     out: dict = {
         "eo_seconds": round(took, 2) if ok else None,
+        # the tasks' own run time (from the task runner's start to the task's end) and the rest of
+        # the DAG run: Airflow's start-up, DAG parse, execution API, task bookkeeping, exit
+        "eo_task_seconds": tasks,
+        "eo_airflow_seconds": round(took - sum(tasks.values()), 2) if ok and tasks else None,
         # the task logs "finished in" only when its spark-submit succeeded
         "stage_seconds": round(jvm.seconds, 2) if jvm and jvm.seconds is not None and task else None,
         "driver_peak_rss_mib": jvm.peak_rss_mib if jvm else None,
@@ -217,6 +222,27 @@ def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Pa
         out["eo_error"] = f"DAG run {states[-1] if states else 'unknown'} (exit {rc}): {_error_text(log)}"
         _log(f"eo run of {name} failed, see {log}")
     return out, cfg
+
+
+_DAG_TEST = re.compile(r"^(\d{4}-\d\d-\d\dT[\d:.]+)Z .*?(\[DAG TEST\] end task task_id=(\w+)|Task started)")
+
+
+def dag_test_task_seconds(log_text: str) -> dict:
+    """{task: seconds} of an ``airflow dags test`` log: each task from its runner's "Task started"
+    (the execution API's line, once Airflow is ready to run it) to its "[DAG TEST] end task"."""
+    out: dict = {}
+    started = None
+    for line in log_text.splitlines():
+        m = _DAG_TEST.search(line)
+        if not m:
+            continue
+        at = dt.datetime.fromisoformat(m.group(1))
+        if m.group(3) is None:
+            started = at
+        elif started is not None:
+            out[m.group(3)] = round(out.get(m.group(3), 0.0) + (at - started).total_seconds(), 2)
+            started = None
+    return out
 
 
 def measure_size(ds: dict, master: str, driver_memory: str | None, work: Path, home: Path,

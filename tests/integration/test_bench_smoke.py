@@ -52,6 +52,10 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     assert row["sss_rows"] == row["alo_rows"] == 1000  # Spark's PERMISSIVE mode keeps the bad line as nulls
     assert row["driver_peak_rss_mib"] > 100 and row["sss_driver_peak_rss_mib"] > 100
     assert 2 < row["stage_seconds"] < row["eo_seconds"]  # a whole spark-submit, not a process it forked
+    # the DAG run split into its tasks' own run time and Airflow's share
+    assert set(row["eo_task_seconds"]) >= {"recover", "plan", "stage", "verify", "commit"}
+    assert row["eo_task_seconds"]["stage"] >= row["stage_task_seconds"] > 0
+    assert 0 < row["eo_airflow_seconds"] < row["eo_seconds"]
     assert res["single_file"] is None and "SINGLE_FILE_GB=0" in res["single_file_note"]
     assert res["kafka_stage_over_consume_floor"] is None and "KAFKA_RECORDS=0" in res[
         "kafka_stage_over_consume_floor_note"]
