@@ -174,10 +174,15 @@ class IntervalModel(RuleBasedStateMachine):
 
     def _run(self, h: int, point: str | None = None) -> None:
         """The run of hour ``h``: recover, plan, stage, verify, commit (dying at ``point``); a
-        commit that lost to a racing compaction is retried once, as the commit task would."""
+        commit that lost to a racing compaction is retried once, as the commit task would. A
+        recover whose commit of an earlier PREPARED batch lost to it fails the run (the recover
+        task has no retries): the batch stays PREPARED and the next run's recover commits it."""
         self.runs += 1
         rid = f"r{self.runs}"
-        self.proto.recover(run_id=rid)
+        try:
+            self.proto.recover(run_id=rid)
+        except CommitConflict:
+            return
         plan, _ = self.proto.plan(interval=iv(h), run_id=rid)
         if plan is None:
             return
@@ -201,3 +206,22 @@ IntervalModel.TestCase.settings = (
     settings(max_examples=int(os.environ.get("EOBATCH_MODEL_INTERVAL_CI_EXAMPLES", "15")), stateful_step_count=30,
              deadline=None, suppress_health_check=[HealthCheck.too_slow]))
 TestIntervalModel = IntervalModel.TestCase
+
+
+def test_a_recover_that_loses_to_a_compaction_fails_its_run_and_the_next_run_commits():
+    """Found by the machine: a commit dies before its Delta commit (PREPARED), then the next
+    run's recover commits that batch while a compaction lands on the table: the recover loses
+    (CommitConflict; it has no retries) and its run fails; the run after commits the batch,
+    each record once."""
+    state = IntervalModel()
+    try:
+        state.run_hour_while_a_compaction_lands(h=0)
+        state.land_file(h=0, n=2)
+        state.run_hour_while_a_compaction_lands(h=0)
+        state.run_hour(h=0, n=0, point="commit.before_delta_commit")
+        state.run_hour_while_a_compaction_lands(h=0)
+        state.nothing_twice_nothing_invented()
+        state.run_hour(h=0, n=0, point=None)
+        state.nothing_twice_nothing_invented()
+    finally:
+        state.teardown()
