@@ -34,7 +34,7 @@ help:
 
 setup: venv jars kafka-jars s3-jars class-archive
 
-# The stage job's JVM class-data archive (eobatch/class_archive.py): one small stage job, once per
+# The stage job's JVM class-data archive (eobatch/driver_jvm.py): one small stage job, once per
 # pyspark and Java; every later stage job's driver starts from it.
 class-archive: venv jars
 	@source include/env.sh && python -m eobatch.cli class-archive

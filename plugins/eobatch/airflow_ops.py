@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import airflow_conn, alerts, assets, class_archive, launch, metrics, s3conf  # noqa: F401 - airflow_conn: connections
+from . import airflow_conn, alerts, assets, driver_jvm, launch, metrics, s3conf  # noqa: F401 - airflow_conn: connections
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -283,7 +283,7 @@ class StageOperator(SparkSubmitOperator):
         ti.xcom_push(key="attempt", value=attempt)
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}
-        self.conf = class_archive.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
+        self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
         self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip()
         self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"

@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "class-archive":
-            from .class_archive import build
+            from .driver_jvm import build
 
             build(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
             return 0

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import zipfile
 
-from . import class_archive, s3conf
+from . import driver_jvm, s3conf
 from .config import PipelineConfig
 from .sources import kind_for, kind_names
 
@@ -262,7 +262,7 @@ def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: 
     stage operator's ``--conf`` set (``conf`` over it)."""
     argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
             "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip()]
-    for k, v in {**class_archive.java_options(spark_conf(cfg)), **(conf or {})}.items():
+    for k, v in {**driver_jvm.java_options(spark_conf(cfg)), **(conf or {})}.items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
         argv += ["--driver-memory", cfg.spark.driver_memory]

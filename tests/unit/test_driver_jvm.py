@@ -1,14 +1,14 @@
-"""The stage job's class-data archive option: added to the driver's Java options only when the
-archive of this pyspark and Java exists, after the options already there (the platform's
-spark-defaults.conf included), never over a pipeline platform's own archive option."""
+"""The stage driver's Java options: the collector unless one is chosen already, and the class-data
+archive only when the archive of this pyspark and Java exists, after the options already there
+(the platform's spark-defaults.conf included), never over a pipeline's or platform's own."""
 
 from __future__ import annotations
 
 import os
 import stat
 
-from eobatch import class_archive, launch
-from eobatch.class_archive import JAVA_OPTIONS, archive_path, java_options, platform_java_options
+from eobatch import driver_jvm, launch
+from eobatch.driver_jvm import COLLECTOR, JAVA_OPTIONS, archive_path, java_options, platform_java_options
 
 
 def _archive(cache) -> str:
@@ -18,18 +18,26 @@ def _archive(cache) -> str:
     return path
 
 
-def test_no_archive_no_option(tmp_path, monkeypatch):
+def test_no_archive_no_archive_option(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     conf = {"spark.ui.enabled": "false"}
-    assert java_options(conf, str(tmp_path)) == conf
+    assert java_options(conf, str(tmp_path)) == {**conf, JAVA_OPTIONS: COLLECTOR}
+
+
+def test_a_collector_chosen_already_is_kept(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    for own in ("-XX:+UseG1GC", "-Da=b -XX:+UseZGC -Xlog:gc", "-XX:+UseParallelGC"):
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: own}
+    for not_one in ("-XX:-UseParallelGC", "-XX:+UseGCOverheadLimit", "-XX:+UseStringDeduplication"):
+        assert java_options({JAVA_OPTIONS: not_one}, str(tmp_path)) == {JAVA_OPTIONS: f"{not_one} {COLLECTOR}"}
 
 
 def test_the_archive_goes_after_the_options_there(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     path = _archive(tmp_path)
-    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == f"-XX:SharedArchiveFile={path}"
+    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == f"{COLLECTOR} -XX:SharedArchiveFile={path}"
     got = java_options({JAVA_OPTIONS: "-Dx=1"}, str(tmp_path))
-    assert got[JAVA_OPTIONS] == f"-Dx=1 -XX:SharedArchiveFile={path}"
+    assert got[JAVA_OPTIONS] == f"-Dx=1 {COLLECTOR} -XX:SharedArchiveFile={path}"
 
 
 def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
@@ -47,14 +55,14 @@ def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
         "spark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
     path = _archive(tmp_path)
     assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == (
-        f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b -XX:SharedArchiveFile={path}")
+        f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b {COLLECTOR} -XX:SharedArchiveFile={path}")
 
 
 def test_an_archive_option_of_its_own_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     _archive(tmp_path)
     for own in ("-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:ArchiveClassesAtExit=/tmp/new.jsa"):
-        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: own}
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: f"{own} {COLLECTOR}"}
 
 
 def test_another_java_has_another_archive(tmp_path, monkeypatch):
@@ -66,7 +74,7 @@ def test_another_java_has_another_archive(tmp_path, monkeypatch):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert archive_path(str(tmp_path)) != ours
-    assert java_options({}, str(tmp_path)) == {}  # none was built for that java
+    assert java_options({}, str(tmp_path)) == {JAVA_OPTIONS: COLLECTOR}  # no archive was built for that java
 
 
 def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path, monkeypatch):
@@ -80,9 +88,9 @@ def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path,
     path = _archive(tmp_path / "cache")
     cfg = write_pipeline(tmp_path, name="o").cfg
     argv = launch.spark_submit_argv(cfg, 1, "a1")
-    assert f"{JAVA_OPTIONS}=-XX:SharedArchiveFile={path}" in argv
+    assert f"{JAVA_OPTIONS}={COLLECTOR} -XX:SharedArchiveFile={path}" in argv
     assert JAVA_OPTIONS not in launch.spark_conf(cfg)
-    assert class_archive.archive_path() == path
+    assert driver_jvm.archive_path() == path
 
 
 def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
@@ -95,4 +103,4 @@ def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert archive_path(str(tmp_path)) is None
-    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b"}
+    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b", JAVA_OPTIONS: COLLECTOR}

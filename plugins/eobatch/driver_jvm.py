@@ -1,27 +1,39 @@
-"""The stage job's class-data archive: its driver JVM starts from classes loaded once, at setup.
+"""The stage job's driver JVM: its garbage collector and its class-data archive.
 
-Every batch is a new ``spark-submit``, and a new JVM loads and verifies thousands of Spark
-classes before the first record is read: about 2.5 s of a 1,000-record stage job on 2 cores
-(11.5 s -> 9.0 s, measured). Java's class-data sharing (CDS, JEP 350) keeps those classes in an
-archive mapped at start-up: ``make setup`` runs one small stage job with
-``-XX:ArchiveClassesAtExit`` (``build``), and each stage job's driver then runs with
-``-XX:SharedArchiveFile`` (``java_options``).
+Every batch is a new ``spark-submit``; in local mode its driver JVM is the executor too, so
+what it starts with sets both the fixed cost of a batch and the cost of each record.
 
-* Only the driver: in local mode it is the executor too; on a cluster the executors are other
-  JVMs, on other machines, which start as they always do.
-* The archive is named by what it was made with (pyspark's version, the Java runtime); another
-  Java or Spark finds no archive and starts as usual (an archive whose classpath or JVM does
-  not match is ignored by the JVM too, with a warning). It is written whole under a temporary
-  name, checked by a JVM that loads it, then renamed: a partial archive is never used (a
-  truncated one crashes the JVM that maps it).
-* A pipeline that sets its own ``-XX:SharedArchiveFile`` / ``-XX:ArchiveClassesAtExit`` in
-  ``spark.driver.extraJavaOptions`` keeps them.
+* **The throughput collector** (``-XX:+UseParallelGC``, ``COLLECTOR``) instead of Java's default
+  G1: the job allocates at a high rate and keeps little (Spark 4.2's ``from_json`` alone makes an
+  8 KiB decoder buffer per record), and G1's concurrent bookkeeping costs the job CPU that a
+  short batch job never needs back as short pauses. Measured on 2 cores, 5 pairs of stage jobs:
+  5M records 28.6 s -> 26.7 s (-8 %) with a lower peak RSS (1031 -> 940 MiB); 1,000 records
+  10.1 s -> 9.5 s. Not added when the Java options already choose a collector.
+* **The class-data archive**: a new JVM loads and verifies thousands of Spark classes before
+  the first record is read: about 2.5 s of a 1,000-record stage job on 2 cores (11.5 s -> 9.0 s,
+  measured). Java's class-data sharing (CDS, JEP 350) keeps those classes in an archive mapped
+  at start-up: ``make setup`` runs one small stage job with ``-XX:ArchiveClassesAtExit``
+  (``build``), with the collector the stage jobs run with, and each stage job's driver then
+  runs with ``-XX:SharedArchiveFile`` (``java_options``).
+
+Both apply to the driver only: on a cluster the executors are other JVMs, on other machines,
+which start as the platform starts them.
+
+* The archive is named by what it was made with (pyspark's version, the Java runtime, the
+  collector); another Java or Spark finds no archive and starts as usual (an archive whose
+  classpath or JVM does not match is ignored by the JVM too, with a warning). It is written
+  whole under a temporary name, checked by a JVM that loads it, then renamed: a partial
+  archive is never used (a truncated one crashes the JVM that maps it). Building one removes
+  the archives of other pyspark versions, Javas or collectors from the cache folder.
+* A pipeline or platform that sets its own ``-XX:SharedArchiveFile`` / ``-XX:ArchiveClassesAtExit``
+  or its own collector in ``spark.driver.extraJavaOptions`` keeps them.
 
 No Airflow, no pyspark imports.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.metadata
 import os
@@ -33,6 +45,13 @@ import textwrap
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
+COLLECTOR = "-XX:+UseParallelGC"
+_A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")  # -XX:+UseG1GC, -XX:+UseZGC, -XX:+UseSerialGC, ...
+
+
+def with_collector(options: str) -> str:
+    """``options`` with COLLECTOR appended, unless they choose a collector already."""
+    return options if _A_COLLECTOR.search(options) else f"{options} {COLLECTOR}".strip()
 
 
 def _java() -> str | None:
@@ -56,7 +75,7 @@ def archive_path(cache_dir: str | None = None) -> str | None:
         return None
     modules = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "modules")
     stamp = os.stat(modules).st_mtime_ns if os.path.exists(modules) else 0
-    key = f"{spark_version}|{java}|{stamp}"
+    key = f"{spark_version}|{java}|{stamp}|{COLLECTOR}"
     return os.path.join(cache_dir or default_cache_dir(), f"stage-classes-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa")
 
 
@@ -76,13 +95,14 @@ def platform_java_options() -> str:
 
 
 def java_options(conf: dict, cache_dir: str | None = None) -> dict:
-    """``conf`` with the archive added to the driver's Java options (after the platform's or the
-    given ones), when there is one."""
-    path = archive_path(cache_dir)
+    """``conf`` with the stage driver's Java options: the ones there (the given ones, else the
+    platform's), then COLLECTOR unless they choose one, then the archive when there is one."""
     own = conf.get(JAVA_OPTIONS) or platform_java_options()
-    if path is None or not os.path.exists(path) or any(o in own for o in _OWN):
-        return conf
-    return {**conf, JAVA_OPTIONS: f"{own} -XX:SharedArchiveFile={path}".strip()}
+    options = with_collector(own)
+    path = archive_path(cache_dir)
+    if path is not None and os.path.exists(path) and not any(o in own for o in _OWN):
+        options = f"{options} -XX:SharedArchiveFile={path}"
+    return {**conf, JAVA_OPTIONS: options}
 
 
 SAMPLE = [b'{"id": "a%d", "n": %d, "x": %d.5, "ts": "2026-01-01T00:00:%02dZ"}' % (i, i, i, i % 60) for i in range(200)]
@@ -122,7 +142,7 @@ def build(master: str = "local[*]", cache_dir: str | None = None, log=print, for
         plan, _ = proto.plan()
         if plan is None:
             raise RuntimeError("the warm-up pipeline planned nothing")
-        dumping = {JAVA_OPTIONS: f"{platform_java_options()} -XX:ArchiveClassesAtExit={dump}".strip()}
+        dumping = {JAVA_OPTIONS: f"{with_collector(platform_java_options())} -XX:ArchiveClassesAtExit={dump}"}
         argv = spark_submit_argv(cfg, plan.batch_id, new_attempt_id(1), master=master, conf=dumping)
         log(f"class archive: one stage job of {len(SAMPLE) + 2} records, -XX:ArchiveClassesAtExit")
         r = subprocess.run(argv, env=spark_env(), capture_output=True, text=True, timeout=900)
@@ -136,5 +156,9 @@ def build(master: str = "local[*]", cache_dir: str | None = None, log=print, for
         part = f"{target}.{os.getpid()}.tmp"
         shutil.copyfile(dump, part)
         os.replace(part, target)
+    for old in glob.glob(os.path.join(os.path.dirname(target), "stage-classes-*.jsa")):
+        if old != target:  # made with another pyspark, Java or collector (a JVM mapping one keeps its mapping)
+            os.remove(old)
+            log(f"class archive: removed {old}, made for another pyspark, Java or collector")
     log(f"class archive: {target} ({os.path.getsize(target) >> 20} MiB)")
     return target
