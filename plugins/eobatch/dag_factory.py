@@ -106,7 +106,11 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         # The published tables are Airflow Assets (eobatch.assets): events are added through the
         # pipeline's alias by the tasks that can commit a batch, once per committed batch.
         published = assets.batch_alias(cfg.name)
-        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published])
+        # recover may finish a commit (a PREPARED batch): it retries what the commit task retries
+        # (a lost race with maintenance, a store that is down), rather than fail the run for it
+        commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
+                            max_retry_delay=dt.timedelta(minutes=10))
+        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], **commit_retry)
         plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
                             timeout=cfg.plan_wait_seconds)
         # Backfills run with their own max_active_runs: commits of one table are serialised here
@@ -115,9 +119,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
                               retries=cfg.stage_retries)
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
-        commit = CommitOperator(task_id="commit", pipeline_file=f, retries=cfg.commit_retries, outlets=[published],
-                                retry_exponential_backoff=True, max_active_tis_per_dag=1,
-                                max_retry_delay=dt.timedelta(minutes=10), **pool_args(cfg))
+        commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], max_active_tis_per_dag=1,
+                                **commit_retry, **pool_args(cfg))
         abort = AbortOperator(task_id="abort", pipeline_file=f)
         recover >> plan >> stage >> verify >> commit
         [stage, verify] >> abort

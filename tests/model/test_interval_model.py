@@ -174,15 +174,15 @@ class IntervalModel(RuleBasedStateMachine):
 
     def _run(self, h: int, point: str | None = None) -> None:
         """The run of hour ``h``: recover, plan, stage, verify, commit (dying at ``point``); a
-        commit that lost to a racing compaction is retried once, as the commit task would. A
-        recover whose commit of an earlier PREPARED batch lost to it fails the run (the recover
-        task has no retries): the batch stays PREPARED and the next run's recover commits it."""
+        commit that lost to a racing compaction is retried once, as the commit task would, and so
+        is a recover whose commit of an earlier PREPARED batch lost to it (the recover task
+        retries as the commit task does)."""
         self.runs += 1
         rid = f"r{self.runs}"
         try:
             self.proto.recover(run_id=rid)
         except CommitConflict:
-            return
+            self.proto.recover(run_id=rid)
         plan, _ = self.proto.plan(interval=iv(h), run_id=rid)
         if plan is None:
             return
@@ -208,18 +208,20 @@ IntervalModel.TestCase.settings = (
 TestIntervalModel = IntervalModel.TestCase
 
 
-def test_a_recover_that_loses_to_a_compaction_fails_its_run_and_the_next_run_commits():
+def test_a_recover_that_loses_to_a_compaction_is_retried_and_commits():
     """Found by the machine: a commit dies before its Delta commit (PREPARED), then the next
     run's recover commits that batch while a compaction lands on the table: the recover loses
-    (CommitConflict; it has no retries) and its run fails; the run after commits the batch,
-    each record once."""
+    (CommitConflict) and its retry commits the batch in that run, each record once."""
     state = IntervalModel()
     try:
         state.run_hour_while_a_compaction_lands(h=0)
         state.land_file(h=0, n=2)
         state.run_hour_while_a_compaction_lands(h=0)
         state.run_hour(h=0, n=0, point="commit.before_delta_commit")
+        died = state.proto.ledger.latest_batch_id()
+        assert state.proto.ledger.prepared(died) is not None and state.proto.ledger.committed(died) is None
         state.run_hour_while_a_compaction_lands(h=0)
+        assert state.proto.ledger.committed(died) is not None  # by the recover's retry, in that run
         state.nothing_twice_nothing_invented()
         state.run_hour(h=0, n=0, point=None)
         state.nothing_twice_nothing_invented()

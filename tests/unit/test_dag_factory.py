@@ -19,6 +19,17 @@ def test_recover_and_commit_declare_the_alias_and_no_other_task_an_outlet(make_c
     assert asset_uri(cfg.sink_table) in (dag.doc_md or "")
 
 
+def test_recover_retries_as_the_commit_does(make_cfg):
+    """Recover finishes a PREPARED batch's commit: a lost race with maintenance or a store that is
+    down is retried there as in the commit task, not a failed run."""
+    dag = build_dag(make_cfg())
+    recover, commit = dag.get_task("recover"), dag.get_task("commit")
+    assert recover.retries == commit.retries == 8
+    for attr in ("retry_exponential_backoff", "max_retry_delay", "retry_delay"):
+        assert getattr(recover, attr) == getattr(commit, attr), attr
+    assert dag.get_task("verify").retries == 0 and dag.get_task("abort").retries == 0
+
+
 def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
     cont = build_dag(make_cfg()).params
     assert list(cont.keys()) == ["max_records_per_batch", "dry_run", "rewind_to_batch", "confirm_rewind"]
