@@ -19,12 +19,15 @@ what it starts with sets both the fixed cost of a batch and the cost of each rec
 Both apply to the driver only: on a cluster the executors are other JVMs, on other machines,
 which start as the platform starts them.
 
-* The archive is named by what it was made with (pyspark's version, the Java runtime, the
-  collector); another Java or Spark finds no archive and starts as usual (an archive whose
-  classpath or JVM does not match is ignored by the JVM too, with a warning). It is written
-  whole under a temporary name, checked by a JVM that loads it, then renamed: a partial
-  archive is never used (a truncated one crashes the JVM that maps it). Building one removes
-  the archives of other pyspark versions, Javas or collectors from the cache folder.
+* The archive is named by what it was made with: pyspark's version, the Java runtime and
+  COLLECTOR (a platform that chooses its own collector has it dumped with that one under the
+  same name: ``python -m eobatch.cli class-archive --force`` after changing it). Another Java or
+  Spark finds no archive and starts as usual (an archive whose classpath or JVM does not match
+  is ignored by the JVM too, with a warning; one dumped with another collector still maps, a
+  little slower, measured at 1,000 records). It is written whole under a temporary name,
+  checked by a JVM that loads it, then renamed: a partial archive is never used (a truncated
+  one crashes the JVM that maps it). Building one removes the archives of other pyspark
+  versions, Javas or collectors from the cache folder.
 * A pipeline or platform that sets its own ``-XX:SharedArchiveFile`` / ``-XX:ArchiveClassesAtExit``
   or its own collector in ``spark.driver.extraJavaOptions`` keeps them.
 
