@@ -50,7 +50,7 @@ $(VENV)/.installed: requirements.txt
 # JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
 # Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://).
 SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator
-jars: .jars/.resolved
+jars: .jars/.resolved .jars/eobatch-jvm.jar
 .jars/.resolved: include/pom.xml
 	rm -rf .jars && mkdir -p .jars
 	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/pom.xml dependency:copy-dependencies \
@@ -58,6 +58,11 @@ jars: .jars/.resolved
 	    -DexcludeArtifactIds=hadoop-client-api,hadoop-client-runtime -DoutputDirectory=$(CURDIR)/.jars
 	@ls .jars/delta-spark_*.jar .jars/hadoop-aws-*.jar .jars/bundle-*.jar >/dev/null
 	@touch $@
+
+# The stage job's own JVM code (include/jvm/: from_json reading a record's UTF-8 bytes in place),
+# compiled by the JDK's javac against the Spark jars of the venv's pyspark, into .jars/ with the rest.
+.jars/eobatch-jvm.jar: .jars/.resolved $(VENV)/.installed include/jvm/build.sh $(shell find include/jvm -name '*.java')
+	VENV=$(VENV) include/jvm/build.sh $@
 
 # The Kafka broker (KRaft, single node) of `make up` and the tests: jars into .jars-kafka/.
 kafka-jars: .jars-kafka/.resolved

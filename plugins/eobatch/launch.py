@@ -45,6 +45,8 @@ SPARK_DEFAULTS = {
     # Spark's default plus access_key / AWS_ACCESS_KEY_ID (spark.executorEnv.* the job sets)
     "spark.redaction.regex": "(?i)secret|password|token|access[._]?key",
 }
+# The stage job's own JVM code (include/jvm/, built by `make jars` into the jars folder).
+JVM_EXTENSION = "eobatch-jvm.jar"
 # Jars only a pipeline with s3a:// locations needs (hadoop-aws and the AWS SDK bundle it declares).
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 
@@ -93,6 +95,9 @@ def jars(cfg: PipelineConfig | None = None) -> list[str]:
     if not found:
         raise FileNotFoundError(
             f"no JVM jars in {jars_dir()}: run `make jars` (mvn resolves include/pom.xml into it)")
+    if not any(os.path.basename(j) == JVM_EXTENSION for j in found):
+        raise FileNotFoundError(f"{jars_dir()} has no {JVM_EXTENSION} (the stage job's own JVM code, "
+                                f"include/jvm/): run `make jars`, which compiles it with a JDK's javac")
     if cfg is not None and not uses_s3(cfg):
         found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
     elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):

@@ -4,7 +4,8 @@
   the quarantine's position of a record is still its exact line number, by eobatch.lines' own
   definition of a line, whatever lies at a piece boundary (blank lines, CRLF, invalid UTF-8).
 * The classifier's fast path (one typed parse) never decides differently from the full rule
-  list, on odd inputs and on random damage of valid records.
+  list, on odd inputs and on random damage of valid records, and its parse (Jackson reading the
+  record's bytes, include/jvm/) gives the values of Spark's own ``from_json``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ def spark():
          # pieces of 4 KiB: every test file below is split into many pieces, packed into tasks
          .config("spark.sql.files.maxPartitionBytes", "4096")
          .config("spark.sql.files.openCostInBytes", "1024")
+         .config("spark.jars", str(REPO / ".jars" / "eobatch-jvm.jar"))  # the fast path's parser
          .getOrCreate())
     yield s
     s.stop()
@@ -161,3 +163,72 @@ def test_the_fast_path_decides_like_the_full_rules(spark):
     assert {t: valid[t] for t in NAMED} == NAMED
     decided = {r["fast"] is None for r in rows}
     assert decided == {True, False}  # both outcomes occur: the comparison means something
+
+
+# Inputs where Jackson's byte source and Spark's reader path could part: the encoding Jackson
+# guesses from the first bytes (a NUL second byte reads as UTF-16 or UTF-32), a byte-order mark,
+# multi-byte and astral characters, escapes, control characters, numbers at the edges, nesting.
+ENCODING_EDGES = [
+    "{\x00}", "{\x00\x00\x00}\x00\x00\x00", '{"\x00\x00', "{\x00\"\x00o\x00r\x00d\x00", "\ufeff{\"order_id\": \"a\"}",
+    '{"order_id": "\u00e9\u4e2d\U0001f600"}', '{"order_id": "\\ud83d\\ude00 \\u00e9 \\n \\" \\\\"}',
+    '{"order_id": "\\ud83d"}', '{"order_id": "a\x01b"}', '{"order_id": "a", "amount": -0.0}',
+    '{"order_id": "a", "amount": 123456789012345678901234567890}', '{"order_id": "a", "amount": 4.9e-324}',
+    '{"order_id": "a", "amount": 1E+2}', '{"order_id": "a", "ts": "2026-01-01 10:00:00"}',
+    '{"order_id": "a", "ts": "2026-01-01T10:00:00.123456+02:00"}', '{"order_id": "a", "ts": "2026-13-01T00:00:00Z"}',
+    '{"order_id": "a", "customer": {"n": [1, {"x": null}]}}', '{"order_id": "a", "customer": true}',
+    "{" * 50 + "}" * 50, '{"order_id": "a"}\x00', "{", "{}", '{ "order_id" : "a" , "amount" : 2 }',
+]
+
+
+def _unicode_damaged(rnd: random.Random, n: int) -> list[str]:
+    """Valid records with characters of every UTF-8 length and control characters put anywhere."""
+    alphabet = ["\x00", "\x1f", "\x7f", "\u00e9", "\u07ff", "\u0800", "\uffff", "\U0001f600", "\U0010ffff",
+                '"', "{", "}", ":", ",", "\\", " ", "1", "e", "-"]
+    out = []
+    for s in _damaged(rnd, n):
+        for _ in range(rnd.randint(0, 3)):
+            k = rnd.randrange(len(s) + 1)
+            s = s[:k] + rnd.choice(alphabet) + s[k:]
+        out.append(s)
+    return out
+
+
+@pytest.mark.parametrize("options", ["STRICT", "LENIENT"])
+def test_the_byte_parse_gives_spark_from_json_values(spark, options):
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from spark_jobs import classify as cl
+
+    opts = getattr(cl, options)
+    typed = T.StructType(list(cl.record_schema(SCHEMA).fields) + [T.StructField(cl.CORRUPT, T.StringType(), True)])
+    rnd = random.Random(23)
+    texts = ODD + ENCODING_EDGES + _damaged(rnd, 2000) + _unicode_damaged(rnd, 2000)
+    df = spark.createDataFrame([(i, t) for i, t in enumerate(texts)] + [(-1, None)], "i long, raw string")
+    both = df.select("i", F.from_json("raw", typed, opts).alias("spark"),
+                     cl.utf8_from_json(F.col("raw"), typed, opts).alias("bytes"))
+    # compared by Spark (struct equality, NaN equal to NaN), shown as JSON (a damaged timestamp may
+    # hold a year Python's datetime cannot)
+    rows = both.select("i", F.equal_null("spark", "bytes").alias("same"), F.to_json("spark").alias("spark"),
+                       F.to_json("bytes").alias("bytes"), F.col(f"bytes.{cl.CORRUPT}").isNull().alias("parsed")).collect()
+    assert len(rows) == len(texts) + 1
+    differ = [(texts[r["i"]], r["spark"], r["bytes"]) for r in rows if not r["same"]]
+    assert not differ, differ[:5]
+    parsed = sum(r["parsed"] for r in rows if r["i"] >= 0)
+    assert parsed > 500 and len(texts) - parsed > 500  # both outcomes, often: the comparison means something
+    # the byte path really is taken (a record that starts with '{' and a non-zero byte) for most of them
+    assert sum(t.startswith("{") and t[1:2] not in ("", "\x00") for t in texts) > 3000
+
+
+def test_invalid_utf8_never_takes_the_fast_path(spark):
+    """Bytes and reader may parse invalid UTF-8 differently: such a record is decided by the full rules."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.classify import classify
+
+    raws = [b'{"order_id": "a\xff"}', b'{"order_id": "\xc3\x28"}', b'{"order_id": "a", "customer": "\xed\xa0\x80"}',
+            b'{"order_id": "\xf4\x90\x80\x80"}', b'{"order_id": "a"}']
+    lines = spark.createDataFrame([(i, r) for i, r in enumerate(raws)], "position long, raw binary") \
+        .select("position", F.col("raw").cast("string").alias("raw"))
+    got = {r["position"]: r["reason"] for r in classify(lines, SCHEMA, ["order_id"], 1 << 20).collect()}
+    assert got == {0: "invalid UTF-8", 1: "invalid UTF-8", 2: "invalid UTF-8", 3: "invalid UTF-8", 4: None}

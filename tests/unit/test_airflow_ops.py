@@ -185,7 +185,7 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
 
     jars = tmp_path / "jars"
     jars.mkdir()
-    for name in ("delta-spark_2.13-4.0.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.29.52.jar"):
+    for name in ("delta-spark_2.13-4.0.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.29.52.jar", "eobatch-jvm.jar"):
         (jars / name).write_bytes(b"")
     monkeypatch.setenv("EOBATCH_JARS_DIR", str(jars))
     monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))

@@ -228,7 +228,10 @@ def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
     for name in ("delta-spark_4.2_2.13-4.4.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar"):
         (jars_dir / name).write_bytes(b"")
     monkeypatch.setenv("EOBATCH_JARS_DIR", str(jars_dir))
-    assert [j.rsplit("/", 1)[1] for j in launch.jars(cfg)] == ["delta-spark_4.2_2.13-4.4.0.jar"]
-    assert len(launch.jars()) == 3
+    with pytest.raises(FileNotFoundError, match="no eobatch-jvm.jar .*make jars"):
+        launch.jars(cfg)
+    (jars_dir / launch.JVM_EXTENSION).write_bytes(b"")
+    assert [j.rsplit("/", 1)[1] for j in launch.jars(cfg)] == ["delta-spark_4.2_2.13-4.4.0.jar", "eobatch-jvm.jar"]
+    assert len(launch.jars()) == 4
     monkeypatch.setenv("EOBATCH_JARS_ON_NODES", "1")
     assert all(j.startswith("local:/") for j in launch.jars())
