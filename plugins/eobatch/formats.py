@@ -289,7 +289,7 @@ class BatchPlan(Record):
     batch_id: int
     source_kind: str
     range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
-    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}
+    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}
     #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}
     rows_in: int | None  # the source's own count of records in the range, when it knows it
     config_fingerprint: str
