@@ -75,7 +75,8 @@ def _read(buf: bytes, i: int, t: int):
             pairs.append((k, v))
         return (kv >> 4, kv & 0x0F, pairs), i
     if t == STRUCT:
-        fields, fid = [], 0
+        fields: list[list] = []
+        fid = 0
         while True:
             h = buf[i]
             i += 1
