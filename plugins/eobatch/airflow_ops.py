@@ -155,11 +155,14 @@ def _interval(context) -> dict | None:
 
 
 def _after_plan(proto: Protocol, context) -> None:
-    """After a plan recorded its range: metrics of the files it found late and of the backlog it
-    left (``metrics``), and the backlog age alert (``alerts``)."""
+    """After a plan recorded its range: metrics of the files it found late or skipped and of the
+    backlog it left (``metrics``), the skipped files' alert and the backlog age alert (``alerts``)."""
     from .backlog import backlog
 
     sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
+    sent += metrics.skipped_file_metrics(proto.cfg.name, proto.last_skipped)
+    if proto.last_skipped:
+        alerts.send(proto.cfg, alerts.skipped_files_alert(proto.cfg, proto.last_skipped), context)
     try:
         # the listing only: counting records would read every pending file (or footer) on each plan
         left = backlog(proto, count_records=False)

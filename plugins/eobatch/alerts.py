@@ -1,6 +1,6 @@
 """A pipeline's alerts (the YAML's ``alerts``), sent through Airflow notifiers.
 
-Three conditions, each told to every notifier of ``alerts.notify``:
+Four conditions, each told to every notifier of ``alerts.notify``:
 
 * ``failure``: a task of the pipeline failed for good (its retries exhausted): the task's
   ``on_failure_callback``, run by Airflow where the task ran;
@@ -9,7 +9,9 @@ Three conditions, each told to every notifier of ``alerts.notify``:
   callback run by the executor); no alert for a run that finished in time;
 * ``backlog_age``: a plan left a backlog whose oldest unpublished landing file is older than
   ``backlog_max_age_minutes``: sent by that plan, then at most once per that many minutes
-  while it lasts (an Airflow Variable remembers when), at once again after it recovered.
+  while it lasts (an Airflow Variable remembers when), at once again after it recovered;
+* ``skipped_input``: a plan skipped landing files it cannot read as they say (a Parquet footer
+  whose row counts cannot be true): sent by that plan, whenever ``notify`` is set.
 
 Notifiers are built afresh for each alert (Airflow renders a notifier's templates in place).
 An alert's text reaches them in the template context as ``alert`` (``alert.subject``,
@@ -36,7 +38,7 @@ SUBJECT_PREFIX = "[eobatch]"
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # failure | run_deadline | backlog_age
+    kind: str  # failure | run_deadline | backlog_age | skipped_input
     pipeline: str
     subject: str
     lines: tuple[str, ...]
@@ -260,3 +262,14 @@ def backlog_alert(cfg: PipelineConfig, backlog: dict) -> Alert:
              f"often, raise source.max_records_per_batch, or look for failed runs.")
     return Alert("backlog_age", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: backlog {age_min:.0f} min old "
                  f"(limit {limit:g} min)", lines, ledger_url(cfg.name))
+
+
+# -- skipped input: sent by the plan task ----------------------------------------------------------
+
+def skipped_files_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
+    """The files a plan skipped (its range's entries with ``skipped``), for the pipeline's notifiers."""
+    lines = tuple(f"Pipeline {cfg.name}: skipped {f['path']} ({f['size']} bytes): {f['skipped']}." for f in skipped[:20])
+    more = (f"... and {len(skipped) - 20} more.",) if len(skipped) > 20 else ()
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing file(s) skipped",
+                 lines + more + ("They are not published; the other files are. Land corrected files under new names "
+                                 "(a consumed file is never read again).",), ledger_url(cfg.name))

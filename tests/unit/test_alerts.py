@@ -184,3 +184,34 @@ def test_a_notifier_that_fails_is_logged_and_the_others_still_send(make_cfg, smt
     (mail,) = smtp.wait_for(lambda m: True, timeout=30)
     assert mail["X-Rcpt-To"] == "b@example.com"
     assert "not sent by SmtpNotifier" in caplog.text
+
+
+def test_a_plan_that_skips_a_forged_parquet_footer_mails_it_and_counts_it(make_cfg, smtp, tmp_path):
+    """A real plan of a parquet pipeline over a pyarrow file whose footer row count was forged: the
+    plan task's after-plan step mails the file and the reason, and the counter goes through
+    Airflow's StatsD client."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eobatch import metrics
+    from eobatch.airflow_ops import _after_plan
+    from eobatch.protocol import Protocol
+    from support.parquet_forge import forge_rows
+    from support.statsd_sink import received_by_statsd
+
+    cfg = make_cfg(alerts=_alerts(), source={"kind": "parquet", "path": str(tmp_path / "landing")})
+    bad, good = tmp_path / "landing" / "a.parquet", tmp_path / "landing" / "b.parquet"
+    for f in (bad, good):
+        pq.write_table(pa.table({"order_id": ["x", "y"]}), f)
+    forge_rows(bad, -1)
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert plan.rows_in == 2 and [f["path"] for f in proto.last_skipped] == [str(bad)]
+    _after_plan(proto, {})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing file(s) skipped"
+    assert f"skipped {bad}" in body(mail) and "negative row count (-1" in body(mail)
+    code = f"from eobatch import metrics; metrics.send(metrics.skipped_file_metrics('orders', {proto.last_skipped!r}))"
+    assert {"airflow.eobatch.orders.files_skipped:1|c"} <= received_by_statsd(
+        tmp_path, code, {"airflow.eobatch.orders.files_skipped:1|c"})
+    assert metrics.skipped_file_metrics("orders", []) == []

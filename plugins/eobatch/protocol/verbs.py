@@ -81,6 +81,7 @@ class Protocol(Repairs):
         self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
         self.participants: dict[str, Participant] = self._participants(storage_options)
         self.last_late: list = []  # late files the last plan() found (interval mode)
+        self.last_skipped: list = []  # planned files the kind skips (a Parquet footer that cannot be true)
 
     def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
         """The participant of each table: append tables take the staged files as they are; a merge
@@ -282,6 +283,7 @@ class Protocol(Repairs):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
                                  f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
         faults.crash_point("plan.after_record")
+        self.last_skipped = [f for f in rng.get("files", []) if f.get("skipped")]  # for the task's metrics, alert
         self._checkpoint(hist, held)
         return plan, True
 

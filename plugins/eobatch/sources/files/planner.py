@@ -111,7 +111,7 @@ class FilesSource:
         notes += [n for n in self.link_notes if not read.link_noted(n)]  # each link in one plan's notes
         if not chosen:
             return None, 0, notes
-        return {"files": chosen}, total, notes
+        return {"files": chosen}, total, notes + skip_notes(chosen)
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        lookback: Sequence[tuple[int, int]] = (), published: dict | None = None,
@@ -168,6 +168,7 @@ class FilesSource:
             entry = self._entry(f)
             entries.append({**entry, "slice": slice_})
             total += entry["records"]
+        notes += skip_notes(entries)
         if total > limit:
             raise IntervalTooLarge(f"the interval holds {total} records in {len(entries)} files"
                                    f"{' (with re-published late intervals)' if len({e['slice'] for e in entries}) > 1 else ''}"
@@ -203,6 +204,13 @@ class FilesSource:
 
     def check_unchanged(self, rng: dict) -> list[str]:
         return changed_since_plan(rng)
+
+
+def skip_notes(entries: list[dict]) -> list[str]:
+    """The batch plan's notes of the planned files a kind skips (``skipped``: the reason): they
+    count as consumed and are never read."""
+    return [f"skipped {e['path']} ({e['size']} bytes): {e['skipped']}; not published. Land a corrected file "
+            f"under a new name (a consumed file is never read again)" for e in entries if e.get("skipped")]
 
 
 def changed_since_plan(rng: dict) -> list[str]:

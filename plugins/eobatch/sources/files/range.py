@@ -1,7 +1,7 @@
 """The recorded range of a landing-files kind (files, parquet): whole files, each with its size,
 modification time, record count and (interval mode) its interval slice.
 
-Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}``.
+Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ class PlannedFile:
     mtime_ms: int
     records: int | None = None  # None only in ranges that never counted (kept as recorded)
     slice: str | None = None  # interval mode: formats.slice_name of the file's interval
+    skipped: str | None = None  # why the kind does not read it (consumed, never published; records 0)
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
@@ -27,6 +28,8 @@ class PlannedFile:
             d["records"] = self.records
         if self.slice is not None:
             d["slice"] = self.slice
+        if self.skipped is not None:
+            d["skipped"] = self.skipped
         return d
 
 
@@ -36,7 +39,7 @@ class FilesRange:
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
-        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"))
+        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"), f.get("skipped"))
                          for f in data.get("files", [])))
 
     def to_json(self) -> dict:
