@@ -47,14 +47,15 @@ def test_fixed_records_are_replayed_once_with_their_lineage(make_cfg, monkeypatc
     assert "replayed 1 quarantined record(s) of batch 1" in out
     (landed,) = (Path(fixed.source.path) / "replay").glob("*.jsonl")
     assert landed.read_text() == anonymous + "\n"
-    lineage = json.loads(Path(str(landed) + ".lineage.json").read_text())
+    lineage = json.loads(Path(proto.layout.replay(1)).read_text())
+    assert f"lineage: {proto.layout.replay(1)}" in out and lineage["file"] == str(landed)
     assert lineage["records"] == [{"line": 1, "batch_id": 1, "source": str(Path(fixed.source.path) / "a.jsonl"),
                                    "position": 2, "reason": "missing required field 'customer'"}]
 
     assert run_next(proto) == 2
     assert published_ids(proto) == ["anon", "o1", "o2"]
-    assert run_next(proto) is None  # nothing else: the lineage file is not data
-    with pytest.raises(UsageError, match="already replayed .* and published by a later batch"):
+    assert run_next(proto) is None  # nothing else
+    with pytest.raises(UsageError, match="already replayed .* published by a later batch"):
         replay(proto, 1, "customer")
     assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 2  # the same, as the CLI says it
     assert published_ids(proto) == ["anon", "o1", "o2"]
@@ -123,58 +124,68 @@ def test_two_replays_racing_with_overlapping_selections_replay_each_record_once(
     cfg, proto, _anon = _quarantine_batch_1(make_cfg)
     both_decided = threading.Barrier(2, timeout=5)
     put = LocalStorage.put_if_absent
-    waited: set[int] = set()
+    waited = {threading.get_ident()}  # this thread's (the runs after) do not wait
+    decisions = []
 
     def put_together(self, path, data, **kw):
         if threading.get_ident() not in waited:  # each one's first put-if-absent: at the same time
             waited.add(threading.get_ident())
             with contextlib.suppress(threading.BrokenBarrierError):
                 both_decided.wait()
+            decisions.append((path.rsplit("/", 1)[-1], put(self, path, data, **kw)))
+            return decisions[-1][1]
         return put(self, path, data, **kw)
 
     monkeypatch.setattr(LocalStorage, "put_if_absent", put_together)
     done: dict = {}
-    threads = [threading.Thread(target=lambda r=r: done.__setitem__(r, replay(Protocol(cfg), 1, r)))
-               for r in ("customer", None)]
+
+    def run(selection):
+        try:
+            done[selection] = replay(Protocol(cfg), 1, selection)["records"]
+        except UsageError as e:  # all of its selection taken by the other: refused, nothing written
+            done[selection] = str(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in ("customer", None)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(d["records"] for d in done.values()) in ([1, 2], [0 + 2, 3 - 2])
-    assert sum(d["records"] for d in done.values()) == 3
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert sorted(v if isinstance(v, int) else 0 for v in done.values()) in ([1, 2], [0, 3]), done
+    assert all(isinstance(v, int) or "were already replayed (replay 1 as" in v for v in done.values()), done
+    assert sorted(decisions) == [("0000000001.json", False), ("0000000001.json", True)]  # they raced
 
 
-def test_crash_after_the_replay_record_before_the_landing_file(make_cfg):
+def test_crash_after_the_replay_record_before_the_landing_file(make_cfg, monkeypatch, capsys):
     """The records are recorded as replayed but not written yet: the next replay writes them
     (not lost), once (not doubled), also after their file was published and removed."""
     cfg, proto, _anon = _quarantine_batch_1(make_cfg)
     crashed = _cli(cfg, "1", "--reason", "customer", EOBATCH_CRASH="replay.after_record")
     assert crashed.returncode == 137, crashed.stderr
-    assert not list(Path(cfg.source.path).rglob("*.jsonl*"))[1:]  # a.jsonl only: no replay file
+    assert not (Path(cfg.source.path) / "replay").exists()
     assert _publish_all(proto) == {"o1": 1}
-    again = _cli(cfg, "1", "--reason", "customer")
-    assert again.returncode == 0, again.stderr
-    assert "finished replay 1 of batch 1 (2 record(s))" in again.stdout
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
+    assert "finished replay 1 of batch 1 (2 record(s))" in capsys.readouterr().out
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     (landed,) = (Path(cfg.source.path) / "replay").glob("*.jsonl")
     landed.unlink()  # published: a clean-up removes it
-    assert _cli(cfg, "1", "--reason", "customer").returncode == 2
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 2
     assert not list((Path(cfg.source.path) / "replay").glob("*.jsonl"))
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
 
 
-def test_replay_never_writes_through_a_planted_link(make_cfg, tmp_path):
+def test_replay_never_writes_through_a_planted_link(make_cfg, tmp_path, monkeypatch, capsys):
     cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
     other = tmp_path / "other_landing"  # another pipeline's landing zone
     other.mkdir()
     (Path(cfg.source.path) / "replay").symlink_to(other)
-    r = _cli(cfg, "1")
-    assert r.returncode != 0
-    assert f"{Path(cfg.source.path) / 'replay'} is a symbolic link" in r.stderr, r.stderr
+    status = cli.main(["replay", "orders", "1"])
     assert list(other.iterdir()) == []
+    assert status == 5 and f"{Path(cfg.source.path) / 'replay'} is a symbolic link" in capsys.readouterr().err
     assert _publish_all(proto) == {"o1": 1}
     (Path(cfg.source.path) / "replay").unlink()
-    assert _cli(cfg, "1").returncode == 0  # nothing was recorded as replayed: all of them now
+    assert cli.main(["replay", "orders", "1"]) == 0  # nothing was recorded as replayed: all of them now
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     assert list(other.iterdir()) == []
