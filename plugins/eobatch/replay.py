@@ -114,7 +114,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     if landing.is_link(folder):  # refused before anything is recorded (the write checks again)
         raise link_refused(folder)
     fs = storage_for(proto.layout.ledger)
-    mine = None
+    mine: dict[str, Any] | None = None
     while mine is None:
         records = recorded(proto)
         taken = {_key(s, p): rec["replay"] for rec in records for s, p in _positions(rec)}
@@ -123,12 +123,13 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
             break
         n = (records[-1]["replay"] if records else 0) + 1
         data = "".join(r["raw"] + "\n" for r in new).encode()
-        rec = {"replay": n, "batch_id": batch_id, "reason_filter": reason,
-               "file": join(folder, f"replay-{bid(n)}-b{batch_id}.jsonl"),
-               "data": join(proto.layout.replays_dir(), "data", f"{bid(n)}-{uuid.uuid4().hex}.jsonl"),
-               "sha256": hashlib.sha256(data).hexdigest(),
-               "records": [{"line": i + 1, "batch_id": batch_id, "source": r["source"], "position": r["position"],
-                            "reason": r["reason"]} for i, r in enumerate(new)]}
+        rec: dict[str, Any] = {
+            "replay": n, "batch_id": batch_id, "reason_filter": reason,
+            "file": join(folder, f"replay-{bid(n)}-b{batch_id}.jsonl"),
+            "data": join(proto.layout.replays_dir(), "data", f"{bid(n)}-{uuid.uuid4().hex}.jsonl"),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "records": [{"line": i + 1, "batch_id": batch_id, "source": r["source"], "position": r["position"],
+                         "reason": r["reason"]} for i, r in enumerate(new)]}
         fs.write_atomic(rec["data"], data)
         if fs.put_if_absent(proto.layout.replay(n), json.dumps(rec, indent=1).encode()):
             mine = rec
@@ -172,7 +173,8 @@ def _write_landing_files(proto, records: list[dict]) -> list[dict]:
         path = rec["file"]
         if landing.stat(path) is not None:
             continue  # written, not read yet (or read: either way not to write again)
-        read = read or proto._read_so_far()
+        if read is None:
+            read = proto._read_so_far()
         if read.consumed(path) is not None:
             continue  # a batch read it; it was removed since
         try:

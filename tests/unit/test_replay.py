@@ -137,7 +137,7 @@ def test_two_replays_racing_with_overlapping_selections_replay_each_record_once(
         return put(self, path, data, **kw)
 
     monkeypatch.setattr(LocalStorage, "put_if_absent", put_together)
-    done: dict = {}
+    done = {}
 
     def run(selection):
         try:
