@@ -311,7 +311,7 @@ def _command(args) -> int:
             print(f"finished replay {f['replay']} of batch {f['batch_id']} ({f['records']} record(s)) as {f['file']}: "
                   f"recorded by a replay that had not written it (it stopped before, or runs at the same time)")
         skipped = "".join(f"; {n} skipped: {why}" for n, why in (
-            (done["already"], f"already replayed (replay {', '.join(map(str, done['already_in']))})"),
+            (done["already"], f"already replayed ({', '.join(done['already_in'])})"),
             (done["skipped"], "their raw text was not kept exactly")) if n)
         if done["replay"] is None:
             print(f"nothing new to replay of batch {args.batch}{skipped}")

@@ -21,6 +21,8 @@ them. A crash after the record and before the landing file loses nothing: every 
 writes the landing file of each recorded replay that has none and that no batch read (the
 planner reads a path once, so a file written again after its batch read it is never published
 again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
+Replay files of versions that kept no record in the ledger count as replays too: their lineage
+(``<file>.lineage.json`` beside them) names the records they took.
 
 A record whose raw text the quarantine could not keep exactly (cut at 64 KiB, or invalid UTF-8
 made valid) is skipped and counted.
@@ -114,10 +116,12 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     if landing.is_link(folder):  # refused before anything is recorded (the write checks again)
         raise link_refused(folder)
     fs = storage_for(proto.layout.ledger)
+    legacy = _legacy_replays(landing, folder)
     mine: dict[str, Any] | None = None
     while mine is None:
         records = recorded(proto)
-        taken = {_key(s, p): rec["replay"] for rec in records for s, p in _positions(rec)}
+        taken = {**legacy, **{_key(r["source"], r["position"]): (f"replay {rec['replay']}", rec["file"])
+                              for rec in records for r in rec["records"]}}
         new = [r for k, r in keep.items() if k not in taken]
         if not new:
             break
@@ -146,20 +150,32 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     by = sorted({taken[k] for k in already})
     if mine is None and not earlier:
         consumed = proto._read_so_far().consumed
-        where = "; ".join(f"replay {r['replay']} as {r['file']}"
-                          + (", published by a later batch" if consumed(r["file"]) is not None else "")
-                          for r in records if r["replay"] in by)
+        where = "; ".join(f"{label} as {file}" + (", published by a later batch" if consumed(file) is not None else "")
+                          for label, file in by)
         raise UsageError(f"all {len(already)} selected record(s) of {what} were already replayed ({where}); "
                          f"nothing written: replaying them again would publish them twice"
                          + (f" ({skipped} more could not be kept exactly)" if skipped else ""))
     return {"replay": mine["replay"] if mine else None, "file": mine["file"] if mine else None,
             "record": proto.layout.replay(mine["replay"]) if mine else None,
-            "records": len(mine["records"]) if mine else 0, "already": len(already), "already_in": by,
-            "skipped": skipped, "finished": earlier}
+            "records": len(mine["records"]) if mine else 0, "already": len(already),
+            "already_in": [label for label, _file in by], "skipped": skipped, "finished": earlier}
 
 
-def _positions(rec: dict) -> list[tuple[str, int | None]]:
-    return [(r["source"], r["position"]) for r in rec["records"]]
+def _legacy_replays(landing, folder: str) -> dict[tuple[str, int | None], tuple[str, str]]:
+    """The records replayed before replays were recorded in the ledger: each such replay file
+    has its lineage beside it (``<file>.lineage.json``); key -> (label, file)."""
+    out = {}
+    for f in landing.list_files(folder, recursive=False):
+        if f.path.endswith(".jsonl.lineage.json"):
+            file = f.path[:-len(".lineage.json")]
+            try:
+                out.update({_key(r["source"], r["position"]): ("an earlier replay", file)
+                            for r in json.loads(landing.read_bytes(f.path))["records"]})
+            except (ValueError, KeyError, TypeError) as e:
+                raise UsageError(f"{f.path} is not the lineage of a replay ({type(e).__name__}: {e}), so which "
+                                 f"records {file} replayed is unknown; nothing replayed. Fix it, or remove it if "
+                                 f"{file} was never a replay") from None
+    return out
 
 
 def _write_landing_files(proto, records: list[dict]) -> list[dict]:

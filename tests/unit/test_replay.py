@@ -110,12 +110,27 @@ def test_a_second_selection_replays_only_the_records_not_replayed_yet(make_cfg, 
     second = capsys.readouterr().out
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     assert "replayed 2 quarantined record(s) of batch 1" in first
-    assert "replayed 1 quarantined record(s) of batch 1" in second and "2 skipped: already replayed" in second
+    assert "replayed 1 quarantined record(s) of batch 1" in second and "2 skipped: already replayed (replay 1)" in second
     assert cli.main(["replay", "orders", "1"]) == 2  # nothing left to replay: refused, nothing written
     assert "all 3 selected record(s) of batch 1 were already replayed" in capsys.readouterr().err
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     # the malformed line was replayed once and quarantined again, from its replay file
     assert sorted(r["batch_id"] for r in read_rows(Path(cfg.quarantine_table)) if r["raw"] == "{not json") == [1, 2]
+
+
+def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
+    """That version kept no record in the ledger, only the lineage beside its replay file."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
+    old.parent.mkdir()
+    old.write_text(anon[0] + "\n")
+    Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
+        {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
+         "reason": "missing required field 'customer'"}]}))
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
+    assert "replayed 1 quarantined record(s) of batch 1" in capsys.readouterr().out
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
 
 
 def test_two_replays_racing_with_overlapping_selections_replay_each_record_once(make_cfg, monkeypatch):
