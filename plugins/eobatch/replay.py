@@ -10,17 +10,17 @@ batch (whose reason contains REASON, when given). A record is known by its sourc
 The decision is one put-if-absent record per replay, numbered like batches:
 ``<sink>/_eo_ledger/replays/<n>.json`` names the records it takes (its lineage: each line's
 original batch, source, position and reason) and its landing file,
-``<landing>/replay/replay-<n>-b<batch>.jsonl``. A replay reads every record so far, keeps the
+``<landing>/replay/replay-<n>-b<batch>-<nonce>.jsonl``. A replay reads every record so far, keeps the
 selected records none of them took, and writes record ``n`` = last + 1; a contender that wrote
 ``n`` first wins it, and the loser reads again (now with the winner's records) and decides again.
 So two replays with overlapping selections each take only what the other did not.
 
 The raw lines are written to ``replays/data/`` first (any name: a loser's or a crashed replay's
 are never named by a record), the record names them, and the landing file is put-if-absent from
-them. A crash after the record and before the landing file loses nothing: every replay first
-writes the landing file of each recorded replay that has none and that no batch read (the
-planner reads a path once, so a file written again after its batch read it is never published
-again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
+them. A crash after the record and before the landing file loses nothing: every later
+replay also writes the landing file of each recorded replay that has none and that no batch
+read (the planner reads a path once, so a file written again after its batch read it is never
+published again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
 Replay files of versions that kept no record in the ledger count as replays too: their lineage
 (``<file>.lineage.json`` beside them) names the records they took.
 
@@ -127,10 +127,11 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
             break
         n = (records[-1]["replay"] if records else 0) + 1
         data = "".join(r["raw"] + "\n" for r in new).encode()
+        nonce = uuid.uuid4().hex[:16]  # nobody can take the landing file's name before it is written
         rec: dict[str, Any] = {
             "replay": n, "batch_id": batch_id, "reason_filter": reason,
-            "file": join(folder, f"replay-{bid(n)}-b{batch_id}.jsonl"),
-            "data": join(proto.layout.replays_dir(), "data", f"{bid(n)}-{uuid.uuid4().hex}.jsonl"),
+            "file": join(folder, f"replay-{bid(n)}-b{batch_id}-{nonce}.jsonl"),
+            "data": join(proto.layout.replays_dir(), "data", f"{bid(n)}-{nonce}.jsonl"),
             "sha256": hashlib.sha256(data).hexdigest(),
             "records": [{"line": i + 1, "batch_id": batch_id, "source": r["source"], "position": r["position"],
                          "reason": r["reason"]} for i, r in enumerate(new)]}
@@ -179,30 +180,32 @@ def _legacy_replays(landing, folder: str) -> dict[tuple[str, int | None], tuple[
 
 
 def _write_landing_files(proto, records: list[dict]) -> list[dict]:
-    """Write the landing file of each recorded replay that has none and that no batch read
-    (put-if-absent from its data, no link followed); the ones this call wrote."""
+    """Write the landing file of each recorded replay that no batch read and that is not there
+    (put-if-absent from its data, no link followed); the ones this call wrote. A file already
+    there must hold the replay's lines (one planted under its name would take their place)."""
     root = proto.cfg.source.path
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
-    read = None
+    read = proto._read_so_far()
     wrote = []
     for rec in records:
-        path = rec["file"]
-        if landing.stat(path) is not None:
-            continue  # written, not read yet (or read: either way not to write again)
-        if read is None:
-            read = proto._read_so_far()
+        path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"
         if read.consumed(path) is not None:
-            continue  # a batch read it; it was removed since
-        try:
-            data = fs.read_bytes(rec["data"])
-        except FileNotFoundError:
-            raise UsageError(f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])}) names its lines "
-                             f"{rec['data']}, which is gone: its records are not replayed. Write the raw lines "
-                             f"its record lists to {path} yourself") from None
-        if hashlib.sha256(data).hexdigest() != rec["sha256"]:
-            raise UsageError(f"replay {rec['replay']}: {rec['data']} does not hold the lines its record names "
-                             f"(sha256 differs); nothing written to {path}")
-        if landing.put_if_absent(path, data, within=root):
-            wrote.append({"replay": rec["replay"], "batch_id": rec["batch_id"], "records": len(rec["records"]),
-                          "file": path})
+            continue  # a batch read it (it may be gone since): never written again
+        if landing.stat(path) is None:
+            try:
+                data = fs.read_bytes(rec["data"])
+            except FileNotFoundError:
+                raise UsageError(f"{name} names its lines {rec['data']}, which is gone: its records are not "
+                                 f"replayed. Write the raw lines its record lists to {path} yourself") from None
+            if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+                raise UsageError(f"{name}: {rec['data']} does not hold the lines its record names (sha256 "
+                                 f"differs); nothing written to {path}")
+            if landing.put_if_absent(path, data, within=root):
+                wrote.append({"replay": rec["replay"], "batch_id": rec["batch_id"], "records": len(rec["records"]),
+                              "file": path})
+                continue
+        if hashlib.sha256(landing.read_bytes(path)).hexdigest() != rec["sha256"]:
+            raise UsageError(f"{path} is not the file of {name}: another file took its name before it was "
+                             f"written, and its records are not replayed. Move that file away (it is published as "
+                             f"it is otherwise), then run `make replay` again: it writes the replay's own file")
     return wrote
