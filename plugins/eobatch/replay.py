@@ -181,31 +181,25 @@ def _legacy_replays(landing, folder: str) -> dict[tuple[str, int | None], tuple[
 
 def _write_landing_files(proto, records: list[dict]) -> list[dict]:
     """Write the landing file of each recorded replay that no batch read and that is not there
-    (put-if-absent from its data, no link followed); the ones this call wrote. A file already
-    there must hold the replay's lines (one planted under its name would take their place)."""
+    (put-if-absent from its data, no link followed); the ones this call wrote. A file there is the
+    replay's own (its name has a nonce nobody knew before the record), edited or not."""
     root = proto.cfg.source.path
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
     read = proto._read_so_far()
     wrote = []
     for rec in records:
         path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"
-        if read.consumed(path) is not None:
-            continue  # a batch read it (it may be gone since): never written again
-        if landing.stat(path) is None:
-            try:
-                data = fs.read_bytes(rec["data"])
-            except FileNotFoundError:
-                raise UsageError(f"{name} names its lines {rec['data']}, which is gone: its records are not "
-                                 f"replayed. Write the raw lines its record lists to {path} yourself") from None
-            if hashlib.sha256(data).hexdigest() != rec["sha256"]:
-                raise UsageError(f"{name}: {rec['data']} does not hold the lines its record names (sha256 "
-                                 f"differs); nothing written to {path}")
-            if landing.put_if_absent(path, data, within=root):
-                wrote.append({"replay": rec["replay"], "batch_id": rec["batch_id"], "records": len(rec["records"]),
-                              "file": path})
-                continue
-        if hashlib.sha256(landing.read_bytes(path)).hexdigest() != rec["sha256"]:
-            raise UsageError(f"{path} is not the file of {name}: another file took its name before it was "
-                             f"written, and its records are not replayed. Move that file away (it is published as "
-                             f"it is otherwise), then run `make replay` again: it writes the replay's own file")
+        if read.consumed(path) is not None or landing.stat(path) is not None:
+            continue  # a batch read it (it may be gone since: never written again), or it waits for one
+        try:
+            data = fs.read_bytes(rec["data"])
+        except FileNotFoundError:
+            raise UsageError(f"{name} names its lines {rec['data']}, which is gone: its records are not "
+                             f"replayed. Write the raw lines its record lists to {path} yourself") from None
+        if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+            raise UsageError(f"{name}: {rec['data']} does not hold the lines its record names (sha256 "
+                             f"differs); nothing written to {path}")
+        if landing.put_if_absent(path, data, within=root):
+            wrote.append({"replay": rec["replay"], "batch_id": rec["batch_id"], "records": len(rec["records"]),
+                          "file": path})
     return wrote
