@@ -94,8 +94,8 @@ def _check_source(cfg) -> None:
 
 
 def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
-    """Replay the selected records that no replay took yet, as one new landing file; first write
-    the landing file of any recorded replay that a crash left without one.
+    """Replay the selected records that no replay took yet, as one new landing file; and write the
+    landing file of any recorded replay that has none yet (a crash, or a replay running now).
 
     Returns ``replay`` (its number, None when nothing was new), ``file``, ``record`` (its lineage),
     ``records`` (replayed now), ``already`` (selected but replayed before, by ``already_in``),
