@@ -19,6 +19,9 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            mean for planning, with the <n> rewinds it
                                                            applied (put-if-absent; see eobatch.checkpoint)
     T/_eo_ledger/checkpoints/index/<sha256>.json           a chunk of a checkpoint's sorted index (content-addressed)
+    T/_eo_ledger/replays/<n>.json                          replay <n> of quarantined records (put-if-absent;
+                                                           see eobatch.replay): which records, its landing file
+    T/_eo_ledger/replays/data/<n>-<nonce>.jsonl            the raw lines of replay <n>, written before it
     T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
     Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
 
@@ -225,6 +228,13 @@ class Layout:
 
     def rewind(self, after_batch: int, to_batch: int) -> str:
         return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
+    def replays_dir(self) -> str:
+        return join(self.ledger, "replays")
+
+    def replay(self, n: int) -> str:
+        """The record of quarantine replay ``n`` (numbered from 1, like batches)."""
+        return join(self.replays_dir(), bid(n) + ".json")
 
     def checkpoints_dir(self) -> str:
         return join(self.ledger, "checkpoints")

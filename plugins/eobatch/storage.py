@@ -5,6 +5,8 @@ The protocol needs exactly these operations:
 * ``put_if_absent``: atomic create-if-not-exists; a second writer loses and is told so
   (Spark's HDFSMetadataLog: write a temp file, then rename without overwrite).
 * ``write_atomic``: readers see the old content or the new one, never a torn file.
+* ``put_if_absent(..., within=root)``: the same, into a folder others write too (a landing zone),
+  where no symbolic link below ``root`` is ever followed (``LinkRefused``).
 * listing with sizes and modification times, ``stat``, ``delete``.
 
 Pure Python: importable by the Spark job and by Airflow tasks.
@@ -18,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Protocol
 
-from .errors import RetryableError
+from .errors import RetryableError, TerminalError
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,7 @@ class Storage(Protocol):
     def read_bytes(self, path: str) -> bytes: ...
     def open_read(self, path: str) -> BinaryIO: ...
     def write_atomic(self, path: str, data: bytes) -> None: ...
-    def put_if_absent(self, path: str, data: bytes) -> bool: ...
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool: ...
     def delete(self, path: str) -> None: ...
     def list_files(self, prefix: str, recursive: bool = True, *,
                    links: list[str] | None = None) -> Iterator[FileInfo]: ...
@@ -50,6 +52,24 @@ class Storage(Protocol):
     def makedirs(self, path: str) -> None: ...
     def arrow_fs(self): ...
     def arrow_path(self, path: str) -> str: ...
+
+
+class LinkRefused(TerminalError, OSError):
+    """A symbolic link where a write was to go: links are never followed when writing."""
+
+
+def link_refused(path: str) -> LinkRefused:
+    return LinkRefused(f"{path} is a symbolic link: links are never followed when writing (it could point at "
+                       f"another pipeline's landing zone, or anywhere); nothing was written through it. Replace it "
+                       f"with a regular folder or file (or remove it), then try again")
+
+
+def _below(path: str, root: str) -> list[str]:
+    """The names from ``root`` down to ``path``; ValueError for a path not strictly below it."""
+    parts = relpath(path, root).split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{path} is not a plain path below {root}")
+    return parts
 
 
 def join(base: str, *parts: str) -> str:
@@ -116,12 +136,17 @@ class LocalStorage:
         is taken as keeping its names without it; any other error is raised."""
         fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
+            LocalStorage._fsync_fd(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _fsync_fd(fd: int) -> None:
+        try:
             os.fsync(fd)
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.EBADF):
                 raise
-        finally:
-            os.close(fd)
 
     def _write_tmp(self, p: str, data: bytes) -> str:
         """Write ``data`` durably to a temp file beside ``p`` (skipped by listings); return its path.
@@ -154,11 +179,17 @@ class LocalStorage:
         os.replace(self._write_tmp(p, data), p)
         self._fsync_dir(os.path.dirname(p) or ".")
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
         """Create ``path`` with ``data`` unless it exists. True if this call created it.
 
         Either way, once this returns the name survives a power loss: a loser goes on to act on
-        the winner's record, whose folder the winner may not have fsynced yet."""
+        the winner's record, whose folder the winner may not have fsynced yet.
+
+        With ``within`` (a folder above ``path``), nothing below it is followed if it is a
+        symbolic link: not a folder on the way (missing ones are created), not the name itself
+        (``LinkRefused``, nothing written). ``within`` itself is taken as configured."""
+        if within is not None:
+            return self._put_if_absent_within(self._p(within), _below(self._p(path), self._p(within)), data)
         p = self._p(path)
         tmp = self._write_tmp(p, data)
         try:
@@ -170,6 +201,63 @@ class LocalStorage:
             os.unlink(tmp)
         self._fsync_dir(os.path.dirname(p) or ".")  # the new name (and the temp name's removal)
         return created
+
+    def _put_if_absent_within(self, root: str, parts: list[str], data: bytes) -> bool:
+        """``put_if_absent`` by names relative to folders held open (``*at`` calls with
+        O_NOFOLLOW): a link planted on the way, even after a check, is never walked through."""
+        import stat as st_mode
+
+        nofollow_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+        def refuse_if_link(name: str, fd: int, where: str) -> None:
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                return
+            if st_mode.S_ISLNK(st.st_mode):
+                raise link_refused(where)
+
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            where = root
+            for name in parts[:-1]:
+                where = os.path.join(where, name)
+                try:
+                    os.mkdir(name, dir_fd=fd)
+                    self._fsync_fd(fd)  # the new folder's name
+                except FileExistsError:
+                    pass
+                try:
+                    sub = os.open(name, nofollow_dir, dir_fd=fd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        refuse_if_link(name, fd, where)
+                    raise
+                os.close(fd)
+                fd = sub
+            name = parts[-1]
+            target = os.path.join(where, name)
+            refuse_if_link(name, fd, target)
+            tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+            try:
+                with os.fdopen(out, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    created = True
+                except FileExistsError:
+                    refuse_if_link(name, fd, target)
+                    created = False
+            finally:
+                os.unlink(tmp, dir_fd=fd)
+            self._fsync_fd(fd)  # the new name (and the temp name's removal)
+            return created
+        finally:
+            os.close(fd)
 
     def delete(self, path: str) -> None:
         try:
@@ -343,10 +431,13 @@ class S3Storage:
         b, k = self._split(path)
         self._call("PUT", path, self.client.put_object, Bucket=b, Key=k, Body=data)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Create ``path`` with ``data`` unless it exists. True if this call created it."""
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
+        """Create ``path`` with ``data`` unless it exists. True if this call created it.
+        ``within``: a prefix ``path`` must be below (S3 has no links to refuse)."""
         import time
 
+        if within is not None:
+            _below(path, within)
         b, k = self._split(path)
         for i in range(8):
             try:
