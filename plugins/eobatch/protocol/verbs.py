@@ -81,6 +81,7 @@ class Protocol(Repairs):
         self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
         self.participants: dict[str, Participant] = self._participants(storage_options)
         self.last_late: list = []  # late files the last plan() found (interval mode)
+        self.last_skipped: list = []  # landing inputs the last plan() skipped (``FilesSource.skip``)
 
     def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
         """The participant of each table: append tables take the staged files as they are; a merge
@@ -264,6 +265,7 @@ class Protocol(Repairs):
             interval = None
             rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
+        self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
         if rng is None:
             if interval is not None:
                 notes += self._emptied(interval, hist, held)

@@ -1,7 +1,8 @@
 """The recorded range of a landing-files kind (files, parquet): whole files, each with its size,
 modification time, record count and (interval mode) its interval slice.
 
-Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}``.
+Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "identity"?}]}``; identity:
+[device, inode, mtime in ns] of a local file (plans written before it have none).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class PlannedFile:
     mtime_ms: int
     records: int | None = None  # None only in ranges that never counted (kept as recorded)
     slice: str | None = None  # interval mode: formats.slice_name of the file's interval
+    identity: tuple[int, ...] | None = None  # local files: (device, inode, mtime_ns) when planned
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
@@ -27,6 +29,8 @@ class PlannedFile:
             d["records"] = self.records
         if self.slice is not None:
             d["slice"] = self.slice
+        if self.identity is not None:
+            d["identity"] = list(self.identity)
         return d
 
 
@@ -36,7 +40,8 @@ class FilesRange:
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
-        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"))
+        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"),
+                                     tuple(f["identity"]) if f.get("identity") is not None else None)
                          for f in data.get("files", [])))
 
     def to_json(self) -> dict:
