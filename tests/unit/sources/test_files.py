@@ -558,3 +558,25 @@ def test_a_planned_file_under_a_folder_swapped_for_a_link_is_refused(make_cfg, t
     os.symlink(elsewhere, landing / "sub")
     problems = changed_since_plan(plan.range, root=str(landing))
     assert len(problems) == 1 and "symbolic link" in problems[0]
+
+
+def test_verify_refuses_a_batch_whose_job_read_another_file_than_planned(make_cfg):
+    from eobatch.formats import StageSummary
+    from eobatch.sources.files import FilesRange
+
+    cfg = make_cfg()
+    a = land_at(Path(cfg.source.path) / "a.jsonl", range(2))
+    rng, _, _ = FilesSource(cfg).next_range([], 100)
+    st = os.stat(a)
+
+    def summary(seen):
+        return StageSummary(batch_id=1, attempt="a1", rows_in=2, rows_valid=2, rows_quarantined=0,
+                            source_positions=seen)
+
+    r = FilesRange.from_json(rng)
+    assert r.check_stage(summary({"files": {a: [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}})) == []
+    assert r.check_stage(summary({})) == []  # a job from before identities: not checked
+    other = r.check_stage(summary({"files": {a: [st.st_size, st.st_dev, st.st_ino + 1, st.st_mtime_ns]}}))
+    assert len(other) == 1 and "read another file" in other[0]
+    gone = r.check_stage(summary({"files": {a: "FileNotFoundError: No such file"}}))
+    assert len(gone) == 1 and a in gone[0]

@@ -61,5 +61,19 @@ class FilesRange:
         return [f.path for f in self.files]
 
     def check_stage(self, summary: StageSummary) -> list[str]:
-        """JSON lines: the record count (``rows_in``, checked by verify for every kind) is the check."""
-        return []
+        """JSON lines: the record count (``rows_in``, checked by verify for every kind), and each
+        planned file's identity against what the job read (``read.seen``; a job that recorded
+        none, from before identities, is not checked)."""
+        seen = (summary.source_positions or {}).get("files")
+        if seen is None:
+            return []
+        problems = []
+        for f in self.files:
+            if f.identity is None:
+                continue
+            got = seen.get(f.path)
+            want = [f.size, *f.identity]
+            if got != want:
+                problems.append(f"{f.path}: the stage job read another file, or a changed one, than the one planned "
+                                f"(size, device, inode, mtime_ns {want} planned, {got} read)")
+        return problems
