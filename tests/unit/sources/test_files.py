@@ -571,7 +571,8 @@ def test_verify_refuses_a_batch_whose_job_read_another_file_than_planned(make_cf
 
     def summary(seen):
         return StageSummary(batch_id=1, attempt="a1", rows_in=2, rows_valid=2, rows_quarantined=0,
-                            source_positions=seen)
+                            row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
+                            stage_seconds=0.0, source_positions=seen)
 
     r = FilesRange.from_json(rng)
     assert r.check_stage(summary({"files": {a: [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}})) == []
