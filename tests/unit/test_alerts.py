@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from eobatch import alerts
+from eobatch import alerts, metrics
 from eobatch.config import AlertsConfig, ConfigError, Notifier, load_pipeline
 from support.smtp_sink import SmtpSink, body
 
@@ -184,3 +184,22 @@ def test_a_notifier_that_fails_is_logged_and_the_others_still_send(make_cfg, smt
     (mail,) = smtp.wait_for(lambda m: True, timeout=30)
     assert mail["X-Rcpt-To"] == "b@example.com"
     assert "not sent by SmtpNotifier" in caplog.text
+
+
+def test_skipped_landing_inputs_alert_once_each_while_they_stay_skipped(make_cfg, smtp):
+    from eobatch.sources.files import FilesSource
+
+    cfg = make_cfg(alerts=_alerts())
+    landing = cfg.source.path
+    with open(os.path.join(os.fsencode(landing), b"bad-\xff.jsonl"), "wb") as f:
+        f.write(b"{}\n")
+    src = FilesSource(cfg)
+    src.next_range([], 100)
+    state = _State()
+    assert alerts.check_skipped(cfg, src.skipped, state=state)
+    assert not alerts.check_skipped(cfg, src.skipped, state=state)  # the same input: told once
+    assert not alerts.check_skipped(cfg, [], state=state) and state == {}  # renamed: forgotten
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
+    assert "bad-\\xff.jsonl" in body(mail) and "not UTF-8" in body(mail)
+    assert metrics.skipped_metrics("orders", src.skipped) == [metrics.Metric("gauge", "eobatch.orders.landing_skipped", 1)]
