@@ -282,10 +282,10 @@ class LocalStorage:
                 entries = list(os.scandir(d))
             except FileNotFoundError:
                 continue
-            except OSError as e:
+            except OSError as err:
                 if unreadable is None or d == root:
                     raise
-                unreadable.append((d, f"{type(e).__name__}: {e.strerror or e}"))
+                unreadable.append((d, f"{type(err).__name__}: {err.strerror or err}"))
                 continue
             for e in entries:
                 if e.is_symlink():
