@@ -10,8 +10,11 @@ Four conditions, each told to every notifier of ``alerts.notify``:
 * ``backlog_age``: a plan left a backlog whose oldest unpublished landing file is older than
   ``backlog_max_age_minutes``: sent by that plan, then at most once per that many minutes
   while it lasts (an Airflow Variable remembers when), at once again after it recovered;
-* ``skipped_input``: a plan skipped landing files it cannot read as they say (a Parquet footer
-  whose row counts cannot be true): sent by that plan, whenever ``notify`` is set.
+* ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
+  folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
+  cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
+  remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
+  notifier.
 
 Notifiers are built afresh for each alert (Airflow renders a notifier's templates in place).
 An alert's text reaches them in the template context as ``alert`` (``alert.subject``,
@@ -196,6 +199,40 @@ def deadline_alert(cfg: PipelineConfig, context: dict) -> Alert:
                  f"{minutes:g} min", lines, ledger_url(cfg.name), run_id)
 
 
+# -- skipped landing inputs: sent by the plan task --------------------------------------------------
+
+def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None, state: Any = None) -> bool:
+    """After a plan: alert on the landing inputs it skipped that no earlier alert named (``state``,
+    Airflow Variables by default, keeps the ones named while they stay skipped); True when it alerted."""
+    import json
+
+    if not cfg.alerts.notify:
+        return False
+    state = AirflowVariables() if state is None else state
+    key = f"eobatch.{cfg.name}.skipped_alerted"
+    now = sorted({s["path"] for s in skipped})
+    try:
+        before = set(json.loads(state.get(key) or "[]"))
+    except Exception as e:  # noqa: BLE001 - rather one alert too many than none
+        log.warning("skipped-input alert state not read (%s: %s)", type(e).__name__, e)
+        before = set()
+    new = [s for s in skipped if s["path"] not in before]
+    if now != sorted(before):
+        _keep(state.set, key, json.dumps(now)) if now else _keep(state.delete, key)
+    if not new:
+        return False
+    send(cfg, skipped_alert(cfg, new), context)
+    return True
+
+
+def skipped_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
+    lines = (f"Pipeline {cfg.name}: the plan skipped {len(skipped)} landing input(s); the rest was planned.",
+             *[s["note"] for s in skipped[:20]],
+             *([f"... and {len(skipped) - 20} more (the plan task's log names each)"] if len(skipped) > 20 else []))
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing input(s) skipped",
+                 lines, ledger_url(cfg.name))
+
+
 # -- backlog age: sent by the plan task ------------------------------------------------------------
 
 class AirflowVariables:
@@ -262,14 +299,3 @@ def backlog_alert(cfg: PipelineConfig, backlog: dict) -> Alert:
              f"often, raise source.max_records_per_batch, or look for failed runs.")
     return Alert("backlog_age", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: backlog {age_min:.0f} min old "
                  f"(limit {limit:g} min)", lines, ledger_url(cfg.name))
-
-
-# -- skipped input: sent by the plan task ----------------------------------------------------------
-
-def skipped_files_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
-    """The files a plan skipped (its range's entries with ``skipped``), for the pipeline's notifiers."""
-    lines = tuple(f"Pipeline {cfg.name}: skipped {f['path']} ({f['size']} bytes): {f['skipped']}." for f in skipped[:20])
-    more = (f"... and {len(skipped) - 20} more.",) if len(skipped) > 20 else ()
-    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing file(s) skipped",
-                 lines + more + ("They are not published; the other files are. Land corrected files under new names "
-                                 "(a consumed file is never read again).",), ledger_url(cfg.name))

@@ -28,6 +28,37 @@ class FileInfo:
     path: str  # absolute path or URI
     size: int
     mtime_ms: int
+    # local files: [device, inode, mtime in ns], what tells this file from another one put under
+    # the same name with the same size and mtime; None where the storage has no such thing (S3)
+    identity: list[int] | None = None
+
+
+class NotARegularFile(OSError):
+    """A landing path that is a symbolic link (anywhere below the landing root), a folder, a FIFO,
+    a socket or a device: never opened for reading (a link can point at a credentials file, a
+    FIFO or ``/dev/zero`` never ends)."""
+
+
+def printable(path: str) -> str:
+    """``path`` as text any UTF-8 writer takes: the bytes of a name that is not UTF-8 (held by
+    Python as surrogate escapes) are written as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _identity(st) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_mtime_ns]
+
+
+def _info(path: str, st) -> FileInfo:
+    return FileInfo(path, st.st_size, int(st.st_mtime * 1000), _identity(st))
 
 
 class Storage(Protocol):
@@ -42,11 +73,12 @@ class Storage(Protocol):
     def is_link(self, path: str) -> bool: ...
     def read_bytes(self, path: str) -> bytes: ...
     def open_read(self, path: str) -> BinaryIO: ...
+    def open_landing(self, path: str, root: str | None = None) -> tuple[BinaryIO, FileInfo]: ...
     def write_atomic(self, path: str, data: bytes) -> None: ...
     def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool: ...
     def delete(self, path: str) -> None: ...
-    def list_files(self, prefix: str, recursive: bool = True, *,
-                   links: list[str] | None = None) -> Iterator[FileInfo]: ...
+    def list_files(self, prefix: str, recursive: bool = True, *, links: list[str] | None = None,
+                   unreadable: list[tuple[str, str]] | None = None) -> Iterator[FileInfo]: ...
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]: ...
     def remove_empty_dirs(self, prefix: str) -> None: ...
     def makedirs(self, path: str) -> None: ...
@@ -115,7 +147,7 @@ class LocalStorage:
             return None
         if st_mode.S_ISLNK(st.st_mode):
             return None
-        return FileInfo(path, st.st_size, int(st.st_mtime * 1000))
+        return _info(path, st)
 
     def is_link(self, path: str) -> bool:
         """Whether a symbolic link is at ``path`` (dangling or not); never followed."""
@@ -127,6 +159,57 @@ class LocalStorage:
 
     def open_read(self, path: str):
         return open(self._p(path), "rb")
+
+    def open_landing(self, path: str, root: str | None = None) -> tuple[BinaryIO, FileInfo]:
+        """Open a landing file for reading, following no link: not at ``path`` itself, and, when
+        ``path`` is under ``root``, not on the way from ``root`` down to it (each folder opened
+        relative to its parent, ``O_NOFOLLOW``). ``root`` itself (the configured landing folder)
+        is trusted. Only a regular file is opened (``O_NONBLOCK``: a FIFO does not block the
+        open); the caller reads what ``fstat`` saw of it, returned with the reader.
+        NotARegularFile otherwise; other OSErrors (unreadable, gone) as they are."""
+        import stat as st_mode
+
+        fd = self.open_fd(path, root)
+        st = os.fstat(fd)
+        if not st_mode.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise NotARegularFile(errno.EINVAL, "not a regular file (a FIFO, socket or device); never read", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), _info(path, st)
+
+    def open_fd(self, path: str, root: str | None = None) -> int:
+        """The raw descriptor of ``open_landing`` (before its regular-file check)."""
+        p = self._p(path)
+        top = self._p(root).rstrip("/") if root else None
+        if top and p.startswith(top + "/"):
+            start, parts = top, p[len(top) + 1:].split("/")
+        else:
+            start, name = os.path.split(p)
+            parts = [name]
+        if any(part in ("", ".", "..") for part in parts):
+            raise NotARegularFile(errno.EINVAL, "not a plain path below the landing folder", path)
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        d = os.open(start or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | cloexec)
+        try:
+            for part in parts[:-1]:
+                try:
+                    nd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | cloexec, dir_fd=d)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise NotARegularFile(e.errno, f"folder {part!r} on the way is a symbolic link (or not a "
+                                              f"folder); links are never followed", path) from None
+                    raise
+                os.close(d)
+                d = nd
+            try:
+                return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | cloexec,
+                               dir_fd=d)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise NotARegularFile(e.errno, "a symbolic link; links are never followed", path) from None
+                raise
+        finally:
+            os.close(d)
 
     @staticmethod
     def _fsync_dir(d: str) -> None:
@@ -266,13 +349,15 @@ class LocalStorage:
             pass
 
     def list_files(self, prefix: str, recursive: bool = True,
-                   links: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
         """Regular files under ``prefix`` (a folder). Temp files of ``write_atomic`` are skipped.
 
         Symbolic links are never followed, to files or to folders: a link can point anywhere (a
         credentials file, a folder outside ``prefix``). Each one found (dangling ones too) is
         appended to ``links`` when given, so the caller can report it. Other entries that are
-        neither files nor folders (FIFOs, sockets, devices) are skipped."""
+        neither files nor folders (FIFOs, sockets, devices) are skipped. A folder below
+        ``prefix`` that cannot be read is appended to ``unreadable`` as (path, why) when given,
+        and the listing goes on without it; without ``unreadable`` the error is raised."""
         import stat as st_mode
 
         root = self._p(prefix)
@@ -284,6 +369,11 @@ class LocalStorage:
             try:
                 entries = list(os.scandir(d))
             except FileNotFoundError:
+                continue
+            except OSError as err:
+                if unreadable is None or d == root:
+                    raise
+                unreadable.append((d, f"{type(err).__name__}: {err.strerror or err}"))
                 continue
             for e in entries:
                 if e.is_symlink():
@@ -305,7 +395,7 @@ class LocalStorage:
                         links.append(e.path)
                     continue
                 if st_mode.S_ISREG(st.st_mode):
-                    yield FileInfo(e.path, st.st_size, int(st.st_mtime * 1000))
+                    yield _info(e.path, st)
 
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
         """Sub-folders of ``prefix``, sorted; with ``start_after``, only those whose name sorts
@@ -417,6 +507,13 @@ class S3Storage:
         r = self._call("GET", path, self.client.get_object, Bucket=b, Key=k)
         return r["Body"].read()
 
+    def open_landing(self, path: str, root: str | None = None):
+        """``open_read`` and what S3 says of the object (S3 has no links, FIFOs or devices)."""
+        info = self.stat(path)
+        if info is None:
+            raise FileNotFoundError(path)
+        return self.open_read(path), info
+
     def open_read(self, path: str):
         """A seekable reader (ranged GETs): Parquet footers are read without the data."""
         try:
@@ -469,7 +566,7 @@ class S3Storage:
         return b, (k + "/") if k else ""
 
     def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000,
-                   links: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""

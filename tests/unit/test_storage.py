@@ -154,8 +154,8 @@ def test_list_files_mtime_matches_stat(fs, tmp_path):
     os.utime(p, ns=(1_700_000_000_123_000_000, 1_700_000_000_123_000_000))
     (listed,) = list(fs.list_files(str(tmp_path)))
     st = fs.stat(str(p))
-    assert st == FileInfo(str(p), 3, 1_700_000_000_123)
-    assert (listed.size, listed.mtime_ms) == (st.size, st.mtime_ms)
+    assert st == FileInfo(str(p), 3, 1_700_000_000_123, [os.stat(p).st_dev, os.stat(p).st_ino, 1_700_000_000_123_000_000])
+    assert listed == st
 
 
 def test_stat_and_exists_of_missing_file(fs, tmp_path):
