@@ -187,7 +187,8 @@ def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
 
     files = load_pipeline(_write(tmp_path, "fp_files_min", PINNED["fp_files_min"][0]))
     kafka = load_pipeline(_write(tmp_path, "fp_kafka", PINNED["fp_kafka"][0]))
-    assert job_spec(files, 1, "a1")["source"] == {"kind": "files"}
+    # the landing folder: the job opens each planned file below it without following a link
+    assert job_spec(files, 1, "a1")["source"] == {"kind": "files", "path": files.source.path}
     assert job_spec(kafka, 1, "a1")["source"] == {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092,broker2:9093",
                                                   "consumer_timeout_seconds": 60}
 
