@@ -60,19 +60,25 @@ def utf8_from_json(raw, schema, options: dict):
     return Column(cls.column(raw._jc, schema.json(), dict(options), spark.conf.get("spark.sql.session.timeZone")))
 
 
+# A kind's column of the records whose ``raw`` holds only their first bytes (a line too long for
+# the reader to hold, eobatch.sources.files.read): the record's length; null for the others.
+CUT_BYTES = "_eo_bytes"
+
+
 def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fast_path: bool = True):
-    """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid)."""
+    """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid).
+    A record of ``CUT_BYTES`` bytes (when the kind gives that column) is too large by that length."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     schema = record_schema(ddl)
     typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
                          + [T.StructField(CORRUPT, T.StringType(), True)])
-    keep = [c for c in lines.columns if c != "raw"]
+    keep = [c for c in lines.columns if c not in ("raw", CUT_BYTES)]
     raw = F.col("raw")
     # the full rule list's parse; evaluated only for the records the fast path leaves to it
     rec = F.from_json(raw, typed, LENIENT)
-    size = F.octet_length(raw)
+    size = F.coalesce(F.col(CUT_BYTES), F.octet_length(raw)) if CUT_BYTES in lines.columns else F.octet_length(raw)
     missing = [F.when(rec[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
 
     loose = F.from_json(raw, T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields]))
@@ -102,7 +108,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
           & (size <= max_record_bytes) & F.is_valid_utf8(raw))
     for c in not_null:
         ok = ok & fast[c].isNotNull()
-    parsed = lines.select(*keep, "raw", utf8_from_json(raw, typed, STRICT).alias("_eo_fast"))
+    carried = [c for c in lines.columns if c == CUT_BYTES]  # read by ``size``, not kept
+    parsed = lines.select(*keep, *carried, "raw", utf8_from_json(raw, typed, STRICT).alias("_eo_fast"))
     return parsed.select(*keep, "raw", F.when(ok, fast).otherwise(rec).alias("rec"),
                          F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
 

@@ -146,9 +146,12 @@ def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_pa
     secret.write_text(SECRET * 3)
     rng, n, _ = FilesSource(p.cfg).next_range([], 100)
     assert n == 3
-    s = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    from eobatch.launch import JVM_EXTENSION, jars_dir
+
+    s = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+         .config("spark.jars", os.path.join(jars_dir(), JVM_EXTENSION)).getOrCreate())  # the line reader
     try:
-        lines = read_lines(s, rng, str(p.landing))  # checked and opened here; read lazily, below
+        lines = read_lines(s, rng, str(p.landing), max_record_bytes=1 << 20)  # checked and opened here; read lazily
         os.rename(a, tmp_path / "moved.jsonl")
         os.symlink(secret, a)
         raws = sorted(r["raw"] for r in lines.select("raw", "source").collect())
