@@ -48,7 +48,9 @@ import scala.collection.immutable.Seq;
  * the bytes between two {@code \n}, a UTF-8 byte order mark at the very start of a file not part
  * of its first line. A file is read in pieces as Hadoop's {@code LineRecordReader} reads them:
  * a line belongs to the piece holding the {@code \n} before it (the first line to the first
- * piece), and is read whole, past the piece's end, by that piece. Hadoop's own bound
+ * piece), and is read whole, past the piece's end, by that piece; a piece reads no further than
+ * its end to find its first line (Hadoop's reads to the next \n: a line of n pieces would be read
+ * n times). Hadoop's own bound
  * ({@code mapreduce.input.linerecordreader.line.maxlength}) is no substitute: it stops reading a
  * long line at the piece's end, and returns a fragment of it as a line (the rest of an over-long
  * line after a piece boundary, which can be a valid record, was read as one).
@@ -205,20 +207,27 @@ public class BoundedLines extends TextBasedFileFormat implements Serializable {
       }
     }
 
-    /** Past the next \n: the line that holds the piece's first byte belongs to an earlier piece. */
+    /**
+     * Past the first \n of the piece: the line that holds the piece's first byte belongs to an
+     * earlier piece. A piece without any \n holds no line's start: nothing is read past its end
+     * (a line of any length is read once, by its own piece, not to its end by every piece in it).
+     */
     private void skipToNextLine() throws IOException {
-      while (fill()) {
-        int i = indexOfNewline(bufPos);
-        pos += (i < 0 ? bufLen : i + 1) - bufPos;
-        bufPos = i < 0 ? bufLen : i + 1;
+      while (pos < end && fill()) {
+        int limit = (int) Math.min(bufLen, bufPos + (end - pos));
+        int i = indexOfNewline(bufPos, limit);
+        int to = i < 0 ? limit : i + 1;
+        pos += to - bufPos;
+        bufPos = to;
         if (i >= 0) {
           return;
         }
       }
+      done = true;
     }
 
-    private int indexOfNewline(int from) {
-      for (int i = from; i < bufLen; i++) {
+    private int indexOfNewline(int from, int limit) {
+      for (int i = from; i < limit; i++) {
         if (buf[i] == '\n') {
           return i;
         }
@@ -269,7 +278,7 @@ public class BoundedLines extends TextBasedFileFormat implements Serializable {
       boolean any = false;
       while (fill()) {
         any = true;
-        int i = indexOfNewline(bufPos);
+        int i = indexOfNewline(bufPos, bufLen);
         int n = (i < 0 ? bufLen : i) - bufPos;
         if (i >= 0 && total == 0 && n <= cap) { // the whole line is in the buffer: no copy
           direct = true;
