@@ -192,10 +192,12 @@ def valid_records(kept, ddl: str, extra: list[str]):
 
 def quarantined_records(kept, batch_id: int, extra: list[str]):
     """The rows of the quarantine table: batch id, source, position, raw text (valid UTF-8, at
-    most 64 KiB), reason; ``extra`` columns are kept (the interval slice)."""
+    most RAW_CHARS characters), reason; ``extra`` columns are kept (the interval slice)."""
     from pyspark.sql import functions as F
 
-    raw = F.substring("raw", 1, 65536)
+    from eobatch.lines import RAW_CHARS
+
+    raw = F.substring("raw", 1, RAW_CHARS)
     return kept.where(F.col("reason").isNotNull()).select(
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8(raw), raw).otherwise(F.make_valid_utf8(raw)).alias("raw"),

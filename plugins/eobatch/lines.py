@@ -15,8 +15,8 @@ counts the records of a planned range), the Spark job (which reads them) and the
 
 The job reads the lines with ``eobatch.jvm.BoundedLines`` (include/jvm/): this definition, with a
 bound on what it holds of a line. A line longer than ``max_line_bytes(max_record_bytes)`` is never
-held whole: its record is too large whatever its bytes, the job keeps its first bytes and its length
-(it goes to quarantine, at its line). Counting needs no bound: ``count_records`` holds one chunk.
+held whole: its record is too large whatever its bytes, the job keeps its first bytes (what the
+quarantine keeps of it) and its length (it goes to quarantine, at its line). Counting needs no bound: ``count_records`` holds one chunk.
 
 Pure Python: no Airflow, no pyspark.
 """
@@ -30,10 +30,16 @@ BLANK_BYTES = b" \t\r\x0b\x0c"
 BOM = b"\xef\xbb\xbf"
 
 
+# The quarantine keeps at most this many characters of a record's raw text (the stage job cuts it,
+# replay refuses a record cut there).
+RAW_CHARS = 65536
+
+
 def max_line_bytes(max_record_bytes: int) -> int:
-    """The longest line the job holds whole: a record of ``max_record_bytes`` and its ``\\r``. A
-    longer line's record is longer than ``max_record_bytes`` (too large, quarantined)."""
-    return max_record_bytes + 1
+    """The longest line the job holds whole: a record of ``max_record_bytes`` and its ``\\r``, and
+    at least what the quarantine keeps of a record (RAW_CHARS characters, 4 bytes at most each).
+    A longer line's record is too large and its first bytes are all the quarantine keeps of it."""
+    return max(max_record_bytes, 4 * RAW_CHARS) + 1
 
 # The same rules as Java regular expressions, for Spark SQL (rlike / regexp_replace).
 SPARK_BLANK_LINE = r"^[ \t\r\x0B\f]*\z"

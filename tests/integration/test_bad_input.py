@@ -191,8 +191,10 @@ def test_an_over_long_line_never_held_is_quarantined_at_its_line_and_the_rest_pu
     """A 64 MiB line in the middle of a landing file and a 512 MiB one at its end, with no newline,
     through a 512 MiB driver: the job never holds either (Spark's text reader held a line whole and
     ran out of memory on every attempt, halting the pipeline). Each is quarantined at its line,
-    reason with its exact length, raw its first max_record_bytes + 1 bytes; every other record
+    reason with its exact length, raw its first 64 Ki characters (as any too large record); every other record
     publishes once; the counts reconcile at verify. (Sparse files: no disk is used.)"""
+    from eobatch.lines import RAW_CHARS
+
     limit, mid, end = 1000, 64 << 20, 512 << 20
     p = write_pipeline(tmp_path, extra=f"max_record_bytes: {limit}\nspark: {{driver_memory: 512m}}\n")
     before, between = orders("a", 3), orders("b", 3)
@@ -207,7 +209,7 @@ def test_an_over_long_line_never_held_is_quarantined_at_its_line_and_the_rest_pu
         f.write(heads[1])
         f.truncate(f.tell() + end - len(heads[1]))
     p.landed.extend(before + between)
-    p.landed_bad.extend((h + b"\0" * limit)[:limit + 1].decode() for h in heads)
+    p.landed_bad.extend((h + b"\0" * RAW_CHARS)[:RAW_CHARS].decode() for h in heads)  # what the quarantine keeps
 
     assert run_batch(p) == 1
     q = sorted(read_rows(p.quarantine), key=lambda r: r["position"])
