@@ -46,17 +46,13 @@ def utf8_from_json(raw, schema, options: dict):
     """``F.from_json(raw, schema, options)`` into a struct, Jackson reading each record's UTF-8 bytes
     in place: Spark's own parser, options and corrupt-record column (``JVM_CLASS``: the same
     values; a record that is not valid UTF-8 may parse differently, so callers check validity)."""
-    from py4j.java_gateway import JavaClass
     from pyspark.sql import Column, SparkSession
+
+    from eobatch.jvm import jvm_class
 
     spark = SparkSession.getActiveSession()
     assert spark is not None, "utf8_from_json needs an active Spark session"
-    cls = spark._jvm
-    for part in JVM_CLASS.split("."):
-        cls = getattr(cls, part)
-    if not isinstance(cls, JavaClass):
-        raise SystemExit(f"the stage job needs its JVM code ({JVM_CLASS}, eobatch-jvm.jar) among the jars "
-                         f"given to spark-submit: run `make jars`, which builds it with a JDK's javac")
+    cls = jvm_class(spark, JVM_CLASS)
     return Column(cls.column(raw._jc, schema.json(), dict(options), spark.conf.get("spark.sql.session.timeZone")))
 
 

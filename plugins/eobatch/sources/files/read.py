@@ -181,8 +181,10 @@ def numbered(spark, files: list[str], max_record_bytes: int):
     holds only its first bytes, else null)."""
     from pyspark.sql import functions as F
 
+    from ...jvm import jvm_class
     from ...lines import BLANK_BYTES, max_line_bytes
 
+    jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     balance_pieces(spark)
     df = (spark.read.format(LINES_FORMAT).option("maxLineBytes", str(max_line_bytes(max_record_bytes)))
           .option("blankBytes", BLANK_BYTES.decode("ascii")).load([_glob_escape(p) for p in files]))
