@@ -62,7 +62,9 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
         else:
             out["notes"].append(f"the backlog of a {cfg.source.kind!r} source is not known to this page")
     except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
-        out["error"] = f"{type(e).__name__}: {e}"
+        from .connections import scrub
+
+        out["error"] = scrub(f"{type(e).__name__}: {e}")  # shown on the page: never a connection's password
         return out
     oldest = out.pop("_oldest_ms", None)
     if oldest is not None:
