@@ -4,12 +4,30 @@ planner, say), which must not import Airflow: the Airflow side registers its rea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 from .errors import TerminalError
 
 _reader: Callable[[str], dict[str, Any]] | None = None
+
+
+# the password of a URI: scheme://user:PASSWORD@host, up to the last "@" of the token (a password may
+# hold "@" or "/" unencoded: a malformed URI that Airflow could not parse, so nothing registered it)
+URI_PASSWORD = re.compile(r"""([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@'"]*:)[^\s'"]*@""")
+
+
+def scrub(text: str) -> str:
+    """``text`` fit for a log, a mail or a page: every value Airflow's secrets masker knows
+    (connection passwords, masked variables, S3 keys: ``mask_secret``) shown as ``***``, and the
+    password of any URI in it too, parsed or not (``scheme://user:***@host``)."""
+    text = URI_PASSWORD.sub(r"\1***@", str(text))
+    try:
+        from airflow.sdk.log import redact
+    except ImportError:  # the Spark job's side: no Airflow, nothing registered
+        return text
+    return str(redact(text))
 
 
 def register(reader: Callable[[str], dict[str, Any]]) -> None:
@@ -28,4 +46,6 @@ def extra(conn_id: str) -> dict[str, Any]:
     except TerminalError:
         raise
     except Exception as e:  # noqa: BLE001 - a missing connection is an operator's error
-        raise TerminalError(f"the Airflow connection {conn_id!r} cannot be read ({type(e).__name__}: {e})") from e
+        # never the cause itself: its message can quote the connection (a URI and its password)
+        raise TerminalError(scrub(f"the Airflow connection {conn_id!r} cannot be read ({type(e).__name__}: {e})")) \
+            from None
