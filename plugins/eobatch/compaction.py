@@ -39,6 +39,7 @@ from .table_files import TableFileWriter, add_action
 log = logging.getLogger(__name__)
 DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long
 LANDED = ".landed"  # beside a record whose commit landed
+ROW_GROUP_BYTES = 64 << 20  # a compacted file's row groups: about this much Arrow data each
 CONTINUOUS = "continuous"  # eo_compacted/continuous/<token>/: the files of a compaction of a whole table
 
 
@@ -181,7 +182,7 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
 
 def rewrite(fs, root: str, dt, group: list[str], rel: str, partition_values: dict) -> dict:
     """Rewrite the rows of table files ``group`` (paths relative to ``root``, the table ``dt``)
-    into one file ``rel``, file by file (memory holds one row group at a time), with the
+    into one file ``rel``, file by file (memory holds about one row group, ``ROW_GROUP_BYTES``), with the
     product's statistics rules (``table_files``); returns its AddFile, stats from its footer."""
     schema = pa.schema(dt.schema().to_arrow())
     pcols = set(dt.metadata().partition_columns)
@@ -192,7 +193,7 @@ def rewrite(fs, root: str, dt, group: list[str], rel: str, partition_values: dic
     data = pa.schema([f for f in data if f.name not in pcols])
     full = join(root, rel)
     fs.makedirs(full.rsplit("/", 1)[0])
-    w = TableFileWriter(fs.arrow_path(full), data, filesystem=afs)
+    w = TableFileWriter(fs.arrow_path(full), data, filesystem=afs, row_group_bytes=ROW_GROUP_BYTES)
     try:
         for pf in sources:
             for rb in pf.iter_batches():

@@ -39,23 +39,38 @@ def without_nan(data: pa.Table | pa.RecordBatch, columns: list[str]) -> list[str
 
 
 class TableFileWriter:
-    """One table file, written by the product's statistics rules (module docstring)."""
+    """One table file, written by the product's statistics rules (module docstring).
 
-    def __init__(self, where: str, schema: pa.Schema, filesystem=None):
+    Each ``write`` is one row group (the stage job's Arrow batches), unless ``row_group_bytes``
+    is given: then writes are gathered into row groups of about that many bytes in memory (a
+    compaction, whose pieces are small files)."""
+
+    def __init__(self, where: str, schema: pa.Schema, filesystem=None, row_group_bytes: int | None = None):
         self.schema = schema
         self.writer = pq.ParquetWriter(where, schema, filesystem=filesystem, compression=COMPRESSION,
                                        write_statistics=writer_statistics(schema))
         self.rows = 0
         self.nan_free = nan_checked(schema)  # until a NaN is written to them
+        self.row_group_bytes = row_group_bytes
+        self.pending: list[pa.Table] = []
 
     def write(self, data: pa.Table | pa.RecordBatch) -> None:
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
-        self.writer.write_table(data)
         self.rows += data.num_rows
         self.nan_free = without_nan(data, self.nan_free)
+        self.pending.append(data)
+        if self.row_group_bytes is None or sum(t.nbytes for t in self.pending) >= self.row_group_bytes:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            data = pa.concat_tables(self.pending)
+            self.pending = []
+            self.writer.write_table(data, row_group_size=max(data.num_rows, 1))
 
     def close(self) -> None:
+        self._flush()
         self.writer.close()
 
 
