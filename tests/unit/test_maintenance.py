@@ -140,3 +140,23 @@ def test_maintenance_keeps_the_statistics_promise_for_a_decimal_beyond_2_53_and_
     assert check_reads(sink, "after maintenance") == want
     (add,) = [a for c in delta_log_commits(sink) for a in c["adds"] if a["path"] in live_files(sink)]
     assert f'"n":{BIG}' in add["stats"] and '"x"' not in add["stats"]  # exact max in the raw log; no float bounds
+
+
+def test_two_compactions_built_on_one_snapshot_land_once(make_cfg):
+    """Two maintenance passes at once (a scheduled DAG run and `make maintain`): delta-rs lets a
+    commit remove files a concurrent commit removed with dataChange=false, so both would land and
+    publish the rows twice; the compaction's txn(<pipeline>.compaction) makes the second fail."""
+    from deltalake import DeltaTable
+
+    from eobatch.compaction import compact_table
+
+    proto = Protocol(make_cfg())
+    for b in range(3):
+        land_and_run(proto, range(b * 2, b * 2 + 2), f"f{b}.jsonl")
+    sink = Path(proto.cfg.sink_table)
+    first, second = DeltaTable(str(sink)), DeltaTable(str(sink))
+    assert compact_table(proto, "sink", first, 1 << 30)["files_removed"] == 6
+    lost = compact_table(proto, "sink", second, 1 << 30)
+    assert lost["files_removed"] == 0 and "lost to a concurrent commit" in lost["notes"][0]
+    assert published_ids(proto) == sorted(f"o{i}" for i in range(6))
+    assert len(live_files(sink)) == 1 and all((sink / p).exists() for p in live_files(sink))
