@@ -169,7 +169,7 @@ def stage(p: Pipeline, batch_id: int, attempt: str, env: dict | None = None, wai
 
 def spark_read(*tables: Path, where: tuple[str, ...] = ()) -> dict:
     """Each table as delta-spark reads it (``spark_read_delta.py``): {table: {rows, history, ...}};
-    ``where``: SQL filters, whose rows come back as {..., "where": {filter: rows}}."""
+    ``where``: SQL filters; then only {table: {"where": {filter: rows}}}."""
     argv = ["spark-submit", "--master", "local[2]", "--jars", ",".join(launch.jars()),
             str(REPO / "tests" / "support" / "spark_read_delta.py"), *map(str, tables)]
     r = subprocess.run(argv, env={**base_env(), "EOBATCH_READ_WHERE": json.dumps(list(where))},

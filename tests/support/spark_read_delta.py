@@ -4,8 +4,8 @@
 
 Prints one JSON line per table: rows (sorted), history (version, operation, userMetadata-free
 commit info keys starting with "eo."). With ``EOBATCH_READ_WHERE`` (a JSON list of SQL filters)
-also ``where``: for each filter, the rows of the table it selects (Spark's data skipping by the
-Delta stats and its Parquet reader's row-group filter both on, as by default).
+only ``where`` instead: for each filter, the rows of the table it selects (Spark's data skipping
+by the Delta stats and its Parquet reader's row-group filter both on, as by default).
 """
 
 import json
@@ -21,12 +21,14 @@ spark = (SparkSession.builder.appName("read-delta")
 wheres = json.loads(os.environ.get("EOBATCH_READ_WHERE", "[]"))
 for path in sys.argv[1:]:
     df = spark.read.format("delta").load(path)
-    found = {w: [r.asDict(recursive=True) for r in df.where(w).collect()] for w in wheres}
+    if wheres:
+        found = {w: [r.asDict(recursive=True) for r in df.where(w).collect()] for w in wheres}
+        print("RESULT " + json.dumps({"table": path, "where": found}, default=str), flush=True)
+        continue
     rows = [r.asDict(recursive=True) for r in df.collect()]
     hist = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").select("version", "operation").collect()
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0].asDict()
     print("RESULT " + json.dumps({"table": path, "rows": rows, "history": [h.asDict() for h in hist],
                                   "partitionColumns": detail["partitionColumns"],
                                   "minReaderVersion": detail["minReaderVersion"],
-                                  "minWriterVersion": detail["minWriterVersion"], "where": found},
-                                 default=str), flush=True)
+                                  "minWriterVersion": detail["minWriterVersion"]}, default=str), flush=True)
