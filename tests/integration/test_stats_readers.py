@@ -192,6 +192,21 @@ def test_pyarrow_dataset_filter_uses_the_stats_as_guarantees(tmp_path, decimal_r
     assert "9007199254740993" in text and "d >= 1" in text
 
 
+def test_a_column_without_bounds_makes_the_pyarrow_dataset_lose_rows_not_delta_rs_sql(tmp_path):
+    """delta-rs 1.6's ``to_pyarrow_dataset()`` writes a guarantee ``x >= null and x <= null`` for a
+    column the file's stats give no bounds (float columns, strings over 32 characters), which
+    excludes every row: pyarrow filters, and DuckDB when it pushes the filter (strings,
+    decimals), lose the file. ``QueryBuilder`` does not. The README says to filter with it (or
+    Spark); this shows when a delta-rs upgrade changes it."""
+    long = "q" * 40
+    table = pa.table({"x": [1.0, 7.0], "s": ["a", long]})
+    dt = delta_table(tmp_path, table, lambda m: footer_stats(m, table.schema, nan_free=[]), parquet_stats=False)
+    assert logged_stats(tmp_path)["maxValues"] == {}  # no float bounds, no long string
+    assert dt.to_pyarrow_dataset().to_table(filter=ds.field("x") > 5).num_rows == 0  # lost
+    assert duck(dt, f"s = '{long}'") == []  # lost
+    assert delta_rs(dt, "x > 5") == [{"x": 7.0, "s": long}] and len(delta_rs(dt, f"s = '{long}'")) == 1
+
+
 # -- through the real stage job (Spark) ---------------------------------------------------------
 
 

@@ -17,6 +17,8 @@ from pyspark.sql import SparkSession
 spark = (SparkSession.builder.appName("read-delta")
          .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
          .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+         # a test table's log is small: 2 tasks rebuild its state, not Delta's default 50
+         .config("spark.databricks.delta.snapshotPartitions", "2").config("spark.sql.shuffle.partitions", "2")
          .config("spark.sql.session.timeZone", "UTC").config("spark.ui.enabled", "false").getOrCreate())
 wheres = json.loads(os.environ.get("EOBATCH_READ_WHERE", "[]"))
 for path in sys.argv[1:]:
