@@ -445,3 +445,99 @@ def test_a_rerun_of_a_kafka_interval_replaces_it_and_publishes_each_record_once(
     assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]
     assert run_batch(p, interval=hour_of(1), run_id="h1-again") == 4
     assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]
+
+
+# -- interval mode: records assigned to intervals by their own timestamps --------------------------
+HOUR = 3_600_000
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+
+
+def _interval_pipeline(tmp_path, broker, topic: str, name: str, extra_source: str = "settle_seconds: 0\n"):
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name=name, extra_source=extra_source)
+    p.yaml_path.write_text(p.yaml_path.read_text().replace(f"name: {name}\n",
+                                                           f"name: {name}\nmode: interval\nschedule: '@hourly'\n"))
+    return p
+
+
+def _txn_producer(b, txn: str):
+    from confluent_kafka import Producer
+
+    prod = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": txn, "linger.ms": 5})
+    prod.init_transactions(30)
+    return prod
+
+
+def _put(prod, topic: str, part: int, ts: int, oid: str) -> None:
+    prod.produce(topic, value=json.dumps({"order_id": oid}).encode(), partition=part, timestamp=ts)
+
+
+def test_kafka_interval_backfill_with_create_time_publishes_every_record_once(broker, tmp_path):
+    """The reported case: a backfilling producer writes hours 0 and 1 in committed transactions with
+    its records' own (past) CreateTime timestamps. Each commit marker carries the broker's time, and
+    the time index answered the marker's offset for both hour ends: hour 0 published 10 of 15 and
+    hour 1 nothing. Now every record is published once by the hour its timestamp falls in, re-runs
+    included."""
+    topic = "iv_backfill"
+    create_topic(broker, topic, partitions=1)
+    base = (int(time.time() * 1000) // HOUR - 4) * HOUR
+    prod = _txn_producer(broker, "backfill-1")
+    prod.begin_transaction()
+    for i in range(10):
+        _put(prod, topic, 0, base + 60_000 * i, f"h0-{i}")
+    prod.commit_transaction(30)  # marker at offset 10, broker time (hours after both intervals)
+    prod.begin_transaction()
+    for i in range(10):
+        _put(prod, topic, 0, base + HOUR + 60_000 * i, f"h1-{i}")
+    for i in range(10, 15):  # out of order: more of hour 0 after hour 1's records
+        _put(prod, topic, 0, base + 60_000 * i, f"h0-{i}")
+    prod.commit_transaction(30)
+    p = _interval_pipeline(tmp_path, broker, topic, "iv_backfill")
+
+    def hour(i: int) -> tuple[str, str]:
+        return _iso(base + i * HOUR), _iso(base + (i + 1) * HOUR)
+
+    expected = collections.Counter([f"h0-{i}" for i in range(15)] + [f"h1-{i}" for i in range(10)])
+    assert run_batch(p, interval=hour(0), run_id="h0") == 1
+    assert published_ids(p) == collections.Counter(f"h0-{i}" for i in range(15))
+    assert run_batch(p, interval=hour(1), run_id="h1") == 2
+    assert published_ids(p) == expected
+    assert run_batch(p, interval=hour(0), run_id="h0-again") == 3  # a re-run replaces hour 0 whole
+    assert run_batch(p, interval=hour(1), run_id="h1-again") == 4
+    assert published_ids(p) == expected
+
+
+def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publishes(broker, tmp_path):
+    """A transaction opened inside the interval and still open at its end: the plan waits (the
+    sensor reschedules) instead of cutting the range at the last stable offset; past the bound it
+    fails naming the partition and the transaction's first offset; once committed, every record
+    of the interval is published."""
+    from eobatch.errors import TerminalError
+    from eobatch.protocol import IntervalNotSettled
+
+    topic = "iv_open_txn"
+    create_topic(broker, topic, partitions=2)
+    base = (int(time.time() * 1000) // HOUR - 3) * HOUR
+    plain = _txn_producer(broker, "plain-1")
+    plain.begin_transaction()
+    _put(plain, topic, 0, base + 1, "h0-a")
+    plain.commit_transaction(30)
+    slow = _txn_producer(broker, "slow-1")  # a Flink-like sink that commits at its next checkpoint
+    slow.begin_transaction()
+    _put(slow, topic, 1, base + 10, "h0-b"), _put(slow, topic, 1, base + HOUR - 1, "h0-c")
+    slow.flush(30)
+    p = _interval_pipeline(tmp_path, broker, topic, "iv_open_txn")
+    h0 = {"start": _iso(base), "end": _iso(base + HOUR)}
+    with pytest.raises(IntervalNotSettled, match=r"partition 1 .*open transaction .*offset 0"):
+        p.protocol().plan(interval=h0, run_id="h0")
+    bounded = _interval_pipeline(tmp_path / "bounded", broker, topic, "iv_open_txn",
+                                 extra_source="settle_seconds: 0\nopen_transaction_wait_seconds: 1\n")
+    with pytest.raises(TerminalError, match=r"partition 1: .*open transaction .*first offset 0"):
+        bounded.protocol().plan(interval=h0, run_id="h0")
+    slow.commit_transaction(30)
+    assert run_batch(p, interval=(h0["start"], h0["end"]), run_id="h0") == 1
+    assert published_ids(p) == collections.Counter(["h0-a", "h0-b", "h0-c"])
