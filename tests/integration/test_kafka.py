@@ -532,7 +532,7 @@ def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publ
     slow.flush(30)
     p = _interval_pipeline(tmp_path, broker, topic, "iv_open_txn")
     h0 = {"start": _iso(base), "end": _iso(base + HOUR)}
-    with pytest.raises(IntervalNotSettled, match=r"partition 1 .*open transaction .*offset 0"):
+    with pytest.raises(IntervalNotSettled, match=r"partition 1: .*open transaction .*offset 0"):
         p.protocol().plan(interval=h0, run_id="h0")
     bounded = _interval_pipeline(tmp_path / "bounded", broker, topic, "iv_open_txn",
                                  extra_source="settle_seconds: 0\nopen_transaction_wait_seconds: 1\n")
