@@ -180,13 +180,13 @@ class KafkaIntervalModel(RuleBasedStateMachine):
             if name == point:
                 raise Died(f"the commit died at {point}")
         real = faults.crash_point
-        faults.crash_point = dies_at  # type: ignore[assignment]
+        faults.crash_point = dies_at
         try:
             self.proto.commit(plan.batch_id)
         except Died:
             return "died"  # PREPARED, maybe partly committed: the next run's recover finishes it
         finally:
-            faults.crash_point = real  # type: ignore[assignment]
+            faults.crash_point = real
         return "committed"
 
 

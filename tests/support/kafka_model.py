@@ -84,17 +84,28 @@ class ModelBroker:
                 yield off, e.ts
 
 
-def stage_kafka(proto, log: Log, batch_id: int) -> str:
-    """Stage a Kafka batch of ``proto`` from ``log`` (the stage job's rule, without Spark)."""
+def stage_records(proto, batch_id: int, records) -> str:
+    """Stage a Kafka batch of ``proto`` from ``records`` (partition, offset, timestamp, raw bytes)
+    of its planned hull as a ``read_committed`` consumer reads them: the stage job's rule, without
+    Spark."""
     plan = proto.ledger.plan(batch_id)
-    lines, positions = [], {}
-    for p, (lo, hi) in plan.range["partitions"].items():
-        for off in range(lo, min(hi, log.lso(int(p)))):
-            e = log.entries[int(p)][off]
-            name = owner(plan.range, int(p), off, e.ts) if log.visible(e, "read_committed") else None
-            if name is None:
-                continue
-            lines.append((name, f"orders/{p}", off, json.dumps({"order_id": e.oid}).encode()))
-            n, a, b = positions.get(p, (0, off, off))
-            positions[p] = [n + 1, min(a, off), max(b, off)]
+    lines: list = []
+    positions: dict[str, list[int]] = {}
+    for p, off, ts, raw in records:
+        name = owner(plan.range, p, off, ts)
+        if name is None:
+            continue
+        lines.append((name, f"{plan.range['topic']}/{p}", off, raw))
+        n, a, b = positions.get(str(p), (0, off, off))
+        positions[str(p)] = [n + 1, min(a, off), max(b, off)]
     return stage(proto, batch_id, lines=lines, source_positions=positions)
+
+
+def stage_kafka(proto, log: Log, batch_id: int) -> str:
+    """Stage a Kafka batch of ``proto`` from the model ``log``."""
+    plan = proto.ledger.plan(batch_id)
+    return stage_records(proto, batch_id, (
+        (int(p), off, e.ts, json.dumps({"order_id": e.oid}).encode())
+        for p, (lo, hi) in plan.range["partitions"].items()
+        for off, e in enumerate(log.entries[int(p)][lo:min(hi, log.lso(int(p)))], start=lo)
+        if log.visible(e, "read_committed")))

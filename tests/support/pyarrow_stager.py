@@ -192,6 +192,6 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             rows_quarantined=len(bad), row_preserving=cfg.merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
-            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions)
+            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {})
         proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
     return attempt

@@ -37,14 +37,11 @@ A record without a timestamp counts as the epoch's (1970-01-01); timestamps are 
 from __future__ import annotations
 
 import datetime as _dt
-import logging
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import ProtocolError, TerminalError
 from ..base import IntervalTooLarge
-
-log = logging.getLogger(__name__)
 
 MAX_TS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
@@ -166,7 +163,7 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
     """The range of the run of interval [start_ms, end_ms) (see the module docstring).
     ``previous``: the newest live plan of the pipeline (None for its first batch); ``holder(name)``:
     the newest committed live plan that published slice ``name`` (None if none)."""
-    from .planner import DataLossError
+    from .planner import DataLossError, judge_loss, start_offsets
 
     topic = broker.topic
     sched = Schedule(cron)
@@ -177,34 +174,10 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
         raise DataLossError(f"the last batch read topic {prev.get('topic')!r}, the pipeline now names "
                             f"{topic!r}; changing the topic of a pipeline needs a new pipeline name")
     offsets = broker.offsets()
-    notes: list[str] = []
-    lost: dict[str, list[int]] = {}
-
-    def loss(msg: str) -> None:
-        if src.on_data_loss != "accept":
-            raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to publish what is "
-                                      "left (the loss is recorded in the ledger)")
-        log.warning("%s; accepted (on_data_loss: accept)", msg)
-        notes.append(msg + "; accepted (on_data_loss: accept)")
-
-    # 1. the cursor: where this batch's scan starts
-    cursor: dict[int, int] = {}
-    done = (prev.get("scan") or prev["partitions"]) if prev is not None else None
-    if done is not None:
-        gone = sorted(set(int(p) for p in done) - set(offsets))
-        if gone:
-            raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
-    for p, (low, high) in offsets.items():
-        cursor[p] = int(done.get(str(p), [0, 0])[1]) if done is not None else (
-            low if src.starting_offsets == "earliest" else high)
-        if cursor[p] < low:
-            loss(f"data loss: topic {topic!r} partition {p}: offsets [{cursor[p]}, {low}) were deleted (retention) "
-                 f"before they were read")
-            lost[str(p)] = [cursor[p], low]
-            cursor[p] = low
-        if cursor[p] > high:
-            raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset {cursor[p]} but "
-                                f"the partition ends at {high}: was the topic recreated?")
+    # 1. the cursor: where this batch's scan starts (the newest live batch's scan end)
+    cursor, lost, notes = start_offsets(src, topic, offsets,
+                                        (prev.get("scan") or prev["partitions"]) if prev is not None else None,
+                                        "publish what is left")
 
     # 2. a transaction still open that holds records of this interval (or earlier): wait for it
     if src.isolation_level == "read_committed":
@@ -262,8 +235,9 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
         for p, (lo, hi) in c["partitions"].items():
             low = offsets[int(p)][0]
             if lo < low:
-                loss(f"data loss: topic {topic!r} partition {p}: offsets [{lo}, {min(hi, low)}) of interval {name} "
-                     f"were deleted (retention) before the interval could be published (again) whole")
+                judge_loss(src, f"data loss: topic {topic!r} partition {p}: offsets [{lo}, {min(hi, low)}) of interval {name} "
+                     f"were deleted (retention) before the interval could be published (again) whole",
+                           "publish what is left", notes)
                 c["partitions"][p] = [low, max(low, hi)]
                 c["records"] = None
 

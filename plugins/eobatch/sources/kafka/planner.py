@@ -133,6 +133,46 @@ def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
     return take
 
 
+def judge_loss(src, msg: str, accept_does: str, notes: list[str]) -> None:
+    """Records lost (``msg``): DataLossError, or with ``on_data_loss: accept`` a warning and a note."""
+    if src.on_data_loss != "accept":
+        raise DataLossError(msg + f"; nothing was planned. Set source.on_data_loss: accept to {accept_does} "
+                                  "(the loss is recorded in the ledger)")
+    log.warning("%s; accepted (on_data_loss: accept)", msg)
+    notes.append(msg + "; accepted (on_data_loss: accept)")
+
+
+def start_offsets(src, topic: str, offsets: dict[int, tuple[int, int]], done: dict | None,
+                  accept_does: str) -> tuple[dict[int, int], dict[str, list[int]], list[str]]:
+    """(first offset to read per partition, lost ranges, notes): where the ledger says the
+    pipeline's reading ended (``done``: {"<p>": [from, to)} of the newest live batch; None for
+    its first batch: ``starting_offsets``). Offsets deleted (retention) before they were read
+    are data loss: DataLossError, or with ``on_data_loss: accept`` skipped and recorded."""
+    notes: list[str] = []
+    start: dict[int, int] = {}
+    lost: dict[str, list[int]] = {}
+    if done is not None:
+        gone = sorted(set(int(p) for p in done) - set(offsets))
+        if gone:
+            raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
+    for p, (low, high) in offsets.items():
+        if done is not None:
+            start[p] = int(done.get(str(p), [0, 0])[1])
+        else:
+            start[p] = low if src.starting_offsets == "earliest" else high
+        if start[p] < low:
+            msg = (f"data loss: topic {topic!r} partition {p}: offsets [{start[p]}, {low}) were deleted "
+                   f"(retention) before they were read" + (f" (the ledger says it read up to {start[p]})"
+                                                           if done is not None else ""))
+            judge_loss(src, msg, accept_does, notes)
+            lost[str(p)] = [start[p], low]
+            start[p] = low
+        if start[p] > high:
+            raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
+                                f"{start[p]} but the partition ends at {high}: was the topic recreated?")
+    return start, lost, notes
+
+
 class KafkaSource:
     kind = "kafka"
 
@@ -156,32 +196,8 @@ class KafkaSource:
             raise DataLossError(f"the last batch read topic {prev.get('topic')!r}, the pipeline now names "
                                 f"{topic!r}; changing the topic of a pipeline needs a new pipeline name")
         offsets = partition_offsets(self.client, topic, self.src.isolation_level)
-        notes: list[str] = []
-        start: dict[int, int] = {}
-        for p, (low, high) in offsets.items():
-            if prev is not None:
-                start[p] = int(prev["partitions"].get(str(p), [0, 0])[1])
-            else:
-                start[p] = low if self.src.starting_offsets == "earliest" else high
-        if prev is not None:
-            gone = sorted(set(int(p) for p in prev["partitions"]) - set(offsets))
-            if gone:
-                raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
-        lost = {}
-        for p, (low, high) in offsets.items():
-            if start[p] < low:
-                msg = (f"data loss: topic {topic!r} partition {p}: offsets [{start[p]}, {low}) were deleted "
-                       f"(retention) before they were read")
-                if self.src.on_data_loss != "accept":
-                    raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
-                                              "skip the lost records (the loss is recorded in the ledger)")
-                log.warning("%s; accepted (on_data_loss: accept)", msg)
-                notes.append(msg + "; accepted (on_data_loss: accept)")
-                lost[str(p)] = [start[p], low]
-                start[p] = low
-            if start[p] > high:
-                raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
-                                    f"{start[p]} but the partition ends at {high}: was the topic recreated?")
+        start, lost, notes = start_offsets(self.src, topic, offsets, prev["partitions"] if prev is not None else None,
+                                           "skip the lost records")
         backlog = {p: offsets[p][1] - start[p] for p in offsets}
         if prev is None and self.src.starting_offsets == "latest":
             # The first batch of a pipeline that starts at the latest offsets records where it
