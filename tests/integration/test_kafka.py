@@ -494,9 +494,10 @@ def test_kafka_interval_backfill_with_create_time_publishes_every_record_once(br
     assert published_ids(p) == collections.Counter(f"h0-{i}" for i in range(15))
     assert run_batch(p, interval=hour(1), run_id="h1") == 2
     assert published_ids(p) == expected
-    assert run_batch(p, interval=hour(0), run_id="h0-again") == 3  # a re-run replaces hour 0 whole
-    assert run_batch(p, interval=hour(1), run_id="h1-again") == 4
-    assert published_ids(p) == expected
+    for h in (0, 1):  # a re-run replaces its hour whole (the stage job's rule without Spark: shorter)
+        plan = _run_without_spark(p.protocol(), broker, base + h * HOUR, f"h{h}-again")
+        assert plan.batch_id == 3 + h and list(plan.range["slices"]) == [slice_name(base + h * HOUR)]
+        assert published_ids(p) == expected
 
 
 def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publishes(broker, tmp_path):
@@ -509,7 +510,7 @@ def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publ
 
     topic = "iv_open_txn"
     create_topic(broker, topic, partitions=2)
-    base = (int(time.time() * 1000) // HOUR - 3) * HOUR
+    base = (int(time.time() * 1000) // HOUR - 1) * HOUR  # the hour that ended last: within the wait
     plain = _txn_producer(broker, "plain-1")
     plain.begin_transaction()
     _put(plain, topic, 0, base + 1, "h0-a")
@@ -527,7 +528,7 @@ def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publ
     with pytest.raises(TerminalError, match=r"partition 1: .*open transaction .*first offset 0"):
         bounded.protocol().plan(interval=h0, run_id="h0")
     slow.commit_transaction(30)
-    assert run_batch(p, interval=(h0["start"], h0["end"]), run_id="h0") == 1
+    assert _run_without_spark(p.protocol(), broker, base, "h0").batch_id == 1
     assert published_ids(p) == collections.Counter(["h0-a", "h0-b", "h0-c"])
 
 
@@ -543,6 +544,18 @@ def _stage_from_broker(proto, bootstrap: str, batch_id: int) -> str:
         for p, (lo, hi) in plan.range["partitions"].items()
         for cols in read_range(bootstrap, plan.range["topic"], int(p), lo, hi, "read_committed", timeout=15)
         for off, ts, raw in zip(cols.offsets, cols.timestamps, cols.values)))
+
+
+def _run_without_spark(proto, b, start: int, rid: str):
+    """The run of the hour from ``start``: recover, plan, stage (``_stage_from_broker``), verify,
+    commit; its plan, None when nothing was planned."""
+    proto.recover(run_id=rid)
+    plan, _ = proto.plan(interval={"start": _iso(start), "end": _iso(start + HOUR)}, run_id=rid)
+    if plan is None:
+        return None
+    proto.verify(plan.batch_id, _stage_from_broker(proto, b.bootstrap, plan.batch_id))
+    proto.commit(plan.batch_id)
+    return plan
 
 
 def test_kafka_interval_interleaved_producers_markers_and_an_empty_hour_publish_each_record_once(broker, tmp_path):
@@ -576,13 +589,7 @@ def test_kafka_interval_interleaved_producers_markers_and_an_empty_hour_publish_
     proto = p.protocol()
 
     def run(h: int, rid: str):
-        proto.recover(run_id=rid)
-        plan, _ = proto.plan(interval={"start": _iso(base + h * HOUR), "end": _iso(base + (h + 1) * HOUR)}, run_id=rid)
-        if plan is None:
-            return None
-        proto.verify(plan.batch_id, _stage_from_broker(proto, broker.bootstrap, plan.batch_id))
-        proto.commit(plan.batch_id)
-        return plan
+        return _run_without_spark(proto, broker, base + h * HOUR, rid)
 
     def by_hour() -> dict[int, collections.Counter]:
         import deltalake
