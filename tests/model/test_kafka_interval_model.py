@@ -14,7 +14,7 @@ runs once more, and then the sink publishes exactly the committed records, each 
 its own hour.
 
 ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check``) runs n examples of 40 steps;
-``make test`` runs EOBATCH_MODEL_KAFKA_CI_EXAMPLES (default 15) of 30 steps.
+``make test`` runs EOBATCH_MODEL_KAFKA_CI_EXAMPLES (default 10) of 30 steps.
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ from eobatch.config import load_pipeline
 from eobatch.errors import IntervalNotSettled
 from eobatch.formats import slice_name
 from eobatch.protocol import Protocol
-from eobatch.sources.kafka import intervals
-from support.kafka_model import Log, ModelBroker, stage_kafka
+from support.kafka_model import Log, model_broker, stage_kafka
 from support.protocol_runs import T0, H, iv
 
 HOURS = st.integers(0, 3)
@@ -156,12 +155,8 @@ class KafkaIntervalModel(RuleBasedStateMachine):
                                    deltalake.DeltaTable(self.proto.cfg.sink_table).to_pyarrow_table().to_pylist())
 
     def _plan(self, h: int, rid: str):
-        real = intervals.Broker
-        intervals.Broker = lambda *a, **kw: ModelBroker(self.log)  # type: ignore[misc,assignment]
-        try:
+        with model_broker(self.log):
             return self.proto.plan(interval=iv(h), run_id=rid)
-        finally:
-            intervals.Broker = real  # type: ignore[misc]
 
     def _run(self, h: int, point: str | None = None) -> str | None:
         self.runs += 1
@@ -194,6 +189,6 @@ KafkaIntervalModel.TestCase.settings = (
     settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
              suppress_health_check=[HealthCheck.too_slow])
     if os.environ.get("EOBATCH_MODEL_EXAMPLES") else
-    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_KAFKA_CI_EXAMPLES", "15")), stateful_step_count=30,
+    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_KAFKA_CI_EXAMPLES", "10")), stateful_step_count=30,
              deadline=None, suppress_health_check=[HealthCheck.too_slow]))
 TestKafkaIntervalModel = KafkaIntervalModel.TestCase

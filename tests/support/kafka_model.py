@@ -9,9 +9,11 @@ records ``intervals.owner`` gives a slice, the stage job's rule.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 
+from eobatch.sources.kafka import intervals
 from eobatch.sources.kafka.intervals import owner
 from support.pyarrow_stager import stage
 
@@ -82,6 +84,17 @@ class ModelBroker:
             e = self.log.entries[partition][off]
             if self.log.visible(e, iso):
                 yield off, e.ts
+
+
+@contextlib.contextmanager
+def model_broker(log: Log):
+    """Inside the block the Kafka interval planner asks ``log`` instead of a broker."""
+    real = intervals.Broker
+    intervals.Broker = lambda *a, **kw: ModelBroker(log)  # type: ignore[misc,assignment]
+    try:
+        yield
+    finally:
+        intervals.Broker = real  # type: ignore[misc]
 
 
 def stage_records(proto, batch_id: int, records) -> str:
