@@ -119,15 +119,7 @@ class KafkaIntervalModel(RuleBasedStateMachine):
     @rule(h=HOURS)
     def run_fails_before_prepared(self, h: int) -> None:
         """The stage fails: the abort abandons the batch (its scan counts as never read)."""
-        self.runs += 1
-        rid = f"r{self.runs}"
-        self.proto.recover(run_id=rid)
-        try:
-            plan, _ = self._plan(h, rid)
-        except IntervalNotSettled:
-            return
-        if plan is not None:
-            self.proto.abandon(plan.batch_id, "model: the stage failed")
+        self._run(h, stage_fails=True)
 
     # -- what holds after every step -----------------------------------------------------------------
     @invariant()
@@ -158,7 +150,7 @@ class KafkaIntervalModel(RuleBasedStateMachine):
         with model_broker(self.log):
             return self.proto.plan(interval=iv(h), run_id=rid)
 
-    def _run(self, h: int, point: str | None = None) -> str | None:
+    def _run(self, h: int, point: str | None = None, stage_fails: bool = False) -> str | None:
         self.runs += 1
         rid = f"r{self.runs}"
         self.proto.recover(run_id=rid)
@@ -169,6 +161,9 @@ class KafkaIntervalModel(RuleBasedStateMachine):
             return "waits"  # the sensor reschedules: a transaction holding records of the hour is open
         if plan is None:
             return None
+        if stage_fails:
+            self.proto.abandon(plan.batch_id, "model: the stage failed")
+            return "abandoned"
         self.proto.verify(plan.batch_id, stage_kafka(self.proto, self.log, plan.batch_id))
 
         def dies_at(name: str) -> None:
