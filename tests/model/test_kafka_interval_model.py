@@ -28,7 +28,7 @@ from pathlib import Path
 import deltalake
 import pyarrow.parquet as pq
 import yaml
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -73,7 +73,6 @@ class KafkaIntervalModel(RuleBasedStateMachine):
         self.next_txn = 2
         self.n = 0
         self.runs = 0
-        self.waits = 0
 
     def teardown(self) -> None:
         try:
@@ -110,6 +109,7 @@ class KafkaIntervalModel(RuleBasedStateMachine):
     def decide_transaction(self, k: int, commit: bool) -> None:
         if self.log.state.get(self.txn[k]) == "open":
             self.log.decide(self.txn[k], "committed" if commit else "aborted")
+            event("a transaction " + ("committed" if commit else "aborted"))
 
     # -- the pipeline ----------------------------------------------------------------------------
     @rule(h=HOURS, point=st.sampled_from(COMMIT_POINTS))
@@ -157,10 +157,14 @@ class KafkaIntervalModel(RuleBasedStateMachine):
         try:
             plan, _ = self._plan(h, rid)
         except IntervalNotSettled:
-            self.waits += 1
+            event("a run waited for an open transaction")
             return "waits"  # the sensor reschedules: a transaction holding records of the hour is open
         if plan is None:
             return None
+        if any("late records" in n for n in plan.notes):
+            event("a run published late records (an interval again, whole)")
+        if plan.range.get("pending"):
+            event("a plan kept records for intervals that had not run")
         if stage_fails:
             self.proto.abandon(plan.batch_id, "model: the stage failed")
             return "abandoned"
