@@ -25,7 +25,7 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: lint help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
 	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
@@ -39,13 +39,18 @@ setup: venv jars kafka-jars s3-jars class-archive
 class-archive: venv jars
 	@source include/env.sh && python -m eobatch.cli class-archive
 
-# Python environment from the pinned lock; re-installed when requirements.txt changes.
+# Python environment from the two locks (the product's runtime and the repository's test and lint
+# tools), every distribution checked against the lock's SHA-256 (--require-hashes: an unpinned or
+# changed package fails the install); re-installed when a lock changes.
 venv: $(VENV)/.installed
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+	$(VENV)/bin/pip install --quiet --require-hashes -r requirements.txt -r requirements-dev.txt
 	@touch $@
+
+# Maven: the repository's own checksums must match what is downloaded (--strict-checksums), and the
+# resolved jars must be exactly those of the committed SHA-256 lists under include/jars/.
+MVN := mvn --batch-mode --quiet --strict-checksums -s include/maven-settings.xml
 
 # JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
 # Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://).
@@ -53,10 +58,10 @@ SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.a
 jars: .jars/.resolved .jars/eobatch-jvm.jar
 .jars/.resolved: include/pom.xml
 	rm -rf .jars && mkdir -p .jars
-	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/pom.xml dependency:copy-dependencies \
+	$(MVN) -f include/pom.xml dependency:copy-dependencies \
 	    -DincludeScope=runtime -DincludeGroupIds=$(SPARK_JAR_GROUPS) \
 	    -DexcludeArtifactIds=hadoop-client-api,hadoop-client-runtime -DoutputDirectory=$(CURDIR)/.jars
-	@ls .jars/delta-spark_*.jar .jars/hadoop-aws-*.jar .jars/bundle-*.jar >/dev/null
+	include/check-jars.sh .jars include/jars/spark.sha256
 	@touch $@
 
 # The stage job's own JVM code (include/jvm/: from_json reading a record's UTF-8 bytes in place),
@@ -68,18 +73,18 @@ jars: .jars/.resolved .jars/eobatch-jvm.jar
 kafka-jars: .jars-kafka/.resolved
 .jars-kafka/.resolved: include/kafka-broker/pom.xml
 	rm -rf .jars-kafka && mkdir -p .jars-kafka
-	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/kafka-broker/pom.xml \
+	$(MVN) -f include/kafka-broker/pom.xml \
 	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
-	@ls .jars-kafka/kafka_2.13-*.jar >/dev/null
+	include/check-jars.sh .jars-kafka include/jars/kafka-broker.sha256
 	@touch $@
 
 # The S3-compatible server (S3Proxy, filesystem backend) of `make up` and the tests: .jars-s3proxy/.
 s3-jars: .jars-s3proxy/.resolved
 .jars-s3proxy/.resolved: include/s3proxy/pom.xml
 	rm -rf .jars-s3proxy && mkdir -p .jars-s3proxy
-	mvn --batch-mode --quiet -s include/maven-settings.xml -f include/s3proxy/pom.xml \
+	$(MVN) -f include/s3proxy/pom.xml \
 	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
-	@ls .jars-s3proxy/s3proxy-*.jar >/dev/null
+	include/check-jars.sh .jars-s3proxy include/jars/s3proxy.sha256
 	@touch $@
 
 # Local services on loopback (a Kafka broker and an S3 server); `make up` writes .services/env.
@@ -181,9 +186,20 @@ replay: venv
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all
 
+# Both Python locks, with the SHA-256 of every distribution, from requirements.in and
+# requirements-dev.in (versions already locked are kept unless an input asks otherwise; uv comes
+# from the dev lock). The dev lock is constrained by the runtime lock: one version per package.
+LOCK_PY := 3.11.7
 lock: venv
-	(echo "# Full pinned lock of requirements.in for Python 3.11 (regenerate with: make lock)"; \
-	 $(VENV)/bin/pip freeze --exclude-editable) > requirements.txt
+	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
+	    --custom-compile-command "make lock" requirements.in -o requirements.txt
+	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
+	    --custom-compile-command "make lock" requirements-dev.in -o requirements-dev.txt
+
+# After a reviewed change of a pom: the SHA-256 lists of the resolved jars (include/jars/).
+jar-lock:
+	rm -f .jars/.resolved .jars-kafka/.resolved .jars-s3proxy/.resolved
+	$(MAKE) --no-print-directory JAR_LOCK_WRITE=1 jars kafka-jars s3-jars
 
 clean:
 	rm -rf .demo .cache .pytest_cache

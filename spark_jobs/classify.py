@@ -107,6 +107,53 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
                          F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
 
 
+def bound_partition_values(classified, ddl: str, partition_by: list[str]):
+    """``classified`` with a ``reason`` for the valid records whose partition values no folder can
+    hold (``eobatch.formats``: the one definition of a value's folder and its bounds): an empty
+    string (Delta reads an empty partition value as null), a ``<column>=<value>`` folder longer
+    than PARTITION_SEGMENT_MAX_BYTES (ENAMETOOLONG on a local disk), or all of them longer than
+    PARTITION_PATH_MAX_BYTES (S3 keys). Checked on the record's field of each partition column
+    (those of the declared schema; a column a transform computes is not a record's to answer for),
+    so that the tables never hold a value that a writer (this job, delta-rs's OPTIMIZE or MERGE)
+    cannot put in a path."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from eobatch.formats import (
+        HIVE_NULL,
+        PARTITION_PATH_MAX_BYTES,
+        PARTITION_SEGMENT_MAX_BYTES,
+        PATH_SAFE_CHARS,
+    )
+
+    types = {f.name: f.dataType for f in record_schema(ddl).fields}
+    cols = [c for c in partition_by if c in types]
+    if not cols:
+        return classified
+    rec = F.col("rec")
+    lengths, checks = [], []
+    for c in cols:
+        head = len(c.encode()) + 1
+        if not isinstance(types[c], T.StringType):  # an INT, DATE or BOOLEAN: never longer than a null's folder
+            lengths.append(F.lit(head + len(HIVE_NULL)))
+            continue
+        v = rec[c]
+        escaped = F.octet_length(v) + 2 * F.octet_length(F.regexp_replace(v, f"[{PATH_SAFE_CHARS}]", ""))
+        n = F.when(v.isNull(), F.lit(head + len(HIVE_NULL))).otherwise(escaped + head)
+        lengths.append(n)
+        checks.append(F.when(v == "", F.lit(f"partition value of column '{c}' is an empty string, which Delta "
+                                            f"reads as null (sink.partition_by)")))
+        checks.append(F.when(n > PARTITION_SEGMENT_MAX_BYTES, F.concat(
+            F.lit(f"partition value of column '{c}' takes "), n.cast("string"),
+            F.lit(f" bytes as a folder name ({c}=...), more than {PARTITION_SEGMENT_MAX_BYTES} (sink.partition_by)"))))
+    total = sum(lengths[1:], lengths[0]) + (len(lengths) - 1)
+    checks.append(F.when(total > PARTITION_PATH_MAX_BYTES, F.concat(
+        F.lit(f"partition values of columns {', '.join(cols)} take "), total.cast("string"),
+        F.lit(f" bytes as folders of a file path, more than {PARTITION_PATH_MAX_BYTES} (sink.partition_by)"))))
+    reason = F.when(F.col("reason").isNull(), F.coalesce(*checks)).otherwise(F.col("reason"))
+    return classified.withColumn("reason", reason)
+
+
 def kept_records(classified, ddl: str, located: tuple[str, ...] = (), quarantine_only: tuple[str, ...] = ()):
     """What the job keeps of its one read, to write both outputs from (and count, and locate):
     each record field as ``_eo_rec<i>`` (a record may have fields named like the lines' own

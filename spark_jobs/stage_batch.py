@@ -9,8 +9,8 @@
    Kafka: one value per record, source = topic/partition, position = offset, _kafka_*; parquet:
    one row as a JSON object, source = file, position = row index);
 3. classify (spark_jobs/classify.py): too large, invalid UTF-8, not a JSON object, type mismatch,
-   missing required field -> quarantine with the raw text and the reason; the rest parsed with
-   the declared schema;
+   missing required field, a partition value no folder can hold -> quarantine with the raw text
+   and the reason; the rest parsed with the declared schema;
 4. apply the pipeline's transform to the valid records (a merge sink: then keep the latest
    record of each key, or fold the rows of each key into one, spark_jobs/merge.py);
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
@@ -97,7 +97,14 @@ def run(spec: dict) -> dict:
     from eobatch.ledger import Ledger
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
-    from spark_jobs.classify import classify, expect, kept_records, quarantined_records, valid_records
+    from spark_jobs.classify import (
+        bound_partition_values,
+        classify,
+        expect,
+        kept_records,
+        quarantined_records,
+        valid_records,
+    )
     from spark_jobs.merge import fold_per_key, latest_per_key
     from spark_jobs.stage_write import stage_dataframe
 
@@ -149,7 +156,8 @@ def run(spec: dict) -> dict:
     if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others are not this batch's
         lines, slices = assigned
     extra = [SLICE_COL] if slices else []
-    classified = classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"]))
+    classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"])),
+                                        spec["schema"], list(spec["partition_by"]))
     expectations = list(spec.get("expectations") or [])
     checked = expect(classified, spec["schema"], expectations)
     xcols = [f"_eo_x{i}" for i in range(len(expectations))]

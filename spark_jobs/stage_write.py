@@ -24,7 +24,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     """
     import pyspark
 
-    from eobatch.formats import Layout, PartitionManifest, StagedFile, partition_text
+    from eobatch.formats import Layout, PartitionManifest, StagedFile, partition_path, partition_text
     from eobatch.storage import join, storage_for
 
     layout = Layout(**ledger_spec)
@@ -56,10 +56,9 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
         def writer_for(key: tuple, schema):
             if key not in writers:
-                sub = "/".join(([key[0]] if n_slice else []) +
-                               [f"{c}={_pv_path(v)}" for c, v in zip(partition_by, key[n_slice:])])
+                sub = partition_path(partition_by, key[n_slice:])  # the one definition of the folders
                 name = f"part-{pid:05d}-{tattempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
-                rel = "/".join(x for x in (staging_rel, sub, name) if x)
+                rel = "/".join(x for x in (staging_rel, key[0] if n_slice else "", sub, name) if x)
                 full = fs.arrow_path(join(table_root, rel))
                 if fs.scheme == "file":
                     os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -116,11 +115,3 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     rows = ordered.mapInArrow(write_partition, "manifest string").collect()
     return sorted((json.loads(r["manifest"]) for r in rows), key=lambda m: m["partition"])
 
-
-def _pv_path(v) -> str:
-    from urllib.parse import quote
-
-    from eobatch.formats import partition_text
-
-    s = partition_text(v)
-    return "__HIVE_DEFAULT_PARTITION__" if s is None else quote(s, safe="")

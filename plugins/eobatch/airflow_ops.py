@@ -155,11 +155,16 @@ def _interval(context) -> dict | None:
 
 
 def _after_plan(proto: Protocol, context) -> None:
-    """After a plan recorded its range: metrics of the files it found late and of the backlog it
-    left (``metrics``), and the backlog age alert (``alerts``)."""
+    """After a plan recorded its range: metrics of the files it found late, of the landing inputs it
+    skipped and of the backlog it left (``metrics``), the skipped-input and backlog age alerts (``alerts``)."""
     from .backlog import backlog
 
     sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
+    sent += metrics.skipped_metrics(proto.cfg.name, proto.last_skipped)
+    try:
+        alerts.check_skipped(proto.cfg, proto.last_skipped, context)
+    except Exception as e:  # noqa: BLE001 - an alert is never a reason to fail the plan
+        log.warning("skipped-input alert not sent (%s: %s)", type(e).__name__, e)
     try:
         # the listing only: counting records would read every pending file (or footer) on each plan
         left = backlog(proto, count_records=False)

@@ -1,6 +1,6 @@
 """A pipeline's alerts (the YAML's ``alerts``), sent through Airflow notifiers.
 
-Three conditions, each told to every notifier of ``alerts.notify``:
+Four conditions, each told to every notifier of ``alerts.notify``:
 
 * ``failure``: a task of the pipeline failed for good (its retries exhausted): the task's
   ``on_failure_callback``, run by Airflow where the task ran;
@@ -9,7 +9,12 @@ Three conditions, each told to every notifier of ``alerts.notify``:
   callback run by the executor); no alert for a run that finished in time;
 * ``backlog_age``: a plan left a backlog whose oldest unpublished landing file is older than
   ``backlog_max_age_minutes``: sent by that plan, then at most once per that many minutes
-  while it lasts (an Airflow Variable remembers when), at once again after it recovered.
+  while it lasts (an Airflow Variable remembers when), at once again after it recovered;
+* ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
+  folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
+  cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
+  remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
+  notifier.
 
 Notifiers are built afresh for each alert (Airflow renders a notifier's templates in place).
 An alert's text reaches them in the template context as ``alert`` (``alert.subject``,
@@ -36,7 +41,7 @@ SUBJECT_PREFIX = "[eobatch]"
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # failure | run_deadline | backlog_age
+    kind: str  # failure | run_deadline | backlog_age | skipped_input
     pipeline: str
     subject: str
     lines: tuple[str, ...]
@@ -192,6 +197,40 @@ def deadline_alert(cfg: PipelineConfig, context: dict) -> Alert:
              "The ledger page shows the batch's phase and the seconds of each.")
     return Alert("run_deadline", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: run {run_id} not finished after "
                  f"{minutes:g} min", lines, ledger_url(cfg.name), run_id)
+
+
+# -- skipped landing inputs: sent by the plan task --------------------------------------------------
+
+def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None, state: Any = None) -> bool:
+    """After a plan: alert on the landing inputs it skipped that no earlier alert named (``state``,
+    Airflow Variables by default, keeps the ones named while they stay skipped); True when it alerted."""
+    import json
+
+    if not cfg.alerts.notify:
+        return False
+    state = AirflowVariables() if state is None else state
+    key = f"eobatch.{cfg.name}.skipped_alerted"
+    now = sorted({s["path"] for s in skipped})
+    try:
+        before = set(json.loads(state.get(key) or "[]"))
+    except Exception as e:  # noqa: BLE001 - rather one alert too many than none
+        log.warning("skipped-input alert state not read (%s: %s)", type(e).__name__, e)
+        before = set()
+    new = [s for s in skipped if s["path"] not in before]
+    if now != sorted(before):
+        _keep(state.set, key, json.dumps(now)) if now else _keep(state.delete, key)
+    if not new:
+        return False
+    send(cfg, skipped_alert(cfg, new), context)
+    return True
+
+
+def skipped_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
+    lines = (f"Pipeline {cfg.name}: the plan skipped {len(skipped)} landing input(s); the rest was planned.",
+             *[s["note"] for s in skipped[:20]],
+             *([f"... and {len(skipped) - 20} more (the plan task's log names each)"] if len(skipped) > 20 else []))
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing input(s) skipped",
+                 lines, ledger_url(cfg.name))
 
 
 # -- backlog age: sent by the plan task ------------------------------------------------------------

@@ -13,7 +13,7 @@ What is in one (``Checkpoint``), all derived from the immutable records of batch
   the ABANDONED batches; the digest of plan ``K`` (a ledger reset after a table was recreated,
   or restored from an older copy, no longer has that plan: the checkpoint is ignored);
 * the newest batch whose range counts as read (Kafka: where the next batch starts);
-* the first interval planned (interval mode's look-back starts there), the link notes made;
+* the first interval planned (interval mode's look-back starts there), the link and skip notes made;
 * a sorted index, in content-addressed chunks (``index/<sha256>.json``), of
   ``f:<path>`` -> [size, mtime_ms, reported]: the landing files consumed (files, parquet);
   ``s:<slice>`` -> [[batch ids], [[path, size, mtime_ms], ...]]: the live batches that published
@@ -59,6 +59,8 @@ KEEP = 3  # newest checkpoints kept (plus, per power of ten, the newest of the l
 GC_MIN_AGE_S = 3600.0  # index chunks no kept checkpoint names are removed only when this old
 
 LINK_NOTE = "ignored symbolic link "
+SKIP_NOTE = "skipped "  # sources.files.planner.SKIP_NOTE: a landing input left out of a plan
+ONCE_NOTES = (LINK_NOTE, SKIP_NOTE)  # notes each made in one plan only (``ReadSoFar.link_noted``)
 _END_OFFSET = 10 ** 18  # interval ends as sortable keys, before 1970 too
 
 
@@ -203,7 +205,7 @@ class Checkpoint:
     abandoned: list  # [[first, last]] ranges of ABANDONED batches
     last_kept: dict | None  # the newest plan whose range counts as read (its record's JSON)
     first_interval_start_ms: int | None  # the earliest interval start of any plan
-    link_notes: list  # the "ignored symbolic link" notes made (each is made once)
+    link_notes: list  # the "ignored symbolic link" and "skipped" notes made (each is made once)
     index: list  # [[first key, last key, entries, chunk name]]
     pipeline: str = ""
     entries: int = 0
@@ -304,7 +306,7 @@ class ReadSoFar(Sequence[BatchPlan]):
             for f in p.range.get("files", []):
                 consumed[f["path"]] = f
             reported.update(changed_paths(p.notes))
-            links.update(n for n in p.notes if n.startswith(LINK_NOTE))
+            links.update(n for n in p.notes if n.startswith(ONCE_NOTES))
         view = cls(plans[-1] if plans else None, consumed.get, reported.__contains__, links.__contains__,
                    lambda: plans)
         return view
@@ -483,7 +485,7 @@ class History:
                 for f in p.range.get("files", []):
                     consumed[f["path"]] = f
                 reported.update(changed_paths(p.notes))
-                links.update(n for n in p.notes if n.startswith(LINK_NOTE))
+                links.update(n for n in p.notes if n.startswith(ONCE_NOTES))
             self._overlay = (marker, consumed, reported, links)
         return self._overlay[1], self._overlay[2], self._overlay[3]
 
@@ -626,7 +628,7 @@ class History:
             last_kept=json.loads(last.to_json()) if last is not None else (base.last_kept if base else None),
             first_interval_start_ms=min(firsts, default=None),
             link_notes=sorted(set(base.link_notes if base else [])
-                              | {n for p in kept for n in p.notes if n.startswith(LINK_NOTE)}),
+                              | {n for p in kept for n in p.notes if n.startswith(ONCE_NOTES)}),
             index=rows, pipeline=upto[-1].pipeline, entries=sum(r[2] for r in rows))
         return ck, chunks
 

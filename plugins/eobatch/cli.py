@@ -201,7 +201,8 @@ def main(argv=None) -> int:
     mp = sub.add_parser("maintain", help="one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
                                           "<name>_maintenance DAG)")
     mp.add_argument("pipeline")
-    qp = sub.add_parser("replay", help="write a batch's quarantined records back as a new landing file (once)")
+    qp = sub.add_parser("replay", help="write a batch's quarantined records not replayed yet back as a new landing "
+                                        "file (each record at most once, whatever the selections)")
     qp.add_argument("pipeline")
     qp.add_argument("batch", type=int)
     qp.add_argument("--reason", default=None, help="only records whose reason contains this text")
@@ -306,9 +307,18 @@ def _command(args) -> int:
         from .replay import replay
 
         done = replay(proto, args.batch, args.reason)
-        print(f"replayed {done['records']} quarantined record(s) of batch {args.batch} as {done['file']} (lineage: "
-              f"{done['lineage']}); the next run publishes them once (one still failing is quarantined again)"
-              + (f"; {done['skipped']} skipped: their raw text was not kept exactly" if done["skipped"] else ""))
+        for f in done["finished"]:
+            print(f"finished replay {f['replay']} of batch {f['batch_id']} ({f['records']} record(s)) as {f['file']}: "
+                  f"recorded by a replay that had not written it (it stopped before, or runs at the same time)")
+        skipped = "".join(f"; {n} skipped: {why}" for n, why in (
+            (done["already"], f"already replayed ({', '.join(done['already_in'])})"),
+            (done["skipped"], "their raw text was not kept exactly")) if n)
+        if done["replay"] is None:
+            print(f"nothing new to replay of batch {args.batch}{skipped}")
+        else:
+            print(f"replayed {done['records']} quarantined record(s) of batch {args.batch} as {done['file']} "
+                  f"(replay {done['replay']}, lineage: {done['record']}); the next run publishes them once (one "
+                  f"still failing is quarantined again){skipped}")
         return 0
     if args.cmd == "maintain":
         from .maintenance import maintain, summary_line

@@ -19,6 +19,9 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            mean for planning, with the <n> rewinds it
                                                            applied (put-if-absent; see eobatch.checkpoint)
     T/_eo_ledger/checkpoints/index/<sha256>.json           a chunk of a checkpoint's sorted index (content-addressed)
+    T/_eo_ledger/replays/<n>.json                          replay <n> of quarantined records (put-if-absent;
+                                                           see eobatch.replay): which records, its landing file
+    T/_eo_ledger/replays/data/<n>-<nonce>.jsonl            the raw lines of replay <n>, written before it
     T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
     Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
 
@@ -122,6 +125,48 @@ def partition_text(v) -> str | None:
     return str(v)
 
 
+# A partition value in a file path: the one definition for every writer of this product's table
+# files (the stage job; the stage job's check of the records, spark_jobs/classify.py). Bounds:
+# a folder name is at most 255 bytes on local filesystems (ENAMETOOLONG beyond), and an S3 key at
+# most 1024 bytes, of which the table's prefix, the staging folders and the file name take part.
+PARTITION_SEGMENT_MAX_BYTES = 200  # one "<column>=<escaped value>" folder
+PARTITION_PATH_MAX_BYTES = 512  # all partition folders of one file, with their "/"
+PATH_SAFE_CHARS = "A-Za-z0-9_.-"  # kept as they are in a folder name (a regex character class body)
+PATH_ESCAPE = "~"  # any other byte is "~XX" (hex): no "%", so the Delta log's path (a URI) is the folder's name
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null value's folder, as Spark and Hive name it
+_SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def partition_segment(column: str, value) -> str:
+    """The folder of one partition value, ``<column>=<value>``: bytes of the value's UTF-8 text
+    (``partition_text``) outside ``PATH_SAFE_CHARS`` written as ``~XX``, so that "/", "..",
+    NUL, "=", "%" or a space never make another folder or need escaping in a URI (Delta
+    readers and delta-rs take a file's path from the log, which holds the value itself). A
+    folder longer than ``PARTITION_SEGMENT_MAX_BYTES`` keeps a prefix of it and a digest of the
+    value (``~h<32 hex>``); the stage job quarantines the records whose partition fields would
+    need that (``classify.bound_partition_values``), so only a value a transform computed gets it."""
+    import hashlib
+
+    text = partition_text(value)
+    if text is None:
+        return f"{column}={HIVE_NULL}"
+    raw = text.encode("utf-8", "surrogatepass")
+    escaped = "".join(chr(b) if b in _SAFE_BYTES else f"{PATH_ESCAPE}{b:02X}" for b in raw)
+    seg = f"{column}={escaped}"
+    if len(seg) <= PARTITION_SEGMENT_MAX_BYTES:
+        return seg
+    digest = f"{PATH_ESCAPE}h" + hashlib.sha256(raw).hexdigest()[:32]
+    keep = max(0, PARTITION_SEGMENT_MAX_BYTES - len(column) - 1 - len(digest))
+    head = escaped[:keep]
+    cut = head.rfind(PATH_ESCAPE, max(0, len(head) - 2))
+    return f"{column}={head[:cut] if cut >= 0 else head}{digest}"
+
+
+def partition_path(columns, values) -> str:
+    """The partition folders of a file (``partition_segment`` of each column), "" for none."""
+    return "/".join(partition_segment(c, v) for c, v in zip(columns, values))
+
+
 def slice_of(path: str) -> str | None:
     """The slice folder of a staged file's table-relative path
     (``eo_batches/b<id>/<attempt>/<slice>/...``), or None."""
@@ -183,6 +228,13 @@ class Layout:
 
     def rewind(self, after_batch: int, to_batch: int) -> str:
         return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
+    def replays_dir(self) -> str:
+        return join(self.ledger, "replays")
+
+    def replay(self, n: int) -> str:
+        """The record of quarantine replay ``n`` (numbered from 1, like batches)."""
+        return join(self.replays_dir(), bid(n) + ".json")
 
     def checkpoints_dir(self) -> str:
         return join(self.ledger, "checkpoints")
@@ -247,7 +299,7 @@ class BatchPlan(Record):
     batch_id: int
     source_kind: str
     range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
-    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}
+    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}
     #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}, in
     #              interval mode also "scan", "slices", "pending" (sources/kafka/intervals.py)
     rows_in: int | None  # the source's own count of records in the range, when it knows it

@@ -48,8 +48,10 @@ def split_records(data: bytes) -> Iterator[tuple[int, bytes]]:
 _NL_BEFORE_BLANK_LINE = re.compile(rb"\n(?=[ \t\r\x0b\x0c]*\n)")
 
 
-def count_records(stream: BinaryIO, chunk_size: int = 1 << 22) -> int:
-    """Non-blank lines of a stream, read in chunks (a line may span chunks, however long it is).
+def count_records(stream: BinaryIO, chunk_size: int = 1 << 22, max_bytes: int | None = None) -> int:
+    """Non-blank lines of a stream, read in chunks (a line may span chunks, however long it is);
+    of its first ``max_bytes`` bytes only when given (a file's size as planned: a file that grows
+    while it is read is counted as it was).
 
     Counted in C, not line by line in Python: the lines that end in a chunk are its ``\\n`` bytes,
     minus the blank ones (a regular expression). Of a line still open at a chunk's end only
@@ -57,10 +59,13 @@ def count_records(stream: BinaryIO, chunk_size: int = 1 << 22) -> int:
     """
     n = 0
     open_line, open_blank = False, True  # an unfinished line has bytes; all of them blank ones
+    left = max_bytes
     while True:
-        chunk = stream.read(chunk_size)
+        chunk = stream.read(chunk_size if left is None else min(chunk_size, left))
         if not chunk:
             break
+        if left is not None:
+            left -= len(chunk)
         first = chunk.find(b"\n")
         if first < 0:
             open_line, open_blank = True, open_blank and is_blank(chunk)

@@ -18,6 +18,8 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
 ``eobatch.<pipeline>.oldest_unpublished_age_s``   gauge    age of the oldest unpublished landing file
 ``eobatch.<pipeline>.late_files``                 counter  files a plan found late (interval mode)
 ``eobatch.<pipeline>.late_files_<action>``        counter  the same, by what was done with them
+``eobatch.<pipeline>.landing_skipped``            gauge    landing inputs the plan skipped (bad name,
+                                                           unreadable, not a regular file)
 ================================================  =======  ========================================
 
 The batch figures are sent once per committed batch: by the task whose call wrote the batch's
@@ -83,6 +85,11 @@ def late_file_metrics(pipeline: str, late: list[dict]) -> list[Metric]:
         out.append(Metric("incr", _name(pipeline, "late_files"), len(found["files"])))
         out.append(Metric("incr", _name(pipeline, f"late_files_{found['action']}"), len(found["files"])))
     return out
+
+
+def skipped_metrics(pipeline: str, skipped: list[dict]) -> list[Metric]:
+    """The gauge of the landing inputs a plan skipped (``Protocol.last_skipped``); 0 when none."""
+    return [Metric("gauge", _name(pipeline, "landing_skipped"), len(skipped))]
 
 
 def send(metrics: list[Metric]) -> None:

@@ -1,33 +1,53 @@
-"""Quarantine replay: the raw records a batch quarantined, written back as one new landing file,
-so that once fixed upstream (or once the rule that refused them changed) they go through the
-normal exactly-once path, once.
+"""Quarantine replay: the raw records a batch quarantined, written back as a new landing file, so
+that once fixed upstream (or once the rule that refused them changed) they go through the normal
+exactly-once path. Each quarantined record is replayed at most once, whatever selections are
+replayed, by whoever, at the same time or after a crash.
 
 ``make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]`` selects the quarantine rows of that
-batch (whose reason contains REASON, when given) and writes their raw text, in source order, to
-``<landing>/replay/replay-b<batch>-<digest>.jsonl`` (temp name, then rename: the planner never
-sees half a file), plus ``<same name>.lineage.json`` (not a landing file: never read as data)
-naming, line by line, the original batch, source and position. The digest covers the batch and
-the selection, so replaying the same selection twice is refused (the file exists, or a batch
-consumed it) instead of publishing it twice. A record whose raw text the quarantine could not
-keep exactly (cut at 64 KiB, or invalid UTF-8 made valid) is skipped and counted.
+batch (whose reason contains REASON, when given). A record is known by its source position
+(landing file, line): the same record quarantined again after a rewind is the same record.
+
+The decision is one put-if-absent record per replay, numbered like batches:
+``<sink>/_eo_ledger/replays/<n>.json`` names the records it takes (its lineage: each line's
+original batch, source, position and reason) and its landing file,
+``<landing>/replay/replay-<n>-b<batch>-<nonce>.jsonl``. A replay reads every record so far, keeps the
+selected records none of them took, and writes record ``n`` = last + 1; a contender that wrote
+``n`` first wins it, and the loser reads again (now with the winner's records) and decides again.
+So two replays with overlapping selections each take only what the other did not.
+
+The raw lines are written to ``replays/data/`` first (any name: a loser's or a crashed replay's
+are never named by a record), the record names them, and the landing file is put-if-absent from
+them. A crash after the record and before the landing file loses nothing: every later
+replay also writes the landing file of each recorded replay that has none and that no batch
+read (the planner reads a path once, so a file written again after its batch read it is never
+published again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
+Replay files of versions that kept no record in the ledger count as replays too: their lineage
+(``<file>.lineage.json`` beside them) names the records they took.
+
+A record whose raw text the quarantine could not keep exactly (cut at 64 KiB, or invalid UTF-8
+made valid) is skipped and counted.
 
 Landing-file sources in continuous mode only: a Kafka record cannot be written back into its
 topic's past (produce it again upstream), and an interval-mode file must land in the folder of
-an interval still to run (copy the lines there yourself; the lineage file says where they came
-from).
+an interval still to run (copy the lines there yourself).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
+import uuid
 from typing import Any
 
+from . import faults
 from .errors import UsageError
-from .storage import join, storage_for
+from .formats import bid
+from .storage import LinkRefused, join, link_refused, storage_for
 
 REPLAY_DIR = "replay"
 RAW_LIMIT = 65536  # the quarantine keeps at most this many characters of a record
+RECORD_NAME = re.compile(r"(\d{10})\.json")
 
 
 def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
@@ -46,10 +66,23 @@ def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[st
     return sorted(rows, key=lambda r: (str(r["source"]), int(r["position"] or 0)))
 
 
-def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
-    """Write the selected records as one new landing file; what was done (``file``, ``records``,
-    ``skipped``, ``lineage``). UsageError when it cannot or must not be done."""
-    cfg = proto.cfg
+def _key(source, position) -> tuple[str, int | None]:
+    """A quarantined record's identity: its source position (landing file, line)."""
+    return str(source), None if position is None else int(position)
+
+
+def recorded(proto) -> list[dict[str, Any]]:
+    """Every replay recorded so far, by number."""
+    fs = storage_for(proto.layout.ledger)
+    out = []
+    for f in fs.list_files(proto.layout.replays_dir(), recursive=False):
+        m = RECORD_NAME.fullmatch(f.path.rsplit("/", 1)[-1])
+        if m:
+            out.append(json.loads(fs.read_bytes(f.path)))
+    return sorted(out, key=lambda r: r["replay"])
+
+
+def _check_source(cfg) -> None:
     if cfg.source.kind == "kafka" or getattr(cfg.source, "path", None) is None:
         raise UsageError(f"replay writes landing files; pipeline {cfg.name} reads {cfg.source.describe()}: "
                          f"produce the records again upstream instead")
@@ -58,27 +91,115 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
                          f"interval still to run; copy the records there yourself (`make replay` does not guess it)")
     if cfg.source.kind != "files":
         raise UsageError(f"replay writes JSON lines; pipeline {cfg.name} reads {cfg.source.kind} files")
+
+
+def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
+    """Replay the selected records that no replay took yet, as one new landing file; and write the
+    landing file of any recorded replay that has none yet (a crash, or a replay running now).
+
+    Returns ``replay`` (its number, None when nothing was new), ``file``, ``record`` (its lineage),
+    ``records`` (replayed now), ``already`` (selected but replayed before, by ``already_in``),
+    ``skipped`` (raw text not kept exactly) and ``finished`` (earlier replays written now).
+    UsageError when nothing is to be done or it cannot be done."""
+    cfg = proto.cfg
+    _check_source(cfg)
     rows = quarantined(proto, batch_id, reason)
-    keep = [r for r in rows if r["raw"] is not None and len(r["raw"]) < RAW_LIMIT and "\ufffd" not in r["raw"]
-            and "\n" not in r["raw"]]
+    keep = {_key(r["source"], r["position"]): r for r in rows
+            if r["raw"] is not None and len(r["raw"]) < RAW_LIMIT and "\ufffd" not in r["raw"] and "\n" not in r["raw"]}
     skipped = len(rows) - len(keep)
+    what = f"batch {batch_id}" + (f" whose reason contains {reason!r}" if reason else "")
     if not keep:
-        raise UsageError(f"batch {batch_id} has no quarantined record to replay"
-                         + (f" whose reason contains {reason!r}" if reason else "")
+        raise UsageError(f"{what} has no quarantined record to replay"
                          + (f" ({skipped} could not be kept exactly)" if skipped else ""))
-    digest = hashlib.sha256(json.dumps([batch_id, reason or "", [(r["source"], r["position"]) for r in keep]])
-                            .encode()).hexdigest()[:12]
-    name = f"replay-b{batch_id}-{digest}.jsonl"
-    path = join(join(cfg.source.path, REPLAY_DIR), name)
-    fs = storage_for(path)
-    consumed = proto._read_so_far().consumed(path)
-    if fs.exists(path) or consumed is not None:
-        raise UsageError(f"these records of batch {batch_id} were already replayed as {path}"
-                         + (" and published by a later batch" if consumed is not None else "")
-                         + "; replaying them again would publish them twice")
-    lineage = [{"line": i + 1, "batch_id": batch_id, "source": r["source"], "position": r["position"],
-                "reason": r["reason"]} for i, r in enumerate(keep)]
-    fs.write_atomic(path + ".lineage.json", json.dumps({"replay_of_batch": batch_id, "reason_filter": reason,
-                                                        "records": lineage}, indent=1).encode())
-    fs.write_atomic(path, "".join(r["raw"] + "\n" for r in keep).encode())
-    return {"file": path, "records": len(keep), "skipped": skipped, "lineage": path + ".lineage.json"}
+    landing = storage_for(cfg.source.path)
+    folder = join(cfg.source.path, REPLAY_DIR)
+    if landing.is_link(folder):  # refused before anything is recorded (the write checks again)
+        raise link_refused(folder)
+    fs = storage_for(proto.layout.ledger)
+    legacy = _legacy_replays(landing, folder)
+    mine: dict[str, Any] | None = None
+    while mine is None:
+        records = recorded(proto)
+        taken = {**legacy, **{_key(r["source"], r["position"]): (f"replay {rec['replay']}", rec["file"])
+                              for rec in records for r in rec["records"]}}
+        new = [r for k, r in keep.items() if k not in taken]
+        if not new:
+            break
+        n = (records[-1]["replay"] if records else 0) + 1
+        data = "".join(r["raw"] + "\n" for r in new).encode()
+        nonce = uuid.uuid4().hex[:16]  # nobody can take the landing file's name before it is written
+        rec: dict[str, Any] = {
+            "replay": n, "batch_id": batch_id, "reason_filter": reason,
+            "file": join(folder, f"replay-{bid(n)}-b{batch_id}-{nonce}.jsonl"),
+            "data": join(proto.layout.replays_dir(), "data", f"{bid(n)}-{nonce}.jsonl"),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "records": [{"line": i + 1, "batch_id": batch_id, "source": r["source"], "position": r["position"],
+                         "reason": r["reason"]} for i, r in enumerate(new)]}
+        fs.write_atomic(rec["data"], data)
+        if fs.put_if_absent(proto.layout.replay(n), json.dumps(rec, indent=1).encode()):
+            mine = rec
+            faults.crash_point("replay.after_record")
+        else:  # another replay took number n: read its records, decide again
+            fs.delete(rec["data"])
+    try:
+        finished = _write_landing_files(proto, records + ([mine] if mine else []))
+    except LinkRefused as e:
+        raise LinkRefused(f"{e}. The records recorded by a replay are not lost: once the link is gone, the next "
+                          f"`make replay` of this pipeline writes them (once)") from None
+    earlier = [f for f in finished if mine is None or f["replay"] != mine["replay"]]
+    already = [k for k in keep if k in taken]
+    by = sorted({taken[k] for k in already})
+    if mine is None and not earlier:
+        consumed = proto._read_so_far().consumed
+        where = "; ".join(f"{label} as {file}" + (", published by a later batch" if consumed(file) is not None else "")
+                          for label, file in by)
+        raise UsageError(f"all {len(already)} selected record(s) of {what} were already replayed ({where}); "
+                         f"nothing written: replaying them again would publish them twice"
+                         + (f" ({skipped} more could not be kept exactly)" if skipped else ""))
+    return {"replay": mine["replay"] if mine else None, "file": mine["file"] if mine else None,
+            "record": proto.layout.replay(mine["replay"]) if mine else None,
+            "records": len(mine["records"]) if mine else 0, "already": len(already),
+            "already_in": [label for label, _file in by], "skipped": skipped, "finished": earlier}
+
+
+def _legacy_replays(landing, folder: str) -> dict[tuple[str, int | None], tuple[str, str]]:
+    """The records replayed before replays were recorded in the ledger: each such replay file
+    has its lineage beside it (``<file>.lineage.json``); key -> (label, file)."""
+    out = {}
+    for f in landing.list_files(folder, recursive=False):
+        if f.path.endswith(".jsonl.lineage.json"):
+            file = f.path[:-len(".lineage.json")]
+            try:
+                out.update({_key(r["source"], r["position"]): ("an earlier replay", file)
+                            for r in json.loads(landing.read_bytes(f.path))["records"]})
+            except (ValueError, KeyError, TypeError) as e:
+                raise UsageError(f"{f.path} is not the lineage of a replay ({type(e).__name__}: {e}), so which "
+                                 f"records {file} replayed is unknown; nothing replayed. Fix it, or remove it if "
+                                 f"{file} was never a replay") from None
+    return out
+
+
+def _write_landing_files(proto, records: list[dict]) -> list[dict]:
+    """Write the landing file of each recorded replay that no batch read and that is not there
+    (put-if-absent from its data, no link followed); the ones this call wrote. A file there is the
+    replay's own (its name has a nonce nobody knew before the record), edited or not."""
+    root = proto.cfg.source.path
+    landing, fs = storage_for(root), storage_for(proto.layout.ledger)
+    read = proto._read_so_far()
+    wrote = []
+    for rec in records:
+        path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"
+        if read.consumed(path) is not None or landing.stat(path) is not None:
+            continue  # a batch read it (it may be gone since: never written again), or it waits for one
+        try:
+            data = fs.read_bytes(rec["data"])
+        except FileNotFoundError:
+            raise UsageError(f"{name} names its lines {rec['data']}, which is gone: its records are not "
+                             f"replayed. Write the raw lines its record lists to {path} yourself") from None
+        if hashlib.sha256(data).hexdigest() != rec["sha256"]:
+            raise UsageError(f"{name}: {rec['data']} does not hold the lines its record names (sha256 "
+                             f"differs); nothing written to {path}")
+        if landing.put_if_absent(path, data, within=root):
+            wrote.append({"replay": rec["replay"], "batch_id": rec["batch_id"], "records": len(rec["records"]),
+                          "file": path})
+    return wrote

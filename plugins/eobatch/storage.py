@@ -5,6 +5,8 @@ The protocol needs exactly these operations:
 * ``put_if_absent``: atomic create-if-not-exists; a second writer loses and is told so
   (Spark's HDFSMetadataLog: write a temp file, then rename without overwrite).
 * ``write_atomic``: readers see the old content or the new one, never a torn file.
+* ``put_if_absent(..., within=root)``: the same, into a folder others write too (a landing zone),
+  where no symbolic link below ``root`` is ever followed (``LinkRefused``).
 * listing with sizes and modification times, ``stat``, ``delete``.
 
 Pure Python: importable by the Spark job and by Airflow tasks.
@@ -18,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Protocol
 
-from .errors import RetryableError
+from .errors import RetryableError, TerminalError
 
 
 @dataclass(frozen=True)
@@ -26,6 +28,37 @@ class FileInfo:
     path: str  # absolute path or URI
     size: int
     mtime_ms: int
+    # local files: [device, inode, mtime in ns], what tells this file from another one put under
+    # the same name with the same size and mtime; None where the storage has no such thing (S3)
+    identity: list[int] | None = None
+
+
+class NotARegularFile(OSError):
+    """A landing path that is a symbolic link (anywhere below the landing root), a folder, a FIFO,
+    a socket or a device: never opened for reading (a link can point at a credentials file, a
+    FIFO or ``/dev/zero`` never ends)."""
+
+
+def printable(path: str) -> str:
+    """``path`` as text any UTF-8 writer takes: the bytes of a name that is not UTF-8 (held by
+    Python as surrogate escapes) are written as ``\\xNN``."""
+    return path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def is_utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _identity(st) -> list[int]:
+    return [st.st_dev, st.st_ino, st.st_mtime_ns]
+
+
+def _info(path: str, st) -> FileInfo:
+    return FileInfo(path, st.st_size, int(st.st_mtime * 1000), _identity(st))
 
 
 class Storage(Protocol):
@@ -40,16 +73,35 @@ class Storage(Protocol):
     def is_link(self, path: str) -> bool: ...
     def read_bytes(self, path: str) -> bytes: ...
     def open_read(self, path: str) -> BinaryIO: ...
+    def open_landing(self, path: str, root: str | None = None) -> tuple[BinaryIO, FileInfo]: ...
     def write_atomic(self, path: str, data: bytes) -> None: ...
-    def put_if_absent(self, path: str, data: bytes) -> bool: ...
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool: ...
     def delete(self, path: str) -> None: ...
-    def list_files(self, prefix: str, recursive: bool = True, *,
-                   links: list[str] | None = None) -> Iterator[FileInfo]: ...
+    def list_files(self, prefix: str, recursive: bool = True, *, links: list[str] | None = None,
+                   unreadable: list[tuple[str, str]] | None = None) -> Iterator[FileInfo]: ...
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]: ...
     def remove_empty_dirs(self, prefix: str) -> None: ...
     def makedirs(self, path: str) -> None: ...
     def arrow_fs(self): ...
     def arrow_path(self, path: str) -> str: ...
+
+
+class LinkRefused(TerminalError, OSError):
+    """A symbolic link where a write was to go: links are never followed when writing."""
+
+
+def link_refused(path: str) -> LinkRefused:
+    return LinkRefused(f"{path} is a symbolic link: links are never followed when writing (it could point at "
+                       f"another pipeline's landing zone, or anywhere); nothing was written through it. Replace it "
+                       f"with a regular folder or file (or remove it), then try again")
+
+
+def _below(path: str, root: str) -> list[str]:
+    """The names from ``root`` down to ``path``; ValueError for a path not strictly below it."""
+    parts = relpath(path, root).split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"{path} is not a plain path below {root}")
+    return parts
 
 
 def join(base: str, *parts: str) -> str:
@@ -95,7 +147,7 @@ class LocalStorage:
             return None
         if st_mode.S_ISLNK(st.st_mode):
             return None
-        return FileInfo(path, st.st_size, int(st.st_mtime * 1000))
+        return _info(path, st)
 
     def is_link(self, path: str) -> bool:
         """Whether a symbolic link is at ``path`` (dangling or not); never followed."""
@@ -108,6 +160,57 @@ class LocalStorage:
     def open_read(self, path: str):
         return open(self._p(path), "rb")
 
+    def open_landing(self, path: str, root: str | None = None) -> tuple[BinaryIO, FileInfo]:
+        """Open a landing file for reading, following no link: not at ``path`` itself, and, when
+        ``path`` is under ``root``, not on the way from ``root`` down to it (each folder opened
+        relative to its parent, ``O_NOFOLLOW``). ``root`` itself (the configured landing folder)
+        is trusted. Only a regular file is opened (``O_NONBLOCK``: a FIFO does not block the
+        open); the caller reads what ``fstat`` saw of it, returned with the reader.
+        NotARegularFile otherwise; other OSErrors (unreadable, gone) as they are."""
+        import stat as st_mode
+
+        fd = self.open_fd(path, root)
+        st = os.fstat(fd)
+        if not st_mode.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise NotARegularFile(errno.EINVAL, "not a regular file (a FIFO, socket or device); never read", path)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), _info(path, st)
+
+    def open_fd(self, path: str, root: str | None = None) -> int:
+        """The raw descriptor of ``open_landing`` (before its regular-file check)."""
+        p = self._p(path)
+        top = self._p(root).rstrip("/") if root else None
+        if top and p.startswith(top + "/"):
+            start, parts = top, p[len(top) + 1:].split("/")
+        else:
+            start, name = os.path.split(p)
+            parts = [name]
+        if any(part in ("", ".", "..") for part in parts):
+            raise NotARegularFile(errno.EINVAL, "not a plain path below the landing folder", path)
+        cloexec = getattr(os, "O_CLOEXEC", 0)
+        d = os.open(start or ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | cloexec)
+        try:
+            for part in parts[:-1]:
+                try:
+                    nd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | cloexec, dir_fd=d)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise NotARegularFile(e.errno, f"folder {part!r} on the way is a symbolic link (or not a "
+                                              f"folder); links are never followed", path) from None
+                    raise
+                os.close(d)
+                d = nd
+            try:
+                return os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | cloexec,
+                               dir_fd=d)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise NotARegularFile(e.errno, "a symbolic link; links are never followed", path) from None
+                raise
+        finally:
+            os.close(d)
+
     @staticmethod
     def _fsync_dir(d: str) -> None:
         """Make the names in folder ``d`` durable (a new name lives in its folder, not in the file).
@@ -116,12 +219,17 @@ class LocalStorage:
         is taken as keeping its names without it; any other error is raised."""
         fd = os.open(d, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
+            LocalStorage._fsync_fd(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _fsync_fd(fd: int) -> None:
+        try:
             os.fsync(fd)
         except OSError as e:
             if e.errno not in (errno.EINVAL, errno.EBADF):
                 raise
-        finally:
-            os.close(fd)
 
     def _write_tmp(self, p: str, data: bytes) -> str:
         """Write ``data`` durably to a temp file beside ``p`` (skipped by listings); return its path.
@@ -154,11 +262,17 @@ class LocalStorage:
         os.replace(self._write_tmp(p, data), p)
         self._fsync_dir(os.path.dirname(p) or ".")
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
         """Create ``path`` with ``data`` unless it exists. True if this call created it.
 
         Either way, once this returns the name survives a power loss: a loser goes on to act on
-        the winner's record, whose folder the winner may not have fsynced yet."""
+        the winner's record, whose folder the winner may not have fsynced yet.
+
+        With ``within`` (a folder above ``path``), nothing below it is followed if it is a
+        symbolic link: not a folder on the way (missing ones are created), not the name itself
+        (``LinkRefused``, nothing written). ``within`` itself is taken as configured."""
+        if within is not None:
+            return self._put_if_absent_within(self._p(within), _below(self._p(path), self._p(within)), data)
         p = self._p(path)
         tmp = self._write_tmp(p, data)
         try:
@@ -171,6 +285,63 @@ class LocalStorage:
         self._fsync_dir(os.path.dirname(p) or ".")  # the new name (and the temp name's removal)
         return created
 
+    def _put_if_absent_within(self, root: str, parts: list[str], data: bytes) -> bool:
+        """``put_if_absent`` by names relative to folders held open (``*at`` calls with
+        O_NOFOLLOW): a link planted on the way, even after a check, is never walked through."""
+        import stat as st_mode
+
+        nofollow_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+        def refuse_if_link(name: str, fd: int, where: str) -> None:
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                return
+            if st_mode.S_ISLNK(st.st_mode):
+                raise link_refused(where)
+
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            where = root
+            for name in parts[:-1]:
+                where = os.path.join(where, name)
+                try:
+                    os.mkdir(name, dir_fd=fd)
+                    self._fsync_fd(fd)  # the new folder's name
+                except FileExistsError:
+                    pass
+                try:
+                    sub = os.open(name, nofollow_dir, dir_fd=fd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        refuse_if_link(name, fd, where)
+                    raise
+                os.close(fd)
+                fd = sub
+            name = parts[-1]
+            target = os.path.join(where, name)
+            refuse_if_link(name, fd, target)
+            tmp = f".{name}.{uuid.uuid4().hex}.tmp"
+            out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=fd)
+            try:
+                with os.fdopen(out, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:
+                    os.link(tmp, name, src_dir_fd=fd, dst_dir_fd=fd, follow_symlinks=False)
+                    created = True
+                except FileExistsError:
+                    refuse_if_link(name, fd, target)
+                    created = False
+            finally:
+                os.unlink(tmp, dir_fd=fd)
+            self._fsync_fd(fd)  # the new name (and the temp name's removal)
+            return created
+        finally:
+            os.close(fd)
+
     def delete(self, path: str) -> None:
         try:
             os.unlink(self._p(path))
@@ -178,13 +349,15 @@ class LocalStorage:
             pass
 
     def list_files(self, prefix: str, recursive: bool = True,
-                   links: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
         """Regular files under ``prefix`` (a folder). Temp files of ``write_atomic`` are skipped.
 
         Symbolic links are never followed, to files or to folders: a link can point anywhere (a
         credentials file, a folder outside ``prefix``). Each one found (dangling ones too) is
         appended to ``links`` when given, so the caller can report it. Other entries that are
-        neither files nor folders (FIFOs, sockets, devices) are skipped."""
+        neither files nor folders (FIFOs, sockets, devices) are skipped. A folder below
+        ``prefix`` that cannot be read is appended to ``unreadable`` as (path, why) when given,
+        and the listing goes on without it; without ``unreadable`` the error is raised."""
         import stat as st_mode
 
         root = self._p(prefix)
@@ -196,6 +369,11 @@ class LocalStorage:
             try:
                 entries = list(os.scandir(d))
             except FileNotFoundError:
+                continue
+            except OSError as err:
+                if unreadable is None or d == root:
+                    raise
+                unreadable.append((d, f"{type(err).__name__}: {err.strerror or err}"))
                 continue
             for e in entries:
                 if e.is_symlink():
@@ -217,7 +395,7 @@ class LocalStorage:
                         links.append(e.path)
                     continue
                 if st_mode.S_ISREG(st.st_mode):
-                    yield FileInfo(e.path, st.st_size, int(st.st_mtime * 1000))
+                    yield _info(e.path, st)
 
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
         """Sub-folders of ``prefix``, sorted; with ``start_after``, only those whose name sorts
@@ -329,6 +507,13 @@ class S3Storage:
         r = self._call("GET", path, self.client.get_object, Bucket=b, Key=k)
         return r["Body"].read()
 
+    def open_landing(self, path: str, root: str | None = None):
+        """``open_read`` and what S3 says of the object (S3 has no links, FIFOs or devices)."""
+        info = self.stat(path)
+        if info is None:
+            raise FileNotFoundError(path)
+        return self.open_read(path), info
+
     def open_read(self, path: str):
         """A seekable reader (ranged GETs): Parquet footers are read without the data."""
         try:
@@ -343,10 +528,13 @@ class S3Storage:
         b, k = self._split(path)
         self._call("PUT", path, self.client.put_object, Bucket=b, Key=k, Body=data)
 
-    def put_if_absent(self, path: str, data: bytes) -> bool:
-        """Create ``path`` with ``data`` unless it exists. True if this call created it."""
+    def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
+        """Create ``path`` with ``data`` unless it exists. True if this call created it.
+        ``within``: a prefix ``path`` must be below (S3 has no links to refuse)."""
         import time
 
+        if within is not None:
+            _below(path, within)
         b, k = self._split(path)
         for i in range(8):
             try:
@@ -378,7 +566,7 @@ class S3Storage:
         return b, (k + "/") if k else ""
 
     def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000,
-                   links: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""

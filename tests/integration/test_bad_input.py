@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from support.checks import assert_exactly_once, read_rows
-from support.harness import orders, run_batch, write_pipeline
+from support.checks import assert_exactly_once, delta_log_commits, read_rows
+from support.harness import orders, run_batch, spark_read, write_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -95,3 +95,90 @@ def test_lines_of_unicode_line_separators_are_counted_alike_by_plan_and_job(tmp_
     assert {r["reason"] for r in q} == {"malformed JSON: not a JSON object"}
     p.landed_bad = [r["raw"] for r in q]
     assert_exactly_once(p, batches=1)
+
+
+def test_partition_values_no_folder_can_hold_are_quarantined_the_others_read_back_exactly(tmp_path):
+    """A value longer than a folder name (300 bytes, 150 x "é": ENAMETOOLONG in the stage's writer)
+    or empty (Delta reads "" as null) is quarantined naming the column and the bound; "/", "..",
+    NUL, "=", "%" and spaces are folder-safe, and delta-rs and delta-spark read every value back."""
+    p = write_pipeline(tmp_path, partition_by=["customer"])
+    fits = ["a/b", "..", ".", "x=y%20z", "nul\u0000byte", "sp ace", "é", "~h", "y" * 191]  # 191: a 200-byte folder
+    too_long = {"x" * 300: "takes 309 bytes", "é" * 150: "takes 909 bytes", "y" * 192: "takes 201 bytes",
+                "": "is an empty string, which Delta reads as null"}
+    good = [{"order_id": f"ok-{i}", "customer": v, "amount": 1.0} for i, v in enumerate(fits)]
+    bad = [json.dumps({"order_id": f"bad-{i}", "customer": v}) for i, v in enumerate(too_long)]
+    p.land("a.jsonl", good, bad=bad)
+    assert run_batch(p) == 1
+    assert_exactly_once(p, batches=1)
+
+    q = {json.loads(r["raw"])["customer"]: r["reason"] for r in read_rows(p.quarantine)}
+    for v, why in too_long.items():
+        assert q[v].startswith(f"partition value of column 'customer' {why}"), q[v]
+    assert q["x" * 300].endswith("more than 200 (sink.partition_by)")
+    adds = [a for c in delta_log_commits(p.sink) for a in c["adds"]]
+    for a in adds:  # the folder in the log is the one on disk (no URI escapes), at most 200 bytes
+        folder = a["path"].split("/")[-2]
+        assert "%" not in a["path"] and len(folder.encode()) <= 200 and (p.sink / a["path"]).is_file()
+    assert sorted(a["partitionValues"]["customer"] for a in adds) == sorted(fits)
+    by_id = {r["order_id"]: r["customer"] for r in read_rows(p.sink)}
+    spark = {r["order_id"]: r["customer"] for r in spark_read(p.sink)[str(p.sink)]["rows"]}
+    assert by_id == spark == {r["order_id"]: r["customer"] for r in good}
+
+
+# -- links and identity: time of check is not time of use -------------------------------------------
+
+
+def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_path):
+    """The job opens each planned file itself (no link followed) and Spark reads that descriptor:
+    a landing writer who swaps the planned file for a link to a secret after the job checked it,
+    and back after the read, has the job read the planned file, never the secret."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    from eobatch.sources.files import FilesSource
+    from eobatch.sources.files.read import read_lines, seen
+    from support.landing import SECRET
+
+    p = write_pipeline(tmp_path)
+    a = p.land("a.jsonl", orders("a", 3))
+    secret = tmp_path / "credentials"
+    secret.write_text(SECRET * 3)
+    rng, n, _ = FilesSource(p.cfg).next_range([], 100)
+    assert n == 3
+    s = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+    try:
+        lines = read_lines(s, rng, str(p.landing))  # checked and opened here; read lazily, below
+        os.rename(a, tmp_path / "moved.jsonl")
+        os.symlink(secret, a)
+        raws = sorted(r["raw"] for r in lines.select("raw", "source").collect())
+        os.remove(a)
+        os.rename(tmp_path / "moved.jsonl", a)
+        assert raws == sorted(json.dumps(r) for r in orders("a", 3))
+        assert {r["source"] for r in lines.select("source").collect()} == {str(a)}
+        st = os.stat(a)
+        assert seen(rng, str(p.landing)) == {"files": {str(a): [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}}
+    finally:
+        s.stop()
+
+
+def test_a_sub_folder_swapped_for_a_link_after_the_plan_is_never_read(tmp_path):
+    """A planned file's folder replaced by a link to a folder holding a file of the same name,
+    size and modification time (the old check saw the same file) fails the stage, reads nothing."""
+    import os
+
+    from support.harness import stage
+
+    p = write_pipeline(tmp_path)
+    a = p.land("sub/a.jsonl", orders("a", 3))
+    plan, _ = p.protocol().plan()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    st = os.stat(a)
+    (elsewhere / "a.jsonl").write_text('{"secret": "s3cr3t"}' + " " * (st.st_size - 21) + "\n")
+    os.utime(elsewhere / "a.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.rename(p.landing / "sub", p.landing / ".sub-moved")
+    os.symlink(elsewhere, p.landing / "sub")
+    r = stage(p, plan.batch_id, "a1")
+    assert r.returncode != 0 and "symbolic link" in r.stdout + r.stderr
+    assert p.protocol().ledger.stage_summary(plan.batch_id, "a1") is None

@@ -85,3 +85,31 @@ def test_two_batches_of_parquet_files_are_published_exactly_once(tmp_path):
                            (c, 1): ("field 'amount': expected DOUBLE, got 12 euros", 2)}
     prepared = p.protocol().ledger.prepared(2)
     assert (prepared.rows_in, prepared.rows_valid, prepared.rows_quarantined) == (2, 1, 1)
+
+
+def test_a_forged_footer_row_count_skips_that_file_and_the_others_publish(tmp_path):
+    """Files written by pyarrow, then their footers' row counts forged (negative; not their row
+    groups' sum): each is skipped at plan, named in the batch's notes, never read; the good files
+    of the same batch publish, and the next run has nothing left to retry."""
+    from support.parquet_forge import forge_rows
+
+    p = _pipeline(tmp_path)
+    good = [{"order_id": f"g-{i}", "customer": "c", "amount": 1.0} for i in range(3)]
+    rows = pa.Table.from_pylist([{"order_id": f"x-{i}", "customer": "x", "amount": 2.0} for i in range(4)])
+    forged = []
+    for i, n in enumerate((-5, 10**12)):
+        path = _land(p, f"forged-{i}.parquet", rows, T0 + i)
+        forge_rows(path, n)
+        os.utime(path, (T0 + i, T0 + i))
+        forged.append(path)
+    _land(p, "good.parquet", pa.Table.from_pylist(good), T0 + 5)
+    p.landed += good
+
+    assert run_batch(p) == 1
+    assert run_batch(p) is None
+    assert_exactly_once(p, batches=1)
+    plan = p.protocol().ledger.plan(1)
+    assert plan.rows_in == 3 and [f["records"] for f in plan.range["files"]] == [0, 0, 3]
+    assert [n.split(" (")[0] for n in plan.notes] == [f"skipped {f}" for f in forged]
+    assert "negative row count" in plan.notes[0] and "1000000000000 rows" in plan.notes[1]
+    assert read_rows(p.quarantine) == []

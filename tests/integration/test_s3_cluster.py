@@ -8,6 +8,7 @@ loopback, shared by the module. Everything is checked through S3 by an independe
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -22,7 +23,8 @@ from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.s3conf import ENV_KEYS
 from eobatch.storage import S3Storage, S3StorageError
 from support.delta_races import race_first_commit
-from support.harness import base_env, kill_group, orders, stage, wait_for
+from support.harness import REPO, base_env, kill_group, orders, stage, wait_for
+from support.protocol_runs import run_next
 from support.s3checks import BUCKET, S3Reader, s3_pipeline
 from support.services import S3Server, SparkCluster
 
@@ -210,6 +212,31 @@ def test_committers_racing_to_create_an_s3_table_each_see_it_and_commit_once(s3,
     table is created once."""
     for _ in range(40):  # the old code lost the race about once in 15 rounds
         race_first_commit(f"s3a://{BUCKET}/create-race/{uuid.uuid4().hex[:8]}", reader.delta_log_commits)
+
+
+def test_overlapping_replays_racing_on_an_s3_landing_zone_publish_each_record_once(s3, tmp_path, reader):
+    """`make replay` twice at once, overlapping selections, on a pipeline whose landing zone and
+    ledger are on S3: the replay records are conditional PUTs, so each quarantined record lands
+    in one replay file, and the next run publishes each once (staged without Spark: the replay
+    file is an ordinary landing file to the job)."""
+    p = s3_pipeline(tmp_path, reader)
+    relaxed = p.yaml_path.read_text()
+    p.yaml_path.write_text(relaxed.replace("customer STRING", "customer STRING NOT NULL"))
+    p.land("a.jsonl", [{"order_id": "o1", "customer": "c"}, {"order_id": "anon1"}, {"order_id": "anon2"}],
+           bad=["{not json"])
+    assert run_next(p.protocol()) == 1
+    p.yaml_path.write_text(relaxed)  # the rule was wrong: customer is optional
+    env = {**base_env(), "PIPELINES_DIR": str(p.yaml_path.parent)}
+    racers = [subprocess.Popen(["make", "-s", "-o", "venv", "replay", "PIPELINE=orders", "BATCH=1", *selection],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+              for selection in (["REASON=customer"], [])]
+    outs = [r.communicate(timeout=300)[0] for r in racers]
+    assert sorted(r.returncode for r in racers) in ([0, 0], [0, 2]), outs
+    assert run_next(p.protocol()) == 2 and run_next(p.protocol()) is None
+    published = collections.Counter(r["order_id"] for r in reader.read_rows(p.sink))
+    assert published == collections.Counter(["o1", "anon1", "anon2"]), outs
+    assert len(reader.keys(f"{p.landing}/replay")) == 1 + all(r.returncode == 0 for r in racers), outs
+    assert sorted(r["batch_id"] for r in reader.read_rows(p.quarantine)) == [1, 1, 1, 2]  # {not json, again
 
 
 # -- the cluster ---------------------------------------------------------------------------

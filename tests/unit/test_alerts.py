@@ -9,7 +9,7 @@ from unittest import mock
 
 import pytest
 
-from eobatch import alerts
+from eobatch import alerts, metrics
 from eobatch.config import AlertsConfig, ConfigError, Notifier, load_pipeline
 from support.smtp_sink import SmtpSink, body
 
@@ -184,3 +184,51 @@ def test_a_notifier_that_fails_is_logged_and_the_others_still_send(make_cfg, smt
     (mail,) = smtp.wait_for(lambda m: True, timeout=30)
     assert mail["X-Rcpt-To"] == "b@example.com"
     assert "not sent by SmtpNotifier" in caplog.text
+
+
+def test_a_plan_that_skips_a_forged_parquet_footer_mails_it_and_counts_it(make_cfg, smtp, tmp_path):
+    """A real plan of a parquet pipeline over a pyarrow file whose footer row count was forged: the
+    plan task's after-plan step mails the file and the reason, and the counter goes through
+    Airflow's StatsD client."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eobatch.airflow_ops import _after_plan
+    from eobatch.protocol import Protocol
+    from support.parquet_forge import forge_rows
+    from support.statsd_sink import received_by_statsd
+
+    cfg = make_cfg(alerts=_alerts(), source={"kind": "parquet", "path": str(tmp_path / "landing")})
+    bad, good = tmp_path / "landing" / "a.parquet", tmp_path / "landing" / "b.parquet"
+    for f in (bad, good):
+        pq.write_table(pa.table({"order_id": ["x", "y"]}), f)
+    forge_rows(bad, -1)
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert plan.rows_in == 2 and [f["path"] for f in proto.last_skipped] == [str(bad)]
+    _after_plan(proto, {})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
+    assert f"skipped {bad}" in body(mail) and "negative row count (-1" in body(mail)
+    code = f"from eobatch import metrics; metrics.send(metrics.skipped_metrics('orders', {proto.last_skipped!r}))"
+    assert {"airflow.eobatch.orders.landing_skipped:1|g"} <= received_by_statsd(
+        tmp_path, code, {"airflow.eobatch.orders.landing_skipped:1|g"})
+
+
+def test_skipped_landing_inputs_alert_once_each_while_they_stay_skipped(make_cfg, smtp):
+    from eobatch.sources.files import FilesSource
+
+    cfg = make_cfg(alerts=_alerts())
+    landing = cfg.source.path
+    with open(os.path.join(os.fsencode(landing), b"bad-\xff.jsonl"), "wb") as f:
+        f.write(b"{}\n")
+    src = FilesSource(cfg)
+    src.next_range([], 100)
+    state = _State()
+    assert alerts.check_skipped(cfg, src.skipped, state=state)
+    assert not alerts.check_skipped(cfg, src.skipped, state=state)  # the same input: told once
+    assert not alerts.check_skipped(cfg, [], state=state) and state == {}  # renamed: forgotten
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
+    assert "bad-\\xff.jsonl" in body(mail) and "not UTF-8" in body(mail)
+    assert metrics.skipped_metrics("orders", src.skipped) == [metrics.Metric("gauge", "eobatch.orders.landing_skipped", 1)]

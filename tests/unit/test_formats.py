@@ -198,3 +198,22 @@ def test_partition_values_are_spelled_one_way_for_adds_and_removes():
     assert partition_text(dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))) == \
         "2026-01-02 03:04:05.000000"
     assert [partition_text(7), partition_text("a/b")] == ["7", "a/b"]
+
+
+def test_a_partition_value_is_one_folder_of_safe_characters_within_the_bound():
+    """``formats.partition_segment``: the one definition of a partition value's folder."""
+    from eobatch.formats import PARTITION_SEGMENT_MAX_BYTES, partition_path, partition_segment
+
+    assert partition_segment("c", "c7") == "c=c7"
+    assert partition_segment("c", None) == "c=__HIVE_DEFAULT_PARTITION__"
+    assert partition_segment("c", "a/b") == "c=a~2Fb" and partition_segment("c", "..") == "c=.."
+    assert partition_segment("c", "x=y%z \x00~") == "c=x~3Dy~25z~20~00~7E"
+    assert partition_segment("c", "é") == "c=~C3~A9"
+    assert partition_path(["a", "b"], [True, 3]) == "a=true/b=3" and partition_path([], []) == ""
+    assert len(partition_segment("c", "y" * 198)) == PARTITION_SEGMENT_MAX_BYTES  # the longest kept whole
+    # longer: a prefix that never splits an escape, and a digest of the whole value
+    for v in ("y" * 199, "é" * 150, "x" * 5000, "é" * 66 + "x" * 80):
+        seg = partition_segment("c", v)
+        assert len(seg) <= PARTITION_SEGMENT_MAX_BYTES and "~h" in seg, seg
+        assert all(part[:2].isalnum() and part[:2].upper() == part[:2] for part in seg.split("~")[1:-1])
+    assert partition_segment("c", "é" * 150) != partition_segment("c", "é" * 151)

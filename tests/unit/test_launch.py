@@ -12,6 +12,8 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import marshal
+import os
 import subprocess
 import sys
 import textwrap
@@ -26,6 +28,8 @@ from eobatch.sources import kind_names
 from support.pipeline_yaml import PINNED
 from support.pipeline_yaml import write_named as _write
 from support.s3env import ENV
+
+REPO = Path(__file__).resolve().parents[2]
 
 # Modules of the Airflow side and of the protocol's verbs: never needed by the Spark job.
 NOT_SHIPPED = ("eobatch/airflow_ops.py", "eobatch/dag_factory.py", "eobatch/cli.py", "eobatch/launch.py")
@@ -183,7 +187,8 @@ def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
 
     files = load_pipeline(_write(tmp_path, "fp_files_min", PINNED["fp_files_min"][0]))
     kafka = load_pipeline(_write(tmp_path, "fp_kafka", PINNED["fp_kafka"][0]))
-    assert job_spec(files, 1, "a1")["source"] == {"kind": "files"}
+    # the landing folder: the job opens each planned file below it without following a link
+    assert job_spec(files, 1, "a1")["source"] == {"kind": "files", "path": files.source.path}
     assert job_spec(kafka, 1, "a1")["source"] == {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092,broker2:9093",
                                                   "consumer_timeout_seconds": 60}
 
@@ -235,3 +240,52 @@ def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
     assert len(launch.jars()) == 4
     monkeypatch.setenv("EOBATCH_JARS_ON_NODES", "1")
     assert all(j.startswith("local:/") for j in launch.jars())
+
+
+def _rewrite_entry(zip_path: Path, name: str, data: bytes) -> None:
+    """The zip again with one entry's bytes replaced (what a writer of the cache folder could do)."""
+    with zipfile.ZipFile(zip_path) as z:
+        entries = {n: z.read(n) for n in z.namelist()}
+    entries[name] = data
+    with zipfile.ZipFile(zip_path, "w") as z:
+        for n, b in entries.items():
+            z.writestr(n, b)
+
+
+@pytest.mark.parametrize("tamper", ["source", "pyc", "extra", "truncated"])
+def test_a_cached_code_zip_that_is_not_the_products_code_is_rebuilt(tmp_path, tamper):
+    cache = tmp_path / "cache"
+    first = Path(launch.pyfiles_zip(cache_dir=str(cache)))
+    good = first.read_bytes()
+    arc = "eobatch/formats.py"
+    if tamper == "source":
+        _rewrite_entry(first, arc, b"raise SystemExit('planted')\n")
+    elif tamper == "pyc":  # a compilation of other code behind the real source's hash
+        with zipfile.ZipFile(first) as z:
+            header = z.read(arc + "c")[:16]
+        _rewrite_entry(first, arc + "c", header + marshal.dumps(compile("raise SystemExit('planted')", arc, "exec")))
+    elif tamper == "extra":
+        _rewrite_entry(first, "sitecustomize.py", b"raise SystemExit('planted')\n")
+    else:
+        first.write_bytes(good[: len(good) // 2])
+    again = Path(launch.pyfiles_zip(cache_dir=str(cache)))
+    assert again == first
+    with zipfile.ZipFile(again) as z:
+        assert "sitecustomize.py" not in z.namelist()
+        assert z.read(arc) == (REPO / "plugins" / arc).read_bytes()
+        assert b"planted" not in z.read(arc + "c")
+
+
+def test_an_intact_cached_code_zip_is_reused_as_it_is(tmp_path):
+    cache = tmp_path / "cache"
+    first = Path(launch.pyfiles_zip(cache_dir=str(cache)))
+    stamp = first.stat().st_mtime_ns
+    assert Path(launch.pyfiles_zip(cache_dir=str(cache))).stat().st_mtime_ns == stamp
+
+
+def test_the_code_cache_folder_is_never_writable_by_others(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    os.chmod(cache, 0o777)
+    launch.pyfiles_zip(cache_dir=str(cache))
+    assert cache.stat().st_mode & 0o022 == 0

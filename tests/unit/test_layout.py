@@ -27,7 +27,8 @@ REPO = UNIT.parents[1]
 PRODUCT = (REPO / "plugins" / "eobatch", REPO / "spark_jobs", REPO / "dags")
 PLUGINS = REPO / "plugins"
 # Test modules of something that is not a product module.
-NOT_A_MODULE = {UNIT / "test_makefile.py": "the Makefile", UNIT / "test_layout.py": "this layout"}
+NOT_A_MODULE = {UNIT / "test_makefile.py": "the Makefile", UNIT / "test_layout.py": "this layout",
+                UNIT / "test_supply_chain.py": "the locks and the jar lists"}
 
 
 def product_module(test_module: Path) -> Path | None:

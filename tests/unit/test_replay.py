@@ -4,15 +4,22 @@ rule that refused them changed; a second replay of the same selection is refused
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+import eobatch
 from eobatch import cli
 from eobatch.errors import UsageError
 from eobatch.protocol import Protocol
 from eobatch.replay import replay
+from eobatch.storage import LocalStorage
 from support.checks import read_rows
 from support.protocol_runs import published_ids, run_next
 
@@ -40,14 +47,15 @@ def test_fixed_records_are_replayed_once_with_their_lineage(make_cfg, monkeypatc
     assert "replayed 1 quarantined record(s) of batch 1" in out
     (landed,) = (Path(fixed.source.path) / "replay").glob("*.jsonl")
     assert landed.read_text() == anonymous + "\n"
-    lineage = json.loads(Path(str(landed) + ".lineage.json").read_text())
+    lineage = json.loads(Path(proto.layout.replay(1)).read_text())
+    assert f"lineage: {proto.layout.replay(1)}" in out and lineage["file"] == str(landed)
     assert lineage["records"] == [{"line": 1, "batch_id": 1, "source": str(Path(fixed.source.path) / "a.jsonl"),
                                    "position": 2, "reason": "missing required field 'customer'"}]
 
     assert run_next(proto) == 2
     assert published_ids(proto) == ["anon", "o1", "o2"]
-    assert run_next(proto) is None  # nothing else: the lineage file is not data
-    with pytest.raises(UsageError, match="already replayed .* and published by a later batch"):
+    assert run_next(proto) is None  # nothing else
+    with pytest.raises(UsageError, match="already replayed .* published by a later batch"):
         replay(proto, 1, "customer")
     assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 2  # the same, as the CLI says it
     assert published_ids(proto) == ["anon", "o1", "o2"]
@@ -61,3 +69,138 @@ def test_replay_refuses_what_it_cannot_do_exactly(make_cfg, by_prefix):
         replay(Protocol(cfg), 1)
     with pytest.raises(UsageError, match="interval mode"):
         replay(Protocol(by_prefix), 1)
+
+
+# -- at most once, whatever the selections (issue 27) -------------------------------------------------
+STRICT = "order_id STRING NOT NULL, customer STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"
+
+
+def _quarantine_batch_1(make_cfg) -> tuple:
+    """Batch 1 quarantines two records without a customer and one malformed line, then the rule
+    is relaxed (customer optional): the pipeline that replays, its protocol and the raw lines."""
+    cfg = make_cfg(schema=STRICT)
+    anon = [json.dumps({"order_id": f"anon{i}", "amount": 1.0}) for i in (1, 2)]
+    _land(cfg, "a.jsonl", [json.dumps({"order_id": "o1", "customer": "c"}), anon[0], "{not json", anon[1]])
+    assert run_next(Protocol(cfg)) == 1
+    fixed = make_cfg()
+    return fixed, Protocol(fixed), anon
+
+
+def _publish_all(proto) -> collections.Counter:
+    """Run batches until nothing is left; the sink's order ids as an independent reader counts them."""
+    while run_next(proto) is not None:
+        pass
+    return collections.Counter(r["order_id"] for r in read_rows(Path(proto.cfg.sink_table)))
+
+
+def _cli(cfg, *args, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "eobatch.cli", "replay", "orders", *args],
+                          env={"PIPELINES_DIR": str(Path(cfg.file).parent), "PATH": "/usr/bin:/bin",
+                               "PYTHONPATH": str(Path(eobatch.__file__).parents[1]), **env},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_second_selection_replays_only_the_records_not_replayed_yet(make_cfg, monkeypatch, capsys):
+    """Reproduced: REASON=customer, then no REASON, published the two records twice."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
+    first = capsys.readouterr().out
+    assert cli.main(["replay", "orders", "1"]) == 0  # overlaps the first: only the malformed line is new
+    second = capsys.readouterr().out
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert "replayed 2 quarantined record(s) of batch 1" in first
+    assert "replayed 1 quarantined record(s) of batch 1" in second and "2 skipped: already replayed (replay 1)" in second
+    assert cli.main(["replay", "orders", "1"]) == 2  # nothing left to replay: refused, nothing written
+    assert "all 3 selected record(s) of batch 1 were already replayed" in capsys.readouterr().err
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    # the malformed line was replayed once and quarantined again, from its replay file
+    assert sorted(r["batch_id"] for r in read_rows(Path(cfg.quarantine_table)) if r["raw"] == "{not json") == [1, 2]
+
+
+def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
+    """That version kept no record in the ledger, only the lineage beside its replay file."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
+    old.parent.mkdir()
+    old.write_text(anon[0] + "\n")
+    Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
+        {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
+         "reason": "missing required field 'customer'"}]}))
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
+    assert "replayed 1 quarantined record(s) of batch 1" in capsys.readouterr().out
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+
+
+def test_two_replays_racing_with_overlapping_selections_replay_each_record_once(make_cfg, monkeypatch):
+    """Both read the replays recorded so far (none) before either records its own: one wins
+    the replay record, the other loses it, reads again and replays only what is left."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    both_decided = threading.Barrier(2, timeout=5)
+    put = LocalStorage.put_if_absent
+    waited = {threading.get_ident()}  # this thread's (the runs after) do not wait
+    decisions = []
+
+    def put_together(self, path, data, **kw):
+        if threading.get_ident() not in waited:  # each one's first put-if-absent: at the same time
+            waited.add(threading.get_ident())
+            with contextlib.suppress(threading.BrokenBarrierError):
+                both_decided.wait()
+            decisions.append((path.rsplit("/", 1)[-1], put(self, path, data, **kw)))
+            return decisions[-1][1]
+        return put(self, path, data, **kw)
+
+    monkeypatch.setattr(LocalStorage, "put_if_absent", put_together)
+    done = {}
+
+    def run(selection):
+        try:
+            done[selection] = replay(Protocol(cfg), 1, selection)["records"]
+        except UsageError as e:  # all of its selection taken by the other: refused, nothing written
+            done[selection] = str(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in ("customer", None)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert sorted(v if isinstance(v, int) else 0 for v in done.values()) in ([1, 2], [0, 3]), done
+    assert all(isinstance(v, int) or "were already replayed (replay 1 as" in v for v in done.values()), done
+    assert sorted(decisions) == [("0000000001.json", False), ("0000000001.json", True)]  # they raced
+
+
+def test_crash_after_the_replay_record_before_the_landing_file(make_cfg, monkeypatch, capsys):
+    """The records are recorded as replayed but not written yet: the next replay writes them
+    (not lost), once (not doubled), also after their file was published and removed."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    crashed = _cli(cfg, "1", "--reason", "customer", EOBATCH_CRASH="replay.after_record")
+    assert crashed.returncode == 137, crashed.stderr
+    assert not (Path(cfg.source.path) / "replay").exists()
+    assert _publish_all(proto) == {"o1": 1}
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
+    assert "finished replay 1 of batch 1 (2 record(s))" in capsys.readouterr().out
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    (landed,) = (Path(cfg.source.path) / "replay").glob("*.jsonl")
+    landed.unlink()  # published: a clean-up removes it
+    assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 2
+    assert not list((Path(cfg.source.path) / "replay").glob("*.jsonl"))
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+
+
+def test_replay_never_writes_through_a_planted_link(make_cfg, tmp_path, monkeypatch, capsys):
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
+    other = tmp_path / "other_landing"  # another pipeline's landing zone
+    other.mkdir()
+    (Path(cfg.source.path) / "replay").symlink_to(other)
+    status = cli.main(["replay", "orders", "1"])
+    assert list(other.iterdir()) == []
+    assert status == 5 and f"{Path(cfg.source.path) / 'replay'} is a symbolic link" in capsys.readouterr().err
+    assert _publish_all(proto) == {"o1": 1}
+    (Path(cfg.source.path) / "replay").unlink()
+    assert cli.main(["replay", "orders", "1"]) == 0  # nothing was recorded as replayed: all of them now
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert list(other.iterdir()) == []

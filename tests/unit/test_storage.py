@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from eobatch import s3conf
-from eobatch.storage import FileInfo, LocalStorage, S3Storage, join, relpath, storage_for
+from eobatch.storage import FileInfo, LinkRefused, LocalStorage, S3Storage, join, relpath, storage_for
 from support.landing import SECRET
 from support.landing import links_of as _links
 from support.landing import zone_with_links as _zone_with_links
@@ -41,6 +41,30 @@ def test_put_if_absent_does_not_replace_existing_file_written_otherwise(fs, tmp_
     p.write_bytes(b"already")
     assert fs.put_if_absent(str(p), b"new") is False
     assert p.read_bytes() == b"already"
+
+
+def test_put_if_absent_within_a_folder_never_writes_through_a_link(fs, tmp_path):
+    """A landing zone is written by others: a link planted as a folder on the way or as the name
+    itself (dangling: following it would create its target) is refused, nothing written anywhere."""
+    root, elsewhere = tmp_path / "landing", tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    target = root / "replay" / "a.jsonl"
+    (root / "replay").symlink_to(elsewhere)
+    with pytest.raises(LinkRefused, match=f"{root / 'replay'} is a symbolic link"):
+        fs.put_if_absent(str(target), b"x", within=str(root))
+    (root / "replay").unlink()
+    (root / "replay").mkdir()
+    target.symlink_to(elsewhere / "a.jsonl")
+    with pytest.raises(LinkRefused, match=f"{target} is a symbolic link"):
+        fs.put_if_absent(str(target), b"x", within=str(root))
+    assert list(elsewhere.iterdir()) == [] and os.listdir(root / "replay") == ["a.jsonl"]  # no temp file left
+    target.unlink()
+    assert fs.put_if_absent(str(target), b"x", within=str(root)) is True
+    assert fs.put_if_absent(str(target), b"y", within=str(root)) is False and target.read_bytes() == b"x"
+    assert fs.put_if_absent(str(root / "d" / "e" / "f.jsonl"), b"z", within=str(root)) is True  # folders made
+    with pytest.raises(ValueError, match="not under"):
+        fs.put_if_absent(str(elsewhere / "b.jsonl"), b"x", within=str(root))
 
 
 def test_put_if_absent_concurrent_exactly_one_winner(fs, tmp_path):
@@ -130,8 +154,8 @@ def test_list_files_mtime_matches_stat(fs, tmp_path):
     os.utime(p, ns=(1_700_000_000_123_000_000, 1_700_000_000_123_000_000))
     (listed,) = list(fs.list_files(str(tmp_path)))
     st = fs.stat(str(p))
-    assert st == FileInfo(str(p), 3, 1_700_000_000_123)
-    assert (listed.size, listed.mtime_ms) == (st.size, st.mtime_ms)
+    assert st == FileInfo(str(p), 3, 1_700_000_000_123, [os.stat(p).st_dev, os.stat(p).st_ino, 1_700_000_000_123_000_000])
+    assert listed == st
 
 
 def test_stat_and_exists_of_missing_file(fs, tmp_path):

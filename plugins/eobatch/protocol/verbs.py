@@ -49,7 +49,7 @@ from ..formats import (
 )
 from ..ledger import Ledger
 from ..sources import kind_for, source_for
-from ..sources.base import LateFilesConfig
+from ..sources.base import LateFilesConfig, consumed_skip
 from ..storage import Storage, join, storage_for
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
@@ -81,6 +81,7 @@ class Protocol(Repairs):
         self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
         self.participants: dict[str, Participant] = self._participants(storage_options)
         self.last_late: list = []  # late files the last plan() found (interval mode)
+        self.last_skipped: list = []  # landing inputs the last plan() skipped, and planned files it will not read
 
     def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
         """The participant of each table: append tables take the staged files as they are; a merge
@@ -270,6 +271,7 @@ class Protocol(Repairs):
             interval = None
             rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
+        self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
         if rng is None:
             if interval is not None:
                 notes += self._emptied(interval, hist, held)
@@ -288,6 +290,8 @@ class Protocol(Repairs):
             raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
                                  f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
         faults.crash_point("plan.after_record")
+        # the task's gauge and alert: the inputs left out, and the planned files the kind will not read
+        self.last_skipped += [consumed_skip(f) for f in rng.get("files", []) if f.get("skipped")]
         self._checkpoint(hist, held)
         return plan, True
 

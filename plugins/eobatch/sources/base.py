@@ -184,3 +184,11 @@ class SourceKind(Protocol):
 
     def positions(self, lines) -> dict:
         """``StageSummary.source_positions`` from the lines DataFrame; {} when the kind checks none."""
+
+
+def consumed_skip(entry: dict) -> dict:
+    """A planned entry the kind will not read (``skipped``), as one of ``Protocol.last_skipped``'s
+    landing inputs (path, reason, note): the plan task's gauge and alert count both kinds."""
+    note = (f"skipped {entry['path']} ({entry['size']} bytes): {entry['skipped']}; not published. Land a corrected "
+            f"file under a new name (a consumed file is never read again)")
+    return {"path": entry["path"], "reason": entry["skipped"], "retried": False, "note": note}

@@ -74,7 +74,8 @@ def test_oldest_mtime_first_and_whole_files_up_to_the_limit(src, landing):
     rng, n, notes = src.next_range([], 10)
     assert _paths(rng) == [c, b, a, d]
     assert n == 10 and notes == []
-    assert rng["files"][0] == {"path": c, "size": os.path.getsize(c), "mtime_ms": (T0 + 1) * 1000, "records": 3}
+    assert rng["files"][0] == {"path": c, "size": os.path.getsize(c), "mtime_ms": (T0 + 1) * 1000, "records": 3,
+                               "identity": [os.stat(c).st_dev, os.stat(c).st_ino, (T0 + 1) * 10**9]}
 
     rng, n, _ = src.next_range([], 9)  # d would make 10: stop before it
     assert _paths(rng) == [c, b, a] and n == 9
@@ -104,7 +105,8 @@ def test_at_least_one_file_even_when_larger_than_the_limit(src, landing):
 def test_record_counts_skip_blank_lines(src, landing):
     p = _land(landing, "x.jsonl", 3, T0, blank_lines=4)
     rng, n, _ = src.next_range([], 100)
-    assert rng["files"] == [{"path": p, "size": os.path.getsize(p), "mtime_ms": T0 * 1000, "records": 3}]
+    assert rng["files"] == [{"path": p, "size": os.path.getsize(p), "mtime_ms": T0 * 1000, "records": 3,
+                             "identity": [os.stat(p).st_dev, os.stat(p).st_ino, T0 * 10**9]}]
     assert n == 3
 
 
@@ -374,3 +376,188 @@ def test_changed_since_plan_refuses_a_planned_file_replaced_by_a_link(make_cfg):
     os.remove(a)
     os.symlink(landing.parent / "nothing", a)
     assert changed_since_plan(plan.range) == [f"{a}: is now a symbolic link; refusing to read it"]
+
+
+# -- hostile landing inputs: never a failed plan, never a silent drop ---------------------------------
+# A name that is not UTF-8, a folder or a file the planner cannot read, a planned file swapped for a
+# link (or a FIFO) between the listing and the count: each is skipped with a note in the plan that
+# skipped it (once), listed in ``skipped`` for the metric and the alert, and the rest is planned.
+
+
+def _skip_notes(notes):
+    return [n for n in notes if n.startswith("skipped ")]
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_a_note_in_one_plan(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    bad = os.path.join(os.fsencode(landing), b"bad-\xff.jsonl")
+    with open(bad, "wb") as f:
+        f.write(b'{"order_id": "x"}\n')
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert _paths(plan.range) == [a] and plan.rows_in == 2
+    notes = _skip_notes(plan.notes)
+    assert len(notes) == 1 and "bad-\\xff.jsonl" in notes[0] and "not UTF-8" in notes[0]
+    assert [s["path"] for s in proto.last_skipped] == [os.fsdecode(bad).encode("utf-8", "surrogateescape")
+                                                      .decode("utf-8", "backslashreplace")]
+    assert proto.last_skipped[0]["retried"] is False
+    json.dumps(plan.notes).encode("utf-8")  # the ledger record and the page can hold the note
+    proto.ledger.plan(1).notes[0].encode("utf-8")
+    land_at(landing / "b.jsonl", range(1), T0 + 1)
+    src = FilesSource(cfg)
+    _rng, _n, notes2 = src.next_range([plan], 100)
+    assert _skip_notes(notes2) == []  # noted once
+    assert len(src.skipped) == 1  # but still counted by every plan (the metric)
+
+
+def test_an_unreadable_sub_folder_is_skipped_then_published_once_when_readable(make_cfg):
+    """As root the permission bits stop nobody: the planner runs without the capabilities that
+    bypass them (``without_read_override``), so the folder is unreadable for it as for any user."""
+    from support.landing import without_read_override
+
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    locked = land_at(landing / "locked" / "l.jsonl", range(10, 13), T0 - 10)
+    land_at(landing / "_incoming" / "i.jsonl", range(20, 21))  # ignored anyway
+    os.chmod(landing / "locked", 0)
+    os.chmod(landing / "_incoming", 0)
+    src = FilesSource(cfg)
+    try:
+        with without_read_override():
+            rng1, n1, notes1 = src.next_range([], 100)
+    finally:
+        os.chmod(landing / "locked", 0o755)
+        os.chmod(landing / "_incoming", 0o755)
+    assert _paths(rng1) == [a] and n1 == 2
+    assert [s["path"] for s in src.skipped] == [str(landing / "locked")]  # the ignored folder: not a skip
+    assert src.skipped[0]["retried"] is True
+    notes = _skip_notes(notes1)
+    assert len(notes) == 1 and str(landing / "locked") in notes[0] and "Permission denied" in notes[0]
+    rng2, n2, notes2 = src.next_range([_plan(rng1, notes1)], 100)
+    assert _paths(rng2) == [locked] and n2 == 3 and _skip_notes(notes2) == []
+    assert src.next_range([_plan(rng1, notes1), _plan(rng2, notes2)], 100) == (None, 0, [])
+
+
+def test_an_unreadable_landing_file_is_skipped_then_published_when_readable(make_cfg):
+    from support.landing import without_read_override
+
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    locked = land_at(landing / "locked.jsonl", range(10, 13), T0 - 10)
+    os.chmod(locked, 0)
+    src = FilesSource(cfg)
+    try:
+        with without_read_override():
+            rng1, _, notes1 = src.next_range([], 100)
+    finally:
+        os.chmod(locked, 0o644)
+    assert _paths(rng1) == [a]
+    assert [s["path"] for s in src.skipped] == [locked] and "Permission denied" in _skip_notes(notes1)[0]
+    rng2, n2, _ = src.next_range([_plan(rng1, notes1)], 100)
+    assert _paths(rng2) == [locked] and n2 == 3
+
+
+class _SwapAfterListing(FilesSource):
+    """A landing writer's race: each listed file is replaced right after the listing."""
+
+    def __init__(self, cfg, swap):
+        super().__init__(cfg)
+        self.swap = swap
+
+    def list_landing(self, folders=None):
+        out = super().list_landing(folders)
+        for f in out:
+            self.swap(f.path)
+        return out
+
+
+def _to_dev_zero(p):
+    os.remove(p)
+    os.symlink("/dev/zero", p)
+
+
+def _to_fifo(p):
+    os.remove(p)
+    os.mkfifo(p)
+
+
+@pytest.mark.parametrize("swap,why", [(_to_dev_zero, "symbolic link"), (_to_fifo, "not a regular file")])
+def test_a_file_swapped_after_the_listing_for_a_link_to_dev_zero_or_a_fifo_is_skipped_not_read(make_cfg, swap, why):
+    import signal
+
+    cfg = make_cfg()
+    land_at(Path(cfg.source.path) / "a.jsonl", range(2))
+    src = _SwapAfterListing(cfg, swap)
+
+    def hangs(*_):
+        raise AssertionError("no answer within 10 s (a plan that hangs)")
+
+    signal.signal(signal.SIGALRM, hangs)
+    signal.alarm(10)
+    try:
+        rng, n, notes = src.next_range([], 100)
+    finally:
+        signal.alarm(0)
+    assert rng is None and n == 0
+    assert len(_skip_notes(notes)) == 1 and why in _skip_notes(notes)[0]
+
+
+def test_the_plan_records_each_file_identity_and_a_replaced_file_is_refused(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    plan, _ = Protocol(cfg).plan()
+    st = os.stat(a)
+    assert plan.range["files"][0]["identity"] == [st.st_dev, st.st_ino, st.st_mtime_ns]
+    assert changed_since_plan(plan.range) == []
+    # another file of the same size and modification time under the same name: another inode
+    other = landing.parent / "other.jsonl"
+    other.write_text(Path(a).read_text().replace("o0", "x0"))
+    os.utime(other, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(other, a)
+    assert len(changed_since_plan(plan.range)) == 1 and "another file" in changed_since_plan(plan.range)[0]
+
+
+def test_a_planned_file_under_a_folder_swapped_for_a_link_is_refused(make_cfg, tmp_path):
+    """The lstat of the planned path follows a folder link on the way: a sub-folder replaced by a
+    link to a folder holding a file of the same name, size and mtime passed the old check."""
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "sub" / "a.jsonl", range(2))
+    plan, _ = Protocol(cfg).plan()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    st = os.stat(a)
+    (elsewhere / "a.jsonl").write_text('{"secret": 1}' + " " * (st.st_size - 14) + "\n")
+    os.utime(elsewhere / "a.jsonl", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.rename(landing / "sub", landing / ".sub-moved")
+    os.symlink(elsewhere, landing / "sub")
+    problems = changed_since_plan(plan.range, root=str(landing))
+    assert len(problems) == 1 and "symbolic link" in problems[0]
+
+
+def test_verify_refuses_a_batch_whose_job_read_another_file_than_planned(make_cfg):
+    from eobatch.formats import StageSummary
+    from eobatch.sources.files import FilesRange
+
+    cfg = make_cfg()
+    a = land_at(Path(cfg.source.path) / "a.jsonl", range(2))
+    rng, _, _ = FilesSource(cfg).next_range([], 100)
+    st = os.stat(a)
+
+    def summary(seen):
+        return StageSummary(batch_id=1, attempt="a1", rows_in=2, rows_valid=2, rows_quarantined=0,
+                            row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
+                            stage_seconds=0.0, source_positions=seen)
+
+    r = FilesRange.from_json(rng)
+    assert r.check_stage(summary({"files": {a: [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}})) == []
+    assert r.check_stage(summary({})) == []  # a job from before identities: not checked
+    other = r.check_stage(summary({"files": {a: [st.st_size, st.st_dev, st.st_ino + 1, st.st_mtime_ns]}}))
+    assert len(other) == 1 and "read another file" in other[0]
+    gone = r.check_stage(summary({"files": {a: "FileNotFoundError: No such file"}}))
+    assert len(gone) == 1 and a in gone[0]

@@ -156,3 +156,38 @@ def test_rows_read_per_file_are_checked_against_the_footer_counts():
     assert rng.check_stage(_summary(5, {"/in/a.parquet": [2, 0, 1], "/in/b.parquet": [3, 0, 2]})) == [
         "/in/a.parquet: read 2 rows (row indexes 0..1), its footer holds 3 when planned",
         "read /in/b.parquet, which is not in the plan"]
+
+
+def test_a_footer_whose_row_counts_cannot_be_true_is_skipped_with_a_note_and_the_others_planned(src):
+    """Real files written by pyarrow, then their footers forged: a negative count, a count that is not
+    its row groups' sum, row groups claiming more rows than their columns hold. Each is planned as
+    consumed with no records (the job never reads it) and named in the plan's notes; a negative count
+    never lets more records into a batch than the limit."""
+    from support.parquet_forge import forge_rows
+
+    root = Path(src.root)
+
+    def forged(rel: str, mtime_s: int, num_rows: int, groups: list[int] | None = None) -> str:
+        path = _land(root, rel, 4, mtime_s, row_group_size=2)
+        forge_rows(Path(path), num_rows, groups)
+        os.utime(path, ns=(mtime_s * 10**9, mtime_s * 10**9))
+        return path
+
+    neg = forged("a-neg.parquet", T0 + 1, -5)
+    huge = forged("b-huge.parquet", T0 + 2, 10**12)
+    groups = forged("c-groups.parquet", T0 + 3, 1000, [500, 500])
+    good = _land(root, "d-good.parquet", 3, T0 + 4)
+    more = _land(root, "e-more.parquet", 3, T0 + 5)
+
+    rng, n, notes = src.next_range([], 5)
+    assert _paths(rng) == [neg, huge, groups, good] and n == 3  # e does not fit: the skipped ones count 0
+    assert [f.get("skipped", "")[:40] for f in rng["files"]] == [
+        "its footer holds a negative row count (-", "its footer says 1000000000000 rows but i",
+        "its row group 0 says 500 rows but its co", ""]
+    assert [f["records"] for f in rng["files"]] == [0, 0, 0, 3]
+    assert len(notes) == 3 and all(x.startswith("skipped ") and "not published" in x for x in notes)
+    assert notes[0].startswith(f"skipped {neg} (")
+    assert kind_for("parquet").range(rng).to_json() == rng  # the ledger keeps the reason
+    assert kind_for("parquet").range(rng).check_stage(_summary(3, {good: [3, 0, 2]})) == []
+    rng2, n, notes = src.next_range([_Plan(rng)], 5)  # consumed: never planned again
+    assert _paths(rng2) == [more] and n == 3 and notes == []

@@ -121,3 +121,19 @@ def test_the_page_shows_the_last_maintenance_pass_and_make_ledger_too(three, cap
     assert line.index("sink") < line.index("quarantine")
     assert cli.main(["ledger", "orders"]) == 0
     assert line in capsys.readouterr().out
+
+
+def test_a_landing_file_name_that_is_not_utf8_still_renders_the_page(make_cfg, monkeypatch):
+    from eobatch.ui.page import render_page
+
+    cfg = make_cfg()
+    monkeypatch.setenv("PIPELINES_DIR", os.path.dirname(cfg.file))
+    land(cfg, "a.jsonl", range(3))
+    with open(os.path.join(os.fsencode(cfg.source.path), b"bad-\xff.jsonl"), "wb") as f:
+        f.write(b'{"order_id": "x"}\n')
+    run(Protocol(cfg), "manual__r1")
+    html = render_page(page_view(cfg))
+    html.encode("utf-8")
+    assert "bad-\\xff.jsonl" in html  # the skip note, in the batch's notes
+    json.loads(batches_json(cfg))
+    assert cli.main(["ledger", "orders"]) == 0  # make ledger

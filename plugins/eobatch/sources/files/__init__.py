@@ -34,26 +34,32 @@ class FilesKind:
         return None
 
     def job_source(self, source: FilesConfig) -> dict:
-        return {"kind": self.name}
+        return {"kind": self.name, "path": source.path}  # the landing folder: no link below it is followed
 
     def job_env(self, source: FilesConfig) -> dict[str, str]:
         return {}  # storage credentials travel on their own (s3conf)
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
-        return changed_since_plan(rng)
+        return changed_since_plan(rng, job.get("path"))
 
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
-        return read_lines(spark, rng)
+        self._seen = (rng, job.get("path"))
+        return read_lines(spark, rng, job.get("path"))
 
     def locate(self, spark, records, rng: dict, job: dict):
         from .read import locate
 
-        return locate(spark, records, rng)
+        return locate(spark, records, rng, job.get("path"))
 
     def positions(self, lines) -> dict:
-        return {}
+        """The identity of each planned local file after the job's reads (``read.seen``): verify
+        refuses a batch whose files are not the ones planned."""
+        from .read import seen
+
+        rng_root = getattr(self, "_seen", None)
+        return seen(*rng_root) if rng_root else {}
 
 
 KIND = FilesKind()

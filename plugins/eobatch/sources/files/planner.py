@@ -7,6 +7,17 @@ or modification time is reported (log and batch plan notes), never published aga
 
 Files whose name starts with ``.`` or ``_`` (and files in such folders) are ignored, as Spark
 does: producers should write under such a name and rename into place when complete.
+
+A landing input the planner cannot take never fails the plan: a file whose name is not UTF-8,
+a visible folder or a file it cannot read, a file that is no longer a regular file when it is
+opened (swapped for a link, a FIFO) is skipped, the rest is planned. Each skip is logged, noted
+once in the notes of a plan (``SKIP_NOTE``), and listed in ``skipped`` (the plan task's metric
+and alert). A skipped file is not consumed: once it can be read it is planned like any new file
+(exactly once); a name that is not UTF-8 never can be, it must be renamed.
+
+Each planned file's identity (device, inode, mtime in ns: ``storage.FileInfo.identity``) is
+recorded with its size, from the very descriptor its records were counted from (opened without
+following any link below the landing folder); the stage job reads that identity and nothing else.
 """
 
 from __future__ import annotations
@@ -15,11 +26,11 @@ import logging
 from collections.abc import Sequence
 
 from ... import lines
-from ...checkpoint import ReadSoFar
+from ...checkpoint import SKIP_NOTE, ReadSoFar
 from ...errors import TerminalError
 from ...formats import slice_name
-from ...storage import FileInfo, join, storage_for
-from ..base import IntervalTooLarge
+from ...storage import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
+from ..base import IntervalTooLarge, consumed_skip
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +49,20 @@ def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
 
 
-def count_records(fs, path: str) -> int:
-    """Records of a landing file, by the definition the Spark job reads them with (``eobatch.lines``)."""
-    with fs.open_read(path) as f:
-        return lines.count_records(f)
+
+
+def counted(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
+    """(records, what was counted) of a landing file, by the definition the Spark job reads them
+    with (``eobatch.lines``): opened without following links (``Storage.open_landing``), at most
+    the size ``fstat`` gave read. NotARegularFile, or the OSError of a file that cannot be read."""
+    f, info = fs.open_landing(path, root)
+    with f:
+        return lines.count_records(f, max_bytes=info.size), info
+
+
+def count_records(fs, path: str, root: str | None = None) -> int:
+    """Records of a landing file (``counted``)."""
+    return counted(fs, path, root)[0]
 
 
 def _visible(root: str, path: str) -> bool:
@@ -65,18 +86,55 @@ class FilesSource:
         Symbolic links are never followed (a link can point outside the landing zone, e.g. at a
         credentials file, whose text would land in the quarantine table's ``raw`` column). Each
         visible one is logged; after the call ``self.links`` holds their paths and
-        ``self.link_notes`` the messages, for the batch plan's notes."""
+        ``self.link_notes`` the messages, for the batch plan's notes. Visible folders that cannot
+        be read and files whose name is not UTF-8 are left out and put in ``self.skipped``
+        (``skip``); ``_entry`` adds the files that cannot be opened."""
         links: list[str] = []
-        files = [f for folder in (folders if folders is not None else [self.root])
-                 for f in self.fs.list_files(folder, links=links)
-                 if f.path.endswith(self.suffix) and _visible(self.root, f.path)]
+        unreadable: list[tuple[str, str]] = []
+        self.skipped: list[dict] = []
+        listed = [f for folder in (folders if folders is not None else [self.root])
+                  for f in self.fs.list_files(folder, links=links, unreadable=unreadable)
+                  if f.path.endswith(self.suffix) and _visible(self.root, f.path)]
+        files = []
+        for f in listed:
+            if is_utf8(f.path):
+                files.append(f)
+            else:  # py4j, the ledger's JSON and the quarantine's source column all need text
+                self.skip(f.path, "its name is not UTF-8; never read under this name: rename it (a new name is "
+                          "planned like any new file)", retried=False)
+        for d, why in sorted(unreadable):
+            if _visible(self.root, d):
+                self.skip(d, f"the folder cannot be read ({why}); its files are planned once it can be read")
         self.links = sorted(p for p in links if _visible(self.root, p))
-        self.link_notes = [f"ignored symbolic link {p} in the landing zone: links are never followed (a link "
-                           f"can point outside the landing zone, e.g. at a credentials file); land a regular "
-                           f"file instead" for p in self.links]
+        self.link_notes = [f"ignored symbolic link {printable(p)} in the landing zone: links are never followed "
+                           f"(a link can point outside the landing zone, e.g. at a credentials file); land a "
+                           f"regular file instead" for p in self.links]
         for msg in self.link_notes:
             log.warning(msg)
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
+
+    def skip(self, path: str, why: str, retried: bool = True) -> None:
+        """Leave a landing input out of this plan: logged, noted (once) and counted (``skipped``)."""
+        shown = printable(path)
+        note = f"{SKIP_NOTE}{shown}: {why}"
+        log.warning(note)
+        self.skipped.append({"path": shown, "reason": why, "retried": retried, "note": note})
+
+    def _skip_notes(self, read) -> list[str]:
+        """The notes of this plan's skips and links that no earlier plan made."""
+        return [n for n in [s["note"] for s in self.skipped] + self.link_notes if not read.link_noted(n)]
+
+    def _entry_or_skip(self, f: FileInfo) -> dict | None:
+        """``_entry``, or None when the file cannot be opened now (skipped, or gone since the listing)."""
+        try:
+            return self._entry(f)
+        except NotARegularFile as e:
+            self.skip(f.path, f"{e.strerror}; not read (it is planned if a regular file is there again)")
+        except FileNotFoundError:
+            log.info("%s: gone since the listing; not planned", printable(f.path))
+        except OSError as e:
+            self.skip(f.path, f"cannot be read ({type(e).__name__}: {e.strerror or e}); planned once it can be read")
+        return None
 
     def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int, list[str]]:
         """(range, records, notes) of the next batch; range None when nothing is new.
@@ -100,7 +158,9 @@ class FilesSource:
                     if not read.reported(f.path):
                         notes.append(msg)
                 continue
-            entry = self._entry(f)
+            entry = self._entry_or_skip(f)
+            if entry is None:
+                continue
             n = entry["records"]
             if chosen and total + n > limit:
                 break
@@ -108,10 +168,10 @@ class FilesSource:
             total += n
             if total >= limit:
                 break
-        notes += [n for n in self.link_notes if not read.link_noted(n)]  # each link in one plan's notes
+        notes += self._skip_notes(read)  # each link and skip in one plan's notes
         if not chosen:
             return None, 0, notes
-        return {"files": chosen}, total, notes
+        return {"files": chosen}, total, notes + skip_notes(chosen)
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        lookback: Sequence[tuple[int, int]] = (), published: dict | None = None,
@@ -137,7 +197,7 @@ class FilesSource:
         if self.cfg.source.interval_prefix:
             folders = sorted({self.interval_folder(lo) for lo, _hi in [(start_ms, end_ms), *lookback]})
         listing = self.list_landing(folders)
-        chosen, notes = [], list(self.link_notes)
+        chosen, notes = [], []
         self.late = []  # [{"interval", "files", "action"}]: what this call found late, for logs and metrics
         own = self.interval_files(start_ms, end_ms, listing)
         chosen += [(f, slice_name(start_ms)) for f in own]
@@ -161,13 +221,16 @@ class FilesSource:
             log.warning("%s; the interval is published again, whole, by this batch", what)
             notes.append(what + f"; interval {_iso(lo)}/{_iso(hi)} re-published whole ({len(files)} files)")
             chosen += [(f, slice_name(lo)) for f in files]
-        if not chosen:
-            return None, 0, notes
         entries, total = [], 0
         for f, slice_ in chosen:
-            entry = self._entry(f)
-            entries.append({**entry, "slice": slice_})
-            total += entry["records"]
+            entry = self._entry_or_skip(f)
+            if entry is not None:
+                entries.append({**entry, "slice": slice_})
+                total += entry["records"]
+        notes += [s["note"] for s in self.skipped] + self.link_notes  # interval mode: every plan says it
+        notes += skip_notes(entries)
+        if not entries:
+            return None, 0, notes
         if total > limit:
             raise IntervalTooLarge(f"the interval holds {total} records in {len(entries)} files"
                                    f"{' (with re-published late intervals)' if len({e['slice'] for e in entries}) > 1 else ''}"
@@ -192,34 +255,79 @@ class FilesSource:
         return join(self.root, sub)
 
     def _entry(self, f: FileInfo) -> dict:
-        """A planned file: path, size, mtime and its records (refused when larger than the
-        pipeline's own ``max_file_bytes``). Another landing kind (parquet) overrides this."""
+        """A planned file: path, size, mtime, identity and its records (refused when larger than
+        the pipeline's own ``max_file_bytes``), all of the one file its records were counted
+        from. Another landing kind (parquet) overrides this."""
         limit = self.cfg.source.max_file_bytes
         if limit is not None and f.size > limit:
             raise FileTooLarge(f"{f.path} holds {f.size} bytes, more than source.max_file_bytes={limit} of this "
                                f"pipeline; nothing was planned. Split the file, or raise or remove "
                                f"source.max_file_bytes (the stage job reads a file of any size in pieces)")
-        return {"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms, "records": count_records(self.fs, f.path)}
+        n, info = counted(self.fs, f.path, self.root)
+        return {**planned_file(info), "records": n}
 
     def check_unchanged(self, rng: dict) -> list[str]:
-        return changed_since_plan(rng)
+        return changed_since_plan(rng, self.root)
 
 
-def changed_since_plan(rng: dict) -> list[str]:
-    """Problems with a batch's planned files as they are now (gone, resized, rewritten, a link).
+def skip_notes(entries: list[dict]) -> list[str]:
+    """The batch plan's notes of the planned files a kind skips (``skipped``: the reason): they
+    count as consumed and are never read."""
+    return [consumed_skip(e)["note"] for e in entries if e.get("skipped")]
+
+
+def planned_file(info: FileInfo) -> dict:
+    """The range entry of a landing file as opened: path, size, mtime_ms and (local) identity."""
+    d: dict = {"path": info.path, "size": info.size, "mtime_ms": info.mtime_ms}
+    if info.identity is not None:
+        d["identity"] = list(info.identity)
+    return d
+
+
+def identity_problem(planned: dict, now: FileInfo) -> str | None:
+    """Why ``now`` (a file as opened or stat'ed) is not the planned file ``planned``, or None."""
+    path = planned["path"]
+    want = planned.get("identity")
+    if want is not None and now.identity is not None and list(want[:2]) != list(now.identity[:2]):
+        return (f"{path}: another file than the one planned is there now (device/inode {want[0]}/{want[1]} -> "
+                f"{now.identity[0]}/{now.identity[1]}); refusing to read it")
+    if (now.size, now.mtime_ms) != (planned["size"], planned["mtime_ms"]) or (
+            want is not None and now.identity is not None and want[2] != now.identity[2]):
+        return (f"{path}: changed since planned (size {planned['size']} -> {now.size}, "
+                f"mtime {planned['mtime_ms']} -> {now.mtime_ms})")
+    return None
+
+
+def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
+    """Problems with a batch's planned files as they are now (gone, resized, rewritten, another
+    file under the name, a link at it or on the way from ``root``, the landing folder, to it).
 
     The stage job calls this before reading: a range that changed can no longer be read exactly,
     and a planned file replaced by a symbolic link is never read (whatever its target's size).
     """
     problems = []
     for f in rng.get("files", []):
-        fs = storage_for(f["path"])
-        st = fs.stat(f["path"])  # None for a link too: stat never follows one
-        if st is None and fs.is_link(f["path"]):
-            problems.append(f"{f['path']}: is now a symbolic link; refusing to read it")
-        elif st is None:
-            problems.append(f"{f['path']}: missing (planned {f['size']} bytes)")
-        elif (st.size, st.mtime_ms) != (f["size"], f["mtime_ms"]):
-            problems.append(f"{f['path']}: changed since planned (size {f['size']} -> {st.size}, "
-                            f"mtime {f['mtime_ms']} -> {st.mtime_ms})")
+        path = f["path"]
+        fs = storage_for(path)
+        try:
+            if fs.scheme != "file":
+                st = fs.stat(path)
+                if st is None:
+                    raise FileNotFoundError(path)
+            else:
+                reader, st = fs.open_landing(path, root)
+                reader.close()
+        except NotARegularFile as e:
+            problems.append(f"{path}: is now a symbolic link; refusing to read it" if fs.is_link(path)
+                            else f"{path}: {e.strerror}; refusing to read it")
+            continue
+        except FileNotFoundError:
+            problems.append(f"{path}: missing (planned {f['size']} bytes)")
+            continue
+        except OSError as e:
+            problems.append(f"{path}: cannot be opened ({type(e).__name__}: {e.strerror or e})")
+            continue
+        why = identity_problem(f, st)
+        if why:
+            problems.append(why)
     return problems

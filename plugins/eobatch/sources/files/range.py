@@ -1,7 +1,8 @@
 """The recorded range of a landing-files kind (files, parquet): whole files, each with its size,
 modification time, record count and (interval mode) its interval slice.
 
-Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?}]}``.
+Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?, "identity"?}]}``;
+identity: [device, inode, mtime in ns] of a local file (plans written before it have none).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ class PlannedFile:
     mtime_ms: int
     records: int | None = None  # None only in ranges that never counted (kept as recorded)
     slice: str | None = None  # interval mode: formats.slice_name of the file's interval
+    skipped: str | None = None  # why the kind does not read it (consumed, never published; records 0)
+    identity: tuple[int, ...] | None = None  # local files: (device, inode, mtime_ns) when planned
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
@@ -27,6 +30,10 @@ class PlannedFile:
             d["records"] = self.records
         if self.slice is not None:
             d["slice"] = self.slice
+        if self.skipped is not None:
+            d["skipped"] = self.skipped
+        if self.identity is not None:
+            d["identity"] = list(self.identity)
         return d
 
 
@@ -36,7 +43,8 @@ class FilesRange:
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
-        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"))
+        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"), f.get("skipped"),
+                                     tuple(f["identity"]) if f.get("identity") is not None else None)
                          for f in data.get("files", [])))
 
     def to_json(self) -> dict:
@@ -56,5 +64,19 @@ class FilesRange:
         return [f.path for f in self.files]
 
     def check_stage(self, summary: StageSummary) -> list[str]:
-        """JSON lines: the record count (``rows_in``, checked by verify for every kind) is the check."""
-        return []
+        """JSON lines: the record count (``rows_in``, checked by verify for every kind), and each
+        planned file's identity against what the job read (``read.seen``; a job that recorded
+        none, from before identities, is not checked)."""
+        seen = (summary.source_positions or {}).get("files")
+        if seen is None:
+            return []
+        problems = []
+        for f in self.files:
+            if f.identity is None:
+                continue
+            got = seen.get(f.path)
+            want = [f.size, *f.identity]
+            if got != want:
+                problems.append(f"{f.path}: the stage job read another file, or a changed one, than the one planned "
+                                f"(size, device, inode, mtime_ns {want} planned, {got} read)")
+        return problems

@@ -15,6 +15,16 @@ It gives no line numbers, so a record's position is found in two steps:
    checked to fall inside its piece, so a numbering that differed between the passes would fail
    the stage instead of pointing at the wrong line.
 
+Files are opened by this driver, not by name in Spark: each planned local file is opened without
+following any link below the landing folder (``Storage.open_landing``), checked against the
+identity the plan recorded (device, inode, size, mtime), and Spark reads ``/proc/<pid>/fd/<n>``
+of that descriptor, which is the opened file itself whatever happens to its name meanwhile (a
+writer that swaps it for a link to a credentials file and back reads nothing of the link). The
+descriptors stay open for the job's life: both passes read the same files, and ``seen`` (the
+stage summary's ``source_positions``, checked by verify) is their identity after the reads. A
+master whose executors may run on other hosts (not ``local``, not on loopback) reads the names,
+checked before the read (``changed_since_plan``) and after it (``seen``).
+
 Lines are Spark's with ``lineSep="\\n"``: the bytes between two ``\\n`` (eobatch.lines), kept as
 bytes (invalid UTF-8 is preserved for the classifier); a ``\\r`` just before the ``\\n`` is dropped.
 """
@@ -29,8 +39,106 @@ def _glob_escape(path: str) -> str:
     return "".join(out)
 
 
-def planned_path(file_path):
-    """The planned path of a file from Spark's ``_metadata.file_path`` (a percent-encoded URI).
+_OPENED: dict[str, tuple[int, str]] = {}  # planned path -> (descriptor, the path Spark reads), this driver's
+
+
+def _fd_paths_usable(spark) -> bool:
+    """Can Spark's executors open this process's descriptors (``/proc/<pid>/fd``)? Only on this host."""
+    import os
+    from urllib.parse import urlparse
+
+    if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        return False
+    master = spark.sparkContext.master
+    if master.startswith("local"):
+        return True
+    host = urlparse(master).hostname or ""
+    return host == "localhost" or host.startswith("127.") or host == "::1"
+
+
+def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
+    """Planned path -> the path Spark reads it by (``/proc/<pid>/fd/<n>``, or the name itself);
+    SystemExit naming every planned file that is not the one planned (nothing is read then)."""
+    import os
+    import resource
+
+    from ...storage import NotARegularFile, storage_for
+    from .planner import changed_since_plan, identity_problem
+
+    files = rng["files"]
+    local = [f for f in files if storage_for(f["path"]).scheme == "file"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = len(local) + 256
+    if soft < want and (hard == resource.RLIM_INFINITY or hard >= want):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        soft = want
+    by_fd = local and _fd_paths_usable(spark) and soft >= want
+    problems: list[str] = []
+    out = {}
+    for f in files:
+        path = f["path"]
+        if path in _OPENED:
+            out[path] = _OPENED[path][1]
+            continue
+        if not by_fd or f not in local:
+            out[path] = path
+            continue
+        fs = storage_for(path)
+        try:
+            reader, info = fs.open_landing(path, root)
+        except NotARegularFile as e:
+            problems.append(f"{path}: {e.strerror}; refusing to read it")
+            continue
+        except OSError as e:
+            problems.append(f"{path}: cannot be opened ({type(e).__name__}: {e.strerror or e})")
+            continue
+        fd = os.dup(reader.fileno())
+        reader.close()
+        why = identity_problem(f, info)
+        if why:
+            os.close(fd)
+            problems.append(why)
+            continue
+        _OPENED[path] = (fd, f"/proc/{os.getpid()}/fd/{fd}")
+        out[path] = _OPENED[path][1]
+    if not by_fd:
+        problems += changed_since_plan(rng, root)
+    if problems:
+        raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
+                         "can no longer be read exactly: " + "; ".join(problems))
+    return out
+
+
+def seen(rng: dict, root: str | None) -> dict:
+    """What the job read, for verify (``FilesRange.check_stage``): ``{"files": {path: [size,
+    device, inode, mtime_ns]}}`` of each planned local file after the reads: of the descriptor
+    read, or of the name (opened without following links) when Spark read the name."""
+    import os
+
+    from ...storage import storage_for
+
+    out: dict = {}
+    for f in rng["files"]:
+        path = f["path"]
+        fs = storage_for(path)
+        if fs.scheme != "file":
+            continue
+        try:
+            if path in _OPENED:
+                st = os.fstat(_OPENED[path][0])
+                out[path] = [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]
+            else:
+                reader, info = fs.open_landing(path, root)
+                reader.close()
+                out[path] = [info.size, *(info.identity or [])]
+        except OSError as e:
+            out[path] = f"{type(e).__name__}: {e.strerror or e}"
+    return {"files": out}
+
+
+def planned_path(file_path, read_as: dict[str, str] | None = None):
+    """The planned path of a file from Spark's ``_metadata.file_path`` (a percent-encoded URI);
+    ``read_as``: planned path -> the path Spark read it by, when that is another one.
 
     A SQL expression, not a Python UDF: a UDF would start Python workers just for this.
     ``+`` is protected before url_decode, which would turn it into a space.
@@ -38,7 +146,12 @@ def planned_path(file_path):
     from pyspark.sql import functions as F
 
     local = F.regexp_replace(file_path, "^file:(//)?", "")
-    return F.url_decode(F.replace(local, F.lit("+"), F.lit("%2B")))
+    decoded = F.url_decode(F.replace(local, F.lit("+"), F.lit("%2B")))
+    other = {v: k for k, v in (read_as or {}).items() if v != k}
+    if not other:
+        return decoded
+    lookup = F.create_map(*[F.lit(x) for kv in sorted(other.items()) for x in kv])
+    return F.coalesce(F.element_at(lookup, decoded), decoded)
 
 
 # Pieces per core, at least, when the files are large enough (Spark's default is one: the last of
@@ -86,28 +199,31 @@ def _without_trailing_cr(value):
     return F.when(F.endswith(value, F.lit("\r")), cut).otherwise(value)
 
 
-def read_lines(spark, rng: dict):
+def read_lines(spark, rng: dict, root: str | None = None):
     """One row per non-blank line: source (planned path), position (provisional: the read-order
-    id, see ``locate``), raw, and the ``_eo_file`` / ``_eo_split`` internals."""
+    id, see ``locate``), raw, and the ``_eo_file`` / ``_eo_split`` internals. ``root``: the
+    landing folder (no link below it is followed)."""
     from pyspark.sql import functions as F
 
-    lines = numbered(spark, [f["path"] for f in rng["files"]])
+    read_as = open_planned(spark, rng, root)
+    lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]])
     # The filter stays above the numbering: Spark never pushes a filter below a non-deterministic
     # projection (monotonically_increasing_id), so blank lines keep their ids.
     return lines.where(~_blank(F.col("value"))).select(
-        planned_path(F.col("_eo_file")).alias("source"), F.col("_eo_row").alias("position"),
+        planned_path(F.col("_eo_file"), read_as).alias("source"), F.col("_eo_row").alias("position"),
         _without_trailing_cr(F.col("value")).alias("raw"), "_eo_file", "_eo_split")
 
 
-def locate(spark, records, rng: dict):
+def locate(spark, records, rng: dict, root: str | None = None):
     """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
     and ``position`` = the 1-based line number in its file."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    records = records.withColumn("source", planned_path(F.col("_eo_file")))
+    read_as = open_planned(spark, rng, root)  # the descriptors read_lines opened
+    records = records.withColumn("source", planned_path(F.col("_eo_file"), read_as))
     # Lazy, like the rest of the job: the counting pass runs only if the quarantine is written.
-    pieces = (numbered(spark, [f["path"] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
+    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
               .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
     earlier = Window.partitionBy("_eo_file").orderBy("_eo_split").rowsBetween(Window.unboundedPreceding, -1)
     index = pieces.withColumn("_eo_before", F.coalesce(F.sum("_eo_n").over(earlier), F.lit(0)))

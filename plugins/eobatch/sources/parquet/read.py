@@ -21,6 +21,8 @@ def read_lines(spark, rng: dict):
 
     parts = []
     for f in rng["files"]:
+        if f.get("skipped"):  # its footer cannot be true: consumed, never read (planner.footer_problem)
+            continue
         df = spark.read.parquet(_glob_escape(f["path"]))
         row = F.struct(*[F.col(f"`{c}`") for c in df.columns])
         parts.append(df.select(F.lit(f["path"]).alias("source"), F.col("_metadata.row_index").alias("position"),

@@ -1,0 +1,106 @@
+"""What the set-up installs is pinned to its bytes: both Python locks carry a SHA-256 for every
+package and are installed with --require-hashes; the resolved jars must match committed SHA-256
+lists (include/check-jars.sh, run by `make jars`, `kafka-jars` and `s3-jars`)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_TOOLS = {"pytest", "selenium", "aiosmtpd", "hypothesis", "ruff", "mypy", "duckdb", "matplotlib",
+              "psycopg2-binary", "asyncpg", "uv"}
+
+
+def _locked(lock: str) -> dict[str, list[str]]:
+    """name -> hashes of each requirement of a lock (pip's format, continuation lines joined)."""
+    text = (REPO / lock).read_text().replace("\\\n", " ")
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line)
+        assert m, f"{lock}: not a pinned requirement with hashes: {line[:120]}"
+        out[m.group(1).lower().replace("_", "-")] = re.findall(r"sha256:([0-9a-f]{64})", m.group(3))
+    return out
+
+
+@pytest.mark.parametrize("lock", ["requirements.txt", "requirements-dev.txt"])
+def test_every_locked_package_is_pinned_with_its_hashes(lock):
+    assert len(_locked(lock)) > 10
+
+
+def test_the_test_tools_are_not_in_the_runtime_lock():
+    runtime, dev = _locked("requirements.txt"), _locked("requirements-dev.txt")
+    assert not TEST_TOOLS & set(runtime)
+    assert TEST_TOOLS <= set(dev)
+    shared = set(runtime) & set(dev)
+    assert all(runtime[n] == dev[n] for n in shared), "a package locked twice must be the same distribution"
+
+
+def test_the_venv_installs_both_locks_requiring_hashes_and_nothing_unpinned():
+    recipe = (REPO / "Makefile").read_text().split("$(VENV)/.installed:", 1)[1].split("\n\n", 1)[0]
+    installs = [line for line in recipe.splitlines() if "pip install" in line]
+    assert installs and all("--require-hashes" in line for line in installs)
+    assert "-r requirements.txt" in recipe and "-r requirements-dev.txt" in recipe
+    assert "--upgrade" not in recipe
+
+
+def test_maven_runs_with_strict_checksums():
+    makefile = (REPO / "Makefile").read_text()
+    assert "MVN := mvn --batch-mode --quiet --strict-checksums" in makefile
+    assert not re.search(r"^\t\s*mvn ", makefile, re.M), "every mvn call goes through $(MVN)"
+
+
+@pytest.fixture
+def jars(tmp_path):
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    (folder / "a-1.0.jar").write_bytes(b"a")
+    (folder / "b-2.0.jar").write_bytes(b"b")
+    (folder / "eobatch-jvm.jar").write_bytes(b"built here")
+    listing = tmp_path / "jars.sha256"
+    r = subprocess.run([str(REPO / "include/check-jars.sh"), "--write", str(folder), str(listing)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "eobatch-jvm.jar" not in listing.read_text()
+    return folder, listing
+
+
+def _check(folder: Path, listing: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([str(REPO / "include/check-jars.sh"), str(folder), str(listing)], capture_output=True, text=True)
+
+
+def test_the_listed_jars_pass(jars):
+    assert _check(*jars).returncode == 0
+
+
+def test_a_changed_jar_is_refused(jars):
+    folder, listing = jars
+    (folder / "b-2.0.jar").write_bytes(b"other bytes")
+    r = _check(folder, listing)
+    assert r.returncode != 0 and "b-2.0.jar" in r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("change", ["added", "missing"])
+def test_a_jar_the_list_does_not_name_or_a_missing_one_is_refused(jars, change):
+    folder, listing = jars
+    if change == "added":
+        (folder / "c-3.0.jar").write_bytes(b"c")
+    else:
+        (folder / "a-1.0.jar").unlink()
+    r = _check(folder, listing)
+    assert r.returncode != 0 and ("c-3.0.jar" if change == "added" else "a-1.0.jar") in r.stderr
+
+
+@pytest.mark.parametrize("folder,listing", [(".jars", "spark"), (".jars-kafka", "kafka-broker"), (".jars-s3proxy", "s3proxy")])
+def test_the_resolved_jars_of_this_checkout_are_the_listed_ones(folder, listing):
+    if not (REPO / folder / ".resolved").exists() or shutil.which("sha256sum") is None:
+        pytest.skip(f"{folder} not resolved in this checkout")
+    r = _check(REPO / folder, REPO / "include" / "jars" / f"{listing}.sha256")
+    assert r.returncode == 0, r.stderr
