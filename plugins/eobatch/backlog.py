@@ -117,11 +117,15 @@ def _kafka(cfg, read, out: dict, timeout: float) -> None:
     parts = {}
     for p, (low, high) in sorted(offsets.items()):
         if prev is not None and prev.get("topic") == src.topic:
-            start = int(prev.get("partitions", {}).get(str(p), [0, 0])[1])
+            start = int((prev.get("scan") or prev.get("partitions", {})).get(str(p), [0, 0])[1])  # scan: interval mode
         else:
             start = low if src.starting_offsets == "earliest" else high
         parts[str(p)] = max(0, high - max(start, low))
     out["partitions"], out["records"] = parts, sum(parts.values())
     out["notes"].append(f"records: end offsets of topic {src.topic!r} minus where the newest plan stopped")
+    pending = (prev or {}).get("pending") or {}
+    if pending:  # interval mode: records read already, kept for intervals that have not run
+        out["notes"].append(f"{sum(c.get('records') or 0 for c in pending.values())} record(s) read for "
+                            f"{len(pending)} interval(s) that have not run yet are waiting for their runs")
     out["notes"].append("age of the oldest unpublished record: not known (a Kafka record's timestamp is only "
                         "known by reading it, which this page does not do)")

@@ -15,7 +15,7 @@ import decimal
 import json
 import re
 import uuid
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
@@ -134,24 +134,33 @@ def fold_per_key(merge, good: list) -> list:
     return list(out.values())
 
 
+def planned_lines(plan) -> Iterator[tuple[str, str, int, bytes]]:
+    """(slice folder or "", source, position, raw) of each line of a files batch's planned files."""
+    for f in plan.range.get("files", []):
+        data = storage_for(f["path"]).read_bytes(f["path"])
+        for position, raw in split_records(data):
+            yield f.get("slice", ""), f["path"], position, raw
+
+
 def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
-          write_summary: bool = True) -> str:
-    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
+          write_summary: bool = True, lines: Iterable[tuple[str, str, int, bytes]] | None = None,
+          source_positions: dict | None = None) -> str:
+    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt.
+    ``lines``: the batch's records when they are not its planned files (a model of another source),
+    with the ``source_positions`` the source kind reports."""
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
     digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
     good: list[tuple[str, dict | None]] = []  # (slice folder or "", row)
     bad: list[tuple[str, dict | None]] = []
-    for f in plan.range.get("files", []):
-        data = storage_for(f["path"]).read_bytes(f["path"])
-        for position, raw in split_records(data):
-            rec, reason, text = classify(cfg, f["path"], position, raw)
-            if reason is None:
-                good.append((f.get("slice", ""), rec))
-            else:
-                bad.append((f.get("slice", ""), {"batch_id": batch_id, "source": f["path"], "position": position,
-                                                 "raw": text, "reason": reason}))
+    for slice_, source, position, raw in (planned_lines(plan) if lines is None else lines):
+        rec, reason, text = classify(cfg, source, position, raw)
+        if reason is None:
+            good.append((slice_, rec))
+        else:
+            bad.append((slice_, {"batch_id": batch_id, "source": source, "position": position, "raw": text,
+                                 "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     valid = len(good)
     if cfg.merge is not None and not cfg.merge.upsert:
@@ -190,6 +199,6 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             rows_quarantined=len(bad), row_preserving=cfg.merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
-            config_fingerprint=cfg.fingerprint(), plan_digest=digest)
+            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {})
         proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
     return attempt

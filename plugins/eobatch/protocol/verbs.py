@@ -255,10 +255,16 @@ class Protocol(Repairs):
                                     f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
                                     f"runs cover the time between two ticks)")
             self._check_settled(interval)
-            kw = {}
-            if kind_for(self.cfg.source.kind).checks_late_files:  # look back at the intervals already planned
+            kw: dict = {}
+            kind = kind_for(self.cfg.source.kind)
+            if kind.checks_late_files:  # look back at the intervals already planned
                 lookback = self._lookback(interval["start"], hist)
                 kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
+            if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
+                reads = self._read_so_far(hist=hist)
+                kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
+                      "holder": lambda name: hist.slice_holder(name, held),
+                      "first_start_ms": hist.first_interval_start_ms()}
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
                                                   earlier=self._last_interval_before(interval["start"], hist), **kw)
         else:

@@ -146,6 +146,7 @@ class SourceKind(Protocol):
     config_keys: frozenset[str]  # the keys allowed under source:
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
+    interval_by_record_time: bool  # interval mode assigns records by their timestamps (Kafka: ``interval_slices``)
     located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
     quarantine_columns: tuple[str, ...]  # columns of ``read`` only ``locate`` needs: kept for quarantined records only
 

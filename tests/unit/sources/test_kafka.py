@@ -34,6 +34,7 @@ def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
     ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
     ({"conn_id": "kafka_prod"}, "source.bootstrap_servers", "not both"),
     ({"bootstrap_servers": None, "conn_id": "bad id"}, "source.conn_id", "Airflow connection id"),
+    ({"open_transaction_wait_seconds": 60}, "source.open_transaction_wait_seconds", "only used in interval mode"),
 ])
 def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
     cfg = _kafka(base_cfg, **source)
@@ -201,3 +202,69 @@ def test_offsets_are_asked_again_after_errors_a_restarting_broker_answers():
         assert _retriable(KafkaException(KafkaError(code)))
     assert not _retriable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
     assert not _retriable(KafkaException("no KafkaError inside"))
+
+
+# -- interval mode: records by their own timestamps (sources/kafka/intervals.py) ------------------------
+
+
+def test_interval_wait_for_open_transactions_is_a_key_of_interval_mode(write_yaml, base_cfg):
+    doc = {**_kafka(base_cfg), "mode": "interval", "schedule": "@hourly"}
+    assert _load(write_yaml, doc).source.transaction_wait_seconds == 3600
+    fp = _load(write_yaml, doc).fingerprint()
+    doc["source"]["open_transaction_wait_seconds"] = 0
+    assert _load(write_yaml, doc).source.transaction_wait_seconds == 0 and _load(write_yaml, doc).fingerprint() != fp
+    doc["source"]["open_transaction_wait_seconds"] = -1
+    with pytest.raises(ConfigError) as e:
+        _load(write_yaml, doc)
+    assert e.value.key == "source.open_transaction_wait_seconds"
+
+
+def test_a_record_belongs_to_the_interval_of_its_own_timestamp():
+    from eobatch.formats import slice_name
+    from eobatch.sources.kafka.intervals import Schedule, owner
+
+    h = 3_600_000
+    sched = Schedule("0 * * * *")
+    assert [sched.interval(t) for t in (h, 2 * h - 1, 2 * h)] == [(h, 2 * h), (h, 2 * h), (2 * h, 3 * h)]
+    rng = {"slices": {slice_name(h): {"start": h, "end": 2 * h, "records": 2, "partitions": {"0": [5, 9]}},
+                      slice_name(0): {"start": 0, "end": h, "records": 1, "partitions": {"0": [3, 8]}}}}
+    assert owner(rng, 0, 5, h) == slice_name(h) and owner(rng, 0, 5, h - 1) == slice_name(0)
+    assert owner(rng, 0, 9, h) is None  # outside the slice's offsets: published by another batch
+    assert owner(rng, 0, 4, None) == slice_name(0)  # no timestamp: the epoch's interval
+    assert owner(rng, 1, 5, h) is None and owner(rng, 0, 6, 2 * h) is None
+
+
+def test_the_reported_backfill_is_published_by_record_time(tmp_path):
+    """Issue 32's case on a topic model: 10 records of 10:00 in one committed transaction, then 10 of
+    11:00 and 5 more of 10:00 in another; each commit marker carries the broker's (later) time. Both
+    hours and their re-runs publish all 25, each once, each by its own hour."""
+    import collections
+
+    import yaml
+
+    from eobatch.config import load_pipeline
+    from eobatch.protocol import Protocol
+    from support.kafka_model import Log, model_broker, stage_kafka
+    from support.protocol_runs import T0, H, iv, published
+
+    doc = {"name": "orders", "mode": "interval", "schedule": "@hourly", "schema": "order_id STRING NOT NULL",
+           "source": {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "orders", "settle_seconds": 0},
+           "sink": {"table": str(tmp_path / "sink")}, "quarantine": {"table": str(tmp_path / "bad")}}
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    proto = Protocol(load_pipeline(str(tmp_path / "orders.yaml")))
+    log = Log(partitions=1, broker_now=(T0 + 50 * H) * 1000)
+    for i in range(10):
+        log.append(0, (T0 + 60 * i) * 1000, f"a{i}", txn=1)
+    log.decide(1, "committed")
+    for i in range(10):
+        log.append(0, (T0 + H + 60 * i) * 1000, f"b{i}", txn=2)
+    for i in range(10, 15):
+        log.append(0, (T0 + 60 * i) * 1000, f"a{i}", txn=2)
+    log.decide(2, "committed")
+    for h, rid in ((0, "h0"), (1, "h1"), (0, "h0-again"), (1, "h1-again")):
+        with model_broker(log):
+            plan, _ = proto.plan(interval=iv(h), run_id=rid)
+        assert plan.rows_in == (15 if h == 0 else 10)
+        proto.verify(plan.batch_id, stage_kafka(proto, log, plan.batch_id))
+        proto.commit(plan.batch_id)
+    assert published(proto) == collections.Counter(log.published_once()) and len(log.published_once()) == 25

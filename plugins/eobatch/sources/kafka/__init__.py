@@ -20,6 +20,7 @@ class KafkaKind:
     config_keys = KEYS
     position_based = True
     checks_late_files = False
+    interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
     located_columns = ()
     quarantine_columns = ()
 
@@ -53,6 +54,21 @@ class KafkaKind:
 
         return read_lines(spark, rng, for_job(job["bootstrap_servers"]),
                           float(job.get("consumer_timeout_seconds") or 120))
+
+    def interval_slices(self, lines, rng: dict):
+        """Interval mode: (the lines this batch publishes, each with its slice in ``slice_col``,
+        the slice names); None for a range without slices (not interval mode, or planned by
+        offsets-for-times before intervals were assigned by record timestamps)."""
+        if "slices" not in rng:
+            return None
+        from pyspark.sql import functions as F
+
+        from ...formats import SLICE_COL
+        from .intervals import slice_column
+
+        if not rng["slices"]:  # a batch that only moved the scan on: nothing of it is published
+            return lines.limit(0), []
+        return lines.withColumn(SLICE_COL, slice_column(rng)).where(F.col(SLICE_COL).isNotNull()), sorted(rng["slices"])
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # offsets are exact already
