@@ -12,7 +12,7 @@ from .client import for_job, job_env, settings
 from .config import KEYS, KafkaConfig, parse
 from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
 from .range import KafkaRange, range_summary
-from .read import KafkaReadError
+from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError
 
 
 class KafkaKind:
@@ -22,6 +22,7 @@ class KafkaKind:
     checks_late_files = False
     located_columns = ()
     quarantine_columns = ()
+    _accounts = None  # the accumulator of the read in this process (the stage job)
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
         return parse(src, ctx)
@@ -40,7 +41,8 @@ class KafkaKind:
         other settings travel to the job apart, ``client.job_env``)."""
         servers = source.bootstrap_servers if not source.conn_id else settings(source)["bootstrap.servers"]
         return {"kind": self.name, "bootstrap_servers": servers,
-                "consumer_timeout_seconds": source.consumer_timeout_seconds}
+                "consumer_timeout_seconds": source.consumer_timeout_seconds,
+                "read_batch_bytes": source.read_batch_bytes or DEFAULT_READ_BATCH_BYTES}
 
     def job_env(self, source: KafkaConfig) -> dict[str, str]:
         return job_env(settings(source)) if source.conn_id else {}
@@ -51,8 +53,10 @@ class KafkaKind:
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
-        return read_lines(spark, rng, for_job(job["bootstrap_servers"]),
-                          float(job.get("consumer_timeout_seconds") or 120))
+        lines, self._accounts = read_lines(spark, rng, for_job(job["bootstrap_servers"]),
+                                           float(job.get("consumer_timeout_seconds") or 120),
+                                           max_bytes=int(job.get("read_batch_bytes") or DEFAULT_READ_BATCH_BYTES))
+        return lines
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # offsets are exact already
@@ -60,7 +64,8 @@ class KafkaKind:
     def positions(self, lines) -> dict:
         from .read import partition_positions
 
-        return partition_positions(lines)
+        # the accounts of this job's one read (``read``): one stage job reads one range
+        return partition_positions(lines, self._accounts.value if self._accounts is not None else {})
 
 
 KIND = KafkaKind()
