@@ -156,6 +156,10 @@ class _View:
                     break
                 yield off, m
                 pos = off + 1
+            if pos == before:
+                p = self.c.position([tp])[0].offset  # past offsets it does not deliver (markers...)
+                if p is not None and p >= 0 and p > pos:
+                    pos = min(p, end)
             if pos == before and failed is None:
                 # a response larger than receive.message.max.bytes: the client drops it and asks again
                 # for the same offset, forever; it says so only in its own error reports
@@ -174,13 +178,7 @@ class _View:
                     strikes = (-1, 0)
             if pos > before:
                 last_progress = time.time()
-                continue
-            if not msgs:
-                p = self.c.position([tp])[0].offset
-                if p is not None and p >= 0 and p > pos:
-                    pos, last_progress = min(p, end), time.time()
-                    continue
-            if time.time() - last_progress > self.timeout:
+            elif time.time() - last_progress > self.timeout:
                 raise KafkaReadError(f"{self.where()}: no progress reading at offset {pos} of [{start}, {end}) "
                                      f"for {self.timeout:.0f}s")
 
