@@ -32,6 +32,7 @@ def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
     ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
     ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
     ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
+    ({"read_batch_bytes": "big"}, "source.read_batch_bytes", "positive integer"),
     ({"conn_id": "kafka_prod"}, "source.bootstrap_servers", "not both"),
     ({"bootstrap_servers": None, "conn_id": "bad id"}, "source.conn_id", "Airflow connection id"),
 ])
@@ -44,6 +45,16 @@ def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg
 
 
 # -- a connection: the confluent-kafka config as its extra --------------------------------------
+
+
+def test_the_read_buffer_bound_reaches_the_job_and_changes_no_fingerprint(write_yaml, base_cfg):
+    from eobatch.launch import job_spec
+
+    plain = _load(write_yaml, _kafka(base_cfg))
+    small = _load(write_yaml, _kafka(base_cfg, read_batch_bytes=1000))
+    assert small.fingerprint() == plain.fingerprint()
+    assert job_spec(small, 1, "a1")["source"]["read_batch_bytes"] == 1000
+    assert job_spec(plain, 1, "a1")["source"]["read_batch_bytes"] == 16 << 20
 
 
 def test_a_connection_replaces_the_servers_and_keeps_other_pipelines_fingerprints(write_yaml, base_cfg):
