@@ -179,8 +179,8 @@ class _View:
             if pos > before:
                 last_progress = time.time()
             elif time.time() - last_progress > self.timeout:
-                raise KafkaReadError(f"{self.where()}: no progress reading at offset {pos} of [{start}, {end}) "
-                                     f"for {self.timeout:.0f}s")
+                raise KafkaReadError(f"kafka {self.servers}: no progress reading {self.topic}/{self.partition} at "
+                                     f"offset {pos} of [{start}, {end}) for {self.timeout:.0f}s")
 
     def close(self) -> None:
         self.c.close()
@@ -360,8 +360,9 @@ def read_lines(spark, rng: dict, client: str | dict, timeout: float, slice_size:
                     n += len(cols.offsets)
                     yield cols.to_arrow()
                 accounts.add({f"{part}:{start}:{end}": acct.to_json()})
-                print(f"[eobatch] kafka read {topic}/{part} [{start}, {end}): {n} records ({acct.describe()}), "
-                      f"{busy:.3f}s in the consumer, from {began:.3f} to {time.time():.3f}", file=sys.stderr, flush=True)
+                print(f"[eobatch] kafka read {topic}/{part} [{start}, {end}): {n} records, {busy:.3f}s in the "
+                      f"consumer, from {began:.3f} to {time.time():.3f}; offsets: {acct.describe()}", file=sys.stderr,
+                      flush=True)
 
     if pieces:
         tasks = spark.createDataFrame(spark.sparkContext.parallelize(pieces, len(pieces)),
