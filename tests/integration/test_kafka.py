@@ -32,19 +32,21 @@ def admin(b):
     return AdminClient({"bootstrap.servers": b.bootstrap})
 
 
-def create_topic(b, topic: str, partitions: int = 3) -> None:
+def create_topic(b, topic: str, partitions: int = 3, config: dict | None = None) -> None:
     from confluent_kafka.admin import NewTopic
 
     a = admin(b)  # keep the client alive until its futures resolve
-    for f in a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+    for f in a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                       config=config or {})]).values():
         f.result()
 
 
-def produce(b, topic: str, values: list[tuple[int, bytes]], txn: str | None = None, commit: bool = True):
+def produce(b, topic: str, values: list[tuple[int, bytes]], txn: str | None = None, commit: bool = True,
+            **settings):
     """Produce (partition, value) pairs; in one transaction when txn names a transactional id."""
     from confluent_kafka import Producer
 
-    conf = {"bootstrap.servers": b.bootstrap, "linger.ms": 5}
+    conf = {"bootstrap.servers": b.bootstrap, "linger.ms": 5, **settings}
     if txn:
         conf["transactional.id"] = txn
     p = Producer(conf)
@@ -618,3 +620,86 @@ def test_kafka_interval_interleaved_producers_markers_and_an_empty_hour_publish_
     for h in (0, 1, 2):
         run(h, f"h{h}-rerun")
         assert by_hour() == expected
+
+
+# A consumer that takes at most about 1 MB per response (what a pipeline's connection may set):
+# a record batch larger than that can never be received by it.
+SMALL_RECEIVE = {"receive.message.max.bytes": 1_000_000, "fetch.max.bytes": 500_000,
+                 "max.partition.fetch.bytes": 500_000, "message.max.bytes": 500_000}
+
+
+def _wait_decided(b, topic: str, end: int) -> None:
+    """Until the transactions' markers are written: the last stable offset reaches ``end``."""
+    wait_for(lambda: partition_offsets(b.bootstrap, topic)[0][1] == end, what=f"{topic} decided up to {end}")
+
+
+def test_a_read_accounts_for_every_offset_and_an_unreadable_record_is_never_retried_forever(broker):
+    """Issue 27: the reader skipped errored messages and asked again forever for a record it could
+    never receive. Now a read of [0, end) accounts for every offset: records delivered, records of an
+    aborted transaction (a read_uncommitted view delivers them), transaction markers, and a
+    record larger than the consumer's receive.message.max.bytes: a row of its own with the reason,
+    after a few tries, and the records after it are read. Its Arrow batches are bounded by bytes."""
+    from eobatch.sources.kafka.account import Account
+    from eobatch.sources.kafka.read import read_range
+
+    topic = "acct_read"
+    create_topic(broker, topic, 1, config={"max.message.bytes": "3000000"})
+    produce(broker, topic, [(0, b"a%d" % i) for i in range(3)])  # 0..2
+    produce(broker, topic, [(0, b"c%d" % i) for i in range(4)], txn="acct-c")  # 3..6, marker 7
+    produce(broker, topic, [(0, b"x%d" % i) for i in range(3)], txn="acct-x", commit=False)  # 8..10, marker 11
+    produce(broker, topic, [(0, b"B" * 1_500_000)], **{"message.max.bytes": 3_000_000})  # 12: too large to receive
+    produce(broker, topic, [(0, b"L" * 60_000) for _ in range(10)])  # 13..22: 600 kB of large records
+    _wait_decided(broker, topic, 23)
+
+    acct = Account(0, 23)
+    started = time.monotonic()
+    batches = list(read_range({"bootstrap.servers": broker.bootstrap, **SMALL_RECEIVE}, topic, 0, 0, 23,
+                              "read_committed", timeout=15, max_bytes=130_000, account=acct))
+    took = time.monotonic() - started
+    assert (acct.delivered, acct.aborted, acct.control, acct.unreadable) == (17, 3, 2, 1)
+    rows = [r for b in batches for r in b.to_arrow().to_pylist()]
+    assert [r["_kafka_offset"] for r in rows] == [0, 1, 2, 3, 4, 5, 6, *range(12, 23)]
+    big = rows[7]
+    assert big["raw"] is None and "receive.message.max.bytes" in big["_eo_unreadable"]
+    assert big["_eo_unreadable"].startswith(f"unreadable: {topic}/0 offset 12 ")
+    assert sorted(r["raw"] for r in rows if r["raw"] and not r["raw"].startswith(b"L")) == [
+        b"a0", b"a1", b"a2", b"c0", b"c1", b"c2", b"c3"]
+    # a batch ends once it holds 130 kB: 3 large records (a count bound of 5,000 takes all 23 at once)
+    assert [len(b.offsets) for b in batches] == [11, 3, 3, 1]
+    assert max(b.nbytes for b in batches) < 130_000 + 60_000
+    assert took < 15, took  # a few tries at offset 12, not the progress timeout (15 s)
+
+
+def test_transactions_and_a_record_too_large_to_receive_publish_with_every_offset_accounted(tmp_path, broker):
+    """Through the stage job (Spark), verify and commit: committed records published once, the
+    aborted transaction not, the record the consumer cannot receive quarantined at its offset,
+    and the stage summary's account of partition 0 adds up to its planned offsets."""
+    from eobatch.sources.kafka.client import CLIENT_ENV
+
+    topic = "acct_stage"
+    create_topic(broker, topic, 1, config={"max.message.bytes": "3000000"})
+    plain, committed, aborted = orders("p", 3), orders("c", 4), orders("x", 3)
+    produce(broker, topic, as_values(plain, 1))
+    produce(broker, topic, as_values(committed, 1), txn="acct-stage-c")
+    produce(broker, topic, as_values(aborted, 1), txn="acct-stage-x", commit=False)
+    produce(broker, topic, [(0, b'{"order_id": "big", "pad": "' + b"B" * 1_500_000 + b'"}')],
+            **{"message.max.bytes": 3_000_000})
+    produce(broker, topic, as_values(orders("q", 2), 1))
+    _wait_decided(broker, topic, 15)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="acct", extra_source="read_batch_bytes: 1000\n")
+    proto = p.protocol()
+    plan, _ = proto.plan()
+    assert plan.range["partitions"] == {"0": [0, 15]}
+    attempt = launch.new_attempt_id(1)
+    # the settings a pipeline's connection carries to the job (client.job_env)
+    r = stage(p, plan.batch_id, attempt, env={CLIENT_ENV: json.dumps(SMALL_RECEIVE)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+    assert published_ids(p) == collections.Counter(r["order_id"] for r in plain + committed + orders("q", 2))
+    q = read_rows(p.quarantine)
+    assert [(r["source"], r["position"], r["raw"]) for r in q] == [(f"{topic}/0", 12, None)]
+    assert q[0]["reason"].startswith(f"unreadable: {topic}/0 offset 12 ") and "receive.message.max.bytes" in q[0]["reason"]
+    entry = proto.ledger.stage_summary(plan.batch_id, attempt).source_positions["0"]
+    assert {k: entry[k] for k in ("records", "delivered", "aborted", "control", "unreadable", "slices")} == {
+        "records": 10, "delivered": 9, "aborted": 3, "control": 2, "unreadable": 1, "slices": [[0, 15]]}

@@ -14,7 +14,9 @@ The lines contract: one row per record, columns ``source`` (string: where it cam
 ``position`` (long: where in that source; ``locate`` may compute it only for the records that are
 quarantined, the only ones whose position is written), ``raw`` (string: a JSON object text, null for a
 tombstone) and any number of ``_``-prefixed metadata columns, which transforms may use and which
-are never published (``_eo_``-prefixed ones are the kind's own internals, hidden from transforms). Everything after the read (parse, schema check, quarantine, transform,
+are never published (``_eo_``-prefixed ones are the kind's own internals, hidden from transforms). A kind may
+add ``_eo_unreadable`` (string): for a record it could not read at that position (``raw`` null),
+why; the record is quarantined with that reason. Everything after the read (parse, schema check, quarantine, transform,
 manifests) is one code path for every kind.
 
 No pyspark and no Airflow at module level, here and in every kind's package.

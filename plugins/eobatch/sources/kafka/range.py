@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import LedgerMismatch
+from . import account
 
 if TYPE_CHECKING:
     from ...formats import StageSummary
@@ -79,24 +80,17 @@ class KafkaRange:
         return KafkaRange(self.topic, {p: (f, f) for p, (f, _t) in self.partitions.items()}, self.isolation_level, {})
 
     def check_stage(self, summary: StageSummary) -> list[str]:
-        """Every record read lies inside its partition's planned [from, to); none beyond the range."""
+        """Every offset of every planned partition accounted for (``account.problems``: delivered,
+        aborted, control or unreadable), the records read inside the range, none of another partition."""
         problems = []
         seen = summary.source_positions or {}
-        total = 0
-        for p, (count, lo, hi) in seen.items():
-            if p not in self.partitions:
-                problems.append(f"read partition {p}, which is not in the plan")
-                continue
-            f, t = self.partitions[p]
-            if count and (lo < f or hi >= t):
-                problems.append(f"partition {p}: read offsets {lo}..{hi}, outside the planned [{f}, {t})")
-            if count > t - f:
-                problems.append(f"partition {p}: read {count} records from {t - f} offsets")
-            total += count
+        problems += [f"read partition {p}, which is not in the plan" for p in sorted(set(seen) - set(self.partitions))]
+        for p, planned in sorted(self.partitions.items(), key=lambda x: int(x[0])):
+            problems += account.problems(p, planned, seen.get(p))
+        total = sum(e["records"] if isinstance(e, dict) else e[0] for p, e in seen.items() if p in self.partitions)
         if total != summary.rows_in:
             problems.append(f"records per partition add up to {total}, the job counted {summary.rows_in}")
         return problems
-
 
 def range_summary(rng: dict) -> str:
     return KafkaRange.from_json(rng).summary()
