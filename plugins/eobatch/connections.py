@@ -11,6 +11,7 @@ from typing import Any
 from .errors import TerminalError
 
 _reader: Callable[[str], dict[str, Any]] | None = None
+_masker: Callable[[str], str] | None = None  # the Airflow side's secrets masker (``register``)
 
 
 # the password of a URI: scheme://user:PASSWORD@host, up to the last "@" of the token (a password may
@@ -23,17 +24,14 @@ def scrub(text: str) -> str:
     (connection passwords, masked variables, S3 keys: ``mask_secret``) shown as ``***``, and the
     password of any URI in it too, parsed or not (``scheme://user:***@host``)."""
     text = URI_PASSWORD.sub(r"\1***@", str(text))
-    try:
-        from airflow.sdk.log import redact
-    except ImportError:  # the Spark job's side: no Airflow, nothing registered
-        return text
-    return str(redact(text))
+    return text if _masker is None else _masker(text)  # the Spark job's side: nothing registered
 
 
-def register(reader: Callable[[str], dict[str, Any]]) -> None:
-    """``reader(conn_id)``: the connection's extra as a mapping, its secrets masked."""
-    global _reader
-    _reader = reader
+def register(reader: Callable[[str], dict[str, Any]], masker: Callable[[str], str] | None = None) -> None:
+    """``reader(conn_id)``: the connection's extra as a mapping, its secrets masked; ``masker(text)``:
+    ``text`` with every secret the Airflow side knows of masked (``scrub``)."""
+    global _reader, _masker
+    _reader, _masker = reader, masker
 
 
 def extra(conn_id: str) -> dict[str, Any]:

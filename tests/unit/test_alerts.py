@@ -265,6 +265,6 @@ def test_a_connection_that_cannot_be_read_never_quotes_its_password():
     finally:
         from eobatch import airflow_conn
 
-        connections.register(airflow_conn.connection_extra)
+        connections.register(airflow_conn.connection_extra, airflow_conn.redact)
     assert "pa/ss" not in str(e.value) and "w0rd" not in str(e.value) and e.value.__cause__ is None
     assert "'kafka_prod' cannot be read" in str(e.value) and "kafka://svc:***@broker" in str(e.value)
