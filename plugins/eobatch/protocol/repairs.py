@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import faults
+from ..config import config_values
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
 from ..formats import STAGED, BatchPlan, RewindRecord
 from ..sources import source_for
@@ -131,7 +132,7 @@ class Repairs:
             pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
-            sink=self._sink_record(),
+            sink=self._sink_record(), config=config_values(self.cfg),
             notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
                    f"{rec.to_batch}'s start"] + notes,
         )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import faults
 from ..checkpoint import History, ReadSoFar
-from ..config import PipelineConfig
+from ..config import TABLE, PipelineConfig, config_edits, config_values
 from ..delta_sink import (
     CommitConflict,
     DeltaParticipant,
@@ -27,6 +27,7 @@ from ..errors import (
     BatchInFlight,
     CommitBlocked,
     ConcurrentPlan,
+    ConfigChanged,
     IntervalNotSettled,
     LedgerMismatch,
     ProtocolError,
@@ -148,6 +149,7 @@ class Protocol(Repairs):
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
+        self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         actions: list[str] = self._complete_rewinds()
         pending = None
@@ -219,9 +221,8 @@ class Protocol(Repairs):
         t0 = time.time()
         hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
         latest = hist.latest
-        if latest:
-            self._check_sink(self.ledger.require_plan(latest))
         versions = self.committed_versions()
+        self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         if self._undecided(latest, versions):
             pending = self.ledger.require_plan(latest)
@@ -275,7 +276,7 @@ class Protocol(Repairs):
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=self.last_late, sink=self._sink_record(),
+            late=self.last_late, sink=self._sink_record(), config=config_values(self.cfg),
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         if not self.ledger.put_plan(plan):
@@ -288,6 +289,40 @@ class Protocol(Repairs):
     def _sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
         return None if self.cfg.merge is None else self.cfg.sink_contract
+
+    def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                      plan: BatchPlan | None = None) -> None:
+        """A configuration edit is an event of the protocol (``config.CONTRACT``): refuse
+        (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
+        when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
+        if not batch_id:
+            return
+        plan = plan or self.ledger.require_plan(batch_id)
+        pending = True if versions is None else self._undecided(batch_id, versions)
+        edits = config_edits(plan.config, self.cfg, pending)
+        if edits:
+            raise ConfigChanged(self._edits_message(plan, edits, versions))
+        self._check_sink(plan)
+
+    def _edits_message(self, plan: BatchPlan, edits: list, versions: dict[str, int] | None) -> str:
+        b = plan.batch_id
+        what = "; ".join(f"{k} was {old!r} when batch {b} was planned and is now {new!r}" for k, _r, old, new in edits)
+        keys = ", ".join(k for k, *_ in edits)
+        text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
+        if any(role == TABLE for _k, role, *_ in edits):
+            return text + (f"These keys say what the rows of the tables mean and where they are: they cannot change "
+                           f"under tables that hold batches (they would publish wrong rows, or no batch could "
+                           f"commit again). Nothing was changed. Put the old values back, or give the pipeline a "
+                           f"new sink.table (and quarantine.table) to start new tables from the source's beginning")
+        versions = versions if versions is not None else self.committed_versions()
+        held = [p for p, v in versions.items() if v >= b]
+        text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
+                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. To proceed: "
+                 f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
+        if held:
+            return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
+        return text + (f"; or forget batch {b} (nothing of it is published): `make reset-batch PIPELINE={self.app_id} "
+                       f"BATCH={b}`, and the next run plans its range again under the new configuration")
 
     def _check_sink(self, plan: BatchPlan) -> None:
         """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
@@ -385,6 +420,7 @@ class Protocol(Repairs):
             raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        self._check_config(batch_id, plan=plan)
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
@@ -442,7 +478,7 @@ class Protocol(Repairs):
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
-        self._check_sink(plan)
+        self._check_config(batch_id, plan=plan)
         self._complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
