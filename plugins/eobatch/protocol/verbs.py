@@ -311,13 +311,13 @@ class Protocol(Repairs):
         text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
         if any(role == TABLE for _k, role, *_ in edits):
             return text + (f"These keys say what the rows of the tables mean and where they are: they cannot change "
-                           f"under tables that hold batches (they would publish wrong rows, or no batch could "
-                           f"commit again). Nothing was changed. Put the old values back, or give the pipeline a "
+                           f"under an existing table that holds batches (they would publish wrong rows, or no batch could "
+                           f"commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
                            f"new sink.table (and quarantine.table) to start new tables from the source's beginning")
         versions = versions if versions is not None else self.committed_versions()
         held = [p for p, v in versions.items() if v >= b]
         text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
-                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. To proceed: "
+                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. Repair: "
                  f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
         if held:
             return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"

@@ -60,7 +60,7 @@ def test_a_changed_sequence_by_is_refused_at_plan_naming_the_key_the_old_and_the
     proto = Protocol(after)
     for verb in (proto.recover, proto.plan):
         with pytest.raises(ConfigChanged, match=r"sink\.merge\.sequence_by was 'seq' when batch 1 was planned and "
-                                                r"is now 'seq2'.*cannot change under tables that hold batches"):
+                                                r"is now 'seq2'.*cannot change under an existing table"):
             verb()
     assert not Path(proto.layout.plan(2)).exists()
     assert run_next(Protocol(merge_cfg(make_cfg, tmp_path))) == 2  # put back: it goes on
@@ -83,7 +83,7 @@ def test_a_pending_batch_refuses_an_edit_of_a_key_it_depends_on_until_it_is_comm
             verb()
         msg = str(e.value)
         assert "max_record_bytes was 1048576 when batch 2 was planned and is now 4096" in msg, msg
-        assert "Batch 2 is PREPARED" in msg and "put the old value(s) back" in msg, msg
+        assert "Batch 2 is PREPARED" in msg and "Repair: put the old value(s) back" in msg, msg
         assert "make reset-batch PIPELINE=orders BATCH=2" in msg, msg
     assert DeltaTable(cfg.sink_table).transaction_version("orders") == 1
     assert run_next(Protocol(cfg)) is None  # the old value back: recover commits batch 2
