@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from ..storage import Storage
 
 
+def rewind_mark(app_id: str, key: str) -> str:
+    """The txn appId a table's RESTORE for rewind ``key`` carries (version 1): its durable record."""
+    return f"{app_id}.rewind.{key}"
+
+
 class Repairs:
     cfg: PipelineConfig
     app_id: str
@@ -167,11 +172,14 @@ class Repairs:
                 if found is None:
                     continue
                 rec = found
-                if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
+                tag = f"{self.app_id}:{rec.key}"
+                # the restore's own txn says it was done (a rewind restored before restores carried
+                # it is looked for in the table's history instead)
+                if part.restored(rewind_mark(self.app_id, rec.key)) or part.find_commit("eo.rewind", tag) is not None:
                     continue
                 try:
-                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
-                                                               "eo.rewind": f"{self.app_id}:{rec.key}"})
+                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
+                                     rewind_mark(self.app_id, rec.key))
                 except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
                     raise LedgerMismatch(
                         f"the rewind {rec.key} (to before batch {rec.to_batch}) cannot restore the {p} table "

@@ -59,6 +59,7 @@ from .state import ms as _ms
 from .state import utcnow
 
 log = logging.getLogger("eobatch")
+SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
 
 
 @dataclass
@@ -514,15 +515,7 @@ class Protocol(Repairs):
             faults.fail_point("commit.before_delta_commit")
             faults.crash_point("commit.before_delta_commit")
             try:
-                versions[participant] = part.commit(
-                    self.app_id, batch_id, prepared.adds[staged],
-                    schema_from_b64(prepared.arrow_schema[staged]),
-                    list(prepared.partition_by.get(staged, [])),
-                    commit_metadata(plan, prepared, participant), expected_prev=prev,
-                    replace=(replaces or {}).get(participant),
-                )
-            except SliceRewritten as e:
-                raise SliceRewritten(self._rewritten_message(plan, str(e), "commit")) from e
+                versions[participant], replaces = self._commit_replacing(plan, prepared, participant, prev, replaces)
             except CommitConflict as e:
                 log.info("%s", e)
                 if part.committed_version(self.app_id) >= batch_id:
@@ -546,6 +539,40 @@ class Protocol(Repairs):
             log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
                         "retries", batch_id, e)
         return rec
+
+    def _commit_replacing(self, plan: BatchPlan, prepared: PreparedBatch, participant: str, prev: int,
+                          replaces: dict[str, Replace] | None) -> tuple[int, dict[str, Replace] | None]:
+        """``participant``'s Delta commit of the batch; (its version, the replaces it used).
+
+        Interval mode: the files the batch replaces were computed before the commit's snapshot. A
+        compaction of the pipeline's own (``make maintain``) that lands in between rewrote some of
+        them: they are computed again (the compaction's record names the new ones) and the commit
+        is built again, up to ``SLICE_RECOMPUTES`` times (then CommitConflict: the task retries).
+        SliceRewritten only when the computation, done again, still names files that are gone:
+        another writer rewrote them."""
+        staged = self.inputs(participant)
+        part = self.participants[participant]
+        for n in range(SLICE_RECOMPUTES + 1):
+            try:
+                v = part.commit(self.app_id, plan.batch_id, prepared.adds[staged],
+                                schema_from_b64(prepared.arrow_schema[staged]),
+                                list(prepared.partition_by.get(staged, [])),
+                                commit_metadata(plan, prepared, participant), expected_prev=prev,
+                                replace=(replaces or {}).get(participant))
+                return v, replaces
+            except SliceRewritten as e:
+                fresh = self._replaces(plan)
+                if (fresh or {}).get(participant) == (replaces or {}).get(participant):
+                    held = [p for p in self.names if self.participants[p].committed_version(self.app_id) >= plan.batch_id]
+                    raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
+                if n == SLICE_RECOMPUTES:
+                    raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
+                                         f"by a compaction {n + 1} times while it was committed; the commit is "
+                                         f"retried") from e
+                log.info("%s: a compaction rewrote files batch %s replaces after they were computed; computed "
+                         "again, the commit is built again", participant, plan.batch_id)
+                replaces = fresh
+        raise AssertionError("unreachable")
 
     def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
                          seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
@@ -646,7 +673,7 @@ class Protocol(Repairs):
         if problems:
             raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
 
-    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str) -> str:
+    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str, held: list[str] | None = None) -> str:
         what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
                 "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
         text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
@@ -659,7 +686,11 @@ class Protocol(Repairs):
         late = [f for x in plan.late for f in x.get("files", [])]
         if late:
             text += f". The late files this batch would have published: {', '.join(late[:20])}"
-        if step == "commit":
+        if step == "commit" and held:
+            text += (f". The {', '.join(held)} table already holds batch {plan.batch_id}, so it cannot be planned "
+                     f"again. Repair: undo the other writer's rewrite named above (a Delta RESTORE of that table to the "
+                     f"version before it), then run again")
+        elif step == "commit":
             text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
                      f"published nowhere), then as above")
         return text

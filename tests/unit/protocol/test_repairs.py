@@ -190,3 +190,33 @@ def test_a_reset_after_the_tables_were_recreated_removes_the_checkpoints_of_the_
     assert proto.ledger.checkpoint_files() == []
     assert _batch(proto) == 1
     assert _published(proto) == sorted(f"o{i}" for i in range(40) if i % 10 < 2)
+
+
+def test_a_rewinds_restore_is_known_done_after_the_log_is_cleaned_up(make_cfg):
+    """Was: whether a table's RESTORE for a rewind was done was looked for in its last 200 commits
+    only; after a log cleanup (or 200 maintenance commits) the next recover restored it again,
+    taking every commit since (here another writer's append) away. The restore now carries its
+    own txn, which the table's state keeps through checkpoints and log cleanup."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 3))
+        assert _batch(proto) == i + 1
+    proto.rewind(2, run_id="ui")  # the tables are restored to before batch 2; batch 4 is reserved
+    for table in (cfg.sink_table, cfg.quarantine_table):  # a log cleanup: the RESTORE commit is forgotten
+        DeltaTable(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+        DeltaTable(table).create_checkpoint()
+        DeltaTable(table).cleanup_metadata()
+        assert all(h.get("operation") != "RESTORE" for h in DeltaTable(table).history())
+    schema = DeltaTable(cfg.sink_table).schema().to_arrow()
+    write_deltalake(cfg.sink_table, pa.Table.from_pylist([{"order_id": "other-writer"}], schema=pa.schema(schema)),
+                    mode="append")
+    version = DeltaTable(cfg.sink_table).version()
+    actions = Protocol(cfg).recover().actions
+    assert not [a for a in actions if "restored" in a], actions  # nothing restored again
+    assert DeltaTable(cfg.sink_table).version() == version
+    _drain(proto)
+    assert _published(proto) == sorted(["other-writer"] + [f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22)])
