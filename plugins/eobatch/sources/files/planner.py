@@ -205,6 +205,11 @@ class FilesSource:
         return changed_since_plan(rng)
 
 
+def gone_files(rng: dict) -> list[str]:
+    """The planned files of a range that are no longer in the landing zone (expired, moved)."""
+    return [f["path"] for f in rng.get("files", []) if storage_for(f["path"]).stat(f["path"]) is None]
+
+
 def changed_since_plan(rng: dict) -> list[str]:
     """Problems with a batch's planned files as they are now (gone, resized, rewritten, a link).
 
