@@ -330,8 +330,9 @@ def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> l
     that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
     now = config_values(cfg)
     roles = (TABLE, PENDING) if pending else (TABLE,)
-    return [(k, CONTRACT[k][0], recorded[k], now[k]) for k in sorted(recorded or {})
-            if k in CONTRACT and CONTRACT[k][0] in roles and recorded[k] != now[k]]
+    was = recorded or {}
+    return [(k, CONTRACT[k][0], was[k], now[k]) for k in sorted(was)
+            if k in CONTRACT and CONTRACT[k][0] in roles and was[k] != now[k]]
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:

@@ -311,10 +311,10 @@ class Protocol(Repairs):
         keys = ", ".join(k for k, *_ in edits)
         text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
         if any(role == TABLE for _k, role, *_ in edits):
-            return text + (f"These keys say what the rows of the tables mean and where they are: they cannot change "
-                           f"under an existing table that holds batches (they would publish wrong rows, or no batch could "
-                           f"commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
-                           f"new sink.table (and quarantine.table) to start new tables from the source's beginning")
+            return text + ("These keys say what the rows of the tables mean and where they are: they cannot change "
+                           "under an existing table that holds batches (they would publish wrong rows, or no batch could "
+                           "commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
+                           "new sink.table (and quarantine.table) to start new tables from the source's beginning")
         versions = versions if versions is not None else self.committed_versions()
         held = [p for p, v in versions.items() if v >= b]
         text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
