@@ -275,7 +275,8 @@ class Repairs:
                 f"gone from the landing zone (expired or moved since they were planned): {', '.join(lost[:20])}"
                 f"{' ...' if len(lost) > 20 else ''}; {consequence}. Nothing was changed. Repair: put the files back "
                 f"(same content) and ask again, or accept the loss: `make {verb} PIPELINE={self.app_id} {args} "
-                f"ACCEPT_LOSS=1` (the ledger records it under {join(self.layout.ledger, 'losses')}/)")
+                f"ACCEPT_LOSS=1`{' (or the run param accept_loss=true)' if verb == 'rewind' else ''} (the ledger "
+                f"records it under {join(self.layout.ledger, 'losses')}/)")
         return lost
 
     def _record_loss(self, verb: str, batches: list[int], files: list[str], run_id: str | None,
