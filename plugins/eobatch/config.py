@@ -284,8 +284,6 @@ def _source_value(attr: str):
 
 CONTRACT: dict[str, tuple[str, Any]] = {
     "name": (TABLE, lambda c: c.name),  # the tables' txn appId
-    "sink.table": (TABLE, lambda c: c.sink_table),  # the ledger lives under it: a new table is a new ledger
-    "quarantine.table": (TABLE, lambda c: c.quarantine_table),
     "sink.partition_by": (TABLE, lambda c: list(c.partition_by)),  # a Delta table's partitioning is fixed
     "sink.mode": (TABLE, lambda c: c.sink_mode),
     "sink.merge.keys": (TABLE, lambda c: list(c.merge.keys) if c.merge else None),
@@ -308,6 +306,10 @@ HARMLESS: dict[str, str] = {
     "description": "text for people",
     "schedule": "when runs start; a pending batch's interval is in its plan",
     "aws_conn_id": "credentials, not what is read or written",
+    # the tables' txn says what they hold: a table moved with the ledger under it goes on, a new empty one
+    # under an existing ledger is a gap that recover and plan refuse (LedgerMismatch)
+    "sink.table": "where the tables are, not what they mean",
+    "quarantine.table": "where the tables are, not what they mean",
     **{f"spark.{k}": "where and with what resources the stage job runs" for k in SPARK_KEYS},
     **{f"retries.{k}": "how often and how long a run tries" for k in RETRY_KEYS},
     **{f"alerts.{k}": "who is told what" for k in ALERT_KEYS},
