@@ -1264,3 +1264,26 @@ def test_found_a_zombie_of_a_reset_batch_does_not_publish_the_old_range(machine)
     m.run(1, [0, 0])  # the zombie stages the old plan 2; its verify fails (another plan)
     assert m.actors[1].phase == "failed"
 
+
+
+def test_found_a_changed_sequence_by_never_leaves_a_batch_prepared_and_uncommittable(monkeypatch):
+    """Issue 27: ``sink.merge.sequence_by`` was not in the sink contract; the edit was accepted and
+    the next batch was PREPARED and never committed (ArrowInvalid: No match for FieldRef.Name(seq2):
+    the tombstones table has the old column), every recover failing alike. Now its recover refuses
+    the edit (``_config_refused`` checks the message and undoes it) and the batch commits."""
+    mod = sys.modules[__name__]
+    monkeypatch.setattr(mod, "note", lambda *_a, **_k: None)
+    monkeypatch.setattr(mod, "event", lambda *_a, **_k: None)
+    m = MergeProtocolModel()
+    try:
+        m.land(3, 0, False)
+        _committed_batches(m, 1)
+        m.edit_config("sequence_by")
+        m.land(2, 0, False)
+        m.run(0, [0, 0, 0, 0, 0])  # recover refuses the edit; the operator undoes it
+        assert len(m.docs) == 1 and m.actors[0].phase == "idle"
+        _committed_batches(m, 1)
+        assert m._views()["sink"].txn == 2
+        m._drain()
+    finally:
+        m._release()
