@@ -567,13 +567,13 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _config_refused(self, a: Actor | None, e: ConfigChanged, verb: str) -> None:
         """A verb refused an edit of the pipeline file: the message names each key with its old
-        and new value and the repair; the operator follows it: undo the edit (the last one; a
-        refusal that remains undoes the one before at the next verb), or reset the pending batch
-        when the message offers it and nothing of it is published."""
+        and new value and the repair; the operator follows it: put back the values those keys had
+        when the batch was planned (read from its plan record), or reset the pending batch when
+        the message offers it and nothing of it is published."""
         msg = str(e)
         note(f"  {verb} refused the configuration: {msg}")
-        assert len(self.docs) > 1, f"the pipeline file as it was at the start is refused: {msg}"
-        assert re.search(r"\S+ was .+ when batch \d+ was planned and is now ", msg), f"no key, old and new value: {msg}"
+        named = re.findall(r"(?:: |; )([a-z_.]+) was .+? when batch (\d+) was planned and is now ", msg)
+        assert named, f"no key, old and new value: {msg}"
         assert "Repair: " in msg, f"no repair named: {msg}"
         m = REPAIR.search(msg)
         self.pending_race = None  # the repair runs with the pipeline paused (README): no other run acts during it
@@ -582,9 +582,17 @@ class ProtocolModel(RuleBasedStateMachine):
             event(f"config edit refused at {verb} -> reset-batch")
             moved = self.protocol("operator").reset(b)
             assert b in moved, f"reset({b}) as ConfigChanged said forgot {moved}"
-        else:
-            event(f"config edit refused at {verb} -> edit undone")
-            self.docs.pop()
+        else:  # put back the values the refused keys had when the batch was planned (from its record)
+            event(f"config edit refused at {verb} -> old values put back")
+            planned = _read_json_dir(self.sink / "_eo_ledger" / "plans")[int(named[0][1])]["config"]
+            doc = copy.deepcopy(self.docs[-1])
+            for key, _b in named:
+                *path, last = key.split(".")
+                node = doc
+                for k in path:
+                    node = node[k]
+                node[last] = planned[key]
+            self.docs.append(doc)
             self._use_config()
         if a is not None:
             self._drop(a, f"{verb} refused the configuration")
@@ -1280,8 +1288,8 @@ def test_found_a_changed_sequence_by_never_leaves_a_batch_prepared_and_uncommitt
         _committed_batches(m, 1)
         m.edit_config("sequence_by")
         m.land(2, 0, False)
-        m.run(0, [0, 0, 0, 0, 0])  # recover refuses the edit; the operator undoes it
-        assert len(m.docs) == 1 and m.actors[0].phase == "idle"
+        m.run(0, [0, 0, 0, 0, 0])  # recover refuses the edit; the operator puts the old value back
+        assert m.docs[-1] == m.docs[0] and m.actors[0].phase == "idle"
         _committed_batches(m, 1)
         assert m._views()["sink"].txn == 2
         m._drain()
