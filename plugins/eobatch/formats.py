@@ -312,6 +312,7 @@ class BatchPlan(Record):
     rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
     late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
+    config: dict | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
     format: int = FORMAT_VERSION
 
     @property

@@ -62,6 +62,9 @@ class NumbersKind:
     def job_env(self, source):
         return {}
 
+    def gone(self, rng):
+        return []
+
     def unreadable(self, rng, job):
         return []
 

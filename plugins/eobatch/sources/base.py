@@ -162,6 +162,10 @@ class SourceKind(Protocol):
     def range(self, data: dict) -> SourceRange:
         """The typed view of a range recorded in the ledger."""
 
+    def gone(self, rng: dict) -> list[str]:
+        """What of a recorded range is no longer in the source (a landing file expired since):
+        a repair that would read the range again names it (``Protocol.reset``, ``rewind``)."""
+
     def start_marker(self, rng: dict) -> dict | None:
         """An empty range at ``rng``'s first positions (where a rewind to it reads again from);
         None for a kind that is not position based."""

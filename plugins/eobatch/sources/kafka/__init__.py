@@ -52,6 +52,9 @@ class KafkaKind:
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return [] if job.get("bootstrap_servers") else ["the job spec names no Kafka bootstrap servers"]
 
+    def gone(self, rng: dict) -> list[str]:
+        return []  # records deleted by retention: the plan that reads them again fails (on_data_loss)
+
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
