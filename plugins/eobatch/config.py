@@ -319,6 +319,8 @@ HARMLESS: dict[str, str] = {
         "starting_offsets", "max_file_bytes", "isolation_level")},
     "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
     "source.consumer_timeout_seconds": "how long a read waits for progress",
+    "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",
+    "source.open_transaction_wait_seconds": "how long a plan waits for an open transaction; the range is in the plan",
 }
 
 
