@@ -98,19 +98,31 @@ def model_broker(log: Log):
 
 
 def stage_records(proto, batch_id: int, records) -> str:
-    """Stage a Kafka batch of ``proto`` from ``records`` (partition, offset, timestamp, raw bytes)
-    of its planned hull as a ``read_committed`` consumer reads them: the stage job's rule, without
-    Spark."""
+    """Stage a Kafka batch of ``proto`` from ``records`` (partition, offset, timestamp, raw bytes):
+    every record of its planned hull a ``read_committed`` consumer reads: the stage job's rule,
+    without Spark, with the job's offset account (``account.partition_entry``: the records that
+    no slice holds are ``outside``; the offsets no record was read at, aborted records and
+    markers, are counted as markers: verify checks only their sum)."""
+    from eobatch.sources.kafka.account import Account, partition_entry
+
     plan = proto.ledger.plan(batch_id)
     lines: list = []
-    positions: dict[str, list[int]] = {}
+    kept: dict[str, list[int]] = {}
+    read: dict[str, int] = {}
     for p, off, ts, raw in records:
+        read[str(p)] = read.get(str(p), 0) + 1
         name = owner(plan.range, p, off, ts)
         if name is None:
             continue
         lines.append((name, f"{plan.range['topic']}/{p}", off, raw))
-        n, a, b = positions.get(str(p), (0, off, off))
-        positions[str(p)] = [n + 1, min(a, off), max(b, off)]
+        n, a, b = kept.get(str(p), (0, off, off))
+        kept[str(p)] = [n + 1, min(a, off), max(b, off)]
+    positions = {}
+    for p, (f, t) in plan.range["partitions"].items():
+        n, lo, hi = kept.get(str(p), (0, None, None))
+        delivered = read.get(str(p), 0)
+        acct = Account(int(f), int(t), delivered=delivered, control=int(t) - int(f) - delivered)
+        positions[str(p)] = partition_entry(n, lo, hi, [acct] if int(t) > int(f) else [], delivered - n)
     return stage(proto, batch_id, lines=lines, source_positions=positions)
 
 
