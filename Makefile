@@ -161,12 +161,12 @@ ledger: venv
 	@source include/env.sh && python -m eobatch.cli ledger "$$PIPELINE" --format "$$FORMAT"
 
 reset-batch: venv
-	@test -n "$$BATCH" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id>" >&2; exit 2; }
-	@source include/env.sh && python -m eobatch.cli reset-batch "$$PIPELINE" "$$BATCH"
+	@test -n "$$BATCH" || { echo "usage: make reset-batch PIPELINE=<name> BATCH=<id> [ACCEPT_LOSS=1]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli reset-batch "$$PIPELINE" "$$BATCH" $${ACCEPT_LOSS:+--accept-loss}
 
 rewind: venv
-	@test -n "$$BATCH" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1]" >&2; exit 2; }
-	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" "$$BATCH" $${DRY_RUN:+--dry-run}
+	@test -n "$$BATCH" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1] [ACCEPT_LOSS=1]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" "$$BATCH" $${DRY_RUN:+--dry-run} $${ACCEPT_LOSS:+--accept-loss}
 
 maintain: venv
 	@test -n "$$PIPELINE" || { echo "usage: make maintain PIPELINE=<name>" >&2; exit 2; }

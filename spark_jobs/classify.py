@@ -2,7 +2,8 @@
 
 A record is valid when it is a JSON object (UTF-8, at most ``max_record_bytes``) whose fields fit
 the declared schema and whose required fields are present. Otherwise its ``reason`` names the
-first rule it breaks: null value (tombstone), too large, invalid UTF-8, malformed JSON / not a
+first rule it breaks: unreadable at the source (the kind's reader could not read the record at that
+position and says why in ``UNREADABLE``), null value (tombstone), too large, invalid UTF-8, malformed JSON / not a
 JSON object, a field of the wrong type, a missing required field.
 
 Cost: the typed parse runs once per record and decides the common case on its own (the "fast
@@ -19,6 +20,10 @@ fast path never accepts a record that the full rule list rejects, and gives the 
 from __future__ import annotations
 
 CORRUPT = "_corrupt_record"
+UNREADABLE = "_eo_unreadable"  # an optional column of the lines: why the source could not read the record
+# An optional column of the lines: the length of a record whose ``raw`` holds only its first bytes
+# (a line too long for the files reader to hold, eobatch.sources.files.read); null for the others.
+CUT_BYTES = "_eo_bytes"
 # Spark's default (allowNonNumericNumbers) reads a string naming NaN / an infinity ("NaN",
 # "-Infinity", "INF") into a float column, which is how JSON carries them; the same option also
 # lets the parser accept a bare NaN / Infinity token, which is not JSON. The fast path parses
@@ -56,11 +61,6 @@ def utf8_from_json(raw, schema, options: dict):
     return Column(cls.column(raw._jc, schema.json(), dict(options), spark.conf.get("spark.sql.session.timeZone")))
 
 
-# A kind's column of the records whose ``raw`` holds only their first bytes (a line too long for
-# the reader to hold, eobatch.sources.files.read): the record's length; null for the others.
-CUT_BYTES = "_eo_bytes"
-
-
 def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fast_path: bool = True):
     """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid).
     A record of ``CUT_BYTES`` bytes (when the kind gives that column) is too large by that length."""
@@ -70,7 +70,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
     schema = record_schema(ddl)
     typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
                          + [T.StructField(CORRUPT, T.StringType(), True)])
-    keep = [c for c in lines.columns if c not in ("raw", CUT_BYTES)]
+    own = [c for c in lines.columns if c in (UNREADABLE, CUT_BYTES)]  # a kind's columns read here, not kept
+    keep = [c for c in lines.columns if c != "raw" and c not in own]
     raw = F.col("raw")
     # the full rule list's parse; evaluated only for the records the fast path leaves to it
     rec = F.from_json(raw, typed, LENIENT)
@@ -97,6 +98,8 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
     )
     if missing:
         full = full.when(F.concat_ws("; ", *missing) != "", F.concat_ws("; ", *missing))
+    if UNREADABLE in lines.columns:  # before every other rule: there is no record to judge
+        full = F.when(F.col(UNREADABLE).isNotNull(), F.col(UNREADABLE)).otherwise(full)
     if not fast_path:
         return lines.select(*keep, "raw", rec.alias("rec"), full.alias("reason"))
     fast = F.col("_eo_fast")
@@ -104,8 +107,7 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
           & (size <= max_record_bytes) & F.is_valid_utf8(raw))
     for c in not_null:
         ok = ok & fast[c].isNotNull()
-    carried = [c for c in lines.columns if c == CUT_BYTES]  # read by ``size``, not kept
-    parsed = lines.select(*keep, *carried, "raw", utf8_from_json(raw, typed, STRICT).alias("_eo_fast"))
+    parsed = lines.select(*keep, "raw", *own, utf8_from_json(raw, typed, STRICT).alias("_eo_fast"))
     return parsed.select(*keep, "raw", F.when(ok, fast).otherwise(rec).alias("rec"),
                          F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
 

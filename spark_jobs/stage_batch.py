@@ -152,6 +152,10 @@ def run(spec: dict) -> dict:
         of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
                                         f"source string, {SLICE_COL} string")
         lines = lines.join(F.broadcast(of_file), "source")
+    by_time = getattr(kind, "interval_slices", None)
+    assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
+    if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others are not this batch's
+        lines, slices = assigned
     extra = [SLICE_COL] if slices else []
     classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"])),
                                         spec["schema"], list(spec["partition_by"]))

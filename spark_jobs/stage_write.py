@@ -39,10 +39,9 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
         import pyarrow as pa
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         from eobatch import faults
-        from eobatch.verify import writer_statistics
+        from eobatch.table_files import TableFileWriter
 
         ctx = pyspark.TaskContext.get()
         if ctx is None:  # mapInArrow calls this in a Spark task, which always has one
@@ -62,13 +61,9 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
                 full = fs.arrow_path(join(table_root, rel))
                 if fs.scheme == "file":
                     os.makedirs(os.path.dirname(full), exist_ok=True)
-                writers[key] = pq.ParquetWriter(full, schema, filesystem=afs, compression="snappy",
-                                                write_statistics=writer_statistics(schema))
-                files[key] = {"path": rel, "rows": 0,
-                              "partition_values": {c: partition_text(v) for c, v in zip(partition_by, key[n_slice:])},
-                              # float columns, until a NaN is written to them (see StagedFile)
-                              "nan_free": [f.name for f in schema if pa.types.is_float32(f.type)
-                                           or pa.types.is_float64(f.type)]}
+                writers[key] = TableFileWriter(full, schema, filesystem=afs)  # the product's statistics rules
+                files[key] = {"path": rel,
+                              "partition_values": {c: partition_text(v) for c, v in zip(partition_by, key[n_slice:])}}
             return writers[key]
 
         for rb in batches:
@@ -91,21 +86,19 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
             for key, part in parts:
                 data = part.drop_columns(path_cols) if path_cols else part
                 w = writer_for(key, data.schema)
-                w.write_table(data)
-                files[key]["rows"] += data.num_rows
-                files[key]["nan_free"] = [c for c in files[key]["nan_free"]
-                                          if not pc.any(pc.is_nan(data[c])).as_py()]
+                w.write(data)
                 total += data.num_rows
             faults.crash_point("stage.after_first_file")
         for w in writers.values():
             w.close()
         staged = []
-        for f in files.values():
+        for key, f in files.items():
             info = fs.stat(join(table_root, f["path"]))
             if info is None:  # the task fails and Spark runs it again
                 raise FileNotFoundError(f"{join(table_root, f['path'])}: staged file missing right after it was written")
-            staged.append(StagedFile(path=f["path"], size=info.size, rows=f["rows"],
-                                     partition_values=f["partition_values"], nan_free=f["nan_free"]).__dict__)
+            # nan_free: the float columns the writer saw no NaN in (see StagedFile)
+            staged.append(StagedFile(path=f["path"], size=info.size, rows=writers[key].rows,
+                                     partition_values=f["partition_values"], nan_free=writers[key].nan_free).__dict__)
         m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                               task_attempt=tattempt, rows=total, files=sorted(staged, key=lambda x: x["path"]))
         mfs = storage_for(layout.sink_table)

@@ -29,4 +29,11 @@ def connection_extra(conn_id: str) -> dict[str, Any]:
     return dict(extra)
 
 
-connections.register(connection_extra)
+def redact(text: str) -> str:
+    """``text`` with every value Airflow's secrets masker knows shown as ``***``."""
+    from airflow.sdk.log import redact as airflow_redact
+
+    return str(airflow_redact(text))
+
+
+connections.register(connection_extra, redact)

@@ -14,7 +14,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from . import airflow_conn, alerts, assets, driver_jvm, launch, metrics, s3conf  # noqa: F401 - airflow_conn: connections
+from . import airflow_conn, alerts, assets, driver_jvm, faults, launch, metrics, s3conf  # noqa: F401 - airflow_conn
 from .batch_run import BatchRun, Report
 from .config import load_pipeline
 from .errors import EobatchError
@@ -193,21 +193,89 @@ def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
     return batch_id is not None and batch_id > 0 and proto.ledger.committed(batch_id) is None
 
 
-def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committed) -> list[dict]:
-    """One asset event per published table of a batch this task has just committed (its ledger
-    records), added through the pipeline's alias (``assets``): the sink table's asset (the
-    contract's) and the quarantine's, each with its table's Delta version. Airflow records them
-    when this task instance succeeds. Returns the extras (the sink's first)."""
+def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committed,
+                      only: set[str] | None = None, late: bool = False) -> list[dict]:
+    """One asset event per published table of a committed batch (its ledger records), added through
+    the pipeline's alias (``assets``): the sink table's asset (the contract's) and the quarantine's,
+    each with its table's Delta version. Airflow records them when this task instance succeeds.
+    ``only``: those tables only; ``late``: the batch was committed by an earlier task that died
+    before Airflow stored its events (``emit_missing_events``), said in the extra. Returns the
+    extras (the sink's first)."""
     batch_id = plan.batch_id
     tables = {"sink": cfg.sink_table, "quarantine": cfg.quarantine_table}
     extras = assets.batch_extras(cfg.name, tables, plan, prepared, committed)
     alias = assets.batch_alias(cfg.name)
     events = context["outlet_events"][alias]
+    out = []
     for participant, extra in extras.items():
+        if only is not None and participant not in only:
+            continue
+        if late:
+            extra["emitted_late"] = True
         events.add(assets.table_asset(tables[participant]), extra=extra)
-        task.log.info("asset event: batch %s of %s, %s table %s at Delta version %s", batch_id, cfg.name,
-                      participant, extra["table_uri"], extra["delta_version"])
-    return list(extras.values())
+        task.log.info("asset event%s: batch %s of %s, %s table %s at Delta version %s",
+                      " (late: its committing task died before Airflow stored its events)" if late else "",
+                      batch_id, cfg.name, participant, extra["table_uri"], extra["delta_version"])
+        out.append(extra)
+    return out
+
+
+EVENTS_LOOKED_AT = 16  # the pipeline's newest asset events read to find those of its newest batch
+
+
+def emitted_tables(context, pipeline: str, batch_id: int) -> set[str] | None:
+    """The tables whose asset event for ``batch_id`` Airflow holds, read from Airflow's own asset
+    events (its metadata database, through the Task SDK's ``inlet_events``: the task declares the
+    pipeline's alias as an inlet too): the newest ``EVENTS_LOOKED_AT`` events added through the
+    alias. Only called for the pipeline's newest committed batch, whose events, when stored, are the
+    newest (batches commit one after another). None when this task cannot read them."""
+    try:
+        accessor = context["inlet_events"][assets.batch_alias(pipeline)]
+    except (KeyError, TypeError):
+        return None
+    found = set()
+    for event in accessor.ascending(False).limit(EVENTS_LOOKED_AT):
+        extra = event.extra or {}
+        if extra.get("pipeline") == pipeline and extra.get("batch_id") == batch_id:
+            found.add(str(extra.get("table")))
+    return found
+
+
+def _run_is_here(context, dag_id: str, run_id: str | None) -> bool:
+    """Does this Airflow hold DAG run ``run_id`` (Task SDK ``get_dr_count``)?"""
+    if not run_id:
+        return False
+    return context["ti"].get_dr_count(dag_id=dag_id, run_ids=[run_id]) > 0
+
+
+def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: int) -> list[dict]:
+    """``batch_id`` is COMMITTED, its record written by an earlier call: a commit (or recover) task
+    killed after that write and before Airflow stored its success lost the batch's events (Airflow
+    stores a task's events with its success). Emitted here, once: only the tables whose event
+    Airflow does not hold (``emitted_tables``), and only for a batch planned by a DAG run of this
+    Airflow (the batches of another Airflow, `make demo`'s say, are that Airflow's to announce).
+    A task that dies before its own success stores nothing either, so its retry (or the next run's
+    recover) decides again from what Airflow holds."""
+    if not task.outlets:
+        return []
+    cfg, led = proto.cfg, proto.ledger
+    have = emitted_tables(context, cfg.name, batch_id)
+    if have is None:
+        task.log.warning("asset events: this task cannot read Airflow's asset events (no inlet_events); "
+                         "batch %s is not announced again", batch_id)
+        return []
+    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
+    if plan is None or committed is None:
+        return []
+    missing = {p for p in committed.delta_versions if p not in have}
+    if not missing:
+        task.log.info("asset events: Airflow holds those of batch %s already: none emitted again", batch_id)
+        return []
+    if not _run_is_here(context, task.dag_id, plan.run_id):
+        task.log.info("asset events: batch %s was planned by run %s, which this Airflow does not hold: its "
+                      "events are that Airflow's to emit", batch_id, plan.run_id)
+        return []
+    return emit_batch_events(task, context, cfg, plan, prepared, committed, only=missing, late=True)
 
 
 class RecoverOperator(BaseOperator):
@@ -215,7 +283,8 @@ class RecoverOperator(BaseOperator):
 
     A batch whose commit this task completes (PREPARED by an earlier run that did not commit it, or
     committed in every table by a commit that died before the ledger's COMMITTED record) gets its
-    metrics and asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task."""
+    metrics and asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task;
+    so does a newest batch COMMITTED whose events Airflow does not hold (``emit_missing_events``)."""
 
     ui_color = "#f3e5f5"
 
@@ -230,6 +299,10 @@ class RecoverOperator(BaseOperator):
         report = _step(self, "recover", run.recover)
         if open_before and not _uncommitted(run.proto, latest):
             _published(self, context, run.proto, latest)
+        elif (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
+              and run.proto.ledger.committed(latest)):
+            emit_missing_events(self, context, run.proto, latest)
+        faults.crash_point("recover.before_task_success")
         return report.value
 
 
@@ -360,7 +433,8 @@ class CommitOperator(BaseOperator):
     already COMMITTED (a cleared task, a batch the next run's recover committed first): the ledger's
     record is put-if-absent, so exactly one call per batch writes it. A commit task that dies after
     that write and before Airflow records its success loses the events (they are Airflow's, written on
-    success); the ledger and the Delta log stay the truth."""
+    success): its retry, or the next run's recover, emits them then (``emit_missing_events``, decided from
+    the asset events Airflow holds)."""
 
     ui_color = "#c8e6c9"
 
@@ -378,7 +452,9 @@ class CommitOperator(BaseOperator):
         if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
             _published(self, context, run.proto, batch_id)
         elif not open_before and not run.params.dry_run:
-            self.log.info("commit: batch %s was already COMMITTED before this task: no asset event", batch_id)
+            self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
+            emit_missing_events(self, context, run.proto, batch_id)
+        faults.crash_point("commit.before_task_success")
         return report.value
 
 

@@ -21,12 +21,14 @@ An alert's text reaches them in the template context as ``alert`` (``alert.subje
 ``alert.text``, ``alert.html``, ``alert.kind``, ``alert.pipeline``, ``alert.url``,
 ``alert.run_id``): the e-mail notifier is ``SmtpNotifier(subject="{{ alert.subject }}",
 html_content="{{ alert.html }}")``. The text itself is never evaluated as a template (an error
-message quoting a record cannot inject one). Sending never fails a task; a notifier that
-fails is logged.
+message quoting a record cannot inject one), and it goes through Airflow's secrets masker first
+(``connections.scrub``: the values it knows, and any URI's password, as ``***``). Sending never
+fails a task; a notifier that fails is logged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import logging
 import time
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import ConfigError, Notifier, PipelineConfig, load_pipeline
+from .connections import scrub
 
 log = logging.getLogger(__name__)
 SUBJECT_PREFIX = "[eobatch]"
@@ -57,6 +60,11 @@ class Alert:
         body = "".join(f"<p>{html.escape(line)}</p>" for line in self.lines)
         link = f'<p><a href="{html.escape(self.url)}">Batch ledger of {html.escape(self.pipeline)}</a></p>'
         return body + (link if self.url else "")
+
+    def masked(self) -> Alert:
+        """The alert as notifiers see it: every line and the subject through ``scrub``."""
+        return dataclasses.replace(self, subject=scrub(self.subject), lines=tuple(scrub(x) for x in self.lines),
+                                   run_id=None if self.run_id is None else scrub(self.run_id))
 
     def template_value(self) -> dict[str, Any]:
         return {"kind": self.kind, "pipeline": self.pipeline, "subject": self.subject, "text": self.text,
@@ -103,7 +111,8 @@ def check_notifiers(cfg: PipelineConfig) -> None:
 
 
 def send(cfg: PipelineConfig, alert: Alert, context: Any = None) -> int:
-    """``alert`` to every notifier of ``cfg``; how many took it. Never raises."""
+    """``alert`` to every notifier of ``cfg``, masked (``Alert.masked``); how many took it. Never raises."""
+    alert = alert.masked()
     ctx = dict(context or {})
     ctx["alert"] = alert.template_value()
     log.warning("alert %s: %s", alert.kind, alert.subject)
@@ -115,7 +124,7 @@ def send(cfg: PipelineConfig, alert: Alert, context: Any = None) -> int:
             sent += 1
         except Exception as e:  # noqa: BLE001 - alerts must not fail the task that sends them
             log.error("alert %s not sent by %s (%s: %s)", alert.kind, spec.notifier or "SmtpNotifier",
-                      type(e).__name__, e)
+                      type(e).__name__, scrub(str(e)))
     return sent
 
 

@@ -31,7 +31,8 @@ def _iso(ms: int) -> str:
 
 
 def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
-            kafka_timeout: float = 5.0, count_records: bool = True) -> dict[str, Any]:
+            kafka_timeout: float = 5.0, count_records: bool = True,
+            count_files_limit: int | None = None) -> dict[str, Any]:
     """The backlog of ``proto``'s pipeline (a ``Protocol``), as a JSON-able dict:
 
     ``kind``; ``files`` and ``bytes`` (files-like kinds); ``records`` (None when not counted);
@@ -40,7 +41,9 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
     something does, None: not known); ``notes``: how each figure was obtained or
     why it is missing. A source that cannot be read now gives ``error`` instead of figures (a
     Kafka broker: after ``kafka_timeout`` seconds). ``count_records=False``: a files-like source's
-    records are not counted at all (no line counting, no Parquet footer read): the listing only.
+    records are not counted at all (no line counting, no Parquet footer read): the listing only;
+    ``count_files_limit``: nor when more files than that are not yet planned (a footer or a line
+    count each).
     """
     from .sources import source_for
 
@@ -53,13 +56,15 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
         source = source_for(cfg)
         read = proto._read_so_far()  # what the next plan would start from (the planner's own view)
         if hasattr(source, "list_landing"):
-            _landing(proto, source, read, out, count_bytes_limit if count_records else None)
+            _landing(proto, source, read, out, count_bytes_limit if count_records else None, count_files_limit)
         elif cfg.source.kind == "kafka":
             _kafka(cfg, read, out, kafka_timeout)
         else:
             out["notes"].append(f"the backlog of a {cfg.source.kind!r} source is not known to this page")
     except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
-        out["error"] = f"{type(e).__name__}: {e}"
+        from .connections import scrub
+
+        out["error"] = scrub(f"{type(e).__name__}: {e}")  # shown on the page: never a connection's password
         return out
     oldest = out.pop("_oldest_ms", None)
     if oldest is not None:
@@ -68,12 +73,16 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
     return out
 
 
-def _landing(proto, source, read, out: dict, count_bytes_limit: int | None) -> None:
+def _landing(proto, source, read, out: dict, count_bytes_limit: int | None,
+             count_files_limit: int | None = None) -> None:
     """``count_bytes_limit`` None: records are not counted."""
     pending = [f for f in source.list_landing() if read.consumed(f.path) is None]
     out["files"], out["bytes"] = len(pending), sum(f.size for f in pending)
     if count_bytes_limit is None:
         out["notes"].append("records not counted (not asked)")
+    elif count_files_limit is not None and len(pending) > count_files_limit:
+        out["notes"].append(f"records not counted: {len(pending)} files not yet planned (the page counts the "
+                            f"records of at most {count_files_limit} files)")
     elif proto.cfg.source.kind == "parquet" or out["bytes"] <= count_bytes_limit:  # parquet: footers only
         try:
             out["records"] = sum(source._entry(f)["records"] for f in pending)  # the planner's own count
@@ -108,11 +117,15 @@ def _kafka(cfg, read, out: dict, timeout: float) -> None:
     parts = {}
     for p, (low, high) in sorted(offsets.items()):
         if prev is not None and prev.get("topic") == src.topic:
-            start = int(prev.get("partitions", {}).get(str(p), [0, 0])[1])
+            start = int((prev.get("scan") or prev.get("partitions", {})).get(str(p), [0, 0])[1])  # scan: interval mode
         else:
             start = low if src.starting_offsets == "earliest" else high
         parts[str(p)] = max(0, high - max(start, low))
     out["partitions"], out["records"] = parts, sum(parts.values())
     out["notes"].append(f"records: end offsets of topic {src.topic!r} minus where the newest plan stopped")
+    pending = (prev or {}).get("pending") or {}
+    if pending:  # interval mode: records read already, kept for intervals that have not run
+        out["notes"].append(f"{sum(c.get('records') or 0 for c in pending.values())} record(s) read for "
+                            f"{len(pending)} interval(s) that have not run yet are waiting for their runs")
     out["notes"].append("age of the oldest unpublished record: not known (a Kafka record's timestamp is only "
                         "known by reading it, which this page does not do)")

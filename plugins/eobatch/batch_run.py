@@ -49,7 +49,8 @@ class BatchRun:
         p = self.params
         rec = self.proto.recover(run_id=self.run_id, commit_prepared=not p.dry_run)
         rewind = (self.proto.rewind(p.rewind_to_batch, run_id=self.run_id, dry_run=p.dry_run,
-                                    max_records=p.max_records_per_batch) if p.rewind_to_batch else [])
+                                    max_records=p.max_records_per_batch, accept_loss=p.accept_loss)
+                  if p.rewind_to_batch else [])
         r = Report(lines=[f"run {self.run_id}, params {p}"] + rec.actions + rewind,
                    value={"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
                           "actions": rec.actions + rewind})

@@ -561,20 +561,29 @@ class History:
     def _replace_sources(self, plan: BatchPlan, held: int) -> list[tuple[BatchPlan, PreparedBatch]]:
         chosen: dict[int, tuple[BatchPlan, PreparedBatch]] = {}
         for name in sorted(plan.slices()):
-            ids = {p.batch_id for p in self.kept_tail() if name in p.slices()}
-            key = "s:" + name
-            v = self._index(lambda ix: ix.get(key))  # noqa: B023 - called right here
-            if v is not None:
-                ids.update(int(b) for b in v[0])
-            for b in sorted((b for b in ids if b < plan.batch_id and b <= held), reverse=True):
-                if b in chosen:
-                    break
-                prepared = self.prepared(b)
-                held_plan = self.plan(b) if prepared is not None else None
-                if prepared is not None and held_plan is not None:
-                    chosen[b] = (held_plan, prepared)
-                    break
+            found = self._publisher(name, min(held, plan.batch_id - 1))
+            if found is not None:
+                chosen.setdefault(found[0].batch_id, found)
         return list(chosen.values())
+
+    def slice_holder(self, name: str, held: int) -> BatchPlan | None:
+        """The plan of the newest committed live batch up to ``held`` that published slice
+        ``name`` (interval mode: what a re-run or a late record republishes from); None if none."""
+        found = self._query(lambda: self._publisher(name, held))
+        return found[0] if found is not None else None
+
+    def _publisher(self, name: str, upto: int) -> tuple[BatchPlan, PreparedBatch] | None:
+        ids = {p.batch_id for p in self.kept_tail() if name in p.slices()}
+        key = "s:" + name
+        v = self._index(lambda ix: ix.get(key))
+        if v is not None:
+            ids.update(int(b) for b in v[0])
+        for b in sorted((b for b in ids if b <= upto), reverse=True):
+            prepared = self.prepared(b)
+            held_plan = self.plan(b) if prepared is not None else None
+            if prepared is not None and held_plan is not None:
+                return held_plan, prepared
+        return None
 
     # -- writing the next checkpoint ---------------------------------------------------------
     def next_checkpoint(self, held: int) -> tuple[Checkpoint, dict[str, bytes]] | None:

@@ -198,6 +198,8 @@ def main(argv=None) -> int:
     wp.add_argument("pipeline")
     wp.add_argument("batch", type=int)
     wp.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
+    wp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the rewound "
+                                                               "batches are gone (the ledger records the loss)")
     mp = sub.add_parser("maintain", help="one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
                                           "<name>_maintenance DAG)")
     mp.add_argument("pipeline")
@@ -209,6 +211,8 @@ def main(argv=None) -> int:
     rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
+    rp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the forgotten "
+                                                               "batches are gone (the ledger records the loss)")
     ap_ = sub.add_parser("class-archive", help="build the stage job's JVM class-data archive (make setup runs it): "
                                               "one small stage job, a faster start for every later one")
     ap_.add_argument("--master", default="local[*]")
@@ -295,11 +299,12 @@ def _command(args) -> int:
             return 2
         return 0
     if args.cmd == "rewind":
-        for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run):
+        for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run,
+                                 accept_loss=args.accept_loss):
             print(line)
         return 0
     if args.cmd == "reset-batch":
-        moved = proto.reset(args.batch)
+        moved = proto.reset(args.batch, accept_loss=args.accept_loss)
         print(f"forgot batches {moved}: archived under {proto.layout.ledger}/archive/; the next run plans "
               f"them again from the end of batch {args.batch - 1}")
         return 0

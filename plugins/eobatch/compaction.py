@@ -29,16 +29,18 @@ import uuid
 from collections.abc import Callable
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from .formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of
 from .protocol.state import utcnow
 from .storage import join
+from .table_files import TableFileWriter, add_action
 
 log = logging.getLogger(__name__)
 DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long
 LANDED = ".landed"  # beside a record whose commit landed
+ROW_GROUP_BYTES = 64 << 20  # a compacted file's row groups: about this much Arrow data each
+CONTINUOUS = "continuous"  # eo_compacted/continuous/<token>/: the files of a compaction of a whole table
 
 
 def records(proto, batch_id: int, participant: str, slice_: str) -> list[tuple[str, SliceCompaction]]:
@@ -144,32 +146,13 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
-    from .verify import footer_stats
-
     fs = proto.fs_for(participant)
     root = proto.layout.table(participant)
-    afs = fs.arrow_fs()
     token = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:12]
-    schema = pa.schema(dt.schema().to_arrow())
-    pcols = set(dt.metadata().partition_columns)
-    data_schema = pa.schema([f for f in schema if f.name not in pcols])
     added, removed = [], []
     for i, group in enumerate(small):
-        parts = [pq.read_table(fs.arrow_path(join(root, p)), filesystem=afs) for p in group]
-        rows = pa.concat_tables(parts, promote_options="default")
-        rows = rows.select([n for n in data_schema.names if n in rows.column_names])
         rel = f"{proto.layout.compacted_rel(b, s, token)}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
-        full = join(root, rel)
-        fs.makedirs(full.rsplit("/", 1)[0])
-        pq.write_table(rows, fs.arrow_path(full), filesystem=afs, compression="snappy")
-        info = fs.stat(full)
-        if info is None:
-            raise RuntimeError(f"{full}: written but not found")
-        nan_free = [f.name for f in rows.schema if pa.types.is_floating(f.type)
-                    and not pc.any(pc.is_nan(rows[f.name])).as_py()]
-        meta = pq.ParquetFile(fs.arrow_path(full), filesystem=afs).metadata
-        added.append({"path": rel, "size": info.size, "partition_values": live[group[0]]["partition_values"],
-                      "modification_time": info.mtime_ms, "stats": footer_stats(meta, schema, nan_free)})
+        added.append(rewrite(fs, root, dt, group, rel, live[group[0]]["partition_values"]))
         removed += group
     files = sorted((current - set(removed)) | {a["path"] for a in added})
     rec = SliceCompaction(pipeline=proto.cfg.name, batch_id=b, participant=participant, slice=s,
@@ -195,6 +178,121 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
     _mark_landed(proto, path)
     log.info("%s: slice %s of batch %s: %d file(s) compacted into %d", participant, s, b, len(removed), len(added))
     return len(removed), len(added)
+
+
+def rewrite(fs, root: str, dt, group: list[str], rel: str, partition_values: dict) -> dict:
+    """Rewrite the rows of table files ``group`` (paths relative to ``root``, the table ``dt``)
+    into one file ``rel``, file by file (memory holds about one row group, ``ROW_GROUP_BYTES``), with the
+    product's statistics rules (``table_files``); returns its AddFile, stats from its footer."""
+    schema = pa.schema(dt.schema().to_arrow())
+    pcols = set(dt.metadata().partition_columns)
+    afs = fs.arrow_fs()
+    sources = [pq.ParquetFile(fs.arrow_path(join(root, p)), filesystem=afs) for p in group]
+    # the columns the files hold (a column added by schema evolution is missing from older ones)
+    data = pa.unify_schemas([pf.schema_arrow for pf in sources], promote_options="permissive")
+    data = pa.schema([f for f in data if f.name not in pcols])
+    full = join(root, rel)
+    fs.makedirs(full.rsplit("/", 1)[0])
+    w = TableFileWriter(fs.arrow_path(full), data, filesystem=afs, row_group_bytes=ROW_GROUP_BYTES)
+    try:
+        for pf in sources:
+            for rb in pf.iter_batches():
+                t = pa.Table.from_batches([rb])
+                for f in data:
+                    if f.name not in t.column_names:
+                        t = t.append_column(f, pa.nulls(t.num_rows, f.type))
+                w.write(t.select(data.names).cast(data))
+    finally:
+        w.close()
+    info = fs.stat(full)
+    if info is None:
+        raise RuntimeError(f"{full}: written but not found")
+    meta = pq.ParquetFile(fs.arrow_path(full), filesystem=afs).metadata
+    return add_action(meta, schema, w.nan_free, path=rel, size=info.size, partition_values=partition_values,
+                      modification_time=info.mtime_ms)
+
+
+def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
+    """Continuous mode (and a merge sink's tables): bin-pack, per partition, the live files smaller
+    than ``target_bytes`` into files of about that size, each written by ``rewrite`` (so the new
+    files keep the statistics promise, unlike delta-rs OPTIMIZE, whose stats round decimals
+    through a double and whose footers ignore NaN), swapped in one commit (``dataChange=false``).
+
+    The commit restates ``txn(<pipeline>.compaction, n+1)``: delta-rs refuses a second compaction
+    built on the same snapshot (two passes would otherwise both land, and the rows twice). A
+    batch commit racing it is an append: both land, either order. A MERGE that read a file it
+    removes is refused by delta-rs and built again (``merge_sink``); a MERGE that removed a file
+    first makes this commit fail: given up for the next pass.
+    Returns {"files_removed": r, "files_added": a, "notes": [...]}."""
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+
+    out: dict = {"files_removed": 0, "files_added": 0, "notes": []}
+    fs = proto.fs_for(participant)
+    root = proto.layout.table(participant)
+    t = pa.table(dt.get_add_actions(flatten=False))
+    out["dead_files_removed"] = _sweep_uncommitted(fs, root, set(t.column("path").to_pylist()))
+    if t.num_rows == 0:
+        return out
+    pvs = t.column("partition").to_pylist() if "partition" in t.column_names else [None] * t.num_rows
+    by_partition: dict[tuple, list[dict]] = {}
+    for path, size, mtime, pv in zip(t.column("path").to_pylist(), t.column("size_bytes").to_pylist(),
+                                     t.column("modification_time").to_pylist(), pvs):
+        if int(size) >= target_bytes:
+            continue
+        values = {k: partition_text(v) for k, v in (pv or {}).items()}
+        by_partition.setdefault(tuple(sorted(values.items())), []).append(
+            {"path": path, "size": int(size), "mtime": mtime, "partition_values": values})
+    bins: list[list[dict]] = []
+    for files in by_partition.values():
+        current: list[dict] = []
+        for f in sorted(files, key=lambda f: (f["mtime"], f["path"])):  # in the order they were written
+            if current and sum(x["size"] for x in current) + f["size"] > target_bytes:
+                bins.append(current)
+                current = []
+            current.append(f)
+        bins.append(current)
+    bins = [b for b in bins if len(b) > 1]
+    if not bins:
+        return out
+    token = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:12]
+    now = int(time.time() * 1000)
+    actions: list = []
+    added = []
+    for i, group in enumerate(bins):
+        rel = f"{COMPACTED_DIR}/{CONTINUOUS}/{token}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
+        added.append(rewrite(fs, root, dt, [f["path"] for f in group], rel, group[0]["partition_values"]))
+        actions += [RemoveAction(f["path"], False, now, f["size"], f["partition_values"]) for f in group]
+    actions += [AddAction(a["path"], a["size"], a["partition_values"], a["modification_time"], False, a["stats"])
+                for a in added]
+    app = f"{proto.app_id}.compaction"
+    try:
+        dt.create_write_transaction(actions, mode="append", schema=dt.schema(),
+                                    partition_by=list(dt.metadata().partition_columns) or None,
+                                    commit_properties=CommitProperties(
+                                        custom_metadata={"eo.maintenance": proto.cfg.name, "eo.compacted": token},
+                                        app_transactions=[Transaction(app, (dt.transaction_version(app) or 0) + 1)]))
+    except CommitFailedError as e:
+        for a in added:
+            fs.delete(join(root, a["path"]))
+        out["notes"].append(f"{participant}: compaction lost to a concurrent commit ({e}); left for the next pass")
+        return out
+    out["files_removed"] = sum(len(b) for b in bins)
+    out["files_added"] = len(added)
+    log.info("%s: %d file(s) compacted into %d", participant, out["files_removed"], out["files_added"])
+    return out
+
+
+def _sweep_uncommitted(fs, root: str, live: set[str], older_than_s: float = DEAD_AFTER_S) -> int:
+    """Files of ``compact_table`` that no commit added (a pass that died before its commit),
+    once older than ``older_than_s`` (a pass in flight is younger). Returns how many."""
+    removed = 0
+    cutoff = time.time() - older_than_s
+    for f in fs.list_files(join(root, COMPACTED_DIR, CONTINUOUS)):
+        if f.path[len(root):].strip("/") not in live and f.mtime_ms / 1000 <= cutoff:
+            fs.delete(f.path)
+            removed += 1
+    return removed
 
 
 def _mark_landed(proto, record_path: str) -> None:
@@ -273,4 +371,4 @@ def _tag(batch_id: int, slice_: str, record_path: str) -> str:
     return f"batch {batch_id} {slice_} {record_path.rsplit('/', 1)[-1].removesuffix('.json')}"
 
 
-__all__ = ["compact_slices", "current_slice_files", "records", "sweep_dead"]
+__all__ = ["compact_slices", "compact_table", "current_slice_files", "records", "rewrite", "sweep_dead"]

@@ -259,6 +259,86 @@ CLASS_NOTIFIER_KEYS = {"notifier", "args"}
 RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_seconds", "plan_wait_seconds"}
 
 
+# -- a configuration edit is an event of the protocol ---------------------------------------------
+# Every key of a pipeline YAML has one of three roles, defined here once (a test enumerates every key
+# the loader accepts and checks it has one). Each plan records the values of the TABLE and PENDING
+# keys (``BatchPlan.config``); plan, recover, verify and commit compare them with the file's now
+# (``config_edits``) and refuse (``ConfigChanged``), naming the key, the old and the new value:
+#   TABLE    what the tables' rows mean and where they are: fixed while the tables hold batches
+#   PENDING  what a batch is staged, verified or committed with: a batch that is PLANNED, STAGED or
+#            PREPARED finishes under the values that planned it (the edit waits until it has)
+#   FREE     read only when a batch is planned or scheduled, or by no batch at all (the reason says)
+TABLE, PENDING = "table", "pending"
+
+
+def _merge_value(attr: str):
+    def get(c: PipelineConfig):
+        v = getattr(c.merge, attr) if c.merge is not None else None
+        return [list(a) for a in v] if attr == "accumulate" and v is not None else v
+    return get
+
+
+def _source_value(attr: str):
+    return lambda c: getattr(c.source, attr, None)
+
+
+CONTRACT: dict[str, tuple[str, Any]] = {
+    "name": (TABLE, lambda c: c.name),  # the tables' txn appId
+    "sink.partition_by": (TABLE, lambda c: list(c.partition_by)),  # a Delta table's partitioning is fixed
+    "sink.mode": (TABLE, lambda c: c.sink_mode),
+    "sink.merge.keys": (TABLE, lambda c: list(c.merge.keys) if c.merge else None),
+    # the tombstones table's columns are the keys and the sequence (merge_sink.TombstoneParticipant)
+    "sink.merge.sequence_by": (TABLE, _merge_value("sequence_by")),
+    "sink.merge.accumulate": (TABLE, _merge_value("accumulate")),
+    "sink.merge.delete_when": (PENDING, _merge_value("delete_when")),
+    "mode": (PENDING, lambda c: c.mode),
+    "schema": (PENDING, lambda c: c.schema),
+    "transform": (PENDING, lambda c: c.transform),
+    "transform.options": (PENDING, lambda c: c.transform_options),
+    "max_record_bytes": (PENDING, lambda c: c.max_record_bytes),
+    "expectations": (PENDING, lambda c: [[e.name, e.expr, e.action] for e in c.expectations]),
+    "schema_evolution": (PENDING, lambda c: c.schema_evolution),
+    "source.kind": (PENDING, lambda c: c.source.kind),
+    **{f"source.{k}": (PENDING, _source_value(k)) for k in
+       ("path", "bootstrap_servers", "conn_id", "topic")},
+}
+HARMLESS: dict[str, str] = {
+    "description": "text for people",
+    "schedule": "when runs start; a pending batch's interval is in its plan",
+    "aws_conn_id": "credentials, not what is read or written",
+    # the tables' txn says what they hold: a table moved with the ledger under it goes on, a new empty one
+    # under an existing ledger is a gap that recover and plan refuse (LedgerMismatch)
+    "sink.table": "where the tables are, not what they mean",
+    "quarantine.table": "where the tables are, not what they mean",
+    **{f"spark.{k}": "where and with what resources the stage job runs" for k in SPARK_KEYS},
+    **{f"retries.{k}": "how often and how long a run tries" for k in RETRY_KEYS},
+    **{f"alerts.{k}": "who is told what" for k in ALERT_KEYS},
+    **{f"maintenance.{k}": "maintenance keeps exactly-once under any settings" for k in MAINTENANCE_KEYS},
+    **{f"source.{k}": "read when the next range is planned; a pending batch's range is in its plan" for k in
+       ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
+        "starting_offsets", "max_file_bytes", "isolation_level")},
+    "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
+    "source.consumer_timeout_seconds": "how long a read waits for progress",
+    "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",
+    "source.open_transaction_wait_seconds": "how long a plan waits for an open transaction; the range is in the plan",
+}
+
+
+def config_values(cfg: PipelineConfig) -> dict[str, Any]:
+    """The values of the TABLE and PENDING keys, as JSON (what a plan records)."""
+    return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in CONTRACT.items()}, sort_keys=True))
+
+
+def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[tuple[str, str, Any, Any]]:
+    """(key, role, recorded value, value now) of each TABLE key (and PENDING key when ``pending``)
+    that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
+    now = config_values(cfg)
+    roles = (TABLE, PENDING) if pending else (TABLE,)
+    was = recorded or {}
+    return [(k, CONTRACT[k][0], was[k], now[k]) for k in sorted(was)
+            if k in CONTRACT and CONTRACT[k][0] in roles and was[k] != now[k]]
+
+
 def _split_top(s: str, sep: str = ",") -> list[str]:
     parts: list[str] = []
     cur: list[str] = []

@@ -45,6 +45,7 @@ def run_params(mode: str = "continuous") -> dict:
         "dry_run": dict(default=False, type="boolean"),
         "rewind_to_batch": dict(default=None, type=["null", "integer"], minimum=1),
         "confirm_rewind": dict(default=False, type="boolean"),
+        "accept_loss": dict(default=False, type="boolean"),
     }
     out = {}
     for key in params_for_mode(mode):
@@ -64,7 +65,8 @@ Each run is one micro-batch under a two-phase commit:
 readers) → **verify** (every partition's manifest, files, sizes, counts, schema ⇒ PREPARED) →
 **commit** (one Delta transaction per table with `txn(appId={name}, version=batch)`).
 Each committed batch emits one event on the asset `{asset}` (alias `{alias}`), extra: batch id,
-Delta version, rows, source range; none for a dry run, a skipped run or a recommit.
+Delta version, rows, source range; none for a dry run, a skipped run or a recommit. A batch whose
+committing task died before Airflow stored its events gets them from the retry or the next run's recover.
 A failure before PREPARED runs **abort** (the attempt's files are removed; the batch keeps its
 range and is re-staged by the next run).
 
@@ -110,7 +112,9 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         # (a lost race with maintenance, a store that is down), rather than fail the run for it
         commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
                             max_retry_delay=dt.timedelta(minutes=10))
-        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], **commit_retry)
+        # both read the alias's events too (inlet): a batch whose events a killed task lost is announced once
+        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], inlets=[published],
+                                  **commit_retry)
         plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
                             timeout=cfg.plan_wait_seconds)
         # Backfills run with their own max_active_runs: commits of one table are serialised here
@@ -119,8 +123,8 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
                               retries=cfg.stage_retries)
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
-        commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], max_active_tis_per_dag=1,
-                                **commit_retry, **pool_args(cfg))
+        commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], inlets=[published],
+                                max_active_tis_per_dag=1, **commit_retry, **pool_args(cfg))
         abort = AbortOperator(task_id="abort", pipeline_file=f)
         recover >> plan >> stage >> verify >> commit
         [stage, verify] >> abort

@@ -157,7 +157,8 @@ class Participant(Protocol):
     def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None: ...
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, partition_by: list[str],
                metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int: ...
-    def restore(self, version: int, metadata: dict) -> int: ...
+    def restore(self, version: int, metadata: dict, mark: str) -> int: ...
+    def restored(self, mark: str) -> bool: ...
     def missing_files_at(self, version: int, fs) -> list[str]: ...
     def live_files(self) -> set[str]: ...
     def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str: ...
@@ -404,13 +405,21 @@ class DeltaParticipant:
         paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
         return [f for f in paths if fs.stat(join(root, f)) is None]
 
-    def restore(self, version: int, metadata: dict) -> int:
-        """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind). Returns the new version."""
-        from deltalake.transaction import CommitProperties
+    def restore(self, version: int, metadata: dict, mark: str) -> int:
+        """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind), carrying
+        ``txn(mark, 1)``: the table's state says the restore was done (``restored``) for as long
+        as the table lives, through checkpoints and log cleanup. Returns the new version."""
+        from deltalake.transaction import CommitProperties, Transaction
 
         dt = self._table()
-        dt.restore(version, commit_properties=CommitProperties(custom_metadata=metadata))
+        dt.restore(version, commit_properties=CommitProperties(custom_metadata=metadata,
+                                                               app_transactions=[Transaction(mark, 1)]))
         return self._table().version()
+
+    def restored(self, mark: str) -> bool:
+        """Whether a ``restore`` carrying ``mark`` is in the table."""
+        dt = self._table()
+        return dt is not None and (dt.transaction_version(mark) or 0) >= 1
 
     def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None:
         """Version of the newest commit (of the last ``limit``) whose commitInfo has ``key == value``."""

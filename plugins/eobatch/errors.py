@@ -76,6 +76,11 @@ class CommitBlocked(ProtocolError):
     """A PREPARED batch whose files are gone: a person must repair (the message says how)."""
 
 
+class ConfigChanged(ProtocolError):
+    """The pipeline's file changed a key that the tables, or a pending batch, depend on
+    (``config.CONTRACT``): refused until the edit is undone or the batch is decided."""
+
+
 class SliceRewritten(ProtocolError):
     """Interval mode: the files a republished interval's last batch published are no longer in
     the table (another writer rewrote them, e.g. an OPTIMIZE compaction): no replace can remove

@@ -25,6 +25,9 @@ POINTS = (
     "commit.after_delta_commit",
     "rewind.after_first_restore",
 )
+# in the Airflow tasks that can commit (eobatch.airflow_ops): after their work, asset events
+# included, and before Airflow stores the task's success (and with it the events)
+TASK_POINTS = ("commit.before_task_success", "recover.before_task_success")
 
 
 class InjectedFault(OSError):

@@ -300,7 +300,8 @@ class BatchPlan(Record):
     source_kind: str
     range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
     #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}
-    #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}
+    #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}, in
+    #              interval mode also "scan", "slices", "pending" (sources/kafka/intervals.py)
     rows_in: int | None  # the source's own count of records in the range, when it knows it
     config_fingerprint: str
     planned_at: str
@@ -311,6 +312,7 @@ class BatchPlan(Record):
     rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
     late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
+    config: dict | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
     format: int = FORMAT_VERSION
 
     @property
@@ -324,7 +326,9 @@ class BatchPlan(Record):
         if not self.interval:
             return {}
         files = self.range.get("files")
-        if files is None:  # Kafka: offsets, one slice
+        if files is None:  # Kafka: its slices by record time, or (planned before them) one slice
+            if "slices" in self.range:
+                return {name: [] for name in self.range["slices"]}
             return {slice_name(_epoch_ms(self.interval["start"])): []}
         if files and all("slice" in f for f in files):
             out: dict[str, list[dict]] = {}

@@ -4,13 +4,15 @@ it did is kept in the ledger.
 
 Exactly-once holds whatever runs beside it, by construction rather than by scheduling:
 
-* **Compaction** is delta-rs OPTIMIZE: one commit that removes small files and adds their rows
-  in bigger ones (``dataChange=false``), never touching the pipeline's ``txn(appId, version)``.
-  A batch commit racing it is an append of new files, which does not conflict with it: both
-  land, in either order; the batch's own txn check still decides in its snapshot. A merge
-  sink's MERGE rewrites files too: when the compaction removed one it read, delta-rs refuses
-  the MERGE, which is then built again on the new snapshot (``merge_sink``); the compaction
-  changes no row, so the result is the same. In interval mode a table of staged files (an
+* **Compaction** (``compaction.compact_table``) is one commit that removes small files and adds
+  their rows in bigger ones (``dataChange=false``), never touching the pipeline's ``txn(appId,
+  version)``; the product writes those files itself (not delta-rs OPTIMIZE, whose stats round
+  decimals through a double and whose footers ignore NaN), with the stage job's statistics
+  rules (``table_files``). A batch commit racing it is an append of new files, which does not
+  conflict with it: both land, in either order; the batch's own txn check still decides in its
+  snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it read,
+  delta-rs refuses the MERGE, which is then built again on the new snapshot (``merge_sink``);
+  the compaction changes no row, so the result is the same. In interval mode a table of staged files (an
   append sink, the quarantine) is compacted one interval slice at a time instead, with a record
   of each, so that a re-run of an interval still replaces exactly its slice (``compaction``,
   which also says how it races a batch commit); a merge sink, its tombstones and the partials
@@ -85,10 +87,9 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
             entry["compacted"] = done
             dt = part._table()
         elif compact:
-            metrics = dt.optimize.compact(target_size=m.target_file_bytes,
-                                          commit_properties=CommitProperties(custom_metadata=meta))
-            entry["compacted"] = {"files_removed": int(metrics.get("numFilesRemoved", 0)),
-                                  "files_added": int(metrics.get("numFilesAdded", 0))}
+            done = compaction.compact_table(proto, participant, dt, m.target_file_bytes)
+            report["notes"] += done.pop("notes")
+            entry["compacted"] = done
             dt = part._table()
         vacuumed = dt.vacuum(retention_hours=int(retention), dry_run=False, enforce_retention_duration=False,
                              full=False, commit_properties=CommitProperties(custom_metadata=meta))

@@ -10,7 +10,9 @@ A merge batch's staged rows are the latest record of each key of the batch
 added to the table: the commit applies them with one Delta MERGE, which carries
 ``txn(appId, batch)`` and the batch's commit info like every other commit, so the protocol
 does not change: a retried commit finds the txn and checks the fingerprint, a crash between the
-MERGE and the ledger is completed by ``recover``.
+MERGE and the ledger is completed by ``recover``. The files a MERGE writes keep no float or
+decimal statistics (delta-rs would write them wrong: ``table_files``), so readers never skip
+them for such a filter; maintenance rewrites the small ones with exact stats.
 
 A record changes its key's row only when its ``sequence_by`` is higher than the row's, so an
 out-of-order update never overwrites a newer one. A delete removes the row, and with it the
@@ -35,6 +37,7 @@ from .delta_sink import CommitConflict, DeltaParticipant, Replace, published_sch
 from .errors import LedgerMismatch, ProtocolError
 from .formats import DELETE_COL, GONE_COL, SINK, SLICE_COL, slice_of
 from .storage import Storage, join
+from .table_files import delta_rs_writer_properties
 
 log = logging.getLogger(__name__)
 CONFLICT_RETRIES = 5  # a MERGE that lost to another writer's commit is built again on the new snapshot
@@ -78,8 +81,11 @@ def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schem
 
 
 def _merger(dt, source: pa.Table, keys: tuple[str, ...], props):
+    """A MERGE of ``source`` into ``dt`` by ``keys``; the files it rewrites keep no statistics
+    delta-rs would get wrong (``table_files.delta_rs_writer_properties``)."""
     return dt.merge(source, predicate=" AND ".join(f"t.{q(k)} = s.{q(k)}" for k in keys),
-                    source_alias="s", target_alias="t", commit_properties=props)
+                    source_alias="s", target_alias="t", commit_properties=props,
+                    writer_properties=delta_rs_writer_properties(pa.schema(dt.schema().to_arrow())))
 
 
 def rows_of_keys(dt, types: pa.Schema, keys: tuple[str, ...], of: pa.Table) -> pa.Table:
@@ -311,6 +317,7 @@ class PartialsParticipant(_MergeCommit):
             _with_nulls(gone, table_schema, {GONE_COL: True})])
         write_deltalake(dt, data, mode="overwrite", partition_by=[SLICE_COL],
                         predicate=" OR ".join(f"{q(SLICE_COL)} = {_sql_text(s)}" for s in slices),
+                        writer_properties=delta_rs_writer_properties(table_schema),
                         commit_properties=self._properties(app_id, batch_id, metadata))
         return {"num_target_rows_partials": new.num_rows, "num_target_rows_gone": gone.num_rows,
                 "num_target_rows_slices": len(slices)}

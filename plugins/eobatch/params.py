@@ -22,6 +22,8 @@ PARAMS_DOC = {
                        "dry_run first; the real rewind needs confirm_rewind.",
     "confirm_rewind": "Confirms a rewind_to_batch that changes the published tables (a dry run "
                       "needs no confirmation).",
+    "accept_loss": "A rewind whose batches' landing files are gone (expired) is refused, naming them: "
+                   "their rows would be taken back for good. This goes ahead anyway; the ledger records the loss.",
 }
 # The trigger form: each param's title and section (Airflow groups the fields by section).
 PARAMS_FORM = {
@@ -29,8 +31,9 @@ PARAMS_FORM = {
     "dry_run": ("Dry run (publish nothing)", "Batch"),
     "rewind_to_batch": ("Rewind to batch", "Rewind (continuous mode)"),
     "confirm_rewind": ("Yes, rewind the published tables", "Rewind (continuous mode)"),
+    "accept_loss": ("Rewind even though landing files are gone", "Rewind (continuous mode)"),
 }
-REWIND_PARAMS = ("rewind_to_batch", "confirm_rewind")
+REWIND_PARAMS = ("rewind_to_batch", "confirm_rewind", "accept_loss")
 
 
 def params_for_mode(mode: str) -> tuple[str, ...]:
@@ -48,6 +51,7 @@ class RunParams:
     dry_run: bool = False
     rewind_to_batch: int | None = None
     confirm_rewind: bool = False
+    accept_loss: bool = False
 
 
 def _pos_int(key: str, v) -> int | None:
@@ -86,7 +90,10 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
         dry_run=_bool("dry_run", merged.get("dry_run", False)),
         rewind_to_batch=_pos_int("rewind_to_batch", merged.get("rewind_to_batch")),
         confirm_rewind=_bool("confirm_rewind", merged.get("confirm_rewind", False)),
+        accept_loss=_bool("accept_loss", merged.get("accept_loss", False)),
     )
+    if out.accept_loss and out.rewind_to_batch is None:
+        raise ParamsError("param 'accept_loss' is for a rewind: set 'rewind_to_batch' too")
     if out.confirm_rewind and out.rewind_to_batch is None:
         raise ParamsError("param 'confirm_rewind' confirms a rewind: set 'rewind_to_batch' too")
     if out.rewind_to_batch is not None and not out.dry_run and not out.confirm_rewind:

@@ -124,6 +124,13 @@ def _stats_json(v) -> str:
     return json.dumps(v, allow_nan=False)
 
 
+def holds(t: pa.DataType, kind) -> bool:
+    """Whether type ``t`` is of ``kind`` (a ``pa.types.is_*``) or nests a field that is."""
+    if kind(t):
+        return True
+    return pa.types.is_nested(t) and any(holds(t.field(i).type, kind) for i in range(t.num_fields))
+
+
 def writer_statistics(schema: pa.Schema):
     """Which columns the stage writer keeps Parquet footer statistics for (``write_statistics`` of
     pyarrow's ParquetWriter): every column but floating-point ones. Arrow computes a float
@@ -131,9 +138,9 @@ def writer_statistics(schema: pa.Schema):
     those footer statistics themselves, so a row group holding NaN would be skipped for
     ``x > 5``, whatever the Delta stats say. Without footer statistics a float column gets no
     Delta min/max either (``footer_stats``): pruning on float columns is given up, never a row.
-    A schema with nested columns and floats writes no statistics at all (leaf names are not
-    top-level names)."""
-    floats = [f.name for f in schema if pa.types.is_floating(f.type)]
+    A schema with nested columns and floats (at any depth) writes no statistics at all (leaf
+    names are not top-level names)."""
+    floats = [f.name for f in schema if holds(f.type, pa.types.is_floating)]
     if not floats:
         return True
     if any(pa.types.is_nested(f.type) for f in schema):

@@ -50,6 +50,12 @@ for each run, at most one fault:
                    U+2028 / U+2029 (and U+00A0), a lone \\r inside a line, CRLF endings, blank and
                    whitespace-only lines; good records (some with U+2028/U+0085 inside a string, one
                    with a lone \\r between tokens) are published once, the odd lines quarantined
+  hostile_inputs   (files, local) next to a normal landing file, inputs the product must leave
+                   out without halting: a file whose name is not UTF-8, a link to a file outside the
+                   landing zone (a JSON-lines "secret" holding a valid order), a link to /dev/zero, a
+                   FIFO, and a link to a folder holding a valid order. Each holds records whose
+                   order_id no landed record has: published or quarantined, it counts as a
+                   duplicate; the run must still commit the normal file's records
   maintenance      between two runs, the product's own maintenance pass (`cli maintain`, what `make
                    maintain` runs): compaction (continuous mode), lite VACUUM with retention 0 (the
                    chaos pipelines set `maintenance: {vacuum_retention_hours: 0}`), Delta checkpoint;
@@ -82,7 +88,7 @@ files land under that hour's folder first. A run that fails before PREPARED aban
 (the abort task: abort the attempt, then ``Protocol.abandon``) and the hour runs again later, as
 a backfill; a run that dies leaving its batch undecided (plan_crash, stage_kill) is cleared and
 retried with the same run id. Every hour ends published. Kinds there: all of the first ten,
-verify_abort_race, foreign_writers, odd_lines, late_file, maintenance.
+verify_abort_race, foreign_writers, odd_lines, hostile_inputs, late_file, maintenance.
 
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
 published rows = the good records landed (no duplicate, none lost; `foreign-` rows apart: each
@@ -137,11 +143,13 @@ if TYPE_CHECKING:
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
 NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance"]
-FAULTS = BASE_FAULTS + NEW_FAULTS  # the files backend, continuous mode (the default)
+FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"]  # the files backend, continuous mode (the default)
 KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
                               "maintenance"]
-S3_FAULTS = FAULTS + ["s3_restart"]
-INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "late_file", "maintenance"]
+S3_FAULTS = BASE_FAULTS + NEW_FAULTS + ["s3_restart"]
+INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "late_file",
+                                 "maintenance"]
+HOSTILE = ("name_not_utf8", "link_to_secret", "link_to_dev_zero", "fifo", "folder_link")
 FOREIGN_OPS = ("compact", "append", "vacuum")
 MERGE_KEYS = 60  # --sink merge: the keys records are drawn from
 SINKS = ("append", "merge", "totals")
@@ -267,6 +275,7 @@ class Chaos:
         self.zombies: list[subprocess.Popen] = []
         self.runs = 0
         self.files = 0
+        self.hostile: list[str] = []  # hostile_inputs: the paths (and linked folders) never to publish
         self.quiet = quiet
         self.log_lines: list[str] = []
         self.nothing_new = False  # the last run's plan found nothing to do
@@ -375,6 +384,40 @@ class Chaos:
         self.p.landed.extend(good)
         self.p.landed_bad.extend(bad)
         return f"landed {name}: {len(good)} good records, {len(bad)} odd lines, {len(blank)} blank lines"
+
+    def land_hostile(self, sub: str | None = None) -> str:
+        """A normal landing file, and next to it each hostile input (see hostile_inputs in the module
+        docstring), whose records must never be published nor quarantined."""
+        self.land(sub)
+        self.files += 1
+        k = self.files
+        folder = self.local.landing / (sub or f"d{k % 3}")
+        folder.mkdir(parents=True, exist_ok=True)
+        record = json.dumps({"order_id": f"hostile-{self.seed}-{k}", "customer": "h", "amount": 1.0,
+                             "ts": "2026-01-01T00:00:00Z"}) + "\n"
+        for what in HOSTILE:
+            path = folder / f"f{k:04d}-{what}.jsonl"
+            if what == "name_not_utf8":
+                raw = os.path.join(os.fsencode(folder), f"f{k:04d}-".encode() + b"\xff\xfe.jsonl")
+                with open(raw, "wb") as f:
+                    f.write(record.encode())
+                path = Path(os.fsdecode(raw))
+            elif what == "link_to_secret":
+                secret = self.root / f"secret-{k}.jsonl"
+                secret.write_text(record)
+                os.symlink(secret, path)
+            elif what == "link_to_dev_zero":
+                os.symlink("/dev/zero", path)
+            elif what == "fifo":
+                os.mkfifo(path)
+            else:
+                elsewhere = self.root / f"elsewhere-{k}"
+                elsewhere.mkdir()
+                (elsewhere / "g.jsonl").write_text(record)
+                path = folder / f"link-{k}"
+                os.symlink(elsewhere, path)
+            self.hostile.append(str(path))
+        return f"landed a normal file and {len(HOSTILE)} hostile inputs ({', '.join(HOSTILE)}) in {folder.name}"
 
     def produce(self, good: list[dict], bad: list[str]) -> None:
         """Records to random partitions; sometimes in a transaction, which sometimes aborts."""
@@ -623,6 +666,10 @@ class Chaos:
             fault = None
         elif fault == "odd_lines":
             pre.append(self.land_odd(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
+            self.faults[fault] += 1
+            fault = None
+        elif fault == "hostile_inputs":
+            pre.append(self.land_hostile(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
             self.faults[fault] += 1
             fault = None
         elif fault == "late_file":
@@ -1061,7 +1108,9 @@ class Chaos:
         """Every landing file, spelled as the offsets spell it."""
         if self.reader:
             return {f"{self.remote.landing}/{k}" for k in self.reader.keys(self.remote.landing) if k.endswith(".jsonl")}
-        return {str(f) for f in self.local.landing.rglob("*.jsonl")}
+        hostile = tuple(self.hostile)
+        return {str(f) for f in self.local.landing.rglob("*.jsonl")
+                if not any(str(f) == h or str(f).startswith(h + "/") for h in hostile)}
 
     def files_under_staging(self, t) -> list[str]:
         if self.reader:

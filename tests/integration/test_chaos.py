@@ -1,13 +1,17 @@
 """A short `make chaos` inside the test suite: faults at every phase boundary, each fault kind
 drawn at most once (in the seed's order) so one short run covers as many kinds as it can.
 
-Two short runs: the continuous pipeline over the first ten kinds (BASE_FAULTS: the seed draws
+Short runs: the continuous pipeline over the first ten kinds (BASE_FAULTS: the seed draws
 what it drew before the later kinds existed), and an hourly interval-mode pipeline over
 odd_lines, late_file and verify_abort_race (the seed draws them in that order: the odd lines
 land in hour 0, a late file lands in the published hour 0 and is republished with hour 1, then a
 zombie verify races the abort task on hour 2's attempt).
 
-A third one upserts into a merge sink through the faults that split its commit: a crash
+A short run of hostile landing inputs (a name that is not UTF-8, links to a secret, to /dev/zero
+and to a folder, a FIFO) next to normal files: each batch commits the normal files, nothing of
+the hostile ones is published or quarantined.
+
+A fourth one upserts into a merge sink through the faults that split its commit: a crash
 between the sink's MERGE and the tombstones' (commit_crash), after both and before the ledger
 (ledger_crash), and a zombie attempt.
 
@@ -44,6 +48,13 @@ def test_short_interval_chaos_run_is_exactly_once(tmp_path):
     assert res["batches"] >= 3, res
     assert set(INTERVAL_KINDS) <= set(res["faults_by_kind"]), res  # each of them injected
     assert res["bad_records"] >= 6, res  # the odd lines were landed, and quarantined exactly once
+
+
+def test_short_chaos_run_with_hostile_landing_inputs_never_halts_nor_publishes_them(tmp_path):
+    res = Chaos(batches=2, seed=7, workdir=tmp_path, fault_rate=1.0, quiet=True, only=["hostile_inputs"]).run()
+    assert res["problems"] == [], res
+    assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
+    assert res["batches"] >= 2 and res["faults_by_kind"] == {"hostile_inputs": 2}, res
 
 
 MERGE_KINDS = ["commit_crash", "ledger_crash", "zombie"]

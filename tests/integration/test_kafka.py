@@ -9,6 +9,7 @@ import time
 import pytest
 
 from eobatch import launch
+from eobatch.formats import slice_name
 from eobatch.sources.kafka import DataLossError, partition_offsets
 from eobatch.sources.kafka.planner import KafkaAuthFailed
 from support.checks import delta_log_commits, orphans, read_rows, txn_version
@@ -31,19 +32,21 @@ def admin(b):
     return AdminClient({"bootstrap.servers": b.bootstrap})
 
 
-def create_topic(b, topic: str, partitions: int = 3) -> None:
+def create_topic(b, topic: str, partitions: int = 3, config: dict | None = None) -> None:
     from confluent_kafka.admin import NewTopic
 
     a = admin(b)  # keep the client alive until its futures resolve
-    for f in a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+    for f in a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
+                                       config=config or {})]).values():
         f.result()
 
 
-def produce(b, topic: str, values: list[tuple[int, bytes]], txn: str | None = None, commit: bool = True):
+def produce(b, topic: str, values: list[tuple[int, bytes]], txn: str | None = None, commit: bool = True,
+            **settings):
     """Produce (partition, value) pairs; in one transaction when txn names a transactional id."""
     from confluent_kafka import Producer
 
-    conf = {"bootstrap.servers": b.bootstrap, "linger.ms": 5}
+    conf = {"bootstrap.servers": b.bootstrap, "linger.ms": 5, **settings}
     if txn:
         conf["transactional.id"] = txn
     p = Producer(conf)
@@ -252,9 +255,9 @@ def _peek(proc) -> str:
     return _buf[proc.pid]
 
 
-def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_path):
-    """Interval mode plans, per partition, the offsets whose record timestamps fall in the
-    run's data interval (no Spark needed to check the plan itself)."""
+def test_interval_plan_is_the_covering_offsets_of_the_interval_records(broker, tmp_path):
+    """Interval mode plans, per partition, offsets covering the records whose own timestamps fall
+    in the run's data interval, read from the records (no Spark needed to check the plan itself)."""
     from confluent_kafka import Producer
 
     from eobatch.protocol import IntervalNotSettled, Protocol
@@ -275,33 +278,20 @@ def test_interval_range_is_the_offsets_of_the_interval_timestamps(broker, tmp_pa
     p.yaml_path.write_text(p.yaml_path.read_text().replace("name: iv_kafka\n",
                                                            "name: iv_kafka\nmode: interval\nschedule: '@hourly'\n"))
     proto = Protocol(p.cfg)
-
-    def iso(ms):
-        import datetime as dt
-
-        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
-
-    plan, new = proto.plan(interval={"start": iso(base + hour), "end": iso(base + 2 * hour)}, run_id="h1")
-    assert new and plan.range["partitions"] == {"0": [2, 5], "1": [0, 1]}
-    assert plan.interval_key == f"{iso(base + hour)}/{iso(base + 2 * hour)}"
+    h1 = {"start": _iso(base + hour), "end": _iso(base + 2 * hour)}
+    plan, new = proto.plan(interval=h1, run_id="h1")
+    assert new and plan.range["partitions"] == {"0": [2, 5], "1": [0, 1]} and plan.rows_in == 4
+    assert list(plan.range["slices"]) == [slice_name(base + hour)]  # hour 0 is before the first interval,
+    assert len(plan.range["pending"]) == 2  # hour 2 has not run: both kept for their runs
+    assert plan.range["scan"] == {"0": [0, 5], "1": [0, 2]}
     proto.abandon(plan.batch_id, "test: only the plan is checked")
-    plan, _ = proto.plan(interval={"start": iso(base), "end": iso(base + hour)}, run_id="h0")
-    assert plan.batch_id == 2 and plan.range["partitions"] == {"0": [0, 2], "1": [0, 0]}
+    plan, _ = proto.plan(interval={"start": _iso(base), "end": _iso(base + hour)}, run_id="h0")
+    assert plan.batch_id == 2 and plan.range["partitions"] == {"0": [0, 2], "1": [2, 2]}  # the abandoned scan again
     proto.abandon(2, "test")
     with pytest.raises(IntervalNotSettled):  # an interval that has not ended (+ settle_seconds) waits
-        proto.plan(interval={"start": iso(base + 5 * hour), "end": iso(base + 6 * hour)}, run_id="h5")
-    assert proto.plan(interval={"start": iso(base - 5 * hour), "end": iso(base - 4 * hour)},
-                      run_id="h-5") == (None, False)
-    with pytest.raises(IntervalTooLarge, match="max_records_per_batch=4"):
-        proto.plan(interval={"start": iso(base), "end": iso(base + 3 * hour)}, run_id="all")
-    # records of an interval deleted before it ran (retention): a loud failure, nothing planned
-    from confluent_kafka import TopicPartition
-
-    a = admin(broker)
-    for f in a.delete_records([TopicPartition(topic, 0, 1)]).values():
-        f.result()
-    with pytest.raises(DataLossError, match="partition 0: offsets below 1 were deleted"):
-        proto.plan(interval={"start": iso(base), "end": iso(base + hour)}, run_id="h0-again")
+        proto.plan(interval={"start": _iso(base + 5 * hour), "end": _iso(base + 6 * hour)}, run_id="h5")
+    with pytest.raises(IntervalTooLarge, match="max_records_per_batch=3"):
+        proto.plan(3, interval=h1, run_id="h1-small")
 
 
 def test_latest_start_is_recorded_and_a_rewind_to_the_first_batch_restarts_there(broker, tmp_path):
@@ -445,3 +435,271 @@ def test_a_rerun_of_a_kafka_interval_replaces_it_and_publishes_each_record_once(
     assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]
     assert run_batch(p, interval=hour_of(1), run_id="h1-again") == 4
     assert sorted(r["order_id"] for r in read_rows(p.sink)) == ["h0-a", "h0-b", "h1-a"]
+
+
+# -- interval mode: records assigned to intervals by their own timestamps --------------------------
+HOUR = 3_600_000
+
+
+def _iso(ms: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+
+
+def _interval_pipeline(tmp_path, broker, topic: str, name: str, extra_source: str = "settle_seconds: 0\n"):
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name=name, extra_source=extra_source)
+    p.yaml_path.write_text(p.yaml_path.read_text().replace(f"name: {name}\n",
+                                                           f"name: {name}\nmode: interval\nschedule: '@hourly'\n"))
+    return p
+
+
+def _txn_producer(b, txn: str):
+    from confluent_kafka import Producer
+
+    prod = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": txn, "linger.ms": 5})
+    prod.init_transactions(30)
+    return prod
+
+
+def _put(prod, topic: str, part: int, ts: int, oid: str) -> None:
+    prod.produce(topic, value=json.dumps({"order_id": oid}).encode(), partition=part, timestamp=ts)
+
+
+def test_kafka_interval_backfill_with_create_time_publishes_every_record_once(broker, tmp_path):
+    """The reported case: a backfilling producer writes hours 0 and 1 in committed transactions with
+    its records' own (past) CreateTime timestamps. Each commit marker carries the broker's time, and
+    the time index answered the marker's offset for both hour ends: hour 0 published 10 of 15 and
+    hour 1 nothing. Now every record is published once by the hour its timestamp falls in, re-runs
+    included."""
+    topic = "iv_backfill"
+    create_topic(broker, topic, partitions=1)
+    base = (int(time.time() * 1000) // HOUR - 4) * HOUR
+    prod = _txn_producer(broker, "backfill-1")
+    prod.begin_transaction()
+    for i in range(10):
+        _put(prod, topic, 0, base + 60_000 * i, f"h0-{i}")
+    prod.commit_transaction(30)  # marker at offset 10, broker time (hours after both intervals)
+    prod.begin_transaction()
+    for i in range(10):
+        _put(prod, topic, 0, base + HOUR + 60_000 * i, f"h1-{i}")
+    for i in range(10, 15):  # out of order: more of hour 0 after hour 1's records
+        _put(prod, topic, 0, base + 60_000 * i, f"h0-{i}")
+    prod.commit_transaction(30)
+    p = _interval_pipeline(tmp_path, broker, topic, "iv_backfill")
+
+    def hour(i: int) -> tuple[str, str]:
+        return _iso(base + i * HOUR), _iso(base + (i + 1) * HOUR)
+
+    expected = collections.Counter([f"h0-{i}" for i in range(15)] + [f"h1-{i}" for i in range(10)])
+    assert run_batch(p, interval=hour(0), run_id="h0") == 1
+    assert published_ids(p) == collections.Counter(f"h0-{i}" for i in range(15))
+    assert run_batch(p, interval=hour(1), run_id="h1") == 2
+    assert published_ids(p) == expected
+    for h in (0, 1):  # a re-run replaces its hour whole (the stage job's rule without Spark: shorter)
+        plan = _run_without_spark(p.protocol(), broker, base + h * HOUR, f"h{h}-again")
+        assert plan.batch_id == 3 + h and list(plan.range["slices"]) == [slice_name(base + h * HOUR)]
+        assert published_ids(p) == expected
+
+
+def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publishes(broker, tmp_path):
+    """A transaction opened inside the interval and still open at its end: the plan waits (the
+    sensor reschedules) instead of cutting the range at the last stable offset; past the bound it
+    fails naming the partition and the transaction's first offset; once committed, every record
+    of the interval is published."""
+    from eobatch.errors import TerminalError
+    from eobatch.protocol import IntervalNotSettled
+
+    topic = "iv_open_txn"
+    create_topic(broker, topic, partitions=2)
+    base = (int(time.time() * 1000) // HOUR - 1) * HOUR  # the hour that ended last: within the wait
+    plain = _txn_producer(broker, "plain-1")
+    plain.begin_transaction()
+    _put(plain, topic, 0, base + 1, "h0-a")
+    plain.commit_transaction(30)
+    slow = _txn_producer(broker, "slow-1")  # a Flink-like sink that commits at its next checkpoint
+    slow.begin_transaction()
+    _put(slow, topic, 1, base + 10, "h0-b"), _put(slow, topic, 1, base + HOUR - 1, "h0-c")
+    slow.flush(30)
+    p = _interval_pipeline(tmp_path, broker, topic, "iv_open_txn")
+    h0 = {"start": _iso(base), "end": _iso(base + HOUR)}
+    with pytest.raises(IntervalNotSettled, match=r"partition 1: .*open transaction .*offset 0"):
+        p.protocol().plan(interval=h0, run_id="h0")
+    bounded = _interval_pipeline(tmp_path / "bounded", broker, topic, "iv_open_txn",
+                                 extra_source="settle_seconds: 0\nopen_transaction_wait_seconds: 1\n")
+    with pytest.raises(TerminalError, match=r"partition 1: .*open transaction .*first offset 0"):
+        bounded.protocol().plan(interval=h0, run_id="h0")
+    slow.commit_transaction(30)
+    assert _run_without_spark(p.protocol(), broker, base, "h0").batch_id == 1
+    assert published_ids(p) == collections.Counter(["h0-a", "h0-b", "h0-c"])
+
+
+def _stage_from_broker(proto, bootstrap: str, batch_id: int) -> str:
+    """The stage job's rule without Spark: the planned hull read from the broker, each record kept
+    by the slice ``intervals.owner`` gives it (the Spark job's own path: the tests above)."""
+    from eobatch.sources.kafka.read import read_range
+    from support.kafka_model import stage_records
+
+    plan = proto.ledger.plan(batch_id)
+    return stage_records(proto, batch_id, (
+        (int(p), off, ts, raw)
+        for p, (lo, hi) in plan.range["partitions"].items()
+        for cols in read_range(bootstrap, plan.range["topic"], int(p), lo, hi, "read_committed", timeout=15)
+        for off, ts, raw in zip(cols.offsets, cols.timestamps, cols.values)))
+
+
+def _run_without_spark(proto, b, start: int, rid: str):
+    """The run of the hour from ``start``: recover, plan, stage (``_stage_from_broker``), verify,
+    commit; its plan, None when nothing was planned."""
+    proto.recover(run_id=rid)
+    plan, _ = proto.plan(interval={"start": _iso(start), "end": _iso(start + HOUR)}, run_id=rid)
+    if plan is None:
+        return None
+    proto.verify(plan.batch_id, _stage_from_broker(proto, b.bootstrap, plan.batch_id))
+    proto.commit(plan.batch_id)
+    return plan
+
+
+def test_kafka_interval_interleaved_producers_markers_and_an_empty_hour_publish_each_record_once(broker, tmp_path):
+    """Interleaved producers with out-of-order CreateTime timestamps, commit markers (broker
+    time) between records of the same hours, records on the last and first millisecond of an
+    hour, an aborted transaction, an empty hour between two full ones, a late record, and a re-run
+    of every hour: each committed record is published once, in the slice of its own hour."""
+    from confluent_kafka import Producer
+
+    topic = "iv_interleaved"
+    create_topic(broker, topic, partitions=2)
+    base = (int(time.time() * 1000) // HOUR - 5) * HOUR
+    want: dict[int, set] = {0: set(), 1: set(), 2: set()}
+
+    def put(prod, part: int, h: int, ms: int, oid: str, keep: bool = True) -> None:
+        _put(prod, topic, part, base + h * HOUR + ms, oid)
+        if keep:
+            want[h].add(oid)
+
+    a, b, d = _txn_producer(broker, "il-a"), _txn_producer(broker, "il-b"), _txn_producer(broker, "il-d")
+    plain = Producer({"bootstrap.servers": broker.bootstrap})
+    a.begin_transaction(), b.begin_transaction(), d.begin_transaction()
+    put(a, 0, 0, 600_000, "a1"), put(b, 0, 0, 300_000, "b1"), put(a, 0, 0, 1_200_000, "a2")
+    put(b, 0, 2, 0, "b2-first-ms"), put(b, 1, 2, 60_000, "b3"), put(d, 0, 0, 400_000, "d1", keep=False)
+    put(a, 1, 0, HOUR - 1, "a3-last-ms")
+    a.commit_transaction(30)  # markers: broker time, hours after the records' own
+    put(plain, 1, 0, 3_000_000, "p1"), put(plain, 0, 2, 3_599_000, "p2")
+    plain.flush(30)
+    b.commit_transaction(30), d.abort_transaction(30)
+    p = _interval_pipeline(tmp_path, broker, topic, "iv_interleaved")
+    proto = p.protocol()
+
+    def run(h: int, rid: str):
+        return _run_without_spark(proto, broker, base + h * HOUR, rid)
+
+    def by_hour() -> dict[int, collections.Counter]:
+        import deltalake
+        import pyarrow.parquet as pq
+
+        out: dict[int, collections.Counter] = {h: collections.Counter() for h in want}
+        for uri in deltalake.DeltaTable(str(p.sink)).file_uris():
+            h = next(h for h in want if f"/{slice_name(base + h * HOUR)}/" in uri)
+            out[h].update(pq.read_table(uri.removeprefix("file://")).column("order_id").to_pylist())
+        return out
+
+    expected = {h: collections.Counter(ids) for h, ids in want.items()}
+    assert run(0, "h0").batch_id == 1
+    assert run(1, "h1") is None  # empty, and nothing new: skipped
+    assert run(2, "h2").batch_id == 2
+    assert by_hour() == expected
+    late = _txn_producer(broker, "il-late")
+    late.begin_transaction()
+    put(late, 1, 0, 1, "late-h0")
+    late.commit_transaction(30)
+    plan = run(2, "h2-again")  # a re-run of hour 2 scans the late record: hour 0 is published again, whole
+    assert sorted(plan.range["slices"]) == sorted([slice_name(base), slice_name(base + 2 * HOUR)])
+    assert any("late records" in n for n in plan.notes)
+    expected = {h: collections.Counter(ids) for h, ids in want.items()}
+    assert by_hour() == expected
+    for h in (0, 1, 2):
+        run(h, f"h{h}-rerun")
+        assert by_hour() == expected
+
+
+# A consumer that takes at most about 1 MB per response (what a pipeline's connection may set):
+# a record batch larger than that can never be received by it.
+SMALL_RECEIVE = {"receive.message.max.bytes": 1_000_000, "fetch.max.bytes": 500_000,
+                 "max.partition.fetch.bytes": 500_000, "message.max.bytes": 500_000}
+
+
+def _wait_decided(b, topic: str, end: int) -> None:
+    """Until the transactions' markers are written: the last stable offset reaches ``end``."""
+    wait_for(lambda: partition_offsets(b.bootstrap, topic)[0][1] == end, what=f"{topic} decided up to {end}")
+
+
+def test_a_read_accounts_for_every_offset_and_an_unreadable_record_is_never_retried_forever(broker):
+    """Issue 27: the reader skipped errored messages and asked again forever for a record it could
+    never receive. Now a read of [0, end) accounts for every offset: records delivered, records of an
+    aborted transaction (a read_uncommitted view delivers them), transaction markers, and a
+    record larger than the consumer's receive.message.max.bytes: a row of its own with the reason,
+    after a few tries, and the records after it are read. Its Arrow batches are bounded by bytes."""
+    from eobatch.sources.kafka.account import Account
+    from eobatch.sources.kafka.read import read_range
+
+    topic = "acct_read"
+    create_topic(broker, topic, 1, config={"max.message.bytes": "3000000"})
+    produce(broker, topic, [(0, b"a%d" % i) for i in range(3)])  # 0..2
+    produce(broker, topic, [(0, b"c%d" % i) for i in range(4)], txn="acct-c")  # 3..6, marker 7
+    produce(broker, topic, [(0, b"x%d" % i) for i in range(3)], txn="acct-x", commit=False)  # 8..10, marker 11
+    produce(broker, topic, [(0, b"B" * 1_500_000)], **{"message.max.bytes": 3_000_000})  # 12: too large to receive
+    produce(broker, topic, [(0, b"L" * 60_000) for _ in range(10)])  # 13..22: 600 kB of large records
+    _wait_decided(broker, topic, 23)
+
+    acct = Account(0, 23)
+    started = time.monotonic()
+    batches = list(read_range({"bootstrap.servers": broker.bootstrap, **SMALL_RECEIVE}, topic, 0, 0, 23,
+                              "read_committed", timeout=15, max_bytes=130_000, account=acct))
+    took = time.monotonic() - started
+    assert (acct.delivered, acct.aborted, acct.control, acct.unreadable) == (17, 3, 2, 1)
+    rows = [r for b in batches for r in b.to_arrow().to_pylist()]
+    assert [r["_kafka_offset"] for r in rows] == [0, 1, 2, 3, 4, 5, 6, *range(12, 23)]
+    big = rows[7]
+    assert big["raw"] is None and "receive.message.max.bytes" in big["_eo_unreadable"]
+    assert big["_eo_unreadable"].startswith(f"unreadable: {topic}/0 offset 12 ")
+    assert sorted(r["raw"] for r in rows if r["raw"] and not r["raw"].startswith(b"L")) == [
+        b"a0", b"a1", b"a2", b"c0", b"c1", b"c2", b"c3"]
+    # a batch ends once it holds 130 kB: 3 large records (a count bound of 5,000 takes all 23 at once)
+    assert [len(b.offsets) for b in batches] == [11, 3, 3, 1]
+    assert max(b.nbytes for b in batches) < 130_000 + 60_000
+    assert took < 15, took  # a few tries at offset 12, not the progress timeout (15 s)
+
+
+def test_transactions_and_a_record_too_large_to_receive_publish_with_every_offset_accounted(tmp_path, broker):
+    """Through the stage job (Spark), verify and commit: committed records published once, the
+    aborted transaction not, the record the consumer cannot receive quarantined at its offset,
+    and the stage summary's account of partition 0 adds up to its planned offsets."""
+    from eobatch.sources.kafka.client import CLIENT_ENV
+
+    topic = "acct_stage"
+    create_topic(broker, topic, 1, config={"max.message.bytes": "3000000"})
+    plain, committed, aborted = orders("p", 3), orders("c", 4), orders("x", 3)
+    produce(broker, topic, as_values(plain, 1))
+    produce(broker, topic, as_values(committed, 1), txn="acct-stage-c")
+    produce(broker, topic, as_values(aborted, 1), txn="acct-stage-x", commit=False)
+    produce(broker, topic, [(0, b'{"order_id": "big", "pad": "' + b"B" * 1_500_000 + b'"}')],
+            **{"message.max.bytes": 3_000_000})
+    produce(broker, topic, as_values(orders("q", 2), 1))
+    _wait_decided(broker, topic, 15)
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, name="acct", extra_source="read_batch_bytes: 1000\n")
+    proto = p.protocol()
+    plan, _ = proto.plan()
+    assert plan.range["partitions"] == {"0": [0, 15]}
+    attempt = launch.new_attempt_id(1)
+    # the settings a pipeline's connection carries to the job (client.job_env)
+    r = stage(p, plan.batch_id, attempt, env={CLIENT_ENV: json.dumps(SMALL_RECEIVE)})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+    assert published_ids(p) == collections.Counter(r["order_id"] for r in plain + committed + orders("q", 2))
+    q = read_rows(p.quarantine)
+    assert [(r["source"], r["position"], r["raw"]) for r in q] == [(f"{topic}/0", 12, None)]
+    assert q[0]["reason"].startswith(f"unreadable: {topic}/0 offset 12 ") and "receive.message.max.bytes" in q[0]["reason"]
+    entry = proto.ledger.stage_summary(plan.batch_id, attempt).source_positions["0"]
+    assert {k: entry[k] for k in ("records", "delivered", "aborted", "control", "unreadable", "slices")} == {
+        "records": 10, "delivered": 9, "aborted": 3, "control": 2, "unreadable": 1, "slices": [[0, 15]]}

@@ -192,6 +192,21 @@ def test_pyarrow_dataset_filter_uses_the_stats_as_guarantees(tmp_path, decimal_r
     assert "9007199254740993" in text and "d >= 1" in text
 
 
+def test_a_column_without_bounds_makes_the_pyarrow_dataset_lose_rows_not_delta_rs_sql(tmp_path):
+    """delta-rs 1.6's ``to_pyarrow_dataset()`` writes a guarantee ``x >= null and x <= null`` for a
+    column the file's stats give no bounds (float columns, strings over 32 characters), which
+    excludes every row: pyarrow filters, and DuckDB when it pushes the filter (strings,
+    decimals), lose the file. ``QueryBuilder`` does not. The README says to filter with it (or
+    Spark); this shows when a delta-rs upgrade changes it."""
+    long = "q" * 40
+    table = pa.table({"x": [1.0, 7.0], "s": ["a", long]})
+    dt = delta_table(tmp_path, table, lambda m: footer_stats(m, table.schema, nan_free=[]), parquet_stats=False)
+    assert logged_stats(tmp_path)["maxValues"] == {}  # no float bounds, no long string
+    assert dt.to_pyarrow_dataset().to_table(filter=ds.field("x") > 5).num_rows == 0  # lost
+    assert duck(dt, f"s = '{long}'") == []  # lost
+    assert delta_rs(dt, "x > 5") == [{"x": 7.0, "s": long}] and len(delta_rs(dt, f"s = '{long}'")) == 1
+
+
 # -- through the real stage job (Spark) ---------------------------------------------------------
 
 
@@ -220,3 +235,52 @@ def test_stage_job_reports_nan_free_columns_and_verify_writes_exact_stats(tmp_pa
     manifests = [json.loads(m.read_text()) for m in p.sink.glob("_eo_ledger/attempts/*/*/manifests/sink/*.json")]
     flags = [f.get("nan_free") for m in manifests for f in m["files"]]
     assert [] in flags and ["amount"] in flags
+
+
+# -- every writer of table files: maintenance and merges (issue 27, item 4) ---------------------
+
+
+@pytest.mark.integration
+def test_spark_and_delta_rs_find_every_match_before_and_after_maintenance_and_after_merges(tmp_path):
+    """delta-rs OPTIMIZE (maintenance) and delta-rs MERGE wrote files whose stats rounded a decimal
+    max through a double and ignored NaN: `n = 9007199254740993` and `x > 5` lost rows after
+    `make maintain` and after merges. Every table state below is read by delta-rs and by
+    delta-spark (one Spark process for all), each filter against a full read. The staging is the
+    pyarrow stager (the stage job's own stats are tested above)."""
+    import shutil
+
+    from eobatch.maintenance import maintain
+    from support.harness import spark_read, write_pipeline
+    from support.protocol_runs import run_next
+    from support.stats_promise import BIG, SCHEMA, WHERES, check_reads, expected, land_rows
+
+    nan = float("nan")
+    tables: dict[str, Path] = {}
+    p = write_pipeline(tmp_path / "append", schema=SCHEMA)
+    proto = p.protocol()
+    for i, (n, x) in enumerate([(BIG, 1.0), (1, nan), (BIG, 3.0), (3, nan), (4, None)]):
+        land_rows(p.cfg, f"f{i}.jsonl", [{"order_id": f"o{i}", "n": n, "x": x}])
+        assert run_next(proto) == i + 1
+    tables["append, before maintenance"] = Path(shutil.copytree(p.sink, tmp_path / "append_before"))
+    maintain(proto, vacuum_retention_hours=0)
+    tables["append, after maintenance"] = p.sink
+    m = write_pipeline(tmp_path / "merge", schema=SCHEMA.replace("NOT NULL,", "NOT NULL, seq BIGINT NOT NULL,"),
+                       merge={"keys": ["order_id"], "sequence_by": "seq"})
+    proto = m.protocol()
+    for i, rows in enumerate([[("o1", 1, BIG, 1.0), ("o2", 1, 1, nan)], [("o1", 2, BIG, nan), ("o3", 1, BIG, 2.0)]]):
+        land_rows(m.cfg, f"b{i}.jsonl", [{"order_id": k, "seq": s, "n": n, "x": x} for k, s, n, x in rows])
+        assert run_next(proto) == i + 1
+    tables["merge, after merges"] = Path(shutil.copytree(m.sink, tmp_path / "merge_merged"))
+    maintain(proto, vacuum_retention_hours=0)
+    tables["merge, after maintenance"] = m.sink
+    want = {w: expected(DeltaTable(str(tables["merge, after merges"])).to_pyarrow_table().to_pylist(), w)
+            for w in WHERES}
+    assert want == {f"n = {BIG}": ["o1", "o3"], "x > 5": ["o1", "o2"]}  # the data does hold matches
+
+    for when, table in tables.items():
+        check_reads(table, when)  # raw stats, footers, delta-rs
+    spark = spark_read(*tables.values(), where=WHERES)
+    for when, table in tables.items():
+        rows = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        found = {w: sorted(r["order_id"] for r in spark[str(table)]["where"][w]) for w in WHERES}
+        assert found == {w: expected(rows, w) for w in WHERES}, f"{when}: Spark skipped a file holding a match"

@@ -208,7 +208,7 @@ def test_json_is_what_the_delta_log_and_make_ledger_say(ui):
     assert cli.returncode == 0, cli.stderr
     assert json.loads(cli.stdout) == rows
     status, body = ui.get("/eobatch/api/pipelines/nope/batches", tok)
-    assert status == 404 and json.loads(body)["pipelines"] == [ALERTED, "orders"]
+    assert status == 404 and json.loads(body) == {"detail": "no pipeline named 'nope'"}  # no other pipeline named
 
 
 def test_html_page_shows_batches_backlog_and_timeline(ui):
@@ -377,3 +377,104 @@ def test_alerts_mail_a_failure_a_missed_run_deadline_and_an_old_backlog(ui):
         assert mail["X-Rcpt-To"] == "ops@example.com, oncall@example.com"
         assert f"/eobatch/pipelines/{ALERTED}" in body(mail)  # the ledger page's link
     assert not [m for m in ui.smtp.mails if "orders" in m["Subject"]]  # no alerts section: no mail
+
+
+# -- who may read a ledger, and what one request may cost: a real api-server of its own ----------
+@pytest.fixture(scope="module")
+def api(tmp_path_factory, airflow_template):
+    """An api-server alone (the ledger needs no scheduler) with two users of Airflow's simple auth
+    manager: ``admin``, and ``dagonly_viewer``, who may read the DAGs but not their runs (the
+    test's ``RunBlindAuthManager``: the simple auth manager cannot express that role). Pipeline
+    ``orders`` has three committed batches and one file not yet planned."""
+    import shutil
+
+    from support.airflow_stack import free_port
+    from support.protocol_runs import land_ids, run_next
+
+    root = tmp_path_factory.mktemp("api")
+    home = root / "airflow"
+    shutil.copytree(airflow_template, home)
+    p = write_pipeline(root, name="orders")
+    proto = p.protocol()
+    for i in range(3):
+        land_ids(proto.cfg, f"{i}.jsonl", range(10 * i, 10 * i + 10))
+        assert run_next(proto, run_id=f"manual__r{i}") == i + 1
+    land_ids(proto.cfg, "3.jsonl", range(30, 35))
+    users = {"admin": "admin-pw-1234", "dagonly_viewer": "viewer-pw-1234"}
+    (home / "passwords.json").write_text(json.dumps(users))
+    port = free_port()
+    env = airflow_env(home, p.yaml_path.parent, {
+        "PYTHONPATH": f"{Path(__file__).resolve().parents[2] / 'plugins'}:{Path(__file__).resolve().parents[1]}",
+        "AIRFLOW__CORE__AUTH_MANAGER": "support.run_blind_auth.RunBlindAuthManager",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,dagonly_viewer:viewer",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+        "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__WORKERS": "1",
+        "AIRFLOW__API_AUTH__JWT_SECRET": os.urandom(16).hex()})
+    url = f"http://127.0.0.1:{port}"
+    with open(root / "api-server.log", "wb") as out:
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "api-server"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while True:
+            try:
+                tokens = {u: token(url, u, pw) for u, pw in users.items()}
+                break
+            except (OSError, ValueError):
+                assert proc.poll() is None and time.time() < deadline, (root / "api-server.log").read_text()[-3000:]
+                time.sleep(1)
+        yield url, tokens, p
+    finally:
+        import signal
+
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _get(url: str, path: str, tok: str) -> tuple[int, str]:
+    req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {tok}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def test_reading_a_dag_without_its_runs_reads_no_ledger(api):
+    url, tokens, _p = api
+    assert _get(url, "/api/v2/dags/orders", tokens["dagonly_viewer"])[0] != 403  # the DAG: yes (200, or 404 unparsed)
+    assert _get(url, "/api/v2/dags/orders/dagRuns", tokens["dagonly_viewer"])[0] == 403  # its runs: no
+    for path in ("/eobatch/pipelines/orders", "/eobatch/api/pipelines/orders/batches"):
+        status, body = _get(url, path, tokens["dagonly_viewer"])
+        assert status == 403, (path, status, body[:300])
+        assert "batch_id" not in body and "COMMITTED" not in body and "0.jsonl" not in body
+        assert _get(url, path, tokens["admin"])[0] == 200
+
+
+def test_a_dag_that_is_no_pipeline_gets_a_404_naming_no_pipeline(api):
+    url, tokens, _p = api
+    status, body = _get(url, "/eobatch/api/pipelines/some_other_dag/batches", tokens["admin"])
+    assert status == 404 and json.loads(body) == {"detail": "no pipeline named 'some_other_dag'"}
+    status, page = _get(url, "/eobatch/pipelines/some_other_dag", tokens["admin"])
+    assert status == 404 and "No such pipeline" in page and "orders" not in page
+
+
+def test_one_request_costs_a_bounded_amount(api):
+    """The JSON's limit has a maximum; the backlog is not listed again within its TTL (a file
+    landed between two loads is not seen by the second)."""
+    url, tokens, p = api
+    status, body = _get(url, "/eobatch/api/pipelines/orders/batches?limit=2", tokens["admin"])
+    assert status == 200 and [r["batch_id"] for r in json.loads(body)] == [1, 2]
+    assert _get(url, "/eobatch/api/pipelines/orders/batches?limit=10001", tokens["admin"])[0] == 422
+    status, body = _get(url, "/eobatch/api/pipelines/orders/batches", tokens["admin"])
+    assert status == 200 and [r["batch_id"] for r in json.loads(body)] == [1, 2, 3]
+    status, page = _get(url, "/eobatch/pipelines/orders?run_id=manual__nope", tokens["admin"])
+    assert status == 200 and "files not yet planned</span><b>1</b>" in page
+    p.land("4.jsonl", orders("x", 3))
+    status, page = _get(url, "/eobatch/pipelines/orders?run_id=manual__r1", tokens["admin"])
+    assert status == 200 and "files not yet planned</span><b>1</b>" in page  # the cached figures
+    assert '<tr id="batch-2" class="mark"' in page

@@ -112,15 +112,20 @@ class IntervalModel(RuleBasedStateMachine):
             self.land_file(h, n)
         self._run(h, point)
 
-    @rule(h=HOURS)
-    def run_hour_while_a_compaction_lands(self, h: int) -> None:
-        """A maintenance pass lands between the first table's snapshot and its Delta commit."""
+    @rule(h=HOURS, before_snapshot=st.booleans())
+    def run_hour_while_a_compaction_lands(self, h: int, before_snapshot: bool = False) -> None:
+        """A maintenance pass lands between the first table's snapshot and its Delta commit, or
+        (``before_snapshot``) between the commit's computation of the files it replaces and that
+        snapshot."""
         cfg = self.cfg
         begin = DeltaParticipant._begin
 
         def begin_then_maintain(part, *a, **kw):
-            got = begin(part, *a, **kw)
             DeltaParticipant._begin = begin  # once
+            if before_snapshot:
+                maintain(Protocol(cfg))
+                return begin(part, *a, **kw)
+            got = begin(part, *a, **kw)
             maintain(Protocol(cfg))
             return got
         with patched(DeltaParticipant, "_begin", begin_then_maintain):
@@ -225,5 +230,27 @@ def test_a_recover_that_loses_to_a_compaction_is_retried_and_commits():
         state.nothing_twice_nothing_invented()
         state.run_hour(h=0, n=0, point=None)
         state.nothing_twice_nothing_invented()
+    finally:
+        state.teardown()
+
+
+def test_a_compaction_between_the_commits_computation_of_removes_and_its_snapshot_is_recomputed():
+    """Was: ``make maintain`` compacted a slice after the commit had named the files its batch
+    replaces and before the commit's snapshot: the commit raised a terminal SliceRewritten (with
+    reset-batch advice). The replaced files are now computed again and the batch commits, each
+    record once."""
+    state = IntervalModel()
+    try:
+        state.land_file(h=0, n=2)
+        state.run_hour(h=0, n=0, point=None)
+        state.land_file(h=0, n=1)
+        state.land_file(h=0, n=1)
+        state.run_hour(h=0, n=0, point=None)  # two files in the slice: a compaction rewrites them
+        state.land_file(h=0, n=1)
+        state.run_hour_while_a_compaction_lands(h=0, before_snapshot=True)
+        latest = state.proto.ledger.latest_batch_id()
+        assert state.proto.ledger.committed(latest) is not None
+        state.nothing_twice_nothing_invented()
+        assert published(state.proto) == state.landed
     finally:
         state.teardown()

@@ -81,6 +81,7 @@ examples of up to 50 steps of each (``--hypothesis-seed`` repeats one run).
 from __future__ import annotations
 
 import collections
+import copy
 import json
 import logging
 import os
@@ -108,6 +109,7 @@ from eobatch.protocol import (
     BatchInFlight,
     CommitBlocked,
     ConcurrentPlan,
+    ConfigChanged,
     Protocol,
     ProtocolError,
 )
@@ -297,6 +299,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.landing.mkdir()
         self.sink = self.root / "lake" / "orders"
         self.quarantine = self.root / "lake" / "orders_quarantine"
+        self.docs = [self._doc()]  # the pipeline file's versions: edits, undone when refused (the last is in use)
         self.cfg = self._config(self.root / "lake", "pipeline.yaml")
         self.good: dict[str, dict] = {}  # order_id -> landed record
         self.bad: list[str] = []  # every bad line landed
@@ -311,6 +314,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.views = {"sink": TableView(self.sink, ["order_id", "customer", "amount"]),
                       "quarantine": TableView(self.quarantine, ["raw"])}
         self.copies = 0
+        self.edits = 0
         self.foreign_rows = 0
         self.compactions = 0
         self._stack: list[str] = []  # the actor whose code runs now (nested in a race)
@@ -325,14 +329,17 @@ class ProtocolModel(RuleBasedStateMachine):
         self.actors = [self._new_actor(s) for s in range(SLOTS)]
 
     # -- set-up ------------------------------------------------------------------------------
-    def _config(self, lake: Path, name: str):
-        doc = {
+    def _doc(self) -> dict:
+        return {
             "name": APP, "description": "model-based test", "mode": "continuous", "schedule": None,
             "source": {"kind": "files", "path": str(self.landing), "max_records_per_batch": MAX_RECORDS},
-            "schema": SCHEMA, "transform": "passthrough",
-            "sink": {"table": str(lake / "orders"), "partition_by": []},
-            "quarantine": {"table": str(lake / "orders_quarantine")},
+            "schema": SCHEMA, "transform": "passthrough", "sink": {"partition_by": []}, "quarantine": {},
         }
+
+    def _config(self, lake: Path, name: str):
+        """The pipeline file in use (``docs[-1]``), over the tables under ``lake``."""
+        doc = copy.deepcopy(self.docs[-1])
+        doc["sink"]["table"], doc["quarantine"]["table"] = str(lake / "orders"), str(lake / "orders_quarantine")
         (self.root / "pipelines").mkdir(exist_ok=True)
         p = self.root / "pipelines" / name
         p.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -420,6 +427,9 @@ class ProtocolModel(RuleBasedStateMachine):
         except Crash as c:
             event(f"crash at {str(c).split(' ')[0]}")
             self._drop(a, f"crashed at {c}")
+            return
+        except ConfigChanged as e:
+            self._config_refused(a, e, verb)
             return
         if a.zombie and a.phase == "idle" and self.actors[a.slot] is a:
             self._drop(a, "the zombie's task is over")  # a zombie is one late attempt, not a run
@@ -554,6 +564,45 @@ class ProtocolModel(RuleBasedStateMachine):
             raise
         event("commit: done" + (" (recovered)" if rec.recovered else ""))
         a.phase = "idle"
+
+    def _config_refused(self, a: Actor | None, e: ConfigChanged, verb: str) -> None:
+        """A verb refused an edit of the pipeline file: the message names each key with its old
+        and new value and the repair; the operator follows it: put back the values those keys had
+        when the batch was planned (read from its plan record), or reset the pending batch when
+        the message offers it and nothing of it is published."""
+        msg = str(e)
+        note(f"  {verb} refused the configuration: {msg}")
+        named = re.findall(r"(?:: |; )([a-z_.]+) was .+? when batch (\d+) was planned and is now ", msg)
+        assert named, f"no key, old and new value: {msg}"
+        assert "Repair: " in msg, f"no repair named: {msg}"
+        m = REPAIR.search(msg)
+        self.pending_race = None  # the repair runs with the pipeline paused (README): no other run acts during it
+        if m and self.edits % 2 and all(v.txn < int(m.group(1)) for v in self._views().values()):
+            b = int(m.group(1))
+            event(f"config edit refused at {verb} -> reset-batch")
+            moved = self.protocol("operator").reset(b)
+            assert b in moved, f"reset({b}) as ConfigChanged said forgot {moved}"
+        else:  # put back the values the refused keys had when the batch was planned (from its record)
+            event(f"config edit refused at {verb} -> old values put back")
+            planned = _read_json_dir(self.sink / "_eo_ledger" / "plans")[int(named[0][1])]["config"]
+            doc = copy.deepcopy(self.docs[-1])
+            for key, _b in named:
+                *path, last = key.split(".")
+                node = doc
+                for k in path:
+                    node = node[k]
+                node[last] = planned[key]
+            self.docs.append(doc)
+            self._use_config()
+        if a is not None:
+            self._drop(a, f"{verb} refused the configuration")
+
+    def _use_config(self) -> None:
+        """``docs[-1]`` written to the pipeline file; every run's next task reads it (each task
+        loads the file when it starts)."""
+        self.cfg = self._config(self.root / "lake", "pipeline.yaml")
+        for a in self.actors:
+            a.proto = self.protocol(a.name)
 
     def _blocked(self, a: Actor, e: CommitBlocked) -> None:
         """CommitBlocked: only after a foreign VACUUM took files; nothing published; follow the repair."""
@@ -809,6 +858,28 @@ class ProtocolModel(RuleBasedStateMachine):
             event("third-party abort: AttemptPrepared")
             note(f"  third-party abort of {batch}/{attempt}: {e}")
 
+    # edits of the pipeline file: harmless ones, and keys that a pending batch (or the tables) depend on
+    EDITS: dict[str, Callable[[dict, int], Any]] = {
+        "description": lambda doc, n: doc.update(description=f"edit {n}"),
+        "retries": lambda doc, n: doc.update(retries={"commit": 1 + n % 5}),
+        "max_records_per_batch": lambda doc, n: doc["source"].update(max_records_per_batch=MAX_RECORDS + n % 3),
+        "max_record_bytes": lambda doc, n: doc.update(max_record_bytes=(1 << 20) + n),
+        "schema": lambda doc, n: doc.update(schema=doc["schema"] + f", note{n} STRING"),  # a new column
+    }
+
+    @rule(edit=st.sampled_from(sorted(EDITS)))
+    def edit_config(self, edit):
+        """The pipeline file is edited between two verbs (of any runs): each run's next task reads
+        the new file. A pending batch must commit under the configuration that planned it, or the
+        edit be refused (``_config_refused``), never be stuck PREPARED."""
+        self.edits += 1
+        doc = copy.deepcopy(self.docs[-1])
+        self.EDITS[edit](doc, self.edits)
+        self.docs.append(doc)
+        self._use_config()
+        event(f"config edit: {edit}")
+        note(f"config edit {self.edits}: {edit}")
+
     @precondition(lambda self: (self.sink / "_delta_log").is_dir())
     @rule(kind=st.sampled_from(["compact", "append", "vacuum-sink", "vacuum-quarantine"]), n=st.integers(1, 3))
     def foreign(self, kind, n):
@@ -1037,6 +1108,9 @@ class ProtocolModel(RuleBasedStateMachine):
                 committed += 1
             except CommitBlocked as e:
                 self._blocked(a, e)
+            except ConfigChanged as e:
+                self._config_refused(None, e, "drain")
+                a.proto = self.protocol(a.name)
             self.exactly_once_so_far()
             self.txn_versions_only_grow()
         else:
@@ -1082,17 +1156,19 @@ class MergeProtocolModel(ProtocolModel):
     record has a key of its own, so the invariants stay the same (published once, as landed;
     every PREPARED batch committable; nothing left staged after the drain)."""
 
-    def _config(self, lake: Path, name: str):
-        cfg = super()._config(lake, name)
-        path = Path(cfg.file)
-        doc = yaml.safe_load(path.read_text())
-        doc["schema"] = SCHEMA + ", seq BIGINT NOT NULL"
+    EDITS = {**ProtocolModel.EDITS,
+             # a key of the tables' meaning (the tombstones' columns): refused once a batch is planned
+             "sequence_by": lambda doc, n: doc["sink"]["merge"].update(
+                 sequence_by="seq2" if doc["sink"]["merge"]["sequence_by"] == "seq" else "seq")}
+
+    def _doc(self) -> dict:
+        doc = super()._doc()
+        doc["schema"] = SCHEMA + ", seq BIGINT NOT NULL, seq2 BIGINT NOT NULL"
         doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "seq"})
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
-        return load_pipeline(str(path))
+        return doc
 
     def record(self, k: int, i: int) -> dict:
-        return {**super().record(k, i), "seq": k * 100 + i}
+        return {**super().record(k, i), "seq": k * 100 + i, "seq2": k * 100 + i}
 
 
 MergeProtocolModel.TestCase.settings = settings(
@@ -1196,3 +1272,26 @@ def test_found_a_zombie_of_a_reset_batch_does_not_publish_the_old_range(machine)
     m.run(1, [0, 0])  # the zombie stages the old plan 2; its verify fails (another plan)
     assert m.actors[1].phase == "failed"
 
+
+
+def test_found_a_changed_sequence_by_never_leaves_a_batch_prepared_and_uncommittable(monkeypatch):
+    """Issue 27: ``sink.merge.sequence_by`` was not in the sink contract; the edit was accepted and
+    the next batch was PREPARED and never committed (ArrowInvalid: No match for FieldRef.Name(seq2):
+    the tombstones table has the old column), every recover failing alike. Now its recover refuses
+    the edit (``_config_refused`` checks the message and undoes it) and the batch commits."""
+    mod = sys.modules[__name__]
+    monkeypatch.setattr(mod, "note", lambda *_a, **_k: None)
+    monkeypatch.setattr(mod, "event", lambda *_a, **_k: None)
+    m = MergeProtocolModel()
+    try:
+        m.land(3, 0, False)
+        _committed_batches(m, 1)
+        m.edit_config("sequence_by")
+        m.land(2, 0, False)
+        m.run(0, [0, 0, 0, 0, 0])  # recover refuses the edit; the operator puts the old value back
+        assert m.docs[-1] == m.docs[0] and m.actors[0].phase == "idle"
+        _committed_batches(m, 1)
+        assert m._views()["sink"].txn == 2
+        m._drain()
+    finally:
+        m._release()

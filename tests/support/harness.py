@@ -167,11 +167,13 @@ def stage(p: Pipeline, batch_id: int, attempt: str, env: dict | None = None, wai
     return r
 
 
-def spark_read(*tables: Path) -> dict:
-    """Each table as delta-spark reads it (``spark_read_delta.py``): {table: {rows, history, ...}}."""
+def spark_read(*tables: Path, where: tuple[str, ...] = ()) -> dict:
+    """Each table as delta-spark reads it (``spark_read_delta.py``): {table: {rows, history, ...}};
+    ``where``: SQL filters; then only {table: {"where": {filter: rows}}}."""
     argv = ["spark-submit", "--master", "local[2]", "--jars", ",".join(launch.jars()),
             str(REPO / "tests" / "support" / "spark_read_delta.py"), *map(str, tables)]
-    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=600)
+    r = subprocess.run(argv, env={**base_env(), "EOBATCH_READ_WHERE": json.dumps(list(where))},
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     out = {}
     for line in r.stdout.splitlines():

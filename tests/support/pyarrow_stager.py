@@ -11,19 +11,19 @@ It is a stand-in for the Spark job only where the job's behaviour is not what is
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import json
 import re
 import uuid
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from eobatch.delta_sink import schema_to_b64
 from eobatch.formats import DELETE_COL, QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
 from eobatch.storage import join, storage_for
-from eobatch.verify import writer_statistics
+from eobatch.table_files import TableFileWriter
 
 ARROW = {"STRING": pa.string(), "BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(),
          "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
@@ -32,8 +32,13 @@ QUARANTINE_ARROW = pa.schema([("batch_id", pa.int64()), ("source", pa.string()),
                               ("raw", pa.string()), ("reason", pa.string())])
 
 
+def arrow_type(spark_type: str) -> pa.DataType:
+    m = re.fullmatch(r"DECIMAL\((\d+),\s*(\d+)\)", spark_type)
+    return pa.decimal128(int(m.group(1)), int(m.group(2))) if m else ARROW[spark_type]
+
+
 def sink_schema(cfg) -> pa.Schema:
-    return pa.schema([(c.name, ARROW[c.type]) for c in cfg.columns])
+    return pa.schema([(c.name, arrow_type(c.type)) for c in cfg.columns])
 
 
 def _fits(value, t: pa.DataType) -> bool:
@@ -43,8 +48,8 @@ def _fits(value, t: pa.DataType) -> bool:
         return isinstance(value, str)
     if pa.types.is_integer(t):
         return isinstance(value, int) and not isinstance(value, bool)
-    if pa.types.is_floating(t):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return isinstance(value, (int, float, decimal.Decimal)) and not isinstance(value, bool)
     if pa.types.is_boolean(t):
         return isinstance(value, bool)
     if pa.types.is_timestamp(t):
@@ -62,6 +67,8 @@ def _value(value, t: pa.DataType):
         return d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)
     if value is not None and pa.types.is_floating(t):
         return float(value)
+    if value is not None and pa.types.is_decimal(t):
+        return decimal.Decimal(value)
     return value
 
 
@@ -72,7 +79,7 @@ def classify(cfg, source: str, position: int, raw: bytes) -> tuple[dict | None, 
     except UnicodeDecodeError:
         return None, "invalid UTF-8", raw.decode("utf-8", "replace")
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_float=decimal.Decimal)  # exact, as Spark reads a DECIMAL
     except ValueError:
         return None, "malformed JSON: not a JSON object", text
     if not isinstance(obj, dict):
@@ -127,24 +134,33 @@ def fold_per_key(merge, good: list) -> list:
     return list(out.values())
 
 
+def planned_lines(plan) -> Iterator[tuple[str, str, int, bytes]]:
+    """(slice folder or "", source, position, raw) of each line of a files batch's planned files."""
+    for f in plan.range.get("files", []):
+        data = storage_for(f["path"]).read_bytes(f["path"])
+        for position, raw in split_records(data):
+            yield f.get("slice", ""), f["path"], position, raw
+
+
 def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
-          write_summary: bool = True) -> str:
-    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt."""
+          write_summary: bool = True, lines: Iterable[tuple[str, str, int, bytes]] | None = None,
+          source_positions: dict | None = None) -> str:
+    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt.
+    ``lines``: the batch's records when they are not its planned files (a model of another source),
+    with the ``source_positions`` the source kind reports."""
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
     digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
     good: list[tuple[str, dict | None]] = []  # (slice folder or "", row)
     bad: list[tuple[str, dict | None]] = []
-    for f in plan.range.get("files", []):
-        data = storage_for(f["path"]).read_bytes(f["path"])
-        for position, raw in split_records(data):
-            rec, reason, text = classify(cfg, f["path"], position, raw)
-            if reason is None:
-                good.append((f.get("slice", ""), rec))
-            else:
-                bad.append((f.get("slice", ""), {"batch_id": batch_id, "source": f["path"], "position": position,
-                                                 "raw": text, "reason": reason}))
+    for slice_, source, position, raw in (planned_lines(plan) if lines is None else lines):
+        rec, reason, text = classify(cfg, source, position, raw)
+        if reason is None:
+            good.append((slice_, rec))
+        else:
+            bad.append((slice_, {"batch_id": batch_id, "source": source, "position": position, "raw": text,
+                                 "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     valid = len(good)
     if cfg.merge is not None and not cfg.merge.upsert:
@@ -167,12 +183,12 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                                            f"part-{pid:05d}-0-{uuid.uuid4().hex[:12]}.snappy.parquet") if x)
                 full = join(table, rel)
                 fs.makedirs(full.rsplit("/", 1)[0])
-                pq.write_table(pa.Table.from_pylist(part, schema=schemas[participant]), fs.arrow_path(full),
-                               filesystem=fs.arrow_fs(), compression="snappy",
-                               write_statistics=writer_statistics(schemas[participant]))
+                w = TableFileWriter(fs.arrow_path(full), schemas[participant], filesystem=fs.arrow_fs())
+                w.write(pa.Table.from_pylist(part, schema=schemas[participant]))
+                w.close()
                 info = fs.stat(full)
                 assert info is not None, f"{full}: written but not found"
-                files.append(StagedFile(path=rel, size=info.size, rows=len(part)).__dict__)
+                files.append(StagedFile(path=rel, size=info.size, rows=len(part), nan_free=w.nan_free).__dict__)
             m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                                   task_attempt=0, rows=len(mine), files=files)
             proto.ledger.fs.write_atomic(proto.layout.manifest(batch_id, attempt, participant, pid), m.to_json())
@@ -183,6 +199,6 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             rows_quarantined=len(bad), row_preserving=cfg.merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
-            config_fingerprint=cfg.fingerprint(), plan_digest=digest)
+            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {})
         proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
     return attempt

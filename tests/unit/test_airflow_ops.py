@@ -22,9 +22,13 @@ class _TI:
 
     try_number = 1
 
-    def __init__(self, xcoms: dict | None = None):
+    def __init__(self, xcoms: dict | None = None, dag_runs: tuple[str, ...] = ("r",)):
         self.xcoms = {("plan", "return_value"): 1} if xcoms is None else xcoms
         self.pushed: dict = {}
+        self.dag_runs = dag_runs  # the DAG runs Airflow holds
+
+    def get_dr_count(self, dag_id, run_ids=None, **_):
+        return sum(1 for r in run_ids or () if r in self.dag_runs)
 
     def xcom_pull(self, task_ids=None, key="return_value"):
         return self.xcoms.get((task_ids, key))
@@ -363,21 +367,49 @@ def _task_of_factory_dag(cfg, task_id: str):
     return build_dag(cfg).get_task(task_id)
 
 
-def _run_task(task, batch_id: int, attempt: str | None, dry_run: bool = False) -> list[dict]:
-    """Execute ``task`` as Airflow's task runner would; the asset events it would send on success."""
+class _StoredEvents:
+    """The asset events Airflow stored (those of task runs that succeeded), as the Task SDK's
+    ``inlet_events[alias]`` reads them: newest first, up to a limit. (The real one is read in
+    tests/integration/test_asset_events.py.)"""
+
+    def __init__(self, dag_runs: tuple[str, ...] = ("r",)):
+        self.events: list[dict] = []
+        self.dag_runs = dag_runs
+
+    def __getitem__(self, alias):
+        return self
+
+    def ascending(self, ascending: bool = True):
+        assert not ascending
+        return self
+
+    def limit(self, n: int) -> list:
+        import types
+
+        return [types.SimpleNamespace(extra=e["extra"]) for e in reversed(self.events)][:n]
+
+
+def _run_task(task, batch_id: int, attempt: str | None, dry_run: bool = False, airflow: _StoredEvents | None = None,
+              dies: bool = False) -> list[dict]:
+    """Execute ``task`` as Airflow's task runner would; the asset events it would send on success,
+    stored in ``airflow`` unless the task ``dies`` before its success is recorded."""
     import types
 
     from airflow.sdk.execution_time.context import OutletEventAccessors
     from airflow.sdk.execution_time.task_runner import _serialize_outlet_events
 
+    airflow = _StoredEvents() if airflow is None else airflow
     conf = {"dry_run": True} if dry_run else {}
     xcoms = {("plan", "return_value"): batch_id, ("stage", "attempt"): attempt,
              ("verify", "return_value"): {"attempt": attempt, "dry_run": dry_run}}
     events = OutletEventAccessors()
-    ctx = {"ti": _TI(xcoms), "params": dict(conf), "dag_run": types.SimpleNamespace(conf=conf), "run_id": "r",
-           "outlet_events": events}
+    ctx = {"ti": _TI(xcoms, airflow.dag_runs), "params": dict(conf), "dag_run": types.SimpleNamespace(conf=conf),
+           "run_id": "r", "outlet_events": events, "inlet_events": airflow}
     task.execute(ctx)
-    return list(_serialize_outlet_events(events))
+    out = list(_serialize_outlet_events(events))
+    if not dies:
+        airflow.events += out
+    return out
 
 
 def _sink_versions(table: str) -> dict[int, int]:
@@ -399,7 +431,8 @@ def test_a_committed_batch_emits_one_event_per_table_and_a_recommit_none(make_cf
     batch_id, attempt = _prepared_batch(proto, range(5), "a.jsonl")
     commit = _task_of_factory_dag(cfg, "commit")
     assert [o.name for o in commit.outlets] == ["eobatch-orders"]  # an alias, never a static Asset
-    events = _run_task(commit, batch_id, attempt)
+    airflow = _StoredEvents()
+    events = _run_task(commit, batch_id, attempt, airflow=airflow)
     assert [(e["source_alias_name"], e["dest_asset_key"]["uri"]) for e in events] == [
         ("eobatch-orders", asset_uri(cfg.sink_table)), ("eobatch-orders", asset_uri(cfg.quarantine_table))]
     sink = events[0]["extra"]
@@ -411,7 +444,7 @@ def test_a_committed_batch_emits_one_event_per_table_and_a_recommit_none(make_cf
     assert sink["range"]["files"] == [str(Path(cfg.source.path) / "a.jsonl")]
     json.dumps(events)  # what Airflow stores: JSON
     # the same commit again (a cleared task, a retry after the batch was committed): no event
-    assert _run_task(commit, batch_id, attempt) == []
+    assert _run_task(commit, batch_id, attempt, airflow=airflow) == []
 
 
 def test_a_dry_run_emits_nothing(make_cfg):
@@ -439,11 +472,47 @@ def test_a_batch_committed_by_recovery_emits_its_event_there_once(make_cfg):
     proto = Protocol(cfg)
     batch_id, attempt = _prepared_batch(proto, range(4), "a.jsonl")
     recover = _task_of_factory_dag(cfg, "recover")
-    events = _run_task(recover, 0, None)
+    airflow = _StoredEvents()
+    events = _run_task(recover, 0, None, airflow=airflow)
     assert [(e["extra"]["batch_id"], e["extra"]["table"]) for e in events] == [(1, "sink"), (1, "quarantine")]
     assert events[0]["extra"]["delta_version"] == _sink_versions(cfg.sink_table)[batch_id]
-    assert _run_task(recover, 0, None) == []
-    assert _run_task(_task_of_factory_dag(cfg, "commit"), batch_id, attempt) == []
+    assert "emitted_late" not in events[0]["extra"]
+    assert _run_task(recover, 0, None, airflow=airflow) == []
+    assert _run_task(_task_of_factory_dag(cfg, "commit"), batch_id, attempt, airflow=airflow) == []
+
+
+@pytest.mark.parametrize("emitter", ["commit", "recover"])
+def test_events_lost_by_a_task_killed_before_its_success_are_emitted_once_later(make_cfg, emitter):
+    """The commit task wrote the COMMITTED record and added its events, then died before Airflow
+    stored its success (so Airflow holds no event). Its retry (``commit``) or the next run's
+    ``recover`` emits them, said so in the extra; one that dies too stores nothing, and the one
+    after it emits them; then no more."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, attempt = _prepared_batch(proto, range(4), "a.jsonl")
+    airflow = _StoredEvents()
+    commit, task = _task_of_factory_dag(cfg, "commit"), _task_of_factory_dag(cfg, emitter)
+    assert len(_run_task(commit, batch_id, attempt, airflow=airflow, dies=True)) == 2
+    assert proto.ledger.committed(batch_id) is not None and airflow.events == []
+    assert len(_run_task(task, batch_id, attempt, airflow=airflow, dies=True)) == 2
+    assert airflow.events == []
+    late = _run_task(task, batch_id, attempt, airflow=airflow)
+    assert [(e["extra"]["batch_id"], e["extra"]["table"], e["extra"]["emitted_late"]) for e in late] == [
+        (1, "sink", True), (1, "quarantine", True)]
+    assert late[0]["extra"]["delta_version"] == _sink_versions(cfg.sink_table)[batch_id]
+    for t in (commit, task, _task_of_factory_dag(cfg, "recover")):
+        assert _run_task(t, batch_id, attempt, airflow=airflow) == []
+    assert len(airflow.events) == 2
+
+
+def test_no_late_event_for_a_batch_another_airflow_ran(make_cfg):
+    """A batch planned by a DAG run this Airflow does not hold (`make demo`'s, another Airflow's):
+    its events are that Airflow's; this one's recover emits none."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, _ = _prepared_batch(proto, range(2), "a.jsonl")
+    proto.commit(batch_id)
+    assert _run_task(_task_of_factory_dag(cfg, "recover"), 0, None, airflow=_StoredEvents(dag_runs=())) == []
 
 
 def test_operators_without_outlets_commit_and_emit_nothing(make_cfg):

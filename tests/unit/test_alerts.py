@@ -232,3 +232,39 @@ def test_skipped_landing_inputs_alert_once_each_while_they_stay_skipped(make_cfg
     assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
     assert "bad-\\xff.jsonl" in body(mail) and "not UTF-8" in body(mail)
     assert metrics.skipped_metrics("orders", src.skipped) == [metrics.Metric("gauge", "eobatch.orders.landing_skipped", 1)]
+
+
+def test_a_mail_holds_no_secret_airflow_masks_nor_the_password_of_a_malformed_uri(make_cfg, smtp, caplog):
+    """An error quoting a connection: a value registered with Airflow's secrets masker, and URIs
+    whose passwords no parser registered (unencoded "/" and "@": Airflow could not read them)."""
+    from airflow.sdk.log import mask_secret
+
+    mask_secret("tok-9f8e7d6c5b4a")
+    cfg = make_cfg(alerts=_alerts())
+    error = RuntimeError("sasl token tok-9f8e7d6c5b4a refused by kafka://svc:pa/ss@w0rd@broker:9x/ "
+                         "(fallback smtp://ops:hunter2!@mail:25)")
+    alerts.OnFailure(cfg)({"ti": _TI(), "run_id": "run tok-9f8e7d6c5b4a", "exception": error})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    text = mail.as_string() + body(mail)
+    for secret in ("tok-9f8e7d6c5b4a", "pa/ss", "w0rd", "hunter2"):
+        assert secret not in text and secret not in caplog.text, secret
+    assert "kafka://svc:***@broker:9x/" in body(mail) and "smtp://ops:***@mail:25" in body(mail)
+
+
+def test_a_connection_that_cannot_be_read_never_quotes_its_password():
+    from eobatch import connections
+    from eobatch.errors import TerminalError
+
+    def reader(conn_id):
+        raise ValueError(f"Invalid connection string: kafka://svc:pa/ss@w0rd@broker:9x/ ({conn_id})")
+
+    connections.register(reader)
+    try:
+        with pytest.raises(TerminalError) as e:
+            connections.extra("kafka_prod")
+    finally:
+        from eobatch import airflow_conn
+
+        connections.register(airflow_conn.connection_extra, airflow_conn.redact)
+    assert "pa/ss" not in str(e.value) and "w0rd" not in str(e.value) and e.value.__cause__ is None
+    assert "'kafka_prod' cannot be read" in str(e.value) and "kafka://svc:***@broker" in str(e.value)

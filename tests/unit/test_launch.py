@@ -190,7 +190,8 @@ def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
     # the landing folder: the job opens each planned file below it without following a link
     assert job_spec(files, 1, "a1")["source"] == {"kind": "files", "path": files.source.path}
     assert job_spec(kafka, 1, "a1")["source"] == {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092,broker2:9093",
-                                                  "consumer_timeout_seconds": 60}
+                                                  "consumer_timeout_seconds": 60,
+                                                  "read_batch_bytes": 16 << 20}
 
 
 def test_spark_conf_of_an_s3_pipeline_holds_no_secret(s3env, tmp_path):

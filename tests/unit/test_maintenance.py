@@ -13,7 +13,7 @@ from pathlib import Path
 from eobatch.maintenance import last_report, maintain, summary_line
 from eobatch.protocol import Protocol
 from support.checks import delta_log_commits, live_files, read_rows, txn_version
-from support.protocol_runs import land_and_run, land_ids, published_ids
+from support.protocol_runs import land_and_run, land_ids, published_ids, run_next
 from support.pyarrow_stager import stage
 
 # a long history (`make history-check BATCHES=<n>`; a year of hours is 8760): many small batches
@@ -118,3 +118,45 @@ def test_a_long_continuous_history_compacted_and_vacuumed_publishes_every_record
     assert txn_version(sink, "orders") == HISTORY
     land_and_run(proto, range(10**6, 10**6 + 2), "later.jsonl")
     assert published_ids(proto) == sorted(want + ["o1000000", "o1000001"])
+
+
+def test_maintenance_keeps_the_statistics_promise_for_a_decimal_beyond_2_53_and_nan(make_cfg):
+    """Issue 27 (4): delta-rs OPTIMIZE wrote a compacted file whose Delta stats rounded the decimal
+    max through a double (9007199254740993 -> ...992) and whose stats and footer min/max ignored
+    NaN, so `n = 9007199254740993` and `x > 5` lost their rows after `make maintain`. The
+    compaction writes its files by the stage job's rules: the same rows are found before and after."""
+    from support.stats_promise import BIG, SCHEMA, check_reads, land_rows
+
+    nan = float("nan")
+    proto = Protocol(make_cfg(schema=SCHEMA))
+    sink = Path(proto.cfg.sink_table)
+    for i, (n, x) in enumerate([(BIG, 1.0), (1, nan), (2, 2.0), (BIG, 3.0), (3, nan), (4, None)]):
+        land_rows(proto.cfg, f"f{i}.jsonl", [{"order_id": f"o{i}", "n": n, "x": x}])
+        assert run_next(proto) == i + 1
+    want = {f"n = {BIG}": ["o0", "o3"], "x > 5": ["o1", "o4"]}
+    assert check_reads(sink, "before maintenance") == want
+    report = maintain(proto, vacuum_retention_hours=0)
+    assert report["tables"]["sink"]["files_after"] == 1
+    assert check_reads(sink, "after maintenance") == want
+    (add,) = [a for c in delta_log_commits(sink) for a in c["adds"] if a["path"] in live_files(sink)]
+    assert f'"n":{BIG}' in add["stats"] and '"x"' not in add["stats"]  # exact max in the raw log; no float bounds
+
+
+def test_two_compactions_built_on_one_snapshot_land_once(make_cfg):
+    """Two maintenance passes at once (a scheduled DAG run and `make maintain`): delta-rs lets a
+    commit remove files a concurrent commit removed with dataChange=false, so both would land and
+    publish the rows twice; the compaction's txn(<pipeline>.compaction) makes the second fail."""
+    from deltalake import DeltaTable
+
+    from eobatch.compaction import compact_table
+
+    proto = Protocol(make_cfg())
+    for b in range(3):
+        land_and_run(proto, range(b * 2, b * 2 + 2), f"f{b}.jsonl")
+    sink = Path(proto.cfg.sink_table)
+    first, second = DeltaTable(str(sink)), DeltaTable(str(sink))
+    assert compact_table(proto, "sink", first, 1 << 30)["files_removed"] == 6
+    lost = compact_table(proto, "sink", second, 1 << 30)
+    assert lost["files_removed"] == 0 and "lost to a concurrent commit" in lost["notes"][0]
+    assert published_ids(proto) == sorted(f"o{i}" for i in range(6))
+    assert len(live_files(sink)) == 1 and all((sink / p).exists() for p in live_files(sink))

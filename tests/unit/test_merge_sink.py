@@ -518,6 +518,7 @@ def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(m
     delta-rs refuses the MERGE (it read files the compaction removed), and the commit builds it
     again on the new snapshot; no row twice, none lost, the batch once."""
     from eobatch import merge_sink
+    from eobatch.compaction import compact_table
 
     proto = merge_proto()
     run_batches(proto, [[("o1", 1, "new")], [("o2", 1, "new")], [("o3", 1, "new")]])
@@ -528,8 +529,8 @@ def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(m
 
     def begin_then_compact(self, *a, **kw):
         dt = begin(self, *a, **kw)
-        if not raced:  # the first snapshot goes stale: another writer compacts the table now
-            raced.append(DeltaTable(self.uri).optimize.compact()["numFilesRemoved"])
+        if not raced:  # the first snapshot goes stale: maintenance compacts the table now
+            raced.append(compact_table(proto, "sink", DeltaTable(self.uri), 1 << 30)["files_removed"])
         return dt
     monkeypatch.setattr(merge_sink.MergeParticipant, "_begin", begin_then_compact)
     monkeypatch.setattr(merge_sink.time, "sleep", lambda s: None)
@@ -545,3 +546,41 @@ def test_the_stage_job_names_each_rows_interval_slice_as_the_partials_table_does
     from spark_jobs.stage_batch import SLICE_COL as job_slice_col
 
     assert job_slice_col == SLICE_COL
+
+
+def test_merges_and_their_maintenance_keep_the_statistics_promise_for_a_decimal_beyond_2_53_and_nan(make_cfg,
+                                                                                                     tmp_path):
+    """Issue 27 (4): the files a MERGE rewrites carried delta-rs's stats (the decimal max rounded
+    through a double, float bounds that ignore NaN), so `n = 9007199254740993` and `x > 5` lost
+    rows after a merge. Those files keep no float or decimal bounds now; maintenance rewrites them
+    with exact ones. The same rows are found after every merge and after maintenance."""
+    from eobatch.maintenance import maintain
+    from support.stats_promise import BIG, check_reads, land_rows
+
+    nan = float("nan")
+    cfg = make_cfg(schema="order_id STRING NOT NULL, seq BIGINT NOT NULL, n DECIMAL(20,0), x DOUBLE, op STRING",
+                   sink={"table": str(tmp_path / "lake" / "orders"), "mode": "merge", "merge": dict(MERGE)})
+    proto = Protocol(cfg)
+    sink = Path(cfg.sink_table)
+    batches = [[("o1", 1, BIG, 1.0), ("o2", 1, 1, nan), ("o3", 1, 2, 2.0)],
+               [("o1", 2, BIG, nan), ("o4", 1, BIG, 3.0)],   # rewrites o1's file
+               [("o2", 2, 5, 4.0), ("o5", 1, 6, nan)]]
+    want = [{f"n = {BIG}": ["o1"], "x > 5": ["o2"]},
+            {f"n = {BIG}": ["o1", "o4"], "x > 5": ["o1", "o2"]},
+            {f"n = {BIG}": ["o1", "o4"], "x > 5": ["o1", "o5"]}]
+    for i, rows in enumerate(batches):
+        land_rows(cfg, f"b{i}.jsonl", [{"order_id": k, "seq": s, "n": n, "x": x, "op": "u"} for k, s, n, x in rows])
+        assert run_next(proto) == i + 1
+        assert check_reads(sink, f"after merge {i + 1}") == want[i]
+    # the raw log: the MERGE's files carry no decimal or float bound at all
+    assert all('"n"' not in a["stats"] and '"x"' not in a["stats"] for a in json_adds(sink))
+    maintain(proto, vacuum_retention_hours=0)
+    assert check_reads(sink, "after maintenance") == want[-1]
+
+
+def json_adds(table: Path) -> list[dict]:
+    """The AddFile actions of the table's live files, from the raw log."""
+    from support.checks import delta_log_commits, live_files
+
+    live = live_files(table)
+    return [a for c in delta_log_commits(table) for a in c["adds"] if a["path"] in live]

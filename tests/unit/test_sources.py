@@ -40,6 +40,7 @@ class NumbersKind:
 
     name, config_keys = "numbers", frozenset({"kind", "count"})
     position_based, checks_late_files, located_columns, quarantine_columns = False, False, (), ()
+    interval_by_record_time = False
 
     def parse_config(self, src, ctx: ConfigContext):
         if not isinstance(src.get("count", 3), int):
@@ -60,6 +61,9 @@ class NumbersKind:
 
     def job_env(self, source):
         return {}
+
+    def gone(self, rng):
+        return []
 
     def unreadable(self, rng, job):
         return []

@@ -50,6 +50,7 @@ from ..errors import (
     BatchInFlight,
     CommitBlocked,
     ConcurrentPlan,
+    ConfigChanged,
     IntervalNotSettled,
     LedgerMismatch,
     ProtocolError,
@@ -59,5 +60,5 @@ from .state import interval_of, utcnow
 from .verbs import Protocol, Recovery
 
 __all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared",
-           "LedgerMismatch", "ConcurrentPlan", "CommitBlocked", "FingerprintMismatch", "NotReady", "VerifyFailed",
+           "LedgerMismatch", "ConcurrentPlan", "ConfigChanged", "CommitBlocked", "FingerprintMismatch", "NotReady", "VerifyFailed",
            "interval_of", "utcnow"]

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import logging
 import time
 from typing import TYPE_CHECKING
 
 from .. import faults
+from ..config import config_values
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
 from ..formats import STAGED, BatchPlan, RewindRecord
-from ..sources import source_for
+from ..sources import kind_for, source_for
 from ..storage import join, relpath
 from . import state as st
 from .state import utcnow
+
+log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
     from ..checkpoint import History, ReadSoFar
@@ -26,6 +30,11 @@ if TYPE_CHECKING:
     from ..formats import BatchState, Layout
     from ..ledger import Ledger
     from ..storage import Storage
+
+
+def rewind_mark(app_id: str, key: str) -> str:
+    """The txn appId a table's RESTORE for rewind ``key`` carries (version 1): its durable record."""
+    return f"{app_id}.rewind.{key}"
 
 
 class Repairs:
@@ -41,14 +50,17 @@ class Repairs:
         def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
         def fs_for(self, participant: str) -> Storage: ...
         def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
+        def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                          plan: BatchPlan | None = None) -> None: ...
         def _read_so_far(self, pending_rewind: RewindRecord | None = None,
                          hist: History | None = None) -> ReadSoFar: ...
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
         def _sink_record(self) -> str | None: ...
+        def _is_abandoned(self, batch_id: int) -> bool: ...
 
     # -- rewind ----------------------------------------------------------------------
     def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
-               max_records: int | None = None) -> list[str]:
+               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
         """Bring the tables back to before batch ``to_batch`` and read again from its start.
 
         Delta's RESTORE alone is not enough: it keeps the txn ids, so replayed batches with their
@@ -57,6 +69,8 @@ class Repairs:
         before ``to_batch``'s commit, and batches ``to_batch``..``after`` become REWOUND: their
         ranges no longer count as read, and the next batch, with the next new id, starts at
         ``to_batch``'s start. Continuous mode only (in interval mode, run the intervals again).
+        Refused when landing files of those batches are gone (their rows would be taken back for
+        good), unless ``accept_loss``: then the ledger records the loss (``_gone``).
         """
         if self.cfg.mode != "continuous":
             raise ProtocolError("rewind_to_batch is for continuous mode; in interval mode run the intervals "
@@ -69,6 +83,7 @@ class Repairs:
                 self._complete_rewinds()
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
+        self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         rewound = self.ledger.rewound_ids()
         live = [b for b in range(1, latest + 1) if b not in rewound]
@@ -98,20 +113,28 @@ class Repairs:
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
+        lost = self._gone(gone, "rewind", accept_loss or dry_run, f"BATCH={to_batch}",
+                          "their published rows would be taken back and never published again")
         if dry_run:
-            return [f"dry run: would {what}"]
+            return [f"dry run: would {what}"] + ([f"dry run: {len(lost)} landing file(s) of those batches are gone "
+                                                  f"(the rewind needs ACCEPT_LOSS=1): {', '.join(lost[:20])}"]
+                                                 if lost else [])
         rec = RewindRecord(pipeline=self.cfg.name, after_batch=latest, to_batch=to_batch,
                            restore_versions=restore, requested_at=utcnow(), run_id=run_id)
         # The rewind and every plan are exclusive through the ledger itself: the rewind reserves
         # batch latest+1 put-if-absent, as the first batch that reads again from to_batch's start.
         # A run that planned latest+1 from the old position first wins; this rewind then did nothing.
         plan = self._replay_plan(rec, max_records, run_id)
+        if lost:
+            plan.notes.append(self._record_loss("rewind", gone, lost, run_id, write=False))
         if not self.ledger.put_plan(plan):
             other = self.ledger.plan(plan.batch_id)
             raise ConcurrentPlan(f"cannot rewind now: batch {plan.batch_id} was planned by run "
                                  f"{other.run_id if other else '?'} while this rewind was being checked; "
                                  f"nothing was rewound. Ask again once that batch is committed")
         self.ledger.put_rewind(rec)
+        if lost:
+            self._record_loss("rewind", gone, lost, run_id)
         return [what + f"; batch {plan.batch_id} is planned: {plan.range_summary()}"] + self._complete_rewinds()
 
     def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
@@ -131,7 +154,7 @@ class Repairs:
             pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
-            sink=self._sink_record(),
+            sink=self._sink_record(), config=config_values(self.cfg),
             notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
                    f"{rec.to_batch}'s start"] + notes,
         )
@@ -163,11 +186,14 @@ class Repairs:
                 if found is None:
                     continue
                 rec = found
-                if part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}", limit=200) is not None:
+                tag = f"{self.app_id}:{rec.key}"
+                # the restore's own txn says it was done (a rewind restored before restores carried
+                # it is looked for in the table's history instead)
+                if part.restored(rewind_mark(self.app_id, rec.key)) or part.find_commit("eo.rewind", tag) is not None:
                     continue
                 try:
-                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id,
-                                                               "eo.rewind": f"{self.app_id}:{rec.key}"})
+                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
+                                     rewind_mark(self.app_id, rec.key))
                 except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
                     raise LedgerMismatch(
                         f"the rewind {rec.key} (to before batch {rec.to_batch}) cannot restore the {p} table "
@@ -180,14 +206,16 @@ class Repairs:
         return done
 
     # -- reset -----------------------------------------------------------------------
-    def reset(self, from_batch: int) -> list[int]:
+    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
         """Forget batches ``from_batch``.. that no table holds, so their ranges are planned again.
 
         The repair for a PREPARED batch whose staged files are gone, and for a gap between
         ledger and tables (a table restored to an older version): the ledger records of those
         batches move to ``_eo_ledger/archive/<time>/``; the next run plans from the end of
         batch ``from_batch - 1`` and the sweep removes their staged files. Refused when any
-        table holds one of those batches (that would publish it twice).
+        table holds one of those batches (that would publish it twice), and when landing files of
+        those batches are gone (nothing would publish their records), unless ``accept_loss``: then
+        the ledger records the loss.
         """
         versions = self.committed_versions()
         if max(versions.values()) >= from_batch:
@@ -196,6 +224,11 @@ class Repairs:
         latest = self.ledger.latest_batch_id()
         if from_batch < 1 or from_batch > latest:
             raise ProtocolError(f"batch {from_batch} is not in the ledger (batches 1..{latest})")
+        forgotten = list(range(from_batch, latest + 1))
+        lost = self._gone(forgotten, "reset-batch", accept_loss, f"BATCH={from_batch}",
+                          "the next plan would not find them, and their records would never be published")
+        if lost:
+            self._record_loss("reset-batch", forgotten, lost, None)
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         archive = join(self.layout.ledger, "archive", stamp)
         fs = self.ledger.fs
@@ -224,6 +257,42 @@ class Repairs:
                 self._sweep_batch(b, everything=True)
         self.sweep(recent=None)
         return sorted(moved)
+
+    # -- a repair over expired landing files -------------------------------------------
+    def _gone(self, batches: list[int], verb: str, accept: bool, args: str, consequence: str) -> list[str]:
+        """The recorded source positions of ``batches`` that are gone from the source (landing
+        files expired since: ``SourceKind.gone``). A repair that would read them again is refused
+        (ProtocolError naming them) unless ``accept``."""
+        lost: list[str] = []
+        for b in batches:
+            plan = self.ledger.plan(b)
+            if plan is not None and not self._is_abandoned(b):
+                lost += kind_for(plan.source_kind).gone(plan.range)
+        lost = sorted(set(lost))
+        if lost and not accept:
+            raise ProtocolError(
+                f"{verb} of {self.app_id!r} refused: {len(lost)} landing file(s) of batches {st.ranges(batches)} are "
+                f"gone from the landing zone (expired or moved since they were planned): {', '.join(lost[:20])}"
+                f"{' ...' if len(lost) > 20 else ''}; {consequence}. Nothing was changed. Repair: put the files back "
+                f"(same content) and ask again, or accept the loss: `make {verb} PIPELINE={self.app_id} {args} "
+                f"ACCEPT_LOSS=1`{' (or the run param accept_loss=true)' if verb == 'rewind' else ''} (the ledger "
+                f"records it under {join(self.layout.ledger, 'losses')}/)")
+        return lost
+
+    def _record_loss(self, verb: str, batches: list[int], files: list[str], run_id: str | None,
+                     write: bool = True) -> str:
+        """The ledger's record of a loss an operator accepted (``_eo_ledger/losses/``, when
+        ``write``); its note for the task log and the batch plan."""
+        note = (f"{verb} of batches {st.ranges(batches)} accepted the loss of {len(files)} landing file(s) gone from "
+                f"the landing zone: {', '.join(files[:20])}{' ...' if len(files) > 20 else ''}")
+        if write:
+            rec = {"pipeline": self.app_id, "verb": verb, "batches": batches, "files": files,
+                   "accepted_at": utcnow(), "run_id": run_id}
+            stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
+            self.ledger.fs.put_if_absent(join(self.layout.ledger, "losses", f"{stamp}-{verb}.json"),
+                                         json.dumps(rec, indent=1).encode())
+            log.warning("%s", note)
+        return note
 
     # -- sweep -----------------------------------------------------------------------
     def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:

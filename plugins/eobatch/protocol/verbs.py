@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import faults
 from ..checkpoint import History, ReadSoFar
-from ..config import PipelineConfig
+from ..config import TABLE, PipelineConfig, config_edits, config_values
 from ..delta_sink import (
     CommitConflict,
     DeltaParticipant,
@@ -27,6 +27,7 @@ from ..errors import (
     BatchInFlight,
     CommitBlocked,
     ConcurrentPlan,
+    ConfigChanged,
     IntervalNotSettled,
     LedgerMismatch,
     ProtocolError,
@@ -58,6 +59,7 @@ from .state import ms as _ms
 from .state import utcnow
 
 log = logging.getLogger("eobatch")
+SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
 
 
 @dataclass
@@ -149,6 +151,7 @@ class Protocol(Repairs):
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
+        self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         actions: list[str] = self._complete_rewinds()
         pending = None
@@ -220,9 +223,8 @@ class Protocol(Repairs):
         t0 = time.time()
         hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
         latest = hist.latest
-        if latest:
-            self._check_sink(self.ledger.require_plan(latest))
         versions = self.committed_versions()
+        self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         if self._undecided(latest, versions):
             pending = self.ledger.require_plan(latest)
@@ -255,10 +257,16 @@ class Protocol(Repairs):
                                     f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
                                     f"runs cover the time between two ticks)")
             self._check_settled(interval)
-            kw = {}
-            if kind_for(self.cfg.source.kind).checks_late_files:  # look back at the intervals already planned
+            kw: dict = {}
+            kind = kind_for(self.cfg.source.kind)
+            if kind.checks_late_files:  # look back at the intervals already planned
                 lookback = self._lookback(interval["start"], hist)
                 kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
+            if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
+                reads = self._read_so_far(hist=hist)
+                kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
+                      "holder": lambda name: hist.slice_holder(name, held),
+                      "first_start_ms": hist.first_interval_start_ms()}
             rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
                                                   earlier=self._last_interval_before(interval["start"], hist), **kw)
         else:
@@ -277,7 +285,7 @@ class Protocol(Repairs):
             pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=self.last_late, sink=self._sink_record(),
+            late=self.last_late, sink=self._sink_record(), config=config_values(self.cfg),
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         if not self.ledger.put_plan(plan):
@@ -292,6 +300,40 @@ class Protocol(Repairs):
     def _sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
         return None if self.cfg.merge is None else self.cfg.sink_contract
+
+    def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                      plan: BatchPlan | None = None) -> None:
+        """A configuration edit is an event of the protocol (``config.CONTRACT``): refuse
+        (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
+        when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
+        if not batch_id:
+            return
+        plan = plan or self.ledger.require_plan(batch_id)
+        pending = True if versions is None else self._undecided(batch_id, versions)
+        edits = config_edits(plan.config, self.cfg, pending)
+        if edits:
+            raise ConfigChanged(self._edits_message(plan, edits, versions))
+        self._check_sink(plan)
+
+    def _edits_message(self, plan: BatchPlan, edits: list, versions: dict[str, int] | None) -> str:
+        b = plan.batch_id
+        what = "; ".join(f"{k} was {old!r} when batch {b} was planned and is now {new!r}" for k, _r, old, new in edits)
+        keys = ", ".join(k for k, *_ in edits)
+        text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
+        if any(role == TABLE for _k, role, *_ in edits):
+            return text + ("These keys say what the rows of the tables mean and where they are: they cannot change "
+                           "under an existing table that holds batches (they would publish wrong rows, or no batch could "
+                           "commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
+                           "new sink.table (and quarantine.table) to start new tables from the source's beginning")
+        versions = versions if versions is not None else self.committed_versions()
+        held = [p for p, v in versions.items() if v >= b]
+        text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
+                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. Repair: "
+                 f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
+        if held:
+            return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
+        return text + (f"; or forget batch {b} (nothing of it is published): `make reset-batch PIPELINE={self.app_id} "
+                       f"BATCH={b}`, and the next run plans its range again under the new configuration")
 
     def _check_sink(self, plan: BatchPlan) -> None:
         """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
@@ -389,6 +431,7 @@ class Protocol(Repairs):
             raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        self._check_config(batch_id, plan=plan)
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
@@ -446,7 +489,7 @@ class Protocol(Repairs):
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
-        self._check_sink(plan)
+        self._check_config(batch_id, plan=plan)
         self._complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
@@ -482,15 +525,7 @@ class Protocol(Repairs):
             faults.fail_point("commit.before_delta_commit")
             faults.crash_point("commit.before_delta_commit")
             try:
-                versions[participant] = part.commit(
-                    self.app_id, batch_id, prepared.adds[staged],
-                    schema_from_b64(prepared.arrow_schema[staged]),
-                    list(prepared.partition_by.get(staged, [])),
-                    commit_metadata(plan, prepared, participant), expected_prev=prev,
-                    replace=(replaces or {}).get(participant),
-                )
-            except SliceRewritten as e:
-                raise SliceRewritten(self._rewritten_message(plan, str(e), "commit")) from e
+                versions[participant], replaces = self._commit_replacing(plan, prepared, participant, prev, replaces)
             except CommitConflict as e:
                 log.info("%s", e)
                 if part.committed_version(self.app_id) >= batch_id:
@@ -514,6 +549,40 @@ class Protocol(Repairs):
             log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
                         "retries", batch_id, e)
         return rec
+
+    def _commit_replacing(self, plan: BatchPlan, prepared: PreparedBatch, participant: str, prev: int,
+                          replaces: dict[str, Replace] | None) -> tuple[int, dict[str, Replace] | None]:
+        """``participant``'s Delta commit of the batch; (its version, the replaces it used).
+
+        Interval mode: the files the batch replaces were computed before the commit's snapshot. A
+        compaction of the pipeline's own (``make maintain``) that lands in between rewrote some of
+        them: they are computed again (the compaction's record names the new ones) and the commit
+        is built again, up to ``SLICE_RECOMPUTES`` times (then CommitConflict: the task retries).
+        SliceRewritten only when the computation, done again, still names files that are gone:
+        another writer rewrote them."""
+        staged = self.inputs(participant)
+        part = self.participants[participant]
+        for n in range(SLICE_RECOMPUTES + 1):
+            try:
+                v = part.commit(self.app_id, plan.batch_id, prepared.adds[staged],
+                                schema_from_b64(prepared.arrow_schema[staged]),
+                                list(prepared.partition_by.get(staged, [])),
+                                commit_metadata(plan, prepared, participant), expected_prev=prev,
+                                replace=(replaces or {}).get(participant))
+                return v, replaces
+            except SliceRewritten as e:
+                fresh = self._replaces(plan)
+                if (fresh or {}).get(participant) == (replaces or {}).get(participant):
+                    held = [p for p in self.names if self.participants[p].committed_version(self.app_id) >= plan.batch_id]
+                    raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
+                if n == SLICE_RECOMPUTES:
+                    raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
+                                         f"by a compaction {n + 1} times while it was committed; the commit is "
+                                         f"retried") from e
+                log.info("%s: a compaction rewrote files batch %s replaces after they were computed; computed "
+                         "again, the commit is built again", participant, plan.batch_id)
+                replaces = fresh
+        raise AssertionError("unreachable")
 
     def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
                          seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
@@ -614,7 +683,7 @@ class Protocol(Repairs):
         if problems:
             raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
 
-    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str) -> str:
+    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str, held: list[str] | None = None) -> str:
         what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
                 "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
         text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
@@ -627,7 +696,11 @@ class Protocol(Repairs):
         late = [f for x in plan.late for f in x.get("files", [])]
         if late:
             text += f". The late files this batch would have published: {', '.join(late[:20])}"
-        if step == "commit":
+        if step == "commit" and held:
+            text += (f". The {', '.join(held)} table already holds batch {plan.batch_id}, so it cannot be planned "
+                     f"again. Repair: undo the other writer's rewrite named above (a Delta RESTORE of that table to the "
+                     f"version before it), then run again")
+        elif step == "commit":
             text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
                      f"published nowhere), then as above")
         return text

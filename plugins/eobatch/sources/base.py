@@ -14,7 +14,9 @@ The lines contract: one row per record, columns ``source`` (string: where it cam
 ``position`` (long: where in that source; ``locate`` may compute it only for the records that are
 quarantined, the only ones whose position is written), ``raw`` (string: a JSON object text, null for a
 tombstone) and any number of ``_``-prefixed metadata columns, which transforms may use and which
-are never published (``_eo_``-prefixed ones are the kind's own internals, hidden from transforms). Everything after the read (parse, schema check, quarantine, transform,
+are never published (``_eo_``-prefixed ones are the kind's own internals, hidden from transforms). A kind may
+add ``_eo_unreadable`` (string): for a record it could not read at that position (``raw`` null),
+why; the record is quarantined with that reason. Everything after the read (parse, schema check, quarantine, transform,
 manifests) is one code path for every kind.
 
 No pyspark and no Airflow at module level, here and in every kind's package.
@@ -146,6 +148,7 @@ class SourceKind(Protocol):
     config_keys: frozenset[str]  # the keys allowed under source:
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
+    interval_by_record_time: bool  # interval mode assigns records by their timestamps (Kafka: ``interval_slices``)
     located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
     quarantine_columns: tuple[str, ...]  # columns of ``read`` only ``locate`` needs: kept for quarantined records only
 
@@ -158,6 +161,10 @@ class SourceKind(Protocol):
 
     def range(self, data: dict) -> SourceRange:
         """The typed view of a range recorded in the ledger."""
+
+    def gone(self, rng: dict) -> list[str]:
+        """What of a recorded range is no longer in the source (a landing file expired since):
+        a repair that would read the range again names it (``Protocol.reset``, ``rewind``)."""
 
     def start_marker(self, rng: dict) -> dict | None:
         """An empty range at ``rng``'s first positions (where a rewind to it reads again from);

@@ -434,11 +434,12 @@ def render_message(title: str, message: str, link: tuple[str, str] | None = None
             f'<script>{TOP_LINKS_JS}</script></body></html>\n')
 
 
-def render_not_found(name: str, known: Sequence[str], airflow_base: str = "") -> str:
-    pipelines = ", ".join(sorted(known)) or "none"
+def render_not_found(name: str, airflow_base: str = "") -> str:
+    """The page of a DAG that is not a pipeline. It names no other pipeline: the user may read
+    only this DAG."""
     return render_message(
         "No such pipeline",
         f"There is no pipeline named {name!r} here. A pipeline is a YAML file of the pipelines folder "
         f"(include/pipelines/ or $PIPELINES_DIR) and its DAG id is its name; a DAG that is not a pipeline "
-        f"has no batch ledger. Pipelines: {pipelines}.",
+        f"has no batch ledger.",
         (f"{airflow_base}/dags", "All DAGs"))

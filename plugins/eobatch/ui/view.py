@@ -2,12 +2,27 @@
 the function behind `make ledger`), its backlog, a page of batches. No Airflow, no pyspark.
 
 Only what the ledger holds is shown (and the pipeline's name, mode, source kind and schedule):
-never the pipeline's connection settings, locations of its tables or any credential.
+never the pipeline's connection settings, locations of its tables or any credential, nor the
+names of other pipelines.
+
+What one request may cost is bounded, whatever a signed-in user asks for:
+
+* the JSON: at most ``JSON_LIMIT_MAX`` batches a request (``JSON_LIMIT_DEFAULT`` without ``limit``);
+* the page: at most ``MAX_PER_PAGE`` + ``CHART_BATCHES`` batches read;
+* the backlog (a landing listing and up to 64 MiB of line counting): computed at most once per
+  ``BACKLOG_TTL_S`` seconds per pipeline in this process, by one request at a time (the others get
+  the last figures, or a note); records are counted for at most ``BACKLOG_COUNT_FILES`` files;
+* ``run_id``: looked up in an index of the newest ``RUN_SEARCH_LIMIT`` plans, built once per
+  process and extended with the plans written since: an unknown run id reads no plan.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 from ..backlog import backlog
 from ..cli import ledger_rows, rows_json
@@ -16,30 +31,101 @@ from ..protocol import Protocol
 from .page import CHART_BATCHES, Pager, PageView
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
-RUN_SEARCH_LIMIT = 1000  # plans read, newest first, to find the batch of a DAG run
+RUN_SEARCH_LIMIT = 1000  # the newest plans indexed by run id, to find the batch of a DAG run
+JSON_LIMIT_DEFAULT = 1000  # batches of one JSON answer without ``limit``
+JSON_LIMIT_MAX = 10000  # and with it
+BACKLOG_TTL_S = 30.0  # the page's backlog figures are this old at most
+BACKLOG_COUNT_FILES = 1000  # records are counted for at most this many files not yet planned
 
 
 class UnknownPipeline(LookupError):
-    def __init__(self, name: str, known: list[str]):
+    def __init__(self, name: str):
         super().__init__(f"no pipeline named {name!r}")
-        self.name, self.known = name, known
+        self.name = name
 
 
 def find(name: str) -> PipelineConfig:
     """The pipeline called ``name`` (the DAG id); ``UnknownPipeline`` when there is none."""
     good, _errors = load_all()  # the errors are the DAG file's import errors: not repeated here
     if not NAME.match(name) or name not in good:
-        raise UnknownPipeline(name, sorted(good))
+        raise UnknownPipeline(name)
     return good[name]
 
 
+class Memo:
+    """One value per key, computed by one caller at a time and reused for ``ttl`` seconds. A caller
+    that finds another one computing it gets the last value without waiting (``busy`` when there
+    is none yet): a slow computation ties up one server thread, never one per request."""
+
+    def __init__(self, ttl: float, clock: Callable[[], float] = time.monotonic):
+        self.ttl, self.clock = ttl, clock
+        self._guard = threading.Lock()
+        self._locks: dict[Any, threading.Lock] = {}
+        self._values: dict[Any, tuple[float, Any]] = {}
+
+    def get(self, key: Any, compute: Callable[[], Any], busy: Any = None) -> Any:
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        hit = self._values.get(key)
+        if hit is not None and self.clock() - hit[0] < self.ttl:
+            return hit[1]
+        if not lock.acquire(blocking=False):
+            return hit[1] if hit is not None else busy
+        try:
+            hit = self._values.get(key)  # computed by the caller that held the lock just now
+            if hit is not None and self.clock() - hit[0] < self.ttl:
+                return hit[1]
+            value = compute()
+            self._values[key] = (self.clock(), value)
+            return value
+        finally:
+            lock.release()
+
+
+BACKLOGS = Memo(BACKLOG_TTL_S)
+BACKLOG_BUSY = {"error": "being computed for another page load just now: reload in a moment"}
+
+
+def page_backlog(proto: Protocol) -> dict:
+    """The backlog shown on the page (``BACKLOGS``: once per pipeline per ``BACKLOG_TTL_S``)."""
+    cfg = proto.cfg
+    return BACKLOGS.get((cfg.file, cfg.name),
+                        lambda: backlog(proto, count_files_limit=BACKLOG_COUNT_FILES), busy=BACKLOG_BUSY)
+
+
+class RunIndex:
+    """DAG run id -> the newest batch it planned, over the newest ``RUN_SEARCH_LIMIT`` plans of a
+    pipeline's ledger: each plan is read once per process (the index is extended with the plans
+    written since the last look), so looking up a run id, known or not, reads at most one plan."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ledgers: dict[Any, tuple[int, dict[int, str | None]]] = {}  # key -> (latest, {batch: run id})
+
+    def batch_of_run(self, key: Any, proto: Protocol, run_id: str, latest: int) -> int | None:
+        with self._lock:
+            seen, runs = self._ledgers.get(key, (0, {}))
+            if latest < seen:  # batches were forgotten (reset-batch): index again
+                seen, runs = 0, {}
+            low = max(seen, latest - RUN_SEARCH_LIMIT)
+            for b in range(low + 1, latest + 1):
+                plan = proto.ledger.plan(b)
+                runs[b] = plan.run_id if plan is not None else None
+            runs = {b: r for b, r in runs.items() if b > latest - RUN_SEARCH_LIMIT}
+            self._ledgers[key] = (latest, runs)
+            hits = [b for b, r in runs.items() if r == run_id]
+        if not hits:
+            return None
+        plan = proto.ledger.plan(max(hits))  # still that run's (a reset batch planned again is not)
+        return plan.batch_id if plan is not None and plan.run_id == run_id else None
+
+
+RUNS = RunIndex()
+
+
 def batch_of_run(proto: Protocol, run_id: str, latest: int) -> int | None:
-    """The newest batch planned by DAG run ``run_id`` (looking at the newest plans only)."""
-    for b in range(latest, max(0, latest - RUN_SEARCH_LIMIT), -1):
-        plan = proto.ledger.plan(b)
-        if plan is not None and plan.run_id == run_id:
-            return b
-    return None
+    """The newest batch planned by DAG run ``run_id`` (among the newest plans only)."""
+    return RUNS.batch_of_run((proto.cfg.file, proto.cfg.name), proto, run_id, latest)
 
 
 def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: str | None = None,
@@ -58,7 +144,7 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
     return PageView(
         pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, schedule=cfg.schedule, pager=pager,
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
-        backlog=backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
+        backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
         airflow_base=airflow_base, description=cfg.description,
         maintenance=_maintenance_line(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
@@ -76,13 +162,12 @@ def _maintenance_line(proto) -> str | None:
     return summary_line(report) if report else None
 
 
-def batches_json(cfg: PipelineConfig, limit: int | None = None, offset: int = 0) -> str:
+def batches_json(cfg: PipelineConfig, limit: int = JSON_LIMIT_DEFAULT, offset: int = 0) -> str:
     """`make ledger FORMAT=json` of the pipeline: the same rows, the same encoding (oldest first);
-    ``limit`` / ``offset``: a slice of that list."""
+    ``limit`` / ``offset``: a slice of that list, ``limit`` at most ``JSON_LIMIT_MAX``."""
     proto = Protocol(cfg)
-    if limit is None and not offset:
-        return rows_json(ledger_rows(proto))
+    limit = max(0, min(limit, JSON_LIMIT_MAX))
     # batch ids are 1..latest without gaps: the slice [offset, offset + limit) is ids offset+1..
     latest = proto.ledger.latest_batch_id()
-    end = latest if limit is None else min(latest, offset + limit)
+    end = min(latest, offset + limit)
     return rows_json(ledger_rows(proto, range(offset + 1, end + 1)))

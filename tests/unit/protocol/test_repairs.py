@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eobatch import checkpoint as ckpt
-from eobatch.protocol import ConcurrentPlan, Protocol
+from eobatch.protocol import ConcurrentPlan, Protocol, ProtocolError
 from support.protocol_runs import empty_plan as _plan
 from support.protocol_runs import land_ids as _land
 from support.protocol_runs import prepare_by_hand as _prepare
@@ -190,3 +190,84 @@ def test_a_reset_after_the_tables_were_recreated_removes_the_checkpoints_of_the_
     assert proto.ledger.checkpoint_files() == []
     assert _batch(proto) == 1
     assert _published(proto) == sorted(f"o{i}" for i in range(40) if i % 10 < 2)
+
+
+def test_a_rewinds_restore_is_known_done_after_the_log_is_cleaned_up(make_cfg):
+    """Was: whether a table's RESTORE for a rewind was done was looked for in its last 200 commits
+    only; after a log cleanup (or 200 maintenance commits) the next recover restored it again,
+    taking every commit since (here another writer's append) away. The restore now carries its
+    own txn, which the table's state keeps through checkpoints and log cleanup."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 3))
+        assert _batch(proto) == i + 1
+    proto.rewind(2, run_id="ui")  # the tables are restored to before batch 2; batch 4 is reserved
+    for table in (cfg.sink_table, cfg.quarantine_table):  # a log cleanup: the RESTORE commit is forgotten
+        DeltaTable(table).alter.set_table_properties({"delta.logRetentionDuration": "interval 0 seconds"})
+        DeltaTable(table).create_checkpoint()
+        DeltaTable(table).cleanup_metadata()
+        assert all(h.get("operation") != "RESTORE" for h in DeltaTable(table).history())
+    schema = DeltaTable(cfg.sink_table).schema().to_arrow()
+    write_deltalake(cfg.sink_table, pa.Table.from_pylist([{"order_id": "other-writer"}], schema=pa.schema(schema)),
+                    mode="append")
+    version = DeltaTable(cfg.sink_table).version()
+    actions = Protocol(cfg).recover().actions
+    assert not [a for a in actions if "restored" in a], actions  # nothing restored again
+    assert DeltaTable(cfg.sink_table).version() == version
+    _drain(proto)
+    assert _published(proto) == sorted(["other-writer"] + [f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22)])
+
+
+# -- repairs over a landing zone whose consumed files were expired --------------------------------
+def _losses(proto: Protocol) -> list[dict]:
+    import json
+
+    folder = Path(proto.layout.ledger) / "losses"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))] if folder.is_dir() else []
+
+
+def test_a_reset_of_a_batch_whose_files_were_expired_is_refused_naming_them_unless_the_loss_is_accepted(make_cfg):
+    """Was: reset-batch forgot batch 2 and the next plan simply did not find its expired file:
+    its records were never published, and nothing said so."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    _land(cfg, "f0.jsonl", range(0, 2))
+    assert _batch(proto) == 1
+    _land(cfg, "f1.jsonl", range(10, 12))
+    _land(cfg, "f2.jsonl", range(20, 22))
+    plan, _ = proto.plan(max_records=2)
+    assert plan.batch_id == 2
+    (Path(cfg.source.path) / "f1.jsonl").unlink()  # expired from the landing zone, as the README recommends
+    with pytest.raises(ProtocolError, match=r"f1\.jsonl.*ACCEPT_LOSS=1"):
+        proto.reset(2)
+    assert proto.ledger.plan(2) is not None and _losses(proto) == []
+    assert proto.reset(2, accept_loss=True) == [2]
+    [loss] = _losses(proto)
+    assert loss["verb"] == "reset-batch" and loss["batches"] == [2]
+    assert [f.rsplit("/", 1)[-1] for f in loss["files"]] == ["f1.jsonl"]
+    _drain(proto)
+    assert _published(proto) == ["o0", "o1", "o20", "o21"]
+
+
+def test_a_rewind_over_expired_files_is_refused_naming_them_unless_the_loss_is_accepted(make_cfg):
+    """Was: the rewind restored the tables to before batch 2 and re-planned from the landing zone,
+    where batch 2's file had been expired: its published records were taken back for good."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 2))
+        assert _batch(proto) == i + 1
+    (Path(cfg.source.path) / "f1.jsonl").unlink()
+    with pytest.raises(ProtocolError, match=r"f1\.jsonl.*ACCEPT_LOSS=1"):
+        proto.rewind(2, run_id="ui")
+    assert proto.ledger.rewinds() == [] and len(_published(proto)) == 6
+    proto.rewind(2, run_id="ui", accept_loss=True)
+    [loss] = _losses(proto)
+    assert loss["verb"] == "rewind" and loss["batches"] == [2, 3] and loss["run_id"] == "ui"
+    assert "accepted the loss" in " ".join(proto.ledger.plan(4).notes)
+    _drain(proto)
+    assert _published(proto) == ["o0", "o1", "o20", "o21"]

@@ -32,8 +32,10 @@ def test_kafka_source_loads_with_defaults(write_yaml, base_cfg):
     ({"on_data_loss": "ignore"}, "source.on_data_loss", "fail, accept"),
     ({"starting_offsets": "middle"}, "source.starting_offsets", "earliest, latest"),
     ({"consumer_timeout_seconds": 0}, "source.consumer_timeout_seconds", "positive integer"),
+    ({"read_batch_bytes": "big"}, "source.read_batch_bytes", "positive integer"),
     ({"conn_id": "kafka_prod"}, "source.bootstrap_servers", "not both"),
     ({"bootstrap_servers": None, "conn_id": "bad id"}, "source.conn_id", "Airflow connection id"),
+    ({"open_transaction_wait_seconds": 60}, "source.open_transaction_wait_seconds", "only used in interval mode"),
 ])
 def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg):
     cfg = _kafka(base_cfg, **source)
@@ -44,6 +46,16 @@ def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg
 
 
 # -- a connection: the confluent-kafka config as its extra --------------------------------------
+
+
+def test_the_read_buffer_bound_reaches_the_job_and_changes_no_fingerprint(write_yaml, base_cfg):
+    from eobatch.launch import job_spec
+
+    plain = _load(write_yaml, _kafka(base_cfg))
+    small = _load(write_yaml, _kafka(base_cfg, read_batch_bytes=1000))
+    assert small.fingerprint() == plain.fingerprint()
+    assert job_spec(small, 1, "a1")["source"]["read_batch_bytes"] == 1000
+    assert job_spec(plain, 1, "a1")["source"]["read_batch_bytes"] == 16 << 20
 
 
 def test_a_connection_replaces_the_servers_and_keeps_other_pipelines_fingerprints(write_yaml, base_cfg):
@@ -178,13 +190,62 @@ def test_range_summary_shows_offsets_and_loss():
     assert s.startswith("t: 3 offsets p0[0,3)") and "LOST" in s
 
 
+def _entry(records, lo, hi, slices, **acct):
+    return {"records": records, "lo": lo, "hi": hi, "slices": slices,
+            **{c: acct.get(c, 0) for c in ("delivered", "aborted", "control", "unreadable")}}
+
+
 def test_the_kafka_check_against_the_stage_summary():
-    rng = kind_for("kafka").range({"topic": "t", "partitions": {"0": [0, 3], "1": [4, 6]}})
-    assert rng.check_stage(_summary(5, {"0": [3, 0, 2], "1": [2, 4, 5]})) == []
-    assert rng.check_stage(_summary(4, {"0": [3, 0, 2], "1": [1, 4, 6]})) == [
-        "partition 1: read offsets 4..6, outside the planned [4, 6)"]
-    assert rng.check_stage(_summary(1, {"2": [1, 0, 0]})) == ["read partition 2, which is not in the plan",
-                                                               "records per partition add up to 0, the job counted 1"]
+    rng = kind_for("kafka").range({"topic": "t", "partitions": {"0": [0, 3], "1": [4, 6], "2": [7, 7]}})
+    ok = {"0": _entry(3, 0, 2, [[0, 3]], delivered=3), "1": _entry(2, 4, 5, [[4, 6]], delivered=2)}
+    assert rng.check_stage(_summary(5, ok)) == []
+    outside = dict(ok, **{"1": _entry(2, 5, 6, [[4, 6]], delivered=2)})
+    assert rng.check_stage(_summary(5, outside)) == ["partition 1: read offsets 5..6, outside the planned [4, 6)"]
+    assert rng.check_stage(_summary(1, {"3": _entry(1, 0, 0, [[0, 1]], delivered=1)}))[:3] == [
+        "read partition 3, which is not in the plan", "partition 0: offsets [0, 3) were not read (no account of them)",
+        "partition 1: offsets [4, 6) were not read (no account of them)"]
+
+
+def test_verify_refuses_a_partition_read_with_fewer_records_than_its_offsets_hold():
+    """Issue 27: verify accepted fewer records than the range holds (a record skipped after an
+    error looked like a transaction marker). Every offset must be delivered, aborted, a marker
+    or unreadable (quarantined), by the reader's own account."""
+    rng = kind_for("kafka").range({"topic": "t", "partitions": {"0": [0, 10]}})
+    assert rng.check_stage(_summary(8, {"0": [8, 0, 9]})) != []  # an older job's summary: no account
+    assert rng.check_stage(_summary(8, {"0": _entry(8, 0, 9, [[0, 10]], delivered=8)})) == [
+        "partition 0: offsets [0, 10) hold 10 offsets, the read accounts for 8 (8 delivered, 0 aborted, 0 control, "
+        "0 unreadable)"]
+    # two aborted records and their marker, one unreadable record (quarantined: a row of its own)
+    good = _entry(8, 0, 9, [[0, 6], [6, 10]], delivered=7, aborted=1, control=1, unreadable=1)
+    assert rng.check_stage(_summary(8, {"0": good})) == []
+    assert rng.check_stage(_summary(8, {"0": dict(good, slices=[[0, 6], [7, 10]])}))[0].startswith(
+        "partition 0: the read slices do not cover the planned [0, 10) once")
+    assert rng.check_stage(_summary(8, {"0": dict(good, records=7)})) == [
+        "partition 0: 7 records reached the job, the reader delivered 7 and 1 unreadable",
+        "records per partition add up to 7, the job counted 8"]
+
+
+def test_a_slice_read_twice_must_account_the_same_way():
+    from eobatch.sources.kafka.account import Account
+    from eobatch.sources.kafka.read import SliceAccounts
+
+    acc = SliceAccounts()
+    a = Account(0, 5, delivered=5).to_json()
+    total = acc.addInPlace(acc.zero({}), {"0:0:5": a})
+    assert acc.addInPlace(total, {"0:0:5": a}) == {"0:0:5": a}  # a task run again: the same account
+    total = acc.addInPlace(total, {"0:0:5": Account(0, 5, delivered=4, control=1).to_json()})
+    assert list(total["conflicts"]) == ["0:0:5"]
+
+
+def test_an_unreadable_record_is_a_row_without_value_with_its_reason_and_bytes_are_counted():
+    cols = Columns(0)
+    cols.add(_Msg(b"x" * 10, b"kk", (1, 5)), 0)
+    cols.add_unreadable(1, "unreadable: too large")
+    cols.add(_Msg(b"y", None, (1, 6)), 2)
+    assert cols.nbytes == 13
+    rows = cols.to_arrow().to_pylist()
+    assert [(r["_kafka_offset"], r["raw"], r["_eo_unreadable"]) for r in rows] == [
+        (0, b"x" * 10, None), (1, None, "unreadable: too large"), (2, b"y", None)]
 
 
 # -- the broker's answers --------------------------------------------------------------------
@@ -201,3 +262,69 @@ def test_offsets_are_asked_again_after_errors_a_restarting_broker_answers():
         assert _retriable(KafkaException(KafkaError(code)))
     assert not _retriable(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
     assert not _retriable(KafkaException("no KafkaError inside"))
+
+
+# -- interval mode: records by their own timestamps (sources/kafka/intervals.py) ------------------------
+
+
+def test_interval_wait_for_open_transactions_is_a_key_of_interval_mode(write_yaml, base_cfg):
+    doc = {**_kafka(base_cfg), "mode": "interval", "schedule": "@hourly"}
+    assert _load(write_yaml, doc).source.transaction_wait_seconds == 3600
+    fp = _load(write_yaml, doc).fingerprint()
+    doc["source"]["open_transaction_wait_seconds"] = 0
+    assert _load(write_yaml, doc).source.transaction_wait_seconds == 0 and _load(write_yaml, doc).fingerprint() != fp
+    doc["source"]["open_transaction_wait_seconds"] = -1
+    with pytest.raises(ConfigError) as e:
+        _load(write_yaml, doc)
+    assert e.value.key == "source.open_transaction_wait_seconds"
+
+
+def test_a_record_belongs_to_the_interval_of_its_own_timestamp():
+    from eobatch.formats import slice_name
+    from eobatch.sources.kafka.intervals import Schedule, owner
+
+    h = 3_600_000
+    sched = Schedule("0 * * * *")
+    assert [sched.interval(t) for t in (h, 2 * h - 1, 2 * h)] == [(h, 2 * h), (h, 2 * h), (2 * h, 3 * h)]
+    rng = {"slices": {slice_name(h): {"start": h, "end": 2 * h, "records": 2, "partitions": {"0": [5, 9]}},
+                      slice_name(0): {"start": 0, "end": h, "records": 1, "partitions": {"0": [3, 8]}}}}
+    assert owner(rng, 0, 5, h) == slice_name(h) and owner(rng, 0, 5, h - 1) == slice_name(0)
+    assert owner(rng, 0, 9, h) is None  # outside the slice's offsets: published by another batch
+    assert owner(rng, 0, 4, None) == slice_name(0)  # no timestamp: the epoch's interval
+    assert owner(rng, 1, 5, h) is None and owner(rng, 0, 6, 2 * h) is None
+
+
+def test_the_reported_backfill_is_published_by_record_time(tmp_path):
+    """Issue 32's case on a topic model: 10 records of 10:00 in one committed transaction, then 10 of
+    11:00 and 5 more of 10:00 in another; each commit marker carries the broker's (later) time. Both
+    hours and their re-runs publish all 25, each once, each by its own hour."""
+    import collections
+
+    import yaml
+
+    from eobatch.config import load_pipeline
+    from eobatch.protocol import Protocol
+    from support.kafka_model import Log, model_broker, stage_kafka
+    from support.protocol_runs import T0, H, iv, published
+
+    doc = {"name": "orders", "mode": "interval", "schedule": "@hourly", "schema": "order_id STRING NOT NULL",
+           "source": {"kind": "kafka", "bootstrap_servers": "127.0.0.1:9", "topic": "orders", "settle_seconds": 0},
+           "sink": {"table": str(tmp_path / "sink")}, "quarantine": {"table": str(tmp_path / "bad")}}
+    (tmp_path / "orders.yaml").write_text(yaml.safe_dump(doc))
+    proto = Protocol(load_pipeline(str(tmp_path / "orders.yaml")))
+    log = Log(partitions=1, broker_now=(T0 + 50 * H) * 1000)
+    for i in range(10):
+        log.append(0, (T0 + 60 * i) * 1000, f"a{i}", txn=1)
+    log.decide(1, "committed")
+    for i in range(10):
+        log.append(0, (T0 + H + 60 * i) * 1000, f"b{i}", txn=2)
+    for i in range(10, 15):
+        log.append(0, (T0 + 60 * i) * 1000, f"a{i}", txn=2)
+    log.decide(2, "committed")
+    for h, rid in ((0, "h0"), (1, "h1"), (0, "h0-again"), (1, "h1-again")):
+        with model_broker(log):
+            plan, _ = proto.plan(interval=iv(h), run_id=rid)
+        assert plan.rows_in == (15 if h == 0 else 10)
+        proto.verify(plan.batch_id, stage_kafka(proto, log, plan.batch_id))
+        proto.commit(plan.batch_id)
+    assert published(proto) == collections.Counter(log.published_once()) and len(log.published_once()) == 25

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..base import ConfigContext, IntervalTooLarge, SourceConfig
 from .config import KEYS, FilesConfig, parse
-from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records
+from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
 
 
@@ -17,6 +17,7 @@ class FilesKind:
     config_keys = KEYS
     position_based = False
     checks_late_files = True
+    interval_by_record_time = False  # interval mode: by landing folder or mtime
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
     quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 
@@ -40,6 +41,9 @@ class FilesKind:
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return changed_since_plan(rng, job.get("path"))
+
+    def gone(self, rng: dict) -> list[str]:
+        return gone_files(rng)
 
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines

@@ -298,6 +298,11 @@ def identity_problem(planned: dict, now: FileInfo) -> str | None:
     return None
 
 
+def gone_files(rng: dict) -> list[str]:
+    """The planned files of a range that are no longer in the landing zone (expired, moved)."""
+    return [f["path"] for f in rng.get("files", []) if storage_for(f["path"]).stat(f["path"]) is None]
+
+
 def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
     """Problems with a batch's planned files as they are now (gone, resized, rewritten, another
     file under the name, a link at it or on the way from ``root``, the landing folder, to it).

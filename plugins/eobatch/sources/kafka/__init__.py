@@ -12,7 +12,7 @@ from .client import for_job, job_env, settings
 from .config import KEYS, KafkaConfig, parse
 from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
 from .range import KafkaRange, range_summary
-from .read import KafkaReadError
+from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError
 
 
 class KafkaKind:
@@ -20,8 +20,11 @@ class KafkaKind:
     config_keys = KEYS
     position_based = True
     checks_late_files = False
+    interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
     located_columns = ()
     quarantine_columns = ()
+    _accounts = None  # the accumulator of the read in this process (the stage job)
+    _outside = None  # interval mode: the observation of the records read that fall in no slice
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
         return parse(src, ctx)
@@ -40,7 +43,8 @@ class KafkaKind:
         other settings travel to the job apart, ``client.job_env``)."""
         servers = source.bootstrap_servers if not source.conn_id else settings(source)["bootstrap.servers"]
         return {"kind": self.name, "bootstrap_servers": servers,
-                "consumer_timeout_seconds": source.consumer_timeout_seconds}
+                "consumer_timeout_seconds": source.consumer_timeout_seconds,
+                "read_batch_bytes": source.read_batch_bytes or DEFAULT_READ_BATCH_BYTES}
 
     def job_env(self, source: KafkaConfig) -> dict[str, str]:
         return job_env(settings(source)) if source.conn_id else {}
@@ -48,11 +52,39 @@ class KafkaKind:
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return [] if job.get("bootstrap_servers") else ["the job spec names no Kafka bootstrap servers"]
 
+    def gone(self, rng: dict) -> list[str]:
+        return []  # records deleted by retention: the plan that reads them again fails (on_data_loss)
+
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
-        return read_lines(spark, rng, for_job(job["bootstrap_servers"]),
-                          float(job.get("consumer_timeout_seconds") or 120))
+        self._outside = None
+        lines, self._accounts = read_lines(spark, rng, for_job(job["bootstrap_servers"]),
+                                           float(job.get("consumer_timeout_seconds") or 120),
+                                           max_bytes=int(job.get("read_batch_bytes") or DEFAULT_READ_BATCH_BYTES))
+        return lines
+
+    def interval_slices(self, lines, rng: dict):
+        """Interval mode: (the lines this batch publishes, each with its slice in ``slice_col``,
+        the slice names); None for a range without slices (not interval mode, or planned by
+        offsets-for-times before intervals were assigned by record timestamps). The records of the
+        covering range that fall in no slice are counted per partition while they are left out
+        (``_outside``): the offset accounting (``positions``) holds them too."""
+        if "slices" not in rng:
+            return None
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        from ...formats import SLICE_COL
+        from .intervals import slice_column
+
+        # a batch without slices only moved the scan on: nothing of it is published
+        tagged = lines.withColumn(SLICE_COL, slice_column(rng) if rng["slices"] else F.lit(None).cast("string"))
+        self._outside = Observation("eobatch_kafka_outside")
+        left_out = F.col(SLICE_COL).isNull()
+        tagged = tagged.observe(self._outside, *[F.count_if(left_out & (F.col("_kafka_partition") == int(p))).alias(str(p))
+                                                 for p in sorted(rng["partitions"], key=int)])
+        return tagged.where(~left_out), sorted(rng["slices"])
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # offsets are exact already
@@ -60,7 +92,9 @@ class KafkaKind:
     def positions(self, lines) -> dict:
         from .read import partition_positions
 
-        return partition_positions(lines)
+        # the accounts of this job's one read (``read``): one stage job reads one range
+        return partition_positions(lines, self._accounts.value if self._accounts is not None else {},
+                                   self._outside.get if self._outside is not None else {})
 
 
 KIND = KafkaKind()

@@ -20,7 +20,6 @@ import logging
 from typing import Any
 
 from ...errors import RetryableError, TerminalError
-from ..base import IntervalTooLarge
 from .client import as_settings, servers_of, settings
 
 log = logging.getLogger(__name__)
@@ -118,21 +117,6 @@ def _retriable(e) -> bool:
     return err.retriable() or err.code() in codes
 
 
-def offsets_for_time(client: str | dict, topic: str, partitions: list[int], ts_ms: int,
-                     timeout: float = 30.0) -> dict[int, int]:
-    """{partition: first offset whose timestamp is >= ts_ms}, -1 where no such record exists yet."""
-    from confluent_kafka import KafkaException, TopicPartition
-    from confluent_kafka.admin import OffsetSpec
-
-    adm = _Admin(client)
-    try:
-        res = adm.admin.list_offsets({TopicPartition(topic, p): OffsetSpec.for_timestamp(ts_ms)
-                                          for p in partitions}, request_timeout=timeout)
-        return {tp.partition: f.result().offset for tp, f in res.items()}
-    except KafkaException as e:
-        raise adm.failure(f"cannot look up offsets by time in topic {topic!r}", e) from e
-
-
 def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
     """How many offsets to take per partition: all when the backlog fits, else in proportion."""
     total = sum(backlog.values())
@@ -149,12 +133,53 @@ def spread(limit: int, backlog: dict[int, int]) -> dict[int, int]:
     return take
 
 
+def judge_loss(src, msg: str, accept_does: str, notes: list[str]) -> None:
+    """Records lost (``msg``): DataLossError, or with ``on_data_loss: accept`` a warning and a note."""
+    if src.on_data_loss != "accept":
+        raise DataLossError(msg + f"; nothing was planned. Set source.on_data_loss: accept to {accept_does} "
+                                  "(the loss is recorded in the ledger)")
+    log.warning("%s; accepted (on_data_loss: accept)", msg)
+    notes.append(msg + "; accepted (on_data_loss: accept)")
+
+
+def start_offsets(src, topic: str, offsets: dict[int, tuple[int, int]], done: dict | None,
+                  accept_does: str) -> tuple[dict[int, int], dict[str, list[int]], list[str]]:
+    """(first offset to read per partition, lost ranges, notes): where the ledger says the
+    pipeline's reading ended (``done``: {"<p>": [from, to)} of the newest live batch; None for
+    its first batch: ``starting_offsets``). Offsets deleted (retention) before they were read
+    are data loss: DataLossError, or with ``on_data_loss: accept`` skipped and recorded."""
+    notes: list[str] = []
+    start: dict[int, int] = {}
+    lost: dict[str, list[int]] = {}
+    if done is not None:
+        gone = sorted(set(int(p) for p in done) - set(offsets))
+        if gone:
+            raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
+    for p, (low, high) in offsets.items():
+        if done is not None:
+            start[p] = int(done.get(str(p), [0, 0])[1])
+        else:
+            start[p] = low if src.starting_offsets == "earliest" else high
+        if start[p] < low:
+            msg = (f"data loss: topic {topic!r} partition {p}: offsets [{start[p]}, {low}) were deleted "
+                   f"(retention) before they were read" + (f" (the ledger says it read up to {start[p]})"
+                                                           if done is not None else ""))
+            judge_loss(src, msg, accept_does, notes)
+            lost[str(p)] = [start[p], low]
+            start[p] = low
+        if start[p] > high:
+            raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
+                                f"{start[p]} but the partition ends at {high}: was the topic recreated?")
+    return start, lost, notes
+
+
 class KafkaSource:
     kind = "kafka"
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.src = cfg.source
+        self.late: list = []  # late records are told in the plan's notes (intervals.plan_interval)
 
     @functools.cached_property
     def client(self) -> dict:
@@ -171,32 +196,8 @@ class KafkaSource:
             raise DataLossError(f"the last batch read topic {prev.get('topic')!r}, the pipeline now names "
                                 f"{topic!r}; changing the topic of a pipeline needs a new pipeline name")
         offsets = partition_offsets(self.client, topic, self.src.isolation_level)
-        notes: list[str] = []
-        start: dict[int, int] = {}
-        for p, (low, high) in offsets.items():
-            if prev is not None:
-                start[p] = int(prev["partitions"].get(str(p), [0, 0])[1])
-            else:
-                start[p] = low if self.src.starting_offsets == "earliest" else high
-        if prev is not None:
-            gone = sorted(set(int(p) for p in prev["partitions"]) - set(offsets))
-            if gone:
-                raise DataLossError(f"topic {topic!r}: partitions {gone} were read before and no longer exist")
-        lost = {}
-        for p, (low, high) in offsets.items():
-            if start[p] < low:
-                msg = (f"data loss: topic {topic!r} partition {p}: offsets [{start[p]}, {low}) were deleted "
-                       f"(retention) before they were read")
-                if self.src.on_data_loss != "accept":
-                    raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
-                                              "skip the lost records (the loss is recorded in the ledger)")
-                log.warning("%s; accepted (on_data_loss: accept)", msg)
-                notes.append(msg + "; accepted (on_data_loss: accept)")
-                lost[str(p)] = [start[p], low]
-                start[p] = low
-            if start[p] > high:
-                raise DataLossError(f"topic {topic!r} partition {p}: the pipeline has read up to offset "
-                                    f"{start[p]} but the partition ends at {high}: was the topic recreated?")
+        start, lost, notes = start_offsets(self.src, topic, offsets, prev["partitions"] if prev is not None else None,
+                                           "skip the lost records")
         backlog = {p: offsets[p][1] - start[p] for p in offsets}
         if prev is None and self.src.starting_offsets == "latest":
             # The first batch of a pipeline that starts at the latest offsets records where it
@@ -214,60 +215,21 @@ class KafkaSource:
             rng["lost"] = lost
         return rng, None, notes
 
-    def interval_range(self, start_ms: int, end_ms: int, limit: int,
-                       earlier=None) -> tuple[dict | None, int | None, list[str]]:
-        """Interval mode: per partition, the offsets of records with start <= timestamp < end.
+    def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None, *, previous=None,
+                       holder=None, first_start_ms: int | None = None, cron: str | None = None,
+                       now_ms: int | None = None) -> tuple[dict | None, int | None, list[str]]:
+        """Interval mode: the records whose own timestamps fall in [start_ms, end_ms), by reading
+        them (``intervals``: never from Kafka's time index, which non-monotonic timestamps and
+        transaction markers contradict). ``previous``: the newest live plan; ``holder(name)``: the
+        newest committed live plan that published interval slice ``name``; ``cron``: the schedule."""
+        import time
 
-        Kafka's offsets-for-times semantics: the first offset whose timestamp is >= the bound;
-        exact when timestamps grow with offsets (LogAppendTime, or in-order producers).
+        from .intervals import Broker, plan_interval
 
-        Loss is judged against the ledger, never against the broker's moving low watermark:
-        records below the low watermark were deleted (retention); they can belong to this
-        interval only when the first record still there is already inside it, and they do not
-        when ``earlier`` (the batch of the latest earlier interval) recorded an end at or past the
-        low watermark, i.e. they were read before. An idle partition whose records all expired,
-        or the first record after a long idle time, is no loss. Without an earlier interval in
-        the ledger there is nothing to judge against, and deleted records count as possible loss.
-        """
-        topic = self.src.topic
-        offsets = partition_offsets(self.client, topic, self.src.isolation_level)
-        parts = sorted(offsets)
-        lo = offsets_for_time(self.client, topic, parts, start_ms)
-        hi = offsets_for_time(self.client, topic, parts, end_ms)
-        notes: list[str] = []
-        rng_parts = {}
-        for p in parts:
-            low, end = offsets[p]
-            a = end if lo[p] < 0 else min(lo[p], end)
-            b = end if hi[p] < 0 else min(hi[p], end)
-            read_up_to = _end_offset(earlier, p)
-            if a == low and low > (read_up_to or 0):
-                # the interval starts at or before the first record still there, and records after
-                # what the ledger says was read were deleted (retention): some may be this interval's
-                gone = f"offsets [{read_up_to}, {low})" if read_up_to is not None else f"offsets below {low}"
-                why = (f"the batch of the earlier interval {earlier.interval_key} read up to {read_up_to}"
-                       if read_up_to is not None else "no earlier interval of this pipeline recorded where it ended")
-                msg = (f"data loss: topic {topic!r} partition {p}: {gone} were deleted (retention) and {why}; "
-                       f"records of this interval among them cannot be read")
-                if self.src.on_data_loss != "accept":
-                    raise DataLossError(msg + "; nothing was planned. Set source.on_data_loss: accept to "
-                                              "publish what is left (the loss is recorded in the ledger)")
-                notes.append(msg + "; accepted (on_data_loss: accept)")
-            rng_parts[str(p)] = [a, max(a, b)]
-        n = sum(b - a for a, b in rng_parts.values())
-        if n == 0:
-            return None, None, notes
-        if n > limit:
-            raise IntervalTooLarge(f"topic {topic!r}: the interval holds {n} offsets, more than "
-                                   f"max_records_per_batch={limit}; an interval is published as one batch: "
-                                   f"raise the limit (YAML or the run's max_records_per_batch param)")
-        return {"topic": topic, "isolation_level": self.src.isolation_level, "partitions": rng_parts}, None, notes
-
-
-def _end_offset(plan, partition: int) -> int | None:
-    """Where ``plan`` (a batch of the Kafka source) ended reading ``partition``; None when unknown."""
-    if plan is None or "partitions" not in plan.range:
-        return None
-    fr_to = plan.range["partitions"].get(str(partition))
-    return int(fr_to[1]) if fr_to else None
-
+        if cron is None:
+            raise ValueError("interval_range of a Kafka source needs the pipeline's schedule (cron)")
+        broker = Broker(self.client, self.src.topic, self.src.isolation_level,
+                        float(self.src.consumer_timeout_seconds))
+        return plan_interval(self.src, broker, cron, start_ms, end_ms, limit, previous,
+                             holder or (lambda _name: None), first_start_ms,
+                             int(time.time() * 1000) if now_ms is None else now_ms)
