@@ -18,6 +18,26 @@ def pipeline(tmp_path) -> Pipeline:
 
 
 @pytest.fixture(scope="session")
+def local_spark():
+    """The test process's own Spark session (local[2], UTC, with the stage job's JVM code), one per
+    test session: a JVM started once keeps its first class path, so every in-process Spark test
+    shares this one instead of building its own."""
+    import os
+
+    from pyspark.sql import SparkSession
+
+    repo = Path(__file__).resolve().parents[1]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(repo / "plugins"), str(repo)])  # Python workers
+    s = (SparkSession.builder.master("local[2]").appName("eobatch-tests")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.ui.enabled", "false")
+         .config("spark.jars", str(repo / ".jars" / "eobatch-jvm.jar"))  # the stage job's fast parser
+         .getOrCreate())
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
 def airflow_template(tmp_path_factory) -> Path:
     """An Airflow home whose SQLite database is migrated once per test session."""
     home = tmp_path_factory.mktemp("airflow-template")

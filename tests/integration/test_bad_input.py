@@ -128,13 +128,11 @@ def test_partition_values_no_folder_can_hold_are_quarantined_the_others_read_bac
 # -- links and identity: time of check is not time of use -------------------------------------------
 
 
-def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_path):
+def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_path, local_spark):
     """The job opens each planned file itself (no link followed) and Spark reads that descriptor:
     a landing writer who swaps the planned file for a link to a secret after the job checked it,
     and back after the read, has the job read the planned file, never the secret."""
     import os
-
-    from pyspark.sql import SparkSession
 
     from eobatch.sources.files import FilesSource
     from eobatch.sources.files.read import read_lines, seen
@@ -146,23 +144,16 @@ def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_pa
     secret.write_text(SECRET * 3)
     rng, n, _ = FilesSource(p.cfg).next_range([], 100)
     assert n == 3
-    from eobatch.launch import JVM_EXTENSION, jars_dir
-
-    s = (SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
-         .config("spark.jars", os.path.join(jars_dir(), JVM_EXTENSION)).getOrCreate())  # the line reader
-    try:
-        lines = read_lines(s, rng, str(p.landing), max_record_bytes=1 << 20)  # checked and opened here; read lazily
-        os.rename(a, tmp_path / "moved.jsonl")
-        os.symlink(secret, a)
-        raws = sorted(r["raw"] for r in lines.select("raw", "source").collect())
-        os.remove(a)
-        os.rename(tmp_path / "moved.jsonl", a)
-        assert raws == sorted(json.dumps(r) for r in orders("a", 3))
-        assert {r["source"] for r in lines.select("source").collect()} == {str(a)}
-        st = os.stat(a)
-        assert seen(rng, str(p.landing)) == {"files": {str(a): [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}}
-    finally:
-        s.stop()
+    lines = read_lines(local_spark, rng, str(p.landing), max_record_bytes=1 << 20)  # checked and opened here; read lazily, below
+    os.rename(a, tmp_path / "moved.jsonl")
+    os.symlink(secret, a)
+    raws = sorted(r["raw"] for r in lines.select("raw", "source").collect())
+    os.remove(a)
+    os.rename(tmp_path / "moved.jsonl", a)
+    assert raws == sorted(json.dumps(r) for r in orders("a", 3))
+    assert {r["source"] for r in lines.select("source").collect()} == {str(a)}
+    st = os.stat(a)
+    assert seen(rng, str(p.landing)) == {"files": {str(a): [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]}}
 
 
 def test_a_sub_folder_swapped_for_a_link_after_the_plan_is_never_read(tmp_path):

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 from pathlib import Path
 
@@ -25,20 +24,15 @@ SCHEMA = "order_id STRING, customer STRING, amount DOUBLE, ts TIMESTAMP"
 
 
 @pytest.fixture(scope="module")
-def spark():
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "plugins"), str(REPO)])
-    from pyspark.sql import SparkSession
-
-    s = (SparkSession.builder.master("local[2]").appName("test-read-classify")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.ui.enabled", "false")
-         # pieces of 4 KiB: every test file below is split into many pieces, packed into tasks
-         .config("spark.sql.files.maxPartitionBytes", "4096")
-         .config("spark.sql.files.openCostInBytes", "1024")
-         .config("spark.jars", str(REPO / ".jars" / "eobatch-jvm.jar"))  # the fast path's parser
-         .getOrCreate())
-    yield s
-    s.stop()
+def spark(local_spark):
+    # pieces of 4 KiB: every test file below is split into many pieces, packed into tasks
+    conf = {"spark.sql.files.maxPartitionBytes": "4096", "spark.sql.files.openCostInBytes": "1024"}
+    before = {k: local_spark.conf.get(k) for k in conf}
+    for k, v in conf.items():
+        local_spark.conf.set(k, v)
+    yield local_spark
+    for k, v in before.items():
+        local_spark.conf.set(k, v)
 
 
 def _record(rnd: random.Random, i: int) -> bytes:

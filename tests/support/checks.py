@@ -15,7 +15,9 @@ def parse_commit(version: int, data: bytes) -> dict:
     """One commit file of a raw _delta_log: {version, commitInfo, adds, removes, txns,
     restated_txns}. ``txns`` are the txn actions of a batch's commit; a maintenance commit (its
     commitInfo says ``eo.maintenance``: an interval-mode slice compaction restates the
-    pipeline's txn, unchanged, to exclude a racing batch commit) keeps them in ``restated_txns``.
+    pipeline's txn, unchanged, to exclude a racing batch commit; a compaction carries its own
+    ``<pipeline>.compaction`` txn) and a rewind's RESTORE (``eo.rewind``: it carries the rewind's
+    own ``<pipeline>.rewind.<L>-<K>`` txn, its durable mark) keep them in ``restated_txns``.
 
     Actions are separated by "\n" only (the Delta protocol: one JSON object per line). A JSON
     string may hold U+2028, U+2029 or U+0085 unescaped (delta-rs's OPTIMIZE writes statistics of
@@ -31,7 +33,7 @@ def parse_commit(version: int, data: bytes) -> dict:
         if "commitInfo" in a:
             entry["commitInfo"] = a["commitInfo"]
     entry["restated_txns"] = []
-    if entry["commitInfo"].get("eo.maintenance"):
+    if entry["commitInfo"].get("eo.maintenance") or entry["commitInfo"].get("eo.rewind"):
         entry["restated_txns"], entry["txns"] = entry["txns"], []
     return entry
 

@@ -911,3 +911,21 @@ def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cf
     assert cfg.merge is not None and not cfg.merge.upsert
     assert cfg.merge.accumulate == (("amount", "sum"), ("ts", "max"))
     assert cfg.participants == ("sink", "quarantine")
+
+
+def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
+    """A key added to the loader without a role here fails this test: a pending batch could not
+    forget it."""
+    from eobatch import config as c
+    from eobatch.config import CONTRACT, HARMLESS, MERGE_KEYS, SINK_KEYS, TOP_KEYS
+    from eobatch.sources import kind_for, kind_names
+
+    sections = {"source": {k for kind in kind_names() for k in kind_for(kind).config_keys},
+                "sink": SINK_KEYS - {"merge"}, "sink.merge": MERGE_KEYS, "quarantine": c.QUARANTINE_KEYS,
+                "spark": c.SPARK_KEYS, "retries": c.RETRY_KEYS, "alerts": c.ALERT_KEYS,
+                "maintenance": c.MAINTENANCE_KEYS, "transform": {"options"}}
+    keys = ({k for k in TOP_KEYS if k not in sections} | {f"{s}.{k}" for s, ks in sections.items() for k in ks}
+            | {"transform"})  # transform: <name>, or {name, options}
+    assert not (set(CONTRACT) & set(HARMLESS)), "a key is both in the contract and harmless"
+    assert keys - set(CONTRACT) - set(HARMLESS) == set(), "keys with no role in config.CONTRACT / HARMLESS"
+    assert set(CONTRACT) | set(HARMLESS) <= keys, "roles of keys the loader does not accept"
