@@ -15,6 +15,7 @@ Pure Python: importable by the Spark job and by Airflow tasks.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import uuid
 from dataclasses import dataclass
@@ -28,9 +29,15 @@ class FileInfo:
     path: str  # absolute path or URI
     size: int
     mtime_ms: int
-    # local files: [device, inode, mtime in ns], what tells this file from another one put under
-    # the same name with the same size and mtime; None where the storage has no such thing (S3)
-    identity: list[int] | None = None
+    # what tells this file from another one put under the same name with the same size and mtime:
+    # local files [device, inode, mtime in ns]; S3 objects [ETag, VersionId (None in a bucket
+    # without versioning), LastModified in ms] (``S3Storage.stat``); None when not known (a listing)
+    identity: list | None = None
+
+
+class ObjectChanged(OSError):
+    """An S3 object read by ``S3Storage.open_landing`` was overwritten (or deleted) while it was read:
+    its ETag (or version) is no longer the one it was opened at. Nothing more of it is read."""
 
 
 class NotARegularFile(OSError):
@@ -497,7 +504,8 @@ class S3Storage:
             h = self._call("HEAD", path, self.client.head_object, Bucket=b, Key=k)
         except FileNotFoundError:
             return None
-        return FileInfo(path, int(h["ContentLength"]), _mtime_ms(h["LastModified"]))
+        mtime = _mtime_ms(h["LastModified"])
+        return FileInfo(path, int(h["ContentLength"]), mtime, [h.get("ETag"), h.get("VersionId"), mtime])
 
     def is_link(self, path: str) -> bool:
         return False  # S3 has no symbolic links
@@ -508,11 +516,17 @@ class S3Storage:
         return r["Body"].read()
 
     def open_landing(self, path: str, root: str | None = None):
-        """``open_read`` and what S3 says of the object (S3 has no links, FIFOs or devices)."""
+        """A reader of the object as HEAD saw it, and what HEAD said (``stat``: size, LastModified,
+        ETag, VersionId). Every read is a ranged GET with ``If-Match`` of that ETag (and that
+        VersionId, when the bucket keeps versions): the reader never returns bytes of another
+        object put under the key since; it raises ObjectChanged instead. Seekable, buffered
+        (8 MiB). S3 has no links, FIFOs or devices."""
+        import io
+
         info = self.stat(path)
         if info is None:
             raise FileNotFoundError(path)
-        return self.open_read(path), info
+        return io.BufferedReader(_PinnedObject(self, info), buffer_size=8 << 20), info
 
     def open_read(self, path: str):
         """A seekable reader (ranged GETs): Parquet footers are read without the data."""
@@ -631,6 +645,49 @@ class S3Storage:
     def arrow_path(self, path: str) -> str:
         b, k = self._split(path)
         return f"{b}/{k}"
+
+
+class _PinnedObject(io.RawIOBase):
+    """The bytes of one S3 object as it was when ``info`` was taken (``S3Storage.open_landing``)."""
+
+    def __init__(self, fs: S3Storage, info: FileInfo):
+        self.fs, self.info, self.pos = fs, info, 0
+        self.bucket, self.key = fs._split(info.path)
+        etag, version = (info.identity or [None, None])[:2]
+        self.pin = {"IfMatch": etag} if etag else {}
+        if version:
+            self.pin["VersionId"] = version
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = max(0, offset if whence == 0 else self.pos + offset if whence == 1 else self.info.size + offset)
+        return self.pos
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.info.size - self.pos)
+        if n <= 0:
+            return 0
+        try:
+            r = self.fs.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{self.pos + n - 1}",
+                                          **self.pin)
+        except Exception as e:  # noqa: BLE001 - re-raised without credentials
+            if _code(e) in ("PreconditionFailed", "412", "NoSuchKey", "404", "NoSuchVersion"):
+                raise ObjectChanged(errno.ESTALE, f"overwritten or deleted while read (ETag/version "
+                                    f"{self.info.identity[:2] if self.info.identity else None} no longer there)",
+                                    self.info.path) from None
+            raise self.fs._error("GET", self.info.path, e) from None
+        data = r["Body"].read()
+        b[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
 
 
 def _mtime_ms(dt) -> int:

@@ -113,3 +113,70 @@ def test_a_forged_footer_row_count_skips_that_file_and_the_others_publish(tmp_pa
     assert [n.split(" (")[0] for n in plan.notes] == [f"skipped {f}" for f in forged]
     assert "negative row count" in plan.notes[0] and "1000000000000 rows" in plan.notes[1]
     assert read_rows(p.quarantine) == []
+
+
+# -- identity: time of check is not time of use --------------------------------------------------
+
+
+def _same_size_other_rows(p: Pipeline, name: str, prefix: str, mtime_s: int) -> str:
+    """A file of 3 rows whose bytes differ only in the ids' prefix (same size, same layout)."""
+    rows = [{"order_id": f"{prefix}-{i}", "customer": "c", "amount": 1.0} for i in range(3)]
+    final = p.landing / name
+    tmp = final.parent / f".{final.name}.{prefix}.tmp"
+    pq.write_table(pa.Table.from_pylist(rows), tmp, compression="NONE", use_dictionary=False)
+    os.replace(tmp, final)
+    os.utime(final, (mtime_s, mtime_s))
+    return str(final)
+
+
+def test_a_parquet_file_replaced_after_the_plan_by_one_of_the_same_name_size_and_mtime_is_never_read(tmp_path):
+    """The planned file is replaced by another of the same name, size and modification time (a
+    writer's rename, then ``touch -r``): the stage job refuses it, naming the file, and stages
+    nothing; the replacement's rows are never read."""
+    from support.harness import stage
+
+    p = _pipeline(tmp_path)
+    a = _same_size_other_rows(p, "a.parquet", "a", T0)
+    plan, _ = p.protocol().plan()
+    assert plan.rows_in == 3
+    size = os.stat(a).st_size
+    _same_size_other_rows(p, "a.parquet", "x", T0)
+    assert os.stat(a).st_size == size and int(os.stat(a).st_mtime) == T0
+    r = stage(p, plan.batch_id, "a1")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"{a}: another file than the one planned is there now" in out, out[-3000:]
+    assert p.protocol().ledger.stage_summary(plan.batch_id, "a1") is None
+
+
+def test_a_parquet_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_path, local_spark):
+    """The job opens each planned Parquet file itself (no link followed) and Spark reads that
+    descriptor: the planned file swapped for a link to another Parquet file while the job reads
+    (and back) has the job read the planned rows; a plan from before identities reads as before."""
+    from eobatch.sources.parquet import KIND
+
+    p = _pipeline(tmp_path)
+    a = _same_size_other_rows(p, "a.parquet", "a", T0)
+    other = _same_size_other_rows(p, "_other.parquet", "x", T0)
+    rng, n, _ = KIND.planner(p.cfg).next_range([], 100)
+    assert n == 3 and rng["files"][0]["identity"] == [os.stat(a).st_dev, os.stat(a).st_ino, os.stat(a).st_mtime_ns]
+    job = KIND.job_source(p.cfg.source)
+    lines = KIND.read(local_spark, rng, job)  # opened and checked here; read lazily, below
+    os.rename(a, tmp_path / "moved.parquet")
+    os.symlink(other, a)
+    ids = sorted(r["raw"] for r in lines.collect())
+    positions = KIND.positions(lines)
+    os.remove(a)
+    os.rename(tmp_path / "moved.parquet", a)
+    assert ids == [f'{{"order_id":"a-{i}","customer":"c","amount":1.0}}' for i in range(3)]
+    assert positions[a] == [3, 0, 2] and positions["files"][a][0] == os.stat(a).st_size
+    assert KIND.range(rng).check_stage(_summary(positions)) == []
+    old = {"files": [{k: v for k, v in f.items() if k != "identity"} for f in rng["files"]]}
+    assert sorted(r["raw"] for r in KIND.read(local_spark, old, job).collect()) == ids
+
+
+def _summary(positions: dict):
+    from eobatch.formats import StageSummary
+
+    return StageSummary(batch_id=1, attempt="a1", rows_in=3, rows_valid=3, rows_quarantined=0, row_preserving=True,
+                        partitions={}, manifests={}, arrow_schema={}, partition_by={}, stage_seconds=0.0,
+                        spark_app_id="", config_fingerprint="", source_positions=positions)

@@ -98,7 +98,9 @@ def test_whole_parquet_files_oldest_first_counted_from_their_footers(src):
 
     rng, n, notes = src.next_range([], 100)
     assert _paths(rng) == [c, b, a] and n == 9 and notes == []
-    assert rng["files"][0] == {"path": c, "size": os.path.getsize(c), "mtime_ms": (T0 + 1) * 1000, "records": 3}
+    st = os.stat(c)
+    assert rng["files"][0] == {"path": c, "size": st.st_size, "mtime_ms": (T0 + 1) * 1000, "records": 3,
+                               "identity": [st.st_dev, st.st_ino, (T0 + 1) * 10**9]}  # of the file its footer was read from
 
     rng, n, _ = src.next_range([], 6)  # a (4) does not fit after c+b (5): whole files only
     assert _paths(rng) == [c, b] and n == 5

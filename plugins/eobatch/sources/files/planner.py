@@ -51,13 +51,21 @@ def _iso(ms: int) -> str:
 
 
 
-def counted(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
-    """(records, what was counted) of a landing file, by the definition the Spark job reads them
-    with (``eobatch.lines``): opened without following links (``Storage.open_landing``), at most
-    the size ``fstat`` gave read. NotARegularFile, or the OSError of a file that cannot be read."""
+def measured(fs, path: str, root: str | None, measure):
+    """``(measure(reader, info), info)`` of a landing file opened by ``Storage.open_landing``: locally
+    without following links, of the descriptor ``fstat`` described; on S3 pinned to the object HEAD
+    described (a GET of another object under the key fails). What a plan records of a file (its
+    records, its identity) is thereby of one and the same file. NotARegularFile, ObjectChanged, or
+    the OSError of a file that cannot be read."""
     f, info = fs.open_landing(path, root)
     with f:
-        return lines.count_records(f, max_bytes=info.size), info
+        return measure(f, info), info
+
+
+def counted(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
+    """(records, what was counted) of a JSON-lines landing file, by the definition the Spark job
+    reads them with (``eobatch.lines``), at most the size the open saw read (``measured``)."""
+    return measured(fs, path, root, lambda f, info: lines.count_records(f, max_bytes=info.size))
 
 
 def count_records(fs, path: str, root: str | None = None) -> int:
@@ -285,17 +293,30 @@ def planned_file(info: FileInfo) -> dict:
 
 
 def identity_problem(planned: dict, now: FileInfo) -> str | None:
-    """Why ``now`` (a file as opened or stat'ed) is not the planned file ``planned``, or None."""
+    """Why ``now`` (a file as opened or stat'ed) is not the planned file ``planned``, or None. A
+    plan recorded before identities (no ``identity``) is checked by size and mtime only."""
     path = planned["path"]
-    want = planned.get("identity")
-    if want is not None and now.identity is not None and list(want[:2]) != list(now.identity[:2]):
+    want, got = planned.get("identity"), now.identity
+    known = want is not None and got is not None
+    if known and isinstance(want[0], str | type(None)):  # S3: [ETag, VersionId, LastModified ms]
+        if list(want) != list(got) or now.size != planned["size"]:
+            return (f"{path}: another object than the one planned is there now (ETag {want[0]} -> {got[0]}, "
+                    f"version {want[1]} -> {got[1]}, size {planned['size']} -> {now.size}, mtime "
+                    f"{planned['mtime_ms']} -> {now.mtime_ms}); refusing to read it")
+        return None
+    if known and list(want[:2]) != list(got[:2]):
         return (f"{path}: another file than the one planned is there now (device/inode {want[0]}/{want[1]} -> "
-                f"{now.identity[0]}/{now.identity[1]}); refusing to read it")
-    if (now.size, now.mtime_ms) != (planned["size"], planned["mtime_ms"]) or (
-            want is not None and now.identity is not None and want[2] != now.identity[2]):
+                f"{got[0]}/{got[1]}); refusing to read it")
+    if (now.size, now.mtime_ms) != (planned["size"], planned["mtime_ms"]) or (known and want[2] != got[2]):
         return (f"{path}: changed since planned (size {planned['size']} -> {now.size}, "
                 f"mtime {planned['mtime_ms']} -> {now.mtime_ms})")
     return None
+
+
+def read_files(rng: dict) -> list[dict]:
+    """The planned files of a range that the job reads: all but those planned as ``skipped``
+    (consumed, never read: a Parquet footer that cannot be true)."""
+    return [f for f in rng.get("files", []) if not f.get("skipped")]
 
 
 def gone_files(rng: dict) -> list[str]:
@@ -305,13 +326,14 @@ def gone_files(rng: dict) -> list[str]:
 
 def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
     """Problems with a batch's planned files as they are now (gone, resized, rewritten, another
-    file under the name, a link at it or on the way from ``root``, the landing folder, to it).
+    file under the name or another object under the key, a link at it or on the way from
+    ``root``, the landing folder, to it).
 
     The stage job calls this before reading: a range that changed can no longer be read exactly,
     and a planned file replaced by a symbolic link is never read (whatever its target's size).
     """
     problems = []
-    for f in rng.get("files", []):
+    for f in read_files(rng):
         path = f["path"]
         fs = storage_for(path)
         try:

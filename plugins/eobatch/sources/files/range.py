@@ -2,7 +2,8 @@
 modification time, record count and (interval mode) its interval slice.
 
 Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?, "identity"?}]}``;
-identity: [device, inode, mtime in ns] of a local file (plans written before it have none).
+identity: [device, inode, mtime in ns] of a local file, [ETag, VersionId, LastModified in ms] of an S3
+object (plans written before them have none: checked by size and mtime only).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class PlannedFile:
     records: int | None = None  # None only in ranges that never counted (kept as recorded)
     slice: str | None = None  # interval mode: formats.slice_name of the file's interval
     skipped: str | None = None  # why the kind does not read it (consumed, never published; records 0)
-    identity: tuple[int, ...] | None = None  # local files: (device, inode, mtime_ns) when planned
+    identity: tuple | None = None  # (device, inode, mtime_ns) of a local file, (ETag, VersionId, mtime_ms) of an S3 object
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
@@ -72,11 +73,12 @@ class FilesRange:
             return []
         problems = []
         for f in self.files:
-            if f.identity is None:
+            if f.identity is None or f.skipped:  # planned before identities; consumed, never read
                 continue
             got = seen.get(f.path)
             want = [f.size, *f.identity]
             if got != want:
+                what = "size, device, inode, mtime_ns" if isinstance(f.identity[0], int) else "size, ETag, VersionId, mtime_ms"
                 problems.append(f"{f.path}: the stage job read another file, or a changed one, than the one planned "
-                                f"(size, device, inode, mtime_ns {want} planned, {got} read)")
+                                f"({what} {want} planned, {got} read)")
         return problems

@@ -25,6 +25,13 @@ stage summary's ``source_positions``, checked by verify) is their identity after
 master whose executors may run on other hosts (not ``local``, not on loopback) reads the names,
 checked before the read (``changed_since_plan``) and after it (``seen``).
 
+Objects on S3 are read by name (``s3a://``), checked the same way: before the read, the object under
+the key must be the planned one (ETag, VersionId, LastModified, size: ``identity_problem``); during
+it, s3a's change detection (``s3conf.spark_hadoop_conf``: ``server`` mode, ETag source) sends each
+GET of a stream with ``If-Match`` of the ETag the stream opened at, so an object overwritten while a
+task reads it fails that task; after it, ``seen`` records the object under the key again and verify
+refuses the batch unless it is still the planned one.
+
 Lines are eobatch.lines', read by ``eobatch.jvm.BoundedLines`` (include/jvm/; Spark's text source
 would hold a line of any length whole, and Hadoop's bound on it returns fragments of a long line
 as lines): the bytes between two ``\\n``, kept as bytes (invalid UTF-8 is preserved for the
@@ -68,9 +75,9 @@ def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
     import resource
 
     from ...storage import NotARegularFile, storage_for
-    from .planner import changed_since_plan, identity_problem
+    from .planner import changed_since_plan, identity_problem, read_files
 
-    files = rng["files"]
+    files = read_files(rng)
     local = [f for f in files if storage_for(f["path"]).scheme == "file"]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = len(local) + 256
@@ -116,26 +123,35 @@ def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
 
 def seen(rng: dict, root: str | None) -> dict:
     """What the job read, for verify (``FilesRange.check_stage``): ``{"files": {path: [size,
-    device, inode, mtime_ns]}}`` of each planned local file after the reads: of the descriptor
-    read, or of the name (opened without following links) when Spark read the name."""
+    *identity]}}`` of each planned file after the reads. Local: [size, device, inode, mtime_ns] of
+    the descriptor read, or of the name (opened without following links) when Spark read the name.
+    S3: [size, ETag, VersionId, LastModified ms] of the object under the key now: the same as
+    planned only when no other object was put there since the plan (s3a's change detection pins
+    each of Spark's reads to the ETag it opened, so a read is never of two objects)."""
     import os
 
-    from ...storage import storage_for
+    from ...storage import S3StorageError, storage_for
+    from .planner import read_files
 
     out: dict = {}
-    for f in rng["files"]:
+    for f in read_files(rng):
         path = f["path"]
         fs = storage_for(path)
-        if fs.scheme != "file":
-            continue
         try:
             if path in _OPENED:
                 st = os.fstat(_OPENED[path][0])
                 out[path] = [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]
-            else:
+                continue
+            if fs.scheme == "file":
                 reader, info = fs.open_landing(path, root)
                 reader.close()
-                out[path] = [info.size, *(info.identity or [])]
+            else:
+                info = fs.stat(path)
+                if info is None:
+                    raise FileNotFoundError(path)
+            out[path] = [info.size, *(info.identity or [])]
+        except S3StorageError:
+            raise  # the job fails and is retried: an outage says nothing of the object
         except OSError as e:
             out[path] = f"{type(e).__name__}: {e.strerror or e}"
     return {"files": out}

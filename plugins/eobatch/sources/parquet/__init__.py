@@ -35,15 +35,18 @@ class ParquetKind(FilesKind):
     def read(self, spark, rng: dict, job: dict):
         from .read import read_lines
 
-        return read_lines(spark, rng)
+        self._seen = (rng, job.get("path"))
+        return read_lines(spark, rng, job.get("path"))
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # the row index is exact already
 
     def positions(self, lines) -> dict:
+        """Rows read per file (``read.file_positions``) and, under ``"files"``, each planned file's
+        identity after the reads (``FilesKind.positions``; no path is ``"files"``)."""
         from .read import file_positions
 
-        return file_positions(lines)
+        return {**file_positions(lines), **super().positions(lines)}
 
 
 KIND = ParquetKind()

@@ -15,8 +15,8 @@ from __future__ import annotations
 import logging
 
 from ...errors import TerminalError
-from ...storage import FileInfo
-from ..files.planner import FilesSource
+from ...storage import FileInfo, ObjectChanged
+from ..files.planner import FilesSource, measured, planned_file
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +46,29 @@ def footer_problem(meta) -> str | None:
     return None
 
 
-def footer_rows(fs, path: str) -> int:
-    """The number of rows of a Parquet file, from its footer. UnreadableParquet when the footer
-    cannot be read, ForgedFooter when its counts cannot be true (``footer_problem``)."""
+def footer_rows(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
+    """(rows, the file they were counted of) of a Parquet landing file, from its footer, read from
+    the file as ``files.planner.measured`` opens it (no link followed locally; S3: the object HEAD
+    saw). UnreadableParquet when the footer cannot be read, ForgedFooter when its counts cannot be
+    true (``footer_problem``); the OSErrors of a file that cannot be opened, or changed while read,
+    as they are."""
     import pyarrow.parquet as pq
 
-    try:
-        with fs.open_read(path) as fh:
+    def rows(fh, info: FileInfo) -> int:
+        try:
             meta = pq.ParquetFile(fh).metadata
-    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
-        raise UnreadableParquet(f"{path}: not a readable Parquet file ({e}); nothing was planned. Write landing "
-                                f"files under a name starting with '.' or '_' and rename them into place when "
-                                f"complete; remove or replace this one") from e
-    problem = footer_problem(meta)
-    if problem is not None:
-        raise ForgedFooter(problem)
-    return meta.num_rows
+        except ObjectChanged:
+            raise
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError
+            raise UnreadableParquet(f"{path}: not a readable Parquet file ({e}); nothing was planned. Write landing "
+                                    f"files under a name starting with '.' or '_' and rename them into place when "
+                                    f"complete; remove or replace this one") from e
+        problem = footer_problem(meta)
+        if problem is not None:
+            raise ForgedFooter(problem, info)
+        return meta.num_rows
+
+    return measured(fs, path, root, rows)
 
 
 class ParquetSource(FilesSource):
@@ -69,10 +76,11 @@ class ParquetSource(FilesSource):
     suffix = ".parquet"
 
     def _entry(self, f: FileInfo) -> dict:
-        entry = {"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms}
+        """A planned file: its records and identity, of the one file its footer was read from."""
         try:
-            return {**entry, "records": footer_rows(self.fs, f.path)}
+            n, info = footer_rows(self.fs, f.path, self.root)
+            return {**planned_file(info), "records": n}
         except ForgedFooter as e:
-            reason = f"{e}: no reader can read it as it says"
+            reason = f"{e.args[0]}: no reader can read it as it says"
             log.warning("skipping %s: %s", f.path, reason)
-            return {**entry, "records": 0, "skipped": reason}
+            return {**planned_file(e.args[1]), "records": 0, "skipped": reason}
