@@ -1145,8 +1145,9 @@ SPARK_CONF_SECURITY = (
     "spark.hadoop.*encryption.key*", "spark.hadoop.*assumed.role*", "spark.hadoop.*.auth.*", "spark.hadoop.*oauth*",
 )
 # Set by the product for correctness (launch.SPARK_DEFAULTS): UTC for interval bounds and timestamps,
-# no speculative duplicate tasks (one manifest per partition). No environment variable allows them.
-SPARK_CONF_PRODUCT = ("spark.sql.session.timezone", "spark.speculation")
+# no speculative duplicate tasks (one manifest per partition), s3a's change detection (a landing
+# object is read as one object: s3conf.CHANGE_DETECTION). No environment variable allows them.
+SPARK_CONF_PRODUCT = ("spark.sql.session.timezone", "spark.speculation", "spark.hadoop.fs.s3a.change.detection.*")
 
 
 def _check_spark_conf(conf: dict, file: str) -> dict[str, str]:

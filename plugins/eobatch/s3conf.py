@@ -168,14 +168,27 @@ def delta_storage_options(uri: str, s: S3Settings | None = None) -> dict | None:
     return opts
 
 
+# A landing object is read as one object or not at all: s3a sends every GET of a stream with
+# If-Match of the ETag the stream opened at (server mode), so an object overwritten while a task
+# reads it fails that task (RemoteFileChangedException, or the analytics stream's 412) instead of
+# mixing two objects; a server that answers no ETag fails the read. Pipelines cannot change these
+# (config.SPARK_CONF_PRODUCT); which object a read must be is checked by the stage job itself
+# (sources/files/read.py: before and after the read).
+CHANGE_DETECTION = {
+    "spark.hadoop.fs.s3a.change.detection.mode": "server",
+    "spark.hadoop.fs.s3a.change.detection.source": "etag",
+    "spark.hadoop.fs.s3a.change.detection.version.required": "true",
+}
+
+
 def spark_hadoop_conf(s: S3Settings | None = None) -> dict:
-    """s3a settings for spark-submit ``--conf``: endpoint and addressing only, no secrets.
+    """s3a settings for spark-submit ``--conf``: endpoint, addressing and change detection, no secrets.
 
     Credentials reach s3a through its default provider chain (environment variables of the
     driver and, via ``spark.executorEnv.*`` set by the job itself, of the executors).
     """
     s = s or settings()
-    conf = {"spark.hadoop.fs.s3a.endpoint.region": s.region}
+    conf = {"spark.hadoop.fs.s3a.endpoint.region": s.region, **CHANGE_DETECTION}
     if s.endpoint:
         conf.update({
             "spark.hadoop.fs.s3a.endpoint": s.endpoint,

@@ -239,6 +239,103 @@ def test_overlapping_replays_racing_on_an_s3_landing_zone_publish_each_record_on
     assert sorted(r["batch_id"] for r in reader.read_rows(p.quarantine)) == [1, 1, 1, 2]  # {not json, again
 
 
+# -- landing objects overwritten between plan and read -----------------------------------------
+def _three_orders(kind: str, prefix: str) -> bytes:
+    """Three records as a landing object of ``kind``; the same size for any 1-letter ``prefix``."""
+    rows = [{"order_id": f"{prefix}-{i}", "customer": "c", "amount": 1.0} for i in range(3)]
+    if kind == "files":
+        return "".join(json.dumps(r) + "\n" for r in rows).encode()
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(rows), out, compression="NONE", use_dictionary=False)
+    return out.getvalue()
+
+
+def test_a_landing_object_read_while_it_is_overwritten_stops_at_the_overwrite(s3):
+    """The plan's count reads the object HEAD saw (every ranged GET with If-Match of its ETag):
+    an overwrite after the HEAD, or between two reads, raises ObjectChanged; two objects are never
+    counted as one."""
+    from eobatch.storage import ObjectChanged
+
+    fs = S3Storage()
+    uri = f"s3a://{BUCKET}/unit/{uuid.uuid4().hex}/a.jsonl"
+    fs.write_atomic(uri, b"a" * 100)
+    f, info = fs.open_landing(uri)
+    assert info.identity == [s3.client().head_object(Bucket=BUCKET, Key=uri.split("/", 3)[3])["ETag"], None,
+                             info.mtime_ms]
+    fs.write_atomic(uri, b"b" * 100)
+    with pytest.raises(ObjectChanged, match="overwritten or deleted while read"):
+        f.read(10)
+    big = b"a" * (9 << 20)  # more than the reader's buffer: two GETs
+    fs.write_atomic(uri, big)
+    f, info = fs.open_landing(uri)
+    assert f.read(10) == b"a" * 10
+    fs.write_atomic(uri, b"b" * len(big))
+    f.seek(len(big) - 10)
+    with pytest.raises(ObjectChanged, match=f"{uri}"):
+        f.read(10)
+
+
+@pytest.mark.parametrize("kind", ["files", "parquet"])
+def test_a_landing_object_overwritten_after_the_plan_within_its_second_and_size_is_never_read(s3, tmp_path, reader,
+                                                                                              kind):
+    """An object put again under the planned key, same size, within the same second (S3's
+    LastModified has whole seconds, so size and mtime are unchanged): the plan recorded its ETag,
+    and the stage job refuses the new object, naming it, before reading anything."""
+    name = "a.jsonl" if kind == "files" else "a.parquet"
+    for attempt in range(5):  # until the plan and the overwrite fall in one second
+        p = s3_pipeline(tmp_path / str(attempt), reader, kind=kind)
+        uri = f"{p.landing}/{name}"
+        time.sleep(1 - time.time() % 1)
+        reader.put(uri, _three_orders(kind, "a"))
+        plan, _ = p.protocol().plan()
+        reader.put(uri, _three_orders(kind, "x"))
+        planned = plan.range["files"][0]
+        now = S3Storage().stat(uri)
+        if (now.size, now.mtime_ms) == (planned["size"], planned["mtime_ms"]):
+            break
+    else:
+        pytest.fail("no plan and overwrite within one second in 5 tries")
+    assert plan.rows_in == 3 and planned["identity"][0] != now.identity[0]
+    r = stage(p, plan.batch_id, "a1")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and f"{uri}: another object than the one planned is there now" in out, out[-3000:]
+    assert p.protocol().ledger.stage_summary(plan.batch_id, "a1") is None
+
+
+def test_an_object_overwritten_while_the_job_reads_fails_verify_and_a_plan_from_before_etags_reads_as_before(
+        s3, tmp_path, reader):
+    """What the stage job records after its reads (``read.seen``, in its stage summary) is the
+    object under the key then: verify refuses the batch, naming the object, when it is not the
+    planned one (put again while Spark read, which s3a pins per stream, not per batch). A range
+    recorded without identities (an older ledger) is checked by size and mtime before the read and
+    not after it: it stages as it did."""
+    from eobatch.formats import StageSummary
+    from eobatch.sources.files import FilesRange, FilesSource, changed_since_plan
+    from eobatch.sources.files.read import seen
+
+    def summary(rng: dict) -> StageSummary:
+        return StageSummary(batch_id=1, attempt="a1", rows_in=3, rows_valid=3, rows_quarantined=0,
+                            row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
+                            stage_seconds=0.0, source_positions=seen(rng, None))
+
+    p = s3_pipeline(tmp_path, reader)
+    uri = f"{p.landing}/a.jsonl"
+    reader.put(uri, _three_orders("files", "a"))
+    rng, n, _ = FilesSource(p.cfg).next_range([], 100)
+    old = {"files": [{k: v for k, v in f.items() if k != "identity"} for f in rng["files"]]}
+    assert n == 3 and changed_since_plan(old) == changed_since_plan(rng) == []
+    assert FilesRange.from_json(rng).check_stage(summary(rng)) == []
+    reader.put(uri, _three_orders("files", "x"))  # as if while the job read
+    problems = FilesRange.from_json(rng).check_stage(summary(rng))
+    assert len(problems) == 1 and problems[0].startswith(f"{uri}: the stage job read another file, or a changed one")
+    assert FilesRange.from_json(old).check_stage(summary(old)) == []
+
+
 # -- the cluster ---------------------------------------------------------------------------
 def test_cluster_deploy_mode_is_refused_for_python_on_standalone(cluster, s3, tmp_path, reader):
     """Spark standalone cannot run a Python application's driver on the cluster: spark-submit

@@ -139,7 +139,7 @@ class S3Pipeline:
 
 
 def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_records: int = 100000,
-                bucket: str = BUCKET, extra: str = "") -> S3Pipeline:
+                bucket: str = BUCKET, extra: str = "", kind: str = "files") -> S3Pipeline:
     """The product (config, protocol) is used only through the pipeline YAML it writes."""
     root = f"s3a://{bucket}/{uuid.uuid4().hex[:8]}"
     landing, sink, quarantine = f"{root}/landing/{name}", f"{root}/lake/{name}", f"{root}/lake/{name}_bad"
@@ -148,7 +148,7 @@ def s3_pipeline(tmp_path: Path, reader: S3Reader, name: str = "orders", max_reco
     path.write_text(textwrap.dedent(f"""\
         name: {name}
         source:
-          kind: files
+          kind: {kind}
           path: {landing}
           max_records_per_batch: {max_records}
         schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
