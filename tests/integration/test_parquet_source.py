@@ -12,6 +12,7 @@ import pytest
 
 from support.checks import assert_exactly_once, read_rows
 from support.harness import Pipeline, run_batch
+from support.records import stage_summary
 
 pytestmark = pytest.mark.integration
 
@@ -169,14 +170,7 @@ def test_a_parquet_file_swapped_for_a_link_while_the_job_reads_is_read_as_planne
     os.rename(tmp_path / "moved.parquet", a)
     assert ids == [f'{{"order_id":"a-{i}","customer":"c","amount":1.0}}' for i in range(3)]
     assert positions[a] == [3, 0, 2] and positions["files"][a][0] == os.stat(a).st_size
-    assert KIND.range(rng).check_stage(_summary(positions)) == []
+    assert KIND.range(rng).check_stage(stage_summary(3, positions)) == []
     old = {"files": [{k: v for k, v in f.items() if k != "identity"} for f in rng["files"]]}
     assert sorted(r["raw"] for r in KIND.read(local_spark, old, job).collect()) == ids
 
-
-def _summary(positions: dict):
-    from eobatch.formats import StageSummary
-
-    return StageSummary(batch_id=1, attempt="a1", rows_in=3, rows_valid=3, rows_quarantined=0, row_preserving=True,
-                        partitions={}, manifests={}, arrow_schema={}, partition_by={}, stage_seconds=0.0,
-                        spark_app_id="", config_fingerprint="", source_positions=positions)

@@ -314,14 +314,12 @@ def test_an_object_overwritten_while_the_job_reads_fails_verify_and_a_plan_from_
     planned one (put again while Spark read, which s3a pins per stream, not per batch). A range
     recorded without identities (an older ledger) is checked by size and mtime before the read and
     not after it: it stages as it did."""
-    from eobatch.formats import StageSummary
     from eobatch.sources.files import FilesRange, FilesSource, changed_since_plan
     from eobatch.sources.files.read import seen
+    from support.records import stage_summary
 
-    def summary(rng: dict) -> StageSummary:
-        return StageSummary(batch_id=1, attempt="a1", rows_in=3, rows_valid=3, rows_quarantined=0,
-                            row_preserving=True, partitions={}, manifests={}, arrow_schema={}, partition_by={},
-                            stage_seconds=0.0, source_positions=seen(rng, None))
+    def summary(rng: dict):
+        return stage_summary(3, seen(rng, None))
 
     p = s3_pipeline(tmp_path, reader)
     uri = f"{p.landing}/a.jsonl"

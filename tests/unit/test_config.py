@@ -551,7 +551,8 @@ def test_tuning_spark_conf_is_kept(write_yaml, base_cfg, monkeypatch):
     assert _load(write_yaml, doc).spark.conf == TUNING_SPARK_CONF
 
 
-@pytest.mark.parametrize("key", ["spark.sql.session.timeZone", "spark.speculation", "SPARK.SPECULATION"])
+@pytest.mark.parametrize("key", ["spark.sql.session.timeZone", "spark.speculation", "SPARK.SPECULATION",
+                                 "spark.hadoop.fs.s3a.change.detection.mode"])
 @pytest.mark.parametrize("allow", [None, "spark.sql.session.timeZone,spark.speculation", "*"])
 def test_spark_conf_the_product_sets_for_correctness_is_refused(write_yaml, base_cfg, monkeypatch, key, allow):
     if allow is None:

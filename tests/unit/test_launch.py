@@ -210,6 +210,9 @@ def test_spark_conf_of_an_s3_pipeline_holds_no_secret(s3env, tmp_path):
     assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.hadoop.fs.s3a.path.style.access"] == "true"
     assert conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
+    # each read of a landing object is of one object (If-Match of the ETag its stream opened at)
+    assert conf["spark.hadoop.fs.s3a.change.detection.mode"] == "server"
+    assert conf["spark.hadoop.fs.s3a.change.detection.source"] == "etag"
     text = repr(conf)
     assert ENV["AWS_SECRET_ACCESS_KEY"] not in text and ENV["AWS_ACCESS_KEY_ID"] not in text
     import re

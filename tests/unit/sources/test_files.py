@@ -522,6 +522,23 @@ def test_the_plan_records_each_file_identity_and_a_replaced_file_is_refused(make
     assert len(changed_since_plan(plan.range)) == 1 and "another file" in changed_since_plan(plan.range)[0]
 
 
+def test_an_s3_object_is_the_planned_one_only_by_its_etag_version_and_last_modified():
+    """S3 identities ([ETag, VersionId, LastModified ms]): another ETag or version under the key
+    is another object whatever its size and mtime; a plan from before ETags checks size and mtime."""
+    from eobatch.sources.files.planner import identity_problem
+    from eobatch.storage import FileInfo
+
+    uri = "s3a://b/landing/a.jsonl"
+    planned = {"path": uri, "size": 10, "mtime_ms": 5000, "identity": ['"e1"', None, 5000]}
+    assert identity_problem(planned, FileInfo(uri, 10, 5000, ['"e1"', None, 5000])) is None
+    for other in (['"e2"', None, 5000], ['"e1"', "v2", 5000]):
+        why = identity_problem(planned, FileInfo(uri, 10, 5000, other))
+        assert why is not None and why.startswith(f"{uri}: another object than the one planned is there now")
+    old = {k: v for k, v in planned.items() if k != "identity"}
+    assert identity_problem(old, FileInfo(uri, 10, 5000, ['"e2"', None, 5000])) is None
+    assert "changed since planned" in identity_problem(old, FileInfo(uri, 11, 5000, ['"e2"', None, 5000]))
+
+
 def test_a_planned_file_under_a_folder_swapped_for_a_link_is_refused(make_cfg, tmp_path):
     """The lstat of the planned path follows a folder link on the way: a sub-folder replaced by a
     link to a folder holding a file of the same name, size and mtime passed the old check."""

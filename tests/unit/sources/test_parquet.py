@@ -160,6 +160,23 @@ def test_rows_read_per_file_are_checked_against_the_footer_counts():
         "read /in/b.parquet, which is not in the plan"]
 
 
+def test_the_identity_of_each_file_read_is_checked_against_the_plan():
+    """The job's positions carry, under "files", the identity of each file it read (no path is
+    "files"); a skipped file is never read, and a plan from before identities is not checked."""
+    planned = [{"path": "/in/a.parquet", "size": 9, "mtime_ms": 1, "records": 3, "identity": [1, 2, 10**6]},
+               {"path": "/in/x.parquet", "size": 5, "mtime_ms": 1, "records": 0, "skipped": "forged",
+                "identity": [1, 3, 10**6]}]
+    rng = kind_for("parquet").range({"files": planned})
+    rows = {"/in/a.parquet": [3, 0, 2]}
+    assert rng.check_stage(_summary(3, {**rows, "files": {"/in/a.parquet": [9, 1, 2, 10**6]}})) == []
+    assert rng.check_stage(_summary(3, {**rows, "files": {"/in/a.parquet": [9, 1, 7, 10**6]}})) == [
+        "/in/a.parquet: the stage job read another file, or a changed one, than the one planned (size, device, "
+        "inode, mtime_ns [9, 1, 2, 1000000] planned, [9, 1, 7, 1000000] read)"]
+    old = kind_for("parquet").range({"files": [{k: v for k, v in f.items() if k != "identity"} for f in planned]})
+    assert old.check_stage(_summary(3, {**rows, "files": {"/in/a.parquet": [9, 1, 7, 10**6]}})) == []
+    assert old.check_stage(_summary(3, rows)) == []  # a job from before identities
+
+
 def test_a_footer_whose_row_counts_cannot_be_true_is_skipped_with_a_note_and_the_others_planned(src):
     """Real files written by pyarrow, then their footers forged: a negative count, a count that is not
     its row groups' sum, row groups claiming more rows than their columns hold. Each is planned as

@@ -297,17 +297,19 @@ def identity_problem(planned: dict, now: FileInfo) -> str | None:
     plan recorded before identities (no ``identity``) is checked by size and mtime only."""
     path = planned["path"]
     want, got = planned.get("identity"), now.identity
-    known = want is not None and got is not None
-    if known and isinstance(want[0], str | type(None)):  # S3: [ETag, VersionId, LastModified ms]
-        if list(want) != list(got) or now.size != planned["size"]:
+    changed = (now.size, now.mtime_ms) != (planned["size"], planned["mtime_ms"])
+    if want is not None and got is not None:
+        if not isinstance(want[0], int):  # S3: [ETag, VersionId, LastModified ms]
+            if list(want) == list(got) and not changed:
+                return None
             return (f"{path}: another object than the one planned is there now (ETag {want[0]} -> {got[0]}, "
                     f"version {want[1]} -> {got[1]}, size {planned['size']} -> {now.size}, mtime "
                     f"{planned['mtime_ms']} -> {now.mtime_ms}); refusing to read it")
-        return None
-    if known and list(want[:2]) != list(got[:2]):
-        return (f"{path}: another file than the one planned is there now (device/inode {want[0]}/{want[1]} -> "
-                f"{got[0]}/{got[1]}); refusing to read it")
-    if (now.size, now.mtime_ms) != (planned["size"], planned["mtime_ms"]) or (known and want[2] != got[2]):
+        if list(want[:2]) != list(got[:2]):
+            return (f"{path}: another file than the one planned is there now (device/inode {want[0]}/{want[1]} -> "
+                    f"{got[0]}/{got[1]}); refusing to read it")
+        changed = changed or want[2] != got[2]
+    if changed:
         return (f"{path}: changed since planned (size {planned['size']} -> {now.size}, "
                 f"mtime {planned['mtime_ms']} -> {now.mtime_ms})")
     return None

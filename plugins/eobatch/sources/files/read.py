@@ -145,10 +145,10 @@ def seen(rng: dict, root: str | None) -> dict:
             if fs.scheme == "file":
                 reader, info = fs.open_landing(path, root)
                 reader.close()
+            elif (stat := fs.stat(path)) is not None:
+                info = stat
             else:
-                info = fs.stat(path)
-                if info is None:
-                    raise FileNotFoundError(path)
+                raise FileNotFoundError(path)
             out[path] = [info.size, *(info.identity or [])]
         except S3StorageError:
             raise  # the job fails and is retried: an outage says nothing of the object
