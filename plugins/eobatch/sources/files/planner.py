@@ -22,6 +22,7 @@ following any link below the landing folder); the stage job reads that identity 
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Sequence
 
@@ -326,6 +327,30 @@ def gone_files(rng: dict) -> list[str]:
     return [f["path"] for f in rng.get("files", []) if storage_for(f["path"]).stat(f["path"]) is None]
 
 
+def files_now(files: Sequence[dict], root: str | None = None) -> dict[str, FileInfo | OSError]:
+    """Each of ``files`` (planned entries) as it is now, or the OSError of looking: a local file
+    opened (and closed) without following links below ``root``, an S3 object by HEAD (16 at a time:
+    a batch of many objects costs what a few of them cost)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(path: str) -> FileInfo | OSError:
+        fs = storage_for(path)
+        try:
+            if fs.scheme == "file":
+                reader, info = fs.open_landing(path, root)
+                reader.close()
+                return info
+            return fs.stat(path) or FileNotFoundError(errno.ENOENT, "missing", path)
+        except OSError as e:
+            return e
+
+    paths = [f["path"] for f in files]
+    if len(paths) < 2:
+        return {p: one(p) for p in paths}
+    with ThreadPoolExecutor(min(16, len(paths))) as pool:
+        return dict(zip(paths, pool.map(one, paths)))
+
+
 def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
     """Problems with a batch's planned files as they are now (gone, resized, rewritten, another
     file under the name or another object under the key, a link at it or on the way from
@@ -335,28 +360,17 @@ def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
     and a planned file replaced by a symbolic link is never read (whatever its target's size).
     """
     problems = []
-    for f in read_files(rng):
-        path = f["path"]
-        fs = storage_for(path)
-        try:
-            if fs.scheme != "file":
-                st = fs.stat(path)
-                if st is None:
-                    raise FileNotFoundError(path)
-            else:
-                reader, st = fs.open_landing(path, root)
-                reader.close()
-        except NotARegularFile as e:
-            problems.append(f"{path}: is now a symbolic link; refusing to read it" if fs.is_link(path)
-                            else f"{path}: {e.strerror}; refusing to read it")
-            continue
-        except FileNotFoundError:
+    files = read_files(rng)
+    now = files_now(files, root)
+    for f in files:
+        path, st = f["path"], now[f["path"]]
+        if isinstance(st, NotARegularFile):
+            problems.append(f"{path}: is now a symbolic link; refusing to read it" if storage_for(path).is_link(path)
+                            else f"{path}: {st.strerror}; refusing to read it")
+        elif isinstance(st, FileNotFoundError):
             problems.append(f"{path}: missing (planned {f['size']} bytes)")
-            continue
-        except OSError as e:
-            problems.append(f"{path}: cannot be opened ({type(e).__name__}: {e.strerror or e})")
-            continue
-        why = identity_problem(f, st)
-        if why:
+        elif isinstance(st, OSError):
+            problems.append(f"{path}: cannot be opened ({type(st).__name__}: {st.strerror or st})")
+        elif why := identity_problem(f, st):
             problems.append(why)
     return problems

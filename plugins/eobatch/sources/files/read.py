@@ -130,30 +130,23 @@ def seen(rng: dict, root: str | None) -> dict:
     each of Spark's reads to the ETag it opened, so a read is never of two objects)."""
     import os
 
-    from ...storage import S3StorageError, storage_for
-    from .planner import read_files
+    from ...storage import S3StorageError
+    from .planner import files_now, read_files
 
+    files = read_files(rng)
+    now = files_now([f for f in files if f["path"] not in _OPENED], root)
     out: dict = {}
-    for f in read_files(rng):
+    for f in files:
         path = f["path"]
-        fs = storage_for(path)
-        try:
-            if path in _OPENED:
-                st = os.fstat(_OPENED[path][0])
-                out[path] = [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]
-                continue
-            if fs.scheme == "file":
-                reader, info = fs.open_landing(path, root)
-                reader.close()
-            elif (stat := fs.stat(path)) is not None:
-                info = stat
-            else:
-                raise FileNotFoundError(path)
-            out[path] = [info.size, *(info.identity or [])]
-        except S3StorageError:
-            raise  # the job fails and is retried: an outage says nothing of the object
-        except OSError as e:
-            out[path] = f"{type(e).__name__}: {e.strerror or e}"
+        if path in _OPENED:
+            st = os.fstat(_OPENED[path][0])
+            out[path] = [st.st_size, st.st_dev, st.st_ino, st.st_mtime_ns]
+            continue
+        info = now[path]
+        if isinstance(info, S3StorageError):
+            raise info  # the job fails and is retried: an outage says nothing of the object
+        out[path] = (f"{type(info).__name__}: {info.strerror or info}" if isinstance(info, OSError)
+                     else [info.size, *(info.identity or [])])
     return {"files": out}
 
 
