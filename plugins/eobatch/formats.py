@@ -392,7 +392,8 @@ class StageSummary(Record):
     spark_app_id: str = ""
     config_fingerprint: str = ""
     # what the source kind checks per source (verify, its range's check_stage): kafka
-    # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]}
+    # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]};
+    # files and parquet: "files": {"<file>": [size, *identity]} of each file after the reads
     source_positions: dict = field(default_factory=dict)
     plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
     rows_dropped: int = 0  # valid records an expectation with action drop removed
