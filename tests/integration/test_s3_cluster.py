@@ -307,6 +307,32 @@ def test_a_landing_object_overwritten_after_the_plan_within_its_second_and_size_
     assert p.protocol().ledger.stage_summary(plan.batch_id, "a1") is None
 
 
+def test_a_json_lines_object_overwritten_after_the_jobs_check_is_never_read(s3, tmp_path, reader):
+    """JSON lines: each of Spark's reads of a planned object is pinned to the ETag the plan
+    recorded (the line reader opens it with the planned status: s3a's If-Match), so an object put
+    under the key after the job's check and before Spark opens it fails the read, naming the
+    object; its records are never read."""
+    import base64
+
+    from eobatch.sources.files import FilesSource
+
+    p = s3_pipeline(tmp_path, reader)
+    uri = f"{p.landing}/a.jsonl"
+    reader.put(uri, _three_orders("files", "a"))
+    rng, n, _ = FilesSource(p.cfg).next_range([], 100)
+    spec = {"range": rng, "root": p.landing, "overwrite": _three_orders("files", "x").decode()}
+    argv = ["spark-submit", "--master", "local[1]", "--jars", ",".join(launch.jars(p.cfg))]
+    for k, v in launch.spark_conf(p.cfg).items():
+        argv += ["--conf", f"{k}={v}"]
+    argv += [str(REPO / "tests" / "support" / "s3_read_after_overwrite.py"),
+             base64.b64encode(json.dumps(spec).encode()).decode()]
+    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=600)
+    result = [json.loads(x[len("RESULT "):]) for x in r.stdout.splitlines() if x.startswith("RESULT ")]
+    assert result, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "raws" not in result[0], result  # before: the records of the object put since
+    assert uri.split("/", 2)[2] in result[0]["error"] and "412" in result[0]["error"], result[0]["error"][-2000:]
+
+
 def test_an_object_overwritten_while_the_job_reads_fails_verify_and_a_plan_from_before_etags_reads_as_before(
         s3, tmp_path, reader):
     """What the stage job records after its reads (``read.seen``, in its stage summary) is the

@@ -58,6 +58,14 @@ import scala.collection.immutable.Seq;
 public class BoundedLines extends TextBasedFileFormat implements Serializable {
   private static final long serialVersionUID = 1L;
   public static final String MAX_LINE_BYTES = "maxLineBytes";
+  /**
+   * Optional: the planned objects of an object store (s3a), each as {@code path \u0001 etag \u0001
+   * versionId \u0001 size \u0001 mtimeMs}, separated by {@code \u0000} (empty versionId: none). Each
+   * is opened with that status, so s3a's change detection sends every GET with If-Match of the
+   * planned ETag (or the planned version): another object under the key fails the read, whenever
+   * it was put. An s3a file read with this option that is not in it fails too.
+   */
+  public static final String PINS = "pins";
   public static final String BLANK_BYTES = "blankBytes";
   static final StructType SCHEMA = new StructType(new StructField[] {
       DataTypes.createStructField("value", DataTypes.StringType, true),
@@ -114,15 +122,62 @@ public class BoundedLines extends TextBasedFileFormat implements Serializable {
     for (int i = 0; i < names.length; i++) {
       wantValue[i] = names[i].equals("value");
     }
+    Option<String> pinned = options.get(PINS);
+    java.util.HashMap<String, String[]> pins = new java.util.HashMap<>();
+    if (pinned.isDefined() && !pinned.get().isEmpty()) {
+      for (String entry : pinned.get().split("\u0000")) {
+        String[] f = entry.split("\u0001", -1);
+        if (f.length != 5) {
+          throw new IllegalArgumentException("eobatch.jvm.BoundedLines: a pin is path, etag, version, size, mtime");
+        }
+        pins.put(f[0], f);
+      }
+    }
+    boolean pinning = pinned.isDefined();
     Broadcast<SerializableConfiguration> conf = SerializableConfiguration.broadcast(spark.sparkContext(), hadoopConf);
     return (Function1<PartitionedFile, Iterator<InternalRow>> & Serializable) file -> {
-      Reader r = new Reader(file, conf.value().value(), cap, isBlank, wantValue);
+      Reader r = new Reader(file, conf.value().value(), cap, isBlank, wantValue, pinning ? pins : null);
       TaskContext ctx = TaskContext.get();
       if (ctx != null) {
         ctx.addTaskCompletionListener((TaskCompletionListener) c -> r.close());
       }
       return r;
     };
+  }
+
+  /**
+   * {@code path} opened for reading; an s3a object under {@code pins} (see {@link #PINS}) with its
+   * planned status (an S3AFileStatus carrying the planned ETag and version: built by reflection,
+   * hadoop-aws is on the class path only when a pipeline uses s3a).
+   */
+  static FSDataInputStream open(Path path, Configuration conf, java.util.Map<String, String[]> pins)
+      throws IOException {
+    org.apache.hadoop.fs.FileSystem fs = path.getFileSystem(conf);
+    if (pins == null || !"s3a".equals(fs.getScheme())) {
+      return fs.open(path);
+    }
+    String[] pin = pins.get(path.toString());
+    if (pin == null) {
+      throw new IOException(path + " is not one of the planned objects; refusing to read it");
+    }
+    FileStatus status;
+    try {
+      status = (FileStatus) Class.forName("org.apache.hadoop.fs.s3a.S3AFileStatus")
+          .getConstructor(long.class, long.class, Path.class, long.class, String.class, String.class, String.class)
+          .newInstance(Long.parseLong(pin[3]), Long.parseLong(pin[4]), path, fs.getDefaultBlockSize(path),
+              "", pin[1], pin[2].isEmpty() ? null : pin[2]);
+    } catch (ReflectiveOperationException e) {
+      throw new IOException("cannot pin " + path + " to its planned ETag (hadoop-aws S3AFileStatus)", e);
+    }
+    try {
+      return fs.openFile(path).withFileStatus(status).build().get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new java.io.InterruptedIOException("interrupted opening " + path);
+    } catch (java.util.concurrent.ExecutionException e) {
+      Throwable c = e.getCause();
+      throw c instanceof IOException ? (IOException) c : new IOException("cannot open " + path, c);
+    }
   }
 
   /** The lines of one piece of a file. */
@@ -152,7 +207,8 @@ public class BoundedLines extends TextBasedFileFormat implements Serializable {
     private byte last;
     private boolean blank;
 
-    Reader(PartitionedFile file, Configuration conf, int cap, boolean[] isBlank, boolean[] wantValue) {
+    Reader(PartitionedFile file, Configuration conf, int cap, boolean[] isBlank, boolean[] wantValue,
+           java.util.Map<String, String[]> pins) {
       this.cap = cap;
       this.isBlank = isBlank;
       this.wantValue = wantValue;
@@ -161,7 +217,7 @@ public class BoundedLines extends TextBasedFileFormat implements Serializable {
       this.end = start + file.length();
       Path path = file.toPath();
       try {
-        in = path.getFileSystem(conf).open(path);
+        in = open(path, conf, pins);
         try {
           if (start > 0) {
             in.seek(start);

@@ -183,11 +183,25 @@ def balance_pieces(spark) -> None:
         spark.conf.set("spark.sql.files.minPartitionNum", str(PIECES_PER_CORE * spark.sparkContext.defaultParallelism))
 
 
-def numbered(spark, files: list[str], max_record_bytes: int):
+def pins(rng: dict) -> str | None:
+    """The line reader's ``pins`` option (``BoundedLines.PINS``): each planned S3 object with the
+    ETag, version, size and mtime the plan recorded, which every GET of it must match; None for
+    local files, and for a plan from before ETags (read as before: by name, checked around)."""
+    from ...storage import storage_for
+    from .planner import read_files
+
+    objects = [f for f in read_files(rng) if storage_for(f["path"]).scheme == "s3"]
+    if not objects or any(f.get("identity") is None for f in objects):
+        return None
+    return "\0".join("\1".join([f["path"], f["identity"][0] or "", f["identity"][1] or "", str(f["size"]),
+                                  str(f["mtime_ms"])]) for f in objects)
+
+
+def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None = None):
     """Every line of ``files`` (blank ones included) with ``_eo_file`` (Spark's URI of the file),
     ``_eo_split`` (the start byte of the piece it was read from), ``_eo_row`` (read-order id),
     ``value`` (the line, or its first bytes) and ``_eo_bytes`` (the record's length when ``value``
-    holds only its first bytes, else null)."""
+    holds only its first bytes, else null). ``pinned``: the reader's ``pins`` option (``pins``)."""
     from pyspark.sql import functions as F
 
     from ...jvm import jvm_class
@@ -195,8 +209,11 @@ def numbered(spark, files: list[str], max_record_bytes: int):
 
     jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     balance_pieces(spark)
-    df = (spark.read.format(LINES_FORMAT).option("maxLineBytes", str(max_line_bytes(max_record_bytes)))
-          .option("blankBytes", BLANK_BYTES.decode("ascii")).load([_glob_escape(p) for p in files]))
+    reader = (spark.read.format(LINES_FORMAT).option("maxLineBytes", str(max_line_bytes(max_record_bytes)))
+              .option("blankBytes", BLANK_BYTES.decode("ascii")))
+    if pinned is not None:
+        reader = reader.option("pins", pinned)
+    df = reader.load([_glob_escape(p) for p in files])
     return df.select(F.col("_metadata.file_path").alias("_eo_file"),
                      F.col("_metadata.file_block_start").alias("_eo_split"),
                      F.monotonically_increasing_id().alias("_eo_row"), "value", F.col("bytes").alias("_eo_bytes"))
@@ -230,7 +247,7 @@ def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: i
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
-    lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes)
+    lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes, pins(rng))
     cut = F.col("_eo_bytes").isNotNull()  # the line's first bytes only: no \r of its end, blank or not by the reader
     # The filter stays above the numbering: Spark never pushes a filter below a non-deterministic
     # projection (monotonically_increasing_id), so blank lines keep their ids.
@@ -249,7 +266,8 @@ def locate(spark, records, rng: dict, root: str | None = None, *, max_record_byt
     read_as = open_planned(spark, rng, root)  # the descriptors read_lines opened
     records = records.withColumn("source", planned_path(F.col("_eo_file"), read_as))
     # Lazy, like the rest of the job: the counting pass runs only if the quarantine is written.
-    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes).groupBy("_eo_file", "_eo_split")
+    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes, pins(rng))
+              .groupBy("_eo_file", "_eo_split")
               .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
     earlier = Window.partitionBy("_eo_file").orderBy("_eo_split").rowsBetween(Window.unboundedPreceding, -1)
     index = pieces.withColumn("_eo_before", F.coalesce(F.sum("_eo_n").over(earlier), F.lit(0)))
