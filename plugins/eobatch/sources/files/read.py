@@ -25,12 +25,14 @@ stage summary's ``source_positions``, checked by verify) is their identity after
 master whose executors may run on other hosts (not ``local``, not on loopback) reads the names,
 checked before the read (``changed_since_plan``) and after it (``seen``).
 
-Objects on S3 are read by name (``s3a://``), checked the same way: before the read, the object under
-the key must be the planned one (ETag, VersionId, LastModified, size: ``identity_problem``); during
-it, s3a's change detection (``s3conf.spark_hadoop_conf``: ``server`` mode, ETag source) sends each
-GET of a stream with ``If-Match`` of the ETag the stream opened at, so an object overwritten while a
-task reads it fails that task; after it, ``seen`` records the object under the key again and verify
-refuses the batch unless it is still the planned one.
+Objects on S3 are read by name (``s3a://``): before the read, the object under the key must be the
+planned one (ETag, VersionId, LastModified, size: ``identity_problem``); the line reader opens each
+with the status the plan recorded (``pins``), so s3a's change detection (``s3conf.CHANGE_DETECTION``:
+``server`` mode, ETag source) sends every GET with ``If-Match`` of the planned ETag and another
+object put under the key, whenever, fails the read (Parquet, read by Spark's own reader, is pinned
+per stream to the ETag it opens at); after the read, ``seen`` records the object under the key
+again and verify refuses the batch unless it is still the planned one. A plan from before ETags is
+read by name, checked by size and mtime.
 
 Lines are eobatch.lines', read by ``eobatch.jvm.BoundedLines`` (include/jvm/; Spark's text source
 would hold a line of any length whole, and Hadoop's bound on it returns fragments of a long line
@@ -126,8 +128,8 @@ def seen(rng: dict, root: str | None) -> dict:
     *identity]}}`` of each planned file after the reads. Local: [size, device, inode, mtime_ns] of
     the descriptor read, or of the name (opened without following links) when Spark read the name.
     S3: [size, ETag, VersionId, LastModified ms] of the object under the key now: the same as
-    planned only when no other object was put there since the plan (s3a's change detection pins
-    each of Spark's reads to the ETag it opened, so a read is never of two objects)."""
+    planned only when no other object was put there since the plan (each of Spark's reads is
+    pinned to one ETag, the planned one for JSON lines: a read is never of two objects)."""
     import os
 
     from ...storage import S3StorageError
