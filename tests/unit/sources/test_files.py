@@ -539,6 +539,19 @@ def test_an_s3_object_is_the_planned_one_only_by_its_etag_version_and_last_modif
     assert "changed since planned" in identity_problem(old, FileInfo(uri, 11, 5000, ['"e2"', None, 5000]))
 
 
+def test_the_line_reader_pins_each_planned_s3_object_unless_the_plan_predates_etags():
+    from eobatch.sources.files.read import pins
+
+    a = {"path": "s3a://b/l/a b.jsonl", "size": 10, "mtime_ms": 5000, "records": 1, "identity": ['"e1"', None, 5000]}
+    b = {"path": "s3a://b/l/b.jsonl", "size": 7, "mtime_ms": 6000, "records": 1, "identity": ['"e2"', "v9", 6000]}
+    skipped = {**b, "path": "s3a://b/l/x.parquet", "skipped": "forged"}
+    assert [x.split("\1") for x in pins({"files": [a, b, skipped]}).split("\0")] == [
+        ["s3a://b/l/a b.jsonl", '"e1"', "", "10", "5000"], ["s3a://b/l/b.jsonl", '"e2"', "v9", "7", "6000"]]
+    old = {k: v for k, v in a.items() if k != "identity"}
+    assert pins({"files": [old, b]}) is None  # read by name, checked by size and mtime, as before
+    assert pins({"files": [{**a, "path": "/landing/a.jsonl", "identity": [1, 2, 3]}]}) is None  # read by descriptor
+
+
 def test_a_planned_file_under_a_folder_swapped_for_a_link_is_refused(make_cfg, tmp_path):
     """The lstat of the planned path follows a folder link on the way: a sub-folder replaced by a
     link to a folder holding a file of the same name, size and mtime passed the old check."""
