@@ -209,7 +209,17 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
     from ...jvm import jvm_class
     from ...lines import BLANK_BYTES, max_line_bytes
 
-    jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
+    lines_class = jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
+    if pinned is not None:
+        from py4j.protocol import Py4JError
+
+        try:
+            pinning = lines_class.PINS == "pins"
+        except Py4JError:
+            pinning = False
+        if not pinning:  # an older reader would ignore the option and read whatever is under the key
+            raise SystemExit(f"the stage job's JVM code ({LINES_FORMAT}, eobatch-jvm.jar) predates reading S3 objects "
+                             f"pinned to their planned ETag: run `make jars`")
     balance_pieces(spark)
     reader = (spark.read.format(LINES_FORMAT).option("maxLineBytes", str(max_line_bytes(max_record_bytes)))
               .option("blankBytes", BLANK_BYTES.decode("ascii")))
