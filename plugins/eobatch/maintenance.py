@@ -11,7 +11,7 @@ Exactly-once holds whatever runs beside it, by construction rather than by sched
   rules (``table_files``). A batch commit racing it is an append of new files, which does not
   conflict with it: both land, in either order; the batch's own txn check still decides in its
   snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it read,
-  delta-rs refuses the MERGE, which is then built again on the new snapshot (``sinks.delta_merge``);
+  delta-rs refuses the MERGE, which is then built again on the new snapshot (by its participant);
   the compaction changes no row, so the result is the same. In interval mode a table of staged files (an
   append sink, the quarantine) is compacted one interval slice at a time instead, with a record
   of each, so that a re-run of an interval still replaces exactly its slice (``compaction``,

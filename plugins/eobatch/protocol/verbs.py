@@ -618,7 +618,7 @@ class Protocol(Repairs):
         by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
         # a table of staged files replaces its slices' files, named; a merge table is told the
         # batch's slices only (an upsert re-applies its rows, running aggregates replace their
-        # partials by slice: see sinks.delta_merge)
+        # partials by slice: the participant says which, keeps_staged_files)
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
                 if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))

@@ -14,8 +14,7 @@ this registry). Another kind is one package with a ``KIND`` object, registered w
 
 from __future__ import annotations
 
-import importlib
-
+from ..registry import Registry
 from .base import (
     LEGACY_CONTRACT,
     CommitConflict,
@@ -29,29 +28,14 @@ from .base import (
 
 BUILTIN = ("delta", "delta_merge")  # sub-packages of this one, in the order their modes are listed
 DEFAULT = "delta"  # the kind of a pipeline whose sink: has no mode
-_registered: dict[str, SinkKind] = {}
-
-
-def register(kind: SinkKind) -> SinkKind:
-    """Make ``kind`` known under ``kind.name`` (a second kind of the same name replaces the first)."""
-    if not isinstance(kind, SinkKind):
-        raise TypeError(f"{kind!r} does not implement eobatch.sinks.SinkKind")
-    _registered[kind.name] = kind
-    return kind
-
-
-def kind_names() -> list[str]:
-    return [*BUILTIN, *sorted(set(_registered) - set(BUILTIN))]
+REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink")
+register = REGISTRY.register
+kind_names = REGISTRY.names
 
 
 def kind_for(name: str) -> SinkKind:
     """The kind called ``name``. Raises KeyError for a name no kind has."""
-    if name not in _registered and name in BUILTIN:
-        register(importlib.import_module(f".{name}", __name__).KIND)
-    try:
-        return _registered[name]
-    except KeyError:
-        raise KeyError(f"unknown sink kind {name!r} (known: {', '.join(kind_names())})") from None
+    return REGISTRY.get(name)
 
 
 def kinds() -> list[SinkKind]:
@@ -79,7 +63,7 @@ def sink_for(cfg) -> SinkKind:
 def job_module(name: str) -> str:
     """Spark side: the module of kind ``name``'s job step, without importing the kind (the job's
     code holds its ``job_module`` only: ``launch.job_modules``)."""
-    if name in BUILTIN and name not in _registered:
+    if name in BUILTIN and name not in REGISTRY.registered:
         return f"{__name__}.{name}.job"
     return kind_for(name).job_module
 

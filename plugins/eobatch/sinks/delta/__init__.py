@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...formats import STAGED
-from ..base import SinkConfig, SinkContext
+from ..base import Participant, SinkConfig, SinkContext
 from .participant import NO_TABLE_YET, DeltaParticipant
 from .schema import is_widening, schema_change
 
@@ -37,9 +37,11 @@ class DeltaKind:
     def participant_names(self, cfg) -> tuple[str, ...]:
         return STAGED
 
-    def participants(self, cfg, layout, fs_for, storage_options: dict | None) -> dict:
+    def participants(self, cfg, layout, fs_for, storage_options: dict | None) -> dict[str, Participant]:
         """Append tables take the staged files as they are."""
-        return {p: DeltaParticipant(p, layout.table(p), storage_options) for p in self.participant_names(cfg)}
+        out: dict[str, Participant] = {p: DeltaParticipant(p, layout.table(p), storage_options)
+                                       for p in self.participant_names(cfg)}
+        return out
 
     def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:
         return []

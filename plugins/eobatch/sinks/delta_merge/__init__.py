@@ -11,6 +11,7 @@ maintained as the append sink's (``DeltaKind``).
 from __future__ import annotations
 
 from ...formats import SINK, STAGED
+from ..base import Participant
 from ..delta import DeltaKind
 from .config import CONTRACT, KEYS, MergeConfig, parse
 from .participants import (
@@ -45,14 +46,14 @@ class DeltaMergeKind(DeltaKind):
             return (PARTIALS, *STAGED)
         return (*STAGED, TOMBSTONES) if m.upsert else STAGED
 
-    def participants(self, cfg, layout, fs_for, storage_options: dict | None) -> dict:
+    def participants(self, cfg, layout, fs_for, storage_options: dict | None) -> dict[str, Participant]:
         """The sink and its tombstones apply the sink's staged rows with a MERGE; running
         aggregates in interval mode keep the staged partials per slice and recompute the sink
         from them; the quarantine is an append table."""
         m: MergeConfig = cfg.sink
         names = self.participant_names(cfg)
         staged = (fs_for(SINK), layout.sink_table)
-        out: dict = super().participants(cfg, layout, fs_for, storage_options)  # in commit order
+        out = super().participants(cfg, layout, fs_for, storage_options)  # in commit order
         if PARTIALS in names:
             out[PARTIALS] = partials = PartialsParticipant(PARTIALS, layout.table(PARTIALS), storage_options, m, *staged)
             out[SINK] = RefoldParticipant(SINK, layout.table(SINK), storage_options, m, *staged, partials)
