@@ -138,7 +138,7 @@ model-check: venv
 history-check: venv
 	@batches="$${BATCHES:-2000}"; [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
 	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/test_maintenance.py \
-	    tests/unit/test_compaction.py -k "long and history" -q -p no:cacheprovider $(PYTEST_ARGS)
+	    tests/unit/sinks/delta/test_compaction.py -k "long and history" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 run: setup
 	bash include/run_pipeline.sh "$$PIPELINE" "$$RUNS" "$$CONF" "$$DATE"

@@ -11,8 +11,8 @@
 3. classify (spark_jobs/classify.py): too large, invalid UTF-8, not a JSON object, type mismatch,
    missing required field, a partition value no folder can hold -> quarantine with the raw text
    and the reason; the rest parsed with the declared schema;
-4. apply the pipeline's transform to the valid records (a merge sink: then keep the latest
-   record of each key, or fold the rows of each key into one, spark_jobs/merge.py);
+4. apply the pipeline's transform to the valid records, then the sink kind's step (its
+   ``job_module``: a merge sink keeps the latest record of each key, or folds a key's rows into one);
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
    table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
    Spark partition. The source is read once: what the job keeps of the classified records is
@@ -65,10 +65,9 @@ def executor_env(spec: dict, plan) -> dict:
 
 
 QUARANTINE_ROWS_PER_TASK = 1_000_000
-SLICE_COL = "_eo_slice"  # eobatch.formats.SLICE_COL (imported lazily like every eobatch name here; a test checks)
 
 
-def transform_slices(tmod, valid, ctx, slices: list[str]):
+def transform_slices(tmod, valid, ctx, slices: list[str], slice_col: str):
     """The pipeline's transform, once per interval slice (interval mode), so that a transform
     that aggregates never mixes two intervals; each output row keeps its slice. Columns whose
     name starts with "_" are never published."""
@@ -81,7 +80,7 @@ def transform_slices(tmod, valid, ctx, slices: list[str]):
 
     if not slices:
         return published(tmod.transform(valid, ctx))
-    outs = [published(tmod.transform(valid.where(F.col(SLICE_COL) == s), ctx)).withColumn(SLICE_COL, F.lit(s))
+    outs = [published(tmod.transform(valid.where(F.col(slice_col) == s), ctx)).withColumn(slice_col, F.lit(s))
             for s in slices]
     return reduce(lambda a, b: a.unionByName(b), outs)
 
@@ -92,9 +91,10 @@ def run(spec: dict) -> dict:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from eobatch.delta_sink import schema_to_b64
-    from eobatch.formats import QUARANTINE, SINK, Layout, StageSummary
+    from eobatch.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
     from eobatch.ledger import Ledger
+    from eobatch.schemas import schema_to_b64
+    from eobatch.sinks import job_module
     from eobatch.sources import kind_for
     from eobatch.storage import storage_for
     from spark_jobs.classify import (
@@ -105,7 +105,6 @@ def run(spec: dict) -> dict:
         quarantined_records,
         valid_records,
     )
-    from spark_jobs.merge import fold_per_key, latest_per_key
     from spark_jobs.stage_write import stage_dataframe
 
     t0 = time.time()
@@ -172,12 +171,9 @@ def run(spec: dict) -> dict:
     # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec["transform"])
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices)
-    merge = spec.get("merge")
-    if merge and merge.get("accumulate"):  # running aggregates: the batch's rows of a key (of a slice) folded into one
-        out = fold_per_key(out, merge["keys"], merge["accumulate"], within=extra)
-    elif merge:  # an upsert stages the latest record of each key, flagged when it deletes
-        out = latest_per_key(out, merge["keys"], merge["sequence_by"], merge.get("delete_when"))
+    out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
+    sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step (eobatch.sinks)
+    out = sink_step.step(out, spec["sink"], extra)
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
                   slice_col=SLICE_COL if slices else None)
@@ -215,7 +211,7 @@ def run(spec: dict) -> dict:
     summary = StageSummary(
         batch_id=batch_id, attempt=attempt, rows_in=rows_in, rows_valid=rows_valid,
         rows_quarantined=rows_bad,
-        row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)) and not merge,
+        row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)) and sink_step.KEEPS_ROWS,
         partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,

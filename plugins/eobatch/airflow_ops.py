@@ -492,5 +492,5 @@ class MaintainOperator(BaseOperator):
 
         proto = _protocol(self.pipeline_file)
         report = maintain(proto)
-        self.log.info("maintain: %s", summary_line(report))
+        self.log.info("maintain: %s", summary_line(report, proto.names))
         return report

@@ -270,7 +270,7 @@ def _command(args) -> int:
 
             last = last_report(proto)
             if last:
-                print(summary_line(last))
+                print(summary_line(last, proto.names))
             found = proto.ledger.checkpoint_files()
             if found:
                 print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "
@@ -329,7 +329,7 @@ def _command(args) -> int:
         from .maintenance import maintain, summary_line
 
         report = maintain(proto)
-        print(summary_line(report).replace("last maintenance", "maintenance", 1))
+        print(summary_line(report, proto.names).replace("last maintenance", "maintenance", 1))
         print(json.dumps(report, indent=1, sort_keys=True))
         return 0
     if args.cmd == "sweep":

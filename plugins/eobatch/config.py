@@ -20,7 +20,9 @@ from typing import Any, NamedTuple
 
 import yaml
 
+from . import sinks
 from .errors import UsageError
+from .sinks import SinkConfig, SinkContext
 from .sources import ConfigContext, SourceConfig, kind_for, kind_names
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -65,51 +67,19 @@ class Expectation:
 
 
 EXPECTATION_ACTIONS = ("quarantine", "drop", "fail")
-SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a new column (delta_sink.schema_change)
-
-
-@dataclass(frozen=True)
-class MergeConfig:
-    """``sink.mode: merge``: one row per ``keys`` in the sink, in one of two ways.
-
-    * **upsert** (``sequence_by``): of the records of one key, the one with the highest
-      ``sequence_by`` is its latest version (ties: see ``spark_jobs.merge``); a record for which
-      ``delete_when`` is true deletes its key. A record never replaces or deletes a version of its
-      key with a higher or equal ``sequence_by``, in the batch or in the table, nor one that was
-      deleted by a higher ``sequence_by`` (``merge_sink.TombstoneParticipant``).
-    * **accumulate** (``accumulate``: column -> sum | min | max): the row of a key is a running
-      aggregate; each batch folds its rows of the key into it (a sum adds, a min keeps the
-      smaller, a max the larger), e.g. the ``running_totals`` transform's per-key partials. In
-      interval mode each interval's partials are kept (``PipelineConfig.interval_partials``) and
-      the key's row is their fold, so a re-run of an interval replaces its partials."""
-    keys: tuple[str, ...]
-    sequence_by: str | None = None
-    delete_when: str | None = None
-    accumulate: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def upsert(self) -> bool:
-        return not self.accumulate
-
-
-ACCUMULATE_FUNCTIONS = ("sum", "min", "max")
-SINK_MODES = ("append", "merge")
-MERGE_KEY_TYPES = {"STRING", "VARCHAR", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT",
-                   "BYTE", "DATE", "TIMESTAMP", "BOOLEAN"}
-SEQUENCE_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE", "DATE",
-                  "TIMESTAMP", "STRING", "VARCHAR", "DOUBLE", "FLOAT", "REAL"}
+SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a new column (the sink's ``accepts``)
 
 
 @dataclass(frozen=True)
 class MaintenanceConfig:
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
     schedule: str | None = None  # None: run it from the UI or with `make maintain`
-    compact: bool = True  # interval mode: slice by slice (eobatch.compaction)
+    compact: bool = True  # interval mode: slice by slice (eobatch.sinks.delta.compaction)
     target_file_bytes: int = 128 << 20
     vacuum_retention_hours: float = 168.0
     # an Airflow pool (create it with one slot: `make pools`) that the commit task and the
     # maintenance task take, so that they do not run at the same time on purpose (correctness
-    # does not depend on it: eobatch.compaction, eobatch.maintenance); None: no pool
+    # does not depend on it: eobatch.sinks.delta.compaction, eobatch.maintenance); None: no pool
     pool: str | None = None
 
 
@@ -149,6 +119,7 @@ class PipelineConfig:
     sink_table: str
     partition_by: tuple[str, ...]
     quarantine_table: str
+    sink: SinkConfig  # the sink kind's own keys (sink.mode: its kind, eobatch.sinks)
     max_record_bytes: int = 1 << 20
     description: str = ""
     spark: SparkConfig = field(default_factory=SparkConfig)
@@ -163,36 +134,22 @@ class PipelineConfig:
     expectations: tuple[Expectation, ...] = ()
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
-    merge: MergeConfig | None = None  # sink.mode: merge (None: append)
 
     @property
     def sink_mode(self) -> str:
-        return "append" if self.merge is None else "merge"
+        """The YAML's ``sink.mode``: the mode of the sink's kind."""
+        return sinks.kind_for(self.sink.kind).mode
 
     @property
     def sink_contract(self) -> str:
         """What a row of the sink means: appended records, or one row per key (an upsert's latest
         version, or running aggregates). Recorded in each plan: it cannot change under a table."""
-        m = self.merge
-        if m is None:
-            return "append"
-        if m.upsert:
-            return f"merge upsert keys={','.join(m.keys)}"
-        return (f"merge accumulate keys={','.join(m.keys)} " + ",".join(f"{c}:{f}" for c, f in m.accumulate)
-                + (" from interval partials" if self.interval_partials else ""))
-
-    @property
-    def interval_partials(self) -> bool:
-        """Running aggregates in interval mode: the sink is recomputed from each interval's per-key
-        partials (``merge_sink.PartialsParticipant``), so that a re-run replaces its interval's."""
-        return self.mode == "interval" and self.merge is not None and not self.merge.upsert
+        return self.sink.contract(self.mode)
 
     @property
     def participants(self) -> tuple[str, ...]:
-        """The tables a batch is committed to, in commit order (``formats.participants``)."""
-        from .formats import participants
-
-        return participants(tombstones=self.merge is not None and self.merge.upsert, partials=self.interval_partials)
+        """The tables a batch is committed to, in commit order (the sink kind's ``participant_names``)."""
+        return sinks.kind_for(self.sink.kind).participant_names(self)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""
@@ -202,9 +159,7 @@ class PipelineConfig:
             "quarantine": self.quarantine_table, "source": self.source.fingerprint_dict(),
             "max_record_bytes": self.max_record_bytes,
         }
-        if self.merge is not None:  # append pipelines keep the fingerprint they always had
-            d["merge"] = [list(self.merge.keys), self.merge.sequence_by, self.merge.delete_when,
-                          [list(a) for a in self.merge.accumulate]]
+        d.update(self.sink.fingerprint_dict())  # an append sink adds nothing: the fingerprint it always had
         if self.expectations:  # a pipeline without any keeps the fingerprint it always had
             d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
@@ -249,8 +204,7 @@ TOP_KEYS = {"name", "mode", "schedule", "source", "schema", "transform", "sink",
             "description", "max_record_bytes", "spark", "retries", "alerts", "aws_conn_id", "expectations",
             "schema_evolution", "maintenance"}
 MAINTENANCE_KEYS = {"schedule", "compact", "target_file_mb", "vacuum_retention_hours", "pool"}
-SINK_KEYS = {"table", "partition_by", "mode", "merge"}
-MERGE_KEYS = {"keys", "sequence_by", "delete_when", "accumulate"}
+SINK_KEYS = {"table", "partition_by", "mode"}  # and each sink kind's own (sink_keys)
 QUARANTINE_KEYS = {"table"}
 SPARK_KEYS = {"conn_id", "conf", "driver_memory", "executor_memory"}
 ALERT_KEYS = {"notify", "on_failure", "run_deadline_minutes", "backlog_max_age_minutes"}
@@ -271,13 +225,6 @@ RETRY_KEYS = {"plan", "stage", "commit", "delay_seconds", "verify_timeout_second
 TABLE, PENDING = "table", "pending"
 
 
-def _merge_value(attr: str):
-    def get(c: PipelineConfig):
-        v = getattr(c.merge, attr) if c.merge is not None else None
-        return [list(a) for a in v] if attr == "accumulate" and v is not None else v
-    return get
-
-
 def _source_value(attr: str):
     return lambda c: getattr(c.source, attr, None)
 
@@ -285,12 +232,7 @@ def _source_value(attr: str):
 CONTRACT: dict[str, tuple[str, Any]] = {
     "name": (TABLE, lambda c: c.name),  # the tables' txn appId
     "sink.partition_by": (TABLE, lambda c: list(c.partition_by)),  # a Delta table's partitioning is fixed
-    "sink.mode": (TABLE, lambda c: c.sink_mode),
-    "sink.merge.keys": (TABLE, lambda c: list(c.merge.keys) if c.merge else None),
-    # the tombstones table's columns are the keys and the sequence (merge_sink.TombstoneParticipant)
-    "sink.merge.sequence_by": (TABLE, _merge_value("sequence_by")),
-    "sink.merge.accumulate": (TABLE, _merge_value("accumulate")),
-    "sink.merge.delete_when": (PENDING, _merge_value("delete_when")),
+    "sink.mode": (TABLE, lambda c: c.sink_mode),  # and each sink kind's keys (contract)
     "mode": (PENDING, lambda c: c.mode),
     "schema": (PENDING, lambda c: c.schema),
     "transform": (PENDING, lambda c: c.transform),
@@ -324,19 +266,38 @@ HARMLESS: dict[str, str] = {
 }
 
 
+def contract() -> dict[str, tuple[str, Any]]:
+    """CONTRACT and the keys each sink kind adds (``SinkKind.contract_keys``, roles of its
+    ``sink:`` keys): a pipeline of another kind records None for them."""
+    out = dict(CONTRACT)
+    for kind in sinks.kinds():
+        out.update({key: (role, _sink_value(kind.name, get)) for key, (role, get) in kind.contract_keys.items()})
+    return out
+
+
+def _sink_value(kind: str, get):
+    return lambda c: get(c.sink) if c.sink.kind == kind else None
+
+
+def sink_keys() -> set[str]:
+    """The keys a ``sink:`` mapping may hold: every pipeline's, and those of every sink kind."""
+    return SINK_KEYS.union(*(k.config_keys for k in sinks.kinds()))
+
+
 def config_values(cfg: PipelineConfig) -> dict[str, Any]:
     """The values of the TABLE and PENDING keys, as JSON (what a plan records)."""
-    return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in CONTRACT.items()}, sort_keys=True))
+    return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in contract().items()}, sort_keys=True))
 
 
 def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[tuple[str, str, Any, Any]]:
     """(key, role, recorded value, value now) of each TABLE key (and PENDING key when ``pending``)
     that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
     now = config_values(cfg)
+    keys = contract()
     roles = (TABLE, PENDING) if pending else (TABLE,)
     was = recorded or {}
-    return [(k, CONTRACT[k][0], was[k], now[k]) for k in sorted(was)
-            if k in CONTRACT and CONTRACT[k][0] in roles and was[k] != now[k]]
+    return [(k, keys[k][0], was[k], now[k]) for k in sorted(was)
+            if k in keys and keys[k][0] in roles and was[k] != now[k]]
 
 
 def _split_top(s: str, sep: str = ",") -> list[str]:
@@ -510,7 +471,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     columns = parse_schema(schema, file)
     transform, transform_options = _parse_transform(raw, file)
     sink_table, partition_by = _parse_sink(raw, transform, columns, file)
-    merge = _parse_merge(raw, transform, columns, file)
+    sink = _parse_sink_kind(raw, transform, columns, file)
     quarantine_table = _parse_quarantine(raw, file)
     _check_separate_locations({"sink.table": sink_table, "quarantine.table": quarantine_table,
                                "source.path": source.path}, file)
@@ -535,7 +496,7 @@ def load_pipeline(file: str) -> PipelineConfig:
         plan_retries=retries.plan, stage_retries=retries.stage, commit_retries=retries.commit,
         retry_delay_seconds=retries.delay_seconds, verify_timeout_seconds=timeouts.verify_seconds,
         plan_wait_seconds=timeouts.plan_wait_seconds, alerts=alerts, aws_conn_id=aws_conn_id,
-        expectations=expectations, schema_evolution=evolution, maintenance=maintenance, merge=merge,
+        expectations=expectations, schema_evolution=evolution, maintenance=maintenance, sink=sink,
     )
 
 
@@ -648,7 +609,7 @@ def _transform_options(options: Any, file: str) -> dict:
 
 def _parse_sink(raw: dict, transform: str, columns: tuple[Column, ...], file: str) -> tuple[str, tuple[str, ...]]:
     """(table, partition columns) of the ``sink`` mapping."""
-    section = _required_mapping(raw, "sink", SINK_KEYS, file, "must be a mapping with 'table'")
+    section = _required_mapping(raw, "sink", sink_keys(), file, "must be a mapping with 'table'")
     table = table_path(require(section, "table", file, "sink."), file, "sink.table")
     partition_by = section.get("partition_by") or []
     if not isinstance(partition_by, list) or not all(isinstance(c, str) for c in partition_by):
@@ -658,118 +619,18 @@ def _parse_sink(raw: dict, transform: str, columns: tuple[Column, ...], file: st
     return table, tuple(partition_by)
 
 
-def _parse_merge(raw: dict, transform: str, columns: tuple[Column, ...],
-                 file: str) -> MergeConfig | None:
-    """``sink.mode`` and ``sink.merge``: None for an append sink. The key and sequence columns are
-    columns of the transform's output: with ``passthrough`` (the schema's columns) they must be
-    declared NOT NULL, so records without them are quarantined; with another transform the stage
-    job and verify check them (a null key or sequence fails the attempt)."""
+def _parse_sink_kind(raw: dict, transform: str, columns: tuple[Column, ...], file: str) -> SinkConfig:
+    """``sink.mode`` and the keys of its kind (``eobatch.sinks``), parsed by the kind."""
     section = raw["sink"]
-    sink_mode = section.get("mode", "append")
-    if sink_mode not in SINK_MODES:
-        raise ConfigError(file, "sink.mode", f"{sink_mode!r} must be one of {', '.join(SINK_MODES)}")
-    if sink_mode == "append":
-        if "merge" in section:
-            raise ConfigError(file, "sink.merge", "is only for sink.mode: merge")
-        return None
-    m = section.get("merge")
-    if not isinstance(m, dict):
-        raise ConfigError(file, "sink.merge", "sink.mode: merge needs a mapping {keys: [...], sequence_by: "
-                          "<column>, delete_when: <optional SQL>} (an upsert), or {keys: [...], accumulate: "
-                          "{<column>: sum|min|max, ...}} (running aggregates), e.g. {keys: [order_id], "
-                          "sequence_by: updated_at}")
-    refuse_unknown(m, MERGE_KEYS, file, "sink.merge.")
-    keys = require(m, "keys", file, "sink.merge.")
-    if isinstance(keys, str):
-        keys = [keys]
-    if (not isinstance(keys, list) or not keys or not all(isinstance(k, str) and k for k in keys)
-            or len(set(keys)) != len(keys)):
-        raise ConfigError(file, "sink.merge.keys", f"must be a non-empty list of distinct column names, got {keys!r}")
-    if ("sequence_by" in m) == ("accumulate" in m):
-        raise ConfigError(file, "sink.merge", "needs either sequence_by (an upsert: the latest record of each key) "
-                          "or accumulate (running aggregates of each key), not both")
-    checked: list[tuple[str, list[str], set[str]]] = [("sink.merge.keys", keys, MERGE_KEY_TYPES)]
-    seq, delete_when, accumulate = None, None, []
-    if "sequence_by" in m:
-        seq, delete_when = _parse_upsert(m, keys, file)
-        checked.append(("sink.merge.sequence_by", [seq], SEQUENCE_TYPES))
-    else:
-        accumulate = _parse_accumulate(m, keys, file)
-    if any(c.startswith("_") for c in [*keys, *([seq] if seq else []), *(c for c, _ in accumulate)]):
-        raise ConfigError(file, "sink.merge", "key, sequence and aggregate columns are published columns: their "
-                          "names cannot start with '_'")
-    if transform == "passthrough":
-        _check_merge_columns(checked, accumulate, columns, file)
-    return MergeConfig(keys=tuple(keys), sequence_by=seq,
-                       delete_when=delete_when.strip() if delete_when is not None else None,
-                       accumulate=tuple(accumulate))
-
-
-def _parse_upsert(m: dict, keys: list[str], file: str) -> tuple[str, str | None]:
-    """(sequence column, delete_when or None) of an upsert's ``sink.merge``."""
-    seq = m["sequence_by"]
-    if not isinstance(seq, str) or not seq:
-        raise ConfigError(file, "sink.merge.sequence_by", f"must be a column name, got {seq!r}")
-    if seq in keys:
-        raise ConfigError(file, "sink.merge.sequence_by", f"{seq!r} is a key column; it must be another column "
-                          f"(the version of a key's record: a number, date or timestamp that grows)")
-    delete_when = m.get("delete_when")
-    if delete_when is not None and (not isinstance(delete_when, str) or not delete_when.strip() or ";" in delete_when):
-        raise ConfigError(file, "sink.merge.delete_when", f"must be one Spark SQL boolean expression over the "
-                          f"published columns, e.g. \"op = 'd'\", got {delete_when!r}")
-    return seq, delete_when
-
-
-def _parse_accumulate(m: dict, keys: list[str], file: str) -> list[tuple[str, str]]:
-    """(column, function) pairs of a running-aggregates ``sink.merge.accumulate``."""
-    acc = m["accumulate"]
-    if not isinstance(acc, dict) or not acc:
-        raise ConfigError(file, "sink.merge.accumulate", f"must be a mapping {{<column>: sum|min|max}}, got {acc!r}")
-    for col, fn in acc.items():
-        if fn not in ACCUMULATE_FUNCTIONS:
-            raise ConfigError(file, f"sink.merge.accumulate.{col}", f"{fn!r} must be one of "
-                              f"{', '.join(ACCUMULATE_FUNCTIONS)}")
-        if col in keys:
-            raise ConfigError(file, f"sink.merge.accumulate.{col}", "is a key column")
-    if "delete_when" in m:
-        raise ConfigError(file, "sink.merge.delete_when", "is for an upsert (sequence_by): running aggregates "
-                          "are never deleted")
-    return [(str(c), str(f)) for c, f in acc.items()]
-
-
-NUMERIC_TYPES = {"INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "TINYINT", "BYTE", "DOUBLE", "FLOAT",
-                 "REAL"}
-
-
-def _check_merge_columns(checked: list[tuple[str, list[str], set[str]]], accumulate: list[tuple[str, str]],
-                         columns: tuple[Column, ...], file: str) -> None:
-    """With ``passthrough`` the published columns are the schema's: keys and sequence are NOT NULL
-    columns of a fitting type (a record without them is quarantined, since it cannot be merged);
-    and a transform-less pipeline accumulates only the schema's columns."""
-    cols = {c.name: c for c in columns}
-    for key, names, types in checked:
-        for n in names:
-            c = cols.get(n)
-            if c is None:
-                raise ConfigError(file, key, f"{n!r} is not a column of the schema")
-            if c.type not in types:
-                raise ConfigError(file, key, f"{n!r} has type {c.type}; it must be one of {sorted(types)}")
-            if not c.not_null:
-                raise ConfigError(file, key, f"{n!r} must be declared NOT NULL in the schema (e.g. "
-                                  f"'{n} {c.type} NOT NULL'): a record without it is then quarantined, "
-                                  f"since it cannot be merged")
-    for n, fn in accumulate:
-        c = cols.get(n)
-        if c is None:
-            raise ConfigError(file, f"sink.merge.accumulate.{n}", f"{n!r} is not a column of the schema")
-        if c.type not in (NUMERIC_TYPES if fn == "sum" else NUMERIC_TYPES | SEQUENCE_TYPES):
-            raise ConfigError(file, f"sink.merge.accumulate.{n}", f"{n!r} has type {c.type}: {fn} needs a "
-                              f"{'number' if fn == 'sum' else 'number, date, timestamp or string'}")
-    keys = {n for _, names, _ in checked[:1] for n in names}
-    rest = [c.name for c in columns if c.name not in keys and c.name not in dict(accumulate)]
-    if accumulate and rest:
-        raise ConfigError(file, "sink.merge.accumulate", f"every published column that is not a key needs an "
-                          f"aggregate; {', '.join(rest)} have none")
+    mode = section.get("mode", sinks.kind_for(sinks.DEFAULT).mode)
+    if mode not in sinks.modes():
+        raise ConfigError(file, "sink.mode", f"{mode!r} must be one of {', '.join(sinks.modes())}")
+    kind = sinks.kind_for_mode(mode)
+    for other in sinks.kinds():
+        for key in sorted(other.config_keys - kind.config_keys):
+            if key in section:
+                raise ConfigError(file, f"sink.{key}", f"is only for sink.mode: {other.mode}")
+    return kind.parse_config(section, SinkContext(file, transform, columns))
 
 
 def _check_partition_columns(partition_by: list[str], columns: tuple[Column, ...], file: str) -> None:

@@ -47,26 +47,13 @@ BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", 
 LEDGER_DIR = "_eo_ledger"
 STAGING_DIR = "eo_batches"
 COMPACTED_DIR = "eo_compacted"  # interval mode: the files a compaction of a slice wrote (maintenance)
-SINK, QUARANTINE, TOMBSTONES, PARTIALS = "sink", "quarantine", "tombstones", "partials"
-# the participants the stage job writes files for; every pipeline has both
+SINK, QUARANTINE = "sink", "quarantine"
+# the participants the stage job writes files for; every pipeline has both (a sink kind may add its
+# own tables, under the sink table: Layout.table)
 STAGED = (SINK, QUARANTINE)
-# merge sinks: the staged rows' column saying "this record deletes its key" (never published)
-DELETE_COL = "_eo_delete"
-TOMBSTONES_DIR = "_eo_tombstones"  # under the sink table, like the ledger: Delta readers and VACUUM skip "_" folders
-PARTIALS_DIR = "_eo_partials"  # the same, for the partials of running aggregates in interval mode
-# interval mode: the column of a partials row naming the interval slice it belongs to (as the stage
-# job calls each record's slice), and the flag of a key a re-run of the slice no longer holds
-SLICE_COL, GONE_COL = "_eo_slice", "_eo_gone"
-
-
-def participants(tombstones: bool = False, partials: bool = False) -> tuple[str, ...]:
-    """The tables a batch is committed to, in commit order: the sink, the quarantine, and for a
-    merge sink its tombstones (the keys deleted and the sequence that deleted
-    them, read by the sink's next merges: they are committed after the sink, from the sink's
-    staged rows, so the sink's merge of batch N always reads them as of batch N-1). Running
-    aggregates in interval mode commit their partials first (each interval's per-key partials,
-    from the sink's staged rows): the sink is then recomputed from the partials as of batch N."""
-    return ((PARTIALS,) if partials else ()) + STAGED + ((TOMBSTONES,) if tombstones else ())
+OWN_TABLE_PREFIX = "_eo_"  # a sink's own table <name> is T/_eo_<name>: Delta readers and VACUUM skip "_" folders
+# interval mode: the column naming the interval slice of a record (as the stage job calls it)
+SLICE_COL = "_eo_slice"
 
 
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
@@ -188,8 +175,12 @@ class Layout:
         return join(self.sink_table, LEDGER_DIR)
 
     def table(self, participant: str) -> str:
-        if participant in (TOMBSTONES, PARTIALS):
-            return join(self.sink_table, TOMBSTONES_DIR if participant == TOMBSTONES else PARTIALS_DIR)
+        """The table of a participant: the sink's, the quarantine's, or a table of the sink kind's
+        own (a merge sink's tombstones: ``T/_eo_tombstones``), under the sink table like the ledger."""
+        if participant not in STAGED:
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", participant or ""):
+                raise InvalidId(f"invalid participant name {participant!r}")
+            return join(self.sink_table, OWN_TABLE_PREFIX + participant)
         return self.sink_table if participant == SINK else self.quarantine_table
 
     def plan(self, batch_id: int) -> str:
@@ -478,6 +469,13 @@ class SliceCompaction(Record):
     added: list  # the AddAction dicts of the files it wrote: {"path", "size", "partition_values", ...}
     written_at: str
     format: int = FORMAT_VERSION
+
+
+def utcnow() -> str:
+    """Now, as every record of the ledger writes a time (ISO 8601, UTC, milliseconds)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _epoch_ms(iso: str) -> int:

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import zipfile
 
-from . import driver_jvm, s3conf
+from . import driver_jvm, s3conf, sinks
 from .config import PipelineConfig
+from .sinks import sink_for
 from .sources import kind_for, kind_names
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -68,9 +69,7 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
         "source": kind_for(cfg.source.kind).job_source(cfg.source),
         "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
-        **({"merge": {"keys": list(cfg.merge.keys), "sequence_by": cfg.merge.sequence_by,
-                      "delete_when": cfg.merge.delete_when, "accumulate": [list(a) for a in cfg.merge.accumulate]}}
-           if cfg.merge else {}),
+        "sink": sink_for(cfg).job_spec(cfg),
     }
 
 
@@ -168,12 +167,14 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 def _job_entry_modules() -> set[str]:
     """What the job imports by name at run time, which no import statement shows: the pipeline's
-    transform (any module of spark_jobs/transforms/) and the package of its source kind (any kind
-    ``eobatch.sources.kind_for`` knows, built in or registered)."""
+    transform (any module of spark_jobs/transforms/), the package of its source kind (any kind
+    ``eobatch.sources.kind_for`` knows, built in or registered) and its sink kind's job step
+    (``eobatch.sinks.job_module``)."""
     transforms = os.path.join(CODE_ROOTS["spark_jobs"], "transforms")
     entries = {f"{TRANSFORMS_PACKAGE}.{os.path.basename(p)[:-3]}"
                for p in glob.glob(os.path.join(transforms, "*.py")) if not os.path.basename(p).startswith("_")}
     entries |= {type(kind_for(name)).__module__ for name in kind_names()}
+    entries |= {sinks.job_module(name) for name in sinks.kind_names()}
     return entries
 
 

@@ -1,17 +1,17 @@
 """One maintenance pass over a pipeline's Delta tables (the sink, the quarantine, and a merge
-sink's tombstones): compaction, VACUUM, a Delta checkpoint and log cleanup, with delta-rs; what
-it did is kept in the ledger.
+sink's own tables), each by its sink kind (``sinks/delta/maintenance.py``): compaction,
+VACUUM, a Delta checkpoint and log cleanup, with delta-rs; what it did is kept in the ledger.
 
 Exactly-once holds whatever runs beside it, by construction rather than by scheduling:
 
-* **Compaction** (``compaction.compact_table``) is one commit that removes small files and adds
-  their rows in bigger ones (``dataChange=false``), never touching the pipeline's ``txn(appId,
+* **Compaction** (``sinks/delta/compaction.py``, ``compact_table``) is one commit that removes
+  small files and adds their rows in bigger ones (``dataChange=false``), never touching the pipeline's ``txn(appId,
   version)``; the product writes those files itself (not delta-rs OPTIMIZE, whose stats round
   decimals through a double and whose footers ignore NaN), with the stage job's statistics
   rules (``table_files``). A batch commit racing it is an append of new files, which does not
   conflict with it: both land, in either order; the batch's own txn check still decides in its
   snapshot. A merge sink's MERGE rewrites files too: when the compaction removed one it read,
-  delta-rs refuses the MERGE, which is then built again on the new snapshot (``merge_sink``);
+  delta-rs refuses the MERGE, which is then built again on the new snapshot (by its participant);
   the compaction changes no row, so the result is the same. In interval mode a table of staged files (an
   append sink, the quarantine) is compacted one interval slice at a time instead, with a record
   of each, so that a re-run of an interval still replaces exactly its slice (``compaction``,
@@ -37,75 +37,30 @@ import logging
 import time
 from typing import Any
 
-from . import compaction
-from .formats import participants
-from .protocol.state import utcnow
+from .formats import utcnow
+from .sinks import sink_for
 from .storage import join, storage_for
 
 log = logging.getLogger(__name__)
 TARGET_FILE_BYTES = 128 << 20
 
 
-def _snapshot(dt) -> tuple[int, int]:
-    """(live files, their bytes) of a table snapshot."""
-    import pyarrow as pa
-
-    t = pa.table(dt.get_add_actions(flatten=False))
-    return t.num_rows, int(sum(t.column("size_bytes").to_pylist())) if t.num_rows else 0
-
-
 def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: float | None = None,
              checkpoint: bool = True, now: str | None = None) -> dict[str, Any]:
-    """One pass over ``proto``'s tables (a ``Protocol``); the report, also written to the ledger."""
-    from deltalake.transaction import CommitProperties
-
+    """One pass over ``proto``'s tables (a ``Protocol``), each by its sink kind
+    (``SinkKind.maintain_table``); the report, also written to the ledger."""
     cfg = proto.cfg
     m = cfg.maintenance
     compact = m.compact if compact is None else compact
     retention = m.vacuum_retention_hours if vacuum_retention_hours is None else vacuum_retention_hours
     report: dict[str, Any] = {"pipeline": cfg.name, "started_at": now or utcnow(), "tables": {}, "notes": []}
     t_all = time.time()
+    kind = sink_for(cfg)
     for participant in proto.names:
-        part = proto.participants[participant]
-        # interval mode: a table of staged files is compacted one slice at a time (``compaction``),
-        # so that a re-run still replaces exactly its slice; a merge table's batches are rows
-        by_slice = cfg.mode == "interval" and part.keeps_staged_files
-        dt = part._table()
-        if dt is None:
-            report["tables"][participant] = {"table": part.uri, "exists": False}
-            continue
-        t0 = time.time()
-        files0, bytes0 = _snapshot(dt)
-        entry: dict[str, Any] = {"table": part.uri, "exists": True, "version_before": dt.version(),
-                                 "files_before": files0, "bytes_before": bytes0}
-        meta = {"eo.maintenance": cfg.name}
-        if by_slice:
-            entry["dead_compactions_removed"] = compaction.sweep_dead(proto, participant, dt)
-        if compact and by_slice:
-            done = compaction.compact_slices(proto, participant, dt, m.target_file_bytes)
-            report["notes"] += done.pop("notes")
-            entry["compacted"] = done
-            dt = part._table()
-        elif compact:
-            done = compaction.compact_table(proto, participant, dt, m.target_file_bytes)
-            report["notes"] += done.pop("notes")
-            entry["compacted"] = done
-            dt = part._table()
-        vacuumed = dt.vacuum(retention_hours=int(retention), dry_run=False, enforce_retention_duration=False,
-                             full=False, commit_properties=CommitProperties(custom_metadata=meta))
-        entry["files_vacuumed"] = len(vacuumed)
-        if checkpoint:
-            dt = part._table()
-            dt.create_checkpoint()
-            dt.cleanup_metadata()
-        dt = part._table()
-        entry["files_after"], entry["bytes_after"] = _snapshot(dt)
-        entry["version_after"] = dt.version()
-        entry["seconds"] = round(time.time() - t0, 3)
-        report["tables"][participant] = entry
-        log.info("maintenance of %s (%s): %d files / %d bytes -> %d files / %d bytes; %d vacuumed; %.1fs",
-                 participant, part.uri, files0, bytes0, entry["files_after"], entry["bytes_after"],
-                 entry["files_vacuumed"], entry["seconds"])
+        entry, notes = kind.maintain_table(proto, participant, compact=compact, retention_hours=retention,
+                                           checkpoint=checkpoint)
+        report["notes"] += notes
+        report["tables"][participant] = entry or {"table": proto.participants[participant].uri, "exists": False}
     report["vacuum_retention_hours"] = retention
     report["seconds"] = round(time.time() - t_all, 3)
     report["finished_at"] = utcnow()
@@ -124,11 +79,11 @@ def last_report(proto) -> dict | None:
     return json.loads(fs.read_bytes(found[-1])) if found else None
 
 
-def summary_line(report: dict) -> str:
-    """One line of a report, for `make ledger` and the task log."""
+def summary_line(report: dict, order: tuple[str, ...] = ()) -> str:
+    """One line of a report, for `make ledger` and the task log; its tables in ``order`` (the
+    pipeline's, ``Protocol.names``: commit order), any other after them."""
     parts = []
     tables = report.get("tables", {})
-    order = participants(tombstones=True, partials=True)
     for participant in sorted(tables, key=lambda p: order.index(p) if p in order else 9):
         e = tables[participant]
         if not e.get("exists"):

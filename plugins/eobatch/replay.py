@@ -57,10 +57,10 @@ def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[st
 
     from .formats import QUARANTINE
 
-    dt = proto.participants[QUARANTINE]._table()
-    if dt is None:
+    ds = proto.participants[QUARANTINE].dataset()
+    if ds is None:
         raise UsageError(f"the quarantine table {proto.cfg.quarantine_table} does not exist yet")
-    rows = dt.to_pyarrow_dataset().to_table(filter=pc.field("batch_id") == batch_id,
+    rows = ds.to_table(filter=pc.field("batch_id") == batch_id,
                                             columns=["batch_id", "source", "position", "raw", "reason"]).to_pylist()
     if reason:
         rows = [r for r in rows if reason in (r["reason"] or "")]

@@ -1,5 +1,5 @@
-"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers (and, for a
-merge sink, the key and sequence columns of its staged rows).
+"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers (and what
+the sink kind checks of its staged rows: a merge sink reads their key and sequence columns).
 
 Checks, for every participant and every Spark partition of the attempt:
 * the stage summary is there (else: not ready yet);
@@ -9,7 +9,8 @@ Checks, for every participant and every Spark partition of the attempt:
 * rows in (the source's own count) = rows valid + rows quarantined; quarantine rows match;
   a row-preserving transform published exactly the valid rows; the source kind's own check of
   what was read against the planned range (Kafka: offsets per partition; parquet: rows per file);
-* a merge sink: one staged row per key, none with a null key or sequence (``merge_problems``).
+* the sink kind's own check of the sink's staged rows (``SinkKind.check_staged``; a merge sink:
+  one staged row per key, none with a null key or sequence).
 The result is the AddAction list per participant (with stats from the footers) and a
 fingerprint of the file set: what PREPARED records and commit publishes.
 """
@@ -20,12 +21,12 @@ import datetime as _dt
 import decimal
 import json
 import math
+from collections.abc import Callable
 from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .delta_sink import published_schema, schema_change, schema_from_b64, schema_signature
 from .errors import TerminalError, WaitError
 from .formats import (
     QUARANTINE,
@@ -36,6 +37,7 @@ from .formats import (
     StageSummary,
     fingerprint_of,
 )
+from .schemas import schema_from_b64, schema_signature
 from .sources import kind_for
 from .storage import join
 
@@ -210,42 +212,14 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str
     return _stats_json({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
-def merge_problems(fs, table_root: str, adds: list[dict], staged: pa.Schema, merge) -> list[str]:
-    """A merge sink's staged rows (``config.MergeConfig``): one row per key, no null key or
-    sequence, and the delete flag. Reads the key and sequence columns of the staged files."""
-    from .formats import DELETE_COL, slice_of
-    from .merge_sink import read_staged
-
-    cols = [*merge.keys, *([merge.sequence_by] if merge.upsert else [])]
-    missing = [c for c in [*cols, *([DELETE_COL] if merge.upsert else [])] if c not in staged.names]
-    if missing:
-        return [f"sink: the staged rows have no column(s) {', '.join(missing)} (sink.merge)"]
-    if merge.upsert and not pa.types.is_boolean(staged.field(DELETE_COL).type):
-        return [f"sink: the staged column {DELETE_COL} is {staged.field(DELETE_COL).type}, not boolean"]
-    # running aggregates stage one row per key and interval slice (the slice folder of the file;
-    # none in continuous mode), an upsert one row per key of the whole batch
-    groups: dict[str | None, list[dict]] = {}
-    for a in adds:
-        groups.setdefault(None if merge.upsert else slice_of(a["path"]), []).append(a)
-    t = read_staged(fs, table_root, adds, staged, cols)
-    problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key (and an upsert the "
-                f"sequence) of every row (the transform must not output null ones)" for c in cols if t[c].null_count]
-    extra = 0
-    for part in groups.values():
-        g = read_staged(fs, table_root, part, staged, list(merge.keys)) if len(groups) > 1 else t
-        extra += g.num_rows - (g.group_by(list(merge.keys)).aggregate([]).num_rows if g.num_rows else 0)
-    if extra:
-        problems.append(f"sink: the staged rows hold {extra} more row(s) than keys: a merge batch stages one row "
-                        f"per key" + ("" if merge.upsert else " (per key and interval slice)"))
-    return problems
-
-
 def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str, participants: dict,
-                   schema_evolution: str = "add_columns", merge=None) -> tuple[StageSummary, dict, dict]:
+                   schema_evolution: str = "add_columns",
+                   check_staged: Callable[..., list[str]] | None = None) -> tuple[StageSummary, dict, dict]:
     """Verify one attempt. Returns (summary, adds per participant, totals).
 
     ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
-    maps names to DeltaParticipant (for the table schema check).
+    maps names to participants (``accepts``: the table's schema check); ``check_staged(fs,
+    table_root, adds, schema)``: the sink kind's check of the sink's staged rows.
     """
     batch_id = plan.batch_id
     summary = ledger.stage_summary(batch_id, attempt)
@@ -329,17 +303,11 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
             if mrows != m.rows:
                 problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")
             rows[participant] += mrows
-        if merge is not None and participant == SINK:
-            problems += merge_problems(fs, table_root, adds[SINK], expected, merge)
+        if check_staged is not None and participant == SINK:
+            problems += check_staged(fs, table_root, adds[SINK], expected)
         # the table, when it exists, must take this schema: as it is, or with the new columns the
         # commit adds (schema_evolution); the schema the commit produces, not the old table's
-        tschema = participants[participant].table_schema()
-        if tschema is not None:
-            problems += schema_change(tschema, published_schema(expected), schema_evolution,
-                                      f"{participant} ({table_root}): ")[1]
-            tparts = participants[participant].partition_columns()
-            if tparts is not None and list(tparts) != pcols:
-                problems.append(f"{participant}: partition columns {pcols} differ from the table's {list(tparts)}")
+        problems += participants[participant].accepts(expected, pcols, schema_evolution, f"{participant} ({table_root}): ")
     # reconciliation
     problems += kind_for(plan.source_kind).range(plan.range).check_stage(summary)
     if plan.rows_in is not None and summary.rows_in != plan.rows_in:

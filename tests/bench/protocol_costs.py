@@ -30,7 +30,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eobatch.delta_sink import DeltaParticipant, schema_to_b64
 from eobatch.formats import (
     QUARANTINE,
     SINK,
@@ -42,6 +41,8 @@ from eobatch.formats import (
     StageSummary,
 )
 from eobatch.protocol import Protocol
+from eobatch.schemas import schema_to_b64
+from eobatch.sinks.delta import DeltaParticipant
 from support.harness import write_pipeline
 
 SCHEMA = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("amount", pa.float64()),

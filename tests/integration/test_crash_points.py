@@ -15,8 +15,8 @@ import threading
 import pytest
 
 from eobatch import launch
-from eobatch.delta_sink import FingerprintMismatch
 from eobatch.protocol import LedgerMismatch
+from eobatch.sinks import FingerprintMismatch
 from eobatch.verify import VerifyFailed
 from support.checks import assert_exactly_once, delta_log_commits, orphans, txn_version
 from support.harness import REPO, base_env, kill_group, orders, run_batch, stage, wait_for

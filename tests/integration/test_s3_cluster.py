@@ -19,8 +19,9 @@ import uuid
 import pytest
 
 from eobatch import launch
-from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.s3conf import ENV_KEYS
+from eobatch.sinks import CommitConflict
+from eobatch.sinks.delta import DeltaParticipant
 from eobatch.storage import S3Storage, S3StorageError
 from support.delta_races import race_first_commit
 from support.harness import REPO, base_env, kill_group, orders, stage, wait_for
@@ -170,7 +171,7 @@ def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
             if attempt:
                 time.sleep(0.2 * attempt)
             part = DeltaParticipant("sink", table)
-            if part.committed_version(app) >= batch:
+            if part.committed_batch(app) >= batch:
                 return
             try:
                 versions.append(part.commit(
@@ -202,7 +203,7 @@ def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
     # a racer that got an error is told it may have lost (CommitConflict): the protocol then
     # re-reads the txn and finds the batch committed (by itself or by the other)
     assert all(isinstance(e, CommitConflict) for _, e in errors), errors
-    assert DeltaParticipant("sink", table).committed_version("same") == 1
+    assert DeltaParticipant("sink", table).committed_batch("same") == 1
 
 
 def test_committers_racing_to_create_an_s3_table_each_see_it_and_commit_once(s3, reader):
@@ -550,4 +551,4 @@ def test_two_committers_creating_a_new_s3_table_at_once(s3, reader):
         assert all(isinstance(e, CommitConflict) for e in errors), errors
         commits = reader.delta_log_commits(table)
         assert sum(len(c["txns"]) for c in commits) == 1, commits
-        assert DeltaParticipant("sink", table).committed_version("app") == 1
+        assert DeltaParticipant("sink", table).committed_batch("app") == 1

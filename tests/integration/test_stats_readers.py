@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from eobatch.delta_sink import DeltaParticipant
+from eobatch.sinks.delta import DeltaParticipant
 from eobatch.verify import footer_stats
 
 D = decimal.Decimal

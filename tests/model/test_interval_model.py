@@ -3,7 +3,7 @@ rewrites or replaces their files.
 
 Files land in three hours; any hour runs (again) at any time, its commit dying at any named
 point (the next run's recover finishes it); maintenance passes compact the tables one slice at a
-time (``eobatch.compaction``) and VACUUM at retention 0; a compaction lands between a batch
+time (``eobatch.sinks.delta.compaction``) and VACUUM at retention 0; a compaction lands between a batch
 commit's snapshot and its Delta commit (the commit is then retried, as its task would); a
 compaction built on a stale snapshot loses; one dies between its record and its commit; the
 sweep of dead compactions runs. Real protocol, real delta-rs tables, the pyarrow stager.
@@ -33,11 +33,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eobatch import compaction, faults
+from eobatch import faults
 from eobatch.config import load_pipeline
-from eobatch.delta_sink import CommitConflict, DeltaParticipant
 from eobatch.maintenance import maintain
 from eobatch.protocol import Protocol
+from eobatch.sinks import CommitConflict
+from eobatch.sinks.delta import DeltaParticipant, compaction
 from support.protocol_runs import T0, H, iv, land, published
 from support.pyarrow_stager import stage
 

@@ -1,4 +1,4 @@
-"""Committers racing for the first commit of a table that does not exist yet (delta_sink)."""
+"""Committers racing for the first commit of a table that does not exist yet (eobatch.sinks.delta)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ def race_first_commit(table: str, delta_log_commits: Callable[[str], list[dict]]
     import deltalake.transaction  # noqa: F401 - partially initialised module, which is not the race here)
     import pyarrow as pa
 
-    from eobatch.delta_sink import CommitConflict, DeltaParticipant
+    from eobatch.sinks import CommitConflict
+    from eobatch.sinks.delta import DeltaParticipant
 
     schema = pa.schema([("x", pa.int64())])
     outcomes: list = []
@@ -45,4 +46,4 @@ def race_first_commit(table: str, delta_log_commits: Callable[[str], list[dict]]
     assert sum(1 for c in commits for t in c["txns"] if t["appId"] == "app") == 1, commits
     # one CREATE TABLE, version 0: a lost create is not retried as a new table id on top
     assert [c["version"] for c in commits if c["commitInfo"].get("operation") == "CREATE TABLE"] == [0], commits
-    assert DeltaParticipant("sink", table).committed_version("app") == 1
+    assert DeltaParticipant("sink", table).committed_batch("app") == 1

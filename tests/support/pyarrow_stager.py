@@ -19,9 +19,11 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from eobatch.delta_sink import schema_to_b64
-from eobatch.formats import DELETE_COL, QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
+from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
+from eobatch.schemas import schema_to_b64
+from eobatch.sinks.delta_merge import MergeConfig
+from eobatch.sinks.delta_merge.job import DELETE_COL
 from eobatch.storage import join, storage_for
 from eobatch.table_files import TableFileWriter
 
@@ -106,7 +108,7 @@ def deletes(delete_when: str | None, row: dict) -> bool:
 
 def latest_per_key(merge, good: list) -> list:
     """A merge sink's staged rows: per key, the row with the highest sequence (ties: the highest
-    row as JSON), with its delete flag (as ``spark_jobs/merge.py`` stages them)."""
+    row as JSON), with its delete flag (as ``eobatch/sinks/delta_merge/job.py`` stages them)."""
     best: dict[tuple, tuple[str, dict]] = {}
     for sl, row in good:
         row = {**row, DELETE_COL: deletes(merge.delete_when, row)}
@@ -119,7 +121,7 @@ def latest_per_key(merge, good: list) -> list:
 
 def fold_per_key(merge, good: list) -> list:
     """An accumulating merge sink's staged rows: the rows of each key (of each interval slice)
-    folded (sum, min, max; nulls ignored), as ``spark_jobs/merge.py`` stages them."""
+    folded (sum, min, max; nulls ignored), as ``eobatch/sinks/delta_merge/job.py`` stages them."""
     fns: dict[str, Any] = {"sum": lambda a, b: a + b, "min": min, "max": max}
     out: dict[tuple, tuple[str, dict]] = {}
     for sl, row in good:
@@ -163,10 +165,11 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                                  "reason": reason}))
     schemas = {SINK: sink_schema(cfg), QUARANTINE: QUARANTINE_ARROW}
     valid = len(good)
-    if cfg.merge is not None and not cfg.merge.upsert:
-        good = fold_per_key(cfg.merge, good)
-    elif cfg.merge is not None:
-        good = latest_per_key(cfg.merge, good)
+    merge = cfg.sink if isinstance(cfg.sink, MergeConfig) else None
+    if merge is not None and not merge.upsert:
+        good = fold_per_key(merge, good)
+    elif merge is not None:
+        good = latest_per_key(merge, good)
         schemas[SINK] = schemas[SINK].append(pa.field(DELETE_COL, pa.bool_()))
     rows = {SINK: good, QUARANTINE: bad}
     manifests: dict[str, list[dict]] = {}
@@ -196,7 +199,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
     if write_summary:
         summary = StageSummary(
             batch_id=batch_id, attempt=attempt, rows_in=valid + len(bad), rows_valid=valid,
-            rows_quarantined=len(bad), row_preserving=cfg.merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
+            rows_quarantined=len(bad), row_preserving=merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
             config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {})

@@ -377,8 +377,8 @@ def _put(path: str, data: bytes) -> None:
 def add_committed(p, first: int, last: int, prune_landing: bool = True) -> None:
     """Batches ``first..last`` of one landing file each, committed: their records written directly
     (as the protocol would have), both tables holding ``last``'s txn; and one new landing file."""
-    from eobatch.delta_sink import DeltaParticipant
     from eobatch.formats import CommittedBatch
+    from eobatch.sinks.delta import DeltaParticipant
     from support.pyarrow_stager import QUARANTINE_ARROW, sink_schema
 
     cfg = p.cfg  # (loads the YAML)

@@ -658,7 +658,7 @@ def test_shipped_pipelines_load(monkeypatch):
     configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
     assert errors == {}
     assert {"orders", "colors", "orders_kafka", "orders_hourly", "orders_cdc"} <= set(configs)
-    assert configs["orders_cdc"].merge is not None and configs["customer_totals"].merge is not None
+    assert configs["orders_cdc"].sink_mode == "merge" and configs["customer_totals"].sink_mode == "merge"
     assert configs["orders_hourly"].mode == "interval"
 
 
@@ -871,16 +871,17 @@ def test_bad_merge_sinks_name_file_and_key(write_yaml, base_cfg, mode, merge, ke
 
 
 def test_a_merge_sink_loads_adds_the_tombstones_participant_and_changes_the_fingerprint(write_yaml, base_cfg):
-    from eobatch.config import MergeConfig
+    from eobatch.sinks.delta import DeltaConfig
+    from eobatch.sinks.delta_merge import MergeConfig
 
     doc = copy.deepcopy(base_cfg)
     doc["schema"] = MERGE_SCHEMA
     append = load_pipeline(write_yaml(doc))
-    assert (append.sink_mode, append.merge, append.participants) == ("append", None, ("sink", "quarantine"))
+    assert (append.sink_mode, append.sink, append.participants) == ("append", DeltaConfig(), ("sink", "quarantine"))
     doc["sink"].update(mode="merge", merge={"keys": "order_id", "sequence_by": "ts", "delete_when": " op = 'd' "})
     cfg = load_pipeline(write_yaml(doc))
-    assert cfg.merge == MergeConfig(keys=("order_id",), sequence_by="ts", delete_when="op = 'd'")
-    assert cfg.merge.upsert
+    assert cfg.sink == MergeConfig(keys=("order_id",), sequence_by="ts", delete_when="op = 'd'")
+    assert cfg.sink.upsert
     assert cfg.participants == ("sink", "quarantine", "tombstones")
     assert cfg.fingerprint() != append.fingerprint()
     doc["sink"]["merge"] = {"keys": ["order_id"], "sequence_by": "ts"}
@@ -892,11 +893,11 @@ def test_merge_sinks_run_in_interval_mode_running_aggregates_from_interval_parti
     doc.update(schema=MERGE_SCHEMA, mode="interval", schedule="@hourly")
     doc["sink"].update(mode="merge", merge={"keys": ["order_id"], "sequence_by": "ts"})
     cfg = load_pipeline(write_yaml(doc))  # a re-run re-applies the same versions: no change
-    assert cfg.participants == ("sink", "quarantine", "tombstones") and not cfg.interval_partials
+    assert cfg.participants == ("sink", "quarantine", "tombstones") and not cfg.sink.interval_partials(cfg.mode)
     doc["schema"] = "order_id STRING NOT NULL, amount DOUBLE"
     doc["sink"]["merge"] = {"keys": ["order_id"], "accumulate": {"amount": "sum"}}
     cfg = load_pipeline(write_yaml(doc))  # a re-run replaces its interval's partials; the sink is their fold
-    assert cfg.participants == ("partials", "sink", "quarantine") and cfg.interval_partials
+    assert cfg.participants == ("partials", "sink", "quarantine") and cfg.sink.interval_partials(cfg.mode)
     continuous = copy.deepcopy(doc)
     continuous.update(mode="continuous")
     del continuous["schedule"]
@@ -909,8 +910,8 @@ def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cf
     doc["schema"] = "customer STRING NOT NULL, amount DOUBLE, ts TIMESTAMP"
     doc["sink"].update(mode="merge", merge={"keys": ["customer"], "accumulate": {"amount": "sum", "ts": "max"}})
     cfg = load_pipeline(write_yaml(doc))
-    assert cfg.merge is not None and not cfg.merge.upsert
-    assert cfg.merge.accumulate == (("amount", "sum"), ("ts", "max"))
+    assert cfg.sink_mode == "merge" and not cfg.sink.upsert
+    assert cfg.sink.accumulate == (("amount", "sum"), ("ts", "max"))
     assert cfg.participants == ("sink", "quarantine")
 
 
@@ -918,11 +919,13 @@ def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     """A key added to the loader without a role here fails this test: a pending batch could not
     forget it."""
     from eobatch import config as c
-    from eobatch.config import CONTRACT, HARMLESS, MERGE_KEYS, SINK_KEYS, TOP_KEYS
+    from eobatch.config import HARMLESS, SINK_KEYS, TOP_KEYS, contract
+    from eobatch.sinks.delta_merge.config import MERGE_KEYS
     from eobatch.sources import kind_for, kind_names
 
+    CONTRACT = contract()
     sections = {"source": {k for kind in kind_names() for k in kind_for(kind).config_keys},
-                "sink": SINK_KEYS - {"merge"}, "sink.merge": MERGE_KEYS, "quarantine": c.QUARANTINE_KEYS,
+                "sink": SINK_KEYS, "sink.merge": MERGE_KEYS, "quarantine": c.QUARANTINE_KEYS,
                 "spark": c.SPARK_KEYS, "retries": c.RETRY_KEYS, "alerts": c.ALERT_KEYS,
                 "maintenance": c.MAINTENANCE_KEYS, "transform": {"options"}}
     keys = ({k for k in TOP_KEYS if k not in sections} | {f"{s}.{k}" for s, ks in sections.items() for k in ks}

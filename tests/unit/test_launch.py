@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_SHIPPED = ("eobatch/airflow_ops.py", "eobatch/dag_factory.py", "eobatch/cli.py", "eobatch/launch.py")
 # What the job imports besides the source kinds (named here, independently of launch's import walk).
 JOB_NEEDS = ["eobatch.formats", "eobatch.storage", "eobatch.faults", "eobatch.s3conf", "eobatch.ledger",
-             "eobatch.delta_sink", "eobatch.verify", "eobatch.lines", "spark_jobs.transforms.passthrough",
+             "eobatch.schemas", "eobatch.verify", "eobatch.lines", "spark_jobs.transforms.passthrough",
              "spark_jobs.transforms.color_counts"]
 
 

@@ -148,7 +148,7 @@ def test_two_compactions_built_on_one_snapshot_land_once(make_cfg):
     publish the rows twice; the compaction's txn(<pipeline>.compaction) makes the second fail."""
     from deltalake import DeltaTable
 
-    from eobatch.compaction import compact_table
+    from eobatch.sinks.delta.compaction import compact_table
 
     proto = Protocol(make_cfg())
     for b in range(3):

@@ -108,7 +108,7 @@ class NumbersRange:
 
 
 def test_a_new_kind_is_one_registered_object(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "_registered", dict(sources._registered))
+    monkeypatch.setattr(sources.REGISTRY, "registered", dict(sources.REGISTRY.registered))
     with pytest.raises(TypeError, match="does not implement"):
         register(object())
     register(NumbersKind())

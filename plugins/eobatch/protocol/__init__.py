@@ -44,7 +44,6 @@ Protocol class with plan, verify, commit, abort, recover; ``repairs`` rewind, re
 The errors are the taxonomy of ``eobatch.errors`` (wait, retry, terminal).
 """
 
-from ..delta_sink import FingerprintMismatch
 from ..errors import (
     AttemptPrepared,
     BatchInFlight,
@@ -55,8 +54,10 @@ from ..errors import (
     LedgerMismatch,
     ProtocolError,
 )
+from ..formats import utcnow
+from ..sinks import FingerprintMismatch
 from ..verify import NotReady, VerifyFailed
-from .state import interval_of, utcnow
+from .state import interval_of
 from .verbs import Protocol, Recovery
 
 __all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared",

@@ -15,20 +15,19 @@ from typing import TYPE_CHECKING
 from .. import faults
 from ..config import config_values
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
-from ..formats import STAGED, BatchPlan, RewindRecord
+from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
 from ..sources import kind_for, source_for
 from ..storage import join, relpath
 from . import state as st
-from .state import utcnow
 
 log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
     from ..checkpoint import History, ReadSoFar
     from ..config import PipelineConfig
-    from ..delta_sink import Participant
     from ..formats import BatchState, Layout
     from ..ledger import Ledger
+    from ..sinks import Participant
     from ..storage import Storage
 
 
@@ -96,11 +95,11 @@ class Repairs:
                                 f"BATCH={latest}`")
         restore = {}
         for p in self.names:
-            found = self.participants[p].find_batch_commit(self.app_id, to_batch)
-            if found is None:
+            point = self.participants[p].restore_point(self.app_id, to_batch)
+            if point is None:
                 raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
                                     f"commit (log cleaned up)")
-            restore[p] = found[0] - 1
+            restore[p] = point
             missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
             if missing:
                 raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
@@ -178,7 +177,7 @@ class Repairs:
             return done
         for p in self.names:
             part = self.participants[p]
-            held = part.committed_version(self.app_id)
+            held = part.committed_batch(self.app_id)
             for key in keys:
                 if key.after_batch != held:
                     continue
@@ -189,10 +188,10 @@ class Repairs:
                 tag = f"{self.app_id}:{rec.key}"
                 # the restore's own txn says it was done (a rewind restored before restores carried
                 # it is looked for in the table's history instead)
-                if part.restored(rewind_mark(self.app_id, rec.key)) or part.find_commit("eo.rewind", tag) is not None:
+                if part.rolled_back(rewind_mark(self.app_id, rec.key)) or part.find_commit("eo.rewind", tag) is not None:
                     continue
                 try:
-                    v = part.restore(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
+                    v = part.roll_back(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
                                      rewind_mark(self.app_id, rec.key))
                 except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
                     raise LedgerMismatch(
@@ -331,7 +330,7 @@ class Repairs:
         them holds the batch."""
         readers = [p for p in self.names if (self.participants[p].reads_from or p) == staged]
         return (all(not self.participants[p].keeps_staged_files for p in readers)
-                and all(self.participants[p].committed_version(self.app_id) >= b for p in readers))
+                and all(self.participants[p].committed_batch(self.app_id) >= b for p in readers))
 
     def _sweep_batch(self, b: int, everything: bool = False) -> list[str]:
         """The staged files of batch ``b`` that no commit will reference (see ``sweep``);

@@ -17,10 +17,6 @@ from ..errors import LedgerMismatch
 from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
 
 
-def utcnow() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def interval_of(start, end) -> dict:
     """{"start", "end"} as ISO UTC text, from datetimes or ISO strings."""
     def iso(x):

@@ -14,14 +14,6 @@ from dataclasses import dataclass
 from .. import faults
 from ..checkpoint import History, ReadSoFar
 from ..config import TABLE, PipelineConfig, config_edits, config_values
-from ..delta_sink import (
-    CommitConflict,
-    DeltaParticipant,
-    FingerprintMismatch,
-    Participant,
-    Replace,
-    schema_from_b64,
-)
 from ..errors import (
     AttemptPrepared,
     BatchInFlight,
@@ -34,10 +26,8 @@ from ..errors import (
     SliceRewritten,
 )
 from ..formats import (
-    PARTIALS,
     SINK,
     STAGED,
-    TOMBSTONES,
     BatchPlan,
     BatchState,
     CommittedBatch,
@@ -47,8 +37,11 @@ from ..formats import (
     commit_metadata,
     fingerprint_of,
     slice_name,
+    utcnow,
 )
 from ..ledger import Ledger
+from ..schemas import schema_from_b64
+from ..sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
 from ..sources import kind_for, source_for
 from ..sources.base import LateFilesConfig, consumed_skip
 from ..storage import Storage, join, storage_for
@@ -56,7 +49,6 @@ from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
 from .repairs import Repairs
 from .state import ms as _ms
-from .state import utcnow
 
 log = logging.getLogger("eobatch")
 SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
@@ -81,36 +73,11 @@ class Protocol(Repairs):
         self.ledger = Ledger(self.layout)
         self.names = cfg.participants  # the tables of a batch, in commit order
         self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
-        self.participants: dict[str, Participant] = self._participants(storage_options)
+        self.sink = sink_for(cfg)  # the sink's kind: its tables, its check of staged rows
+        self.participants: dict[str, Participant] = self.sink.participants(cfg, self.layout, self.fs_for,
+                                                                           storage_options)
         self.last_late: list = []  # late files the last plan() found (interval mode)
         self.last_skipped: list = []  # landing inputs the last plan() skipped, and planned files it will not read
-
-    def _participants(self, storage_options: dict | None) -> dict[str, Participant]:
-        """The participant of each table: append tables take the staged files as they are; a merge
-        sink and its tombstones apply the sink's staged rows with a MERGE; running aggregates in
-        interval mode keep the staged partials per slice and recompute the sink from them
-        (``merge_sink``)."""
-        out: dict[str, Participant] = {p: DeltaParticipant(p, self.layout.table(p), storage_options)
-                                       for p in self.names}
-        merge = self.cfg.merge
-        if merge is not None and PARTIALS in self.names:
-            from ..merge_sink import PartialsParticipant, RefoldParticipant
-
-            staged = (self.fs_for(SINK), self.layout.sink_table)
-            partials = PartialsParticipant(PARTIALS, self.layout.table(PARTIALS), storage_options, merge, *staged)
-            out[PARTIALS] = partials
-            out[SINK] = RefoldParticipant(SINK, self.layout.table(SINK), storage_options, merge, *staged, partials)
-        elif merge is not None:
-            from ..merge_sink import MergeParticipant, TombstoneParticipant
-
-            staged = (self.fs_for(SINK), self.layout.sink_table)
-            tombstones = None
-            if TOMBSTONES in self.names:
-                tombstones = TombstoneParticipant(TOMBSTONES, self.layout.table(TOMBSTONES), storage_options, merge,
-                                                  *staged)
-                out[TOMBSTONES] = tombstones
-            out[SINK] = MergeParticipant(SINK, self.layout.table(SINK), storage_options, merge, *staged, tombstones)
-        return out
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -120,7 +87,7 @@ class Protocol(Repairs):
         return self._fs[participant]
 
     def committed_versions(self) -> dict[str, int]:
-        return {p: part.committed_version(self.app_id) for p, part in self.participants.items()}
+        return {p: part.committed_batch(self.app_id) for p, part in self.participants.items()}
 
     def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
         versions = versions if versions is not None else self.committed_versions()
@@ -299,7 +266,8 @@ class Protocol(Repairs):
 
     def _sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
-        return None if self.cfg.merge is None else self.cfg.sink_contract
+        contract = self.cfg.sink_contract
+        return None if contract == LEGACY_CONTRACT else contract
 
     def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
                       plan: BatchPlan | None = None) -> None:
@@ -339,7 +307,7 @@ class Protocol(Repairs):
         """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
         pipeline's now is never planned past, staged or committed: an appended table read as one
         row per key, or rows folded under other keys, would be wrong rows, silently."""
-        was = plan.sink or "append"
+        was = plan.sink or LEGACY_CONTRACT
         if was != self.cfg.sink_contract:
             raise ProtocolError(
                 f"the tables of {self.app_id!r} hold batches written for a sink of kind {was!r} (batch "
@@ -435,8 +403,9 @@ class Protocol(Repairs):
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
-        summary, adds, totals = verify_attempt(self.layout, self.ledger, self.fs_for, plan, attempt,
-                                               self.participants, self.cfg.schema_evolution, self.cfg.merge)
+        summary, adds, totals = verify_attempt(
+            self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
+            lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
         prepared = PreparedBatch(
             pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
             arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
@@ -495,10 +464,10 @@ class Protocol(Repairs):
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
         # quarantine's staged files must not leave the sink holding the batch alone).
         todo = {self.inputs(p): prepared.adds[self.inputs(p)] for p in self.names
-                if self.participants[p].committed_version(self.app_id) < batch_id}
+                if self.participants[p].committed_batch(self.app_id) < batch_id}
         problems = recheck_files(self.layout, self.fs_for, todo)
         if problems:
-            held = [p for p in self.names if self.participants[p].committed_version(self.app_id) >= batch_id]
+            held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= batch_id]
             repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
                       if not held else
                       f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
@@ -512,7 +481,7 @@ class Protocol(Repairs):
         for participant in self.names:
             part = self.participants[participant]
             staged = self.inputs(participant)
-            v = part.committed_version(self.app_id)
+            v = part.committed_batch(self.app_id)
             if v >= batch_id:
                 versions[participant] = self._check_committed(participant, batch_id, prepared)
                 log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
@@ -528,7 +497,7 @@ class Protocol(Repairs):
                 versions[participant], replaces = self._commit_replacing(plan, prepared, participant, prev, replaces)
             except CommitConflict as e:
                 log.info("%s", e)
-                if part.committed_version(self.app_id) >= batch_id:
+                if part.committed_batch(self.app_id) >= batch_id:
                     versions[participant] = self._check_committed(participant, batch_id, prepared)
                     log.info("%s: a concurrent committer published batch %s first (same fingerprint)",
                              participant, batch_id)
@@ -573,7 +542,7 @@ class Protocol(Repairs):
             except SliceRewritten as e:
                 fresh = self._replaces(plan)
                 if (fresh or {}).get(participant) == (replaces or {}).get(participant):
-                    held = [p for p in self.names if self.participants[p].committed_version(self.app_id) >= plan.batch_id]
+                    held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= plan.batch_id]
                     raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
                 if n == SLICE_RECOMPUTES:
                     raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
@@ -649,7 +618,7 @@ class Protocol(Repairs):
         by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
         # a table of staged files replaces its slices' files, named; a merge table is told the
         # batch's slices only (an upsert re-applies its rows, running aggregates replace their
-        # partials by slice: see merge_sink)
+        # partials by slice: the participant says which, keeps_staged_files)
         return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
                               slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
                 if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
@@ -657,20 +626,18 @@ class Protocol(Repairs):
 
     def _current_slice_files(self):
         """For ``state.replaced_files``: the files holding a slice now, after compactions of it
-        (``compaction``); each table's live files are read once, when a compaction is found."""
-        from ..compaction import current_slice_files
-
+        (the participant's ``slice_files``); each table's live files are read once, when needed."""
         live: dict[str, set[str]] = {}
 
         def current(batch_id: int, participant: str, slice_: str, published: set[str]) -> set[str]:
-            if participant not in STAGED or not self.participants[participant].keeps_staged_files:
+            if participant not in STAGED:
                 return published
 
             def live_files() -> set[str]:
                 if participant not in live:
                     live[participant] = self.participants[participant].live_files()
                 return live[participant]
-            return current_slice_files(self, batch_id, participant, slice_, published, live_files)
+            return self.participants[participant].slice_files(self, batch_id, slice_, published, live_files)
         return current
 
     def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:

@@ -12,35 +12,22 @@ job finds it by the same name when the package is shipped with the job's code.
 
 from __future__ import annotations
 
-import importlib
-
+from ..registry import Registry
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
 
 BUILTIN = ("files", "kafka", "parquet")  # sub-packages of this one
-_registered: dict[str, SourceKind] = {}
-
-
-def register(kind: SourceKind) -> SourceKind:
-    """Make ``kind`` known under ``kind.name`` (a second kind of the same name replaces the first)."""
-    if not isinstance(kind, SourceKind):
-        raise TypeError(f"{kind!r} does not implement eobatch.sources.SourceKind")
-    _registered[kind.name] = kind
-    return kind
+REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source")
+register = REGISTRY.register
 
 
 def kind_names() -> list[str]:
     """Every kind a pipeline may name, for the config error "must be one of ..."."""
-    return sorted(set(BUILTIN) | set(_registered))
+    return sorted(REGISTRY.names())
 
 
 def kind_for(name: str) -> SourceKind:
     """The kind called ``name``. Raises KeyError for a name no kind has."""
-    if name not in _registered and name in BUILTIN:
-        register(importlib.import_module(f".{name}", __name__).KIND)
-    try:
-        return _registered[name]
-    except KeyError:
-        raise KeyError(f"unknown source kind {name!r} (known: {', '.join(kind_names())})") from None
+    return REGISTRY.get(name)
 
 
 def source_for(cfg) -> Planner:

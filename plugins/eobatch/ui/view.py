@@ -159,7 +159,7 @@ def _maintenance_line(proto) -> str | None:
         report = last_report(proto)
     except Exception as e:  # noqa: BLE001 - the page still shows the ledger
         return f"last maintenance: not readable now ({type(e).__name__})"
-    return summary_line(report) if report else None
+    return summary_line(report, proto.names) if report else None
 
 
 def batches_json(cfg: PipelineConfig, limit: int = JSON_LIMIT_DEFAULT, offset: int = 0) -> str:

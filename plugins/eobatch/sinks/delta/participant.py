@@ -10,158 +10,29 @@ conflict checker sees both transactions touch the same txn); the caller then re-
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
-from typing import Protocol
 
 import pyarrow as pa
 
-from .errors import RetryableError, SliceRewritten, TerminalError
-from .formats import DELETE_COL, partition_text
+from ...errors import SliceRewritten
+from ...formats import partition_text
+from ..base import CommitConflict, Replace
+from .schema import schema_change
 
 log = logging.getLogger(__name__)
 # how long a just-created table may take to be listed by the store before creating it failed
 TABLE_VISIBLE_S = 10.0
 
 
-@dataclass(frozen=True)
-class Replace:
-    """Interval mode: the exact live files a commit removes in the same transaction (slice
-    replace), and the slices they hold (for the log, the commit info and the errors)."""
-
-    paths: frozenset = frozenset()
-    slices: tuple = ()
-
-    def describe(self) -> str:
-        return ", ".join(self.slices)
-
-
 # What delta-rs says when a table is not there (yet): no log at all, or (S3, a create racing this
 # read) a log whose version 0 is not readable yet. Treating the latter as "no table" is safe:
 # creating a table is a put-if-absent of version 0 (ensure_table), which then waits for it.
 NO_TABLE_YET = ("no log files", "not a delta table", "no table metadata or protocol found")
-
-
-class CommitConflict(RetryableError):
-    """Another writer committed first; re-read the table and decide again."""
-
-
-class FingerprintMismatch(TerminalError):
-    """The table holds this batch with a different file set than the one prepared."""
-
-
-def schema_from_b64(s: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(s)))
-
-
-def schema_to_b64(schema: pa.Schema) -> str:
-    return base64.b64encode(schema.serialize().to_pybytes()).decode()
-
-
-def normalize_type(t: pa.DataType) -> str:
-    """A type name that treats Arrow's large/view variants and UTC spellings alike."""
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "string"
-    if pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
-        return "binary"
-    if pa.types.is_timestamp(t):
-        tz = "UTC" if t.tz in ("UTC", "Etc/UTC", "+00:00", "Z") else t.tz
-        return f"timestamp[{t.unit},{tz}]"
-    if pa.types.is_large_list(t) or pa.types.is_list(t) or pa.types.is_list_view(t):
-        return f"list<{normalize_type(t.value_type)}>"
-    if pa.types.is_struct(t):
-        return "struct<" + ",".join(f"{f.name}:{normalize_type(f.type)}" for f in t) + ">"
-    if pa.types.is_map(t):
-        return f"map<{normalize_type(t.key_type)},{normalize_type(t.item_type)}>"
-    return str(t)
-
-
-def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add_columns",
-                  where: str = "") -> tuple[list[pa.Field], list[str]]:
-    """What committing files of schema ``staged`` to a table of schema ``table`` needs: (the
-    columns the batch's commit adds to the table first; the problems that refuse it). Columns
-    match by name. ``add_columns``: a column of ``staged`` the table lacks is added, nullable
-    (rows already published read null); ``fail``: it is a problem naming it. Always problems: a
-    column whose type changes (named with both types), a table column the batch no longer writes.
-    """
-    if table is None:
-        return [], []
-    have = {f.name: f for f in table}
-    new = [f for f in staged if f.name not in have]
-    problems = []
-    for f in staged:
-        old = have.get(f.name)
-        if old is not None and normalize_type(old.type) != normalize_type(f.type):
-            problems.append(f"{where}column {f.name!r} is {normalize_type(old.type)} in the table and "
-                            f"{normalize_type(f.type)} in this batch: " + (
-                                "a widening Delta's typeWidening table feature allows, which delta-rs (the "
-                                "commit engine) cannot apply: cast the column back to "
-                                f"{normalize_type(old.type)} in the transform, or publish it under a new name"
-                                if is_widening(old.type, f.type) else
-                                "a column's type is never changed (Delta keeps it; add a column of the new type "
-                                "under a new name instead)"))
-    gone = [n for n in have if n not in {f.name for f in staged}]
-    if gone:
-        problems.append(f"{where}the table's column(s) {', '.join(gone)} are not in this batch's schema: removing a "
-                        f"column is not supported (keep it in the pipeline's schema)")
-    if new and policy != "add_columns":
-        problems.append(f"{where}new column(s) {', '.join(f.name for f in new)} are not in the table and "
-                        f"schema_evolution is {policy!r}: set schema_evolution: add_columns in the pipeline YAML "
-                        f"to add them with the next batch (rows already published read null)")
-    return ([pa.field(f.name, f.type, nullable=True) for f in new] if not problems else []), problems
-
-
-def is_widening(old: pa.DataType, new: pa.DataType) -> bool:
-    """Whether ``old`` -> ``new`` is a type change of the Delta protocol's typeWidening feature
-    (integers to wider integers or to double, float to double, date to timestamp_ntz, decimals
-    to decimals with room for every value)."""
-    ints = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
-    if old in ints and new in ints:
-        return ints.index(new) > ints.index(old)
-    if new == pa.float64() and (old in ints[:3] or old == pa.float32()):
-        return True
-    if old == pa.date32() and pa.types.is_timestamp(new) and new.tz is None:
-        return True
-    if pa.types.is_decimal(old) and pa.types.is_decimal(new):
-        return new.scale >= old.scale and new.precision - new.scale >= old.precision - old.scale and new != old
-    return False
-
-
-def published_schema(staged: pa.Schema) -> pa.Schema:
-    """The table columns of a staged schema: without a merge's ``_eo_delete`` flag."""
-    return pa.schema([f for f in staged if f.name != DELETE_COL])
-
-
-def schema_signature(schema: pa.Schema, drop: tuple[str, ...] = ()) -> list[tuple[str, str]]:
-    return [(f.name, normalize_type(f.type)) for f in schema if f.name not in drop]
-
-
-class Participant(Protocol):
-    """One table of a batch's commit (the sink, the quarantine; later a merge target, a state
-    table). The protocol needs only this of it; ``DeltaParticipant`` is the Delta Lake one."""
-
-    name: str
-    uri: str
-    storage_options: dict | None  # how a reader opens the table (S3: endpoint, region, credentials; None: local)
-    reads_from: str | None  # the participant whose staged files its commit takes (None: its own)
-    keeps_staged_files: bool  # False: its commit reads them (merge), so they can go once every table holds the batch
-
-    def exists(self) -> bool: ...
-    def committed_version(self, app_id: str) -> int: ...
-    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None: ...
-    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None: ...
-    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, partition_by: list[str],
-               metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int: ...
-    def restore(self, version: int, metadata: dict, mark: str) -> int: ...
-    def restored(self, mark: str) -> bool: ...
-    def missing_files_at(self, version: int, fs) -> list[str]: ...
-    def live_files(self) -> set[str]: ...
-    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str: ...
 
 
 class DeltaParticipant:
@@ -172,7 +43,7 @@ class DeltaParticipant:
     keeps_staged_files = True  # its staged files become table files: never swept once PREPARED
 
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
-        from . import s3conf
+        from ... import s3conf
 
         self.name = name
         # S3 tables: delta-rs wants s3:// and the endpoint/credentials as storage options
@@ -192,12 +63,28 @@ class DeltaParticipant:
     def exists(self) -> bool:
         return self._table() is not None
 
-    def committed_version(self, app_id: str) -> int:
+    def committed_batch(self, app_id: str) -> int:
         """The last batch of ``app_id`` this table holds (0 when none or no table)."""
         dt = self._table()
         if dt is None:
             return 0
         return dt.transaction_version(app_id) or 0
+
+    def schema_for(self, staged: pa.Schema) -> pa.Schema:
+        """The table's schema, from the staged files' schema (its own: they are added as they are)."""
+        return staged
+
+    def accepts(self, staged: pa.Schema, partition_by: list[str], evolution: str, where: str = "") -> list[str]:
+        """The table, when it exists, must take files of ``staged``: as it is, or with the new
+        columns the commit adds (``schema_change`` under ``evolution``), and their partitioning."""
+        tschema = self.table_schema()
+        if tschema is None:
+            return []
+        problems = schema_change(tschema, self.schema_for(staged), evolution, where)[1]
+        tparts = self.partition_columns()
+        if tparts is not None and list(tparts) != partition_by:
+            problems.append(f"{self.name}: partition columns {partition_by} differ from the table's {list(tparts)}")
+        return problems
 
     def table_schema(self) -> pa.Schema | None:
         dt = self._table()
@@ -398,16 +285,22 @@ class DeltaParticipant:
         e.g. after a compaction): RESTORE to that version would fail on them."""
         from deltalake import DeltaTable
 
-        from .storage import join
+        from ...storage import join
 
         dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         root = self.uri if not self.uri.startswith("s3://") else "s3a://" + self.uri[len("s3://"):]
         paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
         return [f for f in paths if fs.stat(join(root, f)) is None]
 
-    def restore(self, version: int, metadata: dict, mark: str) -> int:
+    def restore_point(self, app_id: str, batch_id: int) -> int | None:
+        """The table version just before the commit of batch ``batch_id`` (None: its commit is no
+        longer in the log's history)."""
+        found = self.find_batch_commit(app_id, batch_id)
+        return None if found is None else found[0] - 1
+
+    def roll_back(self, version: int, metadata: dict, mark: str) -> int:
         """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind), carrying
-        ``txn(mark, 1)``: the table's state says the restore was done (``restored``) for as long
+        ``txn(mark, 1)``: the table's state says the restore was done (``rolled_back``) for as long
         as the table lives, through checkpoints and log cleanup. Returns the new version."""
         from deltalake.transaction import CommitProperties, Transaction
 
@@ -416,8 +309,8 @@ class DeltaParticipant:
                                                                app_transactions=[Transaction(mark, 1)]))
         return self._table().version()
 
-    def restored(self, mark: str) -> bool:
-        """Whether a ``restore`` carrying ``mark`` is in the table."""
+    def rolled_back(self, mark: str) -> bool:
+        """Whether a ``roll_back`` carrying ``mark`` is in the table."""
         dt = self._table()
         return dt is not None and (dt.transaction_version(mark) or 0) >= 1
 
@@ -437,3 +330,16 @@ class DeltaParticipant:
             return set()
         return set(pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist())
 
+
+    def slice_files(self, proto, batch_id: int, slice_: str, published: set[str],
+                    live: Callable[[], set[str]]) -> set[str]:
+        """Interval mode: the files holding ``slice_`` of ``batch_id`` now, after the compactions
+        of it (``compaction.current_slice_files``)."""
+        from .compaction import current_slice_files
+
+        return current_slice_files(proto, batch_id, self.name, slice_, published, live)
+
+    def dataset(self):
+        """The table's current rows as a pyarrow dataset, or None when there is no table yet."""
+        dt = self._table()
+        return None if dt is None else dt.to_pyarrow_dataset()

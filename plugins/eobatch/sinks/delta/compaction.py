@@ -31,10 +31,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of
-from .protocol.state import utcnow
-from .storage import join
-from .table_files import TableFileWriter, add_action
+from ...formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of, utcnow
+from ...storage import join
+from ...table_files import TableFileWriter, add_action
 
 log = logging.getLogger(__name__)
 DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long
@@ -221,7 +220,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
     The commit restates ``txn(<pipeline>.compaction, n+1)``: delta-rs refuses a second compaction
     built on the same snapshot (two passes would otherwise both land, and the rows twice). A
     batch commit racing it is an append: both land, either order. A MERGE that read a file it
-    removes is refused by delta-rs and built again (``merge_sink``); a MERGE that removed a file
+    removes is refused by delta-rs and built again (``sinks.delta_merge``); a MERGE that removed a file
     first makes this commit fail: given up for the next pass.
     Returns {"files_removed": r, "files_added": a, "notes": [...]}."""
     from deltalake.exceptions import CommitFailedError

@@ -1,4 +1,4 @@
-"""eobatch.compaction on real delta-rs tables (the pyarrow stager, no Spark): interval-mode tables
+"""eobatch.sinks.delta.compaction on real delta-rs tables (the pyarrow stager, no Spark): interval-mode tables
 compacted one slice at a time, re-runs and late files after it still exactly once; a compaction
 racing a batch commit in either order; a pass that died between its record and its commit; a
 long history (`make history-check BATCHES=<n>`) with late files, re-runs and passes."""
@@ -62,8 +62,8 @@ def test_interval_mode_is_compacted_slice_by_slice_and_a_rerun_still_replaces_ex
 
 
 def test_a_compaction_racing_an_interval_commit_leaves_the_slice_exact_either_way(by_prefix, monkeypatch):
-    from eobatch import compaction
-    from eobatch.delta_sink import CommitConflict, DeltaParticipant
+    from eobatch.sinks import CommitConflict
+    from eobatch.sinks.delta import DeltaParticipant, compaction
     from support.protocol_runs import iv, land, published, run
 
     proto = Protocol(by_prefix)
@@ -165,7 +165,7 @@ def test_another_tools_optimize_inside_a_re_run_commits_window_is_reported_loudl
 
     from deltalake import DeltaTable
 
-    from eobatch.delta_sink import DeltaParticipant
+    from eobatch.sinks.delta import DeltaParticipant
     from support.protocol_runs import iv
 
     proto = Protocol(by_prefix)
@@ -183,7 +183,7 @@ def test_another_tools_optimize_inside_a_re_run_commits_window_is_reported_loudl
             DeltaTable(by_prefix.sink_table).optimize.compact()
         return dt_
     monkeypatch.setattr(DeltaParticipant, "_begin", begin_then_optimize)
-    with caplog.at_level(logging.ERROR, logger="eobatch.delta_sink"):
+    with caplog.at_level(logging.ERROR, logger="eobatch.sinks.delta.participant"):
         proto.commit(plan.batch_id)
     assert any("may now be published twice" in r.message for r in caplog.records), caplog.text
     assert published(proto) - collections.Counter(ids + ["h0-late"]) == collections.Counter(

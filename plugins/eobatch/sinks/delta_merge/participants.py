@@ -6,12 +6,12 @@ is the published table itself, so state and output can never be a batch apart. W
 about the upsert.
 
 A merge batch's staged rows are the latest record of each key of the batch
-(``spark_jobs/merge.py``), flagged ``_eo_delete`` when they delete their key. They are not
+(``job.py``), flagged ``_eo_delete`` when they delete their key. They are not
 added to the table: the commit applies them with one Delta MERGE, which carries
 ``txn(appId, batch)`` and the batch's commit info like every other commit, so the protocol
 does not change: a retried commit finds the txn and checks the fingerprint, a crash between the
 MERGE and the ledger is completed by ``recover``. The files a MERGE writes keep no float or
-decimal statistics (delta-rs would write them wrong: ``table_files``), so readers never skip
+decimal statistics (delta-rs would write them wrong: ``eobatch.table_files``), so readers never skip
 them for such a filter; maintenance rewrites the small ones with exact stats.
 
 A record changes its key's row only when its ``sequence_by`` is higher than the row's, so an
@@ -30,16 +30,20 @@ import time
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
+from ...errors import LedgerMismatch, ProtocolError
+from ...formats import SINK, SLICE_COL, slice_of
+from ...storage import Storage
+from ...table_files import delta_rs_writer_properties
+from ..base import CommitConflict, Replace
+from ..delta import DeltaParticipant
 from .config import MergeConfig
-from .delta_sink import CommitConflict, DeltaParticipant, Replace, published_schema
-from .errors import LedgerMismatch, ProtocolError
-from .formats import DELETE_COL, GONE_COL, SINK, SLICE_COL, slice_of
-from .storage import Storage, join
-from .table_files import delta_rs_writer_properties
+from .job import DELETE_COL
+from .staged import published_schema, read_staged
 
 log = logging.getLogger(__name__)
+TOMBSTONES, PARTIALS = "tombstones", "partials"  # its own tables (formats.Layout.table: T/_eo_<name>)
+GONE_COL = "_eo_gone"  # a partials row of a key a re-run of its slice no longer holds
 CONFLICT_RETRIES = 5  # a MERGE that lost to another writer's commit is built again on the new snapshot
 
 
@@ -55,29 +59,6 @@ FOLD = {
     "min": "CASE WHEN {t} IS NULL OR {s} < {t} THEN {s} ELSE {t} END",
     "max": "CASE WHEN {t} IS NULL OR {s} > {t} THEN {s} ELSE {t} END",
 }
-
-
-def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schema,
-                columns: list[str] | None = None) -> pa.Table:
-    """The rows of staged files ``adds`` (relative to ``table_root``), ``columns`` of ``schema``
-    (all by default). Partition columns are not in the files: they come from each file's
-    partition values (the text the Delta log keeps), cast to their type."""
-    columns = list(columns or schema.names)
-    afs = fs.arrow_fs()
-    out = []
-    for a in adds:
-        pv = a.get("partition_values") or {}
-        t = pq.read_table(fs.arrow_path(join(table_root, a["path"])), filesystem=afs,
-                          columns=[c for c in columns if c not in pv])
-        for c in columns:
-            if c in pv:
-                typ = schema.field(c).type
-                arr = pa.nulls(t.num_rows, typ) if pv[c] is None else pa.array([pv[c]] * t.num_rows).cast(typ)
-                t = t.append_column(pa.field(c, typ), arr)
-        out.append(t.select(columns).cast(pa.schema([schema.field(c) for c in columns])))
-    if not out:
-        return pa.schema([schema.field(c) for c in columns]).empty_table()
-    return pa.concat_tables(out)
 
 
 def _merger(dt, source: pa.Table, keys: tuple[str, ...], props):
@@ -166,6 +147,9 @@ class _MergeCommit(DeltaParticipant):
     def schema_for(self, staged: pa.Schema) -> pa.Schema:
         """The table's schema, from the staged rows' schema (by default their published columns)."""
         return published_schema(staged)
+
+    def slice_files(self, proto, batch_id: int, slice_: str, published: set[str], live) -> set[str]:
+        return published  # its batches are rows, never compacted by slice
 
     def partitioning(self, staged: list[str]) -> list[str]:
         """The table's partition columns, from the staged rows' ones."""

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from eobatch import faults
-from eobatch.formats import DELETE_COL
 from eobatch.protocol import Protocol, ProtocolError
+from eobatch.sinks.delta_merge.job import DELETE_COL
 from support.protocol_runs import iv, run_next
 from support.pyarrow_stager import stage
 
@@ -517,8 +517,8 @@ def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(m
     """A compaction (or any writer) commits between the snapshot a MERGE read and its commit:
     delta-rs refuses the MERGE (it read files the compaction removed), and the commit builds it
     again on the new snapshot; no row twice, none lost, the batch once."""
-    from eobatch import merge_sink
-    from eobatch.compaction import compact_table
+    from eobatch.sinks.delta.compaction import compact_table
+    from eobatch.sinks.delta_merge import participants as merge_sink
 
     proto = merge_proto()
     run_batches(proto, [[("o1", 1, "new")], [("o2", 1, "new")], [("o3", 1, "new")]])
@@ -539,13 +539,6 @@ def test_a_merge_that_loses_to_a_compaction_is_built_again_on_the_new_snapshot(m
     assert table(proto) == {"o1": (2, "paid"), "o2": (1, "new"), "o4": (1, "new")}
     ops = [h["operation"] for h in DeltaTable(proto.cfg.sink_table).history() if h.get("eo.batchId") == "4"]
     assert ops == ["MERGE"]
-
-
-def test_the_stage_job_names_each_rows_interval_slice_as_the_partials_table_does():
-    from eobatch.formats import SLICE_COL
-    from spark_jobs.stage_batch import SLICE_COL as job_slice_col
-
-    assert job_slice_col == SLICE_COL
 
 
 def test_merges_and_their_maintenance_keep_the_statistics_promise_for_a_decimal_beyond_2_53_and_nan(make_cfg,

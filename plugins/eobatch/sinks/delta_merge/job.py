@@ -1,4 +1,5 @@
-"""Merge sinks (``sink.mode: merge``): one staged row per key of a batch, for the commit's MERGE.
+"""Spark side of merge sinks (``sink.mode: merge``): one staged row per key of a batch, for the
+commit's MERGE (``step``, from the job spec's ``sink``: ``MergeConfig.job``).
 
 Upsert (``sequence_by``): the latest record of each key (``latest_per_key``, below).
 Accumulate (``accumulate``): the batch's rows of each key folded into one (``fold_per_key``).
@@ -9,10 +10,22 @@ records with the same key and sequence (the same version delivered twice, or a p
 reuses sequence numbers), the one whose whole row, as JSON, sorts highest, so that every attempt
 of the batch stages the same row whatever the order Spark reads them in. The staged rows carry
 ``_eo_delete`` (``delete_when`` of the row, null counted as false); the commit applies them with
-one Delta MERGE (``eobatch.merge_sink.MergeParticipant``).
+one Delta MERGE (``participants.MergeParticipant``).
 """
 
 from __future__ import annotations
+
+DELETE_COL = "_eo_delete"  # the staged rows' column saying "this record deletes its key" (never published)
+KEEPS_ROWS = False  # one row per key (and slice): never the transform's row count
+
+
+def step(df, job: dict, within: list[str]):
+    """The rows a merge sink stages from the transform's output ``df``: running aggregates fold
+    the batch's rows of a key (of a slice: ``within``) into one; an upsert keeps the latest record
+    of each key, flagged when it deletes."""
+    if job.get("accumulate"):
+        return fold_per_key(df, job["keys"], job["accumulate"], within=within)
+    return latest_per_key(df, job["keys"], job["sequence_by"], job.get("delete_when"))
 
 
 def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | None):
@@ -22,8 +35,6 @@ def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | Non
     from pyspark.errors import AnalysisException
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-
-    from eobatch.formats import DELETE_COL
 
     _require(df, [*keys, sequence_by])
     try:

@@ -1,0 +1,73 @@
+"""Sink kinds: one package per kind, behind one interface (``SinkKind``) and this registry.
+
+A kind answers for its ``sink:`` keys, the tables (participants) of a batch's commit, verify's
+check of its staged rows, the Spark job's step and spec, and the maintenance of its tables (see
+``base``). Nothing else in the product branches on a sink's mode: config, the protocol, verify,
+launch, maintenance and the Spark job ask ``kind_for`` / ``kind_for_mode``.
+
+Built in: ``delta`` (``sink.mode: append``: the stage job's files added to a Delta table) and
+``delta_merge`` (``sink.mode: merge``: an upsert or running aggregates, applied with a Delta
+MERGE). They are imported on first use (their parsers import ``eobatch.config``, which imports
+this registry). Another kind is one package with a ``KIND`` object, registered with
+``register(KIND)`` before pipelines are loaded; its ``job_module`` is shipped with the job's code.
+"""
+
+from __future__ import annotations
+
+from ..registry import Registry
+from .base import (
+    LEGACY_CONTRACT,
+    CommitConflict,
+    FingerprintMismatch,
+    Participant,
+    Replace,
+    SinkConfig,
+    SinkContext,
+    SinkKind,
+)
+
+BUILTIN = ("delta", "delta_merge")  # sub-packages of this one, in the order their modes are listed
+DEFAULT = "delta"  # the kind of a pipeline whose sink: has no mode
+REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink")
+register = REGISTRY.register
+kind_names = REGISTRY.names
+
+
+def kind_for(name: str) -> SinkKind:
+    """The kind called ``name``. Raises KeyError for a name no kind has."""
+    return REGISTRY.get(name)
+
+
+def kinds() -> list[SinkKind]:
+    return [kind_for(n) for n in kind_names()]
+
+
+def modes() -> list[str]:
+    """Every ``sink.mode`` a pipeline may name, for the config error "must be one of ..."."""
+    return [k.mode for k in kinds()]
+
+
+def kind_for_mode(mode: str) -> SinkKind:
+    """The kind of ``sink.mode: <mode>``. Raises KeyError for a mode no kind has."""
+    for k in kinds():
+        if k.mode == mode:
+            return k
+    raise KeyError(f"unknown sink mode {mode!r} (known: {', '.join(modes())})")
+
+
+def sink_for(cfg) -> SinkKind:
+    """The sink kind of pipeline ``cfg``."""
+    return kind_for(cfg.sink.kind)
+
+
+def job_module(name: str) -> str:
+    """Spark side: the module of kind ``name``'s job step, without importing the kind (the job's
+    code holds its ``job_module`` only: ``launch.job_modules``)."""
+    if name in BUILTIN and name not in REGISTRY.registered:
+        return f"{__name__}.{name}.job"
+    return kind_for(name).job_module
+
+
+__all__ = ["SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
+           "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
+           "modes", "sink_for", "job_module"]

@@ -1,0 +1,172 @@
+"""What every sink kind implements (``SinkKind``), and what the protocol needs of each table of a
+batch's commit (``Participant``), in the protocol's own words.
+
+A sink kind is one package under ``eobatch/sinks/`` whose ``KIND`` object answers for the places
+that used to branch on the sink's mode:
+
+* the pipeline YAML (``config``): which ``sink:`` keys it adds, what they mean, how they enter
+  the fingerprint and the configuration contract (``config.contract``);
+* the protocol (``protocol``): the tables a batch is committed to, in commit order, and the
+  participant of each; verify's check of the staged output (``check_staged``);
+* the Spark job: what it needs of the sink (``job_spec``) and the step it applies to the
+  transform's output before the sink's rows are staged (``job_module``: a module with
+  ``step(df, job, within)`` and ``KEEPS_ROWS``);
+* maintenance: one pass over one of its tables (``maintain_table``).
+
+A participant is one table of a batch's commit. The protocol asks it which batch of a pipeline
+it holds (``committed_batch``), has it commit a batch's staged output with the batch's id
+(``commit``: atomic, and refused when the table does not hold the batch before it), and rolls
+it back to before a batch (``restore_point``, ``roll_back``). Everything else is the sink's own.
+
+No pyspark and no Airflow at module level, here and in every kind's package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..errors import RetryableError, TerminalError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from ..storage import Storage
+
+# What a plan without a ``sink`` record means (plans written before there was a choice of sink)
+LEGACY_CONTRACT = "append"
+
+
+class CommitConflict(RetryableError):
+    """Another writer committed first; re-read the table and decide again."""
+
+
+class FingerprintMismatch(TerminalError):
+    """The table holds this batch with a different file set than the one prepared."""
+
+
+@dataclass(frozen=True)
+class Replace:
+    """Interval mode: the exact live files a commit removes in the same transaction (slice
+    replace), and the slices they hold (for the log, the commit info and the errors)."""
+
+    paths: frozenset = frozenset()
+    slices: tuple = ()
+
+    def describe(self) -> str:
+        return ", ".join(self.slices)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SinkConfig:
+    """Base of every kind's parsed ``sink:`` keys (beyond ``table`` and ``partition_by``, which
+    every pipeline has: ``PipelineConfig.sink_table``, ``partition_by``)."""
+
+    kind: str
+
+    def contract(self, mode: str) -> str:
+        """What a row of the sink means, recorded in each plan (``BatchPlan.sink``): it cannot
+        change under a table. ``mode`` is the pipeline's (continuous, interval)."""
+        return LEGACY_CONTRACT
+
+    def fingerprint_dict(self) -> dict:
+        """What ``PipelineConfig.fingerprint`` adds for the sink ({}: nothing)."""
+        return {}
+
+
+@dataclass(frozen=True)
+class SinkContext:
+    """What a kind's parser needs besides its ``sink:`` mapping: the file (for ConfigError), the
+    transform (``passthrough`` publishes the schema's columns) and the schema's columns."""
+
+    file: str
+    transform: str
+    columns: tuple  # of config.Column
+
+
+class Participant(Protocol):
+    """One table of a batch's commit (the sink, the quarantine, a sink's own tables)."""
+
+    name: str
+    uri: str
+    storage_options: dict | None  # how a reader opens the table (S3: endpoint, region, credentials; None: local)
+    reads_from: str | None  # the participant whose staged files its commit takes (None: its own)
+    keeps_staged_files: bool  # False: its commit reads them (merge), so they can go once every table holds the batch
+
+    def exists(self) -> bool: ...
+
+    def committed_batch(self, app_id: str) -> int:
+        """The last batch of ``app_id`` the table holds (0: none, or no table yet)."""
+
+    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, partition_by: list[str],
+               metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int:
+        """One atomic commit of batch ``batch_id``'s staged output ``adds`` (of ``schema``) with
+        ``metadata``, only on top of batch ``expected_prev`` (default ``batch_id - 1``):
+        CommitConflict otherwise. Returns the table's new version."""
+
+    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None:
+        """(version, commit metadata) of the commit that carried batch ``batch_id``, or None."""
+
+    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None: ...
+
+    def restore_point(self, app_id: str, batch_id: int) -> int | None:
+        """Where ``roll_back`` goes to be before batch ``batch_id`` (None: no longer known)."""
+
+    def missing_files_at(self, point: int, fs: Storage) -> list[str]:
+        """Files that rolling back to ``point`` needs and storage no longer holds."""
+
+    def roll_back(self, point: int, metadata: dict, mark: str) -> int:
+        """Bring the table back to ``point``, durably marked with ``mark`` (``rolled_back``)."""
+
+    def rolled_back(self, mark: str) -> bool: ...
+
+    def accepts(self, staged: pa.Schema, partition_by: list[str], evolution: str, where: str = "") -> list[str]:
+        """Problems of committing staged files of ``staged`` partitioned by ``partition_by`` (verify)."""
+
+    def live_files(self) -> set[str]: ...
+
+    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str: ...
+
+    def slice_files(self, proto, batch_id: int, slice_: str, published: set[str],
+                    live: Callable[[], set[str]]) -> set[str]:
+        """Interval mode: the files holding ``slice_`` of ``batch_id`` now (``published``, or
+        what a compaction of it rewrote them into)."""
+
+    def dataset(self) -> Any:
+        """The table's current rows (a pyarrow dataset), or None when there is no table yet."""
+
+
+@runtime_checkable
+class SinkKind(Protocol):
+    """One sink kind. Register an instance with ``eobatch.sinks.register``."""
+
+    name: str  # the package's name
+    mode: str  # the YAML's sink.mode
+    config_keys: frozenset[str]  # the keys it adds under sink: (besides table, partition_by, mode)
+    job_module: str  # Spark side: the module of ``step(df, job, within)`` and ``KEEPS_ROWS``
+    # config.contract's keys of this kind: key -> (role, value of the kind's SinkConfig); a pipeline of
+    # another kind records None for them
+    contract_keys: dict[str, tuple[str, Callable[[Any], Any]]]
+
+    # -- Airflow side --------------------------------------------------------------------
+    def parse_config(self, section: dict, ctx: SinkContext) -> SinkConfig:
+        """The ``sink:`` mapping (unknown keys already refused); ConfigError naming file and key."""
+
+    def participant_names(self, cfg) -> tuple[str, ...]:
+        """The tables a batch of pipeline ``cfg`` is committed to, in commit order."""
+
+    def participants(self, cfg, layout, fs_for: Callable[[str], Storage],
+                     storage_options: dict | None) -> dict[str, Participant]:
+        """The participant of each of ``participant_names(cfg)``."""
+
+    def check_staged(self, cfg, fs: Storage, table_root: str, adds: list[dict], staged: pa.Schema) -> list[str]:
+        """Problems of the sink's staged rows (verify), beyond files, counts and schema."""
+
+    def job_spec(self, cfg) -> dict:
+        """What the Spark job needs of the sink (the job spec's ``sink``), ``kind`` included."""
+
+    def maintain_table(self, proto, participant: str, *, compact: bool, retention_hours: float,
+                       checkpoint: bool) -> tuple[dict | None, list[str]]:
+        """One maintenance pass over one table: (its report entry, None when there is no table; notes)."""

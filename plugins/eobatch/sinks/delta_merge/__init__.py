@@ -1,0 +1,78 @@
+"""``sink.mode: merge``: one row per key in the sink, applied with a Delta MERGE.
+
+Config ``config.MergeConfig`` (``sink.merge``: an upsert by ``sequence_by``, or running
+aggregates by ``accumulate``), participants ``participants`` (the sink's MERGE, an upsert's
+tombstones, the partials of running aggregates in interval mode), verify's check of the staged
+rows ``staged.merge_problems``, the Spark job's step ``job`` (the latest record of each key, or
+a key's rows folded into one). ``KIND`` ties them to the registry; its tables are Delta tables,
+maintained as the append sink's (``DeltaKind``).
+"""
+
+from __future__ import annotations
+
+from ...formats import SINK, STAGED
+from ..base import Participant
+from ..delta import DeltaKind
+from .config import CONTRACT, KEYS, MergeConfig, parse
+from .participants import (
+    PARTIALS,
+    TOMBSTONES,
+    MergeParticipant,
+    PartialsParticipant,
+    RefoldParticipant,
+    TombstoneParticipant,
+)
+from .staged import merge_problems
+
+
+class DeltaMergeKind(DeltaKind):
+    name = "delta_merge"
+    mode = "merge"
+    config_keys = KEYS
+    job_module = "eobatch.sinks.delta_merge.job"
+    contract_keys = CONTRACT
+
+    def parse_config(self, section: dict, ctx) -> MergeConfig:
+        return parse(section, ctx)
+
+    def participant_names(self, cfg) -> tuple[str, ...]:
+        """The sink, the quarantine, and an upsert's tombstones (the keys deleted and the sequence
+        that deleted them, read by the sink's next merges: committed after the sink, from the
+        sink's staged rows, so the sink's merge of batch N always reads them as of batch N-1).
+        Running aggregates in interval mode commit their partials first (each interval's per-key
+        partials, from the sink's staged rows): the sink is then recomputed from them as of batch N."""
+        m: MergeConfig = cfg.sink
+        if m.interval_partials(cfg.mode):
+            return (PARTIALS, *STAGED)
+        return (*STAGED, TOMBSTONES) if m.upsert else STAGED
+
+    def participants(self, cfg, layout, fs_for, storage_options: dict | None) -> dict[str, Participant]:
+        """The sink and its tombstones apply the sink's staged rows with a MERGE; running
+        aggregates in interval mode keep the staged partials per slice and recompute the sink
+        from them; the quarantine is an append table."""
+        m: MergeConfig = cfg.sink
+        names = self.participant_names(cfg)
+        staged = (fs_for(SINK), layout.sink_table)
+        out = super().participants(cfg, layout, fs_for, storage_options)  # in commit order
+        if PARTIALS in names:
+            out[PARTIALS] = partials = PartialsParticipant(PARTIALS, layout.table(PARTIALS), storage_options, m, *staged)
+            out[SINK] = RefoldParticipant(SINK, layout.table(SINK), storage_options, m, *staged, partials)
+            return out
+        tombstones = None
+        if TOMBSTONES in names:
+            out[TOMBSTONES] = tombstones = TombstoneParticipant(TOMBSTONES, layout.table(TOMBSTONES), storage_options,
+                                                                m, *staged)
+        out[SINK] = MergeParticipant(SINK, layout.table(SINK), storage_options, m, *staged, tombstones)
+        return out
+
+    def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:
+        return merge_problems(fs, table_root, adds, staged, cfg.sink)
+
+    def job_spec(self, cfg) -> dict:
+        return {"kind": self.name, **cfg.sink.job()}
+
+
+KIND = DeltaMergeKind()
+
+__all__ = ["KIND", "DeltaMergeKind", "MergeConfig", "MergeParticipant", "TombstoneParticipant", "PartialsParticipant",
+           "RefoldParticipant", "TOMBSTONES", "PARTIALS"]
