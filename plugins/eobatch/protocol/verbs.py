@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .. import faults
-from ..checkpoint import History, ReadSoFar
+from ..checkpoint import History, ReadSoFar, RewindKey
 from ..config import TABLE, PipelineConfig, config_edits, config_values
 from ..delta_sink import (
     CommitConflict,
@@ -408,7 +408,31 @@ class Protocol(Repairs):
             rewinds: list = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
             return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
 
-        return hist.read_so_far(self._start_marker, every_record)
+        void: dict[str, str] | None = None
+
+        def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
+            nonlocal void
+            if void is None:
+                from ..replay import void_files
+
+                void = void_files(self, pending_rewind)
+            return void.get(path)
+
+        return hist.read_so_far(self._start_marker, every_record, void_file)
+
+    def rewinds_in_effect(self, pending_rewind: RewindRecord | None = None) -> list[RewindKey]:
+        """Every rewind recorded; ``pending_rewind`` (one being planned now); and the rewind that
+        reserved the newest batch and died before its record (``_complete_rewinds`` records it):
+        what undoes batches (``state.undoing``), from the moment its reservation is written."""
+        keys = set(self.ledger.rewind_keys())
+        latest = self.ledger.latest_batch_id()
+        reserved = self.ledger.plan(latest) if latest else None
+        for r in (pending_rewind, reserved.rewind if reserved is not None else None):
+            if isinstance(r, dict):
+                keys.add(RewindKey(int(r["after_batch"]), int(r["to_batch"])))
+            elif r is not None:
+                keys.add(RewindKey(r.after_batch, r.to_batch))
+        return sorted(keys)
 
     @staticmethod
     def _start_marker(k: BatchPlan) -> BatchPlan | None:
