@@ -5,7 +5,7 @@ replayed, by whoever, at the same time or after a crash.
 
 ``make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]`` selects the quarantine rows of that
 batch (whose reason contains REASON, when given). A record is known by its source position
-(landing file, line): the same record quarantined again after a rewind is the same record.
+(landing file, line), in one incarnation of its batch (a batch id is never used again).
 
 The decision is one put-if-absent record per replay, numbered like batches:
 ``<sink>/_eo_ledger/replays/<n>.json`` names the records it takes (its lineage: each line's
@@ -23,6 +23,13 @@ read (the planner reads a path once, so a file written again after its batch rea
 published again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
 Replay files of versions that kept no record in the ledger count as replays too: their lineage
 (``<file>.lineage.json`` beside them) names the records they took.
+
+A rewind that undoes a replay's origin batch makes the replay void (``live``): the tables go back
+to before that batch, the batches after the rewind read its records again from their own landing
+files, and the replay's file is never read (the planners ask ``void_files``; a batch that had read
+it was undone by the same rewind) nor written again. A record quarantined again by the batch that
+read it again is another incarnation: replayable once, from that batch. A replay of a batch a
+rewind undid is refused.
 
 A record whose raw text the quarantine could not keep exactly (cut at 64 KiB, or invalid UTF-8
 made valid) is skipped and counted.
@@ -43,6 +50,7 @@ from typing import Any
 from . import faults
 from .errors import UsageError
 from .formats import bid
+from .protocol.state import undoing
 from .storage import LinkRefused, join, link_refused, storage_for
 
 REPLAY_DIR = "replay"
@@ -92,16 +100,14 @@ def every_replay(proto, strict: bool = True) -> list[dict[str, Any]]:
     return out + _legacy_replays(landing, join(proto.cfg.source.path, REPLAY_DIR), strict)
 
 
-def live(proto, replays: list[dict[str, Any]], pending_rewind=None) -> tuple[list[dict], list[tuple[dict, Any]]]:
-    """(live replays, [(void replay, the rewind that voided it)]). A replay is void once a rewind
-    undid its origin batch (``state.undoing``): that incarnation of its records is gone from the
-    tables' history, they are read again from their own landing files, and a record quarantined
-    again is another incarnation, replayable once more. Decided by two put-if-absent records, the
-    replay's (its origin batch) and the rewind's (or its reservation), so every reader, at any
-    time, in any order of the two, decides the same."""
-    from .protocol.state import undoing
-
-    rewinds = proto.rewinds_in_effect(pending_rewind)
+def live(replays: list[dict[str, Any]], rewinds: list) -> tuple[list[dict], list[tuple[dict, Any]]]:
+    """(live replays, [(void replay, the rewind that voided it)]), given the rewinds in effect
+    (``Protocol.rewinds_in_effect``). A replay is void once a rewind undid its origin batch
+    (``state.undoing``): that incarnation of its records is gone from the tables' history, they
+    are read again from their own landing files, and a record quarantined again is another
+    incarnation, replayable once more. Decided by two put-if-absent records, the replay's (its
+    origin batch) and the rewind's (or its reservation), so every reader, at any time, in any order
+    of the two, decides the same."""
     ok, void = [], []
     for r in replays:
         by = undoing(r["batch_id"], rewinds)
@@ -117,12 +123,12 @@ def void_text(replay: dict[str, Any], by) -> str:
             f"can be replayed from the batch that read it again)")
 
 
-def void_files(proto, pending_rewind=None) -> dict[str, str]:
-    """Landing file -> why it is never read: the files of the void replays (``live``). What every
-    plan of a pipeline that replays asks (``ReadSoFar.void``); nothing is read without a rewind."""
-    if not _replayable(proto.cfg) or not proto.rewinds_in_effect(pending_rewind):
+def void_files(proto, rewinds: list) -> dict[str, str]:
+    """Landing file -> why it is never read: the files of the void replays (``live``), given the
+    rewinds in effect. What the plans ask (``ReadSoFar.void``); nothing is read without a rewind."""
+    if not rewinds or not _replayable(proto.cfg):
         return {}
-    return {r["file"]: void_text(r, by) for r, by in live(proto, every_replay(proto, strict=False), pending_rewind)[1]}
+    return {r["file"]: void_text(r, by) for r, by in live(every_replay(proto, strict=False), rewinds)[1]}
 
 
 def _replayable(cfg) -> bool:
@@ -150,12 +156,10 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     UsageError when nothing is to be done or it cannot be done."""
     cfg = proto.cfg
     _check_source(cfg)
-    from .protocol.state import undoing
-
-    by = undoing(batch_id, proto.rewinds_in_effect())
-    if by is not None:
-        raise UsageError(f"batch {batch_id} was rewound (the rewind after batch {by.after_batch} to before batch "
-                         f"{by.to_batch}): its records are read again by the batches after that rewind, and none "
+    undone = undoing(batch_id, proto.rewinds_in_effect())
+    if undone is not None:
+        raise UsageError(f"batch {batch_id} was rewound (the rewind after batch {undone.after_batch} to before "
+                         f"batch {undone.to_batch}): its records are read again by the batches after that rewind, and none "
                          f"of its quarantine counts any more. Replay from the batch that read them again "
                          f"(`make ledger PIPELINE={cfg.name}`); nothing written")
     rows = quarantined(proto, batch_id, reason)
@@ -176,7 +180,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
         replays = every_replay(proto)
         records = [r for r in replays if "replay" in r]
         taken = {_key(r["source"], r["position"]): (rep["label"], rep["file"])
-                 for rep in live(proto, replays)[0] for r in rep["records"]}  # a void replay took nothing
+                 for rep in live(replays, proto.rewinds_in_effect())[0] for r in rep["records"]}  # a void one took nothing
         new = [r for k, r in keep.items() if k not in taken]
         if not new:
             break
@@ -246,7 +250,7 @@ def _write_landing_files(proto, records: list[dict]) -> list[dict]:
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
     read = proto._read_so_far()
     wrote = []
-    for rec in live(proto, [{**r, "label": f"replay {r['replay']}"} for r in records])[0]:  # never a void one's
+    for rec in live(records, proto.rewinds_in_effect())[0]:  # never a void one's
         path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"
         if read.consumed(path) is not None or landing.stat(path) is not None:
             continue  # a batch read it (it may be gone since: never written again), or it waits for one

@@ -415,23 +415,24 @@ class Protocol(Repairs):
             if void is None:
                 from ..replay import void_files
 
-                void = void_files(self, pending_rewind)
+                void = void_files(self, self.rewinds_in_effect(hist=hist))
             return void.get(path)
 
         return hist.read_so_far(self._start_marker, every_record, void_file)
 
-    def rewinds_in_effect(self, pending_rewind: RewindRecord | None = None) -> list[RewindKey]:
-        """Every rewind recorded; ``pending_rewind`` (one being planned now); and the rewind that
-        reserved the newest batch and died before its record (``_complete_rewinds`` records it):
-        what undoes batches (``state.undoing``), from the moment its reservation is written."""
-        keys = set(self.ledger.rewind_keys())
-        latest = self.ledger.latest_batch_id()
-        reserved = self.ledger.plan(latest) if latest else None
-        for r in (pending_rewind, reserved.rewind if reserved is not None else None):
-            if isinstance(r, dict):
-                keys.add(RewindKey(int(r["after_batch"]), int(r["to_batch"])))
-            elif r is not None:
-                keys.add(RewindKey(r.after_batch, r.to_batch))
+    def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:
+        """Every rewind recorded (with the one being planned now, when ``hist`` counts it), and the
+        rewind that reserved the newest batch and died before its record (``_complete_rewinds``
+        records it): what undoes batches (``state.undoing``), from the moment its reservation is
+        written. From ``hist`` when given (no listing: what a plan reads anyway)."""
+        if hist is not None:
+            keys, latest = set(hist.rewinds), hist.latest
+            reserved = hist.plan(latest) if latest else None
+        else:
+            keys, latest = set(self.ledger.rewind_keys()), self.ledger.latest_batch_id()
+            reserved = self.ledger.plan(latest) if latest else None
+        if reserved is not None and reserved.rewind:
+            keys.add(RewindKey(int(reserved.rewind["after_batch"]), int(reserved.rewind["to_batch"])))
         return sorted(keys)
 
     @staticmethod
