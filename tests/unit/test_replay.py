@@ -16,6 +16,7 @@ import pytest
 
 import eobatch
 from eobatch import cli
+from eobatch.backlog import backlog
 from eobatch.errors import UsageError
 from eobatch.protocol import Protocol
 from eobatch.replay import replay
@@ -229,6 +230,7 @@ def test_a_rewind_to_before_the_replayed_batch_voids_its_replays_published_or_no
     assert [f["path"].rsplit("/", 1)[-1] for f in plan3.range["files"]] == ["a.jsonl"]
     assert [n.split(": ", 1)[1].split(" is void")[0] for n in plan3.notes if "is void" in n] == ["replay 2"]
     assert Path(two["file"]).exists()  # left where it is, never read: the plans say so once
+    assert backlog(proto)["files"] == 0  # nor waiting to be published
     assert sum("replay 2 is void" in n for b in (3, 4) if proto.ledger.plan(b) for n in proto.ledger.plan(b).notes) == 1
 
     with pytest.raises(UsageError, match="batch 1 was rewound .*after batch 2 to before batch 1"):
