@@ -230,9 +230,10 @@ def _legacy_replays(landing, folder: str, strict: bool = True) -> list[dict[str,
             file = f.path[:-len(".lineage.json")]
             try:
                 records = json.loads(landing.read_bytes(f.path))["records"]
-                origins = {int(r["batch_id"]) for r in records if _key(r["source"], r["position"])}
-                out.append({"label": "an earlier replay", "file": file, "records": records,
-                            "batch_id": min(origins, default=0)})  # one batch's records
+                origin = min((int(r["batch_id"]) for r in records), default=0)  # one batch's records
+                for r in records:
+                    _key(r["source"], r["position"])  # each one names its source position
+                out.append({"label": "an earlier replay", "file": file, "records": records, "batch_id": origin})
             except (ValueError, KeyError, TypeError) as e:
                 if not strict:
                     continue

@@ -287,3 +287,18 @@ def test_a_rewind_that_died_after_its_reservation_already_voids_the_replays_it_u
         replay(fresh, 1)
     assert _publish_all(fresh) == {"o1": 1, "anon1": 1, "anon2": 1}
     assert [r.key for r in fresh.ledger.rewinds()] == ["2-1"]
+
+
+def test_a_replay_file_of_an_earlier_version_is_void_too_after_a_rewind_to_before_its_batch(make_cfg):
+    """Its lineage names its origin batch: undone by the rewind, the file is not read again."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
+    old.parent.mkdir()
+    old.write_text(anon[0] + "\n")
+    Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
+        {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
+         "reason": "missing required field 'customer'"}]}))
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1}
+    proto.rewind(1, run_id="ui")
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert any(n.startswith(f"skipped {old}: an earlier replay is void: batch 1") for n in proto.ledger.plan(3).notes)
