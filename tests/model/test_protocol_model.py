@@ -42,7 +42,8 @@ Rules (each one step; the invariants run after every step)
                         records, or those whose reason names JSON: overlapping selections), between two
                         verbs of the runs: its landing file is read by a later batch (the lines are
                         still bad: quarantined again, from the replay file), and rewinds may undo the
-                        batch it replayed from, the batch that read its file, or both.
+                        batch it replayed from, the batch that read its file, or both
+                        (``rewind_after_replay``: a run's rewind, then a replay again).
     ``foreign``         FOREIGN WRITERS on the tables: delta-rs ``optimize.compact()`` of the sink, a
                         blind append of ``foreign-*`` rows to the sink, and a VACUUM (retention 0,
                         full) of the sink or the quarantine table, which may delete the staged files
@@ -911,6 +912,19 @@ class ProtocolModel(RuleBasedStateMachine):
         event("replay: done" + (" (some already replayed)" if done["already"] else ""))
         note(f"replay of batch {b}: replay {done['replay']}, {done['records']} record(s), {done['already']} skipped")
 
+    @precondition(lambda self: (self.quarantine / "_delta_log").is_dir() and (self.sink / "_eo_ledger" / "replays").is_dir())
+    @rule(slot=st.integers(0, SLOTS - 1), back=st.integers(0, 2), pick=st.integers(0, 11))
+    def rewind_after_replay(self, slot, back, pick):
+        """Once a replay was made: a run rewinds (to the newest batch, or one or two before it),
+        then the operator replays again, so that rewinds meet replays often (their origin batch
+        undone, or only the batch that read their file)."""
+        a = self.actors[slot]
+        if a.phase == "idle":
+            self._advance(a, 0)  # its recover
+        if a.phase != "ready":
+            return
+        self._advance(a, 3 + 4 * back)  # a rewind to the newest plan minus ``back``
+        self.replay(pick, False)
     def _replays(self) -> dict[str, dict]:
         """The raw replay records of the ledger, by their landing file."""
         return {r["file"]: r for r in _read_json_dir(self.sink / "_eo_ledger" / "replays").values()}
