@@ -21,6 +21,9 @@ from __future__ import annotations
 
 CORRUPT = "_corrupt_record"
 UNREADABLE = "_eo_unreadable"  # an optional column of the lines: why the source could not read the record
+# An optional column of the lines: the length of a record whose ``raw`` holds only its first bytes
+# (a line too long for the files reader to hold, eobatch.sources.files.read); null for the others.
+CUT_BYTES = "_eo_bytes"
 # Spark's default (allowNonNumericNumbers) reads a string naming NaN / an infinity ("NaN",
 # "-Infinity", "INF") into a float column, which is how JSON carries them; the same option also
 # lets the parser accept a bare NaN / Infinity token, which is not JSON. The fast path parses
@@ -48,33 +51,31 @@ def utf8_from_json(raw, schema, options: dict):
     """``F.from_json(raw, schema, options)`` into a struct, Jackson reading each record's UTF-8 bytes
     in place: Spark's own parser, options and corrupt-record column (``JVM_CLASS``: the same
     values; a record that is not valid UTF-8 may parse differently, so callers check validity)."""
-    from py4j.java_gateway import JavaClass
     from pyspark.sql import Column, SparkSession
+
+    from eobatch.jvm import jvm_class
 
     spark = SparkSession.getActiveSession()
     assert spark is not None, "utf8_from_json needs an active Spark session"
-    cls = spark._jvm
-    for part in JVM_CLASS.split("."):
-        cls = getattr(cls, part)
-    if not isinstance(cls, JavaClass):
-        raise SystemExit(f"the stage job needs its JVM code ({JVM_CLASS}, eobatch-jvm.jar) among the jars "
-                         f"given to spark-submit: run `make jars`, which builds it with a JDK's javac")
+    cls = jvm_class(spark, JVM_CLASS)
     return Column(cls.column(raw._jc, schema.json(), dict(options), spark.conf.get("spark.sql.session.timeZone")))
 
 
 def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fast_path: bool = True):
-    """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid)."""
+    """``lines`` plus ``rec`` (the parsed record) and ``reason`` (null when the record is valid).
+    A record of ``CUT_BYTES`` bytes (when the kind gives that column) is too large by that length."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     schema = record_schema(ddl)
     typed = T.StructType([T.StructField(f.name, f.dataType, True) for f in schema.fields]
                          + [T.StructField(CORRUPT, T.StringType(), True)])
-    keep = [c for c in lines.columns if c not in ("raw", UNREADABLE)]
+    own = [c for c in lines.columns if c in (UNREADABLE, CUT_BYTES)]  # a kind's columns read here, not kept
+    keep = [c for c in lines.columns if c != "raw" and c not in own]
     raw = F.col("raw")
     # the full rule list's parse; evaluated only for the records the fast path leaves to it
     rec = F.from_json(raw, typed, LENIENT)
-    size = F.octet_length(raw)
+    size = F.coalesce(F.col(CUT_BYTES), F.octet_length(raw)) if CUT_BYTES in lines.columns else F.octet_length(raw)
     missing = [F.when(rec[c].isNull(), F.lit(f"missing required field '{c}'")) for c in not_null]
 
     loose = F.from_json(raw, T.StructType([T.StructField(f.name, T.StringType(), True) for f in schema.fields]))
@@ -106,7 +107,6 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
           & (size <= max_record_bytes) & F.is_valid_utf8(raw))
     for c in not_null:
         ok = ok & fast[c].isNotNull()
-    own = [UNREADABLE] if UNREADABLE in lines.columns else []  # read by ``full``, not kept
     parsed = lines.select(*keep, "raw", *own, utf8_from_json(raw, typed, STRICT).alias("_eo_fast"))
     return parsed.select(*keep, "raw", F.when(ok, fast).otherwise(rec).alias("rec"),
                          F.when(ok, F.lit(None).cast("string")).otherwise(full).alias("reason"))
@@ -190,10 +190,12 @@ def valid_records(kept, ddl: str, extra: list[str]):
 
 def quarantined_records(kept, batch_id: int, extra: list[str]):
     """The rows of the quarantine table: batch id, source, position, raw text (valid UTF-8, at
-    most 64 KiB), reason; ``extra`` columns are kept (the interval slice)."""
+    most RAW_CHARS characters), reason; ``extra`` columns are kept (the interval slice)."""
     from pyspark.sql import functions as F
 
-    raw = F.substring("raw", 1, 65536)
+    from eobatch.lines import RAW_CHARS
+
+    raw = F.substring("raw", 1, RAW_CHARS)
     return kept.where(F.col("reason").isNotNull()).select(
         F.lit(batch_id).cast("long").alias("batch_id"), "source", "position",
         F.when(F.is_valid_utf8(raw), raw).otherwise(F.make_valid_utf8(raw)).alias("raw"),

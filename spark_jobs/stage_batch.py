@@ -121,7 +121,8 @@ def run(spec: dict) -> dict:
     log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt} "  # noqa: E731
                             f"+{time.time() - t0:.1f}s: {msg}", flush=True)
 
-    src = spec.get("source") or {}
+    # the kind's job source, and the bound of a record (files: the longest line the reader holds)
+    src = {**(spec.get("source") or {}), "max_record_bytes": int(spec["max_record_bytes"])}
     try:
         kind = kind_for(plan.source_kind)
     except KeyError:

@@ -50,11 +50,12 @@ from typing import Any
 from . import faults
 from .errors import UsageError
 from .formats import bid
+from .lines import RAW_CHARS
 from .protocol.state import undoing
 from .storage import LinkRefused, join, link_refused, storage_for
 
 REPLAY_DIR = "replay"
-RAW_LIMIT = 65536  # the quarantine keeps at most this many characters of a record
+RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
 RECORD_NAME = re.compile(r"(\d{10})\.json")
 
 

@@ -144,7 +144,7 @@ def test_a_file_swapped_for_a_link_while_the_job_reads_is_read_as_planned(tmp_pa
     secret.write_text(SECRET * 3)
     rng, n, _ = FilesSource(p.cfg).next_range([], 100)
     assert n == 3
-    lines = read_lines(local_spark, rng, str(p.landing))  # checked and opened here; read lazily, below
+    lines = read_lines(local_spark, rng, str(p.landing), max_record_bytes=1 << 20)  # checked and opened here; read lazily, below
     os.rename(a, tmp_path / "moved.jsonl")
     os.symlink(secret, a)
     raws = sorted(r["raw"] for r in lines.select("raw", "source").collect())
@@ -176,3 +176,37 @@ def test_a_sub_folder_swapped_for_a_link_after_the_plan_is_never_read(tmp_path):
     r = stage(p, plan.batch_id, "a1")
     assert r.returncode != 0 and "symbolic link" in r.stdout + r.stderr
     assert p.protocol().ledger.stage_summary(plan.batch_id, "a1") is None
+
+
+def test_an_over_long_line_never_held_is_quarantined_at_its_line_and_the_rest_publishes(tmp_path):
+    """A 64 MiB line in the middle of a landing file and a 512 MiB one at its end, with no newline,
+    through a 512 MiB driver: the job never holds either (Spark's text reader held a line whole and
+    ran out of memory on every attempt, halting the pipeline). Each is quarantined at its line,
+    reason with its exact length, raw its first 64 Ki characters (as any too large record); every other record
+    publishes once; the counts reconcile at verify. (Sparse files: no disk is used.)"""
+    from eobatch.lines import RAW_CHARS
+
+    limit, mid, end = 1000, 64 << 20, 512 << 20
+    p = write_pipeline(tmp_path, extra=f"max_record_bytes: {limit}\nspark: {{driver_memory: 512m}}\n")
+    before, between = orders("a", 3), orders("b", 3)
+    heads = [b'{"order_id": "mid", "pad": "', b'{"order_id": "end", "pad": "']
+    path = p.landing / "big.jsonl"
+    with open(path, "wb") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in before).encode())
+        f.write(heads[0])
+        f.seek(mid - len(heads[0]) - 2, 1)  # a hole: zero bytes, part of the line
+        f.write(b'"}\n')
+        f.write("".join(json.dumps(r) + "\n" for r in between).encode())
+        f.write(heads[1])
+        f.truncate(f.tell() + end - len(heads[1]))
+    p.landed.extend(before + between)
+    p.landed_bad.extend((h + b"\0" * RAW_CHARS)[:RAW_CHARS].decode() for h in heads)  # what the quarantine keeps
+
+    assert run_batch(p) == 1
+    q = sorted(read_rows(p.quarantine), key=lambda r: r["position"])
+    assert [(r["source"], r["position"], r["reason"]) for r in q] == [
+        (str(path), 4, f"record too large: {mid} bytes > max_record_bytes {limit}"),
+        (str(path), 8, f"record too large: {end} bytes > max_record_bytes {limit}")]
+    prepared = p.protocol().ledger.prepared(1)
+    assert (prepared.rows_in, prepared.rows_valid, prepared.rows_quarantined) == (8, 6, 2)
+    assert_exactly_once(p, batches=1)

@@ -71,18 +71,28 @@ def _write_files(tmp: Path, n_files: int, n_lines: int, seed: int) -> list[Path]
     return paths
 
 
+def _planned(paths: list[Path]) -> dict:
+    """The range the planner records for ``paths`` (the job checks each file's identity against it)."""
+    from eobatch.sources.files.planner import counted, planned_file
+    from eobatch.storage import LocalStorage
+
+    files = []
+    for p in paths:
+        n, info = counted(LocalStorage(), str(p))
+        files.append({**planned_file(info), "records": n})
+    return {"files": files}
+
+
 def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_path):
     from pyspark.sql import functions as F
 
     from eobatch.sources.files import KIND
-    from eobatch.sources.files.planner import planned_file
     from eobatch.sources.files.read import locate, read_lines
-    from eobatch.storage import LocalStorage
     from spark_jobs.classify import classify, kept_records, valid_records
 
     paths = _write_files(tmp_path, n_files=3, n_lines=500, seed=7)
-    rng = {"files": [planned_file(LocalStorage().stat(str(p))) for p in paths]}  # as the plan records them
-    lines = read_lines(spark, rng)
+    rng = _planned(paths)
+    lines = read_lines(spark, rng, max_record_bytes=1 << 20)
     assert lines.rdd.getNumPartitions() > 10  # the files really are read in pieces
 
     expected = {}  # (source, line) -> record bytes, by eobatch.lines
@@ -93,7 +103,7 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
                         KIND.located_columns, KIND.quarantine_columns)
     assert kept.count() == len(expected)
 
-    bad = locate(spark, kept.where(F.col("reason").isNotNull()), rng).select(
+    bad = locate(spark, kept.where(F.col("reason").isNotNull()), rng, max_record_bytes=1 << 20).select(
         "source", "position", F.col("raw").cast("binary").alias("raw"), "reason").collect()
     assert len(bad) > 150
     for r in bad:
@@ -104,6 +114,77 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     valid = valid_records(kept, SCHEMA, []).select("order_id").collect()
     ids = sorted(r["order_id"] for r in valid)
     assert len(ids) == len(set(ids)) == len(expected) - len(bad)
+
+
+def _long_lines(rnd: random.Random, i: int, limit: int, cap: int) -> bytes:
+    """A line (with its end) too large, held whole or not by the reader, or at either bound."""
+    n = rnd.choice([limit - 40, limit, cap - 40, cap - 1, cap, cap + 1, cap + 70000])
+    kind = rnd.random()
+    if kind < 0.15:  # blank however long: no record
+        return b" " * n + rnd.choice([b"\n", b"\r\n"])
+    if kind < 0.30:  # blank for longer than the bound, then not
+        return b"\t" * n + b"x\n"
+    if kind < 0.45:  # a valid record after a piece boundary, inside an over-long line: never one of its own
+        return b'{"order_id": "pad' + b"y" * n + b'"}{"order_id": "inside-%d"}\r\n' % i
+    return b'{"order_id": "long-%d", "customer": "' % i + b"z" * n + b'"}' + rnd.choice([b"\n", b"\r\n"])
+
+
+def test_lines_longer_than_the_bound_are_quarantined_at_their_line_whole_or_not(spark, tmp_path):
+    """The reader holds at most ``max_line_bytes`` of a line (``eobatch.jvm.BoundedLines``): a
+    longer line crossing many pieces is one record, too large by its exact length, at its own line,
+    with its first bytes as raw; no fragment of it is ever a line (Hadoop's own bound returns the
+    rest of it after a piece boundary as a line, a valid record here); a blank one stays blank; a
+    byte order mark first is no line's. The counts are the planner's (eobatch.lines)."""
+    from pyspark.sql import functions as F
+
+    from eobatch.sources.files import KIND
+    from eobatch.sources.files.read import locate, read_lines
+    from spark_jobs.classify import classify, kept_records, valid_records
+
+    limit = 1000
+    cap = eolines.max_line_bytes(limit)
+    rnd = random.Random(11)
+    paths = []
+    for f in range(2):
+        out = [b"\xef\xbb\xbf"]
+        for i in range(40):
+            out.append(_long_lines(rnd, f * 1000 + i, limit, cap) if rnd.random() < 0.3 else _record(rnd, f * 1000 + i) + b"\n")
+        if f == 0:  # over-long at the very end, no newline
+            out.append(b'{"order_id": "last-%d", "x": "' % f + b"w" * cap)
+        p = tmp_path / f"long {f}.jsonl"
+        p.write_bytes(b"".join(out))
+        paths.append(p)
+    rng = _planned(paths)
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 << 10))  # lines of up to 6 pieces
+    try:
+        lines = read_lines(spark, rng, max_record_bytes=limit)
+        assert lines.rdd.getNumPartitions() > 20
+
+        expected = {(str(p), n): rec for p in paths for n, rec in eolines.split_records(p.read_bytes())}
+        kept = kept_records(classify(lines, SCHEMA, ["order_id"], limit), SCHEMA, KIND.located_columns,
+                            KIND.quarantine_columns).persist()  # read once, as the job does
+        counted = kept.agg(F.count("*"), F.max(F.octet_length("raw"))).first()
+        assert counted[0] == len(expected) == sum(f["records"] for f in rng["files"])  # the planner's count
+        assert counted[1] == cap  # no line held beyond the bound
+
+        bad = locate(spark, kept.where(F.col("reason").isNotNull()), rng, max_record_bytes=limit).select(
+            "source", "position", F.col("raw").cast("binary").alias("raw"), "reason").collect()
+    finally:
+        spark.conf.set("spark.sql.files.maxPartitionBytes", "4096")
+    too_large = {k: rec for k, rec in expected.items() if len(rec) > limit}
+    assert len(too_large) > 10 and sum(len(r) > cap for r in too_large.values()) > 3
+    got = {(r["source"], r["position"]): r for r in bad if r["reason"].startswith("record too large")}
+    assert set(got) == set(too_large)
+    for k, rec in too_large.items():
+        assert got[k]["reason"] == f"record too large: {len(rec)} bytes > max_record_bytes {limit}", k
+        assert bytes(got[k]["raw"]) == rec[:cap], k
+    for r in bad:
+        assert bytes(r["raw"]) == expected[(r["source"], r["position"])][:cap], (r["source"], r["position"])
+
+    ids = sorted(r["order_id"] for r in valid_records(kept, SCHEMA, []).select("order_id").collect())
+    assert len(ids) == len(set(ids)) == len(expected) - len(bad)
+    assert not [i for i in ids if i.startswith(("inside-", "last-", "pad"))]
+    kept.unpersist()
 
 
 ODD = [

@@ -49,12 +49,12 @@ class FilesKind:
         from .read import read_lines
 
         self._seen = (rng, job.get("path"))
-        return read_lines(spark, rng, job.get("path"))
+        return read_lines(spark, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
 
     def locate(self, spark, records, rng: dict, job: dict):
         from .read import locate
 
-        return locate(spark, records, rng, job.get("path"))
+        return locate(spark, records, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
 
     def positions(self, lines) -> dict:
         """The identity of each planned local file after the job's reads (``read.seen``): verify

@@ -25,8 +25,13 @@ stage summary's ``source_positions``, checked by verify) is their identity after
 master whose executors may run on other hosts (not ``local``, not on loopback) reads the names,
 checked before the read (``changed_since_plan``) and after it (``seen``).
 
-Lines are Spark's with ``lineSep="\\n"``: the bytes between two ``\\n`` (eobatch.lines), kept as
-bytes (invalid UTF-8 is preserved for the classifier); a ``\\r`` just before the ``\\n`` is dropped.
+Lines are eobatch.lines', read by ``eobatch.jvm.BoundedLines`` (include/jvm/; Spark's text source
+would hold a line of any length whole, and Hadoop's bound on it returns fragments of a long line
+as lines): the bytes between two ``\\n``, kept as bytes (invalid UTF-8 is preserved for the
+classifier); a ``\\r`` just before the ``\\n`` is dropped. A line longer than
+``lines.max_line_bytes(max_record_bytes)`` is streamed through, never held: its row keeps its
+first bytes as ``raw`` and the record's length as ``_eo_bytes`` (null for every other line), so it
+is quarantined as too large at its own line, and the counts and line numbers are unchanged.
 """
 
 from __future__ import annotations
@@ -154,6 +159,8 @@ def planned_path(file_path, read_as: dict[str, str] | None = None):
     return F.coalesce(F.element_at(lookup, decoded), decoded)
 
 
+LINES_FORMAT = "eobatch.jvm.BoundedLines"  # include/jvm/, in eobatch-jvm.jar (make jars)
+
 # Pieces per core, at least, when the files are large enough (Spark's default is one: the last of
 # 5 equal pieces on 2 cores runs alone, and a core idles for a fifth of the read).
 PIECES_PER_CORE = 4
@@ -167,16 +174,23 @@ def balance_pieces(spark) -> None:
         spark.conf.set("spark.sql.files.minPartitionNum", str(PIECES_PER_CORE * spark.sparkContext.defaultParallelism))
 
 
-def numbered(spark, files: list[str]):
+def numbered(spark, files: list[str], max_record_bytes: int):
     """Every line of ``files`` (blank ones included) with ``_eo_file`` (Spark's URI of the file),
-    ``_eo_split`` (the start byte of the piece it was read from), ``_eo_row`` (read-order id)."""
+    ``_eo_split`` (the start byte of the piece it was read from), ``_eo_row`` (read-order id),
+    ``value`` (the line, or its first bytes) and ``_eo_bytes`` (the record's length when ``value``
+    holds only its first bytes, else null)."""
     from pyspark.sql import functions as F
 
+    from ...jvm import jvm_class
+    from ...lines import BLANK_BYTES, max_line_bytes
+
+    jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     balance_pieces(spark)
-    df = spark.read.option("lineSep", "\n").text([_glob_escape(p) for p in files])
+    df = (spark.read.format(LINES_FORMAT).option("maxLineBytes", str(max_line_bytes(max_record_bytes)))
+          .option("blankBytes", BLANK_BYTES.decode("ascii")).load([_glob_escape(p) for p in files]))
     return df.select(F.col("_metadata.file_path").alias("_eo_file"),
                      F.col("_metadata.file_block_start").alias("_eo_split"),
-                     F.monotonically_increasing_id().alias("_eo_row"), "value")
+                     F.monotonically_increasing_id().alias("_eo_row"), "value", F.col("bytes").alias("_eo_bytes"))
 
 
 def _blank(value):
@@ -199,22 +213,25 @@ def _without_trailing_cr(value):
     return F.when(F.endswith(value, F.lit("\r")), cut).otherwise(value)
 
 
-def read_lines(spark, rng: dict, root: str | None = None):
+def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: int):
     """One row per non-blank line: source (planned path), position (provisional: the read-order
-    id, see ``locate``), raw, and the ``_eo_file`` / ``_eo_split`` internals. ``root``: the
-    landing folder (no link below it is followed)."""
+    id, see ``locate``), raw, ``_eo_bytes`` (a record too long to hold: its length, ``raw`` its
+    first bytes; else null) and the ``_eo_file`` / ``_eo_split`` internals. ``root``: the landing
+    folder (no link below it is followed)."""
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
-    lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]])
+    lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes)
+    cut = F.col("_eo_bytes").isNotNull()  # the line's first bytes only: no \r of its end, blank or not by the reader
     # The filter stays above the numbering: Spark never pushes a filter below a non-deterministic
     # projection (monotonically_increasing_id), so blank lines keep their ids.
-    return lines.where(~_blank(F.col("value"))).select(
+    return lines.where(cut | ~_blank(F.col("value"))).select(
         planned_path(F.col("_eo_file"), read_as).alias("source"), F.col("_eo_row").alias("position"),
-        _without_trailing_cr(F.col("value")).alias("raw"), "_eo_file", "_eo_split")
+        F.when(cut, F.col("value")).otherwise(_without_trailing_cr(F.col("value"))).alias("raw"),
+        "_eo_bytes", "_eo_file", "_eo_split")
 
 
-def locate(spark, records, rng: dict, root: str | None = None):
+def locate(spark, records, rng: dict, root: str | None = None, *, max_record_bytes: int):
     """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
     and ``position`` = the 1-based line number in its file."""
     from pyspark.sql import Window
@@ -223,7 +240,7 @@ def locate(spark, records, rng: dict, root: str | None = None):
     read_as = open_planned(spark, rng, root)  # the descriptors read_lines opened
     records = records.withColumn("source", planned_path(F.col("_eo_file"), read_as))
     # Lazy, like the rest of the job: the counting pass runs only if the quarantine is written.
-    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]]).groupBy("_eo_file", "_eo_split")
+    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes).groupBy("_eo_file", "_eo_split")
               .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
     earlier = Window.partitionBy("_eo_file").orderBy("_eo_split").rowsBetween(Window.unboundedPreceding, -1)
     index = pieces.withColumn("_eo_before", F.coalesce(F.sum("_eo_n").over(earlier), F.lit(0)))
