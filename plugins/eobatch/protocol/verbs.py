@@ -514,10 +514,7 @@ class Protocol(Repairs):
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
-        # a batch every table holds (a late commit task, after a recover or a rewind) is decided:
-        # an edit of a PENDING key since its plan is no reason to refuse (its advice, putting the old
-        # value back, would make the next batches fail against the tables' new columns)
-        self._check_config(batch_id, self.committed_versions(), plan=plan)
+        self._check_config(batch_id, plan=plan)
         self._complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
