@@ -119,15 +119,22 @@ def test_a_second_selection_replays_only_the_records_not_replayed_yet(make_cfg, 
     assert sorted(r["batch_id"] for r in read_rows(Path(cfg.quarantine_table)) if r["raw"] == "{not json") == [1, 2]
 
 
-def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
-    """That version kept no record in the ledger, only the lineage beside its replay file."""
-    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+def _earlier_versions_replay(cfg, line: str) -> Path:
+    """A replay file of batch 1's second line as a version before the ledger's records left it:
+    the line, and its lineage beside it."""
     old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
     old.parent.mkdir()
-    old.write_text(anon[0] + "\n")
+    old.write_text(line + "\n")
     Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
         {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
          "reason": "missing required field 'customer'"}]}))
+    return old
+
+
+def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
+    """That version kept no record in the ledger, only the lineage beside its replay file."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    _earlier_versions_replay(cfg, anon[0])
     monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
     assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
     assert "replayed 1 quarantined record(s) of batch 1" in capsys.readouterr().out
@@ -292,12 +299,7 @@ def test_a_rewind_that_died_after_its_reservation_already_voids_the_replays_it_u
 def test_a_replay_file_of_an_earlier_version_is_void_too_after_a_rewind_to_before_its_batch(make_cfg):
     """Its lineage names its origin batch: undone by the rewind, the file is not read again."""
     cfg, proto, anon = _quarantine_batch_1(make_cfg)
-    old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
-    old.parent.mkdir()
-    old.write_text(anon[0] + "\n")
-    Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
-        {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
-         "reason": "missing required field 'customer'"}]}))
+    old = _earlier_versions_replay(cfg, anon[0])
     assert _publish_all(proto) == {"o1": 1, "anon1": 1}
     proto.rewind(1, run_id="ui")
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
