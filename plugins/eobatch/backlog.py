@@ -76,7 +76,7 @@ def backlog(proto, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
 def _landing(proto, source, read, out: dict, count_bytes_limit: int | None,
              count_files_limit: int | None = None) -> None:
     """``count_bytes_limit`` None: records are not counted."""
-    pending = [f for f in source.list_landing() if read.consumed(f.path) is None]
+    pending = [f for f in source.list_landing() if read.consumed(f.path) is None and read.void(f.path) is None]
     out["files"], out["bytes"] = len(pending), sum(f.size for f in pending)
     if count_bytes_limit is None:
         out["notes"].append("records not counted (not asked)")

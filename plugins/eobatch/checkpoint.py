@@ -290,9 +290,10 @@ class ReadSoFar(Sequence[BatchPlan]):
 
     def __init__(self, last: BatchPlan | None, consumed: Callable[[str], dict | None],
                  reported: Callable[[str], bool], link_noted: Callable[[str], bool],
-                 full: Callable[[], list[BatchPlan]]):
+                 full: Callable[[], list[BatchPlan]], void: Callable[[str], str | None] | None = None):
         self.last = last
         self._consumed, self._reported, self._link_noted, self._full = consumed, reported, link_noted, full
+        self._void = void
         self._all: list[BatchPlan] | None = None
 
     @classmethod
@@ -314,6 +315,11 @@ class ReadSoFar(Sequence[BatchPlan]):
     def consumed(self, path: str) -> dict | None:
         """The planned entry ({"path", "size", "mtime_ms", ...}) of the newest batch that read ``path``."""
         return self._consumed(path)
+
+    def void(self, path: str) -> str | None:
+        """Why the landing file ``path`` must never be read (the file of a void quarantine replay,
+        ``eobatch.replay``), or None."""
+        return self._void(path) if self._void is not None else None
 
     def reported(self, path: str) -> bool:
         """Whether a plan's notes already reported ``path`` as changed after it was consumed."""
@@ -448,14 +454,15 @@ class History:
 
     # -- read so far (continuous mode) ---------------------------------------------------------
     def read_so_far(self, start_marker: Callable[[BatchPlan], BatchPlan | None],
-                    full: Callable[[], list[BatchPlan]]) -> ReadSoFar:
+                    full: Callable[[], list[BatchPlan]], void: Callable[[str], str | None] | None = None) -> ReadSoFar:
         """``state.read_so_far`` over every plan, from the checkpoint and the newer plans;
-        ``full()`` gives the whole list from every record, for a use that needs all of it."""
+        ``full()`` gives the whole list from every record, for a use that needs all of it;
+        ``void``: ``ReadSoFar.void``."""
         marker = self._query(lambda: self._marker(start_marker))
         last = marker if marker is not None else self._query(self._last_kept)
         return ReadSoFar(last, lambda p: self._query(lambda: self._consumed(p, marker)),
                          lambda p: self._query(lambda: self._reported(p, marker)),
-                         lambda n: self._link_noted(n, marker), full)
+                         lambda n: self._link_noted(n, marker), full, void)
 
     def _last_kept(self) -> BatchPlan | None:
         kept = self.kept_tail()

@@ -5,7 +5,7 @@ replayed, by whoever, at the same time or after a crash.
 
 ``make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]`` selects the quarantine rows of that
 batch (whose reason contains REASON, when given). A record is known by its source position
-(landing file, line): the same record quarantined again after a rewind is the same record.
+(landing file, line), in one incarnation of its batch (a batch id is never used again).
 
 The decision is one put-if-absent record per replay, numbered like batches:
 ``<sink>/_eo_ledger/replays/<n>.json`` names the records it takes (its lineage: each line's
@@ -23,6 +23,13 @@ read (the planner reads a path once, so a file written again after its batch rea
 published again). Nothing is written through a symbolic link in the landing zone (``LinkRefused``).
 Replay files of versions that kept no record in the ledger count as replays too: their lineage
 (``<file>.lineage.json`` beside them) names the records they took.
+
+A rewind that undoes a replay's origin batch makes the replay void (``live``): the tables go back
+to before that batch, the batches after the rewind read its records again from their own landing
+files, and the replay's file is never read (the planners ask ``void_files``; a batch that had read
+it was undone by the same rewind) nor written again. A record quarantined again by the batch that
+read it again is another incarnation: replayable once, from that batch. A replay of a batch a
+rewind undid is refused.
 
 A record whose raw text the quarantine could not keep exactly (cut at 64 KiB, or invalid UTF-8
 made valid) is skipped and counted.
@@ -44,6 +51,7 @@ from . import faults
 from .errors import UsageError
 from .formats import bid
 from .lines import RAW_CHARS
+from .protocol.state import undoing
 from .storage import LinkRefused, join, link_refused, storage_for
 
 REPLAY_DIR = "replay"
@@ -83,6 +91,51 @@ def recorded(proto) -> list[dict[str, Any]]:
     return sorted(out, key=lambda r: r["replay"])
 
 
+def every_replay(proto, strict: bool = True) -> list[dict[str, Any]]:
+    """Every replay, recorded (``recorded``) or of an earlier version (a lineage beside its file):
+    ``label``, ``batch_id`` (its origin batch), ``file``, ``records`` and, recorded ones only, the
+    rest of their record. ``strict``: a lineage that cannot be read is refused (UsageError), else
+    left out (a planner never halts on a landing input)."""
+    out = [{**rec, "label": f"replay {rec['replay']}"} for rec in recorded(proto)]
+    landing = storage_for(proto.cfg.source.path)
+    return out + _legacy_replays(landing, join(proto.cfg.source.path, REPLAY_DIR), strict)
+
+
+def live(replays: list[dict[str, Any]], rewinds: list) -> tuple[list[dict], list[tuple[dict, Any]]]:
+    """(live replays, [(void replay, the rewind that voided it)]), given the rewinds in effect
+    (``Protocol.rewinds_in_effect``). A replay is void once a rewind undid its origin batch
+    (``state.undoing``): that incarnation of its records is gone from the tables' history, they
+    are read again from their own landing files, and a record quarantined again is another
+    incarnation, replayable once more. Decided by two put-if-absent records, the replay's (its
+    origin batch) and the rewind's (or its reservation), so every reader, at any time, in any order
+    of the two, decides the same."""
+    ok, void = [], []
+    for r in replays:
+        by = undoing(r["batch_id"], rewinds)
+        (ok.append(r) if by is None else void.append((r, by)))
+    return ok, void
+
+
+def void_text(replay: dict[str, Any], by) -> str:
+    """Why the file of a void replay is never read (a plan's note, the landing input skipped)."""
+    return (f"{replay['label']} is void: batch {replay['batch_id']}, whose quarantined records it took, was rewound "
+            f"(the rewind after batch {by.after_batch} to before batch {by.to_batch}), so those records are read "
+            f"again from their own landing files; this file is never read (remove it; a record quarantined again "
+            f"can be replayed from the batch that read it again)")
+
+
+def void_files(proto, rewinds: list) -> dict[str, str]:
+    """Landing file -> why it is never read: the files of the void replays (``live``), given the
+    rewinds in effect. What the plans ask (``ReadSoFar.void``); nothing is read without a rewind."""
+    if not rewinds or not _replayable(proto.cfg):
+        return {}
+    return {r["file"]: void_text(r, by) for r, by in live(every_replay(proto, strict=False), rewinds)[1]}
+
+
+def _replayable(cfg) -> bool:
+    return cfg.source.kind == "files" and cfg.mode == "continuous" and getattr(cfg.source, "path", None) is not None
+
+
 def _check_source(cfg) -> None:
     if cfg.source.kind == "kafka" or getattr(cfg.source, "path", None) is None:
         raise UsageError(f"replay writes landing files; pipeline {cfg.name} reads {cfg.source.describe()}: "
@@ -104,6 +157,12 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     UsageError when nothing is to be done or it cannot be done."""
     cfg = proto.cfg
     _check_source(cfg)
+    undone = undoing(batch_id, proto.rewinds_in_effect())
+    if undone is not None:
+        raise UsageError(f"batch {batch_id} was rewound (the rewind after batch {undone.after_batch} to before "
+                         f"batch {undone.to_batch}): its records are read again by the batches after that rewind, and none "
+                         f"of its quarantine counts any more. Replay from the batch that read them again "
+                         f"(`make ledger PIPELINE={cfg.name}`); nothing written")
     rows = quarantined(proto, batch_id, reason)
     keep = {_key(r["source"], r["position"]): r for r in rows
             if r["raw"] is not None and len(r["raw"]) < RAW_LIMIT and "\ufffd" not in r["raw"] and "\n" not in r["raw"]}
@@ -117,12 +176,12 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     if landing.is_link(folder):  # refused before anything is recorded (the write checks again)
         raise link_refused(folder)
     fs = storage_for(proto.layout.ledger)
-    legacy = _legacy_replays(landing, folder)
     mine: dict[str, Any] | None = None
     while mine is None:
-        records = recorded(proto)
-        taken = {**legacy, **{_key(r["source"], r["position"]): (f"replay {rec['replay']}", rec["file"])
-                              for rec in records for r in rec["records"]}}
+        replays = every_replay(proto)
+        records = [r for r in replays if "replay" in r]
+        taken = {_key(r["source"], r["position"]): (rep["label"], rep["file"])
+                 for rep in live(replays, proto.rewinds_in_effect())[0] for r in rep["records"]}  # a void one took nothing
         new = [r for k, r in keep.items() if k not in taken]
         if not new:
             break
@@ -163,17 +222,22 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
             "already_in": [label for label, _file in by], "skipped": skipped, "finished": earlier}
 
 
-def _legacy_replays(landing, folder: str) -> dict[tuple[str, int | None], tuple[str, str]]:
-    """The records replayed before replays were recorded in the ledger: each such replay file
-    has its lineage beside it (``<file>.lineage.json``); key -> (label, file)."""
-    out = {}
+def _legacy_replays(landing, folder: str, strict: bool = True) -> list[dict[str, Any]]:
+    """The replays made before replays were recorded in the ledger: each such replay file has its
+    lineage beside it (``<file>.lineage.json``), as ``every_replay`` lists them."""
+    out = []
     for f in landing.list_files(folder, recursive=False):
         if f.path.endswith(".jsonl.lineage.json"):
             file = f.path[:-len(".lineage.json")]
             try:
-                out.update({_key(r["source"], r["position"]): ("an earlier replay", file)
-                            for r in json.loads(landing.read_bytes(f.path))["records"]})
+                records = json.loads(landing.read_bytes(f.path))["records"]
+                origin = min((int(r["batch_id"]) for r in records), default=0)  # one batch's records
+                for r in records:
+                    _key(r["source"], r["position"])  # each one names its source position
+                out.append({"label": "an earlier replay", "file": file, "records": records, "batch_id": origin})
             except (ValueError, KeyError, TypeError) as e:
+                if not strict:
+                    continue
                 raise UsageError(f"{f.path} is not the lineage of a replay ({type(e).__name__}: {e}), so which "
                                  f"records {file} replayed is unknown; nothing replayed. Fix it, or remove it if "
                                  f"{file} was never a replay") from None
@@ -188,7 +252,7 @@ def _write_landing_files(proto, records: list[dict]) -> list[dict]:
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
     read = proto._read_so_far()
     wrote = []
-    for rec in records:
+    for rec in live(records, proto.rewinds_in_effect())[0]:  # never a void one's
         path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"
         if read.consumed(path) is not None or landing.stat(path) is not None:
             continue  # a batch read it (it may be gone since: never written again), or it waits for one

@@ -38,6 +38,12 @@ Rules (each one step; the invariants run after every step)
     ``disturb``         a run dies between two verbs; a ZOMBIE attempt of its batch appears; a
                         third party aborts its attempt (task marked failed); its commit hits a
                         transient ``InjectedFault`` at ``commit.before_delta_commit`` (and retries).
+    ``replay``          (``ReplayProtocolModel``) an operator's ``make replay`` of a batch the quarantine table holds (all its
+                        records, or those whose reason names JSON: overlapping selections), between two
+                        verbs of the runs: its landing file is read by a later batch (the lines are
+                        still bad: quarantined again, from the replay file), and rewinds may undo the
+                        batch it replayed from, the batch that read its file, or both
+                        (``rewind_after_replay``: a run's rewind, then a replay again).
     ``foreign``         FOREIGN WRITERS on the tables: delta-rs ``optimize.compact()`` of the sink, a
                         blind append of ``foreign-*`` rows to the sink, and a VACUUM (retention 0,
                         full) of the sink or the quarantine table, which may delete the staged files
@@ -48,7 +54,10 @@ Invariants (after every step, read with independent readers: delta-rs ``to_pyarr
 ``transaction_version``, the raw ``_delta_log`` JSON and the raw ledger files; never the product's
 own classes)
     1. no good record of ours is published twice (foreign rows excluded); no bad line is twice
-       in the quarantine table;
+       in the quarantine table from the landing files, no source position twice; a line quarantined
+       from a replay file has its origin (the replay record's batch, source and position) still in
+       the quarantine table: a replay whose origin batch a rewind undid is never read (its lines
+       would be there twice, as the re-read original and as the replay's);
     2. every published record of ours was landed, with its values (nothing invented);
     3. every PREPARED batch not yet held by a table has all its files there with their sizes,
        unless a foreign VACUUM ran after the file was staged; a commit that finds them gone must
@@ -64,7 +73,9 @@ own classes)
        ``CHECKPOINTS["INTERVAL"]`` batches here, so rewinds, resets and crashes meet them).
 Teardown drains: recover -> plan -> stage -> verify -> commit with no faults until nothing is left
 (CommitBlocked -> ``reset`` as its message says), then: published good records == every good
-record landed, once each; quarantine == every bad line landed, once; every table holds the newest
+record landed, once each; quarantine from the landing files == every bad line landed, once; from
+each replay file, its lines once when its origin batch counts, none when a rewind undid it (read
+from the raw replay and rewind records); every table holds the newest
 batch; ``sweep(recent=None)`` leaves no staged file that no commit ever referenced.
 
 After the machine, fixed sequences of the same rules (each drained and checked the same way):
@@ -73,7 +84,8 @@ bugs this model found, fixed in 5315b82 (``test_found_*``). Where the model deli
 away from a state, the comment says why ("Not a bug: ...").
 
 Settings: a fixed, derandomized CI profile (200 examples of up to 35 steps, about 2 minutes on
-2 cores, and 40 of ``MergeProtocolModel``, the same machine over a merge sink, about 45 s);
+2 cores, 40 of ``MergeProtocolModel``, the same machine over a merge sink, about 45 s, and 60
+of ``ReplayProtocolModel``, with quarantine replays among the rules);
 ``EOBATCH_MODEL_EXAMPLES=<n>`` (``make model-check EXAMPLES=<n> [SEED=<s>]``) runs n random
 examples of up to 50 steps of each (``--hypothesis-seed`` repeats one run).
 """
@@ -103,6 +115,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from eobatch import checkpoint as ckpt
 from eobatch import faults
 from eobatch.config import load_pipeline
+from eobatch.errors import UsageError
 from eobatch.formats import BatchPlan
 from eobatch.protocol import (
     AttemptPrepared,
@@ -113,6 +126,7 @@ from eobatch.protocol import (
     Protocol,
     ProtocolError,
 )
+from eobatch.replay import replay as replay_records
 from eobatch.verify import NotReady, VerifyFailed
 from support.pyarrow_stager import stage
 
@@ -312,7 +326,7 @@ class ProtocolModel(RuleBasedStateMachine):
         self.writes: collections.Counter[str] = collections.Counter()  # ledger writes per actor in the current step
         self.seen_txn = {"sink": 0, "quarantine": 0}
         self.views = {"sink": TableView(self.sink, ["order_id", "customer", "amount"]),
-                      "quarantine": TableView(self.quarantine, ["raw"])}
+                      "quarantine": TableView(self.quarantine, ["raw", "source", "position", "batch_id"])}
         self.copies = 0
         self.edits = 0
         self.foreign_rows = 0
@@ -880,6 +894,28 @@ class ProtocolModel(RuleBasedStateMachine):
         event(f"config edit: {edit}")
         note(f"config edit {self.edits}: {edit}")
 
+    def replay(self, pick, by_reason):
+        """``make replay`` of a batch the quarantine table holds now (all its records, or those whose
+        reason names JSON), between two verbs of the runs; refused when nothing is left to replay,
+        or when a rewind (recorded, or only reserved by a rewind that died) undid the batch. A rule
+        of ``ReplayProtocolModel``."""
+        batches = sorted({r["batch_id"] for r in self._views()["quarantine"].rows})
+        if not batches:
+            return
+        b = batches[pick % len(batches)]
+        try:
+            done = replay_records(Protocol(self.cfg), b, "JSON" if by_reason else None)
+        except UsageError as e:
+            event("replay: refused" + (" (rewound)" if "was rewound" in str(e) else ""))
+            note(f"replay of batch {b} refused: {e}")
+            return
+        event("replay: done" + (" (some already replayed)" if done["already"] else ""))
+        note(f"replay of batch {b}: replay {done['replay']}, {done['records']} record(s), {done['already']} skipped")
+
+    def _replays(self) -> dict[str, dict]:
+        """The raw replay records of the ledger, by their landing file."""
+        return {r["file"]: r for r in _read_json_dir(self.sink / "_eo_ledger" / "replays").values()}
+
     @precondition(lambda self: (self.sink / "_delta_log").is_dir())
     @rule(kind=st.sampled_from(["compact", "append", "vacuum-sink", "vacuum-quarantine"]), n=st.integers(1, 3))
     def foreign(self, kind, n):
@@ -983,11 +1019,23 @@ class ProtocolModel(RuleBasedStateMachine):
             assert want is not None, f"(2) published a record that was never landed: {r}"
             assert (r["customer"], r["amount"]) == (want["customer"], want["amount"]), \
                 f"(2) published {r}, landed {want}"
-        raws = collections.Counter(r["raw"] for r in views["quarantine"].rows)
+        rows, replays = views["quarantine"].rows, self._replays()
+        raws = collections.Counter(r["raw"] for r in rows if r["source"] not in replays)
         dup = {k: n for k, n in raws.items() if n > 1}
         assert not dup, f"(1) quarantined twice: {dup}"
+        dup = {k: n for k, n in collections.Counter((r["source"], r["position"]) for r in rows).items() if n > 1}
+        assert not dup, f"(1) a source position quarantined twice: {dup}"
+        held = {(r["source"], r["position"], r["batch_id"]): r["raw"] for r in rows}
+        for r in rows:
+            if r["source"] in replays:  # (1) read from a replay file: its origin is still quarantined
+                rec = replays[r["source"]]
+                o = {x["line"]: x for x in rec["records"]}[r["position"]]
+                assert held.get((o["source"], o["position"], o["batch_id"])) == r["raw"], (
+                    f"(1) line {r['position']} of replay {rec['replay']} ({r['raw']!r}) was read by batch "
+                    f"{r['batch_id']} but its origin, {o['source']}:{o['position']} of batch {o['batch_id']}, is "
+                    f"not in the quarantine table (a rewind undid that batch): the line counts twice")
         landed_bad = set(self.bad)
-        assert set(raws) <= landed_bad, f"(2) quarantined lines never landed: {set(raws) - landed_bad}"
+        assert set(held.values()) <= landed_bad, f"(2) quarantined lines never landed: {set(held.values()) - landed_bad}"
 
     @invariant()
     def txn_versions_only_grow(self):
@@ -1122,9 +1170,20 @@ class ProtocolModel(RuleBasedStateMachine):
         lost = sorted(set(self.good) - set(ours))
         assert not lost, f"lost after the drain: {lost[:10]} ({len(lost)} of {len(self.good)})"
         assert all(n == 1 for n in ours.values()) and set(ours) == set(self.good)
-        raws = collections.Counter(r["raw"] for r in views["quarantine"].rows)
+        replays = self._replays()
+        raws = collections.Counter(r["raw"] for r in views["quarantine"].rows if r["source"] not in replays)
         assert raws == collections.Counter(self.bad), \
             f"quarantine after the drain: missing {sorted(set(self.bad) - set(raws))[:5]}, extra {raws - collections.Counter(self.bad)}"
+        ledger = self.sink / "_eo_ledger"
+        rewound = {b for f in (ledger / "rewinds").glob("*.json") for after, to in [map(int, f.stem.split("-"))]
+                   for b in range(to, after + 1)}
+        read = collections.Counter(r["source"] for r in views["quarantine"].rows if r["source"] in replays)
+        for file, rec in replays.items():  # each line of a replay once while its origin counts; never after
+            want = 0 if rec["batch_id"] in rewound else len(rec["records"])
+            assert read[file] == want, (f"replay {rec['replay']} of batch {rec['batch_id']} (rewound: "
+                                        f"{rec['batch_id'] in rewound}): {read[file]} of its lines quarantined "
+                                        f"again after the drain, expected {want}")
+            event("drain: a void replay" if want == 0 else "drain: a replay read")
         latest = max(_read_json_dir(self.sink / "_eo_ledger" / "plans"), default=0)
         for part, v in views.items():
             assert v.txn == latest, f"{part} holds batch {v.txn} after the drain, newest plan {latest}"
@@ -1169,6 +1228,42 @@ class MergeProtocolModel(ProtocolModel):
 
     def record(self, k: int, i: int) -> dict:
         return {**super().record(k, i), "seq": k * 100 + i, "seq2": k * 100 + i}
+
+
+class ReplayProtocolModel(ProtocolModel):
+    """The same machine with an operator's ``make replay`` among the rules, and a rule that makes
+    rewinds meet replays often (its own CI budget, so that the draws of ``ProtocolModel`` stay as
+    they are). Schema edits are left out here (drawn as a description edit): they are drawn by
+    ``ProtocolModel``, and a batch staged under an edited schema whose edit is then put back, as
+    a refusal advises, is a hole of its own (the tables take the column; every later batch fails
+    verify), not a replay's."""
+
+    EDITS = {**ProtocolModel.EDITS, "schema": ProtocolModel.EDITS["description"]}
+
+    @precondition(lambda self: (self.quarantine / "_delta_log").is_dir())
+    @rule(pick=st.integers(0, 11), by_reason=st.booleans())
+    def replay_quarantined(self, pick, by_reason):
+        self.replay(pick, by_reason)
+
+    @precondition(lambda self: (self.quarantine / "_delta_log").is_dir() and (self.sink / "_eo_ledger" / "replays").is_dir())
+    @rule(slot=st.integers(0, SLOTS - 1), back=st.integers(0, 2), pick=st.integers(0, 11))
+    def rewind_after_replay(self, slot, back, pick):
+        """Once a replay was made: a run rewinds (to the newest batch, or one or two before it),
+        then the operator replays again, so that rewinds meet replays often (their origin batch
+        undone, or only the batch that read their file)."""
+        a = self.actors[slot]
+        if a.phase == "idle":
+            self._advance(a, 0)  # its recover
+        if a.phase != "ready":
+            return
+        self._advance(a, 3 + 4 * back)  # a rewind to the newest plan minus ``back``
+        self.replay(pick, False)
+
+
+ReplayProtocolModel.TestCase.settings = settings(
+    ProtocolModel.TestCase.settings,
+    max_examples=int(os.environ.get("EOBATCH_MODEL_EXAMPLES") or os.environ.get("EOBATCH_MODEL_REPLAY_CI_EXAMPLES", "60")))
+TestReplayProtocolModel = ReplayProtocolModel.TestCase
 
 
 MergeProtocolModel.TestCase.settings = settings(
@@ -1252,6 +1347,24 @@ def test_found_a_rewind_to_a_version_a_vacuum_emptied_is_refused_before_it_chang
     m.step(0, 3)  # rewind to batch 2: refused (ProtocolError), nothing reserved or recorded
     ledger = m.sink / "_eo_ledger"
     assert max(_read_json_dir(ledger / "plans")) == 2 and not list((ledger / "rewinds").glob("*.json"))
+
+
+def test_found_a_rewind_to_before_a_replayed_batch_reads_the_replay_file_again(machine):
+    """Was: batch 1 quarantined two lines, a replay wrote them back, batch 2 quarantined them again
+    from the replay file; a rewind to batch 1 read land-0001 and the replay file once more, so the
+    lines counted twice (a fixed rule would have published them twice) with no origin left."""
+    m = machine
+    m.land(3, 2, False)
+    _committed_batches(m, 1)
+    m.replay(0, False)
+    _committed_batches(m, 1)  # batch 2 reads the replay file
+    (file,) = m._replays()
+    assert sorted(r["batch_id"] for r in m._views()["quarantine"].rows if r["source"] == file) == [2, 2]
+    m.step(0, 0)  # recover
+    m.step(0, 7)  # rewind to batch 1 (the newest plan minus one)
+    m.check_now()
+    assert (m.sink / "_eo_ledger" / "rewinds" / "0000000002-0000000001.json").exists()
+    _committed_batches(m, 2)  # batch 3: land-0001 again; never the void replay's file
 
 
 def test_found_a_zombie_of_a_reset_batch_does_not_publish_the_old_range(machine):

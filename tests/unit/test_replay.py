@@ -16,6 +16,7 @@ import pytest
 
 import eobatch
 from eobatch import cli
+from eobatch.backlog import backlog
 from eobatch.errors import UsageError
 from eobatch.protocol import Protocol
 from eobatch.replay import replay
@@ -118,15 +119,22 @@ def test_a_second_selection_replays_only_the_records_not_replayed_yet(make_cfg, 
     assert sorted(r["batch_id"] for r in read_rows(Path(cfg.quarantine_table)) if r["raw"] == "{not json") == [1, 2]
 
 
-def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
-    """That version kept no record in the ledger, only the lineage beside its replay file."""
-    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+def _earlier_versions_replay(cfg, line: str) -> Path:
+    """A replay file of batch 1's second line as a version before the ledger's records left it:
+    the line, and its lineage beside it."""
     old = Path(cfg.source.path) / "replay" / "replay-b1-0123456789ab.jsonl"
     old.parent.mkdir()
-    old.write_text(anon[0] + "\n")
+    old.write_text(line + "\n")
     Path(f"{old}.lineage.json").write_text(json.dumps({"replay_of_batch": 1, "reason_filter": None, "records": [
         {"line": 1, "batch_id": 1, "source": str(Path(cfg.source.path) / "a.jsonl"), "position": 2,
          "reason": "missing required field 'customer'"}]}))
+    return old
+
+
+def test_records_an_earlier_version_replayed_are_not_replayed_again(make_cfg, monkeypatch, capsys):
+    """That version kept no record in the ledger, only the lineage beside its replay file."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    _earlier_versions_replay(cfg, anon[0])
     monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
     assert cli.main(["replay", "orders", "1", "--reason", "customer"]) == 0
     assert "replayed 1 quarantined record(s) of batch 1" in capsys.readouterr().out
@@ -204,3 +212,95 @@ def test_replay_never_writes_through_a_planted_link(make_cfg, tmp_path, monkeypa
     assert cli.main(["replay", "orders", "1"]) == 0  # nothing was recorded as replayed: all of them now
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     assert list(other.iterdir()) == []
+
+
+# -- a replay meets a rewind: each incarnation of a record replayed once (issue 27) --------------------
+def _quarantine(proto) -> collections.Counter:
+    """The quarantine table's raw lines, counted."""
+    return collections.Counter(r["raw"] for r in read_rows(Path(proto.cfg.quarantine_table)))
+
+
+def test_a_rewind_to_before_the_replayed_batch_voids_its_replays_published_or_not(make_cfg, capsys, monkeypatch):
+    """Was: replay 1's file published by batch 2, replay 2's not yet read; a rewind to batch 1 read
+    a.jsonl (the fixed rule passes its records) and both replay files again: the two records were
+    published twice, the malformed line quarantined twice (and replayable twice)."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    one = replay(proto, 1, "customer")
+    assert run_next(proto) == 2  # publishes replay 1's file
+    two = replay(proto, 1)  # the malformed line: its file waits for a batch
+    assert (one["records"], two["records"]) == (2, 1)
+    Path(one["file"]).unlink()  # published: a clean-up removes it. Not a loss for the rewind: never read again
+    proto.rewind(1, run_id="ui")
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert _quarantine(proto) == {"{not json": 1}
+    plan3 = proto.ledger.plan(3)  # reserved by the rewind: a.jsonl, neither replay file
+    assert [f["path"].rsplit("/", 1)[-1] for f in plan3.range["files"]] == ["a.jsonl"]
+    assert [n.split(": ", 1)[1].split(" is void")[0] for n in plan3.notes if "is void" in n] == ["replay 2"]
+    assert Path(two["file"]).exists()  # left where it is, never read: the plans say so once
+    assert backlog(proto)["files"] == 0  # nor waiting to be published
+    assert sum("replay 2 is void" in n for b in (3, 4) if proto.ledger.plan(b) for n in proto.ledger.plan(b).notes) == 1
+
+    with pytest.raises(UsageError, match="batch 1 was rewound .*after batch 2 to before batch 1"):
+        replay(proto, 1)
+    # the malformed line quarantined again by batch 3 is another incarnation: replayable once
+    three = replay(proto, 3)
+    assert not Path(one["file"]).exists()  # a void replay's file is never written again
+    assert (three["replay"], three["records"], three["already"]) == (3, 1, 0)
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert _quarantine(proto) == {"{not json": 2}  # from a.jsonl in batch 3, from replay 3's file
+    with pytest.raises(UsageError, match=r"already replayed \(replay 3 as"):
+        replay(proto, 3)
+
+
+def test_a_rewind_to_between_the_quarantine_and_the_replays_batch_publishes_the_replay_once_again(make_cfg):
+    """Batch 1 (quarantined) stays: replay 1 still counts, and its file, which only batch 2 had
+    read, is read again once; its records cannot be replayed a second time."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    replay(proto, 1, "customer")
+    assert run_next(proto) == 2
+    _land(cfg, "b.jsonl", [json.dumps({"order_id": "o2"})])
+    assert run_next(proto) == 3
+    proto.rewind(2, run_id="ui")
+    assert _publish_all(proto) == {"o1": 1, "o2": 1, "anon1": 1, "anon2": 1}
+    assert not any("void" in n for b in (4, 5) if proto.ledger.plan(b) for n in proto.ledger.plan(b).notes)
+    with pytest.raises(UsageError, match="all 2 selected record.* already replayed"):
+        replay(proto, 1, "customer")
+    assert _publish_all(proto) == {"o1": 1, "o2": 1, "anon1": 1, "anon2": 1}
+
+
+def test_a_rewind_that_died_after_its_reservation_already_voids_the_replays_it_undoes(make_cfg, monkeypatch):
+    """Between the rewind's reservation (batch 3, planned without the replay file) and its record,
+    the reservation is the decision: a replay of batch 1 is refused, and the replay file is never
+    read; the next run's recover records the rewind and restores the tables."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    one = replay(proto, 1, "customer")
+    assert run_next(proto) == 2
+
+    class Died(BaseException):
+        pass
+
+    def die(rec):
+        raise Died
+
+    monkeypatch.setattr(proto.ledger, "put_rewind", die)
+    with pytest.raises(Died):
+        proto.rewind(1, run_id="ui")
+    monkeypatch.undo()
+    fresh = Protocol(cfg)
+    assert fresh.ledger.rewinds() == [] and fresh.ledger.plan(3).rewind is not None
+    assert [f["path"] for f in fresh.ledger.plan(3).range["files"]] == [str(Path(cfg.source.path) / "a.jsonl")]
+    assert Path(one["file"]).exists()
+    with pytest.raises(UsageError, match="batch 1 was rewound"):
+        replay(fresh, 1)
+    assert _publish_all(fresh) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert [r.key for r in fresh.ledger.rewinds()] == ["2-1"]
+
+
+def test_a_replay_file_of_an_earlier_version_is_void_too_after_a_rewind_to_before_its_batch(make_cfg):
+    """Its lineage names its origin batch: undone by the rewind, the file is not read again."""
+    cfg, proto, anon = _quarantine_batch_1(make_cfg)
+    old = _earlier_versions_replay(cfg, anon[0])
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1}
+    proto.rewind(1, run_id="ui")
+    assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
+    assert any(n.startswith(f"skipped {old}: an earlier replay is void: batch 1") for n in proto.ledger.plan(3).notes)

@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import faults
+from ..checkpoint import RewindKey
 from ..config import config_values
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
 from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
@@ -56,6 +57,7 @@ class Repairs:
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
         def _sink_record(self) -> str | None: ...
         def _is_abandoned(self, batch_id: int) -> bool: ...
+        def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
 
     # -- rewind ----------------------------------------------------------------------
     def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
@@ -112,8 +114,12 @@ class Repairs:
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
+        from ..replay import void_files
+
+        # the files of the replays this rewind voids are not read again, so nothing of theirs is lost
+        voided = void_files(self, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
         lost = self._gone(gone, "rewind", accept_loss or dry_run, f"BATCH={to_batch}",
-                          "their published rows would be taken back and never published again")
+                          "their published rows would be taken back and never published again", set(voided))
         if dry_run:
             return [f"dry run: would {what}"] + ([f"dry run: {len(lost)} landing file(s) of those batches are gone "
                                                   f"(the rewind needs ACCEPT_LOSS=1): {', '.join(lost[:20])}"]
@@ -258,16 +264,17 @@ class Repairs:
         return sorted(moved)
 
     # -- a repair over expired landing files -------------------------------------------
-    def _gone(self, batches: list[int], verb: str, accept: bool, args: str, consequence: str) -> list[str]:
+    def _gone(self, batches: list[int], verb: str, accept: bool, args: str, consequence: str,
+              not_read: set[str] | frozenset[str] = frozenset()) -> list[str]:
         """The recorded source positions of ``batches`` that are gone from the source (landing
-        files expired since: ``SourceKind.gone``). A repair that would read them again is refused
-        (ProtocolError naming them) unless ``accept``."""
+        files expired since: ``SourceKind.gone``), but ``not_read`` (never read again anyway). A
+        repair that would read them again is refused (ProtocolError naming them) unless ``accept``."""
         lost: list[str] = []
         for b in batches:
             plan = self.ledger.plan(b)
             if plan is not None and not self._is_abandoned(b):
                 lost += kind_for(plan.source_kind).gone(plan.range)
-        lost = sorted(set(lost))
+        lost = sorted(set(lost) - not_read)
         if lost and not accept:
             raise ProtocolError(
                 f"{verb} of {self.app_id!r} refused: {len(lost)} landing file(s) of batches {st.ranges(batches)} are "

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 
 from .. import faults
-from ..checkpoint import History, ReadSoFar
+from ..checkpoint import History, ReadSoFar, RewindKey
 from ..config import TABLE, PipelineConfig, config_edits, config_values
 from ..errors import (
     AttemptPrepared,
@@ -376,7 +376,32 @@ class Protocol(Repairs):
             rewinds: list = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
             return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
 
-        return hist.read_so_far(self._start_marker, every_record)
+        void: dict[str, str] | None = None
+
+        def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
+            nonlocal void
+            if void is None:
+                from ..replay import void_files
+
+                void = void_files(self, self.rewinds_in_effect(hist=hist))
+            return void.get(path)
+
+        return hist.read_so_far(self._start_marker, every_record, void_file)
+
+    def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:
+        """Every rewind recorded (with the one being planned now, when ``hist`` counts it), and the
+        rewind that reserved the newest batch and died before its record (``_complete_rewinds``
+        records it): what undoes batches (``state.undoing``), from the moment its reservation is
+        written. From ``hist`` when given (no listing: what a plan reads anyway)."""
+        if hist is not None:
+            keys, latest = set(hist.rewinds), hist.latest
+            reserved = hist.plan(latest) if latest else None
+        else:
+            keys, latest = set(self.ledger.rewind_keys()), self.ledger.latest_batch_id()
+            reserved = self.ledger.plan(latest) if latest else None
+        if reserved is not None and reserved.rewind:
+            keys.add(RewindKey(int(reserved.rewind["after_batch"]), int(reserved.rewind["to_batch"])))
+        return sorted(keys)
 
     @staticmethod
     def _start_marker(k: BatchPlan) -> BatchPlan | None:

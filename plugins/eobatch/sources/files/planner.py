@@ -167,6 +167,10 @@ class FilesSource:
                     if not read.reported(f.path):
                         notes.append(msg)
                 continue
+            void = read.void(f.path)
+            if void is not None:  # a void replay's file: never read, said once (an alert, the gauge)
+                self.skip(f.path, void, retried=False)
+                continue
             entry = self._entry_or_skip(f)
             if entry is None:
                 continue
