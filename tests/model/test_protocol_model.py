@@ -749,6 +749,8 @@ class ProtocolModel(RuleBasedStateMachine):
                 except Crash as c:
                     event("crash at stage.after_first_file")
                     self._drop(a, f"crashed at {c}")
+                except ConfigChanged as e:  # the stage task refused the file before its job started
+                    self._config_refused(a, e, "stage")
                 return
             self._advance(a, pick, verb=verb)
         finally:
