@@ -413,10 +413,13 @@ class Protocol(Repairs):
         batch ``batch_id``'s plan recorded (``config.CONTRACT``), since the job is built from the
         file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
         committed, only under the configuration that planned it (the job checks its spec again,
-        verify checks what the job recorded). None when the batch has no plan (the job says so)."""
+        verify checks what the job recorded). None when the batch has no plan (the job says so).
+        A batch every table holds (a late stage task, after a recover committed it) is decided, as
+        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
+        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
         plan = self.ledger.plan(batch_id)
         if plan is not None:
-            self._check_config(batch_id, plan=plan)
+            self._check_config(batch_id, self.committed_versions(), plan=plan)
         return plan
 
     # -- verify (pre-commit) ---------------------------------------------------------

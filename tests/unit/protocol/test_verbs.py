@@ -552,9 +552,12 @@ def test_a_pending_batch_refuses_an_edit_of_a_key_it_depends_on_until_it_is_comm
     land_ids(cfg, "c.jsonl", range(5, 6))
     assert run_next(Protocol(edited)) == 3  # nothing pending: the edit is taken
     assert Protocol(edited).ledger.plan(3).config == config_values(edited)
-    # a late commit task of batch 2, which every table holds, is not refused (putting the old value
-    # back, as a refusal would say, would hold up the batches planned under the edit)
+    # a late commit or stage task of batch 2, which every table holds, is not refused (putting the old
+    # value back, as a refusal would say, would hold up the batches planned under the edit)
     assert Protocol(edited).commit(2).batch_id == 2
+    assert Protocol(edited).check_stage(2) is not None
+    with pytest.raises(JobRefused, match="is not staged"):  # the job: nothing written
+        stage(Protocol(edited), 2)
 
 
 def test_a_batch_is_staged_and_verified_only_under_its_plans_configuration(make_cfg):
