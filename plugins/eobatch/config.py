@@ -6,7 +6,6 @@ Every error names the file and the key, e.g. ``orders.yaml: source.path: must be
 from __future__ import annotations
 
 import datetime as dt
-import fnmatch
 import glob
 import hashlib
 import json
@@ -21,7 +20,8 @@ from typing import Any, NamedTuple
 import yaml
 
 from . import sinks
-from .errors import UsageError
+from .errors import ConfigError
+from .policy import REPO, check_spark_conf, expand_vars
 from .sinks import SinkConfig, SinkContext
 from .sources import ConfigContext, SourceConfig, kind_for, kind_names
 
@@ -33,12 +33,6 @@ SIMPLE_TYPES = {
 PARTITION_TYPES = {"STRING", "INT", "INTEGER", "BIGINT", "LONG", "SMALLINT", "SHORT", "DATE", "BOOLEAN"}
 TRANSFORMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                               "spark_jobs", "transforms")
-
-
-class ConfigError(UsageError):
-    def __init__(self, file: str, key: str, message: str):
-        self.file, self.key = file, key
-        super().__init__(f"{os.path.basename(file)}: {key}: {message}" if key else f"{os.path.basename(file)}: {message}")
 
 
 @dataclass(frozen=True)
@@ -397,61 +391,6 @@ def table_path(v: Any, file: str, key: str) -> str:
     return os.path.normpath(v)
 
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}
-
-
-# ${VAR} and ${VAR:-default} are expanded only in these keys: the locations and connections that
-# differ between demo, tests and clusters. Anywhere else (the description is shown in the UI; options
-# and Spark settings reach the job) a variable would let a YAML copy any environment variable of the
-# platform, a secret too, to where pipeline authors can read it; there it is an error.
-EXPANDED_KEYS = ("source.path", "source.bootstrap_servers", "source.topic", "sink.table", "quarantine.table",
-                 "spark.conn_id")
-VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
-
-
-def _expand_vars(raw: dict, file: str) -> None:
-    """Expands the variables of EXPANDED_KEYS in place; a variable in any other key is an error."""
-    key = _var_outside_expanded_keys(raw)
-    if key:
-        raise ConfigError(file, key, f"holds a ${{...}}, but variables are expanded only in "
-                                     f"{', '.join(EXPANDED_KEYS)}; write the value itself here")
-    for key in EXPANDED_KEYS:
-        section, leaf = key.split(".")
-        d = raw.get(section)
-        if isinstance(d, dict) and isinstance(d.get(leaf), str):
-            d[leaf] = _expand(d[leaf], file, key)
-
-
-def _var_outside_expanded_keys(v: Any, key: str = "") -> str | None:
-    """The first key outside EXPANDED_KEYS whose string holds a ${VAR}, or None."""
-    if isinstance(v, str):
-        return key if key not in EXPANDED_KEYS and VAR_RE.search(v) else None
-    if isinstance(v, dict):
-        children = [(f"{key}.{k}" if key else str(k), x) for k, x in v.items()]
-    elif isinstance(v, list):
-        children = [(f"{key}[{i}]", x) for i, x in enumerate(v)]
-    else:
-        return None
-    return next((found for k, x in children if (found := _var_outside_expanded_keys(x, k))), None)
-
-
-def _expand(v: str, file: str, key: str) -> str:
-    """${VAR} and ${VAR:-default}, so one YAML serves demo, tests and clusters.
-
-    ``EOBATCH_DATA_DIR`` defaults to the repository's ``.demo/data`` folder.
-    """
-    def sub(m):
-        name, default = m.group(1), m.group(3)
-        val = os.environ.get(name) or BUILTIN_VARS.get(name)
-        if val:
-            return val
-        if default is None:
-            raise ConfigError(file, key, f"environment variable {name} is not set (use ${{VAR:-default}})")
-        return default
-    return VAR_RE.sub(sub, v)
-
-
 def pos_int(v: Any, file: str, key: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise ConfigError(file, key, f"must be a positive integer, got {v!r}")
@@ -461,7 +400,7 @@ def pos_int(v: Any, file: str, key: str) -> int:
 def load_pipeline(file: str) -> PipelineConfig:
     """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
     raw = _read_yaml(file)
-    _expand_vars(raw, file)
+    expand_vars(raw, file)
     refuse_unknown(raw, TOP_KEYS, file)
     name = _parse_name(raw, file)
     mode = _parse_mode(raw, file)
@@ -665,7 +604,7 @@ def _parse_spark(raw: dict, file: str) -> SparkConfig:
     conf = section.get("conf") or {}
     if not isinstance(conf, dict):
         raise ConfigError(file, "spark.conf", "must be a mapping of Spark settings")
-    return SparkConfig(conn_id=str(section.get("conn_id", "spark_default")), conf=_check_spark_conf(conf, file),
+    return SparkConfig(conn_id=str(section.get("conn_id", "spark_default")), conf=check_spark_conf(conf, file),
                        driver_memory=section.get("driver_memory"), executor_memory=section.get("executor_memory"))
 
 
@@ -981,54 +920,6 @@ def _check_schedule(s: str, file: str, key: str = "schedule") -> None:
         return
     if not croniter.is_valid(s):
         raise ConfigError(file, key, f"{s!r} is not a valid cron expression")
-
-
-# Spark settings a pipeline YAML may not set (fnmatch globs, matched case-insensitively). They decide
-# who may see or change what (redaction, ACLs, authentication, TLS, encryption, event and driver
-# logs), which code runs (jars, packages, files, Python, JVM options, listeners, plugins, extensions,
-# catalogs, scripts), with which identity and credentials, and what reaches the processes'
-# environment: the platform's business (spark-defaults, the Spark connection), not a pipeline's. The
-# platform can let pipelines set some of them with EOBATCH_ALLOW_SPARK_CONF (environment only).
-SPARK_CONF_SECURITY = (
-    "spark.redaction.*", "spark.eventlog.*", "spark.driver.log.*", "spark.history.*",
-    "spark.*.extrajavaoptions", "spark.*.defaultjavaoptions", "spark.*.extraclasspath", "spark.*.extralibrarypath",
-    "spark.jars", "spark.jars.*", "spark.files", "spark.archives", "spark.submit.*", "spark.yarn.dist.*",
-    "spark.pyspark.*", "spark.python.*", "spark.plugins", "spark.extralisteners", "spark.sql.queryexecutionlisteners",
-    "spark.sql.streaming.streamingquerylisteners", "spark.sql.extensions", "spark.sql.catalog.*",
-    "spark.sql.hive.metastore.jars*", "spark.*.resource.*.discoveryscript",
-    "spark.executorenv.*", "spark.yarn.appmasterenv.*", "spark.kubernetes.*env.*", "spark.kubernetes.*secret*",
-    "spark.kubernetes.authenticate.*", "spark.kubernetes.*podtemplate*", "spark.kubernetes.*volumes.*",
-    "spark.authenticate*", "spark.acls.*", "spark.admin.acls*", "spark.modify.acls*", "spark.ui.view.acls*",
-    "spark.ui.filters", "spark.ssl.*", "spark.network.crypto.*", "spark.io.encryption.*",
-    "spark.kerberos.*", "spark.yarn.keytab", "spark.yarn.principal", "spark.yarn.access.*",
-    "spark.hadoop.*access.key*", "spark.hadoop.*secret*", "spark.hadoop.*token*", "spark.hadoop.*credential*",
-    "spark.hadoop.*password*", "spark.hadoop.*.security.*", "spark.hadoop.*account.key*",
-    "spark.hadoop.*encryption.key*", "spark.hadoop.*assumed.role*", "spark.hadoop.*.auth.*", "spark.hadoop.*oauth*",
-)
-# Set by the product for correctness (launch.SPARK_DEFAULTS): UTC for interval bounds and timestamps,
-# no speculative duplicate tasks (one manifest per partition), s3a's change detection (a landing
-# object is read as one object: s3conf.CHANGE_DETECTION). No environment variable allows them.
-SPARK_CONF_PRODUCT = ("spark.sql.session.timezone", "spark.speculation", "spark.hadoop.fs.s3a.change.detection.*")
-
-
-def _check_spark_conf(conf: dict, file: str) -> dict[str, str]:
-    """The pipeline's Spark settings as strings; security and product settings are errors."""
-    allowed = [p.strip().lower() for p in os.environ.get("EOBATCH_ALLOW_SPARK_CONF", "").split(",") if p.strip()]
-    for k in map(str, conf):
-        key, name = f"spark.conf.{k}", k.lower()
-        if not k or "=" in k or any(c.isspace() for c in k):
-            raise ConfigError(file, key, "must be a Spark setting name without '=' or white space")
-        if _glob_any(name, SPARK_CONF_PRODUCT):
-            raise ConfigError(file, key, "is set by the product for correctness; a pipeline cannot change it")
-        if _glob_any(name, SPARK_CONF_SECURITY) and not _glob_any(name, allowed):
-            raise ConfigError(file, key, "is a security setting of the platform (spark-defaults or the Spark "
-                                         "connection), not of a pipeline YAML; the platform can allow it with the "
-                                         "environment variable EOBATCH_ALLOW_SPARK_CONF (comma-separated keys or globs)")
-    return {str(k): str(v) for k, v in conf.items()}
-
-
-def _glob_any(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
 def pipelines_dir() -> str:
