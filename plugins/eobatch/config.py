@@ -11,11 +11,7 @@ import hashlib
 import json
 import os
 import re
-import string
-from collections.abc import Callable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from itertools import pairwise
 from typing import Annotated, Any
 
 import yaml
@@ -40,6 +36,7 @@ from .config_model import (
 )
 from .errors import ConfigError
 from .policy import REPO, check_spark_conf, expand_vars
+from .schedule import PRESET_CRON, check_schedule
 from .sinks import SinkConfig, SinkContext
 from .sources import ConfigContext, SourceConfig, kind_for, kind_names
 
@@ -193,7 +190,6 @@ class PipelineConfig:
 
     def interval_starting(self, start):
         """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
-        import datetime as dt
 
         from croniter import croniter
 
@@ -281,44 +277,6 @@ def parse_schema(ddl: str, file: str = "<schema>", key: str = "schema") -> tuple
     return tuple(cols)
 
 
-def require(d: dict, k: str, file: str, prefix: str = ""):
-    if k not in d or d[k] is None:
-        raise ConfigError(file, prefix + k, "is required")
-    return d[k]
-
-
-def refuse_unknown(d: dict, allowed: AbstractSet[str], file: str, prefix: str = "") -> None:
-    extra = sorted(set(d) - allowed)
-    if extra:
-        raise ConfigError(file, prefix + extra[0],
-                          f"unknown key (allowed: {', '.join(sorted(allowed))})")
-
-
-def _checked_at(check: Callable[[Any], Any], v: Any, file: str, key: str) -> Any:
-    """``check(v)`` (a check of config_model) as the value of ``key`` in ``file``."""
-    try:
-        return check(v)
-    except Invalid as e:
-        raise ConfigError(file, key, e.message) from None
-
-
-def table_path(v: Any, file: str, key: str) -> str:
-    return _checked_at(cm.table_path, v, file, key)
-
-
-def pos_int(v: Any, file: str, key: str) -> int:
-    return _checked_at(cm.pos_int, v, file, key)
-
-
-def non_negative_int(v: Any, file: str, key: str) -> int:
-    return _checked_at(cm.non_negative_int, v, file, key)
-
-
-def conn_id(v: Any, file: str, key: str) -> str:
-    """An Airflow connection id (the YAML names connections, never their secrets)."""
-    return _checked_at(cm.conn_id, v, file, key)
-
-
 def _read_yaml(file: str) -> dict:
     try:
         with open(file, encoding="utf-8") as f:
@@ -330,140 +288,6 @@ def _read_yaml(file: str) -> dict:
     if not isinstance(raw, dict):
         raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
     return raw
-
-
-LATE_FILE_POLICIES = ("republish", "fail", "ignore")
-
-
-def interval_source_keys(src: dict, mode: str, file: str) -> dict:
-    """settle_seconds (every kind) and the late-file policy (landing-file kinds) of interval mode."""
-    out = {}
-    for key in ("settle_seconds", "late_files", "late_lookback_intervals"):
-        if key in src and mode != "interval":
-            raise ConfigError(file, f"source.{key}", "only used in interval mode (set mode: interval, or remove it)")
-    if "settle_seconds" in src:
-        out["settle_seconds"] = non_negative_int(src["settle_seconds"], file, "source.settle_seconds")
-    if "late_files" in src:
-        if src["late_files"] not in LATE_FILE_POLICIES:
-            raise ConfigError(file, "source.late_files", f"{src['late_files']!r} must be one of "
-                                                         f"{', '.join(LATE_FILE_POLICIES)}")
-        out["late_files"] = src["late_files"]
-    if "late_lookback_intervals" in src:
-        out["late_lookback_intervals"] = non_negative_int(src["late_lookback_intervals"], file,
-                                                           "source.late_lookback_intervals")
-    return out
-
-
-INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}
-
-
-def check_interval_prefix(prefix, mode: str, schedule: str | None, file: str) -> None:
-    key = "source.interval_prefix"
-    if mode != "interval":
-        raise ConfigError(file, key, "only used in interval mode (set mode: interval, or remove it)")
-    if not isinstance(prefix, str) or not prefix.strip("/ "):
-        raise ConfigError(file, key, "must be a sub-folder pattern such as 'dt={ds}' or 'dt={ds}/hour={hh}'")
-    try:
-        names = {f for _, f, _, _ in string.Formatter().parse(prefix) if f is not None}
-    except ValueError as e:
-        raise ConfigError(file, key, f"{prefix!r} is not a valid pattern: {e}") from None
-    unknown = names - INTERVAL_FIELDS
-    if unknown or not names:
-        raise ConfigError(file, key, f"{prefix!r} must use only the placeholders {{ds}} (YYYY-MM-DD), "
-                                     f"{{ds_nodash}} (YYYYMMDD) and {{hh}} (hour, 00-23), and at least one of them")
-    if prefix.startswith("/") or ".." in prefix.split("/"):
-        raise ConfigError(file, key, f"{prefix!r} must be a relative sub-folder of source.path")
-    if schedule is None:  # parse_config refuses this before it parses the source
-        raise ConfigError(file, "schedule", "interval mode needs a schedule (a cron expression or a preset such "
-                                            "as '@hourly'): its runs' data intervals are the batches' ranges")
-    _check_prefix_grain(prefix, names, schedule, file)
-
-
-HOUR, DAY = dt.timedelta(hours=1), dt.timedelta(days=1)
-PREFIX_HINT = "use dt={ds}/hour={hh} with @hourly ('0 * * * *'), or dt={ds} with @daily ('0 0 * * *')"
-
-
-def _check_prefix_grain(prefix: str, names: set, schedule: str, file: str) -> None:
-    """The prefix must name exactly one interval: its folder changes at every interval boundary, never inside.
-
-    With {hh} every interval must be one clock hour (and the folder needs the date too); with the
-    date alone, one UTC day from 00:00 to 00:00.
-    """
-    key = "source.interval_prefix"
-    hourly = "hh" in names
-    if hourly and not names & {"ds", "ds_nodash"}:
-        raise ConfigError(file, key, f"{prefix!r} has {{hh}} and also needs {{ds}} or {{ds_nodash}}: without "
-                                     f"the date, hour 10 of every day is the same folder; {PREFIX_HINT}")
-    odd = _odd_interval(PRESET_CRON.get(schedule.strip(), schedule.strip()), HOUR if hourly else DAY)
-    if odd:
-        unit, shape = ("clock hour", "HH:00 to HH+1:00") if hourly else ("UTC day", "00:00 to 00:00")
-        raise ConfigError(file, key, f"{prefix!r} names one folder per {unit}, so every interval must be one "
-                                     f"{unit} ({shape} UTC), but schedule {schedule!r} has intervals such as "
-                                     f"{_at(odd[0])} to {_at(odd[1])} UTC ({_span(odd[1] - odd[0])}); {PREFIX_HINT}")
-
-
-GRAIN_CHECK_FROM = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)  # a Monday 00:00 of a leap year
-
-
-def _odd_interval(cron: str, step: dt.timedelta) -> tuple[dt.datetime, dt.datetime] | None:
-    """The first interval of ``cron`` that is not exactly one ``step`` (an hour or a day) starting on a
-    multiple of it, or None. Intervals are UTC (no DST), from one tick to the next, as Airflow's.
-
-    Cron's ticks are (the days it runs) x (its times of day): the times are checked over one day of
-    ticks, the days over a year of midnights (every month, day of the month and weekday).
-    """
-    from croniter import croniter
-
-    for a, b in pairwise(_ticks(cron, DAY // step + 1)):
-        if b - a != step or (a - GRAIN_CHECK_FROM) % step:
-            return a, b
-    for a, b in pairwise(_ticks(" ".join(["0", "0", *cron.split()[2:5]]), 367)):
-        if b - a != DAY:  # a day it does not run: the interval that ends at b spans it
-            return croniter(cron, b).get_prev(dt.datetime), b
-    return None
-
-
-def _ticks(cron: str, n: int) -> list[dt.datetime]:
-    from croniter import croniter
-
-    it = croniter(cron, GRAIN_CHECK_FROM - dt.timedelta(microseconds=1))
-    return [it.get_next(dt.datetime) for _ in range(n)]
-
-
-def _at(t: dt.datetime) -> str:
-    return t.strftime("%Y-%m-%d %H:%M:%S" if t.second else "%Y-%m-%d %H:%M")
-
-
-def _span(d: dt.timedelta) -> str:
-    for unit, size in (("day", DAY), ("hour", HOUR), ("minute", dt.timedelta(minutes=1))):
-        if not d % size:
-            return f"{d // size} {unit}{'' if d == size else 's'}"
-    return f"{int(d.total_seconds())} seconds"
-
-
-# Cron spelling of Airflow's presets, for interval mode's CronDataIntervalTimetable.
-PRESET_CRON = {"@hourly": "0 * * * *", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
-               "@weekly": "0 0 * * 0", "@monthly": "0 0 1 * *", "@quarterly": "0 0 1 */3 *",
-               "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *"}
-PRESETS = {"@once", "@continuous", "@hourly", "@daily", "@weekly", "@monthly", "@quarterly", "@yearly", "@annually", "@midnight"}
-
-
-def _check_schedule(s: str) -> None:
-    """A cron expression (5 or 6 fields) or one of Airflow's PRESETS (Invalid otherwise)."""
-    s = s.strip()
-    if s.startswith("@"):
-        if s not in PRESETS:
-            raise Invalid(f"unknown preset {s!r} (known: {', '.join(sorted(PRESETS))})")
-        return
-    fields = s.split()
-    if len(fields) not in (5, 6) or not all(re.fullmatch(r"[0-9A-Za-z*/,\-?LW#]+", f) for f in fields):
-        raise Invalid(f"{s!r} is not a cron expression (5 fields) or a preset")
-    try:
-        from croniter import croniter  # ships with Airflow; optional here
-    except ImportError:
-        return
-    if not croniter.is_valid(s):
-        raise Invalid(f"{s!r} is not a valid cron expression")
 
 
 # -- the YAML's sections as typed models (config_model): each checks its keys, in the order of the
@@ -493,7 +317,7 @@ def _schedule(v: Any, info: ValidationInfo) -> str | None:
         return None
     if not isinstance(v, str) or not v.strip():
         raise Invalid("must be null, a cron expression or a preset such as '@hourly'")
-    _check_schedule(v)
+    check_schedule(v)
     if mode == "interval" and v.strip() in ("@once", "@continuous"):
         raise Invalid(f"{v!r} has no data intervals; interval mode needs a cron expression or a preset such "
                       f"as '@hourly'")
@@ -582,7 +406,7 @@ class SinkSection(Section):
     config: SkipJsonSchema[Any] = None  # the kind's (SinkConfig), set by the pipeline's check
 
     @classmethod
-    def keys(cls) -> frozenset[str]:
+    def yaml_keys(cls) -> frozenset[str]:
         return frozenset(sink_keys())
 
 
@@ -763,7 +587,7 @@ def _maintenance_schedule(v: Any) -> str | None:
     if v is not None:
         if not isinstance(v, str):
             raise Invalid(f"must be a cron expression or a preset, got {v!r}")
-        _check_schedule(v)
+        check_schedule(v)
     return v
 
 
@@ -912,12 +736,12 @@ def _check_partition_columns(partition_by: tuple[str, ...], columns: tuple[Colum
         raise Invalid("at least one column must stay out of the partitioning", at="partition_by")
 
 
-TOP_KEYS = PipelineFile.keys()
-MAINTENANCE_KEYS = MaintenanceSection.keys()
-QUARANTINE_KEYS = QuarantineSection.keys()
-SPARK_KEYS = SparkSection.keys()
-ALERT_KEYS = AlertsSection.keys()
-RETRY_KEYS = RetriesSection.keys()
+TOP_KEYS = PipelineFile.yaml_keys()
+MAINTENANCE_KEYS = MaintenanceSection.yaml_keys()
+QUARANTINE_KEYS = QuarantineSection.yaml_keys()
+SPARK_KEYS = SparkSection.yaml_keys()
+ALERT_KEYS = AlertsSection.yaml_keys()
+RETRY_KEYS = RetriesSection.yaml_keys()
 
 
 # -- a configuration edit is an event of the protocol ---------------------------------------------
@@ -929,7 +753,7 @@ RETRY_KEYS = RetriesSection.keys()
 #   PENDING  what a batch is staged, verified or committed with: a batch that is PLANNED, STAGED or
 #            PREPARED finishes under the values that planned it (the edit waits until it has)
 #   FREE     read only when a batch is planned or scheduled, or by no batch at all (the reason says)
-TABLE, PENDING = "table", "pending"
+TABLE, PENDING = sinks.TABLE, sinks.PENDING
 
 
 def _source_value(attr: str):

@@ -42,7 +42,7 @@ class Section(BaseModel):
     NOT_A_MAPPING: ClassVar[str] = "must be a mapping"
 
     @classmethod
-    def keys(cls) -> frozenset[str]:
+    def yaml_keys(cls) -> frozenset[str]:
         """The keys this mapping may hold."""
         return frozenset(f.alias or n for n, f in cls.model_fields.items())
 
@@ -55,7 +55,7 @@ class Section(BaseModel):
             data = {}
         if not isinstance(data, dict):
             raise Invalid(cls.NOT_A_MAPPING)
-        allowed = cls.keys()
+        allowed = cls.yaml_keys()
         extra = sorted(set(data) - allowed)
         if extra:
             raise Invalid(f"unknown key (allowed: {', '.join(sorted(allowed))})", at=str(extra[0]))

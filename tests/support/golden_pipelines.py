@@ -3,8 +3,8 @@ include/pipelines/ and the pipelines the unit tests write (tests/support/pipelin
 conftest's, and one of each section and kind), loaded with fixed locations.
 
 ``python tests/support/golden_pipelines.py`` prints the values of the code as it is now; the golden
-file tests/unit/data/pipeline_golden.json holds the values recorded before configuration became
-typed models (tests/unit/test_config_golden.py compares them)."""
+file pipeline_golden.json beside this one holds the values recorded before configuration became
+typed models (tests/unit/test_config.py compares them)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
+GOLDEN = os.path.join(HERE, "pipeline_golden.json")
 ENV = {"EOBATCH_DATA_DIR": "/data/eobatch", "KAFKA_BOOTSTRAP": "127.0.0.1:9092", "S3_BUCKET": "eobatch"}
 SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import datetime
 import datetime as dt
+import json
 import os
 
 import pytest
 
 from eobatch import config
 from eobatch.config import Column, ConfigError, load_all, load_pipeline, parse_schema
+from support import golden_pipelines
 from support.pipeline_yaml import kafka_doc as _kafka
 from support.pipeline_yaml import load_doc as _load
 
@@ -920,7 +922,7 @@ def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     forget it."""
     from eobatch import config as c
     from eobatch.config import HARMLESS, SINK_KEYS, TOP_KEYS, contract
-    from eobatch.sinks.delta_merge.config import MERGE_KEYS
+    from eobatch.sinks.delta_merge.section import MERGE_KEYS
     from eobatch.sources import kind_for, kind_names
 
     CONTRACT = contract()
@@ -933,3 +935,31 @@ def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     assert not (set(CONTRACT) & set(HARMLESS)), "a key is both in the contract and harmless"
     assert keys - set(CONTRACT) - set(HARMLESS) == set(), "keys with no role in config.CONTRACT / HARMLESS"
     assert set(CONTRACT) | set(HARMLESS) <= keys, "roles of keys the loader does not accept"
+
+
+# -- every pipeline keeps its fingerprint, its recorded contract values and the configuration it loads
+# to (recorded before configuration became typed models): a batch planned before a change of the
+# loader still matches its plan after it (tests/support/golden_pipelines.py)
+
+
+
+@pytest.fixture(scope="module")
+def golden_now(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in golden_pipelines.ENV.items():
+            mp.setenv(k, v)
+        return golden_pipelines.values(str(tmp_path_factory.mktemp("golden")))
+
+
+def test_every_pipeline_is_in_the_golden_file(golden_now):
+    with open(golden_pipelines.GOLDEN, encoding="utf-8") as f:
+        recorded = json.load(f)
+    assert sorted(golden_now) == sorted(recorded), "a pipeline was added or removed: record it (see golden_pipelines)"
+
+
+@pytest.mark.parametrize("label", sorted(golden_pipelines.sources()))
+def test_pipeline_loads_as_recorded(golden_now, label):
+    with open(golden_pipelines.GOLDEN, encoding="utf-8") as f:
+        recorded = json.load(f)[label]
+    assert golden_now[label]["fingerprint"] == recorded["fingerprint"]
+    assert golden_now[label] == recorded

@@ -17,6 +17,8 @@ from __future__ import annotations
 from ..registry import Registry
 from .base import (
     LEGACY_CONTRACT,
+    PENDING,
+    TABLE,
     CommitConflict,
     FingerprintMismatch,
     Participant,
@@ -68,6 +70,6 @@ def job_module(name: str) -> str:
     return kind_for(name).job_module
 
 
-__all__ = ["SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
+__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
            "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
            "modes", "sink_for", "job_module"]
