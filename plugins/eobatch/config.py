@@ -22,13 +22,13 @@ from . import config_model as cm
 from . import sinks
 from .config_model import (
     NAME_RE,
+    Check,
     ConnId,
     Invalid,
     NonNegativeInt,
     PosInt,
     Section,
     TablePath,
-    checked,
     context_file,
     one_of,
     required,
@@ -374,9 +374,9 @@ def _transform_options(v: Any) -> dict:
 
 class TransformSection(Section):
     """``transform: <name>`` or ``transform: {name: ..., options: {...}}``."""
-    name: checked(required(_transform_name), {"type": "string", "pattern": NAME_RE.pattern,
-                                              "description": "a module of spark_jobs/transforms/"})
-    options: checked(_transform_options, {"type": "object"}) = {}
+    name: Annotated[Any, Check(required(_transform_name), {"type": "string", "pattern": NAME_RE.pattern,
+                                              "description": "a module of spark_jobs/transforms/"})]
+    options: Annotated[Any, Check(_transform_options, {"type": "object"})] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -401,8 +401,8 @@ class SinkSection(Section):
     NOT_A_MAPPING = "must be a mapping with 'table'"
     model_config = ConfigDict(extra="allow")
     table: TablePath
-    partition_by: checked(_partition_by, {"type": "array", "items": {"type": "string"}}) = ()
-    mode: checked(lambda v: v, {"type": "string"}) = None
+    partition_by: Annotated[Any, Check(_partition_by, {"type": "array", "items": {"type": "string"}})] = ()
+    mode: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
     config: SkipJsonSchema[Any] = None  # the kind's (SinkConfig), set by the pipeline's check
 
     @classmethod
@@ -424,10 +424,10 @@ def _spark_conf(v: Any, info: ValidationInfo) -> dict[str, str]:
 
 
 class SparkSection(Section):
-    conn_id: checked(str, {"type": "string"}) = "spark_default"
-    conf: checked(_spark_conf, {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}) = {}
-    driver_memory: checked(lambda v: v, {"type": "string"}) = None
-    executor_memory: checked(lambda v: v, {"type": "string"}) = None
+    conn_id: Annotated[Any, Check(str, {"type": "string"})] = "spark_default"
+    conf: Annotated[Any, Check(_spark_conf, {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}})] = {}
+    driver_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
+    executor_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
 
     def value(self) -> SparkConfig:
         return SparkConfig(conn_id=self.conn_id, conf=self.conf, driver_memory=self.driver_memory,
@@ -448,7 +448,7 @@ class RetriesSection(Section):
     plan: NonNegativeInt = 2
     stage: NonNegativeInt = 1
     commit: NonNegativeInt = 8
-    delay_seconds: checked(_non_negative_number, {"type": "number", "minimum": 0}) = 10.0
+    delay_seconds: Annotated[Any, Check(_non_negative_number, {"type": "number", "minimum": 0})] = 10.0
     verify_timeout_seconds: PosInt = 900
     plan_wait_seconds: PosInt = 3600
 
@@ -467,8 +467,8 @@ def _bool(v: Any) -> bool:
     return v
 
 
-Bool = checked(_bool, {"type": "boolean"})
-Minutes = checked(_positive_minutes, {"type": "number", "exclusiveMinimum": 0})
+Bool = Annotated[Any, Check(_bool, {"type": "boolean"})]
+Minutes = Annotated[Any, Check(_positive_minutes, {"type": "number", "exclusiveMinimum": 0})]
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 EMAIL_RE = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
 EMAIL_NOTIFIER_KEYS = frozenset({"email", "smtp_conn_id", "from_email"})
@@ -509,11 +509,11 @@ def _notifier_args(v: Any) -> dict:
 class NotifierSection(Section):
     """One notifier of ``alerts.notify``: ``email`` (with ``smtp_conn_id``, ``from_email``) or
     ``notifier`` (with ``args``)."""
-    email: checked(_emails, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}) = ()
-    smtp_conn_id: checked(_optional_conn_id, {"type": "string"}) = None
-    from_email: checked(_email, {"type": "string"}) = None
-    notifier: checked(_notifier_class, {"type": "string", "pattern": DOTTED_RE.pattern}) = None
-    args: checked(_notifier_args, {"type": "object"}) = {}
+    email: Annotated[Any, Check(_emails, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})] = ()
+    smtp_conn_id: Annotated[Any, Check(_optional_conn_id, {"type": "string"})] = None
+    from_email: Annotated[Any, Check(_email, {"type": "string"})] = None
+    notifier: Annotated[Any, Check(_notifier_class, {"type": "string", "pattern": DOTTED_RE.pattern})] = None
+    args: Annotated[Any, Check(_notifier_args, {"type": "object"})] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -569,9 +569,9 @@ class ExpectationSection(Section):
     """A data-quality rule (``Expectation``)."""
     NULL = "invalid"
     NOT_A_MAPPING = "must be a mapping {name, expr, action}"
-    name: checked(required(_expectation_name), {"type": "string", "pattern": NAME_RE.pattern})
-    expr: checked(required(_expr), {"type": "string", "description": "a Spark SQL boolean expression"})
-    action: one_of(*EXPECTATION_ACTIONS) = "quarantine"
+    name: Annotated[Any, Check(required(_expectation_name), {"type": "string", "pattern": NAME_RE.pattern})]
+    expr: Annotated[Any, Check(required(_expr), {"type": "string", "description": "a Spark SQL boolean expression"})]
+    action: Annotated[str, one_of(*EXPECTATION_ACTIONS)] = "quarantine"
 
 
 def _expectations(v: Any) -> Any:
@@ -609,11 +609,11 @@ POOL_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
 class MaintenanceSection(Section):
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
     NOT_A_MAPPING = "must be a mapping (schedule, compact, target_file_mb, vacuum_retention_hours, pool)"
-    schedule: checked(_maintenance_schedule, {"type": "string"}) = None
+    schedule: Annotated[Any, Check(_maintenance_schedule, {"type": "string"})] = None
     compact: Bool = True
     target_file_mb: PosInt = 128
-    vacuum_retention_hours: checked(_hours, {"type": "number", "minimum": 0}) = 168.0
-    pool: checked(_pool, {"type": "string", "pattern": POOL_RE.pattern}) = None
+    vacuum_retention_hours: Annotated[Any, Check(_hours, {"type": "number", "minimum": 0})] = 168.0
+    pool: Annotated[Any, Check(_pool, {"type": "string", "pattern": POOL_RE.pattern})] = None
 
     def value(self) -> MaintenanceConfig:
         return MaintenanceConfig(schedule=self.schedule, compact=self.compact,
@@ -623,16 +623,16 @@ class MaintenanceSection(Section):
 
 class PipelineFile(Section):
     """A pipeline YAML, key by key (``load_pipeline`` makes its ``PipelineConfig``)."""
-    name: checked(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
-                                    "description": "the DAG id and the Delta appId"})
-    description: checked(str, {"type": "string"}) = ""
-    mode: checked(_mode, {"enum": list(MODES)}) = "continuous"
-    schedule: Annotated[checked(_schedule, {"type": ["string", "null"], "description": "null, a cron "
-                                            "expression or a preset such as '@hourly'"}),
+    name: Annotated[Any, Check(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
+                                    "description": "the DAG id and the Delta appId"})]
+    description: Annotated[Any, Check(str, {"type": "string"})] = ""
+    mode: Annotated[Any, Check(_mode, {"enum": list(MODES)})] = "continuous"
+    schedule: Annotated[Annotated[Any, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
+                                            "expression or a preset such as '@hourly'"})],
                         Field(validate_default=True)] = None
-    source: checked(_source, {"type": "object"})  # each kind's model: json_schema()
-    schema_: checked(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. 'id STRING NOT "
-                                                                "NULL, amount DOUBLE'"}) = Field(alias="schema")
+    source: Annotated[Any, Check(_source, {"type": "object"})]  # each kind's model: json_schema()
+    schema_: Annotated[Any, Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. 'id STRING NOT "
+                                                                "NULL, amount DOUBLE'"})] = Field(alias="schema")
     transform: TransformSection = TransformSection(name="passthrough")
     sink: SinkSection
     quarantine: QuarantineSection
@@ -642,7 +642,7 @@ class PipelineFile(Section):
     alerts: Annotated[AlertsSection | None, BeforeValidator(lambda v: v or None)] = None
     aws_conn_id: ConnId = "aws_default"
     expectations: Annotated[tuple[ExpectationSection, ...], BeforeValidator(_expectations)] = ()
-    schema_evolution: one_of(*SCHEMA_EVOLUTION) = "add_columns"
+    schema_evolution: Annotated[str, one_of(*SCHEMA_EVOLUTION)] = "add_columns"
     maintenance: MaintenanceSection = MaintenanceSection()
 
     @field_validator("sink")
@@ -810,7 +810,7 @@ def _sink_value(kind: str, get):
     return lambda c: get(c.sink) if c.sink.kind == kind else None
 
 
-def sink_keys() -> set[str]:
+def sink_keys() -> frozenset[str]:
     """The keys a ``sink:`` mapping may hold: every pipeline's, and those of every sink kind."""
     return SINK_KEYS.union(*(k.config_keys for k in sinks.kinds()))
 

@@ -13,9 +13,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainValidator,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from .errors import ConfigError
 
@@ -62,10 +75,20 @@ class Section(BaseModel):
         return data
 
 
-def checked(check: Callable[..., Any], schema: dict) -> Any:
-    """A field type whose value ``check(value)`` (or ``check(value, info)``) returns or refuses
-    (``Invalid``, or a ``ConfigError``), described in the JSON Schema by ``schema``."""
-    return Annotated[Any, PlainValidator(check), WithJsonSchema(schema)]
+@dataclass(frozen=True)
+class Check:
+    """Field metadata (``Annotated[T, Check(check, schema)]``): the value is ``check(value)`` (or
+    ``check(value, info)``), which refuses with ``Invalid`` (or a ``ConfigError``); the JSON
+    Schema describes it as ``schema``."""
+
+    check: Callable[..., Any]
+    schema: dict = field(hash=False)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return PlainValidator(self.check).__get_pydantic_core_schema__(source, handler)
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return WithJsonSchema(self.schema).__get_pydantic_json_schema__(schema, handler)
 
 
 def required(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -161,17 +184,17 @@ def table_path(v: Any) -> str:
     return os.path.normpath(v)
 
 
-def one_of(*allowed: Any) -> Any:
-    """A field type of one of ``allowed`` (its default is the field's): "'x' must be one of a, b"."""
+def one_of(*allowed: Any) -> Check:
+    """The check of a value that is one of ``allowed``: "'x' must be one of a, b"."""
     def check(v: Any) -> Any:
         if v not in allowed:
             raise Invalid(f"{v!r} must be one of {', '.join(map(str, allowed))}")
         return v
-    return checked(check, {"enum": list(allowed)})
+    return Check(check, {"enum": list(allowed)})
 
 
-PosInt = checked(pos_int, {"type": "integer", "minimum": 1})
-NonNegativeInt = checked(non_negative_int, {"type": "integer", "minimum": 0})
-ConnId = checked(conn_id, {"type": "string", "pattern": CONN_ID_RE.pattern})
-TablePath = checked(required(table_path), {"type": "string", "description": "an absolute local path or an "
-                                                                             "s3a://bucket/prefix URI"})
+PosInt = Annotated[int, Check(pos_int, {"type": "integer", "minimum": 1})]
+NonNegativeInt = Annotated[int, Check(non_negative_int, {"type": "integer", "minimum": 0})]
+ConnId = Annotated[str, Check(conn_id, {"type": "string", "pattern": CONN_ID_RE.pattern})]
+TablePath = Annotated[str, Check(required(table_path), {"type": "string", "description": "an absolute local path or an "
+                                                                             "s3a://bucket/prefix URI"})]

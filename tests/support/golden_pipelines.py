@@ -124,8 +124,11 @@ def attributes(cfg) -> dict:
     out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k != "file"}
     for k in ("source", "sink", "spark", "alerts", "maintenance"):
         out[k] = {"type": type(out[k]).__name__, **dataclasses.asdict(out[k])}
-    return json.loads(json.dumps(out, default=lambda v: dataclasses.asdict(v) if dataclasses.is_dataclass(v)
-                                 else repr(v)))
+    return json.loads(json.dumps(out, default=_json))
+
+
+def _json(v):
+    return dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else repr(v)
 
 
 def values(directory: str) -> dict[str, dict]:

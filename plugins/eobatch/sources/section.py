@@ -9,11 +9,11 @@ validation context) and returns the kind's config (``SourceConfig``).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 from pydantic import ValidationInfo, model_validator
 
-from ..config_model import Invalid, NonNegativeInt, PosInt, Section, TablePath, checked, one_of, validate
+from ..config_model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, validate
 from ..schedule import ONLY_INTERVAL, check_interval_prefix
 from .base import ConfigContext, SourceConfig
 
@@ -22,7 +22,7 @@ LATE_FILE_POLICIES = ("republish", "fail", "ignore")
 
 class SourceSection(Section):
     INTERVAL_ONLY: ClassVar[tuple[str, ...]] = ("settle_seconds",)  # keys refused outside interval mode
-    kind: checked(str, {"type": "string"})
+    kind: Annotated[Any, Check(str, {"type": "string"})]
     max_records_per_batch: PosInt = 100_000
     settle_seconds: NonNegativeInt = 60  # interval mode: an interval is planned only this long after its end
 
@@ -57,7 +57,7 @@ class LandingSection(SourceSection):
     """The keys of the kinds that read landing files below a folder."""
     INTERVAL_ONLY = ("settle_seconds", "late_files", "late_lookback_intervals")
     path: TablePath  # every file of the kind below it, sub-folders included
-    interval_prefix: checked(_interval_prefix, {"type": "string", "description": "interval mode: the interval's "
-                                                "sub-folder, with {ds}, {ds_nodash}, {hh}"}) = None
-    late_files: one_of(*LATE_FILE_POLICIES) = "republish"  # interval mode: a file landing in a published interval
-    late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are checked
+    interval_prefix: Annotated[Any, Check(_interval_prefix, {"type": "string", "description": "interval mode: the interval's "
+                                                "sub-folder, with {ds}, {ds_nodash}, {hh}"})] = None
+    late_files: Annotated[str, one_of(*LATE_FILE_POLICIES)] = "republish"  # interval mode: a file landing in a published interval
+    late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are Check

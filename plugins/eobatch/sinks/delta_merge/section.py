@@ -8,11 +8,11 @@ another transform the stage job and verify check them (a null key or sequence fa
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
-from ...config_model import Invalid, Section, checked, required, validate
+from ...config_model import Check, Invalid, Section, required, validate
 from ..base import SinkContext
 from .config import MergeConfig
 
@@ -62,13 +62,13 @@ class MergeSection(Section):
     NOT_A_MAPPING = ("sink.mode: merge needs a mapping {keys: [...], sequence_by: <column>, delete_when: <optional "
                      "SQL>} (an upsert), or {keys: [...], accumulate: {<column>: sum|min|max, ...}} (running "
                      "aggregates), e.g. {keys: [order_id], sequence_by: updated_at}")
-    keys: checked(required(_keys), {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
-                                                                    "minItems": 1, "uniqueItems": True}]})
-    sequence_by: checked(_column, {"type": "string", "description": "an upsert: the version of a key's record"}) = None
-    delete_when: checked(_delete_when, {"type": "string", "description": "an upsert: a Spark SQL boolean "
-                                        "expression; true deletes the key"}) = None
-    accumulate: checked(_accumulate, {"type": "object", "additionalProperties": {"enum": list(ACCUMULATE_FUNCTIONS)},
-                                      "description": "running aggregates: <column>: sum|min|max"}) = ()
+    keys: Annotated[Any, Check(required(_keys), {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"},
+                                                                    "minItems": 1, "uniqueItems": True}]})]
+    sequence_by: Annotated[Any, Check(_column, {"type": "string", "description": "an upsert: the version of a key's record"})] = None
+    delete_when: Annotated[Any, Check(_delete_when, {"type": "string", "description": "an upsert: a Spark SQL boolean "
+                                        "expression; true deletes the key"})] = None
+    accumulate: Annotated[Any, Check(_accumulate, {"type": "object", "additionalProperties": {"enum": list(ACCUMULATE_FUNCTIONS)},
+                                      "description": "running aggregates: <column>: sum|min|max"})] = ()
 
     @model_validator(mode="before")
     @classmethod

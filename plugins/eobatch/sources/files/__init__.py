@@ -34,7 +34,7 @@ class FilesKind:
         return FilesSection
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
-        return self.config_model.parse(src, ctx)  # type: ignore[return-value]
+        return self.config_model.parse(src, ctx)
 
     def planner(self, cfg) -> FilesSource:
         return FilesSource(cfg)

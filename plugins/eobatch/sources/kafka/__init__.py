@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import ConfigContext, IntervalTooLarge, fields_as_keys
+from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .client import for_job, job_env, settings
 from .config import KafkaConfig
 from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
@@ -38,8 +38,8 @@ class KafkaKind:
 
         return KafkaSection
 
-    def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
-        return self.config_model.parse(src, ctx)  # type: ignore[return-value]
+    def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # KafkaConfig
+        return self.config_model.parse(src, ctx)
 
     def planner(self, cfg) -> KafkaSource:
         return KafkaSource(cfg)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from ...config_model import ConnId, Invalid, NonNegativeInt, PosInt, checked, one_of, required
+from ...config_model import Check, ConnId, Invalid, NonNegativeInt, PosInt, one_of, required
 from ..section import SourceSection
 from .config import CHOICES, TOPIC_RE, KafkaConfig
 
@@ -29,13 +29,13 @@ def _topic(v: Any) -> str:
 class KafkaSection(SourceSection):
     CONFIG = KafkaConfig
     INTERVAL_ONLY = ("settle_seconds", "open_transaction_wait_seconds")
-    bootstrap_servers: checked(_servers, {"type": "string", "description": "host:port[,host:port...]; "
-                                          "or conn_id"}) = None
+    bootstrap_servers: Annotated[Any, Check(_servers, {"type": "string", "description": "host:port[,host:port...]; "
+                                          "or conn_id"})] = None
     conn_id: ConnId | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
-    topic: checked(required(_topic), {"type": "string", "pattern": TOPIC_RE.pattern})
-    starting_offsets: one_of(*CHOICES["starting_offsets"]) = CHOICES["starting_offsets"][0]
-    isolation_level: one_of(*CHOICES["isolation_level"]) = CHOICES["isolation_level"][0]
-    on_data_loss: one_of(*CHOICES["on_data_loss"]) = CHOICES["on_data_loss"][0]
+    topic: Annotated[Any, Check(required(_topic), {"type": "string", "pattern": TOPIC_RE.pattern})]
+    starting_offsets: Annotated[str, one_of(*CHOICES["starting_offsets"])] = CHOICES["starting_offsets"][0]
+    isolation_level: Annotated[str, one_of(*CHOICES["isolation_level"])] = CHOICES["isolation_level"][0]
+    on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]
     consumer_timeout_seconds: PosInt = 120
     open_transaction_wait_seconds: NonNegativeInt | None = None
     read_batch_bytes: PosInt | None = None
