@@ -30,18 +30,9 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from .errors import ConfigError
+from .errors import ConfigError, Invalid
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class Invalid(ValueError):
-    """A value a validator refuses: ``message`` about the key being validated, or about the key
-    ``at`` below it (relative), or about another key ``key`` (a full key path)."""
-
-    def __init__(self, message: str, *, at: str | None = None, key: str | None = None):
-        super().__init__(message)
-        self.message, self.at, self.key = message, at, key
 
 
 class Section(BaseModel):

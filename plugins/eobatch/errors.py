@@ -63,6 +63,16 @@ class ConfigError(UsageError):
         super().__init__(f"{name}: {key}: {message}" if key else f"{name}: {message}")
 
 
+class Invalid(ValueError):
+    """A value a check of a pipeline YAML refuses (``config_model``): ``message`` about the key
+    being checked, or about the key ``at`` below it (relative), or about another key ``key`` (a
+    full key path). The loader raises it as a ``ConfigError`` naming the file and the key."""
+
+    def __init__(self, message: str, *, at: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.message, self.at, self.key = message, at, key
+
+
 def kind_of(e: BaseException) -> Kind | None:
     """The kind of a product error; None for anything else (a bug, a library's own error)."""
     return e.kind if isinstance(e, EobatchError) else None

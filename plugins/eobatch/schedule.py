@@ -1,7 +1,7 @@
 """Schedules in a pipeline YAML: cron expressions and Airflow's presets, and interval mode's
 landing sub-folders (``source.interval_prefix``), which must name exactly one interval of the
 schedule. Pure Python (croniter, which ships with Airflow, where a check needs it); the checks
-raise ``config_model.Invalid``.
+raise ``errors.Invalid``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import string
 from itertools import pairwise
 from typing import Any
 
-from .config_model import Invalid
+from .errors import Invalid
 
 ONLY_INTERVAL = "only used in interval mode (set mode: interval, or remove it)"
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}

@@ -95,17 +95,9 @@ WRITTEN = {
 
 def pipeline_yaml_variants() -> dict[str, str]:
     """tests/support/pipeline_yaml.py's PINNED pipelines, written as its ``write_named`` does."""
-    from support.pipeline_yaml import PINNED
-    from support.pipeline_yaml import SCHEMA as PINNED_SCHEMA
+    from support.pipeline_yaml import PINNED, named_text
 
-    return {name: f"name: {name}\n" + textwrap.dedent(body) + textwrap.dedent(f"""\
-        schema: "{PINNED_SCHEMA}"
-        transform: passthrough
-        sink:
-          table: /data/lake/{name}
-        quarantine:
-          table: /data/lake/{name}_bad
-        """) for name, (body, _fp) in PINNED.items()}
+    return {name: named_text(name, body) for name, (body, _fp) in PINNED.items()}
 
 
 def sources() -> dict[str, str]:
