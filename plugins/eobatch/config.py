@@ -186,8 +186,8 @@ class SinkSection(Section):
     NOT_A_MAPPING = "must be a mapping with 'table'"
     model_config = ConfigDict(extra="allow")
     table: TablePath
-    partition_by: Annotated[Any, Check(_partition_by, {"type": "array", "items": {"type": "string"}})] = ()
-    mode: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
+    partition_by: Annotated[tuple[str, ...], Check(_partition_by, {"type": "array", "items": {"type": "string"}})] = ()
+    mode: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None  # its kind checks it (PipelineFile)
     config: SkipJsonSchema[Any] = None  # the kind's (SinkConfig), set by the pipeline's check
 
     @classmethod
@@ -408,16 +408,18 @@ class MaintenanceSection(Section):
 
 class PipelineFile(Section):
     """A pipeline YAML, key by key (``load_pipeline`` makes its ``PipelineConfig``)."""
-    name: Annotated[Any, Check(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
-                                    "description": "the DAG id and the Delta appId"})]
-    description: Annotated[Any, Check(str, {"type": "string"})] = ""
-    mode: Annotated[Any, Check(_mode, {"enum": list(MODES)})] = "continuous"
-    schedule: Annotated[Annotated[Any, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
-                                            "expression or a preset such as '@hourly'"})],
+    name: Annotated[str, Check(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
+                                                 "description": "the DAG id and the Delta appId"})]
+    description: Annotated[str, Check(str, {"type": "string"})] = ""
+    mode: Annotated[str, Check(_mode, {"enum": list(MODES)})] = "continuous"
+    schedule: Annotated[str | None, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
+                                                      "expression or a preset such as '@hourly'"}),
                         Field(validate_default=True)] = None
-    source: Annotated[Any, Check(_source, {"type": "object"})]  # each kind's model: json_schema()
-    schema_: Annotated[Any, Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. 'id STRING NOT "
-                                                                "NULL, amount DOUBLE'"})] = Field(alias="schema")
+    source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: pipeline_schema
+    schema_: Annotated[tuple[str, tuple[Column, ...]],
+                       Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. "
+                                                                        "'id STRING NOT NULL, amount DOUBLE'"}),
+                       Field(alias="schema")]
     transform: TransformSection = TransformSection(name="passthrough")
     sink: SinkSection
     quarantine: QuarantineSection
