@@ -348,6 +348,25 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
     _expect_error(write_yaml, doc, key, name="orders.yaml", contains=text)
 
 
+@pytest.mark.parametrize("dotted, typo, allowed", [
+    ("", "schedul", "alerts, aws_conn_id, description, expectations, maintenance, max_record_bytes, mode, name, "
+                    "quarantine, retries, schedule, schema, schema_evolution, sink, source, spark, transform"),
+    ("source", "max_record_per_batch", "interval_prefix, kind, late_files, late_lookback_intervals, max_file_bytes, "
+                                       "max_records_per_batch, path, settle_seconds"),
+    ("retries", "comit", "commit, delay_seconds, plan, plan_wait_seconds, stage, verify_timeout_seconds"),
+    ("alerts.notify[0]", "smtp", "email, from_email, smtp_conn_id"),
+])
+def test_a_typo_in_a_key_names_the_file_the_key_path_and_what_is_allowed(write_yaml, base_cfg, dotted, typo, allowed):
+    doc = copy.deepcopy(base_cfg)
+    doc["alerts"] = {"notify": [{"email": "ops@example.com"}]}
+    node = doc
+    for part in filter(None, dotted.replace("[0]", ".0").split(".")):
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[typo] = 1
+    key = f"{dotted}.{typo}" if dotted else typo
+    _expect_error(write_yaml, doc, key, name="orders.yaml", contains=f"unknown key (allowed: {allowed})")
+
+
 def test_expectations_load_in_order_and_change_the_fingerprint_only_when_present(write_yaml, base_cfg):
     from eobatch.config import Expectation
 
