@@ -25,10 +25,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: lint schema help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | test | lint | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | test | lint | schema | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -117,6 +117,11 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The JSON Schema of a pipeline YAML, from the typed models (checked in; a unit test fails when it is
+# not current). README "Pipeline files in an editor".
+schema: venv
+	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.pipeline_schema docs/pipeline.schema.json
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv

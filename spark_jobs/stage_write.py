@@ -14,6 +14,37 @@ import uuid
 from typing import Any, Iterable, Iterator
 
 
+def staged_file(staging_rel: str, slice_: str | None, partition_by: list[str], values: tuple, partition: int,
+                task_attempt: int) -> dict:
+    """Where one task attempt writes its file of one folder: ``path`` (relative to the table:
+    ``<attempt folder>[/<slice>][/<partition folders>]/part-<partition>-<task attempt>-<unique>.snappy.parquet``)
+    and the ``partition_values`` of its adds, both from ``eobatch.formats`` (the one definition of
+    a partition value's folder and of its spelling in the Delta log)."""
+    from eobatch.formats import partition_path, partition_text
+
+    name = f"part-{partition:05d}-{task_attempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
+    rel = "/".join(x for x in (staging_rel, slice_ or "", partition_path(partition_by, values), name) if x)
+    return {"path": rel, "partition_values": {c: partition_text(v) for c, v in zip(partition_by, values)}}
+
+
+def rows_by_folder(t, path_cols: list[str]) -> list[tuple[tuple, Any]]:
+    """The rows of the Arrow table ``t`` per value of its ``path_cols`` (the columns that are
+    folders, not file columns): [(values, rows)], one per distinct value (null included, a
+    folder of its own); [((), t)] without such columns. Each row is in exactly one part: the
+    groups hold row numbers, never matched again by equality (a NaN equals nothing, and 0.0
+    equals -0.0 though they group apart: a computed DOUBLE column would lose or double rows)."""
+    import pyarrow as pa
+
+    if not path_cols:
+        return [((), t)]
+    row = "_eo_row"  # a record field never starts with "_"; the slice column is "_eo_slice"
+    groups = (t.select(path_cols).append_column(row, pa.array(range(t.num_rows), pa.int64()))
+              .group_by(path_cols, use_threads=False).aggregate([(row, "list")]))
+    rows = groups.column(f"{row}_list").combine_chunks()
+    return [(tuple(k[c] for c in path_cols), t.take(rows[i].values))
+            for i, k in enumerate(groups.select(path_cols).to_pylist())]
+
+
 def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict, partition_by: list[str],
                     batch_id: int, attempt: str, slice_col: str | None = None):
     """Write ``df`` as Parquet files of this attempt, one manifest per Spark partition.
@@ -24,7 +55,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     """
     import pyspark
 
-    from eobatch.formats import Layout, PartitionManifest, StagedFile, partition_path, partition_text
+    from eobatch.formats import Layout, PartitionManifest, StagedFile
     from eobatch.storage import join, storage_for
 
     layout = Layout(**ledger_spec)
@@ -38,7 +69,6 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
         import os
 
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         from eobatch import faults
         from eobatch.table_files import TableFileWriter
@@ -55,35 +85,18 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
         def writer_for(key: tuple, schema):
             if key not in writers:
-                sub = partition_path(partition_by, key[n_slice:])  # the one definition of the folders
-                name = f"part-{pid:05d}-{tattempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
-                rel = "/".join(x for x in (staging_rel, key[0] if n_slice else "", sub, name) if x)
-                full = fs.arrow_path(join(table_root, rel))
+                files[key] = staged_file(staging_rel, key[0] if n_slice else None, partition_by, key[n_slice:],
+                                         pid, tattempt)
+                full = fs.arrow_path(join(table_root, files[key]["path"]))
                 if fs.scheme == "file":
                     os.makedirs(os.path.dirname(full), exist_ok=True)
                 writers[key] = TableFileWriter(full, schema, filesystem=afs)  # the product's statistics rules
-                files[key] = {"path": rel,
-                              "partition_values": {c: partition_text(v) for c, v in zip(partition_by, key[n_slice:])}}
             return writers[key]
 
         for rb in batches:
             if rb.num_rows == 0:
                 continue
-            t = pa.Table.from_batches([rb])
-            if not path_cols:
-                parts = [((), t)]
-            else:
-                keys = t.select(path_cols).group_by(path_cols).aggregate([]).to_pylist()
-                parts = []
-                for k in keys:
-                    mask = None
-                    for c in path_cols:
-                        v = k[c]
-                        m = pc.is_null(t[c]) if v is None else pc.equal(t[c], pa.scalar(v, t.schema.field(c).type))
-                        m = pc.fill_null(m, False)
-                        mask = m if mask is None else pc.and_(mask, m)
-                    parts.append((tuple(k[c] for c in path_cols), t.filter(mask)))
-            for key, part in parts:
+            for key, part in rows_by_folder(pa.Table.from_batches([rb]), path_cols):
                 data = part.drop_columns(path_cols) if path_cols else part
                 w = writer_for(key, data.schema)
                 w.write(data)

@@ -22,6 +22,7 @@ hierarchy (``ConcurrentPlan`` is a ``ProtocolError`` that means "wait").
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar, Literal
 
 Kind = Literal["wait", "retry", "terminal"]
@@ -50,6 +51,26 @@ class UsageError(TerminalError, ValueError):
     """Bad input from a person: a pipeline file, a run's params, an id on a command line."""
 
     exit_code: ClassVar[int | None] = 2
+
+
+class ConfigError(UsageError):
+    """A pipeline YAML that cannot be loaded: names the file (its base name) and the key path, e.g.
+    ``orders.yaml: source.path: must be ...``."""
+
+    def __init__(self, file: str, key: str, message: str):
+        self.file, self.key = file, key
+        name = os.path.basename(file)
+        super().__init__(f"{name}: {key}: {message}" if key else f"{name}: {message}")
+
+
+class Invalid(ValueError):
+    """A value a check of a pipeline YAML refuses (``config_model``): ``message`` about the key
+    being checked, or about the key ``at`` below it (relative), or about another key ``key`` (a
+    full key path). The loader raises it as a ``ConfigError`` naming the file and the key."""
+
+    def __init__(self, message: str, *, at: str | None = None, key: str | None = None):
+        super().__init__(message)
+        self.message, self.at, self.key = message, at, key
 
 
 def kind_of(e: BaseException) -> Kind | None:

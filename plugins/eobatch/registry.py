@@ -1,6 +1,6 @@
 """Kinds by name, for the plug-in registries (``eobatch.sources``, ``eobatch.sinks``): the built-in
 ones are sub-packages of the registry's package, each with a ``KIND`` object, imported on first use
-(their parsers import ``eobatch.config``, which imports the registries); others are registered."""
+(a process imports only the kinds it uses); others are registered."""
 
 from __future__ import annotations
 

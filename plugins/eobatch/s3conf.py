@@ -172,7 +172,7 @@ def delta_storage_options(uri: str, s: S3Settings | None = None) -> dict | None:
 # If-Match of the ETag the stream opened at (server mode), so an object overwritten while a task
 # reads it fails that task (RemoteFileChangedException, or the analytics stream's 412) instead of
 # mixing two objects; a server that answers no ETag fails the read. Pipelines cannot change these
-# (config.SPARK_CONF_PRODUCT); which object a read must be is checked by the stage job itself
+# (policy.SPARK_CONF_PRODUCT); which object a read must be is checked by the stage job itself
 # (sources/files/read.py: before and after the read).
 CHANGE_DETECTION = {
     "spark.hadoop.fs.s3a.change.detection.mode": "server",

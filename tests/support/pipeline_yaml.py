@@ -52,17 +52,22 @@ PINNED = {
 }
 
 
-def write_named(tmp_path, name: str, body: str) -> str:
-    """``<tmp_path>/<name>.yaml``: pipeline ``name`` whose ``source:`` (and mode) is ``body``, its path."""
-    path = tmp_path / f"{name}.yaml"
-    path.write_text(f"name: {name}\n" + textwrap.dedent(body) + textwrap.dedent(f"""\
+def named_text(name: str, body: str) -> str:
+    """The YAML of pipeline ``name`` whose ``source:`` (and mode) is ``body``."""
+    return f"name: {name}\n" + textwrap.dedent(body) + textwrap.dedent(f"""\
         schema: "{SCHEMA}"
         transform: passthrough
         sink:
           table: /data/lake/{name}
         quarantine:
           table: /data/lake/{name}_bad
-        """))
+        """)
+
+
+def write_named(tmp_path, name: str, body: str) -> str:
+    """``<tmp_path>/<name>.yaml``: pipeline ``name`` whose ``source:`` (and mode) is ``body``, its path."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(named_text(name, body))
     return str(path)
 
 

@@ -27,6 +27,7 @@ from eobatch.sinks.delta_merge import MergeConfig
 from eobatch.sinks.delta_merge.job import DELETE_COL
 from eobatch.storage import join, storage_for
 from eobatch.table_files import TableFileWriter
+from spark_jobs.stage_write import staged_file
 
 ARROW = {"STRING": pa.string(), "BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(),
          "INTEGER": pa.int32(), "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(),
@@ -193,8 +194,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             files = []
             for slice_ in sorted({sl for sl, _ in mine}):  # interval mode: one folder per interval slice
                 part = [row for sl, row in mine if sl == slice_]
-                rel = "/".join(x for x in (proto.layout.attempt_staging_rel(batch_id, attempt), slice_,
-                                           f"part-{pid:05d}-0-{uuid.uuid4().hex[:12]}.snappy.parquet") if x)
+                rel = staged_file(proto.layout.attempt_staging_rel(batch_id, attempt), slice_, [], (), pid, 0)["path"]
                 full = join(table, rel)
                 fs.makedirs(full.rsplit("/", 1)[0])
                 w = TableFileWriter(fs.arrow_path(full), schemas[participant], filesystem=fs.arrow_fs())

@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import datetime
 import datetime as dt
+import json
 import os
 
 import pytest
 
 from eobatch import config
 from eobatch.config import Column, ConfigError, load_all, load_pipeline, parse_schema
+from support import golden_pipelines
 from support.pipeline_yaml import kafka_doc as _kafka
 from support.pipeline_yaml import load_doc as _load
 
@@ -344,6 +346,25 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
     doc = copy.deepcopy(base_cfg)
     _set(doc, dotted, value)
     _expect_error(write_yaml, doc, key, name="orders.yaml", contains=text)
+
+
+@pytest.mark.parametrize("dotted, typo, allowed", [
+    ("", "schedul", "alerts, aws_conn_id, description, expectations, maintenance, max_record_bytes, mode, name, "
+                    "quarantine, retries, schedule, schema, schema_evolution, sink, source, spark, transform"),
+    ("source", "max_record_per_batch", "interval_prefix, kind, late_files, late_lookback_intervals, max_file_bytes, "
+                                       "max_records_per_batch, path, settle_seconds"),
+    ("retries", "comit", "commit, delay_seconds, plan, plan_wait_seconds, stage, verify_timeout_seconds"),
+    ("alerts.notify[0]", "smtp", "email, from_email, smtp_conn_id"),
+])
+def test_a_typo_in_a_key_names_the_file_the_key_path_and_what_is_allowed(write_yaml, base_cfg, dotted, typo, allowed):
+    doc = copy.deepcopy(base_cfg)
+    doc["alerts"] = {"notify": [{"email": "ops@example.com"}]}
+    node = doc
+    for part in filter(None, dotted.replace("[0]", ".0").split(".")):
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[typo] = 1
+    key = f"{dotted}.{typo}" if dotted else typo
+    _expect_error(write_yaml, doc, key, name="orders.yaml", contains=f"unknown key (allowed: {allowed})")
 
 
 def test_expectations_load_in_order_and_change_the_fingerprint_only_when_present(write_yaml, base_cfg):
@@ -920,7 +941,7 @@ def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     forget it."""
     from eobatch import config as c
     from eobatch.config import HARMLESS, SINK_KEYS, TOP_KEYS, contract
-    from eobatch.sinks.delta_merge.config import MERGE_KEYS
+    from eobatch.sinks.delta_merge.section import MERGE_KEYS
     from eobatch.sources import kind_for, kind_names
 
     CONTRACT = contract()
@@ -933,3 +954,31 @@ def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     assert not (set(CONTRACT) & set(HARMLESS)), "a key is both in the contract and harmless"
     assert keys - set(CONTRACT) - set(HARMLESS) == set(), "keys with no role in config.CONTRACT / HARMLESS"
     assert set(CONTRACT) | set(HARMLESS) <= keys, "roles of keys the loader does not accept"
+
+
+# -- every pipeline keeps its fingerprint, its recorded contract values and the configuration it loads
+# to (recorded before configuration became typed models): a batch planned before a change of the
+# loader still matches its plan after it (tests/support/golden_pipelines.py)
+
+
+
+@pytest.fixture(scope="module")
+def golden_now(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in golden_pipelines.ENV.items():
+            mp.setenv(k, v)
+        return golden_pipelines.values(str(tmp_path_factory.mktemp("golden")))
+
+
+def test_every_pipeline_is_in_the_golden_file(golden_now):
+    with open(golden_pipelines.GOLDEN, encoding="utf-8") as f:
+        recorded = json.load(f)
+    assert sorted(golden_now) == sorted(recorded), "a pipeline was added or removed: record it (see golden_pipelines)"
+
+
+@pytest.mark.parametrize("label", sorted(golden_pipelines.sources()))
+def test_pipeline_loads_as_recorded(golden_now, label):
+    with open(golden_pipelines.GOLDEN, encoding="utf-8") as f:
+        recorded = json.load(f)[label]
+    assert golden_now[label]["fingerprint"] == recorded["fingerprint"]
+    assert golden_now[label] == recorded

@@ -179,6 +179,31 @@ def test_the_zip_alone_imports_everything_the_stage_job_imports(code_zip, tmp_pa
     assert out["compiled"] == [], "a module of the zip was compiled again instead of loaded from its .pyc"
 
 
+JOB_SIDE = """
+import importlib, json, sys
+from eobatch.sinks import BUILTIN as SINKS, job_module, kind_for as sink_kind
+from eobatch.sources import BUILTIN as SOURCES, kind_for as source_kind
+for name in SOURCES:
+    source_kind(name)
+    importlib.import_module(f"eobatch.sources.{name}.read")
+for name in SINKS:
+    sink_kind(name)
+    importlib.import_module(job_module(name))
+importlib.import_module("spark_jobs.classify")
+importlib.import_module("spark_jobs.stage_write")
+print(json.dumps(sorted(m for m in ("pydantic", "yaml", "eobatch.config") if m in sys.modules)))
+"""
+
+
+def test_the_job_loads_every_kind_without_pydantic_yaml_or_the_pipeline_loader():
+    """A cluster's Python need not have pydantic or PyYAML: the kinds' YAML models (section.py) are
+    loaded only where pipeline files are read."""
+    r = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path[:0] = {[str(REPO / 'plugins'), str(REPO)]!r}"
+                        + "\n" + JOB_SIDE], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []
+
+
 # -- the job's spec and its spark-submit settings ------------------------------------------------
 
 

@@ -124,3 +124,12 @@ def test_a_new_kind_is_one_registered_object(tmp_path, monkeypatch):
                              fingerprint="x", rows_in=4, rows_valid=4, rows_quarantined=0, rows_published=4, bytes=0,
                              files=0, prepared_at="", verify_seconds=0.0, stage_seconds=0.0)
     assert commit_metadata(plan, prepared, "sink")["eo.offsets"] == "4"
+
+
+def test_the_keys_of_each_built_in_kind_are_those_of_its_section_model():
+    """``config_keys`` (the config's fields, known without pydantic) and the YAML model agree."""
+    from eobatch.sources import BUILTIN
+
+    for name in BUILTIN:
+        kind = kind_for(name)
+        assert kind.config_keys == kind.config_model.yaml_keys(), name

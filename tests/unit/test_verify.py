@@ -1,5 +1,5 @@
 """eobatch.verify: Delta AddFile stats from Parquet footers (``footer_stats``), bound by bound
-(``_json_value``)."""
+(``_json_value``); each task's manifest checked against storage (``verify_attempt``)."""
 
 from __future__ import annotations
 
@@ -400,3 +400,116 @@ def test_a_schema_change_the_table_cannot_take_is_refused_before_prepared(make_c
         _stage_and_verify(proto)
     assert words in str(e.value)
     assert proto.ledger.prepared(2) is None
+
+
+# -- manifests: what each Spark task says it wrote, checked against storage before PREPARED -------------
+# The stage job's tasks each write one manifest per participant (``formats.PartitionManifest``, at
+# ``Layout.manifest``); the driver collects them into the stage summary. An attempt is staged here by
+# the pyarrow stager (two partitions, files in the layout the job writes), then one thing is changed.
+
+
+def _manifest_edit(proto: Protocol, batch_id: int, attempt: str, participant: str, pid: int, edit,
+                   storage: bool = True, driver: bool = True) -> None:
+    """``edit(manifest dict)`` on the manifest on storage and/or the driver's copy in the stage summary."""
+    path = Path(proto.layout.manifest(batch_id, attempt, participant, pid))
+    if storage:
+        m = json.loads(path.read_text())
+        edit(m)
+        path.write_text(json.dumps(m))
+    if driver:
+        _summary_edit(proto, batch_id, attempt, lambda s: edit(s["manifests"][participant][pid]))
+
+
+def _summary_edit(proto: Protocol, batch_id: int, attempt: str, edit) -> None:
+    spath = Path(proto.layout.stage_summary(batch_id, attempt))
+    summary = json.loads(spath.read_text())
+    edit(summary)
+    spath.write_text(json.dumps(summary))
+
+
+def _file(m: dict, i: int = 0) -> dict:
+    return m["files"][i]
+
+
+def _staged_path(proto: Protocol, participant: str, rel: str) -> Path:
+    return Path(proto.layout.table(participant)) / rel
+
+
+def _other_attempt(m):
+    m["attempt"] = "t9-other"
+
+
+def _outside(m):
+    _file(m)["path"] = "eo_batches/elsewhere/" + _file(m)["path"].rsplit("/", 1)[1]
+
+
+def _dotdot(m):
+    _file(m)["path"] = _file(m)["path"].rsplit("/", 1)[0] + "/../" + _file(m)["path"].rsplit("/", 1)[1]
+
+
+def _one_row_more(m):
+    _file(m)["rows"] += 1
+    m["rows"] += 1
+
+
+MANIFESTS = [
+    # what changes after the stage (proto, batch, attempt -> None), the problem verify names (regex), why
+    (lambda p, b, a: None, None, "as the tasks wrote it: PREPARED"),
+    (lambda p, b, a: Path(p.layout.manifest(b, a, "sink", 1)).unlink(),
+     r"sink: manifest of Spark partition 1 of 2 is missing \(.*/manifests/sink/part-00001\.json\)",
+     "a task's manifest never written (the task died after its files)"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, _other_attempt),
+     r"sink: manifest 0 belongs to batch 1 attempt t9-other", "a manifest of another attempt in this one's folder"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "quarantine", 0, lambda m: m.update(rows=m["rows"] + 1), driver=False),
+     r"quarantine: manifest 0 on storage differs from what the driver collected",
+     "a manifest's count rewritten after the driver collected it (a zombie task attempt)"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 1, lambda m: _file(m).update(size=1), driver=False),
+     r"sink: manifest 1 on storage differs from what the driver collected",
+     "a manifest's files rewritten after the driver collected it"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, _outside),
+     r"sink: manifest 0 lists 'eo_batches/elsewhere/part-.*' outside its attempt folder", "a file of another folder"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, _dotdot), r"sink: manifest 0 lists '.*/\.\./part-.*' outside",
+     "a path that climbs out of the attempt folder"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 1, lambda m: m["files"].append(dict(
+        json.loads(Path(p.layout.manifest(b, a, "sink", 0)).read_text())["files"][0]))),
+     r"sink: manifest 1 lists '.*' outside its attempt folder or twice", "one file listed by two manifests"),
+    (lambda p, b, a: _staged_path(p, "sink", _file(json.loads(Path(p.layout.manifest(b, a, "sink", 0)).read_text()))
+                                  ["path"]).unlink(),
+     r"sink: eo_batches/.*\.parquet is listed in manifest 0 but missing", "a listed file removed"),
+    (lambda p, b, a: _staged_path(p, "sink", _file(json.loads(Path(p.layout.manifest(b, a, "sink", 0)).read_text()))
+                                  ["path"]).open("ab").write(b"x"),
+     r"sink: eo_batches/.*\.parquet has \d+ bytes, manifest 0 says \d+", "a listed file changed size"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, _one_row_more),
+     r"sink: eo_batches/.*\.parquet holds 2 rows, manifest 0 says 3", "a manifest counting rows its file does not hold"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, lambda m: m.update(rows=m["rows"] + 1)),
+     r"sink: manifest 0 says 3 rows, its files hold 2", "a manifest's total that its files do not add up to"),
+    (lambda p, b, a: _manifest_edit(p, b, a, "sink", 0, lambda m: _file(m).update(partition_values={"customer": "c"})),
+     r"sink: eo_batches/.*\.parquet partition values \{'customer': 'c'\} do not match \[\]",
+     "partition values of columns the table is not partitioned by"),
+    (lambda p, b, a: _summary_edit(p, b, a, lambda s: s["partitions"].update(sink=1)),
+     r"sink files hold 2 rows, the row-preserving transform had 4 valid rows",
+     "a summary that counts one task of two: the counts miss the other's rows"),
+]
+
+
+@pytest.mark.parametrize("change, problem, why", MANIFESTS, ids=[r[-1] for r in MANIFESTS])
+def test_every_manifest_is_checked_against_storage_before_prepared(make_cfg, change, problem, why):
+    from eobatch.verify import VerifyFailed
+
+    cfg = make_cfg()
+    lines = [{"order_id": f"o{i}", "amount": float(i)} for i in range(4)] + [{"amount": 1.0}, {"amount": 2.0}]
+    _land(cfg, "a.jsonl", lines)  # 4 valid, 2 to quarantine: two rows of each per partition, one file each
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert plan is not None
+    attempt = stage(proto, plan.batch_id, partitions=2)
+    change(proto, plan.batch_id, attempt)
+    if problem is None:
+        prepared = proto.verify(plan.batch_id, attempt, dry_run=True)
+        assert (prepared.rows_published, prepared.rows_quarantined, prepared.files) == (4, 2, 4), why
+        assert sorted(a["path"] for a in prepared.adds["sink"]) == sorted(
+            f["path"] for pid in (0, 1) for f in proto.ledger.manifest(plan.batch_id, attempt, "sink", pid).files)
+        return
+    with pytest.raises(VerifyFailed, match=problem):
+        proto.verify(plan.batch_id, attempt, dry_run=True)
+    assert proto.ledger.prepared(plan.batch_id) is None, why

@@ -7,8 +7,8 @@ launch, maintenance and the Spark job ask ``kind_for`` / ``kind_for_mode``.
 
 Built in: ``delta`` (``sink.mode: append``: the stage job's files added to a Delta table) and
 ``delta_merge`` (``sink.mode: merge``: an upsert or running aggregates, applied with a Delta
-MERGE). They are imported on first use (their parsers import ``eobatch.config``, which imports
-this registry). Another kind is one package with a ``KIND`` object, registered with
+MERGE). They are imported on first use (a process imports the kinds it uses); a kind's YAML
+model (``KIND.config_model``, pydantic) only where pipeline files are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded; its ``job_module`` is shipped with the job's code.
 """
 
@@ -17,6 +17,8 @@ from __future__ import annotations
 from ..registry import Registry
 from .base import (
     LEGACY_CONTRACT,
+    PENDING,
+    TABLE,
     CommitConflict,
     FingerprintMismatch,
     Participant,
@@ -68,6 +70,6 @@ def job_module(name: str) -> str:
     return kind_for(name).job_module
 
 
-__all__ = ["SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
+__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
            "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
            "modes", "sink_for", "job_module"]

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
     from ..storage import Storage
 
+# The roles of the keys of the configuration contract (``config.CONTRACT``, ``SinkKind.contract_keys``)
+TABLE, PENDING = "table", "pending"
 # What a plan without a ``sink`` record means (plans written before there was a choice of sink)
 LEGACY_CONTRACT = "append"
 

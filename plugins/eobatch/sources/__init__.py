@@ -4,8 +4,9 @@ A kind answers for its YAML keys, its planner, its recorded ranges and its Spark
 ``base``). Nothing else in the product branches on a kind's name: config, formats, verify,
 launch and the Spark job ask ``kind_for(name)``.
 
-The built-in kinds are imported on first use (their parsers import ``eobatch.config``, which
-imports this registry). Another kind is one package with a ``KIND`` object, registered with
+The built-in kinds are imported on first use (a process imports the kinds it uses: the Spark job
+the one it reads); a kind's YAML model (``KIND.config_model``, pydantic) only where pipeline files
+are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded (e.g. in an Airflow plugin module); the Spark
 job finds it by the same name when the package is shipped with the job's code.
 """

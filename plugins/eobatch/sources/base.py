@@ -25,7 +25,7 @@ No pyspark and no Airflow at module level, here and in every kind's package.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import TerminalError
@@ -68,6 +68,11 @@ class SourceConfig:
     def fingerprint_dict(self) -> dict:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
         return asdict(self)
+
+
+def fields_as_keys(config: type[SourceConfig]) -> frozenset[str]:
+    """The ``source:`` keys of a kind whose config's fields are its keys (the built-in kinds)."""
+    return frozenset(f.name for f in fields(config))
 
 
 @runtime_checkable

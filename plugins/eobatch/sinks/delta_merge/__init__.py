@@ -10,10 +10,12 @@ maintained as the append sink's (``DeltaKind``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...formats import SINK, STAGED
 from ..base import Participant
 from ..delta import DeltaKind
-from .config import CONTRACT, KEYS, MergeConfig, parse
+from .config import CONTRACT, MergeConfig
 from .participants import (
     PARTIALS,
     TOMBSTONES,
@@ -24,16 +26,26 @@ from .participants import (
 )
 from .staged import merge_problems
 
+if TYPE_CHECKING:
+    from .section import MergeSinkSection
+
 
 class DeltaMergeKind(DeltaKind):
     name = "delta_merge"
     mode = "merge"
-    config_keys = KEYS
+    config_keys = frozenset({"merge"})  # under sink: (section.MergeSinkSection)
     job_module = "eobatch.sinks.delta_merge.job"
     contract_keys = CONTRACT
 
+    @property
+    def config_model(self) -> type[MergeSinkSection]:
+        """The model of the ``sink:`` keys it adds (pydantic: imported where YAML is read, never by the Spark job)."""
+        from .section import MergeSinkSection
+
+        return MergeSinkSection
+
     def parse_config(self, section: dict, ctx) -> MergeConfig:
-        return parse(section, ctx)
+        return self.config_model.parse(section, ctx)
 
     def participant_names(self, cfg) -> tuple[str, ...]:
         """The sink, the quarantine, and an upsert's tombstones (the keys deleted and the sequence

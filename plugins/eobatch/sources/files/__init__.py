@@ -6,23 +6,35 @@ Spark reader ``read.read_lines``; ``KIND`` ties them to the registry.
 
 from __future__ import annotations
 
-from ..base import ConfigContext, IntervalTooLarge, SourceConfig
-from .config import KEYS, FilesConfig, parse
+from typing import TYPE_CHECKING
+
+from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
+from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
+
+if TYPE_CHECKING:
+    from ..section import SourceSection
 
 
 class FilesKind:
     name = "files"
-    config_keys = KEYS
+    config_keys = fields_as_keys(FilesConfig)  # the config's fields are the source: keys (the section's, a test checks)
     position_based = False
     checks_late_files = True
     interval_by_record_time = False  # interval mode: by landing folder or mtime
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
     quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 
+    @property
+    def config_model(self) -> type[SourceSection]:
+        """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        from .section import FilesSection
+
+        return FilesSection
+
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
-        return parse(src, ctx)
+        return self.config_model.parse(src, ctx)
 
     def planner(self, cfg) -> FilesSource:
         return FilesSource(cfg)

@@ -7,17 +7,22 @@ the registry.
 
 from __future__ import annotations
 
-from ..base import ConfigContext, IntervalTooLarge
+from typing import TYPE_CHECKING
+
+from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .client import for_job, job_env, settings
-from .config import KEYS, KafkaConfig, parse
+from .config import KafkaConfig
 from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
 from .range import KafkaRange, range_summary
 from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError
 
+if TYPE_CHECKING:
+    from ..section import SourceSection
+
 
 class KafkaKind:
     name = "kafka"
-    config_keys = KEYS
+    config_keys = fields_as_keys(KafkaConfig)  # the config's fields are the source: keys (the section's, a test checks)
     position_based = True
     checks_late_files = False
     interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
@@ -26,8 +31,15 @@ class KafkaKind:
     _accounts = None  # the accumulator of the read in this process (the stage job)
     _outside = None  # interval mode: the observation of the records read that fall in no slice
 
-    def parse_config(self, src: dict, ctx: ConfigContext) -> KafkaConfig:
-        return parse(src, ctx)
+    @property
+    def config_model(self) -> type[SourceSection]:
+        """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        from .section import KafkaSection
+
+        return KafkaSection
+
+    def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # KafkaConfig
+        return self.config_model.parse(src, ctx)
 
     def planner(self, cfg) -> KafkaSource:
         return KafkaSource(cfg)

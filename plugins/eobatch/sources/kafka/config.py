@@ -1,4 +1,4 @@
-"""The ``source:`` keys of ``kind: kafka``."""
+"""The config of ``kind: kafka``: what its ``source:`` keys load to (``section.KafkaSection``)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..base import ConfigContext, SourceConfig, legacy_fingerprint_dict
+from ..base import SourceConfig, legacy_fingerprint_dict
 
-KEYS = frozenset({"kind", "bootstrap_servers", "conn_id", "topic", "max_records_per_batch", "starting_offsets",
-                  "settle_seconds", "isolation_level", "on_data_loss", "consumer_timeout_seconds",
-                  "open_transaction_wait_seconds", "read_batch_bytes"})
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 CHOICES = {"starting_offsets": ("earliest", "latest"), "isolation_level": ("read_committed", "read_uncommitted"),
            "on_data_loss": ("fail", "accept")}  # the first is the default
@@ -47,45 +44,3 @@ class KafkaConfig(SourceConfig):
     @property
     def transaction_wait_seconds(self) -> int:
         return OPEN_TRANSACTION_WAIT if self.open_transaction_wait_seconds is None else self.open_transaction_wait_seconds
-
-
-def parse(src: dict, ctx: ConfigContext) -> KafkaConfig:
-    from ...config import ConfigError, conn_id, interval_source_keys, non_negative_int, pos_int, require
-
-    file = ctx.file
-    limit = pos_int(src.get("max_records_per_batch", 100_000), file, "source.max_records_per_batch")
-    conn = src.get("conn_id")
-    if conn is not None:
-        conn = conn_id(conn, file, "source.conn_id")
-        if src.get("bootstrap_servers") is not None:
-            raise ConfigError(file, "source.bootstrap_servers", "give either bootstrap_servers or conn_id (whose "
-                              "extra holds bootstrap.servers), not both")
-        servers = None
-    else:
-        servers = require(src, "bootstrap_servers", file, "source.")
-        if not isinstance(servers, str) or not all(
-                re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in servers.split(",")):
-            raise ConfigError(file, "source.bootstrap_servers", f"{servers!r} must be host:port[,host:port...]")
-        servers = servers.strip()
-    topic = require(src, "topic", file, "source.")
-    if not isinstance(topic, str) or not TOPIC_RE.fullmatch(topic):
-        raise ConfigError(file, "source.topic", f"{topic!r} is not a valid Kafka topic name")
-    vals = {}
-    for k, allowed in CHOICES.items():
-        v = src.get(k, allowed[0])
-        if v not in allowed:
-            raise ConfigError(file, f"source.{k}", f"{v!r} must be one of {', '.join(allowed)}")
-        vals[k] = v
-    timeout = pos_int(src.get("consumer_timeout_seconds", 120), file, "source.consumer_timeout_seconds")
-    wait = None
-    if "open_transaction_wait_seconds" in src:
-        if ctx.mode != "interval":
-            raise ConfigError(file, "source.open_transaction_wait_seconds", "only used in interval mode (set "
-                                                                            "mode: interval, or remove it)")
-        wait = non_negative_int(src["open_transaction_wait_seconds"], file, "source.open_transaction_wait_seconds")
-    buffer = src.get("read_batch_bytes")
-    if buffer is not None:
-        buffer = pos_int(buffer, file, "source.read_batch_bytes")
-    return KafkaConfig(kind=src["kind"], max_records_per_batch=limit, bootstrap_servers=servers, topic=topic,
-                       conn_id=conn, consumer_timeout_seconds=timeout, open_transaction_wait_seconds=wait,
-                       read_batch_bytes=buffer, **vals, **interval_source_keys(src, ctx.mode, file))

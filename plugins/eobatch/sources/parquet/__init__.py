@@ -7,11 +7,16 @@ included) with record counts from the footers; each row is read as one JSON reco
 
 from __future__ import annotations
 
-from ..base import ConfigContext
+from typing import TYPE_CHECKING
+
+from ..base import fields_as_keys
 from ..files import FilesKind
-from .config import KEYS, ParquetConfig, parse
+from .config import ParquetConfig
 from .planner import ParquetSource, UnreadableParquet, footer_rows
 from .range import ParquetRange
+
+if TYPE_CHECKING:
+    from ..section import SourceSection
 
 
 class ParquetKind(FilesKind):
@@ -19,12 +24,16 @@ class ParquetKind(FilesKind):
     reader; the rest (no positions, late files, the job's source, the pre-read check) is files'."""
 
     name = "parquet"
-    config_keys = KEYS
+    config_keys = fields_as_keys(ParquetConfig)
     located_columns = ()
     quarantine_columns = ()
 
-    def parse_config(self, src: dict, ctx: ConfigContext) -> ParquetConfig:
-        return parse(src, ctx)
+    @property
+    def config_model(self) -> type[SourceSection]:
+        """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        from .section import ParquetSection
+
+        return ParquetSection
 
     def planner(self, cfg) -> ParquetSource:
         return ParquetSource(cfg)

@@ -1,15 +1,12 @@
-"""The ``source:`` keys of ``kind: parquet``: those of ``kind: files`` but ``max_file_bytes`` (Spark
-splits a Parquet file by row groups, so no file has to fit one task)."""
+"""The config of ``kind: parquet``, what its ``source:`` keys load to (``section.ParquetSection``):
+those of ``kind: files`` but ``max_file_bytes`` (Spark splits a Parquet file by row groups, so no
+file has to fit one task)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import ConfigContext, SourceConfig
-from ..files.config import parse_landing
-
-KEYS = frozenset({"kind", "path", "max_records_per_batch", "interval_prefix", "settle_seconds", "late_files",
-                  "late_lookback_intervals"})
+from ..base import SourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,7 +15,3 @@ class ParquetConfig(SourceConfig):
     interval_prefix: str | None = None  # interval mode: the interval's sub-folder ({ds}, {ds_nodash}, {hh})
     late_files: str = "republish"  # interval mode: republish | fail | ignore (as kind: files)
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
-
-
-def parse(src: dict, ctx: ConfigContext) -> ParquetConfig:
-    return ParquetConfig(**parse_landing(src, ctx))

@@ -1,0 +1,11 @@
+"""The ``source:`` keys of ``kind: parquet`` as a typed model: those of ``kind: files`` but
+``max_file_bytes`` (Spark splits a Parquet file by row groups, so no file has to fit one task)."""
+
+from __future__ import annotations
+
+from ..section import LandingSection
+from .config import ParquetConfig
+
+
+class ParquetSection(LandingSection):
+    CONFIG = ParquetConfig

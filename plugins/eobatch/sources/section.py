@@ -1,0 +1,63 @@
+"""What the ``source:`` section models of the kinds share (pydantic: the Airflow side only; the
+Spark job imports a kind's package, never its section model).
+
+A kind's model (``<kind>/section.py``) is a ``SourceSection``: ``kind``, the record limit and
+interval mode's ``settle_seconds``; ``LandingSection`` adds the keys of landing-file kinds (files,
+parquet). ``parse`` validates a ``source:`` mapping with the pipeline's mode and schedule (the
+validation context) and returns the kind's config (``SourceConfig``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, ClassVar
+
+from pydantic import ValidationInfo, model_validator
+
+from ..config_model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, validate
+from ..schedule import ONLY_INTERVAL, check_interval_prefix
+from .base import ConfigContext, SourceConfig
+
+LATE_FILE_POLICIES = ("republish", "fail", "ignore")
+
+
+class SourceSection(Section):
+    INTERVAL_ONLY: ClassVar[tuple[str, ...]] = ("settle_seconds",)  # keys refused outside interval mode
+    kind: Annotated[Any, Check(str, {"type": "string"})]
+    max_records_per_batch: PosInt = 100_000
+    settle_seconds: NonNegativeInt = 60  # interval mode: an interval is planned only this long after its end
+
+    @model_validator(mode="before")
+    @classmethod
+    def _interval_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(data, dict) and (info.context or {}).get("mode") != "interval":
+            for key in cls.INTERVAL_ONLY:
+                if key in data:
+                    raise Invalid(ONLY_INTERVAL, at=key)
+        return data
+
+    CONFIG: ClassVar[type[SourceConfig]]  # the kind's config
+
+    def value(self) -> SourceConfig:
+        """The kind's config: the keys the YAML sets, over the config's defaults."""
+        return self.CONFIG(**{k: getattr(self, k) for k in self.model_fields_set | {"kind"}})
+
+    @classmethod
+    def parse(cls, src: dict, ctx: ConfigContext) -> SourceConfig:
+        return validate(cls, src, ctx.file, "source", {"mode": ctx.mode, "schedule": ctx.schedule}).value()
+
+
+def _interval_prefix(v: Any, info: ValidationInfo) -> str | None:
+    if v is None:
+        return None
+    context = info.context or {}
+    return check_interval_prefix(v, context.get("mode", "continuous"), context.get("schedule"))
+
+
+class LandingSection(SourceSection):
+    """The keys of the kinds that read landing files below a folder."""
+    INTERVAL_ONLY = ("settle_seconds", "late_files", "late_lookback_intervals")
+    path: TablePath  # every file of the kind below it, sub-folders included
+    interval_prefix: Annotated[Any, Check(_interval_prefix, {"type": "string", "description": "interval mode: the interval's "
+                                                "sub-folder, with {ds}, {ds_nodash}, {hh}"})] = None
+    late_files: Annotated[str, one_of(*LATE_FILE_POLICIES)] = "republish"  # interval mode: a file landing in a published interval
+    late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are Check
