@@ -91,7 +91,7 @@ def run(spec: dict) -> dict:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from eobatch.config import contract_refusal
+    from eobatch.contract import contract_refusal
     from eobatch.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
     from eobatch.ledger import Ledger
     from eobatch.schemas import schema_to_b64

@@ -40,6 +40,7 @@ from .config_model import (
     required,
     validate,
 )
+from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_TYPES, Column, parse_schema
 from .errors import ConfigError
 from .pipeline import (
@@ -56,8 +57,6 @@ from .policy import REPO, check_spark_conf, expand_vars
 from .schedule import check_schedule
 from .sinks import SinkContext
 from .sources import ConfigContext, SourceConfig, kind_for, kind_names
-
-PASSTHROUGH = "passthrough"  # the transform that publishes the parsed records unchanged
 
 MODES = ("continuous", "interval")
 TRANSFORMS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -609,64 +608,15 @@ def config_values(cfg: PipelineConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in contract().items()}, sort_keys=True))
 
 
-def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[tuple[str, str, Any, Any]]:
+def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[Edit]:
     """(key, role, recorded value, value now) of each TABLE key (and PENDING key when ``pending``)
     that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
-    return contract_edits(recorded, config_values(cfg), pending)
+    return contract_edits(recorded, config_values(cfg), contract_roles(), pending)
 
 
-NOT_GIVEN = "<not given>"  # a key a plan records and a job's contract values do not hold
-
-
-def contract_edits(recorded: dict | None, now: dict, pending: bool = True) -> list[tuple[str, str, Any, Any]]:
-    """``config_edits`` between two records of ``config_values``: a plan's, and the values a stage
-    job ran with (its spec's ``contract``, kept in its stage summary) or the file's now. A key
-    ``now`` lacks counts as changed (to NOT_GIVEN)."""
-    keys = contract()
-    roles = (TABLE, PENDING) if pending else (TABLE,)
-    was = recorded or {}
-    return [(k, keys[k][0], was[k], now.get(k, NOT_GIVEN)) for k in sorted(was)
-            if k in keys and keys[k][0] in roles and was[k] != now.get(k, NOT_GIVEN)]
-
-
-def edits_text(edits: list[tuple[str, str, Any, Any]], batch_id: int, now: str = "is now") -> str:
-    """The one wording of configuration edits, for every refusal (ConfigChanged, the stage job's,
-    verify's): each key, the value batch ``batch_id``'s plan recorded and the other one."""
-    return "; ".join(f"{k} was {old!r} when batch {batch_id} was planned and {now} {new!r}"
-                     for k, _r, old, new in edits)
-
-
-def contract_refusal(plan, contract: dict | None, attempt: str) -> str | None:
-    """Why a stage job must not stage ``attempt`` of ``plan``'s batch with the contract values
-    ``contract`` of its spec (``config_values`` of the file its task read), or None. A batch is
-    staged only under the configuration that planned it; the task checks the file before it
-    builds the job (``Protocol.check_stage``) and its retry builds the job again."""
-    if plan.config is None:  # planned before plans recorded it: nothing to compare
-        return None
-    b = plan.batch_id
-    if contract is None:
-        return (f"batch {b} attempt {attempt} is not staged: the job spec does not say which configuration it "
-                f"was built from (a stage task of an older version). Nothing was staged; the task's retry "
-                f"builds the job again")
-    edits = contract_edits(plan.config, contract)
-    if not edits:
-        return None
-    return (f"batch {b} attempt {attempt} of pipeline {plan.pipeline!r} is not staged: its job was built from a "
-            f"pipeline file that changed {', '.join(k for k, *_ in edits)}: {edits_text(edits, b, 'the job has')}. "
-            f"A batch is staged, verified and committed only under the configuration that planned it. Nothing "
-            f"was staged. The stage task builds the job from the pipeline file when it starts and refuses while "
-            f"the file differs from the plan (naming the repair: put the old values back, or reset the batch); "
-            f"once the file says what the plan recorded, its retry stages the batch")
-
-
-def staged_columns(values: dict | None) -> set[str] | None:
-    """The published columns of a batch's sink files under the configuration ``values`` (a plan's
-    ``config``): the schema's, when the transform publishes the records unchanged (whatever the
-    sink kind: a merge sink adds only ``_``-prefixed columns, never published); None when another
-    transform decides them, or the plan records no configuration."""
-    if not values or values.get("transform") != PASSTHROUGH or not isinstance(values.get("schema"), str):
-        return None
-    return {c.name for c in parse_schema(values["schema"]) if not c.name.startswith("_")}
+def contract_roles() -> dict[str, str]:
+    """Each contract key's role (TABLE or PENDING), for ``contract.contract_edits``."""
+    return {k: role for k, (role, _get) in contract().items()}
 
 
 def load_pipeline(file: str) -> PipelineConfig:

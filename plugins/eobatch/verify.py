@@ -27,7 +27,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .config import contract_edits, edits_text, staged_columns
+from .contract import contract_edits, edits_text, staged_columns
 from .errors import TerminalError, WaitError
 from .formats import (
     QUARANTINE,
@@ -334,11 +334,13 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
 def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
     """What says that an attempt was staged under another configuration than its plan's
     (``config.CONTRACT``): the values its job recorded differ, or it recorded none, or its sink
-    files do not hold the columns the plan's schema gives them (``config.staged_columns``)."""
+    files do not hold the columns the plan's schema gives them (``contract.staged_columns``)."""
     if plan.config is None:  # planned before plans recorded it: nothing to compare
         return []
     if summary.contract is None:
         return ["its job recorded no configuration (a stage job of an older version)"]
+    # the job's values are config_values of the code that built its spec (whose stage task compared
+    # them with the plan under that code's roles): the keys they hold are compared
     edits = contract_edits(plan.config, summary.contract)
     if edits:
         return [edits_text(edits, plan.batch_id, "the job ran with")]

@@ -19,7 +19,8 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from eobatch.config import config_values, contract_refusal
+from eobatch.config import config_values
+from eobatch.contract import contract_refusal
 from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
 from eobatch.schemas import schema_to_b64

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from .. import faults
 from ..checkpoint import History, ReadSoFar, RewindKey
-from ..config import TABLE, PipelineConfig, config_edits, config_values, edits_text
+from ..config import TABLE, PipelineConfig, config_edits, config_values
+from ..contract import edits_text
 from ..errors import (
     AttemptPrepared,
     BatchInFlight,
