@@ -91,6 +91,7 @@ def run(spec: dict) -> dict:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from eobatch.contract import contract_refusal
     from eobatch.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
     from eobatch.ledger import Ledger
     from eobatch.schemas import schema_to_b64
@@ -117,6 +118,9 @@ def run(spec: dict) -> dict:
         raise SystemExit(f"batch {batch_id} has no plan at {layout.plan(batch_id)}")
     if ledger.prepared(batch_id) is not None:
         raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
+    refused = contract_refusal(plan, spec.get("contract"), attempt)
+    if refused:
+        raise SystemExit(refused)
     log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt} "  # noqa: E731
                             f"+{time.time() - t0:.1f}s: {msg}", flush=True)
 
@@ -216,7 +220,7 @@ def run(spec: dict) -> dict:
         arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
         stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
         config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions, plan_digest=digest,
-        rows_dropped=rows_dropped, expectations=failed,
+        rows_dropped=rows_dropped, expectations=failed, contract=spec["contract"],
     )
     storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
     nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)

@@ -352,11 +352,12 @@ class StageOperator(SparkSubmitOperator):
         self.spark_binary_name = kwargs.get("spark_binary")
 
     def execute(self, context):
-        cfg = load_pipeline(self.pipeline_file)
-        if launch.uses_s3(cfg):
-            export_aws_connection(cfg.aws_conn_id)
+        run = _run(self.pipeline_file, context)
+        cfg = run.proto.cfg
         ti = context["ti"]
         batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        # the job is built from the file read now: only when it says what the batch's plan recorded
+        _step(self, "stage", run.check_stage, batch_id)
         attempt = launch.new_attempt_id(ti.try_number)
         ti.xcom_push(key="attempt", value=attempt)
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),

@@ -81,6 +81,13 @@ class BatchRun:
         r.detail = {"batch_id": plan.batch_id, "new": new, "range": plan.range_summary()}
         return r
 
+    # -- stage -----------------------------------------------------------------------
+    def check_stage(self, batch_id: int) -> Report:
+        """Before the stage job is built from the pipeline file: the file must say what the
+        batch's plan recorded (``Protocol.check_stage``; ConfigChanged names the repair)."""
+        plan = self.proto.check_stage(batch_id)
+        return Report(lines=[f"batch {batch_id}: staged under the configuration its plan recorded"] if plan else [])
+
     # -- verify ----------------------------------------------------------------------
     def verify(self, batch_id: int, attempt: str) -> Report:
         dry = self.params.dry_run

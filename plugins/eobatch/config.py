@@ -40,6 +40,7 @@ from .config_model import (
     required,
     validate,
 )
+from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_TYPES, Column, parse_schema
 from .errors import ConfigError
 from .pipeline import (
@@ -420,7 +421,7 @@ class PipelineFile(Section):
                        Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. "
                                                                         "'id STRING NOT NULL, amount DOUBLE'"}),
                        Field(alias="schema")]
-    transform: TransformSection = TransformSection(name="passthrough")
+    transform: TransformSection = TransformSection(name=PASSTHROUGH)
     sink: SinkSection
     quarantine: QuarantineSection
     max_record_bytes: PosInt = 1 << 20
@@ -439,7 +440,7 @@ class PipelineFile(Section):
         if "schema_" not in info.data or "transform" not in info.data:
             return v
         file, columns, transform = context_file(info), info.data["schema_"][1], info.data["transform"].name
-        if transform == "passthrough":  # the published columns are the schema's (other transforms: unknown here)
+        if transform == PASSTHROUGH:  # the published columns are the schema's (other transforms: unknown here)
             _check_partition_columns(v.partition_by, columns)
         mode = v.mode if "mode" in v.model_fields_set else sinks.kind_for(sinks.DEFAULT).mode
         if mode not in sinks.modes():
@@ -607,15 +608,15 @@ def config_values(cfg: PipelineConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in contract().items()}, sort_keys=True))
 
 
-def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[tuple[str, str, Any, Any]]:
+def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[Edit]:
     """(key, role, recorded value, value now) of each TABLE key (and PENDING key when ``pending``)
     that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
-    now = config_values(cfg)
-    keys = contract()
-    roles = (TABLE, PENDING) if pending else (TABLE,)
-    was = recorded or {}
-    return [(k, keys[k][0], was[k], now[k]) for k in sorted(was)
-            if k in keys and keys[k][0] in roles and was[k] != now[k]]
+    return contract_edits(recorded, config_values(cfg), contract_roles(), pending)
+
+
+def contract_roles() -> dict[str, str]:
+    """Each contract key's role (TABLE or PENDING), for ``contract.contract_edits``."""
+    return {k: role for k, (role, _get) in contract().items()}
 
 
 def load_pipeline(file: str) -> PipelineConfig:

@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 
 from . import driver_jvm, s3conf, sinks
-from .config import PipelineConfig
+from .config import PipelineConfig, config_values
 from .sinks import sink_for
 from .sources import kind_for, kind_names
 
@@ -70,6 +70,9 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "source": kind_for(cfg.source.kind).job_source(cfg.source),
         "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
         "sink": sink_for(cfg).job_spec(cfg),
+        # the values of the keys the batch depends on, of the same file as the rest of the spec: the
+        # job stages only when they are its plan's, and records them for verify (config.CONTRACT)
+        "contract": config_values(cfg),
     }
 
 

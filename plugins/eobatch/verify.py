@@ -27,6 +27,7 @@ from typing import ClassVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .contract import contract_edits, edits_text, staged_columns
 from .errors import TerminalError, WaitError
 from .formats import (
     QUARANTINE,
@@ -231,6 +232,11 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         raise VerifyFailed(f"batch {batch_id} attempt {attempt} staged another plan of batch {batch_id} than the one "
                            f"recorded now (the batch was reset and planned again while this attempt ran): "
                            f"its output is not this batch's range")
+    other = staged_under_plan(plan, summary)
+    if other:  # nothing else of it counts: files of another configuration are never committed
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} was not staged under its plan's configuration: "
+                           + "; ".join(other) + ". Its files are aborted and the batch is staged again under the "
+                           "configuration that planned it")
     adds: dict[str, list[dict]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
@@ -323,6 +329,31 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         raise VerifyFailed(f"batch {batch_id} attempt {attempt} failed verification: " + "; ".join(problems))
     totals = {"rows_published": rows.get(SINK, 0), "bytes": nbytes, "files": nfiles}
     return summary, adds, totals
+
+
+def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
+    """What says that an attempt was staged under another configuration than its plan's
+    (``config.CONTRACT``): the values its job recorded differ, or it recorded none, or its sink
+    files do not hold the columns the plan's schema gives them (``contract.staged_columns``)."""
+    if plan.config is None:  # planned before plans recorded it: nothing to compare
+        return []
+    if summary.contract is None:
+        return ["its job recorded no configuration (a stage job of an older version)"]
+    # the job's values are config_values of the code that built its spec (whose stage task compared
+    # them with the plan under that code's roles): the keys they hold are compared
+    edits = contract_edits(plan.config, summary.contract)
+    if edits:
+        return [edits_text(edits, plan.batch_id, "the job ran with")]
+    want = staged_columns(plan.config)
+    b64 = summary.arrow_schema.get(SINK)
+    if want is None or not b64:
+        return []
+    got = {f.name for f in schema_from_b64(b64) if not f.name.startswith("_")}
+    if got == want:
+        return []
+    return [f"its sink files hold the column(s) {', '.join(sorted(got))}, and the schema of batch {plan.batch_id}'s "
+            f"plan gives {', '.join(sorted(want))} (extra: {', '.join(sorted(got - want)) or 'none'}; missing: "
+            f"{', '.join(sorted(want - got)) or 'none'})"]
 
 
 def recheck_files(layout: Layout, fs_for, adds: dict) -> list[str]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eobatch.config import config_values
 from eobatch.formats import (
     QUARANTINE,
     SINK,
@@ -95,7 +96,7 @@ def synthetic_batch(p, n_files: int, rows_per_file: int, text_bytes: int) -> dic
                            manifests={SINK: manifests, QUARANTINE: [json.loads(qm.to_json())]},
                            arrow_schema={SINK: schema_to_b64(schema), QUARANTINE: schema_to_b64(QSCHEMA)},
                            partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0,
-                           config_fingerprint=p.cfg.fingerprint())
+                           config_fingerprint=p.cfg.fingerprint(), contract=config_values(p.cfg))
     proto.ledger.fs.write_atomic(lay.stage_summary(b, attempt), summary.to_json())
     t = time.perf_counter()
     prepared = Protocol(p.cfg).verify(b, attempt)

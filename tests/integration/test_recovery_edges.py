@@ -73,3 +73,31 @@ def test_table_dropped_and_recreated_is_a_gap_repaired_by_reset(pipeline):
         pass
     assert sorted(r["order_id"] for r in read_rows(p.sink)) == sorted(r["order_id"] for r in p.landed)
     assert_exactly_once(p, batches=1)  # everything replayed as one batch (within the record limit)
+
+
+def test_a_schema_edit_between_plan_and_stage_is_never_staged_nor_published(pipeline):
+    """Issue 27: the pipeline file gains a column while batch 1 is PLANNED; the real stage job,
+    built from the edited file, refuses to stage it (naming key, both values; nothing written). Was:
+    it staged the column, and once the old schema was put back (as a refusal advises) verify and
+    commit published it, after which every batch failed verify. Put back, the batch publishes
+    without the column."""
+    from deltalake import DeltaTable
+
+    p = pipeline
+    p.land("a.jsonl", orders("a", 4))
+    plan, _ = p.protocol().plan()
+    assert plan is not None
+    text = p.yaml_path.read_text()
+    p.yaml_path.write_text(text.replace(' ts TIMESTAMP"', ' ts TIMESTAMP, note9 STRING"'))
+    attempt = launch.new_attempt_id(1)
+    r = stage(p, plan.batch_id, attempt)
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "is not staged" in out and "note9" in out, out[-3000:]
+    assert "when batch 1 was planned and the job has" in out, out[-3000:]
+    assert not list(p.sink.rglob(f"*{attempt}*")) and not list(p.quarantine.rglob(f"*{attempt}*"))
+    p.yaml_path.write_text(text)  # the old schema back
+    proto = p.protocol()
+    proto.abort(1, attempt, "the stage task failed")
+    assert run_batch(p) == 1  # staged again from the file that says what the plan recorded
+    assert "note9" not in DeltaTable(str(p.sink)).schema().to_arrow().names
+    assert_exactly_once(p, batches=1)

@@ -19,6 +19,8 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
+from eobatch.config import config_values
+from eobatch.contract import contract_refusal
 from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.lines import split_records
 from eobatch.schemas import schema_to_b64
@@ -145,16 +147,26 @@ def planned_lines(plan) -> Iterator[tuple[str, str, int, bytes]]:
             yield f.get("slice", ""), f["path"], position, raw
 
 
+class JobRefused(Exception):
+    """The stage job refused to stage (its SystemExit): nothing of the attempt was written."""
+
+
 def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
           write_summary: bool = True, lines: Iterable[tuple[str, str, int, bytes]] | None = None,
-          source_positions: dict | None = None) -> str:
-    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would; returns the attempt.
-    ``lines``: the batch's records when they are not its planned files (a model of another source),
-    with the ``source_positions`` the source kind reports."""
+          source_positions: dict | None = None, checks: bool = True) -> str:
+    """Stage ``attempt`` (new when None) of ``batch_id`` as the Spark job would, under ``proto.cfg``
+    (the file its task read); returns the attempt. ``lines``: the batch's records when they are not
+    its planned files (a model of another source), with the ``source_positions`` the source kind
+    reports. Like the job, it refuses (JobRefused) a configuration that is not the plan's, unless
+    ``checks`` is false (a job that does not check: what verify must catch)."""
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
     digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
     cfg = proto.cfg
+    contract = config_values(cfg)
+    refused = contract_refusal(plan, contract, attempt) if checks else None
+    if refused:
+        raise JobRefused(refused)
     good: list[tuple[str, dict | None]] = []  # (slice folder or "", row)
     bad: list[tuple[str, dict | None]] = []
     for slice_, source, position, raw in (planned_lines(plan) if lines is None else lines):
@@ -202,6 +214,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
             rows_quarantined=len(bad), row_preserving=merge is None, partitions={SINK: partitions, QUARANTINE: partitions},
             manifests=manifests, arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()},
             partition_by={SINK: [], QUARANTINE: []}, stage_seconds=0.0, spark_app_id="pyarrow-stager",
-            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {})
+            config_fingerprint=cfg.fingerprint(), plan_digest=digest, source_positions=source_positions or {},
+            contract=contract)
         proto.ledger.fs.write_atomic(proto.layout.stage_summary(batch_id, attempt), summary.to_json())
     return attempt

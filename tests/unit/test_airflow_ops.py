@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eobatch import errors
-from eobatch.batch_run import Report
+from eobatch.batch_run import BatchRun, Report
 from eobatch.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.protocol import Protocol
 from support.protocol_runs import land, run
@@ -214,6 +214,9 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
         seen["masked"] = {v: redact(f"<{v}>") for v in seen.get("watch", ())}
 
     monkeypatch.setattr(SparkSubmitHook, "submit", fake_submit)
+    # the task's check of the file against the batch's plan reads the ledger, on a bucket that is not
+    # there: what these tests look at is the command line (test_the_stage_task_refuses_... checks it)
+    monkeypatch.setattr(BatchRun, "check_stage", lambda _self, _batch_id: Report())
 
     def _run(conn_id: str, watch=(), **changes):
         from eobatch.airflow_ops import StageOperator
@@ -227,6 +230,36 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
         return seen
 
     return _run
+
+
+def test_the_stage_task_refuses_a_file_edited_since_the_plan_before_it_builds_the_job(
+        spark_conn, monkeypatch, make_cfg, tmp_path):
+    """The job is built from the pipeline file the stage task reads: a key the batch depends on
+    that changed since its plan fails the task at once (ConfigChanged, naming key, values and
+    repair), before an attempt id is handed out or spark-submit starts; put back, it stages."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch.airflow_ops import StageOperator
+
+    submitted = []
+    monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, application="", **_kw: submitted.append(application))
+    monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = make_cfg()
+    land(cfg, "a.jsonl", ["o1", "o2"])
+    plan, _new = Protocol(cfg).plan()
+    assert plan is not None
+    schema = cfg.schema
+    make_cfg(schema=schema + ", note9 STRING")  # the same file, edited
+    op = StageOperator(task_id="stage", pipeline_file=cfg.file, conn_id=spark_conn("local[*]"))
+    ti = _TI()
+    with pytest.raises(AirflowFailException, match=r"schema was .* when batch 1 was planned and is now .*note9.*Repair: "):
+        op.execute({"ti": ti, "params": {}, "dag_run": None, "run_id": "r1"})
+    assert not submitted and "attempt" not in ti.pushed
+    make_cfg(schema=schema)  # put back, as the refusal says
+    StageOperator(task_id="stage", pipeline_file=cfg.file, conn_id=spark_conn("local[*]")).execute(
+        {"ti": ti, "params": {}, "dag_run": None, "run_id": "r1"})
+    assert len(submitted) == 1 and ti.pushed["attempt"]
 
 
 @pytest.mark.parametrize("host,forwarded", MASTERS)

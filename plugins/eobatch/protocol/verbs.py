@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from .. import faults
 from ..checkpoint import History, ReadSoFar, RewindKey
 from ..config import TABLE, PipelineConfig, config_edits, config_values
+from ..contract import edits_text
 from ..errors import (
     AttemptPrepared,
     BatchInFlight,
@@ -285,7 +286,7 @@ class Protocol(Repairs):
 
     def _edits_message(self, plan: BatchPlan, edits: list, versions: dict[str, int] | None) -> str:
         b = plan.batch_id
-        what = "; ".join(f"{k} was {old!r} when batch {b} was planned and is now {new!r}" for k, _r, old, new in edits)
+        what = edits_text(edits, b)
         keys = ", ".join(k for k, *_ in edits)
         text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
         if any(role == TABLE for _k, role, *_ in edits):
@@ -407,6 +408,21 @@ class Protocol(Repairs):
     def _start_marker(k: BatchPlan) -> BatchPlan | None:
         return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
 
+    # -- stage -----------------------------------------------------------------------
+    def check_stage(self, batch_id: int) -> BatchPlan | None:
+        """The stage task's check before it starts the job: the pipeline's file must say what
+        batch ``batch_id``'s plan recorded (``config.CONTRACT``), since the job is built from the
+        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
+        committed, only under the configuration that planned it (the job checks its spec again,
+        verify checks what the job recorded). None when the batch has no plan (the job says so).
+        A batch every table holds (a late stage task, after a recover committed it) is decided, as
+        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
+        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
+        plan = self.ledger.plan(batch_id)
+        if plan is not None:
+            self._check_config(batch_id, self.committed_versions(), plan=plan)
+        return plan
+
     # -- verify (pre-commit) ---------------------------------------------------------
     def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
         """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
@@ -483,7 +499,10 @@ class Protocol(Repairs):
         prepared = self.ledger.prepared(batch_id)
         if plan is None or prepared is None:
             raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
-        self._check_config(batch_id, plan=plan)
+        # a batch every table holds (a late commit task, after a recover or a rewind) is decided:
+        # an edit of a PENDING key since its plan is no reason to refuse (its advice, putting the old
+        # value back, would make the next batches fail against the tables' new columns)
+        self._check_config(batch_id, self.committed_versions(), plan=plan)
         self._complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the

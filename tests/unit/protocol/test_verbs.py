@@ -37,7 +37,7 @@ from support.protocol_runs import lose_prepared_and_committed as _lose_prepared_
 from support.protocol_runs import prepare_by_hand as _prepare
 from support.protocol_runs import published_ids as _published
 from support.protocol_runs import stage_by_hand as _stage
-from support.pyarrow_stager import stage
+from support.pyarrow_stager import JobRefused, stage
 
 # -- verify and abort: each attempt is decided once ------------------------------------------------
 # Each attempt is decided once, put-if-absent: verify must win "prepare" before it writes PREPARED,
@@ -552,6 +552,59 @@ def test_a_pending_batch_refuses_an_edit_of_a_key_it_depends_on_until_it_is_comm
     land_ids(cfg, "c.jsonl", range(5, 6))
     assert run_next(Protocol(edited)) == 3  # nothing pending: the edit is taken
     assert Protocol(edited).ledger.plan(3).config == config_values(edited)
+    # a late commit or stage task of batch 2, which every table holds, is not refused (putting the old
+    # value back, as a refusal would say, would hold up the batches planned under the edit)
+    assert Protocol(edited).commit(2).batch_id == 2
+    assert Protocol(edited).check_stage(2) is not None
+    with pytest.raises(JobRefused, match="is not staged"):  # the job: nothing written
+        stage(Protocol(edited), 2)
+
+
+def test_a_batch_is_staged_and_verified_only_under_its_plans_configuration(make_cfg):
+    """Batch 2 is planned; the schema gains a column. The stage task refuses (ConfigChanged), the
+    job refuses its spec (JobRefused: nothing written), and an attempt a job staged under the edit
+    anyway (one that did not check) is refused by verify even once the old schema is back: its
+    recorded configuration is not the plan's. Aborted, the batch is staged again and commits
+    without the edited column; the next batch verifies."""
+    cfg = make_cfg()
+    land_ids(cfg, "a.jsonl", range(0, 3))
+    assert run_next(Protocol(cfg)) == 1
+    land_ids(cfg, "b.jsonl", range(3, 5))
+    plan, _ = Protocol(cfg).plan()
+    edited = make_cfg(schema=cfg.schema + ", note9 STRING")
+    with pytest.raises(ConfigChanged, match=r"schema was .* when batch 2 was planned and is now .*note9.*Repair: "):
+        Protocol(edited).check_stage(2)
+    with pytest.raises(JobRefused, match=r"batch 2 attempt a1 .* is not staged: .*schema was .* when batch 2 was "
+                                         r"planned and the job has .*note9.*Nothing was staged"):
+        stage(Protocol(edited), 2, "a1")
+    assert not list(Path(cfg.sink_table, "eo_batches").rglob("*a1*"))
+    attempt = stage(Protocol(edited), 2, checks=False)
+    make_cfg(schema=cfg.schema)  # the old value back, as a refusal advises
+    proto = Protocol(cfg)
+    with pytest.raises(VerifyFailed, match=r"not staged under its plan's configuration: schema was .* when batch 2 "
+                                           r"was planned and the job ran with .*note9"):
+        proto.verify(2, attempt)
+    proto.abort(2, attempt, "verify failed")
+    assert run_next(proto) == 2  # the next run stages batch 2 again, under its plan's configuration
+    assert "note9" not in DeltaTable(cfg.sink_table).schema().to_arrow().names
+    land_ids(cfg, "c.jsonl", range(5, 6))
+    assert run_next(Protocol(cfg)) == 3
+    assert published_ids(proto) == [f"o{i}" for i in range(6)]
+
+
+def test_verify_refuses_sink_files_whose_columns_are_not_the_plans_schema(make_cfg):
+    """A stage summary that records the plan's configuration, over files of another schema (a job
+    that recorded one thing and staged another): verify names the extra column."""
+    cfg = make_cfg()
+    land_ids(cfg, "a.jsonl", range(0, 3))
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    attempt = stage(Protocol(make_cfg(schema=cfg.schema + ", note9 STRING")), 1, checks=False)
+    summary = Path(proto.layout.stage_summary(1, attempt))
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "contract": config_values(cfg)}))
+    make_cfg(schema=cfg.schema)
+    with pytest.raises(VerifyFailed, match=r"its sink files hold the column\(s\) .*note9.*extra: note9; missing: none"):
+        proto.verify(1, attempt)
 
 
 def test_a_harmless_edit_does_not_stop_a_pending_batch(make_cfg):
