@@ -60,6 +60,11 @@ for each run, at most one fault:
                    maintain` runs): compaction (continuous mode), lite VACUUM with retention 0 (the
                    chaos pipelines set `maintenance: {vacuum_retention_hours: 0}`), Delta checkpoint;
                    a PREPARED batch left by a crashed commit must survive it and commit once
+  long_records     a landing file (Kafka: records) holding, between good records, a line over the
+                   pipeline's max_record_bytes (the chaos pipelines set 64 KiB) in the middle and
+                   one at the end with no newline (files), and one not in UTF-8: each is
+                   quarantined at its own position (raw: the first 64 Ki characters, invalid
+                   bytes as U+FFFD), the good records publish once
   late_file        (interval) a file lands in an hour that was already published; a later run
                    republishes that hour whole, as another slice of its batch
   broker_restart   (kafka) the broker is restarted between stage and verify
@@ -88,7 +93,8 @@ files land under that hour's folder first. A run that fails before PREPARED aban
 (the abort task: abort the attempt, then ``Protocol.abandon``) and the hour runs again later, as
 a backfill; a run that dies leaving its batch undecided (plan_crash, stage_kill) is cleared and
 retried with the same run id. Every hour ends published. Kinds there: all of the first ten,
-verify_abort_race, foreign_writers, odd_lines, hostile_inputs, late_file, maintenance.
+verify_abort_race, foreign_writers, odd_lines, hostile_inputs, long_records, late_file,
+maintenance.
 
 At the end, without the product's code, it checks with delta-rs and the raw _delta_log:
 published rows = the good records landed (no duplicate, none lost; `foreign-` rows apart: each
@@ -133,6 +139,7 @@ sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
 from eobatch import launch  # noqa: E402
+from eobatch.lines import RAW_CHARS  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
 from support.harness import Pipeline, base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
@@ -142,13 +149,15 @@ if TYPE_CHECKING:
 
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
-NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance"]
+NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance", "long_records"]
 FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"]  # the files backend, continuous mode (the default)
 KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
-                              "maintenance"]
+                              "maintenance", "long_records"]
 S3_FAULTS = BASE_FAULTS + NEW_FAULTS + ["s3_restart"]
-INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "late_file",
+INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "long_records",
+                                 "late_file",
                                  "maintenance"]
+MAX_RECORD_BYTES = 1 << 16  # the chaos pipelines' max_record_bytes (long_records lands lines over it)
 HOSTILE = ("name_not_utf8", "link_to_secret", "link_to_dev_zero", "fifo", "folder_link")
 FOREIGN_OPS = ("compact", "append", "vacuum")
 MERGE_KEYS = 60  # --sink merge: the keys records are drawn from
@@ -158,6 +167,13 @@ START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)  # interval mode: hour 0
 HOUR_DIR = re.compile(r"/dt=(\d{4}-\d{2}-\d{2})/hour=(\d{2})/")
 REWRITTEN = "another writer rewrote them"  # SliceRewritten's message (interval mode, foreign OPTIMIZE)
 SLICE_DIR = re.compile(r"^eo_batches/b(\d+)/[^/]+/iv=(\d{4})(\d{2})(\d{2})T(\d{2})\d{4}Z/")
+
+
+def quarantined_raw(line: str | bytes) -> str:
+    """The quarantine's ``raw`` of a bad line or record: its text (invalid UTF-8 bytes as U+FFFD),
+    at most its first RAW_CHARS characters."""
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    return text[:RAW_CHARS]
 
 
 def kinds_for(backend: str, mode: str) -> list[str]:
@@ -248,7 +264,8 @@ class Chaos:
             text = self.p.yaml_path.read_text().replace("max_records_per_batch: 100000", "max_records_per_batch: 60")
             self.p.yaml_path.write_text(text)
         # the maintenance fault: VACUUM at retention 0, the harshest the product allows
-        self.p.yaml_path.write_text(self.p.yaml_path.read_text() + "maintenance: {vacuum_retention_hours: 0}\n")
+        self.p.yaml_path.write_text(self.p.yaml_path.read_text() + "maintenance: {vacuum_retention_hours: 0}\n"
+                                    f"max_record_bytes: {MAX_RECORD_BYTES}\n")
         if self.merge:  # the same pipeline, upserting by key: records carry a version and may delete
             text = self.p.yaml_path.read_text().replace("ts TIMESTAMP\"", "ts TIMESTAMP, seq BIGINT NOT NULL, op STRING\"")
             text = text.replace("\nsink:\n", "\nsink:\n  mode: merge\n  merge: {keys: [order_id], sequence_by: seq, "
@@ -385,6 +402,39 @@ class Chaos:
         self.p.landed_bad.extend(bad)
         return f"landed {name}: {len(good)} good records, {len(bad)} odd lines, {len(blank)} blank lines"
 
+    def land_long(self, sub: str | None = None) -> str:
+        """Good records with lines over max_record_bytes and a line not in UTF-8 among them (see
+        long_records in the module docstring)."""
+        self.files += 1
+        k = self.files
+        good = [{"order_id": f"s{self.seed}-f{k}-long{i}", "customer": f"c{i}", "amount": float(i) + 0.5,
+                 "ts": "2026-01-01T00:00:00Z"} for i in range(self.rnd.randint(2, 5))]
+        if self.merge:
+            for r in good:
+                self.versioned(r, deletes=False)
+        longs = [json.dumps({"order_id": f"bad-{self.seed}-{k}-long{j}", "pad": "x" * n})
+                 for j, n in enumerate((MAX_RECORD_BYTES + 1, self.rnd.randint(2, 5) * MAX_RECORD_BYTES))]
+        utf8 = b'{"order_id": "bad-%d-%d-utf8", "customer": "\xff\xfe"}' % (self.seed, k)
+        if self.backend == "kafka":
+            bad: list[str | bytes] = [longs[0], utf8, longs[1]]
+            self.produce(good, bad)
+            return f"produced {len(good)} good records, 2 over max_record_bytes and 1 not in UTF-8"
+        lines = [json.dumps(r).encode() for r in good]
+        lines[1:1] = [longs[0].encode(), utf8]
+        data = b"\n".join(lines) + b"\n" + longs[1].encode()  # the last line has no newline
+        name = f"{sub or f'd{k % 3}'}/f{k:04d}-long.jsonl"
+        if self.reader:
+            self.reader.put(f"{self.p.landing}/{name}", data)
+        else:
+            path = self.local.landing / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        self.p.landed.extend(good)
+        self.p.landed_bad.extend(quarantined_raw(v) for v in (longs[0], utf8, longs[1]))
+        return f"landed {name}: {len(good)} good records, 2 lines over max_record_bytes, 1 not in UTF-8"
+
     def land_hostile(self, sub: str | None = None) -> str:
         """A normal landing file, and next to it each hostile input (see hostile_inputs in the module
         docstring), whose records must never be published nor quarantined."""
@@ -419,7 +469,7 @@ class Chaos:
             self.hostile.append(str(path))
         return f"landed a normal file and {len(HOSTILE)} hostile inputs ({', '.join(HOSTILE)}) in {folder.name}"
 
-    def produce(self, good: list[dict], bad: list[str]) -> None:
+    def produce(self, good: list[dict], bad: list[str] | list[str | bytes]) -> None:
         """Records to random partitions; sometimes in a transaction, which sometimes aborts."""
         from confluent_kafka import Producer
 
@@ -433,7 +483,7 @@ class Chaos:
             prod.init_transactions(30)
             prod.begin_transaction()
         for v in [json.dumps(r) for r in good] + bad:
-            prod.produce(self.topic, value=v.encode(), partition=self.rnd.randrange(3))
+            prod.produce(self.topic, value=v if isinstance(v, bytes) else v.encode(), partition=self.rnd.randrange(3))
         prod.flush(30)
         if mode == "abort":
             prod.abort_transaction(30)  # these records must never be published
@@ -441,7 +491,7 @@ class Chaos:
         if mode == "commit":
             prod.commit_transaction(30)
         self.p.landed.extend(good)
-        self.p.landed_bad.extend(bad)
+        self.p.landed_bad.extend(quarantined_raw(v) for v in bad)
 
     # -- interval mode: which hour this run is ---------------------------------------------
     @staticmethod
@@ -666,6 +716,10 @@ class Chaos:
             fault = None
         elif fault == "odd_lines":
             pre.append(self.land_odd(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
+            self.faults[fault] += 1
+            fault = None
+        elif fault == "long_records":
+            pre.append(self.land_long(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
             self.faults[fault] += 1
             fault = None
         elif fault == "hostile_inputs":

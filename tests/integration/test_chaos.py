@@ -51,10 +51,14 @@ def test_short_interval_chaos_run_is_exactly_once(tmp_path):
 
 
 def test_short_chaos_run_with_hostile_landing_inputs_never_halts_nor_publishes_them(tmp_path):
-    res = Chaos(batches=2, seed=7, workdir=tmp_path, fault_rate=1.0, quiet=True, only=["hostile_inputs"]).run()
+    """hostile_inputs (never published nor quarantined) and long_records (lines over
+    max_record_bytes, one with no newline, one not in UTF-8: each quarantined once, at its line)."""
+    res = Chaos(batches=2, seed=7, workdir=tmp_path, fault_rate=1.0, quiet=True, only=["hostile_inputs", "long_records"],
+                distinct=True).run()
     assert res["problems"] == [], res
     assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
-    assert res["batches"] >= 2 and res["faults_by_kind"] == {"hostile_inputs": 2}, res
+    assert res["batches"] >= 2 and res["faults_by_kind"] == {"hostile_inputs": 1, "long_records": 1}, res
+    assert res["bad_records"] >= 3, res  # the long and the non-UTF-8 lines, quarantined exactly once
 
 
 MERGE_KINDS = ["commit_crash", "ledger_crash", "zombie"]
