@@ -14,7 +14,7 @@ The protocol's verbs, one process each, exactly what the Airflow tasks call (use
     python -m eobatch.cli commit orders BATCH
     python -m eobatch.cli abort orders BATCH ATTEMPT            # interval mode: also abandons the batch
 
-Exit status (``eobatch.errors``): 0 done, 2 bad input (config, ids), 3 wait (not staged yet,
+Exit status (``eobatch.core.errors``): 0 done, 2 bad input (config, ids), 3 wait (not staged yet,
 another run's batch first), 4 verification failed, 5 a repair is needed (the message says
 which), 6 nothing new to plan, 7 transient (retry later), 1 anything else (a traceback).
 """
@@ -27,11 +27,11 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .batch_run import BatchRun
-from .config import find_pipeline
-from .errors import NOTHING_TO_DO, EobatchError, exit_code
-from .formats import BatchPlan
-from .protocol import Protocol, utcnow
+from .config.loader import find_pipeline
+from .core.batch_run import BatchRun
+from .core.errors import NOTHING_TO_DO, EobatchError, exit_code
+from .core.formats import BatchPlan
+from .core.protocol import Protocol, utcnow
 
 
 def ledger_rows(proto: Protocol, batch_ids: Iterable[int] | None = None) -> list[dict]:
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "class-archive":
-            from .driver_jvm import build
+            from .job.driver_jvm import build
 
             build(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
             return 0
@@ -232,13 +232,13 @@ def main(argv=None) -> int:
     except KeyError as e:  # no such pipeline
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
-    except EobatchError as e:  # the one table: eobatch.errors.exit_code
+    except EobatchError as e:  # the one table: eobatch.core.errors.exit_code
         print(f"{'not ready' if e.kind == 'wait' else 'error'}: {e}", file=sys.stderr)
         return exit_code(e)
 
 
 def _pools() -> int:
-    from .config import load_all
+    from .config.loader import load_all
 
     cfgs, errors = load_all()
     for name, err in sorted(errors.items()):
@@ -266,7 +266,7 @@ def _command(args) -> int:
             for r in proto.ledger.rewinds():
                 print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
                       f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
-            from .maintenance import last_report, summary_line
+            from .core.maintenance import last_report, summary_line
 
             last = last_report(proto)
             if last:
@@ -309,7 +309,7 @@ def _command(args) -> int:
               f"them again from the end of batch {args.batch - 1}")
         return 0
     if args.cmd == "replay":
-        from .replay import replay
+        from .core.replay import replay
 
         done = replay(proto, args.batch, args.reason)
         for f in done["finished"]:
@@ -326,7 +326,7 @@ def _command(args) -> int:
                   f"still failing is quarantined again){skipped}")
         return 0
     if args.cmd == "maintain":
-        from .maintenance import maintain, summary_line
+        from .core.maintenance import maintain, summary_line
 
         report = maintain(proto)
         print(summary_line(report, proto.names).replace("last maintenance", "maintenance", 1))

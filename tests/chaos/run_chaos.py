@@ -138,8 +138,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from eobatch import launch  # noqa: E402
-from eobatch.lines import RAW_CHARS  # noqa: E402
+from eobatch.config.lines import RAW_CHARS  # noqa: E402
+from eobatch.job import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
 from support.harness import Pipeline, base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
@@ -182,13 +182,13 @@ def kinds_for(backend: str, mode: str) -> list[str]:
     return {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(backend, FAULTS)
 
 
-# The abort task of an interval-mode DAG run (eobatch.airflow_ops.AbortOperator.execute), in a
+# The abort task of an interval-mode DAG run (eobatch.airflow.operators.AbortOperator.execute), in a
 # process of its own: abort the attempt (after winning its decision), then abandon the batch
 # (ABANDONED and PREPARED share one put-if-absent record). The CLI has no `abandon` verb.
 ABORT_TASK = r"""
 import json, sys
-from eobatch.config import find_pipeline
-from eobatch.protocol import AttemptPrepared, Protocol
+from eobatch.config.loader import find_pipeline
+from eobatch.core.protocol import AttemptPrepared, Protocol
 proto = Protocol(find_pipeline(sys.argv[1]))
 batch, attempt = int(sys.argv[2]), sys.argv[3]
 out = {"removed": None, "prepared_first": None, "abandoned": None}

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from eobatch import driver_jvm, launch
+from eobatch.job import driver_jvm, launch
 from support.harness import base_env, orders, spark_read, write_pipeline
 
 pytestmark = pytest.mark.integration

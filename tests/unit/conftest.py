@@ -49,7 +49,7 @@ def write_yaml(tmp_path):
 @pytest.fixture
 def make_cfg(tmp_path, write_yaml):
     """A real PipelineConfig (via load_pipeline) whose landing folder is tmp_path/landing."""
-    from eobatch.config import load_pipeline
+    from eobatch.config.loader import load_pipeline
 
     def _make(**overrides):
         doc = base_pipeline(tmp_path)
@@ -71,7 +71,7 @@ def by_prefix(make_cfg):
 @pytest.fixture
 def small(monkeypatch):
     """Ledger checkpoints every 2 batches, index chunks of about 2 entries: every code path runs."""
-    from eobatch import checkpoint as ckpt
+    from eobatch.core import checkpoint as ckpt
 
     monkeypatch.setattr(ckpt, "INTERVAL", 2)
     monkeypatch.setattr(ckpt, "CHUNK", 2)
@@ -81,7 +81,7 @@ def small(monkeypatch):
 @pytest.fixture
 def s3env(monkeypatch):
     """The made-up S3 settings of ``support.s3env`` in the environment, and no other S3 variable."""
-    from eobatch import s3conf
+    from eobatch.storage import s3conf
 
     for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(k, raising=False)

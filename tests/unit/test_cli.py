@@ -10,7 +10,7 @@ from pathlib import Path
 import eobatch
 from eobatch import cli
 from eobatch.cli import TABLE_COLS, render_table
-from eobatch.protocol import Protocol
+from eobatch.core.protocol import Protocol
 from support.protocol_runs import iv, land
 from support.protocol_runs import land_and_run as _run_batch
 from support.protocol_runs import lose_prepared_and_committed as _lose_prepared_and_committed
@@ -161,7 +161,7 @@ def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monke
     from deltalake import write_deltalake
 
     from eobatch.cli import show
-    from eobatch.protocol import Protocol
+    from eobatch.core.protocol import Protocol
 
     cfg = make_cfg()
     write_deltalake(cfg.sink_table, pa.table({"order_id": ["o1", "o2"], "amount": [1.0, 2.0]}))

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from eobatch import sources
-from eobatch.config import ConfigError, load_pipeline
-from eobatch.formats import PreparedBatch, commit_metadata, compact_offsets
+from eobatch.config.loader import ConfigError, load_pipeline
+from eobatch.core.formats import PreparedBatch, commit_metadata, compact_offsets
 from eobatch.sources import ConfigContext, SourceConfig, SourceKind, kind_for, kind_names, register
 from support.pipeline_yaml import write_named as _write
 from support.records import kind_plan as _plan

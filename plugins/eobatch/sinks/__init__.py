@@ -14,7 +14,7 @@ model (``KIND.config_model``, pydantic) only where pipeline files are loaded. An
 
 from __future__ import annotations
 
-from ..registry import Registry
+from ..core.registry import Registry
 from .base import (
     LEGACY_CONTRACT,
     PENDING,

@@ -28,12 +28,12 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..errors import RetryableError, TerminalError
+from ..core.errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..storage import Storage
+    from ..storage.fs import Storage
 
 # The roles of the keys of the configuration contract (``config.CONTRACT``, ``SinkKind.contract_keys``)
 TABLE, PENDING = "table", "pending"

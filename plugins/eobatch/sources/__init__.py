@@ -13,7 +13,7 @@ job finds it by the same name when the package is shipped with the job's code.
 
 from __future__ import annotations
 
-from ..registry import Registry
+from ..core.registry import Registry
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
 
 BUILTIN = ("files", "kafka", "parquet")  # sub-packages of this one

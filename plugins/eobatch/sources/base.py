@@ -28,10 +28,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from ..errors import TerminalError
+from ..core.errors import TerminalError
 
 if TYPE_CHECKING:
-    from ..formats import StageSummary
+    from ..core.formats import StageSummary
 
 
 class IntervalTooLarge(TerminalError):

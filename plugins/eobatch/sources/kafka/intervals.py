@@ -40,7 +40,7 @@ import datetime as _dt
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ProtocolError, TerminalError
+from ...core.errors import ProtocolError, TerminalError
 from ..base import IntervalTooLarge
 
 MAX_TS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -72,7 +72,7 @@ class Schedule:
 
 
 def slice_name(start_ms: int) -> str:
-    from ...formats import slice_name as name
+    from ...core.formats import slice_name as name
 
     return name(start_ms)
 
@@ -264,7 +264,7 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
 
 def _wait_for_open_transactions(src, broker: Broker, offsets: dict[int, tuple[int, int]], end_ms: int,
                                 now_ms: int) -> None:
-    from ...errors import IntervalNotSettled
+    from ...core.errors import IntervalNotSettled
 
     ends = broker.offsets("read_uncommitted")
     for p, (_low, lso) in sorted(offsets.items()):

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...errors import LedgerMismatch
+from ...core.errors import LedgerMismatch
 from . import account
 
 if TYPE_CHECKING:
-    from ...formats import StageSummary
+    from ...core.formats import StageSummary
 
 
 INTERVAL_KEYS = ("scan", "slices", "pending")

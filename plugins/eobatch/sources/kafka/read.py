@@ -32,7 +32,7 @@ import bisect
 import time
 from typing import Iterator
 
-from ...errors import RetryableError
+from ...core.errors import RetryableError
 from .account import Account
 from .client import consumer_settings, servers_of
 

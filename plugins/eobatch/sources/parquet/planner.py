@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import logging
 
-from ...errors import TerminalError
-from ...storage import FileInfo, ObjectChanged
+from ...core.errors import TerminalError
+from ...storage.fs import FileInfo, ObjectChanged
 from ..files.planner import FilesSource, measured, planned_file
 
 log = logging.getLogger(__name__)
