@@ -40,7 +40,7 @@ def _open(table: str, version: int | None = None, aws_conn_id: str = "aws_defaul
     from eobatch.storage import s3conf
 
     if s3conf.is_s3(table):
-        from eobatch.airflow.operators import export_aws_connection
+        from eobatch.airflow.hooks import export_aws_connection
 
         export_aws_connection(aws_conn_id)  # the pipeline's connection, as its tasks use it
     return DeltaTable(s3conf.table_uri(table), version=version, storage_options=s3conf.delta_storage_options(table))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 from support.s3env import ENV as S3_ENV
+from support.spark_hook import HOOK_MODULE
 
 
 def base_pipeline(root: Path) -> dict:
@@ -88,3 +91,22 @@ def s3env(monkeypatch):
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
     return S3_ENV
+
+
+@pytest.fixture
+def spark_conn(monkeypatch):
+    """spark_conn(host) -> conn_id: a spark connection given via AIRFLOW_CONN_<ID> (JSON)."""
+    import importlib
+
+    hook_module = importlib.import_module(HOOK_MODULE)
+
+    def _conn(host: str | None) -> str:
+        conn_id = f"eo_spark_{uuid.uuid4().hex[:8]}"
+        if host is not None:
+            monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": host}))
+        if host and "k8s" in host and getattr(hook_module, "kube_client", None) is None:
+            # the hook refuses a k8s master without the cncf.kubernetes provider; nothing here talks to k8s
+            monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
+        return conn_id
+
+    return _conn

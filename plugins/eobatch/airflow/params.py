@@ -7,8 +7,7 @@ is refused with one clear message before anything is planned or staged. No Airfl
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from ..core.batch_run import RunParams
 from ..core.errors import UsageError
 
 PARAMS_DOC = {
@@ -43,15 +42,6 @@ def params_for_mode(mode: str) -> tuple[str, ...]:
 
 class ParamsError(UsageError):
     """A run's params that the pipeline refuses (Airflow UI trigger form, ``dags trigger -c``)."""
-
-
-@dataclass(frozen=True)
-class RunParams:
-    max_records_per_batch: int | None = None
-    dry_run: bool = False
-    rewind_to_batch: int | None = None
-    confirm_rewind: bool = False
-    accept_loss: bool = False
 
 
 def _pos_int(key: str, v) -> int | None:

@@ -4,7 +4,6 @@ kind, in one place (``_step``); S3 credentials for spark-submit; the late-files 
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from eobatch.core.batch_run import BatchRun, Report
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.core.protocol import Protocol
 from support.protocol_runs import land, run
+from support.spark_hook import MASTERS, fake_secret
 
 
 class _TI:
@@ -97,86 +97,6 @@ def test_commit_of_a_prepared_batch_whose_files_are_gone_fails_without_retry(mak
 
 
 # -- S3 credentials and spark-submit ---------------------------------------------------------------
-# The decision "may credentials travel as spark-submit's process environment?" is the Spark hook's
-# own (never a guess from the master's spelling), and every credential value is known to Airflow's
-# secrets masker before spark-submit starts.
-#
-# The hook here is the installed provider's real SparkSubmitHook, fed a connection through
-# ``AIRFLOW_CONN_<ID>`` (JSON); only ``submit`` is replaced, so that no process is started:
-# the replacement builds the real command line with the hook's real ``_build_spark_submit_command``.
-
-
-HOOK_MODULE = "airflow.providers.apache.spark.hooks.spark_submit"
-
-
-MASTERS = [
-    ("local[*]", True),
-    ("spark://127.0.0.1:7077", True),
-    ("spark://yarn-gw.example:7077", False),  # a standalone master whose name contains "yarn"
-    ("yarn", False),
-    ("k8s://https://k8s.example:6443", False),
-]
-
-
-def _fake(prefix: str) -> str:
-    return f"{prefix}{uuid.uuid4().hex}"
-
-
-@pytest.fixture
-def spark_conn(monkeypatch):
-    """spark_conn(host) -> conn_id: a spark connection given via AIRFLOW_CONN_<ID> (JSON)."""
-    import importlib
-
-    hook_module = importlib.import_module(HOOK_MODULE)
-
-    def _conn(host: str | None) -> str:
-        conn_id = f"eo_spark_{uuid.uuid4().hex[:8]}"
-        if host is not None:
-            monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": host}))
-        if host and "k8s" in host and getattr(hook_module, "kube_client", None) is None:
-            # the hook refuses a k8s master without the cncf.kubernetes provider; nothing here talks to k8s
-            monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
-        return conn_id
-
-    return _conn
-
-
-def _token_on_real_command_line(conn_id: str, token: str) -> bool:
-    """What the real hook does with env_vars holding a session token: on the command line or not."""
-    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-
-    hook = SparkSubmitHook(conn_id=conn_id, env_vars={"AWS_SESSION_TOKEN": token})
-    cmd = hook._build_spark_submit_command("stage_batch.py")
-    return any(token in arg for arg in cmd)
-
-
-@pytest.mark.parametrize("host,forwarded", MASTERS)
-def test_the_decision_is_the_spark_hooks_own(spark_conn, host, forwarded):
-    from eobatch.airflow.operators import credentials_travel_as_env
-
-    conn_id = spark_conn(host)
-    on_cmd = _token_on_real_command_line(conn_id, _fake("FAKE-TOKEN-"))
-    assert credentials_travel_as_env(conn_id) is (not on_cmd)
-    assert credentials_travel_as_env(conn_id) is forwarded
-
-
-def test_no_spark_connection_means_what_the_hook_defaults_to(spark_conn):
-    """Without the connection the hook submits to yarn (env_vars become --conf): nothing is forwarded."""
-    from eobatch.airflow.operators import credentials_travel_as_env
-
-    conn_id = spark_conn(None)
-    assert _token_on_real_command_line(conn_id, _fake("FAKE-TOKEN-"))
-    assert credentials_travel_as_env(conn_id) is False
-
-
-def test_a_hook_that_cannot_be_built_forwards_nothing(spark_conn, monkeypatch):
-    import importlib
-
-    from eobatch.airflow.operators import credentials_travel_as_env
-
-    conn_id = spark_conn("k8s://https://k8s.example:6443")
-    monkeypatch.delattr(importlib.import_module(HOOK_MODULE), "kube_client", raising=False)
-    assert credentials_travel_as_env(conn_id) is False
 
 
 # ---- the stage task itself: the real operator, the real hook, no spark-submit process ----
@@ -264,9 +184,9 @@ def test_the_stage_task_refuses_a_file_edited_since_the_plan_before_it_builds_th
 
 @pytest.mark.parametrize("host,forwarded", MASTERS)
 def test_stage_never_puts_a_session_token_on_the_command_line(spark_conn, s3_stage, monkeypatch, host, forwarded):
-    token = _fake("FAKE-TOKEN-")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", _fake("AKIA"))
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", _fake("secret-"))
+    token = fake_secret("FAKE-TOKEN-")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", fake_secret("AKIA"))
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", fake_secret("secret-"))
     monkeypatch.setenv("AWS_SESSION_TOKEN", token)
     seen = s3_stage(spark_conn(host))
     assert not any(token in arg for arg in seen["cmd"]), seen["cmd"]
@@ -275,8 +195,8 @@ def test_stage_never_puts_a_session_token_on_the_command_line(spark_conn, s3_sta
 
 def test_stage_masks_credentials_from_the_environment_before_spark_submit(spark_conn, s3_stage, monkeypatch):
     """No aws_default connection: the environment's credentials are masked all the same."""
-    values = {"AWS_ACCESS_KEY_ID": _fake("AKIA"), "AWS_SECRET_ACCESS_KEY": _fake("secret-"),
-              "AWS_SESSION_TOKEN": _fake("FAKE-TOKEN-")}
+    values = {"AWS_ACCESS_KEY_ID": fake_secret("AKIA"), "AWS_SECRET_ACCESS_KEY": fake_secret("secret-"),
+              "AWS_SESSION_TOKEN": fake_secret("FAKE-TOKEN-")}
     for k, v in values.items():
         monkeypatch.setenv(k, v)
     seen = s3_stage(spark_conn("local[*]"), watch=values.values())
@@ -284,7 +204,7 @@ def test_stage_masks_credentials_from_the_environment_before_spark_submit(spark_
 
 
 def test_stage_masks_credentials_from_the_aws_connection_before_spark_submit(spark_conn, s3_stage, monkeypatch):
-    values = {"login": _fake("AKIA"), "password": _fake("secret-"), "token": _fake("FAKE-TOKEN-")}
+    values = {"login": fake_secret("AKIA"), "password": fake_secret("secret-"), "token": fake_secret("FAKE-TOKEN-")}
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
         "conn_type": "aws", "login": values["login"], "password": values["password"],
         "extra": {"aws_session_token": values["token"], "region_name": "eu-west-1"}}))
@@ -302,7 +222,7 @@ def test_a_kafka_connections_settings_travel_as_env_or_the_stage_refuses(spark_c
 
     from eobatch.sources.kafka.client import CLIENT_ENV
 
-    secret = _fake("pw-")
+    secret = fake_secret("pw-")
     monkeypatch.setenv("AIRFLOW_CONN_KAFKA_PROD", json.dumps({"conn_type": "kafka", "extra": {
         "bootstrap.servers": "b1:9093", "security.protocol": "SASL_SSL", "sasl.password": secret}}))
     source = {"kind": "kafka", "conn_id": "kafka_prod", "topic": "orders"}
@@ -315,39 +235,8 @@ def test_a_kafka_connections_settings_travel_as_env_or_the_stage_refuses(spark_c
     assert not any(secret in arg for arg in seen["cmd"]) and seen["masked"] == {secret: "<***>"}
 
 
-def test_the_aws_connection_is_resolved_by_the_amazon_hook_from_a_profile(monkeypatch, tmp_path):
-    """A connection naming a profile (no keys in it): the Amazon provider's hook resolves the
-    profile's keys; endpoint from the connection's s3 service config; a stale session token of
-    the environment does not survive (it would not match these keys); the keys are masked."""
-    from airflow.sdk.log import redact
-
-    from eobatch.airflow.operators import export_aws_connection
-
-    key, secret = _fake("AKIA"), _fake("secret-")
-    creds = tmp_path / "credentials"
-    creds.write_text(f"[lake]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(creds))
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "S3_ENDPOINT", "AWS_REGION"):
-        monkeypatch.setenv(k, "")
-        monkeypatch.delenv(k)
-    monkeypatch.setenv("AWS_SESSION_TOKEN", _fake("STALE-"))
-    monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({"conn_type": "aws", "extra": {
-        "profile_name": "lake", "region_name": "eu-west-3",
-        "service_config": {"s3": {"endpoint_url": "http://127.0.0.1:9999"}}}}))
-    assert export_aws_connection("lake_s3") is True
-    import os
-
-    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == (key, secret)
-    assert (os.environ["S3_ENDPOINT"], os.environ["AWS_REGION"]) == ("http://127.0.0.1:9999", "eu-west-3")
-    assert "AWS_SESSION_TOKEN" not in os.environ
-    assert redact(f"<{key}> <{secret}>") == "<***> <***>"
-    assert export_aws_connection("no_such_connection") is False  # the environment stays as it is
-    assert os.environ["AWS_ACCESS_KEY_ID"] == key
-
-
 def test_the_stage_uses_the_connection_the_yaml_names(spark_conn, s3_stage, monkeypatch, tmp_path):
-    key, secret = _fake("AKIA"), _fake("secret-")
+    key, secret = fake_secret("AKIA"), fake_secret("secret-")
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({"conn_type": "aws", "login": "not-this",
                                                                "password": "not-this"}))
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({"conn_type": "aws", "login": key, "password": secret}))

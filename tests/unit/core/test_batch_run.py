@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eobatch.airflow.params import RunParams
-from eobatch.core.batch_run import BatchRun
+from eobatch.core.batch_run import BatchRun, RunParams
 from eobatch.core.protocol import Protocol
 from support.protocol_runs import land
 from support.pyarrow_stager import stage
