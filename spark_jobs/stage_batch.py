@@ -96,7 +96,7 @@ def run(spec: dict) -> dict:
     from eobatch.core.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
     from eobatch.core.ledger import Ledger
     from eobatch.sinks import job_module
-    from eobatch.sources import kind_for
+    from eobatch.sources import kind_for, range_summary
     from eobatch.storage.fs import storage_for
     from spark_jobs.classify import (
         bound_partition_values,
@@ -142,7 +142,7 @@ def run(spec: dict) -> dict:
     log("Spark session ready")
     for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(k, v)
-    log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
+    log(f"reading {range_summary(plan)} ({plan.rows_in} records by the plan's count)")
 
     # 1. read the kind's records of exactly the planned range, once; 2. classify them (one typed
     # parse each). What is kept of them (the parsed fields, the reason, the raw text of the

@@ -32,6 +32,7 @@ from .core.batch_run import BatchRun
 from .core.errors import NOTHING_TO_DO, EobatchError, exit_code
 from .core.formats import BatchPlan
 from .core.protocol import Protocol, utcnow
+from .sources import range_summary
 
 
 def ledger_rows(proto: Protocol, batch_ids: Iterable[int] | None = None) -> list[dict]:
@@ -56,7 +57,7 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
     row: dict[str, Any] = {
         "batch_id": b,
         "state": state,
-        "source_range": plan.range_summary(),
+        "source_range": range_summary(plan),
         "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
         "rows_published": prepared.rows_published if prepared else None,
         "rows_quarantined": prepared.rows_quarantined if prepared else None,
@@ -224,9 +225,9 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "class-archive":
-            from .job.driver_jvm import build
+            from .job.launch import build_class_archive
 
-            build(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
+            build_class_archive(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
             return 0
         return _command(args)
     except KeyError as e:  # no such pipeline

@@ -11,6 +11,7 @@ import eobatch
 from eobatch import cli
 from eobatch.cli import TABLE_COLS, render_table
 from eobatch.core.protocol import Protocol
+from eobatch.sources import range_summary
 from support.protocol_runs import iv, land
 from support.protocol_runs import land_and_run as _run_batch
 from support.protocol_runs import lose_prepared_and_committed as _lose_prepared_and_committed
@@ -80,7 +81,7 @@ def test_cli_exit_status_by_kind(make_cfg):
     assert r.returncode == 5 and "not PREPARED" in r.stderr, r.stderr
     r = _cli(cfg, "plan", cfg.name)  # the batch is pending: handed back, not planned past
     assert r.returncode == 0 and json.loads(r.stdout) == {"batch_id": 1, "new": False,
-                                                          "range": plan.range_summary()}, r.stdout
+                                                          "range": range_summary(plan)}, r.stdout
 
 
 # -- ledger_rows: a batch whose PREPARED record was lost (a crash) shows COMMITTED -----------------

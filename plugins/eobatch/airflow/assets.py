@@ -22,6 +22,8 @@ import os
 import posixpath
 from typing import TYPE_CHECKING, Any
 
+from ..sources import range_summary
+
 if TYPE_CHECKING:
     from airflow.sdk import Asset, AssetAlias
 
@@ -72,7 +74,7 @@ def range_extra(plan: BatchPlan) -> dict[str, Any]:
     ``[from, to)``; a files range's count and paths (the first ``MAX_FILES_IN_EXTRA``; ``truncated``
     says when there are more), the interval in interval mode, and the ledger's one-line summary."""
     rng = dict(plan.range or {})
-    out: dict[str, Any] = {"kind": plan.source_kind, "summary": plan.range_summary()}
+    out: dict[str, Any] = {"kind": plan.source_kind, "summary": range_summary(plan)}
     files = rng.get("files")
     if files is not None:
         paths = [f.get("path") if isinstance(f, dict) else str(f) for f in files]

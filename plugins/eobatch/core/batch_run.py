@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..sources import range_summary
 from .errors import AttemptPrepared, ProtocolError
 from .formats import BatchPlan, PreparedBatch
 from .protocol import Protocol
@@ -84,11 +85,11 @@ class BatchRun:
             r.skip = f"nothing new in {cfg.source.describe()}{what}: no batch planned, the tables are unchanged"
             return r
         r.lines.append(f"batch {plan.batch_id} {'PLANNED' if new else 're-staged with its recorded range'}: "
-                       f"{plan.range_summary()}, {plan.rows_in} records"
+                       f"{range_summary(plan)}, {plan.rows_in} records"
                        f"{f' (planned in {plan.plan_seconds:.2f}s)' if new else ''}"
                        f"{' [dry run]' if self.params.dry_run else ''}")
         r.value = plan.batch_id
-        r.detail = {"batch_id": plan.batch_id, "new": new, "range": plan.range_summary()}
+        r.detail = {"batch_id": plan.batch_id, "new": new, "range": range_summary(plan)}
         return r
 
     # -- stage -----------------------------------------------------------------------
@@ -135,9 +136,9 @@ class BatchRun:
         r = Report(lines=[f"DRY RUN of batch {batch_id}: would publish {report.get('rows_published')} rows to "
                           f"{cfg.sink_table} and {report.get('rows_quarantined')} rows to {cfg.quarantine_table} "
                           f"in {report.get('files')} files ({report.get('bytes')} bytes) from "
-                          f"{plan.range_summary()}. Nothing was published; the attempt was aborted "
+                          f"{range_summary(plan)}. Nothing was published; the attempt was aborted "
                           f"({len(removed)} staged files removed)."],
-                   value={"dry_run": True, "batch_id": batch_id, "range": plan.range_summary(), **report})
+                   value={"dry_run": True, "batch_id": batch_id, "range": range_summary(plan), **report})
         if self.interval_mode:
             self.proto.abandon(batch_id, f"dry run {self.run_id}")
             r.lines.append(f"dry run: interval batch {batch_id} abandoned")

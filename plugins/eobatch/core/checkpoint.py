@@ -43,12 +43,10 @@ import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
-from .formats import BatchPlan, PreparedBatch
-
-if TYPE_CHECKING:
-    from .ledger import Ledger
+from ..storage.fs import Storage
+from .formats import BatchPlan, PreparedBatch, RewindRecord
 
 log = logging.getLogger("eobatch")
 
@@ -353,6 +351,28 @@ class ReadSoFar(Sequence[BatchPlan]):
         return iter(self.plans())
 
 
+class LedgerReader(Protocol):
+    """What a ``History`` reads of its ledger: ``eobatch.core.ledger.Ledger`` is one. Declared here,
+    where it is used: the ledger module imports this one, never the other way round."""
+
+    fs: Storage
+
+    def plan(self, batch_id: int) -> BatchPlan | None: ...
+
+    def prepared(self, batch_id: int) -> PreparedBatch | None: ...
+
+    def abandoned(self, batch_id: int) -> dict | None: ...
+
+    def batch_ids(self) -> list[int]: ...
+
+    def read_plans(self, ids) -> tuple[list[BatchPlan], dict[int, str]]: ...
+
+    def load_chunk(self, name: str) -> list: ...
+
+    def history(self, max_checkpoint: int | None = None, pending_rewind: RewindRecord | RewindKey | None = None,
+                use_checkpoints: bool = True) -> History: ...
+
+
 @dataclass
 class History:
     """The ledger of one pipeline as planning reads it: the newest usable checkpoint (``base``,
@@ -360,7 +380,7 @@ class History:
     records, plus a rewind being planned now). Every answer equals the one computed from all
     records (``state``'s functions over ``Ledger.plans()``); made by ``Ledger.history``."""
 
-    ledger: Ledger
+    ledger: LedgerReader
     base: Checkpoint | None
     tail: list[BatchPlan]
     latest: int

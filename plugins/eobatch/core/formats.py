@@ -38,7 +38,6 @@ import re
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
-from ..sources import kind_for
 from ..storage.fs import join
 from .errors import UsageError
 
@@ -328,17 +327,6 @@ class BatchPlan(Record):
             return out
         return {slice_name(_epoch_ms(self.interval["start"])): list(files)}
 
-    def range_summary(self) -> str:
-        text = self._range_text()
-        return f"interval {self.interval_key}: {text}" if self.interval else text
-
-    def _range_text(self) -> str:
-        try:
-            kind = kind_for(self.source_kind)
-        except KeyError:  # a kind this code does not know: show the range as recorded
-            return json.dumps(self.range, sort_keys=True)
-        return kind.range(self.range).summary()
-
 
 @dataclass
 class StagedFile(Record):
@@ -499,8 +487,9 @@ def fingerprint_of(adds: dict[str, list[dict]]) -> str:
     return h.hexdigest()
 
 
-def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) -> dict[str, Any]:
-    """What each Delta commit of a batch carries in its commitInfo, besides txn(appId, version)."""
+def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str, offsets: Any) -> dict[str, Any]:
+    """What each Delta commit of a batch carries in its commitInfo, besides txn(appId, version);
+    ``offsets``: the batch's range in its kind's words (``eobatch.sources.compact_offsets``)."""
     return {
         "eo.pipeline": plan.pipeline,
         "eo.batchId": str(plan.batch_id),
@@ -508,13 +497,9 @@ def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str) 
         "eo.participant": participant,
         "eo.fingerprint": prepared.fingerprint,
         "eo.source": plan.source_kind,
-        "eo.offsets": json.dumps(compact_offsets(plan), sort_keys=True, separators=(",", ":")),
+        "eo.offsets": json.dumps(offsets, sort_keys=True, separators=(",", ":")),
         "eo.rows": json.dumps({"in": prepared.rows_in, "published": prepared.rows_published,
                                "quarantined": prepared.rows_quarantined}),
         **({"eo.interval": plan.interval_key} if plan.interval else {}),
     }
 
-
-def compact_offsets(plan: BatchPlan) -> Any:
-    """The batch's range as its Delta commits carry it (``eo.offsets``), in its kind's words."""
-    return kind_for(plan.source_kind).range(plan.range).commit_offsets()

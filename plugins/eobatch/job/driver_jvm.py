@@ -13,7 +13,7 @@ what it starts with sets both the fixed cost of a batch and the cost of each rec
   the first record is read: about 2.5 s of a 1,000-record stage job on 2 cores (11.5 s -> 9.0 s,
   measured). Java's class-data sharing (CDS, JEP 350) keeps those classes in an archive mapped
   at start-up: ``make setup`` runs one small stage job with ``-XX:ArchiveClassesAtExit``
-  (``build``), with the collector the stage jobs run with, and each stage job's driver then
+  (``eobatch.job.launch.build_class_archive``), with the collector the stage jobs run with, and each stage job's driver then
   runs with ``-XX:SharedArchiveFile`` (``java_options``).
 
 Both apply to the driver only: on a cluster the executors are other JVMs, on other machines,
@@ -36,16 +36,13 @@ No Airflow, no pyspark imports.
 
 from __future__ import annotations
 
-import glob
 import hashlib
 import importlib.metadata
 import os
 import re
 import shutil
-import subprocess
-import tempfile
-import textwrap
 
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 COLLECTOR = "-XX:+UseParallelGC"
@@ -57,7 +54,12 @@ def with_collector(options: str) -> str:
     return options if _A_COLLECTOR.search(options) else f"{options} {COLLECTOR}".strip()
 
 
-def _java() -> str | None:
+def default_cache_dir() -> str:
+    """Where the code zip and the class-data archive are kept (EOBATCH_CACHE_DIR, else .cache/)."""
+    return os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
+
+
+def java() -> str | None:
     """The java spark-submit runs: $JAVA_HOME/bin/java, else the first on PATH."""
     home = os.environ.get("JAVA_HOME")
     found = os.path.join(home, "bin", "java") if home else shutil.which("java")
@@ -67,18 +69,16 @@ def _java() -> str | None:
 def archive_path(cache_dir: str | None = None) -> str | None:
     """Where the archive of this pyspark and this Java lives (whether or not it exists); None
     without a java or an installed pyspark."""
-    from .launch import default_cache_dir
-
-    java = _java()
+    java_bin = java()
     try:
         spark_version = importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:  # a pyspark from SPARK_HOME: no archive of ours
         return None
-    if java is None:
+    if java_bin is None:
         return None
-    modules = os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "modules")
+    modules = os.path.join(os.path.dirname(os.path.dirname(java_bin)), "lib", "modules")
     stamp = os.stat(modules).st_mtime_ns if os.path.exists(modules) else 0
-    key = f"{spark_version}|{java}|{stamp}|{COLLECTOR}"
+    key = f"{spark_version}|{java_bin}|{stamp}|{COLLECTOR}"
     return os.path.join(cache_dir or default_cache_dir(), f"stage-classes-{hashlib.sha256(key.encode()).hexdigest()[:12]}.jsa")
 
 
@@ -106,62 +106,3 @@ def java_options(conf: dict, cache_dir: str | None = None) -> dict:
     if path is not None and os.path.exists(path) and not any(o in own for o in _OWN):
         options = f"{options} -XX:SharedArchiveFile={path}"
     return {**conf, JAVA_OPTIONS: options}
-
-
-SAMPLE = [b'{"id": "a%d", "n": %d, "x": %d.5, "ts": "2026-01-01T00:00:%02dZ"}' % (i, i, i, i % 60) for i in range(200)]
-
-
-def build(master: str = "local[*]", cache_dir: str | None = None, log=print, force: bool = False) -> str:
-    """Run one stage job of a small pipeline (valid, bad and blank lines: the sink and the
-    quarantine are both written) with ``-XX:ArchiveClassesAtExit``; return the archive's path.
-    An archive already there for this pyspark and this Java is kept unless ``force``."""
-    from ..config.loader import load_pipeline
-    from ..core.protocol import Protocol
-    from .launch import new_attempt_id, spark_env, spark_submit_argv
-
-    target = archive_path(cache_dir)
-    if target is None:
-        raise FileNotFoundError("no java: set JAVA_HOME or put java on PATH")
-    if os.path.exists(target) and not force:
-        log(f"class archive: {target} is up to date")
-        return target
-    with tempfile.TemporaryDirectory(prefix="eobatch-class-archive-") as tmp:
-        landing, dump = os.path.join(tmp, "landing"), os.path.join(tmp, "classes.jsa")
-        os.makedirs(landing)
-        with open(os.path.join(landing, "sample.jsonl"), "wb") as f:
-            f.write(b"\n".join(SAMPLE + [b"{not json", b"", b'{"id": "b", "n": "NaN?"}']) + b"\n")
-        yaml = os.path.join(tmp, "warmup.yaml")
-        with open(yaml, "w") as f:
-            f.write(textwrap.dedent(f"""\
-                name: class_archive_warmup
-                source: {{kind: files, path: {landing}}}
-                schema: "id STRING NOT NULL, n BIGINT, x DOUBLE, ts TIMESTAMP"
-                sink: {{table: {tmp}/lake/sink}}
-                quarantine: {{table: {tmp}/lake/bad}}
-                """))
-        cfg = load_pipeline(yaml)
-        proto = Protocol(cfg)
-        proto.recover()
-        plan, _ = proto.plan()
-        if plan is None:
-            raise RuntimeError("the warm-up pipeline planned nothing")
-        dumping = {JAVA_OPTIONS: f"{with_collector(platform_java_options())} -XX:ArchiveClassesAtExit={dump}"}
-        argv = spark_submit_argv(cfg, plan.batch_id, new_attempt_id(1), master=master, conf=dumping)
-        log(f"class archive: one stage job of {len(SAMPLE) + 2} records, -XX:ArchiveClassesAtExit")
-        r = subprocess.run(argv, env=spark_env(), capture_output=True, text=True, timeout=900)
-        if r.returncode != 0 or not os.path.exists(dump):
-            raise RuntimeError(f"the warm-up stage job failed (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
-        check = subprocess.run([_java() or "java", f"-XX:SharedArchiveFile={dump}", "-version"],
-                               capture_output=True, text=True, timeout=120)
-        if check.returncode != 0:
-            raise RuntimeError(f"a JVM cannot start from the new archive {dump}:\n{check.stderr[-2000:]}")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        part = f"{target}.{os.getpid()}.tmp"
-        shutil.copyfile(dump, part)
-        os.replace(part, target)
-    for old in glob.glob(os.path.join(os.path.dirname(target), "stage-classes-*.jsa")):
-        if old != target:  # made with another pyspark, Java or collector (a JVM mapping one keeps its mapping)
-            os.remove(old)
-            log(f"class archive: removed {old}, made for another pyspark, Java or collector")
-    log(f"class archive: {target} ({os.path.getsize(target) >> 20} MiB)")
-    return target

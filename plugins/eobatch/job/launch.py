@@ -17,16 +17,21 @@ import marshal
 import os
 import py_compile
 import secrets
+import shutil
+import subprocess
 import sys
 import tempfile
+import textwrap
 import zipfile
 
 from .. import sinks
-from ..config.loader import PipelineConfig, config_values
+from ..config.loader import PipelineConfig, config_values, load_pipeline
+from ..core.protocol import Protocol
 from ..sinks import sink_for
 from ..sources import kind_for, kind_names
 from ..storage import s3conf
 from . import driver_jvm
+from .driver_jvm import default_cache_dir
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STAGE_APP = os.path.join(REPO, "spark_jobs", "stage_batch.py")
@@ -215,11 +220,6 @@ def _code_files() -> list[tuple[str, str]]:
     return sorted(out, key=lambda f: f[1])
 
 
-def default_cache_dir() -> str:
-    """Where the code zip and the class-data archive are kept (EOBATCH_CACHE_DIR, else .cache/)."""
-    return os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
-
-
 def _compiled(path: str, arc: str, tmp: str) -> bytes:
     """The module compiled for this Python, as an unchecked hash-based .pyc (PEP 552): zipimport
     loads it without compiling the source again, in the driver and in every Python worker (about
@@ -330,8 +330,6 @@ def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: 
 
 def spark_env() -> dict:
     """Environment for spark-submit: loopback for local mode, the venv's python for workers."""
-    import sys
-
     env = dict(os.environ)
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -340,3 +338,61 @@ def spark_env() -> dict:
     if bindir not in env.get("PATH", "").split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
     return env
+
+
+# -- the stage driver's class-data archive (driver_jvm), made by one stage job -------------------------
+
+WARMUP_SAMPLE = [b'{"id": "a%d", "n": %d, "x": %d.5, "ts": "2026-01-01T00:00:%02dZ"}' % (i, i, i, i % 60) for i in range(200)]
+
+
+def build_class_archive(master: str = "local[*]", cache_dir: str | None = None, log=print, force: bool = False) -> str:
+    """The stage driver's class-data archive (``driver_jvm``): run one stage job of a small pipeline
+    (valid, bad and blank lines: the sink and the quarantine are both written) with
+    ``-XX:ArchiveClassesAtExit``; return the archive's path.
+    An archive already there for this pyspark and this Java is kept unless ``force``."""
+    target = driver_jvm.archive_path(cache_dir)
+    if target is None:
+        raise FileNotFoundError("no java: set JAVA_HOME or put java on PATH")
+    if os.path.exists(target) and not force:
+        log(f"class archive: {target} is up to date")
+        return target
+    with tempfile.TemporaryDirectory(prefix="eobatch-class-archive-") as tmp:
+        landing, dump = os.path.join(tmp, "landing"), os.path.join(tmp, "classes.jsa")
+        os.makedirs(landing)
+        with open(os.path.join(landing, "sample.jsonl"), "wb") as f:
+            f.write(b"\n".join(WARMUP_SAMPLE + [b"{not json", b"", b'{"id": "b", "n": "NaN?"}']) + b"\n")
+        yaml = os.path.join(tmp, "warmup.yaml")
+        with open(yaml, "w") as f:
+            f.write(textwrap.dedent(f"""\
+                name: class_archive_warmup
+                source: {{kind: files, path: {landing}}}
+                schema: "id STRING NOT NULL, n BIGINT, x DOUBLE, ts TIMESTAMP"
+                sink: {{table: {tmp}/lake/sink}}
+                quarantine: {{table: {tmp}/lake/bad}}
+                """))
+        cfg = load_pipeline(yaml)
+        proto = Protocol(cfg)
+        proto.recover()
+        plan, _ = proto.plan()
+        if plan is None:
+            raise RuntimeError("the warm-up pipeline planned nothing")
+        dumping = {driver_jvm.JAVA_OPTIONS: f"{driver_jvm.with_collector(driver_jvm.platform_java_options())} -XX:ArchiveClassesAtExit={dump}"}
+        argv = spark_submit_argv(cfg, plan.batch_id, new_attempt_id(1), master=master, conf=dumping)
+        log(f"class archive: one stage job of {len(WARMUP_SAMPLE) + 2} records, -XX:ArchiveClassesAtExit")
+        r = subprocess.run(argv, env=spark_env(), capture_output=True, text=True, timeout=900)
+        if r.returncode != 0 or not os.path.exists(dump):
+            raise RuntimeError(f"the warm-up stage job failed (exit {r.returncode}):\n{(r.stdout + r.stderr)[-3000:]}")
+        check = subprocess.run([driver_jvm.java() or "java", f"-XX:SharedArchiveFile={dump}", "-version"],
+                               capture_output=True, text=True, timeout=120)
+        if check.returncode != 0:
+            raise RuntimeError(f"a JVM cannot start from the new archive {dump}:\n{check.stderr[-2000:]}")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        part = f"{target}.{os.getpid()}.tmp"
+        shutil.copyfile(dump, part)
+        os.replace(part, target)
+    for old in glob.glob(os.path.join(os.path.dirname(target), "stage-classes-*.jsa")):
+        if old != target:  # made with another pyspark, Java or collector (a JVM mapping one keeps its mapping)
+            os.remove(old)
+            log(f"class archive: removed {old}, made for another pyspark, Java or collector")
+    log(f"class archive: {target} ({os.path.getsize(target) >> 20} MiB)")
+    return target

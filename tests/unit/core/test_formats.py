@@ -20,10 +20,8 @@ from eobatch.core.formats import (
     check_attempt,
     check_batch_id,
     commit_metadata,
-    compact_offsets,
     fingerprint_of,
 )
-from support.records import kind_plan
 from support.records import plan_record as _plan
 from support.records import prepared_record as _prepared
 
@@ -77,34 +75,15 @@ def test_from_json_of_older_record_uses_defaults():
     assert p.notes == [] and p.plan_seconds == 0.0 and p.format == 1
 
 
-def test_range_summary():
-    assert _plan().range_summary() == "2 files [a.jsonl, b.jsonl]"
-    many = [{"path": f"/l/f{i}.jsonl", "size": 1, "mtime_ms": i, "records": 1} for i in range(5)]
-    assert _plan(files=many).range_summary() == "5 files [f0.jsonl, f1.jsonl, f2.jsonl, +2]"
-    assert _plan(files=[]).range_summary() == "0 files"
-
-
-def test_compact_offsets_and_commit_metadata():
+def test_commit_metadata():
     plan, prepared = _plan(), _prepared()
-    assert compact_offsets(plan) == [["/landing/a.jsonl", 10, 1000], ["/landing/b.jsonl", 20, 2000]]
-    md = commit_metadata(plan, prepared, "sink")
+    offsets = [["/landing/a.jsonl", 10, 1000], ["/landing/b.jsonl", 20, 2000]]
+    md = commit_metadata(plan, prepared, "sink", offsets)
     assert md["eo.pipeline"] == "orders" and md["eo.batchId"] == "1" and md["eo.attempt"] == "a1"
     assert md["eo.participant"] == "sink" and md["eo.fingerprint"] == prepared.fingerprint
-    assert json.loads(md["eo.offsets"]) == compact_offsets(plan)
+    assert json.loads(md["eo.offsets"]) == offsets
     assert json.loads(md["eo.rows"]) == {"in": 5, "published": 4, "quarantined": 1}
     assert all(isinstance(v, str) for v in md.values())
-
-
-def test_summaries_and_commit_offsets_per_kind():
-    kafka = kind_plan("kafka", {"topic": "t", "isolation_level": "read_committed",
-                            "partitions": {"0": [0, 3], "1": [4, 4]}, "lost": {}})
-    assert kafka.range_summary() == "t: 3 offsets p0[0,3)"
-    assert compact_offsets(kafka) == {"topic": "t", "partitions": {"0": [0, 3], "1": [4, 4]}}
-    pq = kind_plan("parquet", {"files": [{"path": "/in/x/a.parquet", "size": 9, "mtime_ms": 5, "records": 7}]})
-    assert pq.range_summary() == "1 files [a.parquet]"
-    assert compact_offsets(pq) == [["/in/x/a.parquet", 9, 5]]
-    unknown = kind_plan("someday", {"what": 1})
-    assert unknown.range_summary() == '{"what": 1}'
 
 
 # -- fingerprint_of ------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ...config.loader import config_values
-from ...sources import kind_for, source_for
+from ...sources import kind_for, range_summary, source_for
 from ...storage.fs import join, relpath
 from .. import faults
 from ..checkpoint import RewindKey
@@ -140,7 +140,7 @@ class Repairs:
         self.ledger.put_rewind(rec)
         if lost:
             self._record_loss("rewind", gone, lost, run_id)
-        return [what + f"; batch {plan.batch_id} is planned: {plan.range_summary()}"] + self._complete_rewinds()
+        return [what + f"; batch {plan.batch_id} is planned: {range_summary(plan)}"] + self._complete_rewinds()
 
     def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""

@@ -15,7 +15,7 @@ from ...config.contract import edits_text
 from ...config.loader import TABLE, PipelineConfig, config_edits, config_values
 from ...config.schemas import schema_from_b64
 from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
-from ...sources import kind_for, source_for
+from ...sources import compact_offsets, kind_for, source_for
 from ...sources.base import LateFilesConfig, consumed_skip
 from ...storage.fs import Storage, join, storage_for
 from .. import faults
@@ -580,7 +580,7 @@ class Protocol(Repairs):
                 v = part.commit(self.app_id, plan.batch_id, prepared.adds[staged],
                                 schema_from_b64(prepared.arrow_schema[staged]),
                                 list(prepared.partition_by.get(staged, [])),
-                                commit_metadata(plan, prepared, participant), expected_prev=prev,
+                                commit_metadata(plan, prepared, participant, compact_offsets(plan)), expected_prev=prev,
                                 replace=(replaces or {}).get(participant))
                 return v, replaces
             except SliceRewritten as e:
