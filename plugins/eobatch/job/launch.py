@@ -6,7 +6,6 @@ so both run exactly the same command. No Airflow imports here.
 
 from __future__ import annotations
 
-import ast
 import base64
 import glob
 import hashlib
@@ -24,11 +23,10 @@ import tempfile
 import textwrap
 import zipfile
 
-from .. import sinks
 from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.protocol import Protocol
 from ..sinks import sink_for
-from ..sources import kind_for, kind_names
+from ..sources import kind_for
 from ..storage import s3conf
 from . import driver_jvm
 from .driver_jvm import default_cache_dir
@@ -123,7 +121,24 @@ def jars(cfg: PipelineConfig | None = None) -> list[str]:
 
 # The import roots of the job's code: where each top-level package lives in the repository.
 CODE_ROOTS = {"eobatch": os.path.join(REPO, "plugins", "eobatch"), "spark_jobs": os.path.join(REPO, "spark_jobs")}
-TRANSFORMS_PACKAGE = "spark_jobs.transforms"
+
+# What the Spark job imports, and all that the code zip of --py-files holds: these modules, every module
+# of these packages, and the packages above them (their __init__.py). spark_jobs/stage_batch.py itself is
+# spark-submit's main file. tests/unit/job/test_launch.py walks the import statements from the job (at any
+# depth) and fails when one names a module outside this set, and imports the job from the zip alone.
+SHIPPED = (
+    # the pipeline file as the job sees it: no pydantic, no YAML
+    "eobatch.config.contract", "eobatch.config.ddl", "eobatch.config.lines", "eobatch.config.schemas",
+    # named only inside the kinds' section() (their YAML models), which the job never calls
+    "eobatch.config.model", "eobatch.config.schedule",
+    # the ledger's records and the staged files' statistics (table_files -> verify, ledger -> checkpoint)
+    "eobatch.core.errors", "eobatch.core.faults", "eobatch.core.formats", "eobatch.core.ledger",
+    "eobatch.core.checkpoint", "eobatch.core.registry", "eobatch.core.table_files", "eobatch.core.verify",
+    "eobatch.job.jvm",
+    # whole packages: local and S3 files; every source and sink kind (the spec names one at run time)
+    "eobatch.storage", "eobatch.sources", "eobatch.sinks",
+    "spark_jobs.classify", "spark_jobs.stage_write", "spark_jobs.transforms",
+)
 
 
 def _module_file(module: str) -> str | None:
@@ -138,75 +153,26 @@ def _module_file(module: str) -> str | None:
     return None
 
 
-def _imported_modules(path: str, module: str) -> set[str]:
-    """The modules the import statements of file ``path`` (module ``module``) may load: at any depth
-    (a function's imports run in the job too), except under ``if TYPE_CHECKING:``. For
-    ``from x import y`` both x and x.y (y may be a submodule); the caller keeps those that exist."""
-    with open(path, encoding="utf-8") as f:
-        tree = ast.parse(f.read(), path)
-    package = module if path.endswith("__init__.py") else module.rpartition(".")[0]
-    found: set[str] = set()
-
-    def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            nodes: list[ast.AST] = list(node.orelse)  # the body is for the type checker only
-        else:
-            nodes = list(ast.iter_child_nodes(node))
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, one level up per extra dot
-                parts = package.split(".")
-                anchor = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{anchor}.{base}" if base else anchor
-            found.add(base)
-            found.update(f"{base}.{alias.name}" for alias in node.names)
-        for child in nodes:
-            visit(child)
-
-    visit(tree)
-    return found
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING``: false when the program runs."""
-    return ((isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-            or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
-
-
-def _job_entry_modules() -> set[str]:
-    """What the job imports by name at run time, which no import statement shows: the pipeline's
-    transform (any module of spark_jobs/transforms/), the package of its source kind (any kind
-    ``eobatch.sources.kind_for`` knows, built in or registered) and its sink kind's job step
-    (``eobatch.sinks.job_module``)."""
-    transforms = os.path.join(CODE_ROOTS["spark_jobs"], "transforms")
-    entries = {f"{TRANSFORMS_PACKAGE}.{os.path.basename(p)[:-3]}"
-               for p in glob.glob(os.path.join(transforms, "*.py")) if not os.path.basename(p).startswith("_")}
-    entries |= {type(kind_for(name)).__module__ for name in kind_names()}
-    entries |= {sinks.job_module(name) for name in sinks.kind_names()}
-    return entries
-
-
 def job_modules() -> list[str]:
-    """The modules of eobatch and spark_jobs the Spark job imports, in its driver and in its Python
-    workers: a walk of the import statements from the job (spark_jobs/stage_batch.py, which
-    spark-submit runs as the main file) and from what it imports by name (``_job_entry_modules``),
-    with the packages that hold them. The job file itself is not among them unless a module
-    imports it."""
-    pending = list(_imported_modules(STAGE_APP, "spark_jobs.stage_batch") | _job_entry_modules())
-    seen: set[str] = set()
-    while pending:
-        module = pending.pop()
-        if module in seen:
-            continue
-        seen.add(module)
-        path = _module_file(module)
+    """The modules of ``SHIPPED``: each one named, each module below a package named, and the
+    packages above them."""
+    found: set[str] = set()
+    for name in SHIPPED:
+        path = _module_file(name)
         if path is None:
-            continue
-        parent = module.rpartition(".")[0]
-        pending += ([parent] if parent else []) + sorted(_imported_modules(path, module))
-    return sorted(m for m in seen if _module_file(m) is not None)
+            raise FileNotFoundError(f"launch.SHIPPED names {name}, which is no module of {sorted(CODE_ROOTS)}")
+        found.add(name)
+        if path.endswith("__init__.py"):
+            folder = os.path.dirname(path)
+            for dirpath, dirnames, files in os.walk(folder):
+                dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+                for f in files:
+                    if f.endswith(".py"):
+                        rel = os.path.relpath(os.path.join(dirpath, f), folder)[:-3].replace(os.sep, ".")
+                        found.add(f"{name}.{rel}".removesuffix(".__init__"))
+        parts = name.split(".")
+        found.update(".".join(parts[:i]) for i in range(1, len(parts)))
+    return sorted(m for m in found if _module_file(m) is not None)
 
 
 def _code_files() -> list[tuple[str, str]]:

@@ -64,7 +64,7 @@ def sink_for(cfg) -> SinkKind:
 
 def job_module(name: str) -> str:
     """Spark side: the module of kind ``name``'s job step, without importing the kind (the job's
-    code holds its ``job_module`` only: ``launch.job_modules``)."""
+    code holds its ``job_module`` only: ``eobatch.job.launch.SHIPPED``)."""
     if name in BUILTIN and name not in REGISTRY.registered:
         return f"{__name__}.{name}.job"
     return kind_for(name).job_module

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 # Modules of the Airflow side and of the protocol's verbs: never needed by the Spark job.
 NOT_SHIPPED = ("eobatch/airflow/operators.py", "eobatch/airflow/dag_factory.py", "eobatch/cli.py", "eobatch/job/launch.py")
-# What the job imports besides the source kinds (named here, independently of launch's import walk).
+# What the job imports besides the source kinds (named here, independently of launch.SHIPPED).
 JOB_NEEDS = ["eobatch.core.formats", "eobatch.storage.fs", "eobatch.core.faults", "eobatch.storage.s3conf", "eobatch.core.ledger",
              "eobatch.config.schemas", "eobatch.core.verify", "eobatch.config.lines", "spark_jobs.transforms.passthrough",
              "spark_jobs.transforms.color_counts"]
@@ -100,6 +100,47 @@ def test_no_module_in_the_zip_imports_airflow(code_zip):
             module = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
             found = _imports(z.read(name).decode(), module, name.endswith("/__init__.py"))
             assert not [m for m in found if m == "airflow" or m.startswith("airflow.")], name
+
+
+def _module_file(module: str) -> Path | None:
+    root, _, rest = module.partition(".")
+    base = {"eobatch": REPO / "plugins" / "eobatch", "spark_jobs": REPO / "spark_jobs"}.get(root)
+    if base is None:
+        return None
+    base = base.joinpath(*rest.split(".")) if rest else base
+    return next((p for p in (base / "__init__.py", base.with_name(base.name + ".py")) if p.is_file()), None)
+
+
+def _walk_from_the_job() -> set[str]:
+    """Every module of eobatch and spark_jobs the job may import: the import statements (at any depth:
+    a function's imports run in the driver and the tasks) from spark_jobs/stage_batch.py and from what
+    it imports by name (the pipeline's transform, every source kind's package, every sink kind's job
+    step), transitively, with the packages that hold them."""
+    from eobatch import sinks, sources
+
+    pending = _imports(Path(launch.STAGE_APP).read_text(), "spark_jobs.stage_batch", False)
+    pending |= {f"spark_jobs.transforms.{p.stem}" for p in (REPO / "spark_jobs" / "transforms").glob("[!_]*.py")}
+    pending |= {type(sources.kind_for(n)).__module__ for n in sources.kind_names()}
+    pending |= {sinks.job_module(n) for n in sinks.kind_names()}
+    todo, seen = list(pending), set()
+    while todo:
+        module = todo.pop()
+        path = _module_file(module)
+        if module in seen or path is None:
+            continue
+        seen.add(module)
+        todo += [module.rpartition(".")[0]] if "." in module else []
+        todo += sorted(_imports(path.read_text(), module, path.name == "__init__.py"))
+    return seen
+
+
+def test_the_shipped_set_holds_every_module_the_job_may_import():
+    """``launch.SHIPPED`` is declared, not computed: it cannot go stale, because the walk of the job's
+    import statements finds nothing outside it, and each entry is still something the job imports."""
+    walked, shipped = _walk_from_the_job(), set(launch.job_modules())
+    assert walked - shipped == set(), "the job imports these, which launch.SHIPPED does not ship"
+    assert [e for e in launch.SHIPPED if e not in walked] == [], "launch.SHIPPED names what the job no longer imports"
+    assert not [m for m in shipped if m.startswith(("eobatch.airflow", "eobatch.job.launch", "eobatch.ui", "eobatch.cli"))]
 
 
 PROBE = """
