@@ -28,7 +28,8 @@ PRODUCT = (REPO / "plugins" / "eobatch", REPO / "spark_jobs", REPO / "dags")
 PLUGINS = REPO / "plugins"
 # Test modules of something that is not a product module.
 NOT_A_MODULE = {UNIT / "test_makefile.py": "the Makefile", UNIT / "test_layout.py": "this layout",
-                UNIT / "test_supply_chain.py": "the locks and the jar lists"}
+                UNIT / "test_supply_chain.py": "the locks and the jar lists",
+                UNIT / "test_packages.py": "what each package of eobatch may import"}
 
 
 def product_module(test_module: Path) -> Path | None:

@@ -10,6 +10,11 @@ Built in: ``delta`` (``sink.mode: append``: the stage job's files added to a Del
 MERGE). They are imported on first use (a process imports the kinds it uses); a kind's YAML
 model (``KIND.config_model``, pydantic) only where pipeline files are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded; its ``job_module`` is shipped with the job's code.
+
+May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, pyarrow; deltalake and
+pyspark inside functions.
+Must not import: Apache Airflow, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
+``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ the one it reads); a kind's YAML model (``KIND.config_model``, pydantic) only wh
 are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded (e.g. in an Airflow plugin module); the Spark
 job finds it by the same name when the package is shipped with the job's code.
+
+May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, ``eobatch.job.jvm`` (the
+Spark side's JVM classes), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
+Must not import: Apache Airflow, ``eobatch.airflow``, the rest of ``eobatch.job``, ``eobatch.ui``,
+``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations
