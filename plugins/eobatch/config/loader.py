@@ -9,7 +9,7 @@ problem is raised), and ``load_pipeline`` turns the file into the ``PipelineConf
 be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
 contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
 ``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
-the models ``pipeline_schema``'s.
+the models ``json_schema``'s.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _read_yaml(file: str) -> dict:
     return raw
 
 
-# -- the YAML's sections as typed models (config_model): each checks its keys, in the order of the
+# -- the YAML's sections as typed models (config.model): each checks its keys, in the order of the
 # file's keys below; a section that needs another's values (the schema's columns, the mode) reads
 # them from the pipeline's keys validated before it (``info.data``).
 
@@ -415,7 +415,7 @@ class PipelineFile(Section):
     schedule: Annotated[str | None, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
                                                       "expression or a preset such as '@hourly'"}),
                         Field(validate_default=True)] = None
-    source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: pipeline_schema
+    source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: json_schema
     schema_: Annotated[tuple[str, tuple[Column, ...]],
                        Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. "
                                                                         "'id STRING NOT NULL, amount DOUBLE'"}),

@@ -1,7 +1,7 @@
 """One error taxonomy: every error the product raises on purpose says what its caller should do.
 
 ===========  ======================================================  ==========================  ========
-kind         meaning                                                 Airflow (``airflow_ops``)   CLI exit
+kind         meaning                                                 Airflow (``operators``)     CLI exit
 ===========  ======================================================  ==========================  ========
 ``wait``     not yet: another party (a stage job, another run, the   the sensor pokes again      3
              clock) will make it true; nothing is wrong

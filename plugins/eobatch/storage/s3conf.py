@@ -11,7 +11,7 @@ Resolved from the environment only (no Airflow import here: the Spark job uses i
 
 Pipeline YAMLs hold only ``s3a://bucket/prefix`` locations, never credentials. The Airflow
 operators export the pipeline's AWS connection (``aws_conn_id``, resolved by the Amazon
-provider's hook) into these variables (airflow_ops), and the
+provider's hook) into these variables (airflow.hooks), and the
 stage job forwards them to its executors as environment variables (never as ``--conf``, which
 spark-submit's command line and the task log would show). Nothing here puts a secret into an
 exception message: ``redact`` removes them from any text that leaves this process.

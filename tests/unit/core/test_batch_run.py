@@ -1,5 +1,5 @@
 """eobatch.core.batch_run: one run's batch (``BatchRun``), which the Airflow tasks and the CLI verbs both
-drive (how each translates its outcome: test_airflow_ops.py, test_cli.py)."""
+drive (how each translates its outcome: airflow/test_operators.py, test_cli.py)."""
 
 from __future__ import annotations
 
