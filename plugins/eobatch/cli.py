@@ -267,6 +267,10 @@ def _command(args) -> int:
             for r in proto.ledger.rewinds():
                 print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
                       f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
+            for k in sorted(proto.ledger.cancelled_rewinds()):
+                c = proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}
+                print(f"rewind after batch {k.after_batch} to before batch {k.to_batch} CANCELLED at "
+                      f"{c.get('cancelled_at')}: {c.get('why')}")
             from .core.maintenance import last_report, summary_line
 
             last = last_report(proto)

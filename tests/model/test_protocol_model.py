@@ -307,6 +307,26 @@ def _read_json_dir(d: Path) -> dict[int, dict]:
     return out
 
 
+def _rewind_names(d: Path) -> set[tuple[int, int]]:
+    out = set()
+    if d.is_dir():
+        for f in d.iterdir():
+            m = re.fullmatch(r"(\d{10})-(\d{10})\.json", f.name)
+            if m:
+                out.add((int(m.group(1)), int(m.group(2))))
+    return out
+
+
+def _cancelled_rewinds(ledger: Path) -> set[tuple[int, int]]:
+    """(after, to) of the rewinds decided not to happen (raw records: ``rewinds/cancelled/``)."""
+    return _rewind_names(ledger / "rewinds" / "cancelled")
+
+
+def _rewinds(ledger: Path) -> list[tuple[int, int]]:
+    """(after, to) of the rewinds in effect, from the raw records: recorded, not cancelled."""
+    return sorted(_rewind_names(ledger / "rewinds") - _cancelled_rewinds(ledger))
+
+
 class ProtocolModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
@@ -503,7 +523,8 @@ class ProtocolModel(RuleBasedStateMachine):
             note(f"  rewind to {to} refused: {e}")
             return
         except ProtocolError as e:
-            event("rewind: refused" + (" (files vacuumed)" if "can no longer be restored" in str(e) else ""))
+            event("rewind: cancelled" if "was cancelled" in str(e) else
+                  "rewind: refused" + (" (files vacuumed)" if "can no longer be restored" in str(e) else ""))
             note(f"  rewind to {to} refused: {e}")
             return
         event("rewind: done")
@@ -725,6 +746,7 @@ class ProtocolModel(RuleBasedStateMachine):
         "commit.before_delta_commit": ("commit", ("prepared", "idle")),
         "commit.after_first_participant": ("commit", ("prepared", "idle")),
         "commit.after_delta_commit": ("commit", ("prepared", "idle")),
+        "rewind.before_restore": ("rewind", ("ready", "idle")),
         "rewind.after_first_restore": ("rewind", ("ready", "idle")),
     }
 
@@ -981,10 +1003,7 @@ class ProtocolModel(RuleBasedStateMachine):
         if staged.is_dir():
             self.vacuum_exposed |= {(part, str(f.relative_to(table))) for f in staged.rglob("*") if f.is_file()}
         if part == "sink" and self.compactions and self._rewind_unfinished():
-            # Not a bug: a rewind that died before its RESTORE (checked when it was asked for) needs
-            # the files of the version it restores; a VACUUM of compacted-away files now leaves
-            # only a backup (recover then names that manual repair), which the model cannot do.
-            return
+            event("foreign vacuum while a rewind is not restored")  # the rewind is then cancelled
         gone = DeltaTable(str(table)).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False,
                                              full=True)
         event(f"foreign vacuum of {part}")
@@ -993,11 +1012,12 @@ class ProtocolModel(RuleBasedStateMachine):
     def _rewind_unfinished(self) -> bool:
         """A rewind (record, or reservation in a plan) whose RESTORE the sink's log does not hold."""
         ledger = self.sink / "_eo_ledger"
-        keys = {f.stem for f in (ledger / "rewinds").glob("*.json")}
-        keys |= {"%010d-%010d" % (p["rewind"]["after_batch"], p["rewind"]["to_batch"])
+        keys = set(_rewinds(ledger))
+        keys |= {(p["rewind"]["after_batch"], p["rewind"]["to_batch"])
                  for p in _read_json_dir(ledger / "plans").values() if p.get("rewind")}
+        keys -= _cancelled_rewinds(ledger)
         done = {c["commitInfo"].get("eo.rewind") for c in self._views()["sink"].commits.values()}
-        return any(f"{APP}:{int(k.split('-')[0])}-{int(k.split('-')[1])}" not in done for k in keys)
+        return any(f"{APP}:{after}-{to}" not in done for after, to in keys)
 
     # -- invariants -----------------------------------------------------------------------------
     def _views(self) -> dict[str, TableView]:
@@ -1117,8 +1137,7 @@ class ProtocolModel(RuleBasedStateMachine):
             return
         plans = _read_json_dir(ledger / "plans")
         prepared = _read_json_dir(ledger / "prepared")
-        rewinds = [tuple(int(x) for x in f.stem.split("-")) for f in (ledger / "rewinds").glob("*.json")]
-        gone = {b for after, to in rewinds for b in range(to, after + 1)}
+        gone = {b for after, to in _rewinds(ledger) for b in range(to, after + 1)}
         want: dict[str, tuple] = {}
         for b in sorted(plans):
             if b not in gone and not prepared.get(b, {}).get("abandoned"):
@@ -1189,8 +1208,7 @@ class ProtocolModel(RuleBasedStateMachine):
         assert raws == collections.Counter(self.bad), \
             f"quarantine after the drain: missing {sorted(set(self.bad) - set(raws))[:5]}, extra {raws - collections.Counter(self.bad)}"
         ledger = self.sink / "_eo_ledger"
-        rewound = {b for f in (ledger / "rewinds").glob("*.json") for after, to in [map(int, f.stem.split("-"))]
-                   for b in range(to, after + 1)}
+        rewound = {b for after, to in _rewinds(ledger) for b in range(to, after + 1)}
         read = collections.Counter(r["source"] for r in views["quarantine"].rows if r["source"] in replays)
         for file, rec in replays.items():  # each line of a replay once while its origin counts; never after
             want = 0 if rec["batch_id"] in rewound else len(rec["records"])
@@ -1360,6 +1378,29 @@ def test_found_a_rewind_to_a_version_a_vacuum_emptied_is_refused_before_it_chang
     m.step(0, 3)  # rewind to batch 2: refused (ProtocolError), nothing reserved or recorded
     ledger = m.sink / "_eo_ledger"
     assert max(_read_json_dir(ledger / "plans")) == 2 and not list((ledger / "rewinds").glob("*.json"))
+
+
+def test_found_a_rewind_whose_version_a_vacuum_emptied_after_its_check_is_cancelled_not_stuck(machine):
+    """Was (seed 11, 1000 examples): another tool compacted the sink, a rewind checked that the
+    version it restores to was whole and reserved batch 3, and a VACUUM at retention 0 removed
+    that version's files before the RESTORE: every recover then raised LedgerMismatch ("put the
+    missing files back from a backup") and nothing was published again. Now the rewind is
+    cancelled (put-if-absent), batch 3 is ABANDONED and the pipeline goes on from batch 2: the
+    fixture's drain publishes every record once."""
+    m = machine
+    m.land(3, 0, False)
+    m.land(3, 1, False)
+    _committed_batches(m, 2)
+    m.foreign("compact", 1)
+    m.crash(0, 3, "rewind.before_restore")  # the rewind to batch 2 reserved batch 3, recorded, died
+    ledger = m.sink / "_eo_ledger"
+    assert _rewinds(ledger) == [(2, 2)] and max(_read_json_dir(ledger / "plans")) == 3
+    m.foreign("vacuum-sink", 1)  # the files of the version before batch 2 are gone
+    m.step(1, 0)  # another run's recover: cancels the rewind, abandons batch 3
+    assert _cancelled_rewinds(ledger) == {(2, 2)} and _rewinds(ledger) == []
+    assert _read_json_dir(ledger / "prepared")[3]["abandoned"]
+    assert m._views()["sink"].txn == 2  # nothing was restored
+    m.land(2, 0, False)  # and the pipeline goes on (the drain: batches 4.., every record once)
 
 
 def test_found_a_rewind_to_before_a_replayed_batch_reads_the_replay_file_again(machine):

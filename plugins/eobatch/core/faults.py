@@ -23,6 +23,7 @@ POINTS = (
     "commit.before_delta_commit",
     "commit.after_first_participant",
     "commit.after_delta_commit",
+    "rewind.before_restore",
     "rewind.after_first_restore",
 )
 # in the Airflow tasks that can commit (eobatch.airflow.operators): after their work, asset events

@@ -219,6 +219,13 @@ class Layout:
     def rewind(self, after_batch: int, to_batch: int) -> str:
         return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
 
+    def rewinds_cancelled_dir(self) -> str:
+        return join(self.rewinds_dir(), "cancelled")
+
+    def rewind_cancelled(self, after_batch: int, to_batch: int) -> str:
+        """The decision that a rewind whose restore became impossible did not happen."""
+        return join(self.rewinds_cancelled_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
     def replays_dir(self) -> str:
         return join(self.ledger, "replays")
 

@@ -88,21 +88,45 @@ class Ledger:
         return self.fs.put_if_absent(self.layout.prepared(batch_id), body)
 
     def rewinds(self) -> list[RewindRecord]:
+        """Every rewind in effect (recorded and not cancelled), sorted like ``rewind_keys()``."""
         out = []
-        for f in self.fs.list_files(self.layout.rewinds_dir(), recursive=False):
-            if f.path.endswith(".json"):
-                out.append(RewindRecord.from_json(self.fs.read_bytes(f.path)))
-        return sorted(out, key=lambda r: (r.after_batch, -r.to_batch))
+        for k in self.rewind_keys():
+            rec = self.rewind(k.after_batch, k.to_batch)
+            if rec is not None:
+                out.append(rec)
+        return out
 
     def rewind_keys(self) -> list[RewindKey]:
-        """(after, to) of every rewind record, from their names (one listing, no record read),
-        sorted like ``rewinds()``."""
+        """(after, to) of every rewind in effect, from the records' names (a listing of rewinds/ and
+        one of rewinds/cancelled/, no record read): the rewinds recorded, but those cancelled
+        (``put_rewind_cancelled``), sorted by after_batch, then to_batch descending."""
+        cancelled = self.cancelled_rewinds()
         out = []
         for f in self.fs.list_files(self.layout.rewinds_dir(), recursive=False):
             m = _REWIND_FILE.match(f.path.rsplit("/", 1)[-1])
-            if m:
+            if m and RewindKey(int(m.group(1)), int(m.group(2))) not in cancelled:
                 out.append(RewindKey(int(m.group(1)), int(m.group(2))))
         return sorted(out, key=lambda r: (r.after_batch, -r.to_batch))
+
+    def cancelled_rewinds(self) -> set[RewindKey]:
+        """The rewinds decided not to happen: their restore became impossible before any table was
+        restored (``Protocol._complete_rewinds``)."""
+        out = set()
+        for f in self.fs.list_files(self.layout.rewinds_cancelled_dir(), recursive=False):
+            m = _REWIND_FILE.match(f.path.rsplit("/", 1)[-1])
+            if m:
+                out.add(RewindKey(int(m.group(1)), int(m.group(2))))
+        return out
+
+    def rewind_cancelled(self, after_batch: int, to_batch: int) -> dict | None:
+        path = self.layout.rewind_cancelled(after_batch, to_batch)
+        return json.loads(self.fs.read_bytes(path)) if self.fs.exists(path) else None
+
+    def put_rewind_cancelled(self, after_batch: int, to_batch: int, info: dict) -> bool:
+        """Decide that the rewind (after_batch, to_batch) did not happen, put-if-absent: from then
+        on it undoes nothing, as if it had never been asked for."""
+        body = json.dumps({"after_batch": after_batch, "to_batch": to_batch, **info}, sort_keys=True).encode()
+        return self.fs.put_if_absent(self.layout.rewind_cancelled(after_batch, to_batch), body)
 
     def rewind(self, after_batch: int, to_batch: int) -> RewindRecord | None:
         return self._read(self.layout.rewind(after_batch, to_batch), RewindRecord)

@@ -149,7 +149,10 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         maintenance=_maintenance_line(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
                  f"batches {r.to_batch}..{r.after_batch} REWOUND and read again by later batches"
-                 for r in proto.ledger.rewinds()])
+                 for r in proto.ledger.rewinds()]
+        + [f"rewind to before batch {k.to_batch} CANCELLED: "
+           f"{(proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}).get('why')}"
+           for k in sorted(proto.ledger.cancelled_rewinds())])
 
 
 def _maintenance_line(proto) -> str | None:

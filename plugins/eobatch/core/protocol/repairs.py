@@ -57,6 +57,7 @@ class Repairs:
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
         def _sink_record(self) -> str | None: ...
         def _is_abandoned(self, batch_id: int) -> bool: ...
+        def _prev_live(self, batch_id: int) -> int: ...
         def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
 
     # -- rewind ----------------------------------------------------------------------
@@ -87,14 +88,15 @@ class Repairs:
         self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         rewound = self.ledger.rewound_ids()
-        live = [b for b in range(1, latest + 1) if b not in rewound]
+        live = [b for b in range(1, latest + 1) if b not in rewound and not self._is_abandoned(b)]
         if to_batch not in live:
             raise ProtocolError(f"cannot rewind to batch {to_batch}: the committed batches that can be rewound "
                                 f"are {st.ranges(live) or 'none'}")
-        if min(versions.values()) < latest or self.ledger.committed(latest) is None:
-            raise ProtocolError(f"cannot rewind while batch {latest} is {self.state(latest, versions)}: let a "
+        newest = self._prev_live(latest + 1)  # an ABANDONED newest batch (a cancelled rewind's) holds nothing
+        if min(versions.values()) < newest or self.ledger.committed(newest) is None:
+            raise ProtocolError(f"cannot rewind while batch {newest} is {self.state(newest, versions)}: let a "
                                 f"normal run commit it first, or `make reset-batch PIPELINE={self.app_id} "
-                                f"BATCH={latest}`")
+                                f"BATCH={newest}`")
         restore = {}
         for p in self.names:
             point = self.participants[p].restore_point(self.app_id, to_batch)
@@ -140,7 +142,12 @@ class Repairs:
         self.ledger.put_rewind(rec)
         if lost:
             self._record_loss("rewind", gone, lost, run_id)
-        return [what + f"; batch {plan.batch_id} is planned: {range_summary(plan)}"] + self._complete_rewinds()
+        faults.crash_point("rewind.before_restore")
+        restores = self._complete_rewinds()
+        cancelled = self.ledger.rewind_cancelled(rec.after_batch, rec.to_batch)
+        if cancelled is not None:
+            raise ProtocolError(f"the rewind to before batch {to_batch} was cancelled: {cancelled['why']}")
+        return [what + f"; batch {plan.batch_id} is planned: {range_summary(plan)}"] + restores
 
     def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
@@ -165,10 +172,12 @@ class Repairs:
         )
 
     def _complete_rewinds(self) -> list[str]:
-        """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash).
+        """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash), or
+        cancel it when it cannot happen any more (``_cancel_rewind``).
 
-        Only a table still holding the rewind's ``after_batch`` can be missing it: every commit
-        completes pending rewinds first.
+        Only a table still holding the rewind's newest live batch (``after_batch``, or the batch
+        before it when that one was ABANDONED) can be missing it: every commit completes pending
+        rewinds first.
         """
         done: list[str] = []
         keys = self.ledger.rewind_keys()  # names only: a record is read when its table needs it
@@ -176,16 +185,20 @@ class Repairs:
         latest = self.ledger.plan(latest_id) if latest_id else None
         if latest is not None and latest.rewind:  # a rewind that died between its reservation and its record
             rec = RewindRecord.from_json(json.dumps(latest.rewind))
-            if (rec.after_batch, rec.to_batch) not in keys:
+            key = RewindKey(rec.after_batch, rec.to_batch)
+            if key in self.ledger.cancelled_rewinds():  # a crash between the cancellation and the abandon
+                self._abandon_reserved(rec)
+            elif key not in keys:
                 self.ledger.put_rewind(rec)
                 keys = self.ledger.rewind_keys()
         if not keys:
             return done
+        cancelled: set[RewindKey] = set()
         for p in self.names:
             part = self.participants[p]
             held = part.committed_batch(self.app_id)
             for key in keys:
-                if key.after_batch != held:
+                if key in cancelled or self._prev_live(key.after_batch + 1) != held:
                     continue
                 found = self.ledger.rewind(key.after_batch, key.to_batch)
                 if found is None:
@@ -199,16 +212,61 @@ class Repairs:
                 try:
                     v = part.roll_back(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
                                      rewind_mark(self.app_id, rec.key))
-                except Exception as e:  # noqa: BLE001 - a Delta error: say what it blocks and how to repair
+                except Exception as e:  # noqa: BLE001 - a Delta error: cancel, or say what it blocks
+                    why = self._cancel_rewind(rec, p, e)
+                    if why is not None:
+                        cancelled.add(key)
+                        done.append(why)
+                        continue
                     raise LedgerMismatch(
                         f"the rewind {rec.key} (to before batch {rec.to_batch}) cannot restore the {p} table "
                         f"{self.layout.table(p)} to version {rec.restore_versions[p]}: {e}. Files of that "
-                        f"version were removed after the rewind was checked (a VACUUM). Repair: put the missing "
-                        f"files back from a backup, then run again; nothing is published until then") from e
+                        f"version were removed after the rewind was checked (a VACUUM), and another table was "
+                        f"restored already. Repair: put the missing files back from a backup, then run again; "
+                        f"nothing is published until then") from e
                 done.append(f"{p}: restored to version {rec.restore_versions[p]} (as version {v}) for the "
                             f"rewind to before batch {rec.to_batch}")
                 faults.crash_point("rewind.after_first_restore")
         return done
+
+    def _cancel_rewind(self, rec: RewindRecord, table: str, error: Exception) -> str | None:
+        """Cancel the rewind ``rec`` whose RESTORE of ``table`` failed with ``error``, when it can
+        never happen: files of the version it restores ``table`` to are gone (another tool's VACUUM
+        after a compaction, between the rewind's check and its RESTORE; no RESTORE to that version
+        can succeed from then on) and no table was restored for it yet. Decided put-if-absent
+        (``rewinds/cancelled/``); the batch it reserved becomes ABANDONED (never PREPARED: verify
+        completes a batch's rewind first), so the pipeline goes on from the batches the rewind
+        would have undone, as if it had never been asked. Returns what was done, or None when the
+        rewind cannot be cancelled (the caller stops with the repair)."""
+        missing = self.participants[table].missing_files_at(rec.restore_versions[table], self.fs_for(table))
+        mark, tag = rewind_mark(self.app_id, rec.key), f"{self.app_id}:{rec.key}"
+        restored = [p for p in self.names if self.participants[p].rolled_back(mark)
+                    or self.participants[p].find_commit("eo.rewind", tag) is not None]
+        if not missing or restored:
+            return None
+        reserved = rec.after_batch + 1
+        why = (f"the {table} table's version {rec.restore_versions[table]} (before batch {rec.to_batch}) can no "
+               f"longer be restored: {len(missing)} of its files were removed after the rewind was checked (another "
+               f"tool's VACUUM after a compaction), such as {missing[0]}. Nothing was rewound: batch {reserved}, "
+               f"which the rewind reserved, is ABANDONED and the next batch reads on after batch "
+               f"{self._prev_live(reserved)}. Ask again for a rewind to a batch whose version is whole, or restore "
+               f"the files from a backup first")
+        self.ledger.put_rewind_cancelled(rec.after_batch, rec.to_batch,
+                                         {"why": why, "table": table, "error": str(error)[:2000],
+                                          "missing": missing[:100], "cancelled_at": utcnow()})
+        self._abandon_reserved(rec)
+        log.error("pipeline %s: %s", self.app_id, why)
+        return f"rewind to before batch {rec.to_batch} cancelled: {why}"
+
+    def _abandon_reserved(self, rec: RewindRecord) -> None:
+        """The batch a cancelled rewind reserved is ABANDONED (idempotent: the first decision stays)."""
+        reserved = rec.after_batch + 1
+        if self.ledger.put_abandoned(reserved, {"reason": f"rewind {rec.key} cancelled", "abandoned_at": utcnow()}):
+            return
+        if self.ledger.abandoned(reserved) is None:
+            raise LedgerMismatch(f"the rewind {rec.key} was cancelled, but batch {reserved} that it reserved is "
+                                 f"PREPARED: it reads again from batch {rec.to_batch}'s start and must not commit. "
+                                 f"Stop and inspect")
 
     # -- reset -----------------------------------------------------------------------
     def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:

@@ -401,7 +401,9 @@ class Protocol(Repairs):
             keys, latest = set(self.ledger.rewind_keys()), self.ledger.latest_batch_id()
             reserved = self.ledger.plan(latest) if latest else None
         if reserved is not None and reserved.rewind:
-            keys.add(RewindKey(int(reserved.rewind["after_batch"]), int(reserved.rewind["to_batch"])))
+            key = RewindKey(int(reserved.rewind["after_batch"]), int(reserved.rewind["to_batch"]))
+            if key not in self.ledger.cancelled_rewinds():
+                keys.add(key)
         return sorted(keys)
 
     @staticmethod
@@ -438,6 +440,10 @@ class Protocol(Repairs):
         plan = self.ledger.plan(batch_id)
         if plan is None:
             raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        if plan.rewind:
+            # the first batch after a rewind is PREPARED only once every table was restored for it
+            # (so its commit is always possible), or never when the rewind was cancelled
+            self._complete_rewinds()
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
         self._check_config(batch_id, plan=plan)
