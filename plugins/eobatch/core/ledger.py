@@ -97,26 +97,32 @@ class Ledger:
         return out
 
     def rewind_keys(self) -> list[RewindKey]:
-        """(after, to) of every rewind in effect, from the records' names (a listing of rewinds/ and
-        one of rewinds/cancelled/, no record read): the rewinds recorded, but those cancelled
+        """(after, to) of every rewind in effect, from the records' names (one listing of rewinds/
+        and its cancelled/ folder, no record read): the rewinds recorded, but those cancelled
         (``put_rewind_cancelled``), sorted by after_batch, then to_batch descending."""
-        cancelled = self.cancelled_rewinds()
-        out = []
-        for f in self.fs.list_files(self.layout.rewinds_dir(), recursive=False):
-            m = _REWIND_FILE.match(f.path.rsplit("/", 1)[-1])
-            if m and RewindKey(int(m.group(1)), int(m.group(2))) not in cancelled:
-                out.append(RewindKey(int(m.group(1)), int(m.group(2))))
-        return sorted(out, key=lambda r: (r.after_batch, -r.to_batch))
+        recorded, cancelled = self._rewind_names()
+        return sorted(recorded - cancelled, key=lambda r: (r.after_batch, -r.to_batch))
 
     def cancelled_rewinds(self) -> set[RewindKey]:
         """The rewinds decided not to happen: their restore became impossible before any table was
         restored (``Protocol._complete_rewinds``)."""
-        out = set()
-        for f in self.fs.list_files(self.layout.rewinds_cancelled_dir(), recursive=False):
-            m = _REWIND_FILE.match(f.path.rsplit("/", 1)[-1])
-            if m:
-                out.add(RewindKey(int(m.group(1)), int(m.group(2))))
-        return out
+        return self._rewind_names()[1]
+
+    def _rewind_names(self) -> tuple[set[RewindKey], set[RewindKey]]:
+        """(recorded, cancelled) rewind keys: one recursive listing of rewinds/."""
+        recorded: set[RewindKey] = set()
+        cancelled: set[RewindKey] = set()
+        for f in self.fs.list_files(self.layout.rewinds_dir(), recursive=True):
+            *_, grandparent, parent, name = ["", ""] + f.path.rstrip("/").split("/")
+            m = _REWIND_FILE.match(name)
+            if not m:
+                continue
+            key = RewindKey(int(m.group(1)), int(m.group(2)))
+            if parent == "rewinds":
+                recorded.add(key)
+            elif (grandparent, parent) == ("rewinds", "cancelled"):
+                cancelled.add(key)
+        return recorded, cancelled
 
     def rewind_cancelled(self, after_batch: int, to_batch: int) -> dict | None:
         path = self.layout.rewind_cancelled(after_batch, to_batch)
