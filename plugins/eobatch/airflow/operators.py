@@ -156,12 +156,15 @@ def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committe
 EVENTS_LOOKED_AT = 16  # the pipeline's newest asset events read to find those of its newest batch
 
 
-def emitted_tables(context, pipeline: str, batch_id: int) -> set[str] | None:
+def emitted_tables(context, pipeline: str, batch_id: int, uris: dict[str, str], fingerprint: str) -> set[str] | None:
     """The tables whose asset event for ``batch_id`` Airflow holds, read from Airflow's own asset
     events (its metadata database, through the Task SDK's ``inlet_events``: the task declares the
     pipeline's alias as an inlet too): the newest ``EVENTS_LOOKED_AT`` events added through the
     alias. Only called for the pipeline's newest committed batch, whose events, when stored, are the
-    newest (batches commit one after another). None when this task cannot read them."""
+    newest (batches commit one after another). An event is this batch's when it names its table
+    (``uris``: table -> asset URI) and its committed file set (``fingerprint``), not only the
+    pipeline and the batch id: an earlier pipeline of the same name (created again, its tables
+    elsewhere) had a batch of that id too. None when this task cannot read them."""
     try:
         accessor = context["inlet_events"][assets.batch_alias(pipeline)]
     except (KeyError, TypeError):
@@ -169,8 +172,10 @@ def emitted_tables(context, pipeline: str, batch_id: int) -> set[str] | None:
     found = set()
     for event in accessor.ascending(False).limit(EVENTS_LOOKED_AT):
         extra = event.extra or {}
-        if extra.get("pipeline") == pipeline and extra.get("batch_id") == batch_id:
-            found.add(str(extra.get("table")))
+        table = str(extra.get("table"))
+        if (extra.get("pipeline") == pipeline and extra.get("batch_id") == batch_id
+                and extra.get("table_uri") == uris.get(table) and extra.get("fingerprint") == fingerprint):
+            found.add(table)
     return found
 
 
@@ -192,13 +197,14 @@ def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: 
     if not task.outlets:
         return []
     cfg, led = proto.cfg, proto.ledger
-    have = emitted_tables(context, cfg.name, batch_id)
+    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
+    if plan is None or committed is None:
+        return []
+    uris = {"sink": assets.asset_uri(cfg.sink_table), "quarantine": assets.asset_uri(cfg.quarantine_table)}
+    have = emitted_tables(context, cfg.name, batch_id, uris, committed.fingerprint)
     if have is None:
         task.log.warning("asset events: this task cannot read Airflow's asset events (no inlet_events); "
                          "batch %s is not announced again", batch_id)
-        return []
-    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
-    if plan is None or committed is None:
         return []
     missing = {p for p in committed.delta_versions if p not in have}
     if not missing:

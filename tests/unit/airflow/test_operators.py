@@ -427,6 +427,24 @@ def test_events_lost_by_a_task_killed_before_its_success_are_emitted_once_later(
     assert len(airflow.events) == 2
 
 
+def test_late_events_are_not_taken_for_those_of_an_earlier_pipeline_of_the_same_name(make_cfg):
+    """Airflow holds events of batch 1 of an earlier pipeline of the same name (other tables: the
+    pipeline was created again, or its tables moved): they are not this batch 1's. Found by the
+    integration test of late events run after another test's pipeline of the same name."""
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    batch_id, attempt = _prepared_batch(proto, range(3), "a.jsonl")
+    airflow = _StoredEvents()
+    for table in ("sink", "quarantine"):
+        airflow.events.append({"extra": {"pipeline": cfg.name, "batch_id": batch_id, "table": table,
+                                         "table_uri": f"file:///elsewhere/{table}", "fingerprint": "other"}})
+    commit, recover = _task_of_factory_dag(cfg, "commit"), _task_of_factory_dag(cfg, "recover")
+    assert len(_run_task(commit, batch_id, attempt, airflow=airflow, dies=True)) == 2
+    late = _run_task(recover, batch_id, attempt, airflow=airflow)
+    assert [(e["extra"]["table"], e["extra"]["emitted_late"]) for e in late] == [("sink", True), ("quarantine", True)]
+    assert _run_task(recover, batch_id, attempt, airflow=airflow) == []
+
+
 def test_no_late_event_for_a_batch_another_airflow_ran(make_cfg):
     """A batch planned by a DAG run this Airflow does not hold (`make demo`'s, another Airflow's):
     its events are that Airflow's; this one's recover emits none."""
