@@ -370,6 +370,17 @@ class Chaos:
         self.seqs.add(seq)
         r["seq"], r["op"] = seq, ("d" if deletes and self.rnd.random() < 0.2 else "u")
 
+    def put_landing(self, name: str, data: bytes) -> None:
+        """Land ``data`` as the file ``name`` of the landing zone, whole at once (S3: one PUT)."""
+        if self.reader:
+            self.reader.put(f"{self.p.landing}/{name}", data)
+            return
+        path = self.local.landing / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
     def land_odd(self, sub: str | None = None) -> str:
         """A landing file of odd lines (see odd_lines in the module docstring), written as bytes."""
         self.files += 1
@@ -390,14 +401,7 @@ class Chaos:
         lines = [t.encode() + (b"\r" if self.rnd.random() < 0.5 else b"") for _kind, t in items]  # CRLF or LF
         data = b"\n".join(lines) + (b"\n" if self.rnd.random() < 0.5 else b"")
         name = f"{sub or f'd{k % 3}'}/f{k:04d}-odd.jsonl"
-        if self.reader:
-            self.reader.put(f"{self.p.landing}/{name}", data)
-        else:
-            path = self.local.landing / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        self.put_landing(name, data)
         self.p.landed.extend(good)
         self.p.landed_bad.extend(bad)
         return f"landed {name}: {len(good)} good records, {len(bad)} odd lines, {len(blank)} blank lines"
@@ -423,14 +427,7 @@ class Chaos:
         lines[1:1] = [longs[0].encode(), utf8]
         data = b"\n".join(lines) + b"\n" + longs[1].encode()  # the last line has no newline
         name = f"{sub or f'd{k % 3}'}/f{k:04d}-long.jsonl"
-        if self.reader:
-            self.reader.put(f"{self.p.landing}/{name}", data)
-        else:
-            path = self.local.landing / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        self.put_landing(name, data)
         self.p.landed.extend(good)
         self.p.landed_bad.extend(quarantined_raw(v) for v in (longs[0], utf8, longs[1]))
         return f"landed {name}: {len(good)} good records, 2 lines over max_record_bytes, 1 not in UTF-8"
