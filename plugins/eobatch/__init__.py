@@ -3,7 +3,9 @@
 The packages say where their code runs (each ``__init__`` says what it may import and what it
 must not; tests/unit/test_packages.py checks every import statement):
 
-* ``core``: the protocol (``protocol/``, the ledger, checkpoints, verify, errors): plain Python,
+* ``errors``: the one error taxonomy (wait, retry, terminal) that every layer raises; imports
+  nothing of eobatch.
+* ``core``: the protocol (``protocol/``, the ledger, checkpoints, verify): plain Python,
   pyarrow and deltalake; no Airflow, no pyspark.
 * ``config``: the pipeline file (loader and typed models; the job's side of it without pydantic).
 * ``storage``: local and S3 files, S3 settings, connection credentials without Airflow.

@@ -14,7 +14,7 @@ The protocol's verbs, one process each, exactly what the Airflow tasks call (use
     python -m eobatch.cli commit orders BATCH
     python -m eobatch.cli abort orders BATCH ATTEMPT            # interval mode: also abandons the batch
 
-Exit status (``eobatch.core.errors``): 0 done, 2 bad input (config, ids), 3 wait (not staged yet,
+Exit status (``eobatch.errors``): 0 done, 2 bad input (config, ids), 3 wait (not staged yet,
 another run's batch first), 4 verification failed, 5 a repair is needed (the message says
 which), 6 nothing new to plan, 7 transient (retry later), 1 anything else (a traceback).
 """
@@ -29,9 +29,9 @@ from typing import Any
 
 from .config.loader import find_pipeline
 from .core.batch_run import BatchRun
-from .core.errors import NOTHING_TO_DO, EobatchError, exit_code
 from .core.formats import BatchPlan
 from .core.protocol import Protocol, utcnow
+from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .sources import range_summary
 
 
@@ -233,7 +233,7 @@ def main(argv=None) -> int:
     except KeyError as e:  # no such pipeline
         print(f"error: {e.args[0]}", file=sys.stderr)
         return 2
-    except EobatchError as e:  # the one table: eobatch.core.errors.exit_code
+    except EobatchError as e:  # the one table: eobatch.errors.exit_code
         print(f"{'not ready' if e.kind == 'wait' else 'error'}: {e}", file=sys.stderr)
         return exit_code(e)
 

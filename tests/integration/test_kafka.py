@@ -507,8 +507,8 @@ def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publ
     sensor reschedules) instead of cutting the range at the last stable offset; past the bound it
     fails naming the partition and the transaction's first offset; once committed, every record
     of the interval is published."""
-    from eobatch.core.errors import TerminalError
     from eobatch.core.protocol import IntervalNotSettled
+    from eobatch.errors import TerminalError
 
     topic = "iv_open_txn"
     create_topic(broker, topic, partitions=2)

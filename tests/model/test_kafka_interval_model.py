@@ -34,9 +34,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from eobatch.config.loader import load_pipeline
 from eobatch.core import faults
-from eobatch.core.errors import IntervalNotSettled
 from eobatch.core.formats import slice_name
 from eobatch.core.protocol import Protocol
+from eobatch.errors import IntervalNotSettled
 from support.kafka_model import Log, model_broker, stage_kafka
 from support.protocol_runs import T0, H, iv
 

@@ -116,7 +116,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from eobatch.config.loader import load_pipeline
 from eobatch.core import checkpoint as ckpt
 from eobatch.core import faults
-from eobatch.core.errors import UsageError
 from eobatch.core.formats import BatchPlan
 from eobatch.core.protocol import (
     AttemptPrepared,
@@ -129,6 +128,7 @@ from eobatch.core.protocol import (
 )
 from eobatch.core.replay import replay as replay_records
 from eobatch.core.verify import NotReady, VerifyFailed
+from eobatch.errors import UsageError
 from support.pyarrow_stager import JobRefused, stage
 
 APP = "orders"

@@ -17,8 +17,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from ..config.loader import load_pipeline
 from ..core import faults
 from ..core.batch_run import BatchRun, Report
-from ..core.errors import EobatchError
 from ..core.protocol import Protocol, interval_of
+from ..errors import EobatchError
 from ..job import driver_jvm, launch
 from ..storage import s3conf
 from . import alerts, assets, metrics

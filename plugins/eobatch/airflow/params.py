@@ -8,7 +8,7 @@ is refused with one clear message before anything is planned or staged. No Airfl
 from __future__ import annotations
 
 from ..core.batch_run import RunParams
-from ..core.errors import UsageError
+from ..errors import UsageError
 
 PARAMS_DOC = {
     "max_records_per_batch": "Upper bound of records for a new batch (default: the YAML's value). "

@@ -10,7 +10,7 @@ pydantic nor YAML: ``contract`` (the keys a batch depends on), ``ddl`` (the sche
 This ``__init__`` imports nothing: the Spark job imports ``config.contract``, ``ddl``,
 ``schemas`` and ``lines`` and must never load pydantic or PyYAML (tests/unit/job/test_launch.py).
 
-May import: ``eobatch.core.errors`` (the exception types, and nothing else of ``core``),
+May import: ``eobatch.errors`` (the exception types),
 ``eobatch.sources`` and ``eobatch.sinks`` (the kinds contribute their own sections).
 Must not import: Apache Airflow, pyspark, the rest of ``eobatch.core``, ``eobatch.storage``,
 ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli``

@@ -25,7 +25,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_v
 from pydantic.json_schema import SkipJsonSchema
 
 from .. import sinks
-from ..core.errors import ConfigError
+from ..errors import ConfigError
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm

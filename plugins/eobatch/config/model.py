@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
-from ..core.errors import ConfigError, Invalid
+from ..errors import ConfigError, Invalid
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 
 from .. import sinks
-from ..core.errors import ConfigError
+from ..errors import ConfigError
 from ..sinks import SinkConfig
 from ..sources import SourceConfig
 from .ddl import Column

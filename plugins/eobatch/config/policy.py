@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from ..core.errors import ConfigError
+from ..errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}

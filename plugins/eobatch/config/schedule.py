@@ -12,7 +12,7 @@ import string
 from itertools import pairwise
 from typing import Any
 
-from ..core.errors import Invalid
+from ..errors import Invalid
 
 ONLY_INTERVAL = "only used in interval mode (set mode: interval, or remove it)"
 INTERVAL_FIELDS = {"ds", "hh", "ds_nodash"}

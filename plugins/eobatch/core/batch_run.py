@@ -3,7 +3,7 @@
 A DAG run is recover -> plan -> stage -> verify -> commit, and ``fail`` when a task of it
 failed. Each step here is a method that calls the protocol, decides what the run does next
 and returns a report with the lines for the task log; it raises the taxonomy's errors
-(``eobatch.core.errors``) and nothing else. The operators (``eobatch.airflow.operators``) only translate: an
+(``eobatch.errors``) and nothing else. The operators (``eobatch.airflow.operators``) only translate: an
 error's kind to a sensor poke, a retry or a failure, and a report to log lines and XCom. The
 CLI translates the same errors to exit codes, so `cli abort` does exactly what the abort task
 does (in interval mode it also abandons the batch).
@@ -14,8 +14,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from ..errors import AttemptPrepared, ProtocolError
 from ..sources import range_summary
-from .errors import AttemptPrepared, ProtocolError
 from .formats import BatchPlan, PreparedBatch
 from .protocol import Protocol
 

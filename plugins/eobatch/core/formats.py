@@ -38,8 +38,8 @@ import re
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal
 
+from ..errors import UsageError
 from ..storage.fs import join
-from .errors import UsageError
 
 FORMAT_VERSION = 1
 BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", "REWOUND"]

@@ -10,10 +10,10 @@ import logging
 import re
 import time
 
+from ..errors import ProtocolError
 from ..storage.fs import join, storage_for
 from . import checkpoint as ckpt
 from .checkpoint import Checkpoint, CheckpointUnusable, History, RewindKey
-from .errors import ProtocolError
 from .formats import (
     BatchPlan,
     CommittedBatch,

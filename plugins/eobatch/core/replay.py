@@ -48,9 +48,9 @@ import uuid
 from typing import Any
 
 from ..config.lines import RAW_CHARS
+from ..errors import UsageError
 from ..storage.fs import LinkRefused, join, link_refused, storage_for
 from . import faults
-from .errors import UsageError
 from .formats import bid
 from .protocol.state import undoing
 

@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 
 from ..config.contract import contract_edits, edits_text, staged_columns
 from ..config.schemas import schema_from_b64, schema_signature
+from ..errors import TerminalError, WaitError
 from ..sources import kind_for
 from ..storage.fs import join
-from .errors import TerminalError, WaitError
 from .formats import QUARANTINE, SINK, STAGED, BatchPlan, Layout, StageSummary, fingerprint_of
 
 

@@ -132,7 +132,7 @@ SHIPPED = (
     # named only inside the kinds' section() (their YAML models), which the job never calls
     "eobatch.config.model", "eobatch.config.schedule",
     # the ledger's records and the staged files' statistics (table_files -> verify, ledger -> checkpoint)
-    "eobatch.core.errors", "eobatch.core.faults", "eobatch.core.formats", "eobatch.core.ledger",
+    "eobatch.errors", "eobatch.core.faults", "eobatch.core.formats", "eobatch.core.ledger",
     "eobatch.core.checkpoint", "eobatch.core.registry", "eobatch.core.table_files", "eobatch.core.verify",
     "eobatch.job.jvm",
     # whole packages: local and S3 files; every source and sink kind (the spec names one at run time)

@@ -28,7 +28,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ..core.errors import RetryableError, TerminalError
+from ..errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
     import pyarrow as pa

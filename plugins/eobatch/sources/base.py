@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from ..core.errors import TerminalError
+from ..errors import TerminalError
 
 if TYPE_CHECKING:
     from ..core.formats import StageSummary

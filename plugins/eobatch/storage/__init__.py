@@ -6,7 +6,7 @@ from the environment, never on a command line); ``credentials`` reads an Airflow
 extra through the reader the Airflow side registers, and scrubs secrets from text, without
 importing Airflow. Shipped to the Spark job whole.
 
-May import: ``eobatch.core.errors`` (the exception types, and nothing else of ``core``), pyarrow,
+May import: ``eobatch.errors`` (the exception types), pyarrow,
 boto3 (inside functions).
 Must not import: Apache Airflow, pyspark, the rest of ``eobatch.core``, ``eobatch.config``,
 ``eobatch.sources``, ``eobatch.sinks``, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,

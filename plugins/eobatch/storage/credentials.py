@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from ..core.errors import TerminalError
+from ..errors import TerminalError
 
 _reader: Callable[[str], dict[str, Any]] | None = None
 _masker: Callable[[str], str] | None = None  # the Airflow side's secrets masker (``register``)

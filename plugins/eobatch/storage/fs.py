@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Protocol
 
-from ..core.errors import RetryableError, TerminalError
+from ..errors import RetryableError, TerminalError
 
 
 @dataclass(frozen=True)

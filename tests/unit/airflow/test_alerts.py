@@ -252,7 +252,7 @@ def test_a_mail_holds_no_secret_airflow_masks_nor_the_password_of_a_malformed_ur
 
 
 def test_a_connection_that_cannot_be_read_never_quotes_its_password():
-    from eobatch.core.errors import TerminalError
+    from eobatch.errors import TerminalError
     from eobatch.storage import credentials as connections
 
     def reader(conn_id):

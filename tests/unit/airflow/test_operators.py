@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eobatch.core import errors
+from eobatch import errors
 from eobatch.core.batch_run import BatchRun, Report
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.core.protocol import Protocol

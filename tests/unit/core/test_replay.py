@@ -17,9 +17,9 @@ import pytest
 import eobatch
 from eobatch import cli
 from eobatch.core.backlog import backlog
-from eobatch.core.errors import UsageError
 from eobatch.core.protocol import Protocol
 from eobatch.core.replay import replay
+from eobatch.errors import UsageError
 from eobatch.storage.fs import LocalStorage
 from support.checks import read_rows
 from support.protocol_runs import published_ids, run_next

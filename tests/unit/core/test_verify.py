@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eobatch.core.errors import EobatchError
 from eobatch.core.protocol import Protocol
 from eobatch.core.verify import _json_value, footer_stats
+from eobatch.errors import EobatchError
 from support.checks import delta_log_commits
 from support.protocol_runs import land_and_run
 from support.pyarrow_stager import stage

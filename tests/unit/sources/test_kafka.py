@@ -104,7 +104,7 @@ def test_the_connections_settings_reach_the_job_apart_from_its_spec(write_yaml, 
 
 def test_a_missing_connection_is_an_operators_error_naming_it(write_yaml, base_cfg):
     from eobatch.airflow import connections as airflow_conn  # noqa: F401
-    from eobatch.core.errors import TerminalError
+    from eobatch.errors import TerminalError
     from eobatch.sources.kafka import client
 
     doc = _kafka(base_cfg, conn_id="kafka_nowhere")

@@ -41,11 +41,10 @@ the truth for "what that batch contained". Nothing lives only in Airflow's datab
 
 Where it lives: ``state`` holds the decisions as pure functions (no I/O); ``verbs`` the
 Protocol class with plan, verify, commit, abort, recover; ``repairs`` rewind, reset and sweep.
-The errors are the taxonomy of ``eobatch.core.errors`` (wait, retry, terminal).
+The errors are the taxonomy of ``eobatch.errors`` (wait, retry, terminal).
 """
 
-from ...sinks import FingerprintMismatch
-from ..errors import (
+from ...errors import (
     AttemptPrepared,
     BatchInFlight,
     CommitBlocked,
@@ -55,6 +54,7 @@ from ..errors import (
     LedgerMismatch,
     ProtocolError,
 )
+from ...sinks import FingerprintMismatch
 from ..formats import utcnow
 from ..verify import NotReady, VerifyFailed
 from .state import interval_of

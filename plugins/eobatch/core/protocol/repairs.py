@@ -13,11 +13,11 @@ import time
 from typing import TYPE_CHECKING
 
 from ...config.loader import config_values
+from ...errors import ConcurrentPlan, LedgerMismatch, ProtocolError
 from ...sources import kind_for, range_summary, source_for
 from ...storage.fs import join, relpath
 from .. import faults
 from ..checkpoint import RewindKey
-from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
 from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
 from . import state as st
 

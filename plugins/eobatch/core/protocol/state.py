@@ -12,8 +12,8 @@ import datetime as _dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from ...errors import LedgerMismatch
 from ..checkpoint import RewindKey, ms  # one definition, shared with the ledger's checkpoints
-from ..errors import LedgerMismatch
 from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
 
 

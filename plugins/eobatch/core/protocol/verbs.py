@@ -14,13 +14,7 @@ from dataclasses import dataclass
 from ...config.contract import edits_text
 from ...config.loader import TABLE, PipelineConfig, config_edits, config_values
 from ...config.schemas import schema_from_b64
-from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
-from ...sources import compact_offsets, kind_for, source_for
-from ...sources.base import LateFilesConfig, consumed_skip
-from ...storage.fs import Storage, join, storage_for
-from .. import faults
-from ..checkpoint import History, ReadSoFar, RewindKey
-from ..errors import (
+from ...errors import (
     AttemptPrepared,
     BatchInFlight,
     CommitBlocked,
@@ -31,6 +25,12 @@ from ..errors import (
     ProtocolError,
     SliceRewritten,
 )
+from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
+from ...sources import compact_offsets, kind_for, source_for
+from ...sources.base import LateFilesConfig, consumed_skip
+from ...storage.fs import Storage, join, storage_for
+from .. import faults
+from ..checkpoint import History, ReadSoFar, RewindKey
 from ..formats import (
     SINK,
     STAGED,

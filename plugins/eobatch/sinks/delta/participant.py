@@ -19,8 +19,8 @@ from collections.abc import Set as AbstractSet
 
 import pyarrow as pa
 
-from ...core.errors import SliceRewritten
 from ...core.formats import partition_text
+from ...errors import SliceRewritten
 from ..base import CommitConflict, Replace
 from .schema import schema_change
 

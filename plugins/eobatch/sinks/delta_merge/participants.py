@@ -31,9 +31,9 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...core.errors import LedgerMismatch, ProtocolError
 from ...core.formats import SINK, SLICE_COL, slice_of
 from ...core.table_files import delta_rs_writer_properties
+from ...errors import LedgerMismatch, ProtocolError
 from ...storage.fs import Storage
 from ..base import CommitConflict, Replace
 from ..delta import DeltaParticipant

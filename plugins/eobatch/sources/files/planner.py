@@ -28,8 +28,8 @@ from collections.abc import Sequence
 
 from ...config import lines
 from ...core.checkpoint import SKIP_NOTE, ReadSoFar
-from ...core.errors import TerminalError
 from ...core.formats import slice_name
+from ...errors import TerminalError
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
 from ..base import IntervalTooLarge, consumed_skip
 

@@ -43,7 +43,7 @@ def settings(source) -> dict[str, Any]:
     stage task before spark-submit): from its connection when it names one."""
     if not source.conn_id:
         return {"bootstrap.servers": source.bootstrap_servers}
-    from ...core.errors import TerminalError
+    from ...errors import TerminalError
     from ...storage.credentials import extra
 
     config = extra(source.conn_id)

@@ -40,7 +40,7 @@ import datetime as _dt
 from collections.abc import Callable
 from typing import Any
 
-from ...core.errors import ProtocolError, TerminalError
+from ...errors import ProtocolError, TerminalError
 from ..base import IntervalTooLarge
 
 MAX_TS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
@@ -264,7 +264,7 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
 
 def _wait_for_open_transactions(src, broker: Broker, offsets: dict[int, tuple[int, int]], end_ms: int,
                                 now_ms: int) -> None:
-    from ...core.errors import IntervalNotSettled
+    from ...errors import IntervalNotSettled
 
     ends = broker.offsets("read_uncommitted")
     for p, (_low, lso) in sorted(offsets.items()):

@@ -19,7 +19,7 @@ import functools
 import logging
 from typing import Any
 
-from ...core.errors import RetryableError, TerminalError
+from ...errors import RetryableError, TerminalError
 from .client import as_settings, servers_of, settings
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...core.errors import LedgerMismatch
+from ...errors import LedgerMismatch
 from . import account
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ import bisect
 import time
 from typing import Iterator
 
-from ...core.errors import RetryableError
+from ...errors import RetryableError
 from .account import Account
 from .client import consumer_settings, servers_of
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from ...core.errors import TerminalError
+from ...errors import TerminalError
 from ...storage.fs import FileInfo, ObjectChanged
 from ..files.planner import FilesSource, measured, planned_file
 

@@ -14,9 +14,9 @@ import datetime as dt
 
 import pytest
 
-from eobatch.core.errors import LedgerMismatch
 from eobatch.core.formats import BatchPlan, PreparedBatch, RewindRecord, slice_name
 from eobatch.core.protocol import state as st
+from eobatch.errors import LedgerMismatch
 
 H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z

@@ -15,7 +15,6 @@ from deltalake import DeltaTable
 
 import eobatch
 from eobatch.config.loader import config_values
-from eobatch.core.errors import ConfigChanged, SliceRewritten, TerminalError
 from eobatch.core.formats import InvalidId
 from eobatch.core.protocol import (
     AttemptPrepared,
@@ -28,6 +27,7 @@ from eobatch.core.protocol import (
 )
 from eobatch.core.protocol import verbs as protocol_module
 from eobatch.core.verify import VerifyFailed
+from eobatch.errors import ConfigChanged, SliceRewritten, TerminalError
 from eobatch.sources.files import LateFiles
 from support.protocol_runs import T0, H, iv, land, land_ids, published, published_ids, run, run_next
 from support.protocol_runs import empty_plan as _plan

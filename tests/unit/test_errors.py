@@ -1,11 +1,11 @@
-"""eobatch.core.errors: the one error taxonomy (wait, retry, terminal), and the CLI's exit status of each
+"""eobatch.errors: the one error taxonomy (wait, retry, terminal), and the CLI's exit status of each
 kind (``errors.exit_code``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from eobatch.core import errors
+from eobatch import errors
 
 
 @pytest.mark.parametrize("kind,code", [("wait", 3), ("terminal", 5), ("retry", 7)])
