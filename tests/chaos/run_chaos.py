@@ -956,7 +956,9 @@ class Chaos:
                 problems.append("the rewind succeeded but wrote no rewinds/ record")
             if plan is not None and (plan["new"] or plan["batch_id"] != latest + 1):
                 problems.append("both the rewind and the plan got a new batch")
-            if pl.returncode not in (0, 5, 6) or (pl.returncode == 5 and "another planner" not in pl.stderr):
+            # 3 (ConcurrentPlan, "wait"): the plan lost batch L+1 to the rewind's reservation; its next poke
+            # hands that batch back (below)
+            if pl.returncode not in (0, 3, 6) or (pl.returncode == 3 and "another planner" not in pl.stderr):
                 problems.append("the plan failed otherwise")
         else:
             # 5: refused at its checks (the plan's batch was there first); 3 (ConcurrentPlan, "wait"): it lost
