@@ -34,7 +34,7 @@ help:
 
 setup: venv jars kafka-jars s3-jars class-archive
 
-# The stage job's JVM class-data archive (eobatch/driver_jvm.py): one small stage job, once per
+# The stage job's JVM class-data archive (eobatch/job/driver_jvm.py): one small stage job, once per
 # pyspark and Java; every later stage job's driver starts from it.
 class-archive: venv jars
 	@source include/env.sh && python -m eobatch.cli class-archive
@@ -121,7 +121,7 @@ test: setup
 # The JSON Schema of a pipeline YAML, from the typed models (checked in; a unit test fails when it is
 # not current). README "Pipeline files in an editor".
 schema: venv
-	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.pipeline_schema docs/pipeline.schema.json
+	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.config.json_schema docs/pipeline.schema.json
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv
@@ -142,7 +142,7 @@ model-check: venv
 # make test runs 40 batches of it
 history-check: venv
 	@batches="$${BATCHES:-2000}"; [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
-	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/test_maintenance.py \
+	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/core/test_maintenance.py \
 	    tests/unit/sinks/delta/test_compaction.py -k "long and history" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 run: setup

@@ -11,7 +11,7 @@ _PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _PLUGINS not in sys.path:  # Airflow adds plugins/ itself; `python dags/...` and tests may not
     sys.path.insert(0, _PLUGINS)
 
-from eobatch.dag_factory import build_all, invalid_pipelines_dag  # noqa: E402
+from eobatch.airflow.dag_factory import build_all, invalid_pipelines_dag  # noqa: E402
 
 _dags, _errors = build_all()
 globals().update({f"dag_{name}": dag for name, dag in _dags.items()})

@@ -3,7 +3,7 @@ names, or ``*`` for every pipeline; unset or empty: none), scheduled on its sink
 Asset. ``make ui-up`` names ``orders`` when the variable is not set, so the demo shows one.
 
 Each committed batch of pipeline ``<name>`` emits one asset event on the sink table's asset
-(``file:///<path>`` or ``s3://<bucket>/<key>``, ``eobatch.assets``), whose extra carries the batch
+(``file:///<path>`` or ``s3://<bucket>/<key>``, ``eobatch.airflow.assets``), whose extra carries the batch
 id and the Delta version that holds it. The DAG ``<name>_downstream_example`` runs on each event
 and reads exactly that version with delta-rs (``DeltaTable(uri, version=v)``): the rows the batch
 added (the files its commit added, nothing else), and the table's row count at that version. Its
@@ -27,8 +27,8 @@ if _PLUGINS not in sys.path:  # Airflow adds plugins/ itself; `python dags/...` 
 
 from airflow.sdk import DAG, task  # noqa: E402
 
-from eobatch import assets  # noqa: E402
-from eobatch.config import PipelineConfig, load_all  # noqa: E402
+from eobatch.airflow import assets  # noqa: E402
+from eobatch.config.loader import PipelineConfig, load_all  # noqa: E402
 
 SUFFIX = "_downstream_example"
 
@@ -37,10 +37,10 @@ def _open(table: str, version: int | None = None, aws_conn_id: str = "aws_defaul
     """delta-rs's DeltaTable of a table location (local path or s3a:// URI) at ``version``."""
     from deltalake import DeltaTable
 
-    from eobatch import s3conf
+    from eobatch.storage import s3conf
 
     if s3conf.is_s3(table):
-        from eobatch.airflow_ops import export_aws_connection
+        from eobatch.airflow.hooks import export_aws_connection
 
         export_aws_connection(aws_conn_id)  # the pipeline's connection, as its tasks use it
     return DeltaTable(s3conf.table_uri(table), version=version, storage_options=s3conf.delta_storage_options(table))

@@ -53,7 +53,7 @@ def utf8_from_json(raw, schema, options: dict):
     values; a record that is not valid UTF-8 may parse differently, so callers check validity)."""
     from pyspark.sql import Column, SparkSession
 
-    from eobatch.jvm import jvm_class
+    from eobatch.job.jvm import jvm_class
 
     spark = SparkSession.getActiveSession()
     assert spark is not None, "utf8_from_json needs an active Spark session"
@@ -114,7 +114,7 @@ def classify(lines, ddl: str, not_null: list[str], max_record_bytes: int, *, fas
 
 def bound_partition_values(classified, ddl: str, partition_by: list[str]):
     """``classified`` with a ``reason`` for the valid records whose partition values no folder can
-    hold (``eobatch.formats``: the one definition of a value's folder and its bounds): an empty
+    hold (``eobatch.core.formats``: the one definition of a value's folder and its bounds): an empty
     string (Delta reads an empty partition value as null), a ``<column>=<value>`` folder longer
     than PARTITION_SEGMENT_MAX_BYTES (ENAMETOOLONG on a local disk), or all of them longer than
     PARTITION_PATH_MAX_BYTES (S3 keys). Checked on the record's field of each partition column
@@ -124,12 +124,7 @@ def bound_partition_values(classified, ddl: str, partition_by: list[str]):
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from eobatch.formats import (
-        HIVE_NULL,
-        PARTITION_PATH_MAX_BYTES,
-        PARTITION_SEGMENT_MAX_BYTES,
-        PATH_SAFE_CHARS,
-    )
+    from eobatch.core.formats import HIVE_NULL, PARTITION_PATH_MAX_BYTES, PARTITION_SEGMENT_MAX_BYTES, PATH_SAFE_CHARS
 
     types = {f.name: f.dataType for f in record_schema(ddl).fields}
     cols = [c for c in partition_by if c in types]
@@ -193,7 +188,7 @@ def quarantined_records(kept, batch_id: int, extra: list[str]):
     most RAW_CHARS characters), reason; ``extra`` columns are kept (the interval slice)."""
     from pyspark.sql import functions as F
 
-    from eobatch.lines import RAW_CHARS
+    from eobatch.config.lines import RAW_CHARS
 
     raw = F.substring("raw", 1, RAW_CHARS)
     return kept.where(F.col("reason").isNotNull()).select(

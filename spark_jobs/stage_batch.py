@@ -55,8 +55,8 @@ def executor_env(spec: dict, plan) -> dict:
     chain and the Parquet writers read them there). Set on the session by the driver, from its
     own environment: never on the spark-submit command line. Spark redacts them in its UI and
     event log (spark.redaction.regex)."""
-    from eobatch import s3conf
     from eobatch.sources import kind_for
+    from eobatch.storage import s3conf
 
     paths = [spec["sink_table"], spec["quarantine_table"]] + kind_for(plan.source_kind).range(plan.range).locations()
     if not any(s3conf.is_s3(p) for p in paths):
@@ -91,13 +91,13 @@ def run(spec: dict) -> dict:
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from eobatch.contract import contract_refusal
-    from eobatch.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
-    from eobatch.ledger import Ledger
-    from eobatch.schemas import schema_to_b64
+    from eobatch.config.contract import contract_refusal
+    from eobatch.config.schemas import schema_to_b64
+    from eobatch.core.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
+    from eobatch.core.ledger import Ledger
     from eobatch.sinks import job_module
-    from eobatch.sources import kind_for
-    from eobatch.storage import storage_for
+    from eobatch.sources import kind_for, range_summary
+    from eobatch.storage.fs import storage_for
     from spark_jobs.classify import (
         bound_partition_values,
         classify,
@@ -142,7 +142,7 @@ def run(spec: dict) -> dict:
     log("Spark session ready")
     for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(k, v)
-    log(f"reading {plan.range_summary()} ({plan.rows_in} records by the plan's count)")
+    log(f"reading {range_summary(plan)} ({plan.rows_in} records by the plan's count)")
 
     # 1. read the kind's records of exactly the planned range, once; 2. classify them (one typed
     # parse each). What is kept of them (the parsed fields, the reason, the raw text of the

@@ -18,9 +18,9 @@ def staged_file(staging_rel: str, slice_: str | None, partition_by: list[str], v
                 task_attempt: int) -> dict:
     """Where one task attempt writes its file of one folder: ``path`` (relative to the table:
     ``<attempt folder>[/<slice>][/<partition folders>]/part-<partition>-<task attempt>-<unique>.snappy.parquet``)
-    and the ``partition_values`` of its adds, both from ``eobatch.formats`` (the one definition of
+    and the ``partition_values`` of its adds, both from ``eobatch.core.formats`` (the one definition of
     a partition value's folder and of its spelling in the Delta log)."""
-    from eobatch.formats import partition_path, partition_text
+    from eobatch.core.formats import partition_path, partition_text
 
     name = f"part-{partition:05d}-{task_attempt}-{uuid.uuid4().hex[:12]}.snappy.parquet"
     rel = "/".join(x for x in (staging_rel, slice_ or "", partition_path(partition_by, values), name) if x)
@@ -55,8 +55,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     """
     import pyspark
 
-    from eobatch.formats import Layout, PartitionManifest, StagedFile
-    from eobatch.storage import join, storage_for
+    from eobatch.core.formats import Layout, PartitionManifest, StagedFile
+    from eobatch.storage.fs import join, storage_for
 
     layout = Layout(**ledger_spec)
     staging_rel = layout.attempt_staging_rel(batch_id, attempt)
@@ -70,8 +70,8 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
 
         import pyarrow as pa
 
-        from eobatch import faults
-        from eobatch.table_files import TableFileWriter
+        from eobatch.core import faults
+        from eobatch.core.table_files import TableFileWriter
 
         ctx = pyspark.TaskContext.get()
         if ctx is None:  # mapInArrow calls this in a Spark task, which always has one

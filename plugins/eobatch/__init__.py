@@ -1,12 +1,18 @@
 """eobatch: exactly-once micro-batches into Delta Lake, driven by Airflow, computed by Spark.
 
-The package is split so that both sides can import what they share:
+The packages say where their code runs (each ``__init__`` says what it may import and what it
+must not; tests/unit/test_packages.py checks every import statement):
 
-* ``formats``, ``storage``, ``config``, ``faults``: pure Python (no Airflow, no pyspark).
-  They are shipped to Spark with ``--py-files``.
-* ``protocol``, ``ledger``, ``verify``, ``sinks``, ``sources``: the two-phase commit
-  itself; they use pyarrow and deltalake but neither Airflow nor pyspark.
-* ``airflow_ops``, ``dag_factory``: thin Airflow declarations over the library.
+* ``errors``: the one error taxonomy (wait, retry, terminal) that every layer raises; imports
+  nothing of eobatch.
+* ``core``: the protocol (``protocol/``, the ledger, checkpoints, verify): plain Python,
+  pyarrow and deltalake; no Airflow, no pyspark.
+* ``config``: the pipeline file (loader and typed models; the job's side of it without pydantic).
+* ``storage``: local and S3 files, S3 settings, connection credentials without Airflow.
+* ``sources``, ``sinks``: the plug-in kinds, each one package (planner, Spark reader or step).
+* ``job``: what builds and launches the Spark job (``launch.SHIPPED``: the code it ships).
+* ``airflow``: operators, DAG factory, hooks, assets, alerts, metrics, params.
+* ``ui``: the ledger page; ``cli``: the command line (``python -m eobatch.cli``).
 
 Nothing here imports pyspark at module level.
 """

@@ -27,11 +27,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .batch_run import BatchRun
-from .config import find_pipeline
+from .config.loader import find_pipeline
+from .core.batch_run import BatchRun
+from .core.formats import BatchPlan
+from .core.protocol import Protocol, utcnow
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
-from .formats import BatchPlan
-from .protocol import Protocol, utcnow
+from .sources import range_summary
 
 
 def ledger_rows(proto: Protocol, batch_ids: Iterable[int] | None = None) -> list[dict]:
@@ -56,7 +57,7 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
     row: dict[str, Any] = {
         "batch_id": b,
         "state": state,
-        "source_range": plan.range_summary(),
+        "source_range": range_summary(plan),
         "rows_in": plan.rows_in if plan.rows_in is not None else (prepared.rows_in if prepared else None),
         "rows_published": prepared.rows_published if prepared else None,
         "rows_quarantined": prepared.rows_quarantined if prepared else None,
@@ -224,9 +225,9 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "class-archive":
-            from .driver_jvm import build
+            from .job.launch import build_class_archive
 
-            build(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
+            build_class_archive(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
             return 0
         return _command(args)
     except KeyError as e:  # no such pipeline
@@ -238,7 +239,7 @@ def main(argv=None) -> int:
 
 
 def _pools() -> int:
-    from .config import load_all
+    from .config.loader import load_all
 
     cfgs, errors = load_all()
     for name, err in sorted(errors.items()):
@@ -270,7 +271,7 @@ def _command(args) -> int:
                 c = proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}
                 print(f"rewind after batch {k.after_batch} to before batch {k.to_batch} CANCELLED at "
                       f"{c.get('cancelled_at')}: {c.get('why')}")
-            from .maintenance import last_report, summary_line
+            from .core.maintenance import last_report, summary_line
 
             last = last_report(proto)
             if last:
@@ -313,7 +314,7 @@ def _command(args) -> int:
               f"them again from the end of batch {args.batch - 1}")
         return 0
     if args.cmd == "replay":
-        from .replay import replay
+        from .core.replay import replay
 
         done = replay(proto, args.batch, args.reason)
         for f in done["finished"]:
@@ -330,7 +331,7 @@ def _command(args) -> int:
                   f"still failing is quarantined again){skipped}")
         return 0
     if args.cmd == "maintain":
-        from .maintenance import maintain, summary_line
+        from .core.maintenance import maintain, summary_line
 
         report = maintain(proto)
         print(summary_line(report, proto.names).replace("last maintenance", "maintenance", 1))

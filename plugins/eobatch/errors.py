@@ -1,7 +1,7 @@
 """One error taxonomy: every error the product raises on purpose says what its caller should do.
 
 ===========  ======================================================  ==========================  ========
-kind         meaning                                                 Airflow (``airflow_ops``)   CLI exit
+kind         meaning                                                 Airflow (``operators``)     CLI exit
 ===========  ======================================================  ==========================  ========
 ``wait``     not yet: another party (a stage job, another run, the   the sensor pokes again      3
              clock) will make it true; nothing is wrong
@@ -78,7 +78,7 @@ def kind_of(e: BaseException) -> Kind | None:
     return e.kind if isinstance(e, EobatchError) else None
 
 
-# -- the protocol's own errors (eobatch.protocol) ---------------------------------------------
+# -- the protocol's own errors (eobatch.core.protocol) ---------------------------------------------
 class ProtocolError(TerminalError):
     """A state the protocol cannot resolve by itself; the message says how to repair."""
 

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from eobatch import launch  # noqa: E402
+from eobatch.job import launch  # noqa: E402
 from support.harness import base_env, write_kafka_pipeline  # noqa: E402
 from support.services import KafkaBroker  # noqa: E402
 

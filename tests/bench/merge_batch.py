@@ -22,7 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from eobatch import launch
+from eobatch.job import launch
 from support.harness import Pipeline, base_env, write_pipeline
 
 SCHEMA = "order_id STRING NOT NULL, seq BIGINT NOT NULL, status STRING, amount DOUBLE, op STRING"

@@ -30,8 +30,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eobatch.config import config_values
-from eobatch.formats import (
+from eobatch.config.loader import config_values
+from eobatch.config.schemas import schema_to_b64
+from eobatch.core.formats import (
     QUARANTINE,
     SINK,
     BatchPlan,
@@ -41,8 +42,7 @@ from eobatch.formats import (
     StagedFile,
     StageSummary,
 )
-from eobatch.protocol import Protocol
-from eobatch.schemas import schema_to_b64
+from eobatch.core.protocol import Protocol
 from eobatch.sinks.delta import DeltaParticipant
 from support.harness import write_pipeline
 

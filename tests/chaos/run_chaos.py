@@ -138,8 +138,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from eobatch import launch  # noqa: E402
-from eobatch.lines import RAW_CHARS  # noqa: E402
+from eobatch.config.lines import RAW_CHARS  # noqa: E402
+from eobatch.job import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
 from support.harness import Pipeline, base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
 
@@ -182,13 +182,13 @@ def kinds_for(backend: str, mode: str) -> list[str]:
     return {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(backend, FAULTS)
 
 
-# The abort task of an interval-mode DAG run (eobatch.airflow_ops.AbortOperator.execute), in a
+# The abort task of an interval-mode DAG run (eobatch.airflow.operators.AbortOperator.execute), in a
 # process of its own: abort the attempt (after winning its decision), then abandon the batch
 # (ABANDONED and PREPARED share one put-if-absent record). The CLI has no `abandon` verb.
 ABORT_TASK = r"""
 import json, sys
-from eobatch.config import find_pipeline
-from eobatch.protocol import AttemptPrepared, Protocol
+from eobatch.config.loader import find_pipeline
+from eobatch.core.protocol import AttemptPrepared, Protocol
 proto = Protocol(find_pipeline(sys.argv[1]))
 batch, attempt = int(sys.argv[2]), sys.argv[3]
 out = {"removed": None, "prepared_first": None, "abandoned": None}
@@ -370,6 +370,17 @@ class Chaos:
         self.seqs.add(seq)
         r["seq"], r["op"] = seq, ("d" if deletes and self.rnd.random() < 0.2 else "u")
 
+    def put_landing(self, name: str, data: bytes) -> None:
+        """Land ``data`` as the file ``name`` of the landing zone, whole at once (S3: one PUT)."""
+        if self.reader:
+            self.reader.put(f"{self.p.landing}/{name}", data)
+            return
+        path = self.local.landing / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
     def land_odd(self, sub: str | None = None) -> str:
         """A landing file of odd lines (see odd_lines in the module docstring), written as bytes."""
         self.files += 1
@@ -390,14 +401,7 @@ class Chaos:
         lines = [t.encode() + (b"\r" if self.rnd.random() < 0.5 else b"") for _kind, t in items]  # CRLF or LF
         data = b"\n".join(lines) + (b"\n" if self.rnd.random() < 0.5 else b"")
         name = f"{sub or f'd{k % 3}'}/f{k:04d}-odd.jsonl"
-        if self.reader:
-            self.reader.put(f"{self.p.landing}/{name}", data)
-        else:
-            path = self.local.landing / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        self.put_landing(name, data)
         self.p.landed.extend(good)
         self.p.landed_bad.extend(bad)
         return f"landed {name}: {len(good)} good records, {len(bad)} odd lines, {len(blank)} blank lines"
@@ -423,14 +427,7 @@ class Chaos:
         lines[1:1] = [longs[0].encode(), utf8]
         data = b"\n".join(lines) + b"\n" + longs[1].encode()  # the last line has no newline
         name = f"{sub or f'd{k % 3}'}/f{k:04d}-long.jsonl"
-        if self.reader:
-            self.reader.put(f"{self.p.landing}/{name}", data)
-        else:
-            path = self.local.landing / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.parent / f".{path.name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+        self.put_landing(name, data)
         self.p.landed.extend(good)
         self.p.landed_bad.extend(quarantined_raw(v) for v in (longs[0], utf8, longs[1]))
         return f"landed {name}: {len(good)} good records, 2 lines over max_record_bytes, 1 not in UTF-8"
@@ -959,7 +956,9 @@ class Chaos:
                 problems.append("the rewind succeeded but wrote no rewinds/ record")
             if plan is not None and (plan["new"] or plan["batch_id"] != latest + 1):
                 problems.append("both the rewind and the plan got a new batch")
-            if pl.returncode not in (0, 5, 6) or (pl.returncode == 5 and "another planner" not in pl.stderr):
+            # 3 (ConcurrentPlan, "wait"): the plan lost batch L+1 to the rewind's reservation; its next poke
+            # hands that batch back (below)
+            if pl.returncode not in (0, 3, 6) or (pl.returncode == 3 and "another planner" not in pl.stderr):
                 problems.append("the plan failed otherwise")
         else:
             # 5: refused at its checks (the plan's batch was there first); 3 (ConcurrentPlan, "wait"): it lost

@@ -34,7 +34,7 @@ def test_crash_after_ledger_commit_before_task_success_emits_the_event_once_late
     """The commit task dies after the batch's COMMITTED record and its events were added, before
     Airflow stored its success: Airflow holds no event of batch 1. The next run's recover dies the
     same way after adding them again: still none. The run after it emits them (its recover), once
-    per table. (That a later task then emits none is tests/unit/test_airflow_ops.py's.)"""
+    per table. (That a later task then emits none is tests/unit/airflow/test_operators.py's.)"""
     p = pipeline
     p.land("a.jsonl", orders("a", 20), bad=["{oops"])
     crashed = airflow(p, extra_env={"EOBATCH_CRASH": "commit.before_task_success"})

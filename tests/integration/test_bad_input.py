@@ -184,7 +184,7 @@ def test_an_over_long_line_never_held_is_quarantined_at_its_line_and_the_rest_pu
     ran out of memory on every attempt, halting the pipeline). Each is quarantined at its line,
     reason with its exact length, raw its first 64 Ki characters (as any too large record); every other record
     publishes once; the counts reconcile at verify. (Sparse files: no disk is used.)"""
-    from eobatch.lines import RAW_CHARS
+    from eobatch.config.lines import RAW_CHARS
 
     limit, mid, end = 1000, 64 << 20, 512 << 20
     p = write_pipeline(tmp_path, extra=f"max_record_bytes: {limit}\nspark: {{driver_memory: 512m}}\n")

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from eobatch import driver_jvm, launch
+from eobatch.job import driver_jvm, launch
 from support.harness import base_env, orders, spark_read, write_pipeline
 
 pytestmark = pytest.mark.integration
@@ -24,9 +24,9 @@ def test_built_archive_is_mapped_by_the_stage_job(tmp_path):
     os.makedirs(tmp_path / "cache")
     stale = tmp_path / "cache" / "stage-classes-000000000000.jsa"  # of another pyspark, Java or collector
     stale.write_bytes(b"old")
-    path = driver_jvm.build(cache_dir=str(tmp_path / "cache"), log=said.append, force=True)
+    path = launch.build_class_archive(cache_dir=str(tmp_path / "cache"), log=said.append, force=True)
     assert os.path.getsize(path) > 10 << 20 and not [p for p in os.listdir(tmp_path / "cache") if p.endswith(".tmp")]
-    assert driver_jvm.build(cache_dir=str(tmp_path / "cache"), log=said.append) == path
+    assert launch.build_class_archive(cache_dir=str(tmp_path / "cache"), log=said.append) == path
     assert not stale.exists()
     assert said[-1].endswith("is up to date")
 

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from eobatch import launch
 from eobatch.cli import ledger_rows
+from eobatch.job import launch
 from support.checks import read_rows
 from support.harness import orders, run_batch, stage, write_pipeline
 

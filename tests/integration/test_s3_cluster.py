@@ -18,11 +18,11 @@ import uuid
 
 import pytest
 
-from eobatch import launch
-from eobatch.s3conf import ENV_KEYS
+from eobatch.job import launch
 from eobatch.sinks import CommitConflict
 from eobatch.sinks.delta import DeltaParticipant
-from eobatch.storage import S3Storage, S3StorageError
+from eobatch.storage.fs import S3Storage, S3StorageError
+from eobatch.storage.s3conf import ENV_KEYS
 from support.delta_races import race_first_commit
 from support.harness import REPO, base_env, kill_group, orders, stage, wait_for
 from support.protocol_runs import run_next
@@ -136,7 +136,7 @@ def test_s3_listing_stat_delete(s3):
 
 
 def test_s3_errors_never_show_credentials(s3, monkeypatch):
-    from eobatch import s3conf
+    from eobatch.storage import s3conf
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-" + s3.secret_key)
     fs = S3Storage()
@@ -260,7 +260,7 @@ def test_a_landing_object_read_while_it_is_overwritten_stops_at_the_overwrite(s3
     """The plan's count reads the object HEAD saw (every ranged GET with If-Match of its ETag):
     an overwrite after the HEAD, or between two reads, raises ObjectChanged; two objects are never
     counted as one."""
-    from eobatch.storage import ObjectChanged
+    from eobatch.storage.fs import ObjectChanged
 
     fs = S3Storage()
     uri = f"s3a://{BUCKET}/unit/{uuid.uuid4().hex}/a.jsonl"

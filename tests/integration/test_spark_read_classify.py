@@ -1,7 +1,7 @@
 """The stage job's reader and classifier on a real Spark session (local, in process).
 
 * Files are read in pieces (here: pieces of a few KiB, so every file is split many times), and
-  the quarantine's position of a record is still its exact line number, by eobatch.lines' own
+  the quarantine's position of a record is still its exact line number, by eobatch.config.lines' own
   definition of a line, whatever lies at a piece boundary (blank lines, CRLF, invalid UTF-8).
 * The classifier's fast path (one typed parse) never decides differently from the full rule
   list, on odd inputs and on random damage of valid records, and its parse (Jackson reading the
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from eobatch import lines as eolines
+from eobatch.config import lines as eolines
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +74,7 @@ def _write_files(tmp: Path, n_files: int, n_lines: int, seed: int) -> list[Path]
 def _planned(paths: list[Path]) -> dict:
     """The range the planner records for ``paths`` (the job checks each file's identity against it)."""
     from eobatch.sources.files.planner import counted, planned_file
-    from eobatch.storage import LocalStorage
+    from eobatch.storage.fs import LocalStorage
 
     files = []
     for p in paths:
@@ -95,7 +95,7 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     lines = read_lines(spark, rng, max_record_bytes=1 << 20)
     assert lines.rdd.getNumPartitions() > 10  # the files really are read in pieces
 
-    expected = {}  # (source, line) -> record bytes, by eobatch.lines
+    expected = {}  # (source, line) -> record bytes, by eobatch.config.lines
     for p in paths:
         for n, rec in eolines.split_records(p.read_bytes()):
             expected[(str(p), n)] = rec
@@ -134,7 +134,7 @@ def test_lines_longer_than_the_bound_are_quarantined_at_their_line_whole_or_not(
     longer line crossing many pieces is one record, too large by its exact length, at its own line,
     with its first bytes as raw; no fragment of it is ever a line (Hadoop's own bound returns the
     rest of it after a piece boundary as a line, a valid record here); a blank one stays blank; a
-    byte order mark first is no line's. The counts are the planner's (eobatch.lines)."""
+    byte order mark first is no line's. The counts are the planner's (eobatch.config.lines)."""
     from pyspark.sql import functions as F
 
     from eobatch.sources.files import KIND

@@ -33,10 +33,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eobatch import faults
-from eobatch.config import load_pipeline
-from eobatch.maintenance import maintain
-from eobatch.protocol import Protocol
+from eobatch.config.loader import load_pipeline
+from eobatch.core import faults
+from eobatch.core.maintenance import maintain
+from eobatch.core.protocol import Protocol
 from eobatch.sinks import CommitConflict
 from eobatch.sinks.delta import DeltaParticipant, compaction
 from support.protocol_runs import T0, H, iv, land, published

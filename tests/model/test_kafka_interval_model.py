@@ -32,11 +32,11 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eobatch import faults
-from eobatch.config import load_pipeline
+from eobatch.config.loader import load_pipeline
+from eobatch.core import faults
+from eobatch.core.formats import slice_name
+from eobatch.core.protocol import Protocol
 from eobatch.errors import IntervalNotSettled
-from eobatch.formats import slice_name
-from eobatch.protocol import Protocol
 from support.kafka_model import Log, model_broker, stage_kafka
 from support.protocol_runs import T0, H, iv
 

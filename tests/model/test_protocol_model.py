@@ -1,5 +1,5 @@
 """A model-based test of the exactly-once protocol: hypothesis explores interleavings of the
-REAL verbs of ``eobatch.protocol.Protocol`` on REAL local storage and REAL delta-rs tables,
+REAL verbs of ``eobatch.core.protocol.Protocol`` on REAL local storage and REAL delta-rs tables,
 without Spark (the stage job is ``tests/support/pyarrow_stager.py``, which writes the job's layout).
 
 Actors
@@ -29,7 +29,7 @@ Rules (each one step; the invariants run after every step)
     ``verify_vs_abort`` a staged attempt's verify and a third party's abort of it, in both orders,
                         the second one acting right before the first one's decision or PREPARED.
     ``crash``           one verb of a run that can reach the chosen crash point, with the crash
-                        armed: a named point of ``eobatch.faults.POINTS`` (``crash_point`` and
+                        armed: a named point of ``eobatch.core.faults.POINTS`` (``crash_point`` and
                         ``fail_point`` are patched to raise a private ``Crash(BaseException)``:
                         nothing after the point runs, like kill -9; ``stage.after_first_file`` is a
                         stage that dies before its summary), or "right after the run's n-th ledger
@@ -113,12 +113,11 @@ from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from eobatch import checkpoint as ckpt
-from eobatch import faults
-from eobatch.config import load_pipeline
-from eobatch.errors import UsageError
-from eobatch.formats import BatchPlan
-from eobatch.protocol import (
+from eobatch.config.loader import load_pipeline
+from eobatch.core import checkpoint as ckpt
+from eobatch.core import faults
+from eobatch.core.formats import BatchPlan
+from eobatch.core.protocol import (
     AttemptPrepared,
     BatchInFlight,
     CommitBlocked,
@@ -127,8 +126,9 @@ from eobatch.protocol import (
     Protocol,
     ProtocolError,
 )
-from eobatch.replay import replay as replay_records
-from eobatch.verify import NotReady, VerifyFailed
+from eobatch.core.replay import replay as replay_records
+from eobatch.core.verify import NotReady, VerifyFailed
+from eobatch.errors import UsageError
 from support.pyarrow_stager import JobRefused, stage
 
 APP = "orders"

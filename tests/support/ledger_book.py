@@ -1,7 +1,7 @@
 """A ledger written record by record as the protocol writes it (``Book``), with the batch every
 table holds beside it: plans, PREPARED, ABANDONED, rewinds (the reservation plan, then the
 record), resets (an undecided batch's records removed), checkpoints. Real files on local disk
-(``LocalStorage``), no tables: for the unit tests of ``eobatch.checkpoint`` and ``eobatch.ledger``."""
+(``LocalStorage``), no tables: for the unit tests of ``eobatch.core.checkpoint`` and ``eobatch.core.ledger``."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import json
 import random
 from pathlib import Path
 
-from eobatch.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
-from eobatch.ledger import Ledger
-from eobatch.protocol import state as st
-from eobatch.storage import LocalStorage
+from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
+from eobatch.core.ledger import Ledger
+from eobatch.core.protocol import state as st
+from eobatch.storage.fs import LocalStorage
 
 H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z

@@ -13,8 +13,8 @@ import json
 import os
 from pathlib import Path
 
-from eobatch.formats import BatchPlan, PreparedBatch, fingerprint_of
-from eobatch.protocol import Protocol
+from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
+from eobatch.core.protocol import Protocol
 from support.pyarrow_stager import stage
 
 

@@ -3,7 +3,7 @@ layout the Spark job writes (attempt-unique Parquet files under each table's eo_
 manifest per partition, the stage summary last), with pyarrow.
 
 It reads the batch's planned files itself, splits them into lines with the product's shared
-definition (``eobatch.lines``), parses each line as a JSON object of the pipeline's schema and
+definition (``eobatch.config.lines``), parses each line as a JSON object of the pipeline's schema and
 quarantines what does not fit, like the job does for the simple types used in tests.
 It is a stand-in for the Spark job only where the job's behaviour is not what is under test.
 """
@@ -19,15 +19,15 @@ from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 
-from eobatch.config import config_values
-from eobatch.contract import contract_refusal
-from eobatch.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
-from eobatch.lines import split_records
-from eobatch.schemas import schema_to_b64
+from eobatch.config.contract import contract_refusal
+from eobatch.config.lines import split_records
+from eobatch.config.loader import config_values
+from eobatch.config.schemas import schema_to_b64
+from eobatch.core.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
+from eobatch.core.table_files import TableFileWriter
 from eobatch.sinks.delta_merge import MergeConfig
 from eobatch.sinks.delta_merge.job import DELETE_COL
-from eobatch.storage import join, storage_for
-from eobatch.table_files import TableFileWriter
+from eobatch.storage.fs import join, storage_for
 from spark_jobs.stage_write import staged_file
 
 ARROW = {"STRING": pa.string(), "BIGINT": pa.int64(), "LONG": pa.int64(), "INT": pa.int32(),

@@ -3,7 +3,7 @@ and its PREPARED record, the plan of a range of any kind, a stage summary's sour
 
 from __future__ import annotations
 
-from eobatch.formats import BatchPlan, PreparedBatch, StageSummary, fingerprint_of
+from eobatch.core.formats import BatchPlan, PreparedBatch, StageSummary, fingerprint_of
 
 
 def plan_record(batch_id=1, files=None, notes=None) -> BatchPlan:

@@ -20,7 +20,7 @@ def main() -> None:
     from pyspark.sql import SparkSession
 
     from eobatch.sources.files.read import read_lines
-    from eobatch.storage import S3Storage
+    from eobatch.storage.fs import S3Storage
 
     spec = json.loads(base64.b64decode(sys.argv[1]))
     spark = SparkSession.builder.getOrCreate()

@@ -1,6 +1,6 @@
 """Independent checks of what a pipeline published on S3: boto3 listings of the raw _delta_log
 and the staged files, delta-rs with explicit storage options. Never the product's own code
-(no eobatch.storage, no eobatch.s3conf).
+(no eobatch.storage.fs, no eobatch.storage.s3conf).
 """
 
 from __future__ import annotations
@@ -120,12 +120,12 @@ class S3Pipeline:
 
     @property
     def cfg(self):
-        from eobatch.config import load_pipeline
+        from eobatch.config.loader import load_pipeline
 
         return load_pipeline(str(self.yaml_path))
 
     def protocol(self):
-        from eobatch.protocol import Protocol
+        from eobatch.core.protocol import Protocol
 
         return Protocol(self.cfg)
 

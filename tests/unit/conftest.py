@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
+import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
 from support.s3env import ENV as S3_ENV
+from support.spark_hook import HOOK_MODULE
 
 
 def base_pipeline(root: Path) -> dict:
@@ -49,7 +52,7 @@ def write_yaml(tmp_path):
 @pytest.fixture
 def make_cfg(tmp_path, write_yaml):
     """A real PipelineConfig (via load_pipeline) whose landing folder is tmp_path/landing."""
-    from eobatch.config import load_pipeline
+    from eobatch.config.loader import load_pipeline
 
     def _make(**overrides):
         doc = base_pipeline(tmp_path)
@@ -71,7 +74,7 @@ def by_prefix(make_cfg):
 @pytest.fixture
 def small(monkeypatch):
     """Ledger checkpoints every 2 batches, index chunks of about 2 entries: every code path runs."""
-    from eobatch import checkpoint as ckpt
+    from eobatch.core import checkpoint as ckpt
 
     monkeypatch.setattr(ckpt, "INTERVAL", 2)
     monkeypatch.setattr(ckpt, "CHUNK", 2)
@@ -81,10 +84,29 @@ def small(monkeypatch):
 @pytest.fixture
 def s3env(monkeypatch):
     """The made-up S3 settings of ``support.s3env`` in the environment, and no other S3 variable."""
-    from eobatch import s3conf
+    from eobatch.storage import s3conf
 
     for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
         monkeypatch.delenv(k, raising=False)
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)
     return S3_ENV
+
+
+@pytest.fixture
+def spark_conn(monkeypatch):
+    """spark_conn(host) -> conn_id: a spark connection given via AIRFLOW_CONN_<ID> (JSON)."""
+    import importlib
+
+    hook_module = importlib.import_module(HOOK_MODULE)
+
+    def _conn(host: str | None) -> str:
+        conn_id = f"eo_spark_{uuid.uuid4().hex[:8]}"
+        if host is not None:
+            monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": host}))
+        if host and "k8s" in host and getattr(hook_module, "kube_client", None) is None:
+            # the hook refuses a k8s master without the cncf.kubernetes provider; nothing here talks to k8s
+            monkeypatch.setattr(hook_module, "kube_client", object(), raising=False)
+        return conn_id
+
+    return _conn

@@ -18,8 +18,8 @@ import re
 
 import pytest
 
-from eobatch.config import EXPECTATION_ACTIONS, PARTITION_TYPES, ConfigError
-from eobatch.formats import (
+from eobatch.config.loader import EXPECTATION_ACTIONS, PARTITION_TYPES, ConfigError
+from eobatch.core.formats import (
     HIVE_NULL,
     PARTITION_PATH_MAX_BYTES,
     PARTITION_SEGMENT_MAX_BYTES,

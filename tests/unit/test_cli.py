@@ -10,7 +10,8 @@ from pathlib import Path
 import eobatch
 from eobatch import cli
 from eobatch.cli import TABLE_COLS, render_table
-from eobatch.protocol import Protocol
+from eobatch.core.protocol import Protocol
+from eobatch.sources import range_summary
 from support.protocol_runs import iv, land
 from support.protocol_runs import land_and_run as _run_batch
 from support.protocol_runs import lose_prepared_and_committed as _lose_prepared_and_committed
@@ -80,7 +81,7 @@ def test_cli_exit_status_by_kind(make_cfg):
     assert r.returncode == 5 and "not PREPARED" in r.stderr, r.stderr
     r = _cli(cfg, "plan", cfg.name)  # the batch is pending: handed back, not planned past
     assert r.returncode == 0 and json.loads(r.stdout) == {"batch_id": 1, "new": False,
-                                                          "range": plan.range_summary()}, r.stdout
+                                                          "range": range_summary(plan)}, r.stdout
 
 
 # -- ledger_rows: a batch whose PREPARED record was lost (a crash) shows COMMITTED -----------------
@@ -161,7 +162,7 @@ def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monke
     from deltalake import write_deltalake
 
     from eobatch.cli import show
-    from eobatch.protocol import Protocol
+    from eobatch.core.protocol import Protocol
 
     cfg = make_cfg()
     write_deltalake(cfg.sink_table, pa.table({"order_id": ["o1", "o2"], "amount": [1.0, 2.0]}))

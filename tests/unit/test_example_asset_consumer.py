@@ -22,7 +22,7 @@ def consumer(monkeypatch):
 
 
 def test_one_consumer_per_pipeline_that_opted_in_scheduled_on_its_sink_asset(consumer, make_cfg, monkeypatch):
-    from eobatch.assets import asset_uri
+    from eobatch.airflow.assets import asset_uri
 
     cfg = make_cfg()
     folder = str(Path(cfg.file).parent)
@@ -38,7 +38,7 @@ def test_one_consumer_per_pipeline_that_opted_in_scheduled_on_its_sink_asset(con
 
 
 def test_reads_exactly_the_version_of_each_batch(consumer, make_cfg):
-    from eobatch.protocol import Protocol
+    from eobatch.core.protocol import Protocol
     from support.protocol_runs import land_and_run
 
     cfg = make_cfg()

@@ -1,16 +1,16 @@
 """The layout of tests/unit: one test module per product module, named after it, in folders that
 mirror the product's packages. A newcomer changing a module finds its tests in one place:
 
-* ``tests/unit/test_ledger.py`` tests ``plugins/eobatch/ledger.py``;
-* ``tests/unit/protocol/test_verbs.py`` tests ``plugins/eobatch/protocol/verbs.py``;
+* ``tests/unit/core/test_ledger.py`` tests ``plugins/eobatch/core/ledger.py``;
+* ``tests/unit/core/protocol/test_verbs.py`` tests ``plugins/eobatch/core/protocol/verbs.py``;
 * ``tests/unit/sources/test_kafka.py`` tests the package ``plugins/eobatch/sources/kafka/`` (all
   of it), ``tests/unit/test_sources.py`` the registry in ``plugins/eobatch/sources/__init__.py``;
 * a module of ``spark_jobs/`` or ``dags/`` alike (``spark_jobs/classify.py``: ``test_classify.py``),
   and an Airflow plugin module of ``plugins/`` (``plugins/eobatch_ui.py``: ``test_eobatch_ui.py``).
 
 A test goes to the module of what it exercises (the function or class under test), however it
-got there: a scenario of plan, verify, commit, abort or recover to ``protocol/test_verbs.py``, one
-of rewind, reset or sweep to ``protocol/test_repairs.py``. Never a file named after a behaviour.
+got there: a scenario of plan, verify, commit, abort or recover to ``core/protocol/test_verbs.py``, one
+of rewind, reset or sweep to ``core/protocol/test_repairs.py``. Never a file named after a behaviour.
 Helpers and fixtures shared by several test modules live in ``tests/unit/conftest.py`` or in
 ``tests/support/`` (``from support.<module> import ...``).
 """
@@ -28,7 +28,8 @@ PRODUCT = (REPO / "plugins" / "eobatch", REPO / "spark_jobs", REPO / "dags")
 PLUGINS = REPO / "plugins"
 # Test modules of something that is not a product module.
 NOT_A_MODULE = {UNIT / "test_makefile.py": "the Makefile", UNIT / "test_layout.py": "this layout",
-                UNIT / "test_supply_chain.py": "the locks and the jar lists"}
+                UNIT / "test_supply_chain.py": "the locks and the jar lists",
+                UNIT / "test_packages.py": "what each package of eobatch may import"}
 
 
 def product_module(test_module: Path) -> Path | None:
@@ -49,7 +50,7 @@ def _test_modules() -> list[Path]:
 
 
 def test_every_test_module_is_named_after_a_product_module():
-    assert product_module(UNIT / "protocol" / "test_verbs.py") == REPO / "plugins/eobatch/protocol/verbs.py"
+    assert product_module(UNIT / "core" / "protocol" / "test_verbs.py") == REPO / "plugins/eobatch/core/protocol/verbs.py"
     assert product_module(UNIT / "sources" / "test_kafka.py") == REPO / "plugins/eobatch/sources/kafka/__init__.py"
     assert product_module(UNIT / "test_some_behaviour.py") is None  # what this test refuses
     unnamed = [str(p.relative_to(REPO)) for p in _test_modules()

@@ -7,11 +7,21 @@ from dataclasses import dataclass
 import pytest
 
 from eobatch import sources
-from eobatch.config import ConfigError, load_pipeline
-from eobatch.formats import PreparedBatch, commit_metadata, compact_offsets
-from eobatch.sources import ConfigContext, SourceConfig, SourceKind, kind_for, kind_names, register
+from eobatch.config.loader import ConfigError, load_pipeline
+from eobatch.core.formats import PreparedBatch, commit_metadata
+from eobatch.sources import (
+    ConfigContext,
+    SourceConfig,
+    SourceKind,
+    compact_offsets,
+    kind_for,
+    kind_names,
+    range_summary,
+    register,
+)
 from support.pipeline_yaml import write_named as _write
 from support.records import kind_plan as _plan
+from support.records import plan_record
 
 
 def test_the_registry_knows_the_builtin_kinds_and_refuses_others(tmp_path):
@@ -119,11 +129,11 @@ def test_a_new_kind_is_one_registered_object(tmp_path, monkeypatch):
         load_pipeline(_write(tmp_path, "nums", "source:\n  kind: numbers\n  other: 4\n"))
     rng, n, _ = sources.source_for(cfg).next_range([], 100)
     plan = _plan("numbers", rng)
-    assert (n, plan.range_summary(), compact_offsets(plan)) == (4, "1..4", 4)
+    assert (n, range_summary(plan), compact_offsets(plan)) == (4, "1..4", 4)
     prepared = PreparedBatch(pipeline="p", batch_id=3, attempt="a", adds={}, arrow_schema={}, partition_by={},
                              fingerprint="x", rows_in=4, rows_valid=4, rows_quarantined=0, rows_published=4, bytes=0,
                              files=0, prepared_at="", verify_seconds=0.0, stage_seconds=0.0)
-    assert commit_metadata(plan, prepared, "sink")["eo.offsets"] == "4"
+    assert commit_metadata(plan, prepared, "sink", compact_offsets(plan))["eo.offsets"] == "4"
 
 
 def test_the_keys_of_each_built_in_kind_are_those_of_its_section_model():
@@ -133,3 +143,26 @@ def test_the_keys_of_each_built_in_kind_are_those_of_its_section_model():
     for name in BUILTIN:
         kind = kind_for(name)
         assert kind.config_keys == kind.config_model.yaml_keys(), name
+
+
+# -- a plan's range in its kind's words (range_summary, compact_offsets) ------------------------------
+
+
+def test_range_summary():
+    assert range_summary(plan_record()) == "2 files [a.jsonl, b.jsonl]"
+    many = [{"path": f"/l/f{i}.jsonl", "size": 1, "mtime_ms": i, "records": 1} for i in range(5)]
+    assert range_summary(plan_record(files=many)) == "5 files [f0.jsonl, f1.jsonl, f2.jsonl, +2]"
+    assert range_summary(plan_record(files=[])) == "0 files"
+    assert compact_offsets(plan_record()) == [["/landing/a.jsonl", 10, 1000], ["/landing/b.jsonl", 20, 2000]]
+
+
+def test_summaries_and_commit_offsets_per_kind():
+    kafka = _plan("kafka", {"topic": "t", "isolation_level": "read_committed",
+                            "partitions": {"0": [0, 3], "1": [4, 4]}, "lost": {}})
+    assert range_summary(kafka) == "t: 3 offsets p0[0,3)"
+    assert compact_offsets(kafka) == {"topic": "t", "partitions": {"0": [0, 3], "1": [4, 4]}}
+    pq = _plan("parquet", {"files": [{"path": "/in/x/a.parquet", "size": 9, "mtime_ms": 5, "records": 7}]})
+    assert range_summary(pq) == "1 files [a.parquet]"
+    assert compact_offsets(pq) == [["/in/x/a.parquet", 9, 5]]
+    unknown = _plan("someday", {"what": 1})
+    assert range_summary(unknown) == '{"what": 1}'

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from eobatch.formats import BatchPlan
+from eobatch.core.formats import BatchPlan
 from spark_jobs import stage_batch as job
 from support.s3env import ENV as S3_ENV
 

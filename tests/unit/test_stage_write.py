@@ -12,7 +12,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from eobatch.formats import HIVE_NULL, Layout, slice_name, slice_of
+from eobatch.core.formats import HIVE_NULL, Layout, slice_name, slice_of
 from spark_jobs.stage_write import rows_by_folder, staged_file
 
 ATTEMPT = Layout("/lake/orders", "/lake/orders_q").attempt_staging_rel(7, "t1-abc")  # eo_batches/b0000000007/t1-abc

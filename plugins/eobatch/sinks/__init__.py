@@ -10,11 +10,16 @@ Built in: ``delta`` (``sink.mode: append``: the stage job's files added to a Del
 MERGE). They are imported on first use (a process imports the kinds it uses); a kind's YAML
 model (``KIND.config_model``, pydantic) only where pipeline files are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded; its ``job_module`` is shipped with the job's code.
+
+May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, pyarrow; deltalake and
+pyspark inside functions.
+Must not import: Apache Airflow, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
+``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations
 
-from ..registry import Registry
+from ..core.registry import Registry
 from .base import (
     LEGACY_CONTRACT,
     PENDING,
@@ -64,7 +69,7 @@ def sink_for(cfg) -> SinkKind:
 
 def job_module(name: str) -> str:
     """Spark side: the module of kind ``name``'s job step, without importing the kind (the job's
-    code holds its ``job_module`` only: ``launch.job_modules``)."""
+    code holds its ``job_module`` only: ``eobatch.job.launch.SHIPPED``)."""
     if name in BUILTIN and name not in REGISTRY.registered:
         return f"{__name__}.{name}.job"
     return kind_for(name).job_module

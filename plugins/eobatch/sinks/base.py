@@ -33,7 +33,7 @@ from ..errors import RetryableError, TerminalError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from ..storage import Storage
+    from ..storage.fs import Storage
 
 # The roles of the keys of the configuration contract (``config.CONTRACT``, ``SinkKind.contract_keys``)
 TABLE, PENDING = "table", "pending"

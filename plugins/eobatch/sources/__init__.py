@@ -9,12 +9,23 @@ the one it reads); a kind's YAML model (``KIND.config_model``, pydantic) only wh
 are loaded. Another kind is one package with a ``KIND`` object, registered with
 ``register(KIND)`` before pipelines are loaded (e.g. in an Airflow plugin module); the Spark
 job finds it by the same name when the package is shipped with the job's code.
+
+May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, ``eobatch.job.jvm`` (the
+Spark side's JVM classes), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
+Must not import: Apache Airflow, ``eobatch.airflow``, the rest of ``eobatch.job``, ``eobatch.ui``,
+``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations
 
-from ..registry import Registry
+import json
+from typing import TYPE_CHECKING, Any
+
+from ..core.registry import Registry
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
+
+if TYPE_CHECKING:
+    from ..core.formats import BatchPlan
 
 BUILTIN = ("files", "kafka", "parquet")  # sub-packages of this one
 REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source")
@@ -36,5 +47,20 @@ def source_for(cfg) -> Planner:
     return kind_for(cfg.source.kind).planner(cfg)
 
 
+def range_summary(plan: BatchPlan) -> str:
+    """The batch's range in its kind's words, for logs, reports and the ledger page (its interval
+    first in interval mode); as recorded (JSON) for a kind this code does not know."""
+    try:
+        text = kind_for(plan.source_kind).range(plan.range).summary()
+    except KeyError:  # a kind this code does not know: show the range as recorded
+        text = json.dumps(plan.range, sort_keys=True)
+    return f"interval {plan.interval_key}: {text}" if plan.interval else text
+
+
+def compact_offsets(plan: BatchPlan) -> Any:
+    """The batch's range as its Delta commits carry it (``eo.offsets``), in its kind's words."""
+    return kind_for(plan.source_kind).range(plan.range).commit_offsets()
+
+
 __all__ = ["SourceKind", "SourceConfig", "SourceRange", "Planner", "ConfigContext", "IntervalTooLarge",
-           "register", "kind_for", "kind_names", "source_for"]
+           "register", "kind_for", "kind_names", "source_for", "range_summary", "compact_offsets"]

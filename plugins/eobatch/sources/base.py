@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 from ..errors import TerminalError
 
 if TYPE_CHECKING:
-    from ..formats import StageSummary
+    from ..core.formats import StageSummary
 
 
 class IntervalTooLarge(TerminalError):

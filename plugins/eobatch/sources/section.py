@@ -13,8 +13,8 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import ValidationInfo, model_validator
 
-from ..config_model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, validate
-from ..schedule import ONLY_INTERVAL, check_interval_prefix
+from ..config.model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, validate
+from ..config.schedule import ONLY_INTERVAL, check_interval_prefix
 from .base import ConfigContext, SourceConfig
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")

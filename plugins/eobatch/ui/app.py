@@ -23,7 +23,7 @@ from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 
-from .. import airflow_conn  # noqa: F401 - a Kafka backlog reads its connection
+from ..airflow import connections as airflow_conn  # noqa: F401 - a Kafka backlog reads its connection
 from .page import MAX_PER_PAGE, render_message, render_not_found, render_page
 from .view import JSON_LIMIT_DEFAULT, JSON_LIMIT_MAX, UnknownPipeline, batches_json, find, page_view
 

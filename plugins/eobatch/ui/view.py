@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..backlog import backlog
 from ..cli import ledger_rows, rows_json
-from ..config import PipelineConfig, load_all
-from ..protocol import Protocol
+from ..config.loader import PipelineConfig, load_all
+from ..core.backlog import backlog
+from ..core.protocol import Protocol
 from .page import CHART_BATCHES, Pager, PageView
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -156,7 +156,7 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
 
 
 def _maintenance_line(proto) -> str | None:
-    from ..maintenance import last_report, summary_line
+    from ..core.maintenance import last_report, summary_line
 
     try:
         report = last_report(proto)

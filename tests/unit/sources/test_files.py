@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from eobatch.formats import slice_name
-from eobatch.protocol import Protocol
+from eobatch.core.formats import slice_name
+from eobatch.core.protocol import Protocol
 from eobatch.sources import source_for
 from eobatch.sources.files import FilesSource, changed_since_plan
 from support.counting import Counting
@@ -260,7 +260,7 @@ def test_interval_mode_with_a_prefix_lists_only_the_folders_of_the_interval_and_
 
 def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_time(make_cfg, tmp_path):
     """max_file_bytes is the user's own limit (none by default): refused at plan time, with what to do."""
-    from eobatch.protocol import Protocol
+    from eobatch.core.protocol import Protocol
     from eobatch.sources.files import FileTooLarge
 
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 1000})
@@ -274,8 +274,8 @@ def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_t
 
 
 def test_a_file_of_any_size_is_planned_by_default_and_max_file_bytes_must_be_positive(make_cfg, tmp_path):
-    from eobatch.config import ConfigError
-    from eobatch.protocol import Protocol
+    from eobatch.config.loader import ConfigError
+    from eobatch.core.protocol import Protocol
 
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})
     assert cfg.source.max_file_bytes is None
@@ -526,7 +526,7 @@ def test_an_s3_object_is_the_planned_one_only_by_its_etag_version_and_last_modif
     """S3 identities ([ETag, VersionId, LastModified ms]): another ETag or version under the key
     is another object whatever its size and mtime; a plan from before ETags checks size and mtime."""
     from eobatch.sources.files.planner import identity_problem
-    from eobatch.storage import FileInfo
+    from eobatch.storage.fs import FileInfo
 
     uri = "s3a://b/landing/a.jsonl"
     planned = {"path": uri, "size": 10, "mtime_ms": 5000, "identity": ['"e1"', None, 5000]}
@@ -571,7 +571,7 @@ def test_a_planned_file_under_a_folder_swapped_for_a_link_is_refused(make_cfg, t
 
 
 def test_verify_refuses_a_batch_whose_job_read_another_file_than_planned(make_cfg):
-    from eobatch.formats import StageSummary
+    from eobatch.core.formats import StageSummary
     from eobatch.sources.files import FilesRange
 
     cfg = make_cfg()

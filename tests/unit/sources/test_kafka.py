@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eobatch.config import ConfigError
+from eobatch.config.loader import ConfigError
 from eobatch.sources import kind_for
 from eobatch.sources.kafka import range_summary, spread
 from eobatch.sources.kafka.read import FIELDS, Columns, slices
@@ -49,7 +49,7 @@ def test_kafka_source_errors_name_the_key(write_yaml, base_cfg, source, key, msg
 
 
 def test_the_read_buffer_bound_reaches_the_job_and_changes_no_fingerprint(write_yaml, base_cfg):
-    from eobatch.launch import job_spec
+    from eobatch.job.launch import job_spec
 
     plain = _load(write_yaml, _kafka(base_cfg))
     small = _load(write_yaml, _kafka(base_cfg, read_batch_bytes=1000))
@@ -77,10 +77,8 @@ def test_the_connections_settings_reach_the_job_apart_from_its_spec(write_yaml, 
 
     from airflow.sdk.log import redact
 
-    from eobatch import (
-        airflow_conn,  # noqa: F401 - registers Airflow's reader
-        launch,
-    )
+    from eobatch.airflow import connections as airflow_conn  # noqa: F401 - registers Airflow's reader
+    from eobatch.job import launch
     from eobatch.sources.kafka import client
 
     secret = "pw-" + "x9" * 8
@@ -105,7 +103,7 @@ def test_the_connections_settings_reach_the_job_apart_from_its_spec(write_yaml, 
 
 
 def test_a_missing_connection_is_an_operators_error_naming_it(write_yaml, base_cfg):
-    from eobatch import airflow_conn  # noqa: F401
+    from eobatch.airflow import connections as airflow_conn  # noqa: F401
     from eobatch.errors import TerminalError
     from eobatch.sources.kafka import client
 
@@ -280,7 +278,7 @@ def test_interval_wait_for_open_transactions_is_a_key_of_interval_mode(write_yam
 
 
 def test_a_record_belongs_to_the_interval_of_its_own_timestamp():
-    from eobatch.formats import slice_name
+    from eobatch.core.formats import slice_name
     from eobatch.sources.kafka.intervals import Schedule, owner
 
     h = 3_600_000
@@ -302,8 +300,8 @@ def test_the_reported_backfill_is_published_by_record_time(tmp_path):
 
     import yaml
 
-    from eobatch.config import load_pipeline
-    from eobatch.protocol import Protocol
+    from eobatch.config.loader import load_pipeline
+    from eobatch.core.protocol import Protocol
     from support.kafka_model import Log, model_broker, stage_kafka
     from support.protocol_runs import T0, H, iv, published
 

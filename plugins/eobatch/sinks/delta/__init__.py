@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...formats import STAGED
+from ...core.formats import STAGED
 from ..base import Participant, SinkConfig, SinkContext
 from .participant import NO_TABLE_YET, DeltaParticipant
 from .schema import is_widening, schema_change

@@ -31,9 +31,9 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of, utcnow
-from ...storage import join
-from ...table_files import TableFileWriter, add_action
+from ...core.formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of, utcnow
+from ...core.table_files import TableFileWriter, add_action
+from ...storage.fs import join
 
 log = logging.getLogger(__name__)
 DEAD_AFTER_S = 3600.0  # a record whose files never became live is removed (with them) after this long

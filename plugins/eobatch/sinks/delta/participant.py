@@ -19,8 +19,8 @@ from collections.abc import Set as AbstractSet
 
 import pyarrow as pa
 
+from ...core.formats import partition_text
 from ...errors import SliceRewritten
-from ...formats import partition_text
 from ..base import CommitConflict, Replace
 from .schema import schema_change
 
@@ -43,7 +43,7 @@ class DeltaParticipant:
     keeps_staged_files = True  # its staged files become table files: never swept once PREPARED
 
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
-        from ... import s3conf
+        from ...storage import s3conf
 
         self.name = name
         # S3 tables: delta-rs wants s3:// and the endpoint/credentials as storage options
@@ -285,7 +285,7 @@ class DeltaParticipant:
         e.g. after a compaction): RESTORE to that version would fail on them."""
         from deltalake import DeltaTable
 
-        from ...storage import join
+        from ...storage.fs import join
 
         dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         root = self.uri if not self.uri.startswith("s3://") else "s3a://" + self.uri[len("s3://"):]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ...schemas import normalize_type
+from ...config.schemas import normalize_type
 
 
 def schema_change(table: pa.Schema | None, staged: pa.Schema, policy: str = "add_columns",

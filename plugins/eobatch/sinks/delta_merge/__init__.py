@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...formats import SINK, STAGED
+from ...core.formats import SINK, STAGED
 from ..base import Participant
 from ..delta import DeltaKind
 from .config import CONTRACT, MergeConfig

@@ -11,7 +11,7 @@ added to the table: the commit applies them with one Delta MERGE, which carries
 ``txn(appId, batch)`` and the batch's commit info like every other commit, so the protocol
 does not change: a retried commit finds the txn and checks the fingerprint, a crash between the
 MERGE and the ledger is completed by ``recover``. The files a MERGE writes keep no float or
-decimal statistics (delta-rs would write them wrong: ``eobatch.table_files``), so readers never skip
+decimal statistics (delta-rs would write them wrong: ``eobatch.core.table_files``), so readers never skip
 them for such a filter; maintenance rewrites the small ones with exact stats.
 
 A record changes its key's row only when its ``sequence_by`` is higher than the row's, so an
@@ -31,10 +31,10 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...core.formats import SINK, SLICE_COL, slice_of
+from ...core.table_files import delta_rs_writer_properties
 from ...errors import LedgerMismatch, ProtocolError
-from ...formats import SINK, SLICE_COL, slice_of
-from ...storage import Storage
-from ...table_files import delta_rs_writer_properties
+from ...storage.fs import Storage
 from ..base import CommitConflict, Replace
 from ..delta import DeltaParticipant
 from .config import MergeConfig

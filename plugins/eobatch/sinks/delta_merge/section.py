@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
-from ...config_model import Check, Invalid, Section, required, validate
+from ...config.model import Check, Invalid, Section, required, validate
 from ..base import SinkContext
 from .config import MergeConfig
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...formats import slice_of
-from ...storage import Storage, join
+from ...core.formats import slice_of
+from ...storage.fs import Storage, join
 from .config import MergeConfig
 from .job import DELETE_COL
 

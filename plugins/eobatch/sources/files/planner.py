@@ -26,11 +26,11 @@ import errno
 import logging
 from collections.abc import Sequence
 
-from ... import lines
-from ...checkpoint import SKIP_NOTE, ReadSoFar
+from ...config import lines
+from ...core.checkpoint import SKIP_NOTE, ReadSoFar
+from ...core.formats import slice_name
 from ...errors import TerminalError
-from ...formats import slice_name
-from ...storage import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
+from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
 from ..base import IntervalTooLarge, consumed_skip
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def measured(fs, path: str, root: str | None, measure):
 
 def counted(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
     """(records, what was counted) of a JSON-lines landing file, by the definition the Spark job
-    reads them with (``eobatch.lines``), at most the size the open saw read (``measured``)."""
+    reads them with (``eobatch.config.lines``), at most the size the open saw read (``measured``)."""
     return measured(fs, path, root, lambda f, info: lines.count_records(f, max_bytes=info.size))
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
-    from ...formats import StageSummary
+    from ...core.formats import StageSummary
 
 
 @dataclass(frozen=True)

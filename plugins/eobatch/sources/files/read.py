@@ -34,7 +34,7 @@ per stream to the ETag it opens at); after the read, ``seen`` records the object
 again and verify refuses the batch unless it is still the planned one. A plan from before ETags is
 read by name, checked by size and mtime.
 
-Lines are eobatch.lines', read by ``eobatch.jvm.BoundedLines`` (include/jvm/; Spark's text source
+Lines are eobatch.config.lines', read by ``eobatch.jvm.BoundedLines`` (include/jvm/; Spark's text source
 would hold a line of any length whole, and Hadoop's bound on it returns fragments of a long line
 as lines): the bytes between two ``\\n``, kept as bytes (invalid UTF-8 is preserved for the
 classifier); a ``\\r`` just before the ``\\n`` is dropped. A line longer than
@@ -76,7 +76,7 @@ def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
     import os
     import resource
 
-    from ...storage import NotARegularFile, storage_for
+    from ...storage.fs import NotARegularFile, storage_for
     from .planner import changed_since_plan, identity_problem, read_files
 
     files = read_files(rng)
@@ -132,7 +132,7 @@ def seen(rng: dict, root: str | None) -> dict:
     pinned to one ETag, the planned one for JSON lines: a read is never of two objects)."""
     import os
 
-    from ...storage import S3StorageError
+    from ...storage.fs import S3StorageError
     from .planner import files_now, read_files
 
     files = read_files(rng)
@@ -189,7 +189,7 @@ def pins(rng: dict) -> str | None:
     """The line reader's ``pins`` option (``BoundedLines.PINS``): each planned S3 object with the
     ETag, version, size and mtime the plan recorded, which every GET of it must match; None for
     local files, and for a plan from before ETags (read as before: by name, checked around)."""
-    from ...storage import storage_for
+    from ...storage.fs import storage_for
     from .planner import read_files
 
     objects = [f for f in read_files(rng) if storage_for(f["path"]).scheme == "s3"]
@@ -206,8 +206,8 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
     holds only its first bytes, else null). ``pinned``: the reader's ``pins`` option (``pins``)."""
     from pyspark.sql import functions as F
 
-    from ...jvm import jvm_class
-    from ...lines import BLANK_BYTES, max_line_bytes
+    from ...config.lines import BLANK_BYTES, max_line_bytes
+    from ...job.jvm import jvm_class
 
     lines_class = jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     if pinned is not None:
@@ -232,11 +232,11 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
 
 
 def _blank(value):
-    """eobatch.lines' blank line, cheaply: the regular expression runs only on a line that is
+    """eobatch.config.lines' blank line, cheaply: the regular expression runs only on a line that is
     empty or starts with one of the blank bytes (almost never, for a record)."""
     from pyspark.sql import functions as F
 
-    from ...lines import BLANK_BYTES, SPARK_BLANK_LINE
+    from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE
 
     first = F.substring(value, 1, 1)
     return (F.octet_length(value) == 0) | (first.isin(*[chr(b) for b in BLANK_BYTES]) & value.rlike(SPARK_BLANK_LINE))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...config_model import PosInt
+from ...config.model import PosInt
 from ..section import LandingSection
 from .config import FilesConfig
 

@@ -87,7 +87,7 @@ class KafkaKind:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from ...formats import SLICE_COL
+        from ...core.formats import SLICE_COL
         from .intervals import slice_column
 
         # a batch without slices only moved the scan on: nothing of it is published

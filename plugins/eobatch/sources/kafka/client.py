@@ -43,8 +43,8 @@ def settings(source) -> dict[str, Any]:
     stage task before spark-submit): from its connection when it names one."""
     if not source.conn_id:
         return {"bootstrap.servers": source.bootstrap_servers}
-    from ...connections import extra
     from ...errors import TerminalError
+    from ...storage.credentials import extra
 
     config = extra(source.conn_id)
     if not config.get("bootstrap.servers"):

@@ -72,7 +72,7 @@ class Schedule:
 
 
 def slice_name(start_ms: int) -> str:
-    from ...formats import slice_name as name
+    from ...core.formats import slice_name as name
 
     return name(start_ms)
 

@@ -16,7 +16,7 @@ from ...errors import LedgerMismatch
 from . import account
 
 if TYPE_CHECKING:
-    from ...formats import StageSummary
+    from ...core.formats import StageSummary
 
 
 INTERVAL_KEYS = ("scan", "slices", "pending")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import model_validator
 
-from ...config_model import Check, ConnId, Invalid, NonNegativeInt, PosInt, one_of, required
+from ...config.model import Check, ConnId, Invalid, NonNegativeInt, PosInt, one_of, required
 from ..section import SourceSection
 from .config import CHOICES, TOPIC_RE, KafkaConfig
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 
 from ...errors import TerminalError
-from ...storage import FileInfo, ObjectChanged
+from ...storage.fs import FileInfo, ObjectChanged
 from ..files.planner import FilesSource, measured, planned_file
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from ..files.range import FilesRange
 
 if TYPE_CHECKING:
-    from ...formats import StageSummary
+    from ...core.formats import StageSummary
 
 
 class ParquetRange(FilesRange):

@@ -1,0 +1,310 @@
+"""A pipeline's alerts (the YAML's ``alerts``), sent through Airflow notifiers.
+
+Four conditions, each told to every notifier of ``alerts.notify``:
+
+* ``failure``: a task of the pipeline failed for good (its retries exhausted): the task's
+  ``on_failure_callback``, run by Airflow where the task ran;
+* ``run_deadline``: a run still not finished ``run_deadline_minutes`` after it was queued:
+  Airflow's own deadline alert (``DeadlineAlert`` on the DAG, checked by the scheduler, the
+  callback run by the executor); no alert for a run that finished in time;
+* ``backlog_age``: a plan left a backlog whose oldest unpublished landing file is older than
+  ``backlog_max_age_minutes``: sent by that plan, then at most once per that many minutes
+  while it lasts (an Airflow Variable remembers when), at once again after it recovered;
+* ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
+  folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
+  cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
+  remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
+  notifier.
+
+Notifiers are built afresh for each alert (Airflow renders a notifier's templates in place).
+An alert's text reaches them in the template context as ``alert`` (``alert.subject``,
+``alert.text``, ``alert.html``, ``alert.kind``, ``alert.pipeline``, ``alert.url``,
+``alert.run_id``): the e-mail notifier is ``SmtpNotifier(subject="{{ alert.subject }}",
+html_content="{{ alert.html }}")``. The text itself is never evaluated as a template (an error
+message quoting a record cannot inject one), and it goes through Airflow's secrets masker first
+(``connections.scrub``: the values it knows, and any URI's password, as ``***``). Sending never
+fails a task; a notifier that fails is logged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
+from ..storage.credentials import scrub
+
+log = logging.getLogger(__name__)
+SUBJECT_PREFIX = "[eobatch]"
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str  # failure | run_deadline | backlog_age | skipped_input
+    pipeline: str
+    subject: str
+    lines: tuple[str, ...]
+    url: str = ""  # the pipeline's ledger page
+    run_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+    @property
+    def html(self) -> str:
+        body = "".join(f"<p>{html.escape(line)}</p>" for line in self.lines)
+        link = f'<p><a href="{html.escape(self.url)}">Batch ledger of {html.escape(self.pipeline)}</a></p>'
+        return body + (link if self.url else "")
+
+    def masked(self) -> Alert:
+        """The alert as notifiers see it: every line and the subject through ``scrub``."""
+        return dataclasses.replace(self, subject=scrub(self.subject), lines=tuple(scrub(x) for x in self.lines),
+                                   run_id=None if self.run_id is None else scrub(self.run_id))
+
+    def template_value(self) -> dict[str, Any]:
+        return {"kind": self.kind, "pipeline": self.pipeline, "subject": self.subject, "text": self.text,
+                "html": self.html, "url": self.url, "run_id": self.run_id}
+
+
+def ledger_url(pipeline: str) -> str:
+    """The pipeline's ledger page under Airflow's ``[api] base_url`` ("" when it is not set)."""
+    try:
+        from airflow.providers.common.compat.sdk import conf
+
+        base = conf.get("api", "base_url", fallback="") or ""
+    except Exception:  # noqa: BLE001 - a link is a nicety
+        base = ""
+    return f"{base.rstrip('/')}/eobatch/pipelines/{pipeline}" if base else ""
+
+
+def notifier(spec: Notifier):
+    """A fresh Airflow notifier of one ``alerts.notify`` entry (raises when it cannot be built)."""
+    if spec.email:
+        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+
+        return SmtpNotifier(to=list(spec.email), from_email=spec.from_email, smtp_conn_id=spec.smtp_conn_id,
+                            subject="{{ alert.subject }}", html_content="{{ alert.html }}")
+    import importlib
+
+    from airflow.sdk.bases.notifier import BaseNotifier
+
+    module, _, name = str(spec.notifier).rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
+    if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
+        raise TypeError(f"{spec.notifier} is not an Airflow notifier class (a BaseNotifier subclass)")
+    return cls(**spec.args)
+
+
+def check_notifiers(cfg: PipelineConfig) -> None:
+    """At DAG parse time: every notifier of the pipeline can be built (raises ConfigError)."""
+    for i, spec in enumerate(cfg.alerts.notify):
+        try:
+            notifier(spec)
+        except Exception as e:  # noqa: BLE001 - named in the pipeline's import error
+            raise ConfigError(cfg.file, f"alerts.notify[{i}]", f"cannot build the notifier: {type(e).__name__}: {e}") \
+                from e
+
+
+def send(cfg: PipelineConfig, alert: Alert, context: Any = None) -> int:
+    """``alert`` to every notifier of ``cfg``, masked (``Alert.masked``); how many took it. Never raises."""
+    alert = alert.masked()
+    ctx = dict(context or {})
+    ctx["alert"] = alert.template_value()
+    log.warning("alert %s: %s", alert.kind, alert.subject)
+    sent = 0
+    for spec in cfg.alerts.notify:  # each on its own: one that fails does not silence the others
+        try:
+            n = notifier(spec)
+            n(dict(ctx))
+            sent += 1
+        except Exception as e:  # noqa: BLE001 - alerts must not fail the task that sends them
+            log.error("alert %s not sent by %s (%s: %s)", alert.kind, spec.notifier or "SmtpNotifier",
+                      type(e).__name__, scrub(str(e)))
+    return sent
+
+
+# -- failure: a task's on_failure_callback ---------------------------------------------------------
+
+class OnFailure:
+    """``on_failure_callback`` of every task of a pipeline with ``alerts.on_failure``."""
+
+    def __init__(self, cfg: PipelineConfig):
+        self.cfg = cfg
+
+    def __call__(self, context) -> None:
+        send(self.cfg, failure_alert(self.cfg, context), context)
+
+
+NEXT_STEP = {
+    "recover": "Nothing new was planned. Fix the cause; the next run recovers the pending batch first.",
+    "plan": "No batch was recorded by this run. Fix the cause; the next run plans again.",
+    "stage": "Nothing was published: the attempt's staged files are removed by abort, and the next run "
+             "re-stages the same source range.",
+    "verify": "Nothing was published: the attempt's staged files are removed by abort, and the next run "
+              "re-stages the same source range.",
+    "commit": "The batch is PREPARED: the next run's recover finishes its commit (exactly once); nothing "
+              "else is planned until it is.",
+    "abort": "The staged files of the failed attempt may remain; the next run's recover sweeps them.",
+}
+
+
+def failure_alert(cfg: PipelineConfig, context) -> Alert:
+    ti = context.get("ti")
+    task_id = getattr(ti, "task_id", None) or "?"
+    run_id = context.get("run_id") or getattr(ti, "run_id", None)
+    error = context.get("exception")
+    error_text = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else str(error or "unknown")
+    if len(error_text) > 2000:
+        error_text = error_text[:2000] + " …"
+    lines = [f"Pipeline {cfg.name}: task {task_id} failed in run {run_id} "
+             f"(try {getattr(ti, 'try_number', '?')}, its retries exhausted).",
+             f"Error: {error_text}",
+             NEXT_STEP.get(task_id, "")]
+    log_url = getattr(ti, "log_url", None)
+    if log_url:
+        lines.append(f"Task log: {log_url}")
+    return Alert("failure", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {task_id} failed in run {run_id}",
+                 tuple(x for x in lines if x), ledger_url(cfg.name), run_id)
+
+
+# -- run deadline: Airflow's deadline alert --------------------------------------------------------
+
+def deadline(cfg: PipelineConfig):
+    """The DAG's ``deadline``: a run not finished ``run_deadline_minutes`` after it was queued
+    calls ``run_deadline_missed`` in the executor; None without ``run_deadline_minutes``."""
+    if cfg.alerts.run_deadline_minutes is None:
+        return None
+    import datetime as dt
+
+    from airflow.sdk.definitions.callback import SyncCallback
+    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
+    return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT,
+                         interval=dt.timedelta(minutes=cfg.alerts.run_deadline_minutes),
+                         callback=SyncCallback(run_deadline_missed, kwargs={"pipeline_file": cfg.file}),
+                         name=f"{cfg.name}_run_deadline")
+
+
+def run_deadline_missed(pipeline_file: str, context: dict | None = None, **_: Any) -> None:
+    """The deadline alert's callback (``context``: the run as Airflow's REST API shows it)."""
+    cfg = load_pipeline(pipeline_file)
+    send(cfg, deadline_alert(cfg, context or {}))
+
+
+def deadline_alert(cfg: PipelineConfig, context: dict) -> Alert:
+    run = context.get("dag_run") or {}
+    run_id = run.get("dag_run_id") or run.get("run_id")
+    minutes = cfg.alerts.run_deadline_minutes
+    lines = (f"Pipeline {cfg.name}: run {run_id} has not finished {minutes:g} min after it was queued "
+             f"(queued {run.get('queued_at')}, started {run.get('start_date')}, state {run.get('state')}).",
+             "Its batch is not lost: a run that is stopped or fails is finished or re-staged by the next run. "
+             "The ledger page shows the batch's phase and the seconds of each.")
+    return Alert("run_deadline", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: run {run_id} not finished after "
+                 f"{minutes:g} min", lines, ledger_url(cfg.name), run_id)
+
+
+# -- skipped landing inputs: sent by the plan task --------------------------------------------------
+
+def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None, state: Any = None) -> bool:
+    """After a plan: alert on the landing inputs it skipped that no earlier alert named (``state``,
+    Airflow Variables by default, keeps the ones named while they stay skipped); True when it alerted."""
+    import json
+
+    if not cfg.alerts.notify:
+        return False
+    state = AirflowVariables() if state is None else state
+    key = f"eobatch.{cfg.name}.skipped_alerted"
+    now = sorted({s["path"] for s in skipped})
+    try:
+        before = set(json.loads(state.get(key) or "[]"))
+    except Exception as e:  # noqa: BLE001 - rather one alert too many than none
+        log.warning("skipped-input alert state not read (%s: %s)", type(e).__name__, e)
+        before = set()
+    new = [s for s in skipped if s["path"] not in before]
+    if now != sorted(before):
+        _keep(state.set, key, json.dumps(now)) if now else _keep(state.delete, key)
+    if not new:
+        return False
+    send(cfg, skipped_alert(cfg, new), context)
+    return True
+
+
+def skipped_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
+    lines = (f"Pipeline {cfg.name}: the plan skipped {len(skipped)} landing input(s); the rest was planned.",
+             *[s["note"] for s in skipped[:20]],
+             *([f"... and {len(skipped) - 20} more (the plan task's log names each)"] if len(skipped) > 20 else []))
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing input(s) skipped",
+                 lines, ledger_url(cfg.name))
+
+
+# -- backlog age: sent by the plan task ------------------------------------------------------------
+
+class AirflowVariables:
+    """Where the backlog alert remembers when it was last sent: Airflow Variables."""
+
+    def get(self, key: str) -> str | None:
+        from airflow.sdk import Variable
+
+        return Variable.get(key, default=None)
+
+    def set(self, key: str, value: str) -> None:
+        from airflow.sdk import Variable
+
+        Variable.set(key, value, description="eobatch: when this pipeline's backlog age alert was last sent")
+
+    def delete(self, key: str) -> None:
+        from airflow.sdk import Variable
+
+        Variable.delete(key)
+
+
+def check_backlog(cfg: PipelineConfig, backlog: dict, context: Any = None, now: float | None = None,
+                  state: Any = None) -> bool:
+    """After a plan: alert when the oldest unpublished landing file is older than
+    ``backlog_max_age_minutes``, at most once per that many minutes while it stays so (``state``,
+    Airflow Variables by default, keeps when it was sent); True when it alerted."""
+    limit = cfg.alerts.backlog_max_age_minutes
+    if limit is None or backlog.get("error"):
+        return False
+    state = AirflowVariables() if state is None else state
+    key, now = f"eobatch.{cfg.name}.backlog_age_alerted_at", time.time() if now is None else now
+    age = backlog.get("oldest_unpublished_age_s")
+    try:
+        last = state.get(key)
+    except Exception as e:  # noqa: BLE001 - rather one alert too many than none
+        log.warning("backlog alert state not read (%s: %s)", type(e).__name__, e)
+        last = None
+    if age is None or age <= limit * 60:
+        if last is not None:  # recovered: the next time it ages past the limit is told at once
+            _keep(state.delete, key)
+        return False
+    if last is not None and now - float(last) < limit * 60:
+        log.info("backlog older than %g min: alerted %.0f s ago, not again yet", limit, now - float(last))
+        return False
+    send(cfg, backlog_alert(cfg, backlog), context)
+    _keep(state.set, key, str(now))
+    return True
+
+
+def _keep(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as e:  # noqa: BLE001 - the alert itself is out; its state is best effort
+        log.warning("backlog alert state not kept (%s: %s)", type(e).__name__, e)
+
+
+def backlog_alert(cfg: PipelineConfig, backlog: dict) -> Alert:
+    age_min = backlog["oldest_unpublished_age_s"] / 60
+    limit = cfg.alerts.backlog_max_age_minutes
+    waiting = ", ".join(f"{backlog[k]} {k}" for k in ("files", "bytes", "records") if backlog.get(k) is not None)
+    lines = (f"Pipeline {cfg.name}: the oldest unpublished landing file is {age_min:.1f} min old "
+             f"(limit {limit:g} min; since {backlog.get('oldest_unpublished_at')}).",
+             f"Not planned yet: {waiting or 'nothing'}. The pipeline is falling behind its sources: run it more "
+             f"often, raise source.max_records_per_batch, or look for failed runs.")
+    return Alert("backlog_age", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: backlog {age_min:.0f} min old "
+                 f"(limit {limit:g} min)", lines, ledger_url(cfg.name))

@@ -1,0 +1,195 @@
+"""One DAG per pipeline YAML: recover -> plan -> stage -> verify -> commit, abort on failure.
+
+A YAML that does not load becomes an import error naming the file and the key (visible in
+the Airflow UI and in `airflow dags list-import-errors`); every other pipeline still loads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from airflow.sdk import DAG, Param
+
+from ..config.loader import ConfigError, PipelineConfig, load_all
+from . import alerts, assets
+from .operators import (
+    AbortOperator,
+    CommitOperator,
+    MaintainOperator,
+    PlanOperator,
+    RecoverOperator,
+    StageOperator,
+    VerifySensor,
+)
+from .params import PARAMS_DOC, PARAMS_FORM, params_for_mode
+
+
+def timetable_for(cfg: PipelineConfig):
+    """Continuous mode: the schedule as given (each run takes what is there at plan time).
+
+    Interval mode: a timetable whose runs cover the time between two cron ticks. Airflow 3's
+    default for a cron string (CronTriggerTimetable) gives zero-length data intervals.
+    """
+    if cfg.mode != "interval":
+        return cfg.schedule
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    return CronDataIntervalTimetable(cfg.require_interval_cron(), timezone="UTC")
+
+
+def run_params(mode: str = "continuous") -> dict:
+    """The trigger form: titled fields in sections; no rewind fields in interval mode."""
+    schema: dict[str, dict[str, Any]] = {
+        "max_records_per_batch": dict(default=None, type=["null", "integer"], minimum=1),
+        "dry_run": dict(default=False, type="boolean"),
+        "rewind_to_batch": dict(default=None, type=["null", "integer"], minimum=1),
+        "confirm_rewind": dict(default=False, type="boolean"),
+        "accept_loss": dict(default=False, type="boolean"),
+    }
+    out = {}
+    for key in params_for_mode(mode):
+        title, section = PARAMS_FORM[key]
+        out[key] = Param(description=PARAMS_DOC[key], title=title, section=section, **schema[key])
+    return out
+
+
+DOC = """
+### Exactly-once pipeline `{name}`
+
+`{source}` → Delta table `{sink}` (quarantine: `{quarantine}`), transform `{transform}`.
+
+Each run is one micro-batch under a two-phase commit:
+**recover** (commit a PREPARED batch, re-stage a PLANNED one, sweep orphans) →
+**plan** (record the exact source range) → **stage** (spark-submit, staged files invisible to
+readers) → **verify** (every partition's manifest, files, sizes, counts, schema ⇒ PREPARED) →
+**commit** (one Delta transaction per table with `txn(appId={name}, version=batch)`).
+Each committed batch emits one event on the asset `{asset}` (alias `{alias}`), extra: batch id,
+Delta version, rows, source range; none for a dry run, a skipped run or a recommit. A batch whose
+committing task died before Airflow stored its events gets them from the retry or the next run's recover.
+A failure before PREPARED runs **abort** (the attempt's files are removed; the batch keeps its
+range and is re-staged by the next run).
+
+Mode `{mode}`{schedule}. Params (trigger form): `max_records_per_batch` caps a *new* batch (a pending
+batch keeps its range); `dry_run` stages and verifies, then aborts and reports what would have
+been published; `rewind_to_batch` (continuous mode) restores the tables to before that batch and
+reads again from its start: run it with `dry_run` first (a report, nothing changed), then with
+`confirm_rewind`. Unknown or invalid params are refused before anything is planned.
+"""
+
+
+def build_dag(cfg: PipelineConfig) -> DAG:
+    default_args = {
+        "owner": "eobatch",
+        "retries": 0,
+        "retry_delay": dt.timedelta(seconds=cfg.retry_delay_seconds),
+    }
+    if cfg.alerts.notify:
+        alerts.check_notifiers(cfg)  # a notifier that cannot be built is an error of this pipeline's file
+        if cfg.alerts.on_failure:
+            default_args["on_failure_callback"] = alerts.OnFailure(cfg)
+    with DAG(
+        dag_id=cfg.name,
+        description=cfg.description or f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}",
+        schedule=timetable_for(cfg),
+        start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,  # no catch-up storm; past intervals are published with `airflow backfill create`
+        max_active_runs=1,  # one committer per pipeline at a time; correctness does not rely on it
+        default_args=default_args,
+        params=run_params(cfg.mode),
+        deadline=alerts.deadline(cfg),  # alerts.run_deadline_minutes: Airflow's deadline alert
+        tags=["eobatch", cfg.source.kind, cfg.mode],
+        doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
+                          asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
+                          quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
+                          schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else ", manual triggers only"),
+    ) as dag:
+        f = cfg.file
+        # The published tables are Airflow Assets (eobatch.airflow.assets): events are added through the
+        # pipeline's alias by the tasks that can commit a batch, once per committed batch.
+        published = assets.batch_alias(cfg.name)
+        # recover may finish a commit (a PREPARED batch): it retries what the commit task retries
+        # (a lost race with maintenance, a store that is down), rather than fail the run for it
+        commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
+                            max_retry_delay=dt.timedelta(minutes=10))
+        # both read the alias's events too (inlet): a batch whose events a killed task lost is announced once
+        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], inlets=[published],
+                                  **commit_retry)
+        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
+                            timeout=cfg.plan_wait_seconds)
+        # Backfills run with their own max_active_runs: commits of one table are serialised here
+        # too (one commit task instance of this pipeline at a time), though correctness holds
+        # without it (txn conflicts and strictly ordered batches).
+        stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
+                              retries=cfg.stage_retries)
+        verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
+        commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], inlets=[published],
+                                max_active_tis_per_dag=1, **commit_retry, **pool_args(cfg))
+        abort = AbortOperator(task_id="abort", pipeline_file=f)
+        recover >> plan >> stage >> verify >> commit
+        [stage, verify] >> abort
+    return dag
+
+
+MAINTENANCE_SUFFIX = "_maintenance"
+
+
+def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
+    """``<name>_maintenance``: one maintenance pass per run, on ``maintenance.schedule`` (none:
+    triggered from the UI or run with `make maintain PIPELINE=<name>`, the same work)."""
+    m = cfg.maintenance
+    with DAG(
+        dag_id=cfg.name + MAINTENANCE_SUFFIX,
+        description=f"maintenance of {cfg.sink_table} and its quarantine: compaction, VACUUM, checkpoint",
+        schedule=m.schedule,
+        start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
+        catchup=False,
+        max_active_runs=1,
+        default_args={"owner": "eobatch", "retries": 2, "retry_delay": dt.timedelta(minutes=1)},
+        tags=["eobatch", "maintenance"],
+        doc_md=(f"### Maintenance of pipeline `{cfg.name}`\n\nCompaction of small files "
+                f"({'on, to ' + str(m.target_file_bytes >> 20) + ' MiB files' if m.compact else 'off'}; interval "
+                f"mode: one interval slice at a time), lite VACUUM of files removed more than {m.vacuum_retention_hours:g} h ago (never a "
+                f"file no commit added: staged files of PREPARED batches are safe), Delta checkpoint and log "
+                f"cleanup. A batch commit at the same time stays exactly once. The report is kept in the ledger "
+                f"(`make ledger` shows the last one)."),
+    ) as dag:
+        MaintainOperator(task_id="maintain", pipeline_file=cfg.file, **pool_args(cfg))
+    return dag
+
+
+def pool_args(cfg: PipelineConfig) -> dict:
+    """The pool shared by the commit and the maintenance tasks (``maintenance.pool``), if any."""
+    return {"pool": cfg.maintenance.pool} if cfg.maintenance.pool else {}
+
+
+def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
+    configs, errors = load_all(directory)
+    dags = {}
+    for name, cfg in configs.items():
+        try:
+            dags[name] = build_dag(cfg)
+        except ConfigError as e:  # found when building (e.g. a notifier class): still one file's error
+            errors[cfg.file] = str(e)
+            continue
+        if name + MAINTENANCE_SUFFIX not in configs:
+            dags[name + MAINTENANCE_SUFFIX] = build_maintenance_dag(cfg)
+    return dags, errors
+
+
+class _InvalidPipelines(DAG):
+    """Carries the errors of bad pipeline files to Airflow as an import error of the factory file.
+
+    Airflow bags every DAG of a module separately; one whose validation fails is reported as
+    an import error of the file while the module's other DAGs load normally. A module-level
+    exception, by contrast, would drop every pipeline.
+    """
+
+    def validate(self):
+        raise ValueError(self.doc_md)
+
+
+def invalid_pipelines_dag(errors: dict[str, str]) -> DAG:
+    message = "invalid pipeline file(s):\n" + "\n".join(errors[f] for f in sorted(errors))
+    return _InvalidPipelines(dag_id="eobatch_invalid_pipelines", schedule=None, doc_md=message,
+                             start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc))

@@ -1,0 +1,82 @@
+"""Hooks: the AWS credentials of an Airflow connection, for a task process and its spark-submit.
+
+In Airflow's convention a hook does the I/O of a connection and an operator only declares what
+to do: the stage, plan and commit operators (``operators``) call these. They resolve the
+pipeline's ``aws_conn_id`` through the Amazon provider's own ``AwsBaseHook``, register every
+credential with Airflow's secrets masker, and ask the Spark provider's own ``SparkSubmitHook``
+whether credentials may travel as spark-submit's environment. The Kafka connection's reader is
+``connections`` (registered with ``eobatch.storage.credentials``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
+
+from ..storage import s3conf
+
+AWS_CONN_ID = "aws_default"
+
+
+def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
+    """S3 credentials for this task process (and its spark-submit) from the Airflow connection
+    ``conn_id`` when it exists, resolved by the Amazon provider's own hook: keys and session
+    token, ``profile_name``, ``role_arn`` (assumed), web identity, or the default chain, whatever
+    the connection says, become frozen credentials; with the connection's ``endpoint_url`` (its
+    ``service_config.s3`` one first) and ``region_name``. Without the connection, the environment
+    as it is. The values are registered with Airflow's secrets masker: never in task logs.
+    Assumed-role credentials are valid for the role's session length (one hour by default): a
+    stage job outlasting them fails and is retried with fresh ones."""
+    try:
+        BaseHook.get_connection(conn_id)
+    except Exception:  # no such connection: credentials come from the environment (or nowhere)
+        mask_credentials()
+        return False
+    # the Amazon provider: needed only by a pipeline with s3:// locations that names a connection
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    creds = hook.get_credentials()
+    wrapper = hook.conn_config
+    values = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key,
+              "AWS_SESSION_TOKEN": creds.token, "S3_ENDPOINT": wrapper.get_service_endpoint_url("s3"),
+              "AWS_REGION": wrapper.region_name}
+    for k, v in values.items():
+        if v:
+            if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+                mask_secret(v)
+            os.environ[k] = str(v)
+        elif k == "AWS_SESSION_TOKEN":
+            os.environ.pop(k, None)  # one of an earlier identity would not match these keys
+    mask_credentials()
+    return True
+
+
+def mask_credentials() -> None:
+    """Every S3 credential of this process's environment (access key id, secret, session
+    token; after ``export_aws_connection`` also the connection's) registered with Airflow's
+    secrets masker: whatever prints one (a command line, a child's output) shows ``***``."""
+    for v in s3conf.settings().secrets():
+        mask_secret(v)
+
+
+def credentials_travel_as_env(conn_id: str, *, deploy_mode: str | None = None,
+                              spark_binary: str | None = None) -> bool:
+    """May S3 credentials travel as spark-submit's process environment? The Spark hook's own
+    answer, from the hook itself built for the connection: SparkSubmitHook turns env_vars
+    into ``--conf`` values on the command line (its "Spark-Submit cmd" log line masks only
+    keys containing secret/password, and ``ps`` shows everything) whenever its master
+    *contains* "yarn" or "k8s" (``_is_yarn``, ``_is_kubernetes``; a missing connection means
+    yarn), refuses them in standalone cluster mode, and otherwise hands them to the process
+    (Popen's env). Only that last case forwards; a hook that cannot be built forwards nothing.
+
+    No I/O beyond the connection lookup: ``keytab=""`` keeps the hook from writing the
+    connection's base64 keytab to disk (the stage's own hook still does when it runs)."""
+    try:
+        hook = SparkSubmitHook(conn_id=conn_id, deploy_mode=deploy_mode, spark_binary=spark_binary, keytab="")
+    except Exception:  # e.g. a k8s master without the cncf.kubernetes provider: the stage fails anyway
+        return False
+    return not (hook._is_yarn or hook._is_kubernetes) and hook._connection["deploy_mode"] != "cluster"

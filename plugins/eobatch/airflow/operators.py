@@ -1,0 +1,436 @@
+"""Airflow operators and sensor: thin declarations over ``eobatch.core.protocol``.
+
+No I/O at construction (DAG parse time): each task keeps only the pipeline file's path and
+loads the config, the protocol and its clients when it runs. The batch id and the attempt
+id travel between tasks by XCom; offsets never do (they live in the ledger and the table).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from ..config.loader import load_pipeline
+from ..core import faults
+from ..core.batch_run import BatchRun, Report
+from ..core.protocol import Protocol, interval_of
+from ..errors import EobatchError
+from ..job import driver_jvm, launch
+from ..storage import s3conf
+from . import alerts, assets, metrics
+from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
+from .hooks import credentials_travel_as_env, export_aws_connection, mask_credentials
+from .params import ParamsError, check_params
+
+PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
+log = logging.getLogger(__name__)
+
+
+def _protocol(pipeline_file: str) -> Protocol:
+    cfg = load_pipeline(pipeline_file)
+    if launch.uses_s3(cfg):
+        export_aws_connection(cfg.aws_conn_id)
+    return Protocol(cfg)
+
+
+def _run(pipeline_file: str, context) -> BatchRun:
+    """This DAG run's batch: the pipeline's protocol, the run id and the run's checked params
+    (refused params fail the task at once, before anything is planned or staged)."""
+    proto = _protocol(pipeline_file)
+    dag_run = context.get("dag_run")
+    conf = getattr(dag_run, "conf", None) or {}
+    try:
+        params = check_params(conf, dict(context.get("params") or {}), proto.cfg.mode)
+    except ParamsError as e:
+        raise AirflowFailException(f"params refused: {e}") from e
+    return BatchRun(proto, run_id=context.get("run_id"), params=params)
+
+
+def _step(task: BaseOperator, step: str, fn, *args, on_done=None, **kwargs) -> Report | None:
+    """Run one step of the batch and translate the product's errors, in this one place:
+
+    * wait (another run's batch first, not staged yet, interval not settled): None; a sensor
+      returns False and pokes again, any other task raises it for Airflow to retry;
+    * terminal (a person must act; the message says how): the task fails without retries;
+    * retry (a broker or a store that is down, a lost commit race): Airflow's retries.
+
+    The report's lines go to the task log; ``skip`` ends the run's remaining tasks as skipped."""
+    try:
+        report = fn(*args, **kwargs)
+    except EobatchError as e:
+        if e.kind == "terminal":
+            raise AirflowFailException(str(e)) from e
+        if e.kind == "wait" and isinstance(task, BaseSensorOperator):
+            task.log.info("%s: %s; waiting", step, e)
+            return None
+        task.log.warning("%s: %s; the task is retried", step, e)
+        raise
+    if on_done is not None:
+        on_done()
+    for line in report.warnings:
+        task.log.warning("%s: %s", step, line)
+    for line in report.lines:
+        task.log.info("%s: %s", step, line)
+    if report.skip:
+        raise AirflowSkipException(report.skip)
+    return report
+
+
+def _interval(context) -> dict | None:
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        return None
+    return interval_of(start, end)
+
+
+def _after_plan(proto: Protocol, context) -> None:
+    """After a plan recorded its range: metrics of the files it found late, of the landing inputs it
+    skipped and of the backlog it left (``metrics``), the skipped-input and backlog age alerts (``alerts``)."""
+    from ..core.backlog import backlog
+
+    sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
+    sent += metrics.skipped_metrics(proto.cfg.name, proto.last_skipped)
+    try:
+        alerts.check_skipped(proto.cfg, proto.last_skipped, context)
+    except Exception as e:  # noqa: BLE001 - an alert is never a reason to fail the plan
+        log.warning("skipped-input alert not sent (%s: %s)", type(e).__name__, e)
+    try:
+        # the listing only: counting records would read every pending file (or footer) on each plan
+        left = backlog(proto, count_records=False)
+        sent += metrics.backlog_metrics(proto.cfg.name, left)
+        alerts.check_backlog(proto.cfg, left, context)
+    except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan
+        log.warning("backlog not computed (%s: %s)", type(e).__name__, e)
+    metrics.send(sent)
+
+
+def _published(task: BaseOperator, context, proto: Protocol, batch_id: int) -> None:
+    """This task's call committed ``batch_id`` (wrote its COMMITTED record): its metrics, and its
+    asset events when the task declares the pipeline's alias. The ledger's records are read once."""
+    led = proto.ledger
+    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
+    if committed is None or plan is None:  # the caller saw the batch committed: a ledger that lost it is a bug
+        raise RuntimeError(f"batch {batch_id} of {proto.cfg.name} has no COMMITTED record or plan after its commit")
+    if prepared is not None:
+        metrics.send(metrics.batch_metrics(proto.cfg.name, plan, prepared, committed))
+    if task.outlets:
+        emit_batch_events(task, context, proto.cfg, plan, prepared, committed)
+
+
+def _uncommitted(proto: Protocol, batch_id: int | None) -> bool:
+    """Has ``batch_id`` no COMMITTED ledger record yet? (Read before a step that may commit it.)"""
+    return batch_id is not None and batch_id > 0 and proto.ledger.committed(batch_id) is None
+
+
+def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committed,
+                      only: set[str] | None = None, late: bool = False) -> list[dict]:
+    """One asset event per published table of a committed batch (its ledger records), added through
+    the pipeline's alias (``assets``): the sink table's asset (the contract's) and the quarantine's,
+    each with its table's Delta version. Airflow records them when this task instance succeeds.
+    ``only``: those tables only; ``late``: the batch was committed by an earlier task that died
+    before Airflow stored its events (``emit_missing_events``), said in the extra. Returns the
+    extras (the sink's first)."""
+    batch_id = plan.batch_id
+    tables = {"sink": cfg.sink_table, "quarantine": cfg.quarantine_table}
+    extras = assets.batch_extras(cfg.name, tables, plan, prepared, committed)
+    alias = assets.batch_alias(cfg.name)
+    events = context["outlet_events"][alias]
+    out = []
+    for participant, extra in extras.items():
+        if only is not None and participant not in only:
+            continue
+        if late:
+            extra["emitted_late"] = True
+        events.add(assets.table_asset(tables[participant]), extra=extra)
+        task.log.info("asset event%s: batch %s of %s, %s table %s at Delta version %s",
+                      " (late: its committing task died before Airflow stored its events)" if late else "",
+                      batch_id, cfg.name, participant, extra["table_uri"], extra["delta_version"])
+        out.append(extra)
+    return out
+
+
+EVENTS_LOOKED_AT = 16  # the pipeline's newest asset events read to find those of its newest batch
+
+
+def emitted_tables(context, pipeline: str, batch_id: int, uris: dict[str, str], fingerprint: str) -> set[str] | None:
+    """The tables whose asset event for ``batch_id`` Airflow holds, read from Airflow's own asset
+    events (its metadata database, through the Task SDK's ``inlet_events``: the task declares the
+    pipeline's alias as an inlet too): the newest ``EVENTS_LOOKED_AT`` events added through the
+    alias. Only called for the pipeline's newest committed batch, whose events, when stored, are the
+    newest (batches commit one after another). An event is this batch's when it names its table
+    (``uris``: table -> asset URI) and its committed file set (``fingerprint``), not only the
+    pipeline and the batch id: an earlier pipeline of the same name (created again, its tables
+    elsewhere) had a batch of that id too. None when this task cannot read them."""
+    try:
+        accessor = context["inlet_events"][assets.batch_alias(pipeline)]
+    except (KeyError, TypeError):
+        return None
+    found = set()
+    for event in accessor.ascending(False).limit(EVENTS_LOOKED_AT):
+        extra = event.extra or {}
+        table = str(extra.get("table"))
+        if (extra.get("pipeline") == pipeline and extra.get("batch_id") == batch_id
+                and extra.get("table_uri") == uris.get(table) and extra.get("fingerprint") == fingerprint):
+            found.add(table)
+    return found
+
+
+def _run_is_here(context, dag_id: str, run_id: str | None) -> bool:
+    """Does this Airflow hold DAG run ``run_id`` (Task SDK ``get_dr_count``)?"""
+    if not run_id:
+        return False
+    return context["ti"].get_dr_count(dag_id=dag_id, run_ids=[run_id]) > 0
+
+
+def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: int) -> list[dict]:
+    """``batch_id`` is COMMITTED, its record written by an earlier call: a commit (or recover) task
+    killed after that write and before Airflow stored its success lost the batch's events (Airflow
+    stores a task's events with its success). Emitted here, once: only the tables whose event
+    Airflow does not hold (``emitted_tables``), and only for a batch planned by a DAG run of this
+    Airflow (the batches of another Airflow, `make demo`'s say, are that Airflow's to announce).
+    A task that dies before its own success stores nothing either, so its retry (or the next run's
+    recover) decides again from what Airflow holds."""
+    if not task.outlets:
+        return []
+    cfg, led = proto.cfg, proto.ledger
+    plan, prepared, committed = led.plan(batch_id), led.prepared(batch_id), led.committed(batch_id)
+    if plan is None or committed is None:
+        return []
+    uris = {"sink": assets.asset_uri(cfg.sink_table), "quarantine": assets.asset_uri(cfg.quarantine_table)}
+    have = emitted_tables(context, cfg.name, batch_id, uris, committed.fingerprint)
+    if have is None:
+        task.log.warning("asset events: this task cannot read Airflow's asset events (no inlet_events); "
+                         "batch %s is not announced again", batch_id)
+        return []
+    missing = {p for p in committed.delta_versions if p not in have}
+    if not missing:
+        task.log.info("asset events: Airflow holds those of batch %s already: none emitted again", batch_id)
+        return []
+    if not _run_is_here(context, task.dag_id, plan.run_id):
+        task.log.info("asset events: batch %s was planned by run %s, which this Airflow does not hold: its "
+                      "events are that Airflow's to emit", batch_id, plan.run_id)
+        return []
+    return emit_batch_events(task, context, cfg, plan, prepared, committed, only=missing, late=True)
+
+
+class RecoverOperator(BaseOperator):
+    """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept.
+
+    A batch whose commit this task completes (PREPARED by an earlier run that did not commit it, or
+    committed in every table by a commit that died before the ledger's COMMITTED record) gets its
+    metrics and asset events here, through the outlet ``AssetAlias`` the DAG factory gives this task;
+    so does a newest batch COMMITTED whose events Airflow does not hold (``emit_missing_events``)."""
+
+    ui_color = "#f3e5f5"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        run = _run(self.pipeline_file, context)
+        latest = run.proto.ledger.latest_batch_id()
+        open_before = _uncommitted(run.proto, latest)
+        report = _step(self, "recover", run.recover)
+        if open_before and not _uncommitted(run.proto, latest):
+            _published(self, context, run.proto, latest)
+        elif (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
+              and run.proto.ledger.committed(latest)):
+            emit_missing_events(self, context, run.proto, latest)
+        faults.crash_point("recover.before_task_success")
+        return report.value
+
+
+class PlanOperator(BaseSensorOperator):
+    """begin: record the next batch's exact source range before any data is written.
+
+    A sensor in reschedule mode: in interval mode, while another run's batch is being staged
+    (batches are strictly ordered), it waits without holding a worker slot.
+    """
+
+    ui_color = "#e3f2fd"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 10)
+        kwargs.setdefault("timeout", 3600)
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def poke(self, context):
+        run = _run(self.pipeline_file, context)
+        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto, context))
+        return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
+
+
+class StageOperator(SparkSubmitOperator):
+    """stage: spark-submit of spark_jobs/stage_batch.py for the planned batch, new attempt id.
+
+    The attempt id is pushed to XCom *before* the job starts so that abort can find and
+    remove this attempt's files whatever happens to the job. The job's description (conf,
+    jars, py-files, name, arguments, environment) is set on the Spark operator's own templated
+    fields when the task runs: the pipeline file is read then, never at DAG parse time.
+
+    ``durable=False``: a retry is a new attempt with its own id and staging folder, so it must
+    submit a new job. (The provider's default would reconnect a retry to the previous try's
+    job, whose output is that try's attempt, which this retry's verify never looks at.)
+    """
+
+    ui_color = "#fff3e0"
+
+    def __init__(self, *, pipeline_file: str, conn_id: str = "spark_default", **kwargs):
+        kwargs["durable"] = False
+        super().__init__(application=launch.STAGE_APP, conn_id=conn_id, **kwargs)
+        self.pipeline_file = pipeline_file
+        self.spark_conn_id = conn_id
+        self.spark_deploy_mode = kwargs.get("deploy_mode")
+        self.spark_binary_name = kwargs.get("spark_binary")
+
+    def execute(self, context):
+        run = _run(self.pipeline_file, context)
+        cfg = run.proto.cfg
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        # the job is built from the file read now: only when it says what the batch's plan recorded
+        _step(self, "stage", run.check_stage, batch_id)
+        attempt = launch.new_attempt_id(ti.try_number)
+        ti.xcom_push(key="attempt", value=attempt)
+        memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
+                                    ("spark.executor.memory", cfg.spark.executor_memory)) if v}
+        self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
+        self.jars = ",".join(launch.jars(cfg))
+        self.py_files = launch.pyfiles_zip()
+        self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
+        try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
+            spec, source_env = launch.job_spec(cfg, batch_id, attempt), launch.job_env(cfg)
+        except EobatchError as e:
+            if e.kind == "terminal":
+                raise AirflowFailException(str(e)) from e
+            raise
+        self.application_args = ["--spec", launch.encode_spec(spec)]
+        env = launch.spark_env()
+        self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+                         if k in env} | dict(self.env_vars or {})
+        travels = credentials_travel_as_env(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
+                                            spark_binary=self.spark_binary_name)
+        if source_env and not travels:  # e.g. a Kafka connection's security settings, masked already
+            raise AirflowFailException(
+                f"stage: source.conn_id {getattr(cfg.source, 'conn_id', None)!r}: the connection's client settings "
+                f"reach the Spark job only as spark-submit's environment, which spark connection "
+                f"{self.spark_conn_id!r} would put on a command line (YARN, Kubernetes) or not pass (standalone "
+                f"cluster mode); use client deploy mode, or give source.bootstrap_servers and configure the "
+                f"client where the job runs")
+        self.env_vars |= source_env
+        if launch.uses_s3(cfg):
+            if travels:
+                self.env_vars |= s3conf.credential_env()
+            else:
+                self.log.info("stage: spark connection %r would put spark-submit's environment on its command "
+                              "line (YARN/Kubernetes) or cannot take it: S3 credentials are not forwarded; the "
+                              "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
+                              self.spark_conn_id)
+        mask_credentials()
+        self.log.info("stage: batch %s attempt %s via spark connection %r", batch_id, attempt, self.spark_conn_id)
+        t0 = time.time()
+        super().execute(context)
+        self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
+        return attempt
+
+
+class VerifySensor(BaseSensorOperator):
+    """pre-commit: verify every partition of the staged attempt; success = PREPARED.
+
+    Runs in reschedule mode: between pokes it holds no worker slot. A missing stage summary
+    means "not yet" (poke again); anything wrong in what was staged fails at once.
+    """
+
+    ui_color = "#e8f5e9"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("mode", "reschedule")
+        kwargs.setdefault("poke_interval", 5)
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def poke(self, context):
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        report = _step(self, "verify", _run(self.pipeline_file, context).verify, batch_id, attempt)
+        return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
+
+
+class CommitOperator(BaseOperator):
+    """commit: one Delta transaction per participant; retried until it succeeds (never aborted).
+
+    A commit that writes the batch's COMMITTED ledger record sends the batch's metrics
+    (``metrics``) and, with the outlet ``AssetAlias("eobatch-<pipeline>")`` (the DAG factory
+    declares it), adds one asset event per published table (``emit_batch_events``). None for a dry run (nothing is committed) nor for a recommit of a batch
+    already COMMITTED (a cleared task, a batch the next run's recover committed first): the ledger's
+    record is put-if-absent, so exactly one call per batch writes it. A commit task that dies after
+    that write and before Airflow records its success loses the events (they are Airflow's, written on
+    success): its retry, or the next run's recover, emits them then (``emit_missing_events``, decided from
+    the asset events Airflow holds)."""
+
+    ui_color = "#c8e6c9"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        ti = context["ti"]
+        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
+        run = _run(self.pipeline_file, context)
+        open_before = _uncommitted(run.proto, batch_id)
+        report = _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
+                       attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"))
+        if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
+            _published(self, context, run.proto, batch_id)
+        elif not open_before and not run.params.dry_run:
+            self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
+            emit_missing_events(self, context, run.proto, batch_id)
+        faults.crash_point("commit.before_task_success")
+        return report.value
+
+
+class AbortOperator(BaseOperator):
+    """abort: a failed attempt's staged files are removed (never those of a PREPARED batch)."""
+
+    ui_color = "#ffebee"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        kwargs.setdefault("trigger_rule", "one_failed")
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        ti = context["ti"]
+        batch_id = ti.xcom_pull(task_ids=PLAN_TASK)
+        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        run = _run(self.pipeline_file, context)
+        return _step(self, "abort", run.fail, None if batch_id is None else int(batch_id), attempt).value
+
+
+class MaintainOperator(BaseOperator):
+    """The ``<name>_maintenance`` DAG's task: one maintenance pass (``eobatch.core.maintenance``) over
+    the pipeline's tables: compaction (continuous mode), lite VACUUM, Delta checkpoint. A batch
+    commit running at the same time stays correct (see the module); it is retried on a conflict."""
+
+    ui_color = "#ede7f6"
+
+    def __init__(self, *, pipeline_file: str, **kwargs):
+        super().__init__(**kwargs)
+        self.pipeline_file = pipeline_file
+
+    def execute(self, context):
+        from ..core.maintenance import maintain, summary_line
+
+        proto = _protocol(self.pipeline_file)
+        report = maintain(proto)
+        self.log.info("maintain: %s", summary_line(report, proto.names))
+        return report

@@ -1,0 +1,94 @@
+"""The params a run accepts (the trigger form in the Airflow UI), checked before anything runs.
+
+Airflow validates each declared param against its JSON schema when a run is created; this
+module adds what a schema cannot say (unknown keys, combinations, mode) so that a bad trigger
+is refused with one clear message before anything is planned or staged. No Airflow imports.
+"""
+
+from __future__ import annotations
+
+from ..core.batch_run import RunParams
+from ..errors import UsageError
+
+PARAMS_DOC = {
+    "max_records_per_batch": "Upper bound of records for a new batch (default: the YAML's value). "
+                             "Interval mode: an interval holding more fails instead of being split.",
+    "dry_run": "Plan, stage and verify, then abort and report what would have been published. "
+               "Nothing is published; the planned range stays recorded and the next run re-stages it. "
+               "With rewind_to_batch: report what the rewind would restore, and change nothing.",
+    "rewind_to_batch": "Continuous mode: restore the tables to before this committed batch and read "
+                       "again from its start (the batches from it on become REWOUND). Run it with "
+                       "dry_run first; the real rewind needs confirm_rewind.",
+    "confirm_rewind": "Confirms a rewind_to_batch that changes the published tables (a dry run "
+                      "needs no confirmation).",
+    "accept_loss": "A rewind whose batches' landing files are gone (expired) is refused, naming them: "
+                   "their rows would be taken back for good. This goes ahead anyway; the ledger records the loss.",
+}
+# The trigger form: each param's title and section (Airflow groups the fields by section).
+PARAMS_FORM = {
+    "max_records_per_batch": ("Max records in a new batch", "Batch"),
+    "dry_run": ("Dry run (publish nothing)", "Batch"),
+    "rewind_to_batch": ("Rewind to batch", "Rewind (continuous mode)"),
+    "confirm_rewind": ("Yes, rewind the published tables", "Rewind (continuous mode)"),
+    "accept_loss": ("Rewind even though landing files are gone", "Rewind (continuous mode)"),
+}
+REWIND_PARAMS = ("rewind_to_batch", "confirm_rewind", "accept_loss")
+
+
+def params_for_mode(mode: str) -> tuple[str, ...]:
+    """The params a pipeline in ``mode`` offers: no rewind in interval mode (an interval runs again)."""
+    return tuple(k for k in PARAMS_DOC if mode == "continuous" or k not in REWIND_PARAMS)
+
+
+class ParamsError(UsageError):
+    """A run's params that the pipeline refuses (Airflow UI trigger form, ``dags trigger -c``)."""
+
+
+def _pos_int(key: str, v) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, str) and v.strip().isdigit():  # a form field typed as text
+            v = int(v.strip())
+        else:
+            raise ParamsError(f"param {key!r} must be a positive integer or null, got {v!r}")
+    if v < 1:
+        raise ParamsError(f"param {key!r} must be a positive integer or null, got {v}")
+    return v
+
+
+def _bool(key: str, v) -> bool:
+    if v is None:
+        return False
+    if not isinstance(v, bool):
+        raise ParamsError(f"param {key!r} must be true or false, got {v!r}")
+    return v
+
+
+def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams:
+    """``conf``: what the trigger sent (unknown keys are refused); ``params``: the run's params."""
+    conf = dict(conf or {})
+    if mode != "continuous" and any(conf.get(k) not in (None, False) for k in REWIND_PARAMS):
+        raise ParamsError("param 'rewind_to_batch' is for continuous mode; in interval mode run the interval "
+                          "again (a manual run with its logical date, or a backfill with reprocessing)")
+    unknown = sorted(set(conf) - set(PARAMS_DOC))  # a null rewind key in interval mode is harmless
+    if unknown:
+        raise ParamsError(f"unknown param(s) {unknown}; this pipeline accepts {sorted(params_for_mode(mode))}")
+    merged = {**(params or {}), **conf}
+    out = RunParams(
+        max_records_per_batch=_pos_int("max_records_per_batch", merged.get("max_records_per_batch")),
+        dry_run=_bool("dry_run", merged.get("dry_run", False)),
+        rewind_to_batch=_pos_int("rewind_to_batch", merged.get("rewind_to_batch")),
+        confirm_rewind=_bool("confirm_rewind", merged.get("confirm_rewind", False)),
+        accept_loss=_bool("accept_loss", merged.get("accept_loss", False)),
+    )
+    if out.accept_loss and out.rewind_to_batch is None:
+        raise ParamsError("param 'accept_loss' is for a rewind: set 'rewind_to_batch' too")
+    if out.confirm_rewind and out.rewind_to_batch is None:
+        raise ParamsError("param 'confirm_rewind' confirms a rewind: set 'rewind_to_batch' too")
+    if out.rewind_to_batch is not None and not out.dry_run and not out.confirm_rewind:
+        k = out.rewind_to_batch
+        raise ParamsError(f"rewind_to_batch={k} restores the published tables to before batch {k}: trigger it "
+                          f"first with dry_run=true to see what it would restore, then again with "
+                          f"confirm_rewind=true; nothing was changed")
+    return out

@@ -1,0 +1,665 @@
+"""Pipeline YAML: loading and validation (pure Python, no Airflow, no pyspark).
+
+A pipeline file is a typed model (pydantic v2): ``PipelineFile``, one model per section below
+(``SparkSection``, ``RetriesSection``, ...), the ``source:`` section of each source kind and the
+keys each sink kind adds under ``sink:`` from the kind's own model (``KIND.config_model``). The
+models check each key with the product's wording, in the order of the file's keys (the first
+problem is raised), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
+``pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
+be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
+contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
+``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
+the models ``json_schema``'s.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from typing import Annotated, Any
+
+import yaml
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from .. import sinks
+from ..errors import ConfigError
+from ..sinks import SinkContext
+from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
+from . import model as cm
+from .contract import PASSTHROUGH, Edit, contract_edits
+from .ddl import PARTITION_TYPES, Column, parse_schema
+from .model import (
+    NAME_RE,
+    Check,
+    ConnId,
+    Invalid,
+    NonNegativeInt,
+    PosInt,
+    Section,
+    TablePath,
+    context_file,
+    one_of,
+    required,
+    validate,
+)
+from .pipeline import (
+    EXPECTATION_ACTIONS,
+    SCHEMA_EVOLUTION,
+    AlertsConfig,
+    Expectation,
+    MaintenanceConfig,
+    Notifier,
+    PipelineConfig,
+    SparkConfig,
+)
+from .policy import REPO, check_spark_conf, expand_vars
+from .schedule import check_schedule
+
+MODES = ("continuous", "interval")
+TRANSFORMS_DIR = os.path.join(REPO, "spark_jobs", "transforms")
+
+
+def _read_yaml(file: str) -> dict:
+    try:
+        with open(file, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ConfigError(file, "", f"invalid YAML: {e}") from None
+    except OSError as e:
+        raise ConfigError(file, "", f"cannot read: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
+    return raw
+
+
+# -- the YAML's sections as typed models (config.model): each checks its keys, in the order of the
+# file's keys below; a section that needs another's values (the schema's columns, the mode) reads
+# them from the pipeline's keys validated before it (``info.data``).
+
+
+def _name(v: Any) -> str:
+    if not isinstance(v, str) or not NAME_RE.fullmatch(v):
+        raise Invalid(f"{v!r} must match [a-z][a-z0-9_]* (it is the DAG id and the Delta appId)")
+    return v
+
+
+def _mode(v: Any) -> str:
+    if v not in MODES:
+        raise Invalid(f"{v!r} must be 'continuous' or 'interval'")
+    return v
+
+
+def _schedule(v: Any, info: ValidationInfo) -> str | None:
+    """null, a cron expression or a preset; interval mode needs one that has data intervals."""
+    mode = info.data.get("mode")
+    if v is None:
+        if mode == "interval":
+            raise Invalid("interval mode needs a schedule (a cron expression or a preset such "
+                          "as '@hourly'): its runs' data intervals are the batches' ranges")
+        return None
+    if not isinstance(v, str) or not v.strip():
+        raise Invalid("must be null, a cron expression or a preset such as '@hourly'")
+    check_schedule(v)
+    if mode == "interval" and v.strip() in ("@once", "@continuous"):
+        raise Invalid(f"{v!r} has no data intervals; interval mode needs a cron expression or a preset such "
+                      f"as '@hourly'")
+    return v
+
+
+def _source(v: Any, info: ValidationInfo) -> SourceConfig:
+    """The ``source`` mapping, parsed by its kind (which knows the kind's keys)."""
+    if "mode" not in info.data or "schedule" not in info.data:
+        return v  # an error of the mode or schedule is the file's first
+    if v is None:
+        raise Invalid("is required")
+    if not isinstance(v, dict):
+        raise Invalid("must be a mapping with 'kind'")
+    if v.get("kind") is None:
+        raise Invalid("is required", at="kind")
+    if v["kind"] not in kind_names():
+        raise Invalid(f"{v['kind']!r} must be one of {', '.join(kind_names())}", at="kind")
+    kind = kind_for(v["kind"])
+    extra = sorted(set(v) - kind.config_keys)
+    if extra:
+        raise Invalid(f"unknown key (allowed: {', '.join(sorted(kind.config_keys))})", at=str(extra[0]))
+    return kind.parse_config(v, ConfigContext(context_file(info), info.data["mode"], info.data["schedule"]))
+
+
+def _schema(v: Any, info: ValidationInfo) -> tuple[str, tuple[Column, ...]]:
+    """(the DDL text, its columns)."""
+    if v is None:
+        raise Invalid("is required")
+    return v, parse_schema(v, context_file(info))
+
+
+def _transform_name(v: Any) -> str:
+    if not isinstance(v, str) or not NAME_RE.fullmatch(v):
+        raise Invalid(f"{v!r} must be a module name in spark_jobs/transforms/", key="transform")
+    if not os.path.exists(os.path.join(TRANSFORMS_DIR, v + ".py")):
+        known = sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))
+        raise Invalid(f"no module {v!r} in spark_jobs/transforms/ (known: {', '.join(known)})", key="transform")
+    return v
+
+
+def _transform_options(v: Any) -> dict:
+    """The options reach the Spark job in its JSON spec: plain JSON values only."""
+    v = v or {}
+    if not isinstance(v, dict):
+        raise Invalid("must be a mapping")
+    try:
+        json.dumps(v)
+    except TypeError as e:
+        raise Invalid(f"values must be plain strings, numbers, lists or mappings (quote dates and times): "
+                      f"{e}") from None
+    return v
+
+
+class TransformSection(Section):
+    """``transform: <name>`` or ``transform: {name: ..., options: {...}}``."""
+    name: Annotated[Any, Check(required(_transform_name), {"type": "string", "pattern": NAME_RE.pattern,
+                                              "description": "a module of spark_jobs/transforms/"})]
+    options: Annotated[Any, Check(_transform_options, {"type": "object"})] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        return data if isinstance(data, dict) else {"name": _transform_name(data)}
+
+
+def _partition_by(v: Any) -> tuple[str, ...]:
+    v = v or []
+    if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+        raise Invalid("must be a list of column names")
+    return tuple(v)
+
+
+SINK_KEYS = frozenset({"table", "partition_by", "mode"})  # and each sink kind's own (sink_keys)
+
+
+class SinkSection(Section):
+    """``sink``: the table and its partitioning, which every pipeline has, and the keys of the
+    sink kind that ``mode`` names (``eobatch.sinks``: ``config``, parsed by the kind)."""
+    NULL = "required"
+    NOT_A_MAPPING = "must be a mapping with 'table'"
+    model_config = ConfigDict(extra="allow")
+    table: TablePath
+    partition_by: Annotated[tuple[str, ...], Check(_partition_by, {"type": "array", "items": {"type": "string"}})] = ()
+    mode: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None  # its kind checks it (PipelineFile)
+    config: SkipJsonSchema[Any] = None  # the kind's (SinkConfig), set by the pipeline's check
+
+    @classmethod
+    def yaml_keys(cls) -> frozenset[str]:
+        return frozenset(sink_keys())
+
+
+class QuarantineSection(Section):
+    NULL = "required"
+    NOT_A_MAPPING = "must be a mapping with 'table'"
+    table: TablePath
+
+
+def _spark_conf(v: Any, info: ValidationInfo) -> dict[str, str]:
+    v = v or {}
+    if not isinstance(v, dict):
+        raise Invalid("must be a mapping of Spark settings")
+    return check_spark_conf(v, context_file(info))
+
+
+class SparkSection(Section):
+    conn_id: Annotated[Any, Check(str, {"type": "string"})] = "spark_default"
+    conf: Annotated[Any, Check(_spark_conf, {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}})] = {}
+    driver_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
+    executor_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
+
+    def value(self) -> SparkConfig:
+        return SparkConfig(conn_id=self.conn_id, conf=self.conf, driver_memory=self.driver_memory,
+                           executor_memory=self.executor_memory)
+
+
+def _non_negative_number(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise Invalid(f"must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+class RetriesSection(Section):
+    """How often the plan, stage and commit tasks are retried and the delay between tries; the
+    verify sensor's timeout and how long an interval run's plan waits for another run's batch."""
+    NOT_A_MAPPING = ("must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, "
+                     "plan_wait_seconds)")
+    plan: NonNegativeInt = 2
+    stage: NonNegativeInt = 1
+    commit: NonNegativeInt = 8
+    delay_seconds: Annotated[Any, Check(_non_negative_number, {"type": "number", "minimum": 0})] = 10.0
+    verify_timeout_seconds: PosInt = 900
+    plan_wait_seconds: PosInt = 3600
+
+
+def _positive_minutes(v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise Invalid(f"must be a positive number of minutes, got {v!r}")
+    return float(v)
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise Invalid(f"must be true or false, got {v!r}")
+    return v
+
+
+Bool = Annotated[Any, Check(_bool, {"type": "boolean"})]
+Minutes = Annotated[Any, Check(_positive_minutes, {"type": "number", "exclusiveMinimum": 0})]
+DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+EMAIL_RE = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
+EMAIL_NOTIFIER_KEYS = frozenset({"email", "smtp_conn_id", "from_email"})
+CLASS_NOTIFIER_KEYS = frozenset({"notifier", "args"})
+
+
+def _emails(v: Any) -> tuple[str, ...]:
+    to = [v] if isinstance(v, str) else v
+    if not isinstance(to, list) or not to or not all(isinstance(a, str) and EMAIL_RE.match(a) for a in to):
+        raise Invalid(f"must be an e-mail address or a list of them, got {v!r}")
+    return tuple(to)
+
+
+def _email(v: Any) -> str | None:
+    if v is not None and not (isinstance(v, str) and EMAIL_RE.match(v)):
+        raise Invalid(f"must be an e-mail address, got {v!r}")
+    return v
+
+
+def _optional_conn_id(v: Any) -> str | None:
+    return None if v is None else cm.conn_id(v)
+
+
+def _notifier_class(v: Any) -> str:
+    if not isinstance(v, str) or not DOTTED_RE.match(v):
+        raise Invalid(f"must be the dotted path of a notifier class, e.g. "
+                      f"airflow.providers.slack.notifications.slack.SlackNotifier; got {v!r}")
+    return v
+
+
+def _notifier_args(v: Any) -> dict:
+    v = v or {}
+    if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
+        raise Invalid("must be a mapping of the notifier's keyword arguments")
+    return dict(v)
+
+
+class NotifierSection(Section):
+    """One notifier of ``alerts.notify``: ``email`` (with ``smtp_conn_id``, ``from_email``) or
+    ``notifier`` (with ``args``)."""
+    email: Annotated[Any, Check(_emails, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})] = ()
+    smtp_conn_id: Annotated[Any, Check(_optional_conn_id, {"type": "string"})] = None
+    from_email: Annotated[Any, Check(_email, {"type": "string"})] = None
+    notifier: Annotated[Any, Check(_notifier_class, {"type": "string", "pattern": DOTTED_RE.pattern})] = None
+    args: Annotated[Any, Check(_notifier_args, {"type": "object"})] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or ("email" in data) == ("notifier" in data):
+            raise Invalid("must be a mapping with either 'email' (a list of addresses) or 'notifier' "
+                          "(the dotted path of an Airflow notifier class)")
+        allowed = EMAIL_NOTIFIER_KEYS if "email" in data else CLASS_NOTIFIER_KEYS
+        extra = sorted(set(data) - allowed)
+        if extra:
+            raise Invalid(f"unknown key (allowed: {', '.join(sorted(allowed))})", at=str(extra[0]))
+        return data
+
+    def value(self) -> Notifier:
+        return Notifier(email=self.email, smtp_conn_id=self.smtp_conn_id, from_email=self.from_email,
+                        notifier=self.notifier, args=self.args)
+
+
+def _notify(v: Any) -> Any:
+    if not isinstance(v, list) or not v:
+        raise Invalid("must be a list of at least one notifier, e.g. [{email: [ops@example.com]}]")
+    return v
+
+
+class AlertsSection(Section):
+    """``alerts``: notifiers (e-mail or an Airflow notifier class) and the conditions that call
+    them. Only connection ids are named here, never a password."""
+    NOT_A_MAPPING = "must be a mapping (notify, on_failure, run_deadline_minutes, backlog_max_age_minutes)"
+    notify: Annotated[tuple[NotifierSection, ...], BeforeValidator(_notify)] = Field(None, validate_default=True)
+    on_failure: Bool = True
+    run_deadline_minutes: Minutes = None
+    backlog_max_age_minutes: Minutes = None
+
+    def value(self) -> AlertsConfig:
+        return AlertsConfig(notify=tuple(n.value() for n in self.notify), on_failure=self.on_failure,
+                            run_deadline_minutes=self.run_deadline_minutes,
+                            backlog_max_age_minutes=self.backlog_max_age_minutes)
+
+
+def _expr(v: Any) -> str:
+    if not isinstance(v, str) or not v.strip() or ";" in v:
+        raise Invalid(f"must be one Spark SQL boolean expression, got {v!r}")
+    return v.strip()
+
+
+def _expectation_name(v: Any) -> str:
+    if not isinstance(v, str) or not NAME_RE.match(v):
+        raise Invalid(f"{v!r} must match [a-z][a-z0-9_]*")
+    return v
+
+
+class ExpectationSection(Section):
+    """A data-quality rule (``Expectation``)."""
+    NULL = "invalid"
+    NOT_A_MAPPING = "must be a mapping {name, expr, action}"
+    name: Annotated[Any, Check(required(_expectation_name), {"type": "string", "pattern": NAME_RE.pattern})]
+    expr: Annotated[Any, Check(required(_expr), {"type": "string", "description": "a Spark SQL boolean expression"})]
+    action: Annotated[str, one_of(*EXPECTATION_ACTIONS)] = "quarantine"
+
+
+def _expectations(v: Any) -> Any:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise Invalid("must be a list of {name, expr, action}, e.g. "
+                      "[{name: positive_amount, expr: \"amount >= 0\", action: quarantine}]")
+    return v
+
+
+def _maintenance_schedule(v: Any) -> str | None:
+    if v is not None:
+        if not isinstance(v, str):
+            raise Invalid(f"must be a cron expression or a preset, got {v!r}")
+        check_schedule(v)
+    return v
+
+
+def _hours(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise Invalid(f"must be a number of hours >= 0, got {v!r}")
+    return float(v)
+
+
+def _pool(v: Any) -> str | None:
+    if v is not None and (not isinstance(v, str) or not POOL_RE.fullmatch(v)):
+        raise Invalid(f"must be an Airflow pool name (letters, digits, '_', '-', '.'; at most 256), got {v!r}")
+    return v
+
+
+POOL_RE = re.compile(r"[A-Za-z0-9_.-]{1,256}")
+
+
+class MaintenanceSection(Section):
+    """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
+    NOT_A_MAPPING = "must be a mapping (schedule, compact, target_file_mb, vacuum_retention_hours, pool)"
+    schedule: Annotated[Any, Check(_maintenance_schedule, {"type": "string"})] = None
+    compact: Bool = True
+    target_file_mb: PosInt = 128
+    vacuum_retention_hours: Annotated[Any, Check(_hours, {"type": "number", "minimum": 0})] = 168.0
+    pool: Annotated[Any, Check(_pool, {"type": "string", "pattern": POOL_RE.pattern})] = None
+
+    def value(self) -> MaintenanceConfig:
+        return MaintenanceConfig(schedule=self.schedule, compact=self.compact,
+                                 target_file_bytes=self.target_file_mb << 20,
+                                 vacuum_retention_hours=self.vacuum_retention_hours, pool=self.pool)
+
+
+class PipelineFile(Section):
+    """A pipeline YAML, key by key (``load_pipeline`` makes its ``PipelineConfig``)."""
+    name: Annotated[str, Check(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
+                                                 "description": "the DAG id and the Delta appId"})]
+    description: Annotated[str, Check(str, {"type": "string"})] = ""
+    mode: Annotated[str, Check(_mode, {"enum": list(MODES)})] = "continuous"
+    schedule: Annotated[str | None, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
+                                                      "expression or a preset such as '@hourly'"}),
+                        Field(validate_default=True)] = None
+    source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: json_schema
+    schema_: Annotated[tuple[str, tuple[Column, ...]],
+                       Check(_schema, {"type": "string", "description": "a Spark DDL record schema, e.g. "
+                                                                        "'id STRING NOT NULL, amount DOUBLE'"}),
+                       Field(alias="schema")]
+    transform: TransformSection = TransformSection(name=PASSTHROUGH)
+    sink: SinkSection
+    quarantine: QuarantineSection
+    max_record_bytes: PosInt = 1 << 20
+    spark: SparkSection = SparkSection()
+    retries: RetriesSection = RetriesSection()
+    alerts: Annotated[AlertsSection | None, BeforeValidator(lambda v: v or None)] = None
+    aws_conn_id: ConnId = "aws_default"
+    expectations: Annotated[tuple[ExpectationSection, ...], BeforeValidator(_expectations)] = ()
+    schema_evolution: Annotated[str, one_of(*SCHEMA_EVOLUTION)] = "add_columns"
+    maintenance: MaintenanceSection = MaintenanceSection()
+
+    @field_validator("sink")
+    @classmethod
+    def _sink_of_kind(cls, v: SinkSection, info: ValidationInfo) -> SinkSection:
+        """The partition columns and ``sink.mode`` with the keys of its kind (``eobatch.sinks``)."""
+        if "schema_" not in info.data or "transform" not in info.data:
+            return v
+        file, columns, transform = context_file(info), info.data["schema_"][1], info.data["transform"].name
+        if transform == PASSTHROUGH:  # the published columns are the schema's (other transforms: unknown here)
+            _check_partition_columns(v.partition_by, columns)
+        mode = v.mode if "mode" in v.model_fields_set else sinks.kind_for(sinks.DEFAULT).mode
+        if mode not in sinks.modes():
+            raise Invalid(f"{mode!r} must be one of {', '.join(sinks.modes())}", at="mode")
+        kind = sinks.kind_for_mode(mode)
+        for other in sinks.kinds():
+            for key in sorted(other.config_keys - kind.config_keys):
+                if key in (v.model_extra or {}):
+                    raise Invalid(f"is only for sink.mode: {other.mode}", at=key)
+        section = {"table": v.table, "partition_by": list(v.partition_by), **(v.model_extra or {})}
+        if "mode" in v.model_fields_set:
+            section["mode"] = v.mode
+        return v.model_copy(update={"config": kind.parse_config(section, SinkContext(file, transform, columns))})
+
+    @field_validator("quarantine")
+    @classmethod
+    def _separate_locations(cls, v: QuarantineSection, info: ValidationInfo) -> QuarantineSection:
+        """No two of the tables and the landing folder (when the kind has one) may be or contain each other."""
+        if "sink" in info.data and isinstance(info.data.get("source"), SourceConfig):
+            locations = {"sink.table": info.data["sink"].table, "quarantine.table": v.table,
+                         "source.path": info.data["source"].path}
+            paths = {key: path for key, path in locations.items() if path}
+            for a, pa in paths.items():
+                for b, pb in paths.items():
+                    if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
+                        raise Invalid(f"{pb!r} overlaps {a} {pa!r}; they must be separate folders", key=b)
+        return v
+
+    @field_validator("alerts")
+    @classmethod
+    def _backlog_age_known(cls, v: AlertsSection | None, info: ValidationInfo) -> AlertsSection | None:
+        source = info.data.get("source")
+        if v is not None and v.backlog_max_age_minutes is not None and isinstance(source, SourceConfig) \
+                and kind_for(source.kind).position_based:
+            raise Invalid(f"the age of a {source.kind} backlog is not known (a record's timestamp is only known by "
+                          "reading it, the backlog age of landing files is their modification time); alert with "
+                          "on_failure and run_deadline_minutes instead", at="backlog_max_age_minutes")
+        return v
+
+    @field_validator("expectations")
+    @classmethod
+    def _expectations_of_the_schema(cls, v: tuple[ExpectationSection, ...],
+                                    info: ValidationInfo) -> tuple[ExpectationSection, ...]:
+        """Names unique; each expression names at least one column of the schema (Spark checks the
+        rest in the stage job, its error naming the expectation)."""
+        columns = info.data["schema_"][1] if "schema_" in info.data else ()
+        names = {c.name.lower() for c in columns}
+        for i, e in enumerate(v):
+            if any(x.name == e.name for x in v[:i]):
+                raise Invalid(f"{e.name!r} is defined twice", at=f"[{i}].name")
+            words = {w.lower() for pair in re.findall(r"`([^`]+)`|([A-Za-z_][A-Za-z0-9_]*)", e.expr) for w in pair if w}
+            if columns and not words & names:
+                raise Invalid(f"{e.expr!r} names no column of the schema ({', '.join(c.name for c in columns)})",
+                              at=f"[{i}].expr")
+        return v
+
+    def value(self, file: str) -> PipelineConfig:
+        schema, columns = self.schema_
+        return PipelineConfig(
+            name=self.name, file=os.path.abspath(file), mode=self.mode, schedule=self.schedule, source=self.source,
+            schema=schema, columns=columns, transform=self.transform.name, transform_options=self.transform.options,
+            sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
+            max_record_bytes=self.max_record_bytes, description=self.description, spark=self.spark.value(),
+            plan_retries=self.retries.plan, stage_retries=self.retries.stage, commit_retries=self.retries.commit,
+            retry_delay_seconds=self.retries.delay_seconds, verify_timeout_seconds=self.retries.verify_timeout_seconds,
+            plan_wait_seconds=self.retries.plan_wait_seconds,
+            alerts=self.alerts.value() if self.alerts else AlertsConfig(), aws_conn_id=self.aws_conn_id,
+            expectations=tuple(Expectation(e.name, e.expr, e.action) for e in self.expectations),
+            schema_evolution=self.schema_evolution, maintenance=self.maintenance.value(), sink=self.sink.config)
+
+
+def _check_partition_columns(partition_by: tuple[str, ...], columns: tuple[Column, ...]) -> None:
+    types = {c.name: c.type for c in columns}
+    for c in partition_by:
+        if c not in types:
+            raise Invalid(f"{c!r} is not a column of the schema", at="partition_by")
+        if types[c] not in PARTITION_TYPES:
+            raise Invalid(f"{c!r} has type {types[c]}; partition columns must be one of {sorted(PARTITION_TYPES)}",
+                          at="partition_by")
+    if partition_by and len(partition_by) == len(columns):
+        raise Invalid("at least one column must stay out of the partitioning", at="partition_by")
+
+
+TOP_KEYS = PipelineFile.yaml_keys()
+MAINTENANCE_KEYS = MaintenanceSection.yaml_keys()
+QUARANTINE_KEYS = QuarantineSection.yaml_keys()
+SPARK_KEYS = SparkSection.yaml_keys()
+ALERT_KEYS = AlertsSection.yaml_keys()
+RETRY_KEYS = RetriesSection.yaml_keys()
+
+
+# -- a configuration edit is an event of the protocol ---------------------------------------------
+# Every key of a pipeline YAML has one of three roles, defined here once (a test enumerates every key
+# the loader accepts and checks it has one). Each plan records the values of the TABLE and PENDING
+# keys (``BatchPlan.config``); plan, recover, verify and commit compare them with the file's now
+# (``config_edits``) and refuse (``ConfigChanged``), naming the key, the old and the new value:
+#   TABLE    what the tables' rows mean and where they are: fixed while the tables hold batches
+#   PENDING  what a batch is staged, verified or committed with: a batch that is PLANNED, STAGED or
+#            PREPARED finishes under the values that planned it (the edit waits until it has)
+#   FREE     read only when a batch is planned or scheduled, or by no batch at all (the reason says)
+TABLE, PENDING = sinks.TABLE, sinks.PENDING
+
+
+def _source_value(attr: str):
+    return lambda c: getattr(c.source, attr, None)
+
+
+CONTRACT: dict[str, tuple[str, Any]] = {
+    "name": (TABLE, lambda c: c.name),  # the tables' txn appId
+    "sink.partition_by": (TABLE, lambda c: list(c.partition_by)),  # a Delta table's partitioning is fixed
+    "sink.mode": (TABLE, lambda c: c.sink_mode),  # and each sink kind's keys (contract)
+    "mode": (PENDING, lambda c: c.mode),
+    "schema": (PENDING, lambda c: c.schema),
+    "transform": (PENDING, lambda c: c.transform),
+    "transform.options": (PENDING, lambda c: c.transform_options),
+    "max_record_bytes": (PENDING, lambda c: c.max_record_bytes),
+    "expectations": (PENDING, lambda c: [[e.name, e.expr, e.action] for e in c.expectations]),
+    "schema_evolution": (PENDING, lambda c: c.schema_evolution),
+    "source.kind": (PENDING, lambda c: c.source.kind),
+    **{f"source.{k}": (PENDING, _source_value(k)) for k in
+       ("path", "bootstrap_servers", "conn_id", "topic")},
+}
+HARMLESS: dict[str, str] = {
+    "description": "text for people",
+    "schedule": "when runs start; a pending batch's interval is in its plan",
+    "aws_conn_id": "credentials, not what is read or written",
+    # the tables' txn says what they hold: a table moved with the ledger under it goes on, a new empty one
+    # under an existing ledger is a gap that recover and plan refuse (LedgerMismatch)
+    "sink.table": "where the tables are, not what they mean",
+    "quarantine.table": "where the tables are, not what they mean",
+    **{f"spark.{k}": "where and with what resources the stage job runs" for k in SPARK_KEYS},
+    **{f"retries.{k}": "how often and how long a run tries" for k in RETRY_KEYS},
+    **{f"alerts.{k}": "who is told what" for k in ALERT_KEYS},
+    **{f"maintenance.{k}": "maintenance keeps exactly-once under any settings" for k in MAINTENANCE_KEYS},
+    **{f"source.{k}": "read when the next range is planned; a pending batch's range is in its plan" for k in
+       ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
+        "starting_offsets", "max_file_bytes", "isolation_level")},
+    "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
+    "source.consumer_timeout_seconds": "how long a read waits for progress",
+    "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",
+    "source.open_transaction_wait_seconds": "how long a plan waits for an open transaction; the range is in the plan",
+}
+
+
+def contract() -> dict[str, tuple[str, Any]]:
+    """CONTRACT and the keys each sink kind adds (``SinkKind.contract_keys``, roles of its
+    ``sink:`` keys): a pipeline of another kind records None for them."""
+    out = dict(CONTRACT)
+    for kind in sinks.kinds():
+        out.update({key: (role, _sink_value(kind.name, get)) for key, (role, get) in kind.contract_keys.items()})
+    return out
+
+
+def _sink_value(kind: str, get):
+    return lambda c: get(c.sink) if c.sink.kind == kind else None
+
+
+def sink_keys() -> frozenset[str]:
+    """The keys a ``sink:`` mapping may hold: every pipeline's, and those of every sink kind."""
+    return SINK_KEYS.union(*(k.config_keys for k in sinks.kinds()))
+
+
+def config_values(cfg: PipelineConfig) -> dict[str, Any]:
+    """The values of the TABLE and PENDING keys, as JSON (what a plan records)."""
+    return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in contract().items()}, sort_keys=True))
+
+
+def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[Edit]:
+    """(key, role, recorded value, value now) of each TABLE key (and PENDING key when ``pending``)
+    that differs from ``recorded`` (a plan's ``config``; a key it does not hold is not compared)."""
+    return contract_edits(recorded, config_values(cfg), contract_roles(), pending)
+
+
+def contract_roles() -> dict[str, str]:
+    """Each contract key's role (TABLE or PENDING), for ``contract.contract_edits``."""
+    return {k: role for k, (role, _get) in contract().items()}
+
+
+def load_pipeline(file: str) -> PipelineConfig:
+    """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
+    raw = _read_yaml(file)
+    expand_vars(raw, file)
+    return validate(PipelineFile, raw, file).value(file)
+
+
+def pipelines_dir() -> str:
+    return os.environ.get("PIPELINES_DIR") or os.path.join(REPO, "include", "pipelines")
+
+
+def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+    """Every *.yaml of the pipelines folder: ({name: config}, {file: error}).
+
+    A bad file never stops the others from loading; duplicate names are errors of the later file.
+    """
+    directory = directory or pipelines_dir()
+    good: dict[str, PipelineConfig] = {}
+    errors: dict[str, str] = {}
+    for f in sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml"))):
+        try:
+            cfg = load_pipeline(f)
+        except ConfigError as e:
+            errors[f] = str(e)
+            continue
+        if cfg.name in good:
+            errors[f] = str(ConfigError(f, "name", f"{cfg.name!r} is already defined in {os.path.basename(good[cfg.name].file)}"))
+            continue
+        clash = next((g for g in good.values() if {g.sink_table, g.quarantine_table} &
+                      {cfg.sink_table, cfg.quarantine_table}), None)
+        if clash is not None:
+            errors[f] = str(ConfigError(f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already "
+                                        f"written by pipeline {clash.name!r} ({os.path.basename(clash.file)}); "
+                                        f"each table has exactly one pipeline (its ledger lives in the table)"))
+            continue
+        good[cfg.name] = cfg
+    return good, errors
+
+
+def find_pipeline(name: str, directory: str | None = None) -> PipelineConfig:
+    good, errors = load_all(directory)
+    if name in good:
+        return good[name]
+    hint = "; ".join(errors.values())
+    raise KeyError(f"no pipeline named {name!r} in {directory or pipelines_dir()}" + (f" (errors: {hint})" if hint else ""))

@@ -1,0 +1,168 @@
+"""A loaded pipeline (``PipelineConfig``, what ``config.load_pipeline`` returns) and the values of
+its sections: what a batch is planned, staged, verified and committed with, and its fingerprint
+(pure Python, no pydantic: the loader's models are ``config``'s).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from .. import sinks
+from ..errors import ConfigError
+from ..sinks import SinkConfig
+from ..sources import SourceConfig
+from .ddl import Column
+from .schedule import PRESET_CRON
+
+
+@dataclass(frozen=True)
+class SparkConfig:
+    conn_id: str = "spark_default"
+    conf: dict = field(default_factory=dict)
+    driver_memory: str | None = None
+    executor_memory: str | None = None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """A data-quality rule: a Spark SQL boolean expression over a record's fields. A record passes
+    when it is true; false or null fails it, and ``action`` says what then happens to the record
+    (quarantine) or to it alone (drop) or to the whole batch (fail)."""
+    name: str
+    expr: str
+    action: str = "quarantine"
+
+
+EXPECTATION_ACTIONS = ("quarantine", "drop", "fail")
+SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a new column (the sink's ``accepts``)
+
+
+@dataclass(frozen=True)
+class MaintenanceConfig:
+    """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
+    schedule: str | None = None  # None: run it from the UI or with `make maintain`
+    compact: bool = True  # interval mode: slice by slice (eobatch.sinks.delta.compaction)
+    target_file_bytes: int = 128 << 20
+    vacuum_retention_hours: float = 168.0
+    # an Airflow pool (create it with one slot: `make pools`) that the commit task and the
+    # maintenance task take, so that they do not run at the same time on purpose (correctness
+    # does not depend on it: eobatch.sinks.delta.compaction, eobatch.core.maintenance); None: no pool
+    pool: str | None = None
+
+
+@dataclass(frozen=True)
+class Notifier:
+    """One notifier of ``alerts.notify``: e-mail through the SMTP provider (``email``: the
+    recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``)."""
+    email: tuple[str, ...] = ()
+    smtp_conn_id: str | None = None
+    from_email: str | None = None
+    notifier: str | None = None
+    args: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    """``alerts``: who is told (``notify``) and of what: a task that failed for good
+    (``on_failure``), a run still going ``run_deadline_minutes`` after it was queued, a backlog
+    whose oldest unpublished record is older than ``backlog_max_age_minutes``."""
+    notify: tuple[Notifier, ...] = ()
+    on_failure: bool = False
+    run_deadline_minutes: float | None = None
+    backlog_max_age_minutes: float | None = None
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    name: str
+    file: str
+    mode: str
+    schedule: str | None
+    source: SourceConfig
+    schema: str
+    columns: tuple[Column, ...]
+    transform: str
+    transform_options: dict
+    sink_table: str
+    partition_by: tuple[str, ...]
+    quarantine_table: str
+    sink: SinkConfig  # the sink kind's own keys (sink.mode: its kind, eobatch.sinks)
+    max_record_bytes: int = 1 << 20
+    description: str = ""
+    spark: SparkConfig = field(default_factory=SparkConfig)
+    plan_retries: int = 2
+    stage_retries: int = 1
+    commit_retries: int = 8
+    retry_delay_seconds: float = 10.0
+    verify_timeout_seconds: int = 900
+    plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
+    expectations: tuple[Expectation, ...] = ()
+    schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+
+    @property
+    def sink_mode(self) -> str:
+        """The YAML's ``sink.mode``: the mode of the sink's kind."""
+        return sinks.kind_for(self.sink.kind).mode
+
+    @property
+    def sink_contract(self) -> str:
+        """What a row of the sink means: appended records, or one row per key (an upsert's latest
+        version, or running aggregates). Recorded in each plan: it cannot change under a table."""
+        return self.sink.contract(self.mode)
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        """The tables a batch is committed to, in commit order (the sink kind's ``participant_names``)."""
+        return sinks.kind_for(self.sink.kind).participant_names(self)
+
+    def fingerprint(self) -> str:
+        """Hash of everything that changes what a batch publishes."""
+        d = {
+            "schema": self.schema, "transform": self.transform, "options": self.transform_options,
+            "sink": self.sink_table, "partition_by": list(self.partition_by),
+            "quarantine": self.quarantine_table, "source": self.source.fingerprint_dict(),
+            "max_record_bytes": self.max_record_bytes,
+        }
+        d.update(self.sink.fingerprint_dict())  # an append sink adds nothing: the fingerprint it always had
+        if self.expectations:  # a pipeline without any keeps the fingerprint it always had
+            d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def interval_cron(self) -> str | None:
+        """Interval mode: the schedule as a cron expression (presets spelled out)."""
+        if self.schedule is None:
+            return None
+        return PRESET_CRON.get(self.schedule.strip(), self.schedule.strip())
+
+    def require_interval_cron(self) -> str:
+        """``interval_cron`` where interval mode needs it (loading refuses interval mode without a schedule)."""
+        cron = self.interval_cron
+        if cron is None:
+            raise ConfigError(self.file, "schedule", "interval mode needs a schedule (a cron expression or a "
+                                                     "preset such as '@hourly')")
+        return cron
+
+    def interval_starting(self, start):
+        """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
+        from croniter import croniter
+
+        if start.tzinfo is None:
+            start = start.replace(tzinfo=dt.timezone.utc)
+        it = croniter(self.interval_cron, start - dt.timedelta(microseconds=1))
+        first = it.get_next(dt.datetime)
+        if first != start:
+            raise ValueError(f"{start.isoformat()} is not a start of a {self.schedule!r} interval "
+                             f"(the next one starts at {first.isoformat()})")
+        return start, it.get_next(dt.datetime)
+
+    @property
+    def app_id(self) -> str:
+        """The Delta txn appId of this pipeline."""
+        return self.name

@@ -1,0 +1,175 @@
+"""One run's batch, start to end: what the Airflow tasks and the CLI verbs both drive.
+
+A DAG run is recover -> plan -> stage -> verify -> commit, and ``fail`` when a task of it
+failed. Each step here is a method that calls the protocol, decides what the run does next
+and returns a report with the lines for the task log; it raises the taxonomy's errors
+(``eobatch.errors``) and nothing else. The operators (``eobatch.airflow.operators``) only translate: an
+error's kind to a sensor poke, a retry or a failure, and a report to log lines and XCom. The
+CLI translates the same errors to exit codes, so `cli abort` does exactly what the abort task
+does (in interval mode it also abandons the batch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..errors import AttemptPrepared, ProtocolError
+from ..sources import range_summary
+from .formats import BatchPlan, PreparedBatch
+from .protocol import Protocol
+
+
+@dataclass(frozen=True)
+class RunParams:
+    """What a run was asked to do (the trigger form's params, checked by ``eobatch.airflow.params``)."""
+
+    max_records_per_batch: int | None = None
+    dry_run: bool = False
+    rewind_to_batch: int | None = None
+    confirm_rewind: bool = False
+    accept_loss: bool = False
+
+
+@dataclass
+class Report:
+    """What a step did: ``lines`` for the task log (``warnings`` at warning level), ``value``
+    for XCom or the CLI's JSON, ``skip``: the run ends here, for this reason (a dry run, nothing
+    new)."""
+
+    lines: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    value: object = None
+    skip: str | None = None
+    detail: dict = field(default_factory=dict)  # more about the step, for the CLI's JSON
+
+
+class BatchRun:
+    def __init__(self, proto: Protocol, run_id: str | None = None, params: RunParams | None = None):
+        self.proto = proto
+        self.run_id = run_id
+        self.params = params or RunParams()
+
+    @property
+    def interval_mode(self) -> bool:
+        return self.proto.cfg.mode == "interval"
+
+    # -- recover ---------------------------------------------------------------------
+    def recover(self) -> Report:
+        t0 = time.time()
+        p = self.params
+        rec = self.proto.recover(run_id=self.run_id, commit_prepared=not p.dry_run)
+        rewind = (self.proto.rewind(p.rewind_to_batch, run_id=self.run_id, dry_run=p.dry_run,
+                                    max_records=p.max_records_per_batch, accept_loss=p.accept_loss)
+                  if p.rewind_to_batch else [])
+        r = Report(lines=[f"run {self.run_id}, params {p}"] + rec.actions + rewind,
+                   value={"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
+                          "actions": rec.actions + rewind})
+        r.lines.append(f"ledger at batch {rec.latest}, tables committed up to batch {rec.committed}"
+                       f"{f', batch {rec.pending} pending' if rec.pending else ''} ({time.time() - t0:.2f}s)")
+        if p.dry_run and (p.rewind_to_batch or (rec.pending and self.proto.ledger.prepared(rec.pending))):
+            r.skip = "dry run: " + "; ".join(rewind or rec.actions) + "; nothing was changed"
+        return r
+
+    # -- plan ------------------------------------------------------------------------
+    def plan(self, interval: dict | None = None) -> Report:
+        """Report.value: the batch id; ``skip`` when there is nothing new. Waits are errors of
+        kind wait (another run's batch first, an interval not settled yet)."""
+        cfg = self.proto.cfg
+        interval = interval if self.interval_mode else None
+        plan, new = self.proto.plan(max_records=self.params.max_records_per_batch, interval=interval,
+                                    run_id=self.run_id)
+        r = Report(warnings=list(plan.notes) if plan else [])
+        if plan is None:
+            what = f" interval [{interval['start']}, {interval['end']})" if interval else ""
+            r.skip = f"nothing new in {cfg.source.describe()}{what}: no batch planned, the tables are unchanged"
+            return r
+        r.lines.append(f"batch {plan.batch_id} {'PLANNED' if new else 're-staged with its recorded range'}: "
+                       f"{range_summary(plan)}, {plan.rows_in} records"
+                       f"{f' (planned in {plan.plan_seconds:.2f}s)' if new else ''}"
+                       f"{' [dry run]' if self.params.dry_run else ''}")
+        r.value = plan.batch_id
+        r.detail = {"batch_id": plan.batch_id, "new": new, "range": range_summary(plan)}
+        return r
+
+    # -- stage -----------------------------------------------------------------------
+    def check_stage(self, batch_id: int) -> Report:
+        """Before the stage job is built from the pipeline file: the file must say what the
+        batch's plan recorded (``Protocol.check_stage``; ConfigChanged names the repair)."""
+        plan = self.proto.check_stage(batch_id)
+        return Report(lines=[f"batch {batch_id}: staged under the configuration its plan recorded"] if plan else [])
+
+    # -- verify ----------------------------------------------------------------------
+    def verify(self, batch_id: int, attempt: str) -> Report:
+        dry = self.params.dry_run
+        p: PreparedBatch = self.proto.verify(batch_id, attempt, dry_run=dry)
+        return Report(
+            lines=[f"batch {batch_id} {'verified (dry run, not PREPARED)' if dry else 'PREPARED'} from attempt "
+                   f"{p.attempt} in {p.verify_seconds:.2f}s: {p.rows_in} rows in = {p.rows_valid} valid + "
+                   f"{p.rows_quarantined} quarantined; {p.rows_published} rows to publish in {p.files} files "
+                   f"({p.bytes} bytes); fingerprint {p.fingerprint[:16]}"],
+            value={"attempt": p.attempt, "fingerprint": p.fingerprint, "dry_run": dry, "rows_in": p.rows_in,
+                   "rows_published": p.rows_published, "rows_quarantined": p.rows_quarantined, "files": p.files,
+                   "bytes": p.bytes})
+
+    # -- commit ----------------------------------------------------------------------
+    def commit(self, batch_id: int, verified: dict | None = None, attempt: str | None = None) -> Report:
+        """Commit the PREPARED batch; in a dry run, report what would be published and undo the
+        attempt instead (``verified``: the verify step's report value)."""
+        if self.params.dry_run:
+            return self._dry_run_end(batch_id, dict(verified or {}), attempt)
+        c = self.proto.commit(batch_id)
+        p = self.proto.ledger.prepared(batch_id)
+        if p is None:  # commit() read it, and a committed batch's record is never removed
+            raise ProtocolError(f"batch {batch_id} has no PREPARED record at {self.proto.layout.prepared(batch_id)} "
+                                f"after its commit")
+        return Report(lines=[f"batch {batch_id} COMMITTED in {c.commit_seconds:.2f}s: Delta versions "
+                             f"{c.delta_versions}; {p.rows_published} rows published, {p.rows_quarantined} "
+                             f"quarantined"],
+                      value={"batch_id": batch_id, "delta_versions": c.delta_versions})
+
+    def _dry_run_end(self, batch_id: int, report: dict, attempt: str | None) -> Report:
+        cfg = self.proto.cfg
+        attempt = report.get("attempt") or attempt
+        removed = self.proto.abort(batch_id, attempt, reason=f"dry run {self.run_id}") if attempt else []
+        plan: BatchPlan = self.proto.ledger.require_plan(batch_id)
+        r = Report(lines=[f"DRY RUN of batch {batch_id}: would publish {report.get('rows_published')} rows to "
+                          f"{cfg.sink_table} and {report.get('rows_quarantined')} rows to {cfg.quarantine_table} "
+                          f"in {report.get('files')} files ({report.get('bytes')} bytes) from "
+                          f"{range_summary(plan)}. Nothing was published; the attempt was aborted "
+                          f"({len(removed)} staged files removed)."],
+                   value={"dry_run": True, "batch_id": batch_id, "range": range_summary(plan), **report})
+        if self.interval_mode:
+            self.proto.abandon(batch_id, f"dry run {self.run_id}")
+            r.lines.append(f"dry run: interval batch {batch_id} abandoned")
+        else:
+            r.lines.append(f"dry run: batch {batch_id} stays PLANNED; the next run re-stages this range")
+        return r
+
+    # -- fail (abort) ----------------------------------------------------------------
+    def fail(self, batch_id: int | None, attempt: str | None, reason: str | None = None) -> Report:
+        """A task of the run failed: remove its attempt's staged files (never a PREPARED
+        attempt's); in interval mode also abandon the batch, so later intervals go ahead and
+        this one can run again. Report.value: the number of files removed."""
+        reason = reason or f"run {self.run_id} failed"
+        interval = self.interval_mode
+        if batch_id is None or attempt is None:
+            if batch_id is not None and interval and self.proto.ledger.prepared(batch_id) is None:
+                self.proto.abandon(batch_id, f"{reason} before staging")
+                return Report(lines=[f"no attempt was started; interval batch {batch_id} is ABANDONED"], value=0)
+            return Report(lines=["no attempt was started; nothing to remove"], value=0)
+        try:
+            removed = self.proto.abort(batch_id, attempt, reason=reason)
+        except AttemptPrepared as e:  # verify won the attempt's decision: its files stay
+            if interval and self.proto.abandon(batch_id, reason):
+                return Report(warnings=[f"{e}; the interval batch {batch_id} is ABANDONED before it became "
+                                        f"PREPARED (nothing is published; the sweep removes its files)"], value=0)
+            # not an error of the run (the next run's recover commits the batch), but nothing was aborted
+            return Report(warnings=[str(e)], value=0, detail={"aborted": False, "error": e})
+        if interval and self.proto.abandon(batch_id, reason):
+            line = (f"batch {batch_id} attempt {attempt} aborted, {len(removed)} staged file(s) removed; the "
+                    f"interval batch is ABANDONED: run the interval again to publish it")
+        else:
+            line = (f"batch {batch_id} attempt {attempt} aborted, {len(removed)} staged file(s) removed; the batch "
+                    f"stays PLANNED and the next run re-stages the same range")
+        return Report(lines=[line], value=len(removed))

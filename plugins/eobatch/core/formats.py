@@ -1,0 +1,512 @@
+"""Records and layout shared by the Airflow side and the Spark job (pure Python).
+
+Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
+
+    T/_eo_ledger/plans/<batch>.json                        PLANNED   (put-if-absent; the exact source range)
+    T/_eo_ledger/attempts/<batch>/<attempt>/manifests/<participant>/part-<n>.json
+                                                           one per Spark partition, written by the task
+    T/_eo_ledger/attempts/<batch>/<attempt>/stage.json     STAGED    (written by the driver at the end)
+    T/_eo_ledger/attempts/<batch>/<attempt>/decision.json  the attempt's one decision (put-if-absent):
+                                                           "prepare" (verify won: its files are never
+                                                           removed by abort) or "abort" (abort won: its
+                                                           files go, it can never become PREPARED)
+    T/_eo_ledger/prepared/<batch>.json                     PREPARED  (put-if-absent; the file set to commit)
+                                                           or ABANDONED (interval mode: same file, so a
+                                                           batch is either prepared or abandoned, never both)
+    T/_eo_ledger/rewinds/<after>-<to>.json                 a rewind after batch <after> to before batch <to>
+    T/_eo_ledger/committed/<batch>.json                    COMMITTED (ledger copy; the truth is the Delta txn)
+    T/_eo_ledger/checkpoints/<batch>-r<n>.json             a checkpoint: what batches 1..<batch> (all final)
+                                                           mean for planning, with the <n> rewinds it
+                                                           applied (put-if-absent; see eobatch.core.checkpoint)
+    T/_eo_ledger/checkpoints/index/<sha256>.json           a chunk of a checkpoint's sorted index (content-addressed)
+    T/_eo_ledger/replays/<n>.json                          replay <n> of quarantined records (put-if-absent;
+                                                           see eobatch.core.replay): which records, its landing file
+    T/_eo_ledger/replays/data/<n>-<nonce>.jsonl            the raw lines of replay <n>, written before it
+    T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
+    Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
+
+``_eo_ledger`` starts with ``_`` so Delta readers and VACUUM leave it alone; staged data lives
+under the table root (delta-rs reads relative paths only) in a folder that does not start
+with ``_`` or ``.``, so VACUUM can later clean files that compaction removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, Literal
+
+from ..errors import UsageError
+from ..storage.fs import join
+
+FORMAT_VERSION = 1
+BatchState = Literal["PLANNED", "STAGED", "PREPARED", "COMMITTED", "ABANDONED", "REWOUND"]
+LEDGER_DIR = "_eo_ledger"
+STAGING_DIR = "eo_batches"
+COMPACTED_DIR = "eo_compacted"  # interval mode: the files a compaction of a slice wrote (maintenance)
+SINK, QUARANTINE = "sink", "quarantine"
+# the participants the stage job writes files for; every pipeline has both (a sink kind may add its
+# own tables, under the sink table: Layout.table)
+STAGED = (SINK, QUARANTINE)
+OWN_TABLE_PREFIX = "_eo_"  # a sink's own table <name> is T/_eo_<name>: Delta readers and VACUUM skip "_" folders
+# interval mode: the column naming the interval slice of a record (as the stage job calls it)
+SLICE_COL = "_eo_slice"
+
+
+QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
+
+
+class InvalidId(UsageError):
+    """A batch or attempt id that is not one this product writes (from XCom, the CLI, a spec)."""
+
+
+# Attempt ids become folder names under the tables and the ledger: never a path, never '..'.
+ATTEMPT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
+
+
+def check_attempt(attempt) -> str:
+    """The one check of an attempt id, wherever it comes from. Raises InvalidId."""
+    if not isinstance(attempt, str) or not ATTEMPT_ID.fullmatch(attempt):
+        raise InvalidId(f"invalid attempt id {attempt!r}: attempt ids match {ATTEMPT_ID.pattern} "
+                        f"(letters, digits, '_' and '-'; written by the stage task)")
+    return attempt
+
+
+def check_batch_id(batch_id) -> int:
+    """The one check of a batch id (a positive integer). Raises InvalidId."""
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int) or not 1 <= batch_id <= 9_999_999_999:
+        raise InvalidId(f"invalid batch id {batch_id!r}: batch ids are integers from 1")
+    return batch_id
+
+
+def slice_name(interval_start_ms: int) -> str:
+    """Interval mode: the folder (under an attempt's staging folder) of one interval's staged files,
+    ``iv=<start, UTC, YYYYMMDDTHHMMSSZ>``. A batch publishes one or more interval slices; its commit
+    replaces the files its slices' newest committed batches published (``state.replaced_files``)."""
+    import datetime as dt
+
+    start = dt.datetime.fromtimestamp(interval_start_ms / 1000, dt.timezone.utc)
+    return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
+
+
+def partition_text(v) -> str | None:
+    """A partition value as the Delta log spells it (``partitionValues``, the Delta protocol's
+    serialization), for the stage job's adds and the commit's removes alike: None is null,
+    booleans true/false, dates YYYY-MM-DD, timestamps YYYY-MM-DD HH:MM:SS.ffffff (UTC when
+    zoned), anything else its str()."""
+    import datetime as dt
+
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is not None:
+            v = v.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return v.strftime("%Y-%m-%d %H:%M:%S.%f")
+    if isinstance(v, dt.date):
+        return v.isoformat()
+    return str(v)
+
+
+# A partition value in a file path: the one definition for every writer of this product's table
+# files (the stage job; the stage job's check of the records, spark_jobs/classify.py). Bounds:
+# a folder name is at most 255 bytes on local filesystems (ENAMETOOLONG beyond), and an S3 key at
+# most 1024 bytes, of which the table's prefix, the staging folders and the file name take part.
+PARTITION_SEGMENT_MAX_BYTES = 200  # one "<column>=<escaped value>" folder
+PARTITION_PATH_MAX_BYTES = 512  # all partition folders of one file, with their "/"
+PATH_SAFE_CHARS = "A-Za-z0-9_.-"  # kept as they are in a folder name (a regex character class body)
+PATH_ESCAPE = "~"  # any other byte is "~XX" (hex): no "%", so the Delta log's path (a URI) is the folder's name
+HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null value's folder, as Spark and Hive name it
+_SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def partition_segment(column: str, value) -> str:
+    """The folder of one partition value, ``<column>=<value>``: bytes of the value's UTF-8 text
+    (``partition_text``) outside ``PATH_SAFE_CHARS`` written as ``~XX``, so that "/", "..",
+    NUL, "=", "%" or a space never make another folder or need escaping in a URI (Delta
+    readers and delta-rs take a file's path from the log, which holds the value itself). A
+    folder longer than ``PARTITION_SEGMENT_MAX_BYTES`` keeps a prefix of it and a digest of the
+    value (``~h<32 hex>``); the stage job quarantines the records whose partition fields would
+    need that (``classify.bound_partition_values``), so only a value a transform computed gets it."""
+    import hashlib
+
+    text = partition_text(value)
+    if text is None:
+        return f"{column}={HIVE_NULL}"
+    raw = text.encode("utf-8", "surrogatepass")
+    escaped = "".join(chr(b) if b in _SAFE_BYTES else f"{PATH_ESCAPE}{b:02X}" for b in raw)
+    seg = f"{column}={escaped}"
+    if len(seg) <= PARTITION_SEGMENT_MAX_BYTES:
+        return seg
+    digest = f"{PATH_ESCAPE}h" + hashlib.sha256(raw).hexdigest()[:32]
+    keep = max(0, PARTITION_SEGMENT_MAX_BYTES - len(column) - 1 - len(digest))
+    head = escaped[:keep]
+    cut = head.rfind(PATH_ESCAPE, max(0, len(head) - 2))
+    return f"{column}={head[:cut] if cut >= 0 else head}{digest}"
+
+
+def partition_path(columns, values) -> str:
+    """The partition folders of a file (``partition_segment`` of each column), "" for none."""
+    return "/".join(partition_segment(c, v) for c, v in zip(columns, values))
+
+
+def slice_of(path: str) -> str | None:
+    """The slice folder of a staged file's table-relative path
+    (``eo_batches/b<id>/<attempt>/<slice>/...``), or None."""
+    parts = path.split("/")
+    return parts[3] if len(parts) > 4 and parts[0] == STAGING_DIR and parts[3].startswith("iv=") else None
+
+
+def bid(batch_id: int) -> str:
+    return f"{check_batch_id(batch_id):010d}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    sink_table: str
+    quarantine_table: str
+
+    @property
+    def ledger(self) -> str:
+        return join(self.sink_table, LEDGER_DIR)
+
+    def table(self, participant: str) -> str:
+        """The table of a participant: the sink's, the quarantine's, or a table of the sink kind's
+        own (a merge sink's tombstones: ``T/_eo_tombstones``), under the sink table like the ledger."""
+        if participant not in STAGED:
+            if not re.fullmatch(r"[a-z][a-z0-9_]{0,63}", participant or ""):
+                raise InvalidId(f"invalid participant name {participant!r}")
+            return join(self.sink_table, OWN_TABLE_PREFIX + participant)
+        return self.sink_table if participant == SINK else self.quarantine_table
+
+    def plan(self, batch_id: int) -> str:
+        return join(self.ledger, "plans", bid(batch_id) + ".json")
+
+    def plans_dir(self) -> str:
+        return join(self.ledger, "plans")
+
+    def attempts_dir(self, batch_id: int) -> str:
+        return join(self.ledger, "attempts", bid(batch_id))
+
+    def attempt_dir(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempts_dir(batch_id), check_attempt(attempt))
+
+    def stage_summary(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "stage.json")
+
+    def aborted(self, batch_id: int, attempt: str) -> str:
+        """Abort records of ledgers written before attempt decisions existed (read only)."""
+        return join(self.attempt_dir(batch_id, attempt), "aborted.json")
+
+    def decision(self, batch_id: int, attempt: str) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "decision.json")
+
+    def manifest(self, batch_id: int, attempt: str, participant: str, partition: int) -> str:
+        return join(self.attempt_dir(batch_id, attempt), "manifests", participant, f"part-{partition:05d}.json")
+
+    def prepared(self, batch_id: int) -> str:
+        return join(self.ledger, "prepared", bid(batch_id) + ".json")
+
+    def committed(self, batch_id: int) -> str:
+        return join(self.ledger, "committed", bid(batch_id) + ".json")
+
+    def rewinds_dir(self) -> str:
+        return join(self.ledger, "rewinds")
+
+    def rewind(self, after_batch: int, to_batch: int) -> str:
+        return join(self.rewinds_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
+    def rewinds_cancelled_dir(self) -> str:
+        return join(self.rewinds_dir(), "cancelled")
+
+    def rewind_cancelled(self, after_batch: int, to_batch: int) -> str:
+        """The decision that a rewind whose restore became impossible did not happen."""
+        return join(self.rewinds_cancelled_dir(), f"{bid(after_batch)}-{bid(to_batch)}.json")
+
+    def replays_dir(self) -> str:
+        return join(self.ledger, "replays")
+
+    def replay(self, n: int) -> str:
+        """The record of quarantine replay ``n`` (numbered from 1, like batches)."""
+        return join(self.replays_dir(), bid(n) + ".json")
+
+    def checkpoints_dir(self) -> str:
+        return join(self.ledger, "checkpoints")
+
+    def checkpoint(self, batch_id: int, rewinds: int) -> str:
+        """The checkpoint of batches 1..``batch_id``, made with ``rewinds`` rewinds recorded (the
+        rewinds to a batch <= ``batch_id``): a later rewind into those batches makes another one."""
+        if isinstance(rewinds, bool) or not isinstance(rewinds, int) or rewinds < 0:
+            raise InvalidId(f"invalid rewind count {rewinds!r}")
+        return join(self.checkpoints_dir(), f"{bid(batch_id)}-r{rewinds}.json")
+
+    def checkpoint_index_dir(self) -> str:
+        return join(self.checkpoints_dir(), "index")
+
+    def checkpoint_chunk(self, name: str) -> str:
+        """A chunk of a checkpoint's index, named by the sha256 of its bytes."""
+        if not isinstance(name, str) or not re.fullmatch(r"[0-9a-f]{64}", name):
+            raise InvalidId(f"invalid checkpoint chunk name {name!r}")
+        return join(self.checkpoint_index_dir(), name + ".json")
+
+    def compactions_dir(self, batch_id: int, participant: str, slice_: str) -> str:
+        """Interval mode: the records of the compactions of one slice of one batch in one table."""
+        if not re.fullmatch(r"iv=\d{8}T\d{6}Z", slice_ or "") or participant not in STAGED:
+            raise InvalidId(f"invalid slice {slice_!r} of participant {participant!r}")
+        return join(self.ledger, "compactions", bid(batch_id), participant, slice_)
+
+    def compacted_rel(self, batch_id: int, slice_: str, token: str) -> str:
+        """Interval mode: the folder, relative to a table, of one compaction's files of a slice."""
+        return f"{COMPACTED_DIR}/b{bid(batch_id)}/{slice_}/{check_attempt(token)}"
+
+    def staging_root(self, participant: str) -> str:
+        return join(self.table(participant), STAGING_DIR)
+
+    def batch_staging_rel(self, batch_id: int) -> str:
+        return f"{STAGING_DIR}/b{bid(batch_id)}"
+
+    def attempt_staging_rel(self, batch_id: int, attempt: str) -> str:
+        """Staging folder of one attempt, relative to each participant table's root."""
+        return f"{self.batch_staging_rel(batch_id)}/{check_attempt(attempt)}"
+
+
+class Record:
+    """JSON (de)serialisation for the dataclass records below."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every subclass is a dataclass
+
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True, indent=1, default=str).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes | str):
+        d = json.loads(data)
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+@dataclass
+class BatchPlan(Record):
+    """PLANNED: what a batch contains, written before any data is."""
+
+    pipeline: str
+    batch_id: int
+    source_kind: str
+    range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
+    #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}
+    #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}, in
+    #              interval mode also "scan", "slices", "pending" (sources/kafka/intervals.py)
+    rows_in: int | None  # the source's own count of records in the range, when it knows it
+    config_fingerprint: str
+    planned_at: str
+    plan_seconds: float = 0.0
+    notes: list = field(default_factory=list)
+    interval: dict | None = None  # interval mode: {"start", "end"} (ISO, UTC) of the run's data interval
+    run_id: str | None = None  # the Airflow run that planned it (interval mode: its owner)
+    rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
+    late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
+    sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
+    config: dict | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
+    format: int = FORMAT_VERSION
+
+    @property
+    def interval_key(self) -> str | None:
+        return f"{self.interval['start']}/{self.interval['end']}" if self.interval else None
+
+    def slices(self) -> dict[str, list[dict]]:
+        """Interval mode: slice name -> the planned files of that interval slice. A range without
+        files (Kafka offsets) and a plan written before slices existed hold one slice, their own
+        interval's (with no files for a range without files)."""
+        if not self.interval:
+            return {}
+        files = self.range.get("files")
+        if files is None:  # Kafka: its slices by record time, or (planned before them) one slice
+            if "slices" in self.range:
+                return {name: [] for name in self.range["slices"]}
+            return {slice_name(_epoch_ms(self.interval["start"])): []}
+        if files and all("slice" in f for f in files):
+            out: dict[str, list[dict]] = {}
+            for f in files:
+                out.setdefault(f["slice"], []).append(f)
+            return out
+        return {slice_name(_epoch_ms(self.interval["start"])): list(files)}
+
+
+@dataclass
+class StagedFile(Record):
+    path: str  # relative to the participant table's root
+    size: int
+    rows: int
+    partition_values: dict = field(default_factory=dict)
+    # float/double columns the writer checked hold no NaN: only those get min/max in the Delta
+    # stats (Parquet footers' min/max ignore NaN, readers do not). None: not checked.
+    nan_free: list | None = None
+
+
+@dataclass
+class PartitionManifest(Record):
+    """Written by each Spark task for its partition: what it wrote, where, how many rows."""
+
+    batch_id: int
+    attempt: str
+    participant: str
+    partition: int
+    task_attempt: int
+    rows: int
+    files: list  # of StagedFile dicts
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class StageSummary(Record):
+    """STAGED: written by the Spark driver once every task of the attempt has finished."""
+
+    batch_id: int
+    attempt: str
+    rows_in: int  # records read (non-blank lines; Kafka: records delivered)
+    rows_valid: int  # parsed and fitting the schema
+    rows_quarantined: int
+    row_preserving: bool  # the transform publishes exactly the valid rows
+    partitions: dict  # participant -> number of Spark partitions (manifests 0..n-1)
+    manifests: dict  # participant -> list of PartitionManifest dicts, as the driver collected them
+    arrow_schema: dict  # participant -> base64 Arrow IPC schema of the staged files
+    partition_by: dict  # participant -> list of partition columns
+    stage_seconds: float
+    spark_app_id: str = ""
+    config_fingerprint: str = ""
+    # what the source kind checks per source (verify, its range's check_stage): kafka
+    # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]};
+    # files and parquet: "files": {"<file>": [size, *identity]} of each file after the reads
+    source_positions: dict = field(default_factory=dict)
+    plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
+    rows_dropped: int = 0  # valid records an expectation with action drop removed
+    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
+    # the values of the configuration keys the job ran with (config.config_values, its spec's
+    # "contract"): verify refuses an attempt staged under other values than its plan's
+    contract: dict | None = None
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class PreparedBatch(Record):
+    """PREPARED: the verified file set of one attempt. From here on the commit must succeed."""
+
+    pipeline: str
+    batch_id: int
+    attempt: str
+    adds: dict  # participant -> list of {"path","size","partition_values","modification_time","stats"}
+    arrow_schema: dict  # participant -> base64 Arrow IPC schema
+    partition_by: dict
+    fingerprint: str
+    rows_in: int
+    rows_valid: int
+    rows_quarantined: int
+    rows_published: int
+    bytes: int
+    files: int
+    prepared_at: str
+    verify_seconds: float
+    stage_seconds: float
+    rows_dropped: int = 0
+    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class CommittedBatch(Record):
+    """COMMITTED (ledger copy). The Delta txn version is the source of truth."""
+
+    pipeline: str
+    batch_id: int
+    fingerprint: str
+    delta_versions: dict  # participant -> table version holding this batch's txn
+    committed_at: str
+    commit_seconds: float
+    recovered: bool = False  # completed by recovery rather than by the batch's own commit task
+    format: int = FORMAT_VERSION
+
+
+@dataclass
+class RewindRecord(Record):
+    """A rewind: the tables went back to before ``to_batch``; batches to_batch..after_batch are
+    REWOUND (their ranges are read again by the next batches, whose ids continue after
+    ``after_batch`` so the Delta txn version only ever grows)."""
+
+    pipeline: str
+    after_batch: int
+    to_batch: int
+    restore_versions: dict  # participant -> the table version restored (the one before to_batch's commit)
+    requested_at: str
+    run_id: str | None = None
+    format: int = FORMAT_VERSION
+
+    @property
+    def key(self) -> str:
+        return f"{self.after_batch}-{self.to_batch}"
+
+
+@dataclass
+class SliceCompaction(Record):
+    """Interval mode: maintenance rewrote the files ``replaces`` that batch ``batch_id`` published
+    for ``slice`` in table ``participant`` into ``added``, so that the slice is held by ``files``
+    (paths relative to the table); written before that Delta commit. A re-run of the slice
+    removes ``files`` instead when they are live (the commit landed;
+    ``compaction.current_slice_files``), so the slice stays exactly replaceable; a record whose
+    files are not live (the commit lost or never ran, or a restore went back before it) changes
+    nothing."""
+
+    pipeline: str
+    batch_id: int
+    participant: str
+    slice: str
+    replaces: list  # the paths it removes (of the slice's files before it)
+    files: list  # the paths of the slice's files after it
+    added: list  # the AddAction dicts of the files it wrote: {"path", "size", "partition_values", ...}
+    written_at: str
+    format: int = FORMAT_VERSION
+
+
+def utcnow() -> str:
+    """Now, as every record of the ledger writes a time (ISO 8601, UTC, milliseconds)."""
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _epoch_ms(iso: str) -> int:
+    import datetime as dt
+
+    d = dt.datetime.fromisoformat(iso)
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=dt.timezone.utc)
+    return int(d.timestamp() * 1000)
+
+
+def fingerprint_of(adds: dict[str, list[dict]]) -> str:
+    """Fingerprint of a file set: participant, relative path and size of every file."""
+    h = hashlib.sha256()
+    for participant in sorted(adds):
+        for a in sorted(adds[participant], key=lambda x: x["path"]):
+            h.update(f"{participant}\0{a['path']}\0{a['size']}\n".encode())
+    return h.hexdigest()
+
+
+def commit_metadata(plan: BatchPlan, prepared: PreparedBatch, participant: str, offsets: Any) -> dict[str, Any]:
+    """What each Delta commit of a batch carries in its commitInfo, besides txn(appId, version);
+    ``offsets``: the batch's range in its kind's words (``eobatch.sources.compact_offsets``)."""
+    return {
+        "eo.pipeline": plan.pipeline,
+        "eo.batchId": str(plan.batch_id),
+        "eo.attempt": prepared.attempt,
+        "eo.participant": participant,
+        "eo.fingerprint": prepared.fingerprint,
+        "eo.source": plan.source_kind,
+        "eo.offsets": json.dumps(offsets, sort_keys=True, separators=(",", ":")),
+        "eo.rows": json.dumps({"in": prepared.rows_in, "published": prepared.rows_published,
+                               "quarantined": prepared.rows_quarantined}),
+        **({"eo.interval": plan.interval_key} if plan.interval else {}),
+    }
+

@@ -1,0 +1,201 @@
+"""The protocol's decisions as pure functions: values in, a value (or an error) out, no I/O.
+
+The verbs (``verbs.py``) and the repairs (``repairs.py``) read the ledger and the tables, call
+these to decide, and write what was decided. Everything here can be tested, and reasoned about,
+with plain values: which state a batch is in, which batch must be pending, whether ledger and
+tables agree, which ranges count as read, what an interval batch replaces.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from ...errors import LedgerMismatch
+from ..checkpoint import RewindKey, ms  # one definition, shared with the ledger's checkpoints
+from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
+
+
+def interval_of(start, end) -> dict:
+    """{"start", "end"} as ISO UTC text, from datetimes or ISO strings."""
+    def iso(x):
+        if isinstance(x, str):
+            x = _dt.datetime.fromisoformat(x)
+        if x.tzinfo is None:
+            x = x.replace(tzinfo=_dt.timezone.utc)
+        return x.astimezone(_dt.timezone.utc).isoformat()
+    return {"start": iso(start), "end": iso(end)}
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """What the ledger says of one batch (the inputs of ``batch_state``)."""
+
+    planned: bool
+    abandoned: bool
+    prepared: bool
+    staged: bool  # an attempt with a stage summary and not aborted
+    rewound: bool
+
+
+def batch_state(facts: BatchFacts, held: int, batch_id: int) -> BatchState | None:
+    """The state of a batch, given the lowest batch id every table holds (``held``)."""
+    if not facts.planned:
+        return None
+    if facts.abandoned:
+        return "ABANDONED"
+    if held >= batch_id:
+        return "REWOUND" if facts.rewound else "COMMITTED"
+    if facts.prepared:
+        return "PREPARED"
+    return "STAGED" if facts.staged else "PLANNED"
+
+
+def prev_live(batch_id: int, is_abandoned: Callable[[int], bool]) -> int:
+    """The batch the tables must hold before ``batch_id`` commits: the newest earlier batch that
+    was not ABANDONED (0 when none)."""
+    b = batch_id - 1
+    while b > 0 and is_abandoned(b):
+        b -= 1
+    return b
+
+
+def undecided(latest: int, versions: dict[str, int], latest_abandoned: bool) -> bool:
+    """Is the newest batch still to be decided (planned, not in every table, not abandoned)?"""
+    return bool(latest) and min(versions.values()) < latest and not latest_abandoned
+
+
+def check_consistent(app_id: str, tables: dict[str, str], ledger_uri: str, latest: int, need: int,
+                     versions: dict[str, int]) -> None:
+    """Ledger and tables agree: no table is ahead of the ledger, none behind the batch before
+    the newest one (``need``). LedgerMismatch says which repair applies."""
+    for p, v in versions.items():
+        if v > latest:
+            raise LedgerMismatch(
+                f"{p} table {tables[p]} holds batch {v} of {app_id!r} but the ledger ({ledger_uri}) only "
+                f"knows batches up to {latest}. The ledger was lost or belongs to another table. Repair: "
+                f"restore the ledger folder (_eo_ledger/), or restore the table to a version before that "
+                f"batch. Nothing was published.")
+        if v < need:
+            raise LedgerMismatch(
+                f"gap: the ledger planned batch {latest} but the {p} table {tables[p]} holds only up to "
+                f"batch {v}; batches {v + 1}..{latest - 1} are missing from the table (was it restored or "
+                f"rewritten?). Repair: `make reset-batch PIPELINE={app_id} BATCH={v + 1}` so those ranges "
+                f"are planned and published again. Nothing was published.")
+
+
+def read_so_far(plans: Sequence[BatchPlan], rewinds: Sequence[RewindRecord], is_abandoned: Callable[[int], bool],
+                start_marker: Callable[[BatchPlan], BatchPlan | None]) -> list[BatchPlan]:
+    """The plans whose ranges count as read, in order: all but REWOUND (and ABANDONED) ones.
+
+    Right after the newest rewind to K, the last of them is a marker of K's start (an empty range
+    at K's first positions, from ``start_marker``; None for a source without positions), so a
+    position-based source (Kafka) restarts exactly where K started, even when K was the first
+    batch or started after a loss it accepted. Once the batch after the rewind is planned, its
+    range carries on.
+    """
+    gone = {b for r in rewinds for b in range(r.to_batch, r.after_batch + 1)}
+    kept = [p for p in plans if p.batch_id not in gone and not is_abandoned(p.batch_id)]
+    if rewinds:
+        last = max(rewinds, key=lambda r: (r.after_batch, -r.to_batch))
+        k = next((p for p in plans if p.batch_id == last.to_batch), None)
+        marker = start_marker(k) if k is not None else None
+        if marker is not None and not any(p.batch_id > last.after_batch for p in kept):
+            kept = [p for p in kept if p.batch_id < last.to_batch] + [marker]
+    return kept
+
+
+def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
+    """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
+    batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
+    names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
+    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
+    by the batches after the rewind, and its file is never read."""
+    return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
+
+
+def start_marker(k: BatchPlan, rng: dict | None) -> BatchPlan | None:
+    """Batch ``k``'s plan with ``rng`` as its range: its source kind's empty range at ``k``'s
+    first positions (``SourceKind.start_marker``); None for a kind without positions."""
+    if rng is None:
+        return None
+    return BatchPlan(pipeline=k.pipeline, batch_id=k.batch_id, source_kind=k.source_kind, range=rng, rows_in=0,
+                     config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
+
+
+def lookback(cron: str, n: int, first_start_ms: int | None, start) -> list[tuple[int, int]]:
+    """Interval mode: the ``n`` intervals of ``cron`` before ``start`` checked for late files,
+    newest first, none before the first interval this ledger planned (``first_start_ms``: a
+    pipeline is not answerable for what landed before it started)."""
+    from croniter import croniter
+
+    if not n or first_start_ms is None:
+        return []
+    ticks = croniter(cron, _dt.datetime.fromtimestamp(ms(start) / 1000, _dt.timezone.utc))
+    out, end = [], ms(start)
+    for _ in range(n):
+        lo = int(ticks.get_prev(_dt.datetime).timestamp() * 1000)
+        if lo < first_start_ms:
+            break
+        out.append((lo, end))
+        end = lo
+    return out
+
+
+def published_slices(live_plans: Iterable[BatchPlan], held: int) -> dict[str, set]:
+    """Interval mode: slice name -> {(path, size, mtime)} its newest committed live batch
+    published (what a late file is judged against); ``held``: the batch every table holds."""
+    out: dict[str, set] = {}
+    for plan in sorted(live_plans, key=lambda p: -p.batch_id):
+        if plan.batch_id > held:
+            continue
+        for name, files in plan.slices().items():
+            out.setdefault(name, {(f["path"], f["size"], f["mtime_ms"]) for f in files})
+    return out
+
+
+def last_interval_before(live_plans: Iterable[BatchPlan], start) -> BatchPlan | None:
+    """Interval mode: the newest live batch of the latest interval that ends at or before
+    ``start``: where this interval's records begin, as the ledger recorded it."""
+    earlier = [(ms(p.interval["end"]), p) for p in live_plans if p.interval and ms(p.interval["end"]) <= ms(start)]
+    newest = max(earlier, key=lambda e: (e[0], e[1].batch_id), default=None)
+    return newest[1] if newest is not None else None
+
+
+def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, PreparedBatch]],
+                   current: Callable[[int, str, str, set[str]], set[str]] | None = None,
+                   ) -> dict[str, dict[str, set[str]]]:
+    """Interval mode: slice name -> participant -> the table paths ``plan``'s commit removes to
+    replace that slice: the files the newest batch of ``committed`` (committed live batches
+    before ``plan``, with their PREPARED records) that published the slice staged for it. Those
+    are its files under the slice's folder, or all its files when it published that slice
+    alone (a Kafka range, a batch staged before slices existed). Named one by one, never
+    matched by a path pattern: a file another writer rewrote is missing, not silently kept.
+    ``current(batch, participant, slice, published)``: the files that hold that slice now, when
+    a compaction of the slice alone rewrote them (``compaction.current_slice_files``)."""
+    out: dict[str, dict[str, set[str]]] = {}
+    wanted = set(plan.slices())
+    for held, prepared in sorted(committed, key=lambda c: -c[0].batch_id):
+        if held.batch_id >= plan.batch_id:
+            continue
+        own = set(held.slices())
+        for name in sorted((wanted & own) - out.keys()):
+            out[name] = {part: {a["path"] for a in adds if len(own) == 1 or slice_of(a["path"]) == name}
+                         for part, adds in prepared.adds.items()}
+            if current is not None:
+                out[name] = {part: current(held.batch_id, part, name, paths) for part, paths in out[name].items()}
+    return out
+
+
+def ranges(ids: Iterable[int]) -> str:
+    """[1, 2, 3, 5] -> '1..3, 5'."""
+    out, s = [], sorted(ids)
+    i = 0
+    while i < len(s):
+        j = i
+        while j + 1 < len(s) and s[j + 1] == s[j] + 1:
+            j += 1
+        out.append(str(s[i]) if i == j else f"{s[i]}..{s[j]}")
+        i = j + 1
+    return ", ".join(out)

@@ -1,0 +1,763 @@
+"""The verbs of the protocol: recover, plan, verify (pre-commit), commit, abort, abandon.
+
+Each reads the ledger and the tables, decides with ``state``'s pure functions, and writes what
+it decided put-if-absent (see the package's docstring for the state machine). The repairs
+(rewind, reset, sweep) are the ``Repairs`` half of the same class, in ``repairs.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from ...config.contract import edits_text
+from ...config.loader import TABLE, PipelineConfig, config_edits, config_values
+from ...config.schemas import schema_from_b64
+from ...errors import (
+    AttemptPrepared,
+    BatchInFlight,
+    CommitBlocked,
+    ConcurrentPlan,
+    ConfigChanged,
+    IntervalNotSettled,
+    LedgerMismatch,
+    ProtocolError,
+    SliceRewritten,
+)
+from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
+from ...sources import compact_offsets, kind_for, source_for
+from ...sources.base import LateFilesConfig, consumed_skip
+from ...storage.fs import Storage, join, storage_for
+from .. import faults
+from ..checkpoint import History, ReadSoFar, RewindKey
+from ..formats import (
+    SINK,
+    STAGED,
+    BatchPlan,
+    BatchState,
+    CommittedBatch,
+    Layout,
+    PreparedBatch,
+    RewindRecord,
+    commit_metadata,
+    fingerprint_of,
+    slice_name,
+    utcnow,
+)
+from ..ledger import Ledger
+from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
+from . import state as st
+from .repairs import Repairs
+from .state import ms as _ms
+
+log = logging.getLogger("eobatch")
+SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
+
+
+@dataclass
+class Recovery:
+    latest: int  # highest planned batch id (0: none)
+    committed: int  # highest batch committed in every participant
+    pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
+    actions: list  # what recovery did, for the task log
+    in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
+
+
+class Protocol(Repairs):
+    """One pipeline's protocol: its ledger, its participants (tables) and their storages."""
+
+    def __init__(self, cfg: PipelineConfig, storage_options: dict | None = None):
+        self.cfg = cfg
+        self.app_id = cfg.app_id
+        self.layout = Layout(cfg.sink_table, cfg.quarantine_table)
+        self.ledger = Ledger(self.layout)
+        self.names = cfg.participants  # the tables of a batch, in commit order
+        self._fs: dict[str, Storage] = {p: storage_for(self.layout.table(p)) for p in self.names}
+        self.sink = sink_for(cfg)  # the sink's kind: its tables, its check of staged rows
+        self.participants: dict[str, Participant] = self.sink.participants(cfg, self.layout, self.fs_for,
+                                                                           storage_options)
+        self.last_late: list = []  # late files the last plan() found (interval mode)
+        self.last_skipped: list = []  # landing inputs the last plan() skipped, and planned files it will not read
+
+    def inputs(self, participant: str) -> str:
+        """The participant whose staged files ``participant``'s commit takes."""
+        return self.participants[participant].reads_from or participant
+
+    def fs_for(self, participant: str) -> Storage:
+        return self._fs[participant]
+
+    def committed_versions(self) -> dict[str, int]:
+        return {p: part.committed_batch(self.app_id) for p, part in self.participants.items()}
+
+    def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
+        versions = versions if versions is not None else self.committed_versions()
+        if self.ledger.plan(batch_id) is None:
+            return None
+        facts = st.BatchFacts(
+            planned=True, abandoned=self._is_abandoned(batch_id),
+            prepared=self.ledger.prepared(batch_id) is not None,
+            staged=any(self.ledger.stage_summary(batch_id, a) and not self.ledger.aborted_info(batch_id, a)
+                       for a in self.ledger.attempts(batch_id)),
+            rewound=batch_id in self.ledger.rewound_ids())
+        return st.batch_state(facts, min(versions.values()), batch_id)
+
+    def _is_abandoned(self, batch_id: int) -> bool:
+        return self.ledger.abandoned(batch_id) is not None
+
+    def _prev_live(self, batch_id: int) -> int:
+        return st.prev_live(batch_id, self._is_abandoned)
+
+    def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
+        return st.undecided(latest, versions, bool(latest) and self._is_abandoned(latest))
+
+    def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
+                            self._prev_live(latest) if latest else 0, versions)
+
+    # -- recover ---------------------------------------------------------------------
+    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
+        latest = self.ledger.latest_batch_id()
+        versions = self.committed_versions()
+        self._check_config(latest, versions)
+        self._check_consistent(latest, versions)
+        actions: list[str] = self._complete_rewinds()
+        pending = None
+        in_flight = None
+        if self._undecided(latest, versions):
+            prepared = self.ledger.prepared(latest)
+            if prepared is None and commit_prepared:
+                prepared = self._finish_decided_prepare(latest, actions)
+            if prepared is not None and not commit_prepared:
+                actions.append(f"batch {latest} is PREPARED and waits for its commit (not done in a dry run)")
+                pending = latest
+            elif prepared is not None:
+                actions.append(f"batch {latest} was PREPARED but not committed everywhere "
+                               f"({versions}): committing it now")
+                self.commit(latest, recovered=True)
+            else:
+                ahead = [p for p, v in versions.items() if v >= latest]
+                if ahead:
+                    raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
+                                         f"this ledger was not written by this pipeline's commit path")
+                plan = self.ledger.require_plan(latest)
+                if self.cfg.mode == "interval" and plan.run_id != run_id:
+                    in_flight = plan
+                    actions.append(f"batch {latest} (interval {plan.interval_key}) is "
+                                   f"{self.state(latest, versions)} by run {plan.run_id}")
+                else:
+                    pending = latest
+                    actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
+                                   f"with the same source range")
+        elif latest and self.ledger.committed(latest) is None and self.ledger.abandoned(latest) is None:
+            self._write_committed(latest, recovered=True, actions=actions)
+            actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
+                           f"(crash after the Delta commit): ledger completed")
+        if sweep:
+            removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
+            if removed:
+                actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
+        committed = min(self.committed_versions().values()) if latest else 0
+        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
+                        in_flight=in_flight)
+
+    def _finish_decided_prepare(self, batch_id: int, actions: list) -> PreparedBatch | None:
+        """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
+        the attempt's files are kept (abort can no longer remove them), so verify it again and
+        write PREPARED now. None when no such attempt verifies."""
+        for attempt in self.ledger.attempts(batch_id):
+            d = self.ledger.decision(batch_id, attempt)
+            if d is None or d["decision"] != "prepare":
+                continue
+            try:
+                prepared = self.verify(batch_id, attempt)
+            except (VerifyFailed, NotReady) as e:
+                actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE but does not verify "
+                               f"any more ({e}); the batch is staged again")
+                continue
+            actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE by a verify that did not "
+                           f"finish: PREPARED now")
+            return prepared
+        return None
+
+    # -- plan (begin) ----------------------------------------------------------------
+    def plan(self, max_records: int | None = None, interval: dict | None = None,
+             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new). An uncommitted batch is returned as it is (never planned past).
+
+        Interval mode (``interval`` = {"start", "end"}): the range is the interval's records; an
+        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
+        """
+        t0 = time.time()
+        hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
+        latest = hist.latest
+        versions = self.committed_versions()
+        self._check_config(latest, versions)
+        self._check_consistent(latest, versions)
+        if self._undecided(latest, versions):
+            pending = self.ledger.require_plan(latest)
+            if self.ledger.prepared(latest) is not None:
+                if pending.run_id == run_id:
+                    raise ProtocolError(f"batch {latest} of this run is PREPARED and must be committed before "
+                                        f"a new plan: clear the run from its `recover` (or `commit`) task")
+                # another run's batch between its verify and the end of its commit (runs overlap:
+                # interval mode, backfills): wait. A batch whose committer died is committed by
+                # the commit task's retries or the next run's recover.
+                raise BatchInFlight(f"batch {latest} of run {pending.run_id} is PREPARED and not yet committed "
+                                    f"everywhere ({versions}); batches are strictly ordered, so this run waits "
+                                    f"for its commit (a run's recover commits it if its run is gone)")
+            if self.cfg.mode == "interval" and pending.run_id != run_id:
+                raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
+                                    f"is not decided yet; batches are strictly ordered, so this run waits. "
+                                    f"If that run is gone without its abort (marked failed or deleted by "
+                                    f"hand), clear it so it finishes or abandons its batch, or pause the "
+                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={latest}`")
+            return pending, False
+        held = min(versions.values())
+        hist = hist.bound(held)
+        limit = max_records or self.cfg.source.max_records_per_batch
+        source = source_for(self.cfg)
+        if self.cfg.mode == "interval":
+            if interval is None:
+                raise ProtocolError("interval mode: the run has no data interval")
+            if _ms(interval["end"]) <= _ms(interval["start"]):
+                raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
+                                    f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
+                                    f"runs cover the time between two ticks)")
+            self._check_settled(interval)
+            kw: dict = {}
+            kind = kind_for(self.cfg.source.kind)
+            if kind.checks_late_files:  # look back at the intervals already planned
+                lookback = self._lookback(interval["start"], hist)
+                kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
+            if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
+                reads = self._read_so_far(hist=hist)
+                kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
+                      "holder": lambda name: hist.slice_holder(name, held),
+                      "first_start_ms": hist.first_interval_start_ms()}
+            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
+                                                  earlier=self._last_interval_before(interval["start"], hist), **kw)
+        else:
+            interval = None
+            rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
+        self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
+        self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
+        if rng is None:
+            if interval is not None:
+                notes += self._emptied(interval, hist, held)
+            for msg in notes:
+                log.warning(msg)
+            self._checkpoint(hist, held)
+            return None, False
+        plan = BatchPlan(
+            pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
+            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
+            plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
+            late=self.last_late, sink=self._sink_record(), config=config_values(self.cfg),
+        )
+        self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
+        if not self.ledger.put_plan(plan):
+            raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
+                                 f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
+        faults.crash_point("plan.after_record")
+        # the task's gauge and alert: the inputs left out, and the planned files the kind will not read
+        self.last_skipped += [consumed_skip(f) for f in rng.get("files", []) if f.get("skipped")]
+        self._checkpoint(hist, held)
+        return plan, True
+
+    def _sink_record(self) -> str | None:
+        """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
+        contract = self.cfg.sink_contract
+        return None if contract == LEGACY_CONTRACT else contract
+
+    def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                      plan: BatchPlan | None = None) -> None:
+        """A configuration edit is an event of the protocol (``config.CONTRACT``): refuse
+        (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
+        when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
+        if not batch_id:
+            return
+        plan = plan or self.ledger.require_plan(batch_id)
+        pending = True if versions is None else self._undecided(batch_id, versions)
+        edits = config_edits(plan.config, self.cfg, pending)
+        if edits:
+            raise ConfigChanged(self._edits_message(plan, edits, versions))
+        self._check_sink(plan)
+
+    def _edits_message(self, plan: BatchPlan, edits: list, versions: dict[str, int] | None) -> str:
+        b = plan.batch_id
+        what = edits_text(edits, b)
+        keys = ", ".join(k for k, *_ in edits)
+        text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
+        if any(role == TABLE for _k, role, *_ in edits):
+            return text + ("These keys say what the rows of the tables mean and where they are: they cannot change "
+                           "under an existing table that holds batches (they would publish wrong rows, or no batch could "
+                           "commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
+                           "new sink.table (and quarantine.table) to start new tables from the source's beginning")
+        versions = versions if versions is not None else self.committed_versions()
+        held = [p for p, v in versions.items() if v >= b]
+        text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
+                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. Repair: "
+                 f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
+        if held:
+            return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
+        return text + (f"; or forget batch {b} (nothing of it is published): `make reset-batch PIPELINE={self.app_id} "
+                       f"BATCH={b}`, and the next run plans its range again under the new configuration")
+
+    def _check_sink(self, plan: BatchPlan) -> None:
+        """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
+        pipeline's now is never planned past, staged or committed: an appended table read as one
+        row per key, or rows folded under other keys, would be wrong rows, silently."""
+        was = plan.sink or LEGACY_CONTRACT
+        if was != self.cfg.sink_contract:
+            raise ProtocolError(
+                f"the tables of {self.app_id!r} hold batches written for a sink of kind {was!r} (batch "
+                f"{plan.batch_id}'s plan), and {self.cfg.file} now says {self.cfg.sink_contract!r}: the kind of "
+                f"sink (sink.mode, merge keys, aggregates) cannot change under an existing table. Put it back, or "
+                f"give the pipeline a new sink.table (and quarantine.table) to start a new table from the source's "
+                f"beginning")
+
+    def _checkpoint(self, hist: History, held: int) -> None:
+        """Write the ledger checkpoint of batches 1..``held`` when one is due (``Ledger.write_checkpoint``).
+        An optimisation only: when it fails, the next plan reads a few more records and tries again."""
+        try:
+            ck = self.ledger.write_checkpoint(hist, held)
+        except Exception as e:  # noqa: BLE001 - see above; the batch plan is not affected
+            log.warning("ledger checkpoint of batches 1..%s not written (%s); the next plan tries again", held, e)
+            return
+        if ck is not None:
+            log.info("ledger checkpoint: batches 1..%s (%d index entries)", ck.batch_id, ck.entries)
+
+    def _check_settled(self, interval: dict) -> None:
+        """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
+        files and records still arriving for it (renames, clock skew, slow uploads) are on time."""
+        ready = _ms(interval["end"]) + 1000 * self.cfg.source.settle_seconds
+        wait = ready - int(time.time() * 1000)
+        if wait > 0:
+            raise IntervalNotSettled(f"interval {interval['start']}/{interval['end']} is planned "
+                                     f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
+                                     f"{wait / 1000:.0f}s to go")
+
+    def _lookback(self, start, hist: History | None = None) -> list[tuple[int, int]]:
+        """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
+        source = self.cfg.source
+        if not isinstance(source, LateFilesConfig):  # only kinds that check late files look back
+            raise ProtocolError(f"source kind {source.kind!r} has no late_lookback_intervals: it does not "
+                                f"check late files")
+        first = (hist or self.ledger.history()).first_interval_start_ms()
+        return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
+
+    def _emptied(self, interval: dict, hist: History, held: int) -> list[str]:
+        """Interval mode, nothing planned: what to say when the interval was published before
+        (its files were all taken out of the landing zone since): its rows stay published."""
+        name = slice_name(_ms(interval["start"]))
+        files = hist.published({name}, held).get(name) or set()
+        if not files:
+            return []
+        return [f"interval {interval['start']}/{interval['end']} was published with {len(files)} file(s) and none "
+                f"is in the landing zone now: nothing was planned, so the rows it published stay (a run publishes "
+                f"what its interval holds; an emptied interval has nothing to read). To take them back, land the "
+                f"corrected records in the interval's folder and run it again, or rewind the pipeline "
+                f"(`make rewind`) to before that interval's batch"]
+
+    def _published_slices(self, hist: History, held: int, lookback: list[tuple[int, int]]) -> dict[str, set]:
+        """``state.published_slices`` for the look-back intervals' slices."""
+        return hist.published({slice_name(lo) for lo, _hi in lookback}, held)
+
+    def _last_interval_before(self, start, hist: History | None = None) -> BatchPlan | None:
+        return (hist or self.ledger.history()).last_interval_before(start)
+
+    def _read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
+        """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
+        checkpoint and the plans after it; ``pending_rewind``: a rewind being planned now,
+        counted as if recorded."""
+        hist = hist or self.ledger.history(pending_rewind=pending_rewind)
+
+        def every_record() -> list[BatchPlan]:
+            rewinds: list = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
+            return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
+
+        void: dict[str, str] | None = None
+
+        def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
+            nonlocal void
+            if void is None:
+                from ..replay import void_files
+
+                void = void_files(self, self.rewinds_in_effect(hist=hist))
+            return void.get(path)
+
+        return hist.read_so_far(self._start_marker, every_record, void_file)
+
+    def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:
+        """Every rewind recorded (with the one being planned now, when ``hist`` counts it), and the
+        rewind that reserved the newest batch and died before its record (``_complete_rewinds``
+        records it): what undoes batches (``state.undoing``), from the moment its reservation is
+        written. From ``hist`` when given (no listing: what a plan reads anyway)."""
+        if hist is not None:
+            keys, latest = set(hist.rewinds), hist.latest
+            reserved = hist.plan(latest) if latest else None
+        else:
+            keys, latest = set(self.ledger.rewind_keys()), self.ledger.latest_batch_id()
+            reserved = self.ledger.plan(latest) if latest else None
+        if reserved is not None and reserved.rewind:
+            key = RewindKey(int(reserved.rewind["after_batch"]), int(reserved.rewind["to_batch"]))
+            if key not in self.ledger.cancelled_rewinds():
+                keys.add(key)
+        return sorted(keys)
+
+    @staticmethod
+    def _start_marker(k: BatchPlan) -> BatchPlan | None:
+        return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
+
+    # -- stage -----------------------------------------------------------------------
+    def check_stage(self, batch_id: int) -> BatchPlan | None:
+        """The stage task's check before it starts the job: the pipeline's file must say what
+        batch ``batch_id``'s plan recorded (``config.CONTRACT``), since the job is built from the
+        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
+        committed, only under the configuration that planned it (the job checks its spec again,
+        verify checks what the job recorded). None when the batch has no plan (the job says so).
+        A batch every table holds (a late stage task, after a recover committed it) is decided, as
+        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
+        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
+        plan = self.ledger.plan(batch_id)
+        if plan is not None:
+            self._check_config(batch_id, self.committed_versions(), plan=plan)
+        return plan
+
+    # -- verify (pre-commit) ---------------------------------------------------------
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
+
+        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
+        t0 = time.time()
+        existing = self.ledger.prepared(batch_id)
+        if existing is not None:
+            if existing.attempt != attempt:
+                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
+                            "will be swept", batch_id, existing.attempt, attempt)
+            return existing
+        plan = self.ledger.plan(batch_id)
+        if plan is None:
+            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        if plan.rewind:
+            # the first batch after a rewind is PREPARED only once every table was restored for it
+            # (so its commit is always possible), or never when the rewind was cancelled
+            self._complete_rewinds()
+        if self.ledger.abandoned(batch_id) is not None:
+            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        self._check_config(batch_id, plan=plan)
+        if self.ledger.aborted_info(batch_id, attempt) is not None:
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
+                               f"be prepared: the next run stages the batch again")
+        summary, adds, totals = verify_attempt(
+            self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
+            lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
+        prepared = PreparedBatch(
+            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
+            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
+            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
+            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
+            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
+            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
+            rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
+        )
+        self._check_replaceable(plan, self._replaces(plan), "verify")
+        if dry_run:
+            return prepared
+        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
+        # verify, a task marked failed) either won first, and then this attempt is never
+        # prepared, or loses, and then it never removes the files that PREPARED names.
+        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
+        if decided["decision"] != "prepare":
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
+                               f"files are being removed); it cannot be prepared: the next run stages the "
+                               f"batch again")
+        if not self.ledger.put_prepared(prepared):
+            winner = self.ledger.prepared(batch_id)
+            if winner is None:
+                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
+            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
+                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
+            return winner
+        faults.crash_point("verify.after_prepared")
+        return prepared
+
+    # -- commit ----------------------------------------------------------------------
+    def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
+        found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
+        if found is None:
+            log.warning("%s: txn says batch %s is committed but its commit info is no longer in the "
+                        "log history (log cleaned up?); fingerprint not checked", participant, batch_id)
+            return -1
+        version, info = found
+        if info.get("eo.fingerprint") != prepared.fingerprint:
+            raise FingerprintMismatch(
+                f"{participant} table {self.layout.table(participant)} version {version} holds batch "
+                f"{batch_id} with file-set fingerprint {info.get('eo.fingerprint')}, but the PREPARED "
+                f"batch has {prepared.fingerprint} (attempt {prepared.attempt}). Another writer "
+                f"committed a different file set for this batch; stop and inspect.")
+        return version
+
+    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        t0 = time.time()
+        plan = self.ledger.plan(batch_id)
+        prepared = self.ledger.prepared(batch_id)
+        if plan is None or prepared is None:
+            raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
+        # a batch every table holds (a late commit task, after a recover or a rewind) is decided:
+        # an edit of a PENDING key since its plan is no reason to refuse (its advice, putting the old
+        # value back, would make the next batches fail against the tables' new columns)
+        self._check_config(batch_id, self.committed_versions(), plan=plan)
+        self._complete_rewinds()
+        # Every participant that does not hold the batch yet is checked before the first Delta
+        # commit: a batch is published in all its tables or in none (a VACUUM that removed the
+        # quarantine's staged files must not leave the sink holding the batch alone).
+        todo = {self.inputs(p): prepared.adds[self.inputs(p)] for p in self.names
+                if self.participants[p].committed_batch(self.app_id) < batch_id}
+        problems = recheck_files(self.layout, self.fs_for, todo)
+        if problems:
+            held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= batch_id]
+            repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
+                      if not held else
+                      f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
+                      f"missing files from a backup (or the table to the version before batch {batch_id} and then "
+                      f"reset-batch)")
+            raise CommitBlocked(f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
+                                f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
+        versions: dict[str, int] = {}
+        done_now = 0
+        replaces = self._replaces(plan)
+        for participant in self.names:
+            part = self.participants[participant]
+            staged = self.inputs(participant)
+            v = part.committed_batch(self.app_id)
+            if v >= batch_id:
+                versions[participant] = self._check_committed(participant, batch_id, prepared)
+                log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
+                         participant, batch_id, versions[participant])
+                continue
+            prev = self._prev_live(batch_id)
+            if v != prev:
+                raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
+                                     f"committed after it (it needs batch {prev})")
+            faults.fail_point("commit.before_delta_commit")
+            faults.crash_point("commit.before_delta_commit")
+            try:
+                versions[participant], replaces = self._commit_replacing(plan, prepared, participant, prev, replaces)
+            except CommitConflict as e:
+                log.info("%s", e)
+                if part.committed_batch(self.app_id) >= batch_id:
+                    versions[participant] = self._check_committed(participant, batch_id, prepared)
+                    log.info("%s: a concurrent committer published batch %s first (same fingerprint)",
+                             participant, batch_id)
+                    continue
+                raise
+            done_now += 1
+            log.info("%s: committed batch %s as Delta version %s (%d staged files)", participant, batch_id,
+                     versions[participant], len(prepared.adds[staged]))
+            if done_now == 1:
+                faults.crash_point("commit.after_first_participant")
+        faults.crash_point("commit.after_delta_commit")
+        rec = self._write_committed(batch_id, recovered, versions, time.time() - t0)
+        try:  # the batch is decided: what its losing and dead attempts left can go now
+            swept = self._sweep_batch(batch_id)
+            if swept:
+                log.info("batch %s: swept %d staged file(s) of other attempts", batch_id, len(swept))
+        except Exception as e:  # noqa: BLE001 - clean-up only; the next run's sweep retries it
+            log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
+                        "retries", batch_id, e)
+        return rec
+
+    def _commit_replacing(self, plan: BatchPlan, prepared: PreparedBatch, participant: str, prev: int,
+                          replaces: dict[str, Replace] | None) -> tuple[int, dict[str, Replace] | None]:
+        """``participant``'s Delta commit of the batch; (its version, the replaces it used).
+
+        Interval mode: the files the batch replaces were computed before the commit's snapshot. A
+        compaction of the pipeline's own (``make maintain``) that lands in between rewrote some of
+        them: they are computed again (the compaction's record names the new ones) and the commit
+        is built again, up to ``SLICE_RECOMPUTES`` times (then CommitConflict: the task retries).
+        SliceRewritten only when the computation, done again, still names files that are gone:
+        another writer rewrote them."""
+        staged = self.inputs(participant)
+        part = self.participants[participant]
+        for n in range(SLICE_RECOMPUTES + 1):
+            try:
+                v = part.commit(self.app_id, plan.batch_id, prepared.adds[staged],
+                                schema_from_b64(prepared.arrow_schema[staged]),
+                                list(prepared.partition_by.get(staged, [])),
+                                commit_metadata(plan, prepared, participant, compact_offsets(plan)), expected_prev=prev,
+                                replace=(replaces or {}).get(participant))
+                return v, replaces
+            except SliceRewritten as e:
+                fresh = self._replaces(plan)
+                if (fresh or {}).get(participant) == (replaces or {}).get(participant):
+                    held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= plan.batch_id]
+                    raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
+                if n == SLICE_RECOMPUTES:
+                    raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
+                                         f"by a compaction {n + 1} times while it was committed; the commit is "
+                                         f"retried") from e
+                log.info("%s: a compaction rewrote files batch %s replaces after they were computed; computed "
+                         "again, the commit is built again", participant, plan.batch_id)
+                replaces = fresh
+        raise AssertionError("unreachable")
+
+    def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
+                         seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
+        """The ledger's COMMITTED record of a batch every table holds (put-if-absent).
+
+        Its fingerprint is the PREPARED record's, checked against each table's commit info. A
+        batch whose PREPARED record is missing (lost by a crash after the commit started, or a
+        ledger copied without it) is completed from the tables' Delta commit info instead, only
+        when every table holds this pipeline's commit of the batch with one and the same
+        fingerprint; otherwise LedgerMismatch, and nothing is written."""
+        prepared = self.ledger.prepared(batch_id)
+        fingerprint: str | None
+        if prepared is not None:
+            fingerprint = prepared.fingerprint
+            if versions is None:
+                versions = {p: self._check_committed(p, batch_id, prepared) for p in self.names}
+        else:
+            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in self.names}
+            prints = {p: (f[1].get("eo.fingerprint") if f else None) for p, f in found.items()}
+            fingerprint = prints[SINK]
+            if not fingerprint or any(fp != fingerprint for fp in prints.values()):
+                held = "; ".join(
+                    f"the {p} table {self.layout.table(p)} " + (
+                        f"holds it at version {f[0]} (attempt {f[1].get('eo.attempt')}, fingerprint "
+                        f"{f[1].get('eo.fingerprint') or 'none'})" if f else
+                        "holds it without a commit carrying this pipeline's batch metadata in its history "
+                        "(log cleaned up, or another writer)")
+                    for p, f in found.items())
+                staged = ", ".join(self.ledger.attempts(batch_id)) or "none left"
+                raise LedgerMismatch(
+                    f"batch {batch_id} of {self.app_id!r} is committed in every table but its PREPARED record "
+                    f"({self.layout.prepared(batch_id)}) is missing (lost by a crash?), and the tables' Delta "
+                    f"commit info cannot stand in for it: {held}. Nothing was changed. Repair: put the PREPARED "
+                    f"record back from a backup of the ledger, or write it again from the attempt the tables "
+                    f"hold (attempts in the ledger: {staged}): `python -m eobatch.cli verify {self.app_id} "
+                    f"{batch_id} <attempt>`; then run again: recover checks it against every table (a table "
+                    f"holding another file set stops with FingerprintMismatch: inspect its history).")
+            if versions is None:
+                versions = {p: f[0] for p, f in found.items() if f is not None}  # every one (checked above)
+            note = (f"PREPARED record of batch {batch_id} was missing (lost by a crash?); completed from the "
+                    f"Delta commit info (fingerprint {fingerprint}, versions {versions})")
+            log.warning("%s", note)
+            if actions is not None:
+                actions.append(note)
+        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=fingerprint,
+                             delta_versions=versions, committed_at=utcnow(),
+                             commit_seconds=round(seconds, 3), recovered=recovered)
+        if not self.ledger.put_committed(rec):
+            first = self.ledger.committed(batch_id)
+            if first is None:
+                raise ProtocolError(f"batch {batch_id} has no COMMITTED record at {self.layout.committed(batch_id)}, "
+                                    f"though another process wrote it first; run again")
+            rec = first
+        return rec
+
+    def _replaces(self, plan: BatchPlan, hist: History | None = None,
+                  held: int | None = None) -> dict[str, Replace] | None:
+        """Interval mode, per participant: the files this batch's commit removes, named one by
+        one: those its slices' newest committed batches published (``state.replaced_files``)."""
+        if plan.interval is None:
+            return None
+        held = min(self.committed_versions().values()) if held is None else held
+        hist = (hist or self.ledger.history()).bound(held)
+        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
+        # a table of staged files replaces its slices' files, named; a merge table is told the
+        # batch's slices only (an upsert re-applies its rows, running aggregates replace their
+        # partials by slice: the participant says which, keeps_staged_files)
+        return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
+                              slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
+                if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
+                for part in self.names}
+
+    def _current_slice_files(self):
+        """For ``state.replaced_files``: the files holding a slice now, after compactions of it
+        (the participant's ``slice_files``); each table's live files are read once, when needed."""
+        live: dict[str, set[str]] = {}
+
+        def current(batch_id: int, participant: str, slice_: str, published: set[str]) -> set[str]:
+            if participant not in STAGED:
+                return published
+
+            def live_files() -> set[str]:
+                if participant not in live:
+                    live[participant] = self.participants[participant].live_files()
+                return live[participant]
+            return self.participants[participant].slice_files(self, batch_id, slice_, published, live_files)
+        return current
+
+    def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
+        """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""
+        problems = []
+        for part, rep in (replaces or {}).items():
+            missing = rep.paths - self.participants[part].live_files() if rep.paths else set()
+            if missing:
+                problems.append(self.participants[part].rewritten_text(rep, missing, self.app_id))
+        if problems:
+            raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
+
+    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str, held: list[str] | None = None) -> str:
+        what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
+                "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
+        text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
+                f"rewritten ones also hold that interval's records (mixed with other intervals' rows), so "
+                f"publishing it again would publish them twice. Nothing was published. Interval tables must "
+                f"not be compacted by other writers (README, \"Interval mode\"). To publish late files of it, "
+                f"move them into the folder of a later interval (without interval_prefix: touch them, so "
+                f"their time falls in a later interval): that interval's run publishes them; or set "
+                f"`late_files: ignore`. The interval itself cannot be re-run")
+        late = [f for x in plan.late for f in x.get("files", [])]
+        if late:
+            text += f". The late files this batch would have published: {', '.join(late[:20])}"
+        if step == "commit" and held:
+            text += (f". The {', '.join(held)} table already holds batch {plan.batch_id}, so it cannot be planned "
+                     f"again. Repair: undo the other writer's rewrite named above (a Delta RESTORE of that table to the "
+                     f"version before it), then run again")
+        elif step == "commit":
+            text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
+                     f"published nowhere), then as above")
+        return text
+
+    # -- abort -----------------------------------------------------------------------
+    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        """Remove one attempt's staged files, after winning its decision ("abort").
+
+        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
+        (or will be) PREPARED and must be committed; nothing is removed."""
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None and prepared.attempt == attempt:
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                  f"never aborted")
+        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
+        if decided["decision"] != "abort":
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
+                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
+                                  f"and commits it)")
+        removed = []
+        for participant in STAGED:
+            fs = self.fs_for(participant)
+            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
+            for f in list(fs.list_files(folder)):
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        return removed
+
+    # -- abandon (interval mode) -------------------------------------------------------
+    def abandon(self, batch_id: int, reason: str) -> bool:
+        """Give up a batch that was never PREPARED, so later batches can go ahead.
+
+        Only in interval mode: the batch's range is its interval, which can simply run again.
+        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
+        False when the batch was PREPARED first: then it must, and will, be committed.
+        """
+        if self.cfg.mode != "interval":
+            raise ProtocolError("only interval-mode batches can be abandoned")
+        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
+            return True
+        return self.ledger.abandoned(batch_id) is not None
+

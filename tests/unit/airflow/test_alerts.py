@@ -1,0 +1,270 @@
+"""eobatch.airflow.alerts: the ``alerts`` section of a pipeline, the DAG's failure callbacks and deadline
+alert, the backlog age alert, and the mails they send through the SMTP provider's notifier to a
+real SMTP server on loopback (aiosmtpd)."""
+
+from __future__ import annotations
+
+import os
+from unittest import mock
+
+import pytest
+
+from eobatch.airflow import alerts, metrics
+from eobatch.config.loader import AlertsConfig, ConfigError, Notifier, load_pipeline
+from support.smtp_sink import SmtpSink, body
+
+CONN = "eobatch_test_smtp"
+
+
+@pytest.fixture
+def smtp():
+    sink = SmtpSink()
+    with mock.patch.dict(os.environ, sink.env(CONN)):
+        yield sink
+    sink.close()
+
+
+def _alerts(**section):
+    return {"notify": [{"email": ["ops@example.com"], "smtp_conn_id": CONN}], **section}
+
+
+# -- the YAML section ------------------------------------------------------------------------------
+
+
+def test_alerts_load_with_defaults_and_both_kinds_of_notifier(make_cfg):
+    assert make_cfg().alerts == AlertsConfig()  # no section: no notifier, nothing on
+    cfg = make_cfg(alerts={"notify": [
+        {"email": "ops@example.com"},
+        {"email": ["a@example.com", "b@example.com"], "smtp_conn_id": "smtp_ops", "from_email": "etl@example.com"},
+        {"notifier": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", "args": {"to": "c@example.com"}}],
+        "run_deadline_minutes": 30, "backlog_max_age_minutes": 0.5})
+    a = cfg.alerts
+    assert a.notify == (Notifier(email=("ops@example.com",)),
+                        Notifier(email=("a@example.com", "b@example.com"), smtp_conn_id="smtp_ops",
+                                 from_email="etl@example.com"),
+                        Notifier(notifier="airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+                                 args={"to": "c@example.com"}))
+    assert a.on_failure is True and a.run_deadline_minutes == 30.0 and a.backlog_max_age_minutes == 0.5
+
+
+@pytest.mark.parametrize("section, key, words", [
+    ({"on_failure": True}, "alerts.notify", "at least one notifier"),
+    ({"notify": []}, "alerts.notify", "at least one notifier"),
+    ({"notify": [{"email": "not-an-address"}]}, "alerts.notify[0].email", "e-mail address"),
+    ({"notify": [{"email": "a@b.c", "notifier": "x.Y"}]}, "alerts.notify[0]", "either 'email'"),
+    ({"notify": [{"email": "a@b.c", "password": "s3cret"}]}, "alerts.notify[0].password", "unknown key"),
+    ({"notify": [{"email": "a@b.c", "smtp_conn_id": "bad id"}]}, "alerts.notify[0].smtp_conn_id", "connection id"),
+    ({"notify": [{"notifier": "SlackNotifier"}]}, "alerts.notify[0].notifier", "dotted path"),
+    ({"notify": [{"notifier": "a.B", "args": ["x"]}]}, "alerts.notify[0].args", "keyword arguments"),
+    (_alerts(on_failure="yes"), "alerts.on_failure", "true or false"),
+    (_alerts(run_deadline_minutes=0), "alerts.run_deadline_minutes", "positive number"),
+    (_alerts(backlog_max_age_minutes="1h"), "alerts.backlog_max_age_minutes", "positive number"),
+    (_alerts(page_me=True), "alerts.page_me", "unknown key"),
+])
+def test_a_bad_alerts_section_names_the_key(make_cfg, section, key, words):
+    with pytest.raises(ConfigError) as ei:
+        make_cfg(alerts=section)
+    assert ei.value.key == key and words in str(ei.value), str(ei.value)
+
+
+def test_a_kafka_backlog_age_alert_is_refused_with_the_reason(write_yaml, base_cfg):
+    from support.pipeline_yaml import kafka_doc
+
+    doc = kafka_doc(base_cfg)
+    doc["alerts"] = _alerts(backlog_max_age_minutes=10)
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(write_yaml(doc))
+    assert ei.value.key == "alerts.backlog_max_age_minutes" and "not known" in str(ei.value)
+
+
+# -- the DAG ---------------------------------------------------------------------------------------
+
+
+def test_the_dag_carries_failure_callbacks_and_a_deadline_alert(make_cfg):
+    from airflow.sdk import DeadlineReference
+
+    from eobatch.airflow.dag_factory import build_dag
+
+    dag = build_dag(make_cfg(alerts=_alerts(run_deadline_minutes=45)))
+    for task in dag.tasks:
+        assert [type(c) for c in task.on_failure_callback] == [alerts.OnFailure], task.task_id
+    (dl,) = dag.deadline if isinstance(dag.deadline, list) else [dag.deadline]
+    assert dl.reference == DeadlineReference.DAGRUN_QUEUED_AT
+    assert dl.interval.total_seconds() == 45 * 60
+    assert dl.callback.path == "eobatch.airflow.alerts.run_deadline_missed"
+    assert dl.callback.kwargs == {"pipeline_file": dag.tasks[0].pipeline_file}
+
+    quiet = build_dag(make_cfg(alerts=_alerts(on_failure=False)))
+    assert all(not t.on_failure_callback for t in quiet.tasks) and not quiet.deadline
+    plain = build_dag(make_cfg())
+    assert all(not t.on_failure_callback for t in plain.tasks) and not plain.deadline
+
+
+def test_a_notifier_class_that_cannot_be_built_is_an_error_of_its_file_only(write_yaml, base_cfg, tmp_path):
+    from eobatch.airflow.dag_factory import build_all
+
+    good = dict(base_cfg)
+    write_yaml(good, "good.yaml")
+    bad = dict(base_cfg, name="bad", sink={"table": str(tmp_path / "lake" / "bad")},
+               quarantine={"table": str(tmp_path / "lake" / "bad_q")},
+               alerts={"notify": [{"notifier": "eobatch.config.loader.Column"}]})
+    write_yaml(bad, "bad.yaml")
+    dags, errors = build_all(str(tmp_path / "pipelines"))
+    assert set(dags) == {good["name"], good["name"] + "_maintenance"}
+    (msg,) = errors.values()
+    assert "bad.yaml: alerts.notify[0]: cannot build the notifier" in msg and "not an Airflow notifier" in msg
+
+
+# -- the mails -------------------------------------------------------------------------------------
+
+
+class _TI:
+    task_id, run_id, try_number = "stage", "manual__2026-11-23T10:00:00", 2
+    log_url = "http://airflow.example/dags/orders/runs/manual__2026/tasks/stage"
+
+
+def test_a_failed_task_mails_the_error_the_next_step_and_never_evaluates_the_text(make_cfg, smtp):
+    cfg = make_cfg(alerts=_alerts())
+    error = RuntimeError("record {{ 7 * 7 }} <script>alert(1)</script> broke the job")
+    alerts.OnFailure(cfg)({"ti": _TI(), "run_id": _TI.run_id, "exception": error})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == f"[eobatch] orders: stage failed in run {_TI.run_id}"
+    assert mail["X-Rcpt-To"] == "ops@example.com" and mail["From"] == "eobatch@localhost"
+    text = body(mail)
+    assert "RuntimeError: record {{ 7 * 7 }} &lt;script&gt;alert(1)&lt;/script&gt; broke the job" in text
+    assert "49" not in text and "<script>" not in text
+    assert "re-stages the same source range" in text and _TI.log_url in text
+
+
+def test_a_missed_run_deadline_mails_the_run(make_cfg, smtp):
+    cfg = make_cfg(alerts=_alerts(run_deadline_minutes=1.5))
+    run = {"dag_run_id": "scheduled__2026-11-23T09:00:00", "queued_at": "2026-11-23T09:00:01Z",
+           "start_date": "2026-11-23T09:00:03Z", "state": "running"}
+    alerts.run_deadline_missed(cfg.file, context={"dag_run": run, "deadline": {"id": "x"}})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: run scheduled__2026-11-23T09:00:00 not finished after 1.5 min"
+    assert "queued 2026-11-23T09:00:01Z" in body(mail) and "state running" in body(mail)
+
+
+class _State(dict):
+    def set(self, key, value):
+        self[key] = value
+
+    def delete(self, key):
+        del self[key]
+
+
+def test_an_old_backlog_alerts_once_per_limit_and_again_after_it_recovered(make_cfg, smtp):
+    cfg = make_cfg(alerts=_alerts(backlog_max_age_minutes=10))
+    state = _State()
+    old = {"files": 4, "bytes": 900, "records": None, "oldest_unpublished_age_s": 11 * 60,
+           "oldest_unpublished_at": "2026-11-23T08:49:00Z"}
+    young = dict(old, oldest_unpublished_age_s=9 * 60)
+    t = 1_000_000.0
+    assert not alerts.check_backlog(cfg, young, now=t, state=state)
+    assert alerts.check_backlog(cfg, old, now=t, state=state)
+    assert not alerts.check_backlog(cfg, old, now=t + 9 * 60, state=state)  # told 9 min ago
+    assert alerts.check_backlog(cfg, old, now=t + 10 * 60, state=state)  # still old 10 min later: told again
+    assert not alerts.check_backlog(cfg, young, now=t + 11 * 60, state=state)  # recovered
+    assert state == {}
+    assert alerts.check_backlog(cfg, old, now=t + 12 * 60, state=state)  # aged again: told at once
+    assert not alerts.check_backlog(cfg, dict(old, error="OSError: gone"), now=t + 30 * 60, state=state)
+    mails = smtp.wait_for(lambda m: len(smtp.mails) >= 3, timeout=30)
+    assert len(mails) == 3
+    assert mails[0]["Subject"] == "[eobatch] orders: backlog 11 min old (limit 10 min)"
+    assert "Not planned yet: 4 files, 900 bytes" in body(mails[0])
+    assert not alerts.check_backlog(make_cfg(alerts=_alerts()), old, now=t, state=state)  # no limit set
+
+
+def test_a_notifier_that_fails_is_logged_and_the_others_still_send(make_cfg, smtp, caplog):
+    cfg = make_cfg(alerts={"notify": [{"email": "a@example.com", "smtp_conn_id": "no_such_connection"},
+                                      {"email": "b@example.com", "smtp_conn_id": CONN}]})
+    sent = alerts.send(cfg, alerts.Alert("failure", "orders", "[eobatch] orders: x", ("line",)))
+    assert sent == 1
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["X-Rcpt-To"] == "b@example.com"
+    assert "not sent by SmtpNotifier" in caplog.text
+
+
+def test_a_plan_that_skips_a_forged_parquet_footer_mails_it_and_counts_it(make_cfg, smtp, tmp_path):
+    """A real plan of a parquet pipeline over a pyarrow file whose footer row count was forged: the
+    plan task's after-plan step mails the file and the reason, and the counter goes through
+    Airflow's StatsD client."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eobatch.airflow.operators import _after_plan
+    from eobatch.core.protocol import Protocol
+    from support.parquet_forge import forge_rows
+    from support.statsd_sink import received_by_statsd
+
+    cfg = make_cfg(alerts=_alerts(), source={"kind": "parquet", "path": str(tmp_path / "landing")})
+    bad, good = tmp_path / "landing" / "a.parquet", tmp_path / "landing" / "b.parquet"
+    for f in (bad, good):
+        pq.write_table(pa.table({"order_id": ["x", "y"]}), f)
+    forge_rows(bad, -1)
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert plan.rows_in == 2 and [f["path"] for f in proto.last_skipped] == [str(bad)]
+    _after_plan(proto, {})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
+    assert f"skipped {bad}" in body(mail) and "negative row count (-1" in body(mail)
+    code = f"from eobatch.airflow import metrics; metrics.send(metrics.skipped_metrics('orders', {proto.last_skipped!r}))"
+    assert {"airflow.eobatch.orders.landing_skipped:1|g"} <= received_by_statsd(
+        tmp_path, code, {"airflow.eobatch.orders.landing_skipped:1|g"})
+
+
+def test_skipped_landing_inputs_alert_once_each_while_they_stay_skipped(make_cfg, smtp):
+    from eobatch.sources.files import FilesSource
+
+    cfg = make_cfg(alerts=_alerts())
+    landing = cfg.source.path
+    with open(os.path.join(os.fsencode(landing), b"bad-\xff.jsonl"), "wb") as f:
+        f.write(b"{}\n")
+    src = FilesSource(cfg)
+    src.next_range([], 100)
+    state = _State()
+    assert alerts.check_skipped(cfg, src.skipped, state=state)
+    assert not alerts.check_skipped(cfg, src.skipped, state=state)  # the same input: told once
+    assert not alerts.check_skipped(cfg, [], state=state) and state == {}  # renamed: forgotten
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == "[eobatch] orders: 1 landing input(s) skipped"
+    assert "bad-\\xff.jsonl" in body(mail) and "not UTF-8" in body(mail)
+    assert metrics.skipped_metrics("orders", src.skipped) == [metrics.Metric("gauge", "eobatch.orders.landing_skipped", 1)]
+
+
+def test_a_mail_holds_no_secret_airflow_masks_nor_the_password_of_a_malformed_uri(make_cfg, smtp, caplog):
+    """An error quoting a connection: a value registered with Airflow's secrets masker, and URIs
+    whose passwords no parser registered (unencoded "/" and "@": Airflow could not read them)."""
+    from airflow.sdk.log import mask_secret
+
+    mask_secret("tok-9f8e7d6c5b4a")
+    cfg = make_cfg(alerts=_alerts())
+    error = RuntimeError("sasl token tok-9f8e7d6c5b4a refused by kafka://svc:pa/ss@w0rd@broker:9x/ "
+                         "(fallback smtp://ops:hunter2!@mail:25)")
+    alerts.OnFailure(cfg)({"ti": _TI(), "run_id": "run tok-9f8e7d6c5b4a", "exception": error})
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    text = mail.as_string() + body(mail)
+    for secret in ("tok-9f8e7d6c5b4a", "pa/ss", "w0rd", "hunter2"):
+        assert secret not in text and secret not in caplog.text, secret
+    assert "kafka://svc:***@broker:9x/" in body(mail) and "smtp://ops:***@mail:25" in body(mail)
+
+
+def test_a_connection_that_cannot_be_read_never_quotes_its_password():
+    from eobatch.errors import TerminalError
+    from eobatch.storage import credentials as connections
+
+    def reader(conn_id):
+        raise ValueError(f"Invalid connection string: kafka://svc:pa/ss@w0rd@broker:9x/ ({conn_id})")
+
+    connections.register(reader)
+    try:
+        with pytest.raises(TerminalError) as e:
+            connections.extra("kafka_prod")
+    finally:
+        from eobatch.airflow import connections as airflow_conn
+
+        connections.register(airflow_conn.connection_extra, airflow_conn.redact)
+    assert "pa/ss" not in str(e.value) and "w0rd" not in str(e.value) and e.value.__cause__ is None
+    assert "'kafka_prod' cannot be read" in str(e.value) and "kafka://svc:***@broker" in str(e.value)

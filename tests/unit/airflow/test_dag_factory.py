@@ -1,0 +1,42 @@
+"""eobatch.airflow.dag_factory: the tasks that can commit a batch declare the pipeline's asset alias."""
+
+from __future__ import annotations
+
+from eobatch.airflow.assets import asset_uri
+from eobatch.airflow.dag_factory import build_dag
+
+
+def test_recover_and_commit_declare_the_alias_and_no_other_task_an_outlet(make_cfg):
+    from airflow.sdk import Asset, AssetAlias
+
+    cfg = make_cfg()
+    dag = build_dag(cfg)
+    outlets = {t.task_id: t.outlets for t in dag.tasks if t.outlets}
+    assert set(outlets) == {"recover", "commit"}
+    for declared in outlets.values():
+        assert declared == [AssetAlias("eobatch-orders")]
+        assert not any(isinstance(o, Asset) for o in declared)  # a static Asset emits on every success
+    assert asset_uri(cfg.sink_table) in (dag.doc_md or "")
+
+
+def test_recover_retries_as_the_commit_does(make_cfg):
+    """Recover finishes a PREPARED batch's commit: a lost race with maintenance or a store that is
+    down is retried there as in the commit task, not a failed run."""
+    dag = build_dag(make_cfg())
+    recover, commit = dag.get_task("recover"), dag.get_task("commit")
+    assert recover.retries == commit.retries == 8
+    for attr in ("retry_exponential_backoff", "max_retry_delay", "retry_delay"):
+        assert getattr(recover, attr) == getattr(commit, attr), attr
+    assert dag.get_task("verify").retries == 0 and dag.get_task("abort").retries == 0
+
+
+def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
+    cont = build_dag(make_cfg()).params
+    assert list(cont.keys()) == ["max_records_per_batch", "dry_run", "rewind_to_batch", "confirm_rewind", "accept_loss"]
+    for key in cont.keys():
+        schema = cont.get_param(key).schema
+        assert schema.get("title") and schema.get("section") and cont.get_param(key).description, key
+    assert cont.get_param("confirm_rewind").schema["section"] == cont.get_param("rewind_to_batch").schema["section"]
+    assert cont["confirm_rewind"] is False and cont["rewind_to_batch"] is None
+    interval = build_dag(by_prefix).params
+    assert list(interval.keys()) == ["max_records_per_batch", "dry_run"]

@@ -1,0 +1,86 @@
+"""eobatch.core.backlog: what a pipeline has not published yet, read like the planner reads it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from eobatch.core.backlog import backlog
+from eobatch.core.protocol import Protocol
+from support.pyarrow_stager import stage
+
+T = 1_700_000_000  # seconds
+
+
+def land(cfg, name: str, n: int, mtime: int) -> None:
+    path = os.path.join(cfg.source.path, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.writelines(json.dumps({"order_id": f"{name}-{i}"}) + "\n" for i in range(n))
+    os.utime(path, (mtime, mtime))
+
+
+def commit_next(proto: Protocol) -> None:
+    proto.recover()
+    plan, _ = proto.plan()
+    assert plan is not None
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+
+
+def test_files_not_yet_planned_and_the_oldest_unpublished(make_cfg, tmp_path):
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 5})
+    proto = Protocol(cfg)
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["bytes"], b["records"], b["unpublished"], b["error"]) == (0, 0, 0, False, None)
+    land(cfg, "a.jsonl", 5, T - 600)
+    land(cfg, "sub/b.jsonl", 3, T - 60)
+    land(cfg, "_c.jsonl.tmp", 9, T - 6000)  # not renamed into place: never read, not backlog
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["records"], b["unpublished"]) == (2, 8, True)
+    assert b["bytes"] == sum(os.path.getsize(os.path.join(cfg.source.path, n)) for n in ("a.jsonl", "sub/b.jsonl"))
+    assert b["oldest_unpublished_age_s"] == 600.0
+    # a planned batch not yet committed is still unpublished: its files count for the age
+    proto.recover()
+    plan, _ = proto.plan()
+    assert plan is not None and [f["path"].rsplit("/", 1)[-1] for f in plan.range["files"]] == ["a.jsonl"]
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["records"], b["oldest_unpublished_age_s"]) == (1, 3, 600.0)
+    attempt = stage(proto, plan.batch_id)
+    proto.verify(plan.batch_id, attempt)
+    proto.commit(plan.batch_id)
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["oldest_unpublished_age_s"]) == (1, 60.0)
+    commit_next(proto)
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["records"], b["unpublished"], b["oldest_unpublished_age_s"]) == (0, 0, False, None)
+
+
+def test_records_are_not_counted_past_the_byte_budget(make_cfg, tmp_path):
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})
+    land(cfg, "a.jsonl", 50, T)
+    b = backlog(Protocol(cfg), count_bytes_limit=100)
+    assert b["files"] == 1 and b["records"] is None
+    assert any("records not counted" in n for n in b["notes"])
+
+
+def test_an_unreadable_source_is_reported_not_raised(make_cfg, tmp_path):
+    cfg = make_cfg(source={"kind": "kafka", "bootstrap_servers": "127.0.0.1:1", "topic": "t",
+                           "max_records_per_batch": 10})
+    b = backlog(Protocol(cfg), kafka_timeout=0.5)
+    assert b["kind"] == "kafka" and b["error"] and "KafkaUnavailable" in b["error"]
+
+
+def test_the_plan_tasks_backlog_lists_only_and_reads_no_pending_file(make_cfg, tmp_path):
+    """What the plan task sends as metrics after every plan: files and bytes from the listing; a
+    pending Parquet file's footer is not read (it would be, for each pending file, on every plan)."""
+    cfg = make_cfg(source={"kind": "parquet", "path": str(tmp_path / "landing")})
+    os.makedirs(cfg.source.path, exist_ok=True)
+    with open(os.path.join(cfg.source.path, "a.parquet"), "wb") as f:
+        f.write(b"not parquet at all")  # reading its footer fails: only a read would notice
+    counted = backlog(Protocol(cfg))
+    assert counted["records"] is None and any("records not counted: " in n for n in counted["notes"])
+    listed = backlog(Protocol(cfg), count_records=False)
+    assert (listed["files"], listed["bytes"], listed["records"], listed["error"]) == (1, 18, None, None)
+    assert listed["notes"][0] == "records not counted (not asked)"

@@ -1,0 +1,198 @@
+"""eobatch.core.formats: the ledger's records and their JSON, the layout and the ids that become paths,
+fingerprints, commit metadata, partition values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eobatch.core.formats import (
+    BatchPlan,
+    CommittedBatch,
+    InvalidId,
+    Layout,
+    PartitionManifest,
+    PreparedBatch,
+    StagedFile,
+    StageSummary,
+    bid,
+    check_attempt,
+    check_batch_id,
+    commit_metadata,
+    fingerprint_of,
+)
+from support.records import plan_record as _plan
+from support.records import prepared_record as _prepared
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def test_batch_plan_roundtrip():
+    plan = _plan(notes=["changed /landing/x.jsonl after ..."])
+    data = plan.to_json()
+    assert isinstance(data, bytes)
+    d = json.loads(data)
+    assert d["format"] == 1 and d["batch_id"] == 1 and d["range"]["files"][0]["path"] == "/landing/a.jsonl"
+    assert BatchPlan.from_json(data) == plan
+    assert BatchPlan.from_json(data.decode()) == plan
+
+
+def test_prepared_batch_roundtrip():
+    p = _prepared()
+    assert PreparedBatch.from_json(p.to_json()) == p
+
+
+@pytest.mark.parametrize("record", [
+    CommittedBatch(pipeline="orders", batch_id=3, fingerprint="ab", delta_versions={"sink": 4, "quarantine": 2},
+                   committed_at="t", commit_seconds=0.1, recovered=True),
+    StagedFile(path="eo_batches/b1/a/x.parquet", size=1, rows=1, partition_values={"day": "2024-01-01"}),
+    PartitionManifest(batch_id=1, attempt="a", participant="sink", partition=0, task_attempt=0, rows=1,
+                      files=[{"path": "p", "size": 1, "rows": 1}]),
+    StageSummary(batch_id=1, attempt="a", rows_in=2, rows_valid=1, rows_quarantined=1, row_preserving=True,
+                 partitions={"sink": 1, "quarantine": 1}, manifests={"sink": [], "quarantine": []},
+                 arrow_schema={}, partition_by={}, stage_seconds=1.0),
+])
+def test_other_records_roundtrip(record):
+    assert type(record).from_json(record.to_json()) == record
+
+
+def test_from_json_ignores_unknown_keys():
+    d = json.loads(_plan().to_json())
+    d["added_in_format_2"] = {"x": 1}
+    d["another"] = None
+    assert BatchPlan.from_json(json.dumps(d)) == _plan()
+    d = json.loads(_prepared().to_json())
+    d["zzz"] = 1
+    assert PreparedBatch.from_json(json.dumps(d).encode()) == _prepared()
+
+
+def test_from_json_of_older_record_uses_defaults():
+    d = json.loads(_plan().to_json())
+    for k in ("notes", "plan_seconds", "format"):
+        d.pop(k)
+    p = BatchPlan.from_json(json.dumps(d))
+    assert p.notes == [] and p.plan_seconds == 0.0 and p.format == 1
+
+
+def test_commit_metadata():
+    plan, prepared = _plan(), _prepared()
+    offsets = [["/landing/a.jsonl", 10, 1000], ["/landing/b.jsonl", 20, 2000]]
+    md = commit_metadata(plan, prepared, "sink", offsets)
+    assert md["eo.pipeline"] == "orders" and md["eo.batchId"] == "1" and md["eo.attempt"] == "a1"
+    assert md["eo.participant"] == "sink" and md["eo.fingerprint"] == prepared.fingerprint
+    assert json.loads(md["eo.offsets"]) == offsets
+    assert json.loads(md["eo.rows"]) == {"in": 5, "published": 4, "quarantined": 1}
+    assert all(isinstance(v, str) for v in md.values())
+
+
+# -- fingerprint_of ------------------------------------------------------------------------------
+
+
+def test_fingerprint_of_is_order_independent():
+    a = {"path": "eo_batches/b1/t/a.parquet", "size": 10, "stats": "x"}
+    b = {"path": "eo_batches/b1/t/b.parquet", "size": 20}
+    q = {"path": "eo_batches/b1/t/q.parquet", "size": 5}
+    fp = fingerprint_of({"sink": [a, b], "quarantine": [q]})
+    assert fingerprint_of({"quarantine": [q], "sink": [b, a]}) == fp
+    assert len(fp) == 64
+    # only participant, path and size count
+    assert fingerprint_of({"sink": [dict(a, stats="other", modification_time=9), b], "quarantine": [q]}) == fp
+
+
+def test_fingerprint_of_changes_with_size_path_or_participant():
+    a = {"path": "x/a.parquet", "size": 10}
+    fp = fingerprint_of({"sink": [a]})
+    assert fingerprint_of({"sink": [dict(a, size=11)]}) != fp
+    assert fingerprint_of({"sink": [dict(a, path="x/b.parquet")]}) != fp
+    assert fingerprint_of({"quarantine": [a]}) != fp
+    assert fingerprint_of({"sink": [a, {"path": "x/c.parquet", "size": 1}]}) != fp
+    assert fingerprint_of({"sink": []}) == fingerprint_of({})
+
+
+# -- layout ------------------------------------------------------------------------------------
+
+
+def test_layout_paths():
+    lay = Layout("/lake/orders", "/lake/orders_q")
+    assert bid(7) == "0000000007"
+    assert lay.ledger == "/lake/orders/_eo_ledger"
+    assert lay.plan(7) == "/lake/orders/_eo_ledger/plans/0000000007.json"
+    assert lay.plans_dir() == "/lake/orders/_eo_ledger/plans"
+    assert lay.prepared(7) == "/lake/orders/_eo_ledger/prepared/0000000007.json"
+    assert lay.committed(7) == "/lake/orders/_eo_ledger/committed/0000000007.json"
+    assert lay.attempts_dir(7) == "/lake/orders/_eo_ledger/attempts/0000000007"
+    assert lay.attempt_dir(7, "t1-abc") == "/lake/orders/_eo_ledger/attempts/0000000007/t1-abc"
+    assert lay.stage_summary(7, "t1-abc") == "/lake/orders/_eo_ledger/attempts/0000000007/t1-abc/stage.json"
+    assert lay.aborted(7, "t1-abc") == "/lake/orders/_eo_ledger/attempts/0000000007/t1-abc/aborted.json"
+    assert lay.manifest(7, "t1-abc", "sink", 3) == \
+        "/lake/orders/_eo_ledger/attempts/0000000007/t1-abc/manifests/sink/part-00003.json"
+    assert lay.attempt_staging_rel(7, "t1-abc") == "eo_batches/b0000000007/t1-abc"
+    assert lay.batch_staging_rel(7) == "eo_batches/b0000000007"
+    assert lay.staging_root("sink") == "/lake/orders/eo_batches"
+    assert lay.staging_root("quarantine") == "/lake/orders_q/eo_batches"
+    assert lay.table("sink") == "/lake/orders" and lay.table("quarantine") == "/lake/orders_q"
+
+
+def test_layout_of_s3_tables_and_trailing_slash():
+    lay = Layout("s3a://bucket/lake/orders/", "s3a://bucket/lake/q")
+    assert lay.plan(1) == "s3a://bucket/lake/orders/_eo_ledger/plans/0000000001.json"
+
+
+# -- ids: attempt and batch ids are checked by one function wherever they become paths ------------
+
+
+BAD_ATTEMPTS = ["../../..", "..", "a/b", "", ".hidden", "a b", "x" * 65, None, 7, "a\x00b", "t1-abc/../../x"]
+
+
+@pytest.mark.parametrize("attempt", BAD_ATTEMPTS)
+def test_attempt_ids_are_checked_wherever_they_become_paths(attempt):
+    lay = Layout("/lake/t", "/lake/q")
+    with pytest.raises(InvalidId):
+        check_attempt(attempt)
+    for build in (lay.attempt_dir, lay.attempt_staging_rel, lay.stage_summary, lay.decision):
+        with pytest.raises(InvalidId):
+            build(1, attempt)
+
+
+@pytest.mark.parametrize("batch_id", [0, -1, True, "1", 1.0, None, 10**10])
+def test_batch_ids_are_positive_integers(batch_id):
+    with pytest.raises(InvalidId):
+        check_batch_id(batch_id)
+
+
+# -- partition values ------------------------------------------------------------------------
+
+
+def test_partition_values_are_spelled_one_way_for_adds_and_removes():
+    """The stage job's adds and the commit's removes use one spelling (the Delta protocol's)."""
+    import datetime as dt
+
+    from eobatch.core.formats import partition_text
+
+    assert partition_text(None) is None
+    assert [partition_text(True), partition_text(False)] == ["true", "false"]
+    assert partition_text(dt.date(2026, 1, 2)) == "2026-01-02"
+    assert partition_text(dt.datetime(2026, 1, 2, 3, 4, 5)) == "2026-01-02 03:04:05.000000"
+    assert partition_text(dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))) == \
+        "2026-01-02 03:04:05.000000"
+    assert [partition_text(7), partition_text("a/b")] == ["7", "a/b"]
+
+
+def test_a_partition_value_is_one_folder_of_safe_characters_within_the_bound():
+    """``formats.partition_segment``: the one definition of a partition value's folder."""
+    from eobatch.core.formats import PARTITION_SEGMENT_MAX_BYTES, partition_path, partition_segment
+
+    assert partition_segment("c", "c7") == "c=c7"
+    assert partition_segment("c", None) == "c=__HIVE_DEFAULT_PARTITION__"
+    assert partition_segment("c", "a/b") == "c=a~2Fb" and partition_segment("c", "..") == "c=.."
+    assert partition_segment("c", "x=y%z \x00~") == "c=x~3Dy~25z~20~00~7E"
+    assert partition_segment("c", "é") == "c=~C3~A9"
+    assert partition_path(["a", "b"], [True, 3]) == "a=true/b=3" and partition_path([], []) == ""
+    assert len(partition_segment("c", "y" * 198)) == PARTITION_SEGMENT_MAX_BYTES  # the longest kept whole
+    # longer: a prefix that never splits an escape, and a digest of the whole value
+    for v in ("y" * 199, "é" * 150, "x" * 5000, "é" * 66 + "x" * 80):
+        seg = partition_segment("c", v)
+        assert len(seg) <= PARTITION_SEGMENT_MAX_BYTES and "~h" in seg, seg
+        assert all(part[:2].isalnum() and part[:2].upper() == part[:2] for part in seg.split("~")[1:-1])
+    assert partition_segment("c", "é" * 150) != partition_segment("c", "é" * 151)

@@ -1,0 +1,106 @@
+"""The stage driver's Java options: the collector unless one is chosen already, and the class-data
+archive only when the archive of this pyspark and Java exists, after the options already there
+(the platform's spark-defaults.conf included), never over a pipeline's or platform's own."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from eobatch.job import driver_jvm, launch
+from eobatch.job.driver_jvm import COLLECTOR, JAVA_OPTIONS, archive_path, java_options, platform_java_options
+
+
+def _archive(cache) -> str:
+    path = archive_path(str(cache))
+    assert path is not None and path.startswith(str(cache))
+    open(path, "wb").close()
+    return path
+
+
+def test_no_archive_no_archive_option(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    conf = {"spark.ui.enabled": "false"}
+    assert java_options(conf, str(tmp_path)) == {**conf, JAVA_OPTIONS: COLLECTOR}
+
+
+def test_a_collector_chosen_already_is_kept(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    for own in ("-XX:+UseG1GC", "-Da=b -XX:+UseZGC -Xlog:gc", "-XX:+UseParallelGC"):
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: own}
+    for not_one in ("-XX:-UseParallelGC", "-XX:+UseGCOverheadLimit", "-XX:+UseStringDeduplication"):
+        assert java_options({JAVA_OPTIONS: not_one}, str(tmp_path)) == {JAVA_OPTIONS: f"{not_one} {COLLECTOR}"}
+
+
+def test_the_archive_goes_after_the_options_there(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    path = _archive(tmp_path)
+    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == f"{COLLECTOR} -XX:SharedArchiveFile={path}"
+    got = java_options({JAVA_OPTIONS: "-Dx=1"}, str(tmp_path))
+    assert got[JAVA_OPTIONS] == f"-Dx=1 {COLLECTOR} -XX:SharedArchiveFile={path}"
+
+
+def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
+    conf_dir = tmp_path / "conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text(
+        "# platform\nspark.master  local[2]\nspark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf_dir))
+    assert platform_java_options() == "-Djava.security.krb5.conf=/etc/krb5.conf -Da=b"
+    for line in ("spark.driver.extraJavaOptions=-Da=b -Dc=d", "spark.driver.extraJavaOptions\t-Da=b -Dc=d",
+                 "  spark.driver.extraJavaOptions : -Da=b -Dc=d  "):  # the forms of a properties file
+        (conf_dir / "spark-defaults.conf").write_text(f"# spark.driver.extraJavaOptions -Dno=1\n{line}\n")
+        assert platform_java_options() == "-Da=b -Dc=d", line
+    (conf_dir / "spark-defaults.conf").write_text(
+        "spark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
+    path = _archive(tmp_path)
+    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == (
+        f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b {COLLECTOR} -XX:SharedArchiveFile={path}")
+
+
+def test_an_archive_option_of_its_own_is_left_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    _archive(tmp_path)
+    for own in ("-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:ArchiveClassesAtExit=/tmp/new.jsa"):
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: f"{own} {COLLECTOR}"}
+
+
+def test_another_java_has_another_archive(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    ours = _archive(tmp_path)
+    fake = tmp_path / "jdk" / "bin" / "java"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
+    assert archive_path(str(tmp_path)) != ours
+    assert java_options({}, str(tmp_path)) == {JAVA_OPTIONS: COLLECTOR}  # no archive was built for that java
+
+
+def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path, monkeypatch):
+    """spark_submit_argv (the stage operator's conf) gets the option; spark_conf, the --conf set
+    the benchmark's peers run with, does not."""
+    from support.harness import write_pipeline
+
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
+    os.makedirs(tmp_path / "cache")
+    path = _archive(tmp_path / "cache")
+    cfg = write_pipeline(tmp_path, name="o").cfg
+    argv = launch.spark_submit_argv(cfg, 1, "a1")
+    assert f"{JAVA_OPTIONS}={COLLECTOR} -XX:SharedArchiveFile={path}" in argv
+    assert JAVA_OPTIONS not in launch.spark_conf(cfg)
+    assert driver_jvm.archive_path() == path
+
+
+def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    _archive(tmp_path)
+
+    def missing(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    assert archive_path(str(tmp_path)) is None
+    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b", JAVA_OPTIONS: COLLECTOR}

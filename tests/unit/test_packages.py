@@ -1,0 +1,123 @@
+"""The packages of eobatch and what each may import, as their ``__init__`` docstrings say: every
+import statement of every module (module level, in a function, under ``if TYPE_CHECKING:``) is
+checked, so that a new edge the wrong way fails here and not in a Spark job or at DAG parse time.
+
+* ``core``: the protocol; no Airflow, no pyspark; nothing of ``airflow/``, ``job/``, ``ui/``, the CLI.
+* ``config``: the pipeline file; nothing of ``core/``, ``storage/``,
+  ``airflow/``, ``job/``, ``ui/``, the CLI; its ``__init__`` imports nothing.
+* ``storage``: files and credentials; nothing of ``core/``, ``config/``,
+  the kinds, ``airflow/``, ``job/``, ``ui/``, the CLI.
+* ``job``: builds and launches the Spark job; no Airflow, no pyspark; nothing of ``airflow/``,
+  ``ui/``, the CLI.
+* ``sources``, ``sinks``: the kinds; no Airflow; nothing of ``airflow/``, ``ui/``, the CLI, and of
+  ``job/`` only ``job.jvm`` (the Spark side's JVM classes).
+* ``airflow``: anything but ``ui/`` and the CLI.
+* ``errors`` (a module: the exception types every layer raises): nothing of eobatch.
+* Nowhere in eobatch a module-level pyspark import (the Airflow side imports these modules).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE = REPO / "plugins" / "eobatch"
+
+AIRFLOW = ("airflow",)  # Apache Airflow
+UP = ("eobatch.airflow", "eobatch.ui", "eobatch.cli")
+# package -> (names it must not import, exceptions: names it may import although a rule above covers them)
+RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "core": (AIRFLOW + ("pyspark", "eobatch.job") + UP, ()),
+    "config": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.storage", "eobatch.job") + UP, ()),
+    "storage": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.config", "eobatch.sources", "eobatch.sinks",
+                           "eobatch.job") + UP, ()),
+    "job": (AIRFLOW + ("pyspark",) + UP, ()),
+    "sources": (AIRFLOW + ("eobatch.job",) + UP, ("eobatch.job.jvm",)),
+    "sinks": (AIRFLOW + ("eobatch.job",) + UP, ("eobatch.job.jvm",)),
+    "airflow": (("pyspark", "eobatch.ui", "eobatch.cli"), ()),
+}
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(REPO / "plugins").with_suffix("").parts).removesuffix(".__init__")
+
+
+def imports(path: Path) -> list[tuple[str, int, bool]]:
+    """(absolute module name, line, at module level) of each import statement of ``path``: ``from x
+    import y`` gives x and x.y (y may be a submodule)."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    out: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, top) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = package.split(".")
+                    anchor = ".".join(parts[: len(parts) - child.level + 1])
+                    base = f"{anchor}.{base}" if base else anchor
+                out.append((base, child.lineno, top))
+                out.extend((f"{base}.{a.name}", child.lineno, top) for a in child.names)
+            visit(child, top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(path.read_text(), str(path)), True)
+    return out
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def violations(path: Path) -> list[str]:
+    rel = path.relative_to(PACKAGE)
+    found = []
+    for name, line, top in imports(path):
+        where = f"{path.relative_to(REPO)}:{line}"
+        if name.split(".")[0] == "pyspark" and top:
+            found.append(f"{where}: {name} at module level")
+        if len(rel.parts) > 1 and rel.parts[0] in RULES:
+            forbidden, allowed = RULES[rel.parts[0]]
+            if _under(name, forbidden) and not _under(name, allowed):
+                found.append(f"{where}: {rel.parts[0]}/ imports {name}")
+    return found
+
+
+def test_the_error_types_import_nothing_of_eobatch():
+    """Every layer raises them (config and storage included, which import nothing of core)."""
+    assert [n for n, _line, _top in imports(PACKAGE / "errors.py") if n.split(".")[0] == "eobatch"] == []
+
+
+def _modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def test_every_package_imports_only_what_its_docstring_allows():
+    assert set(RULES) <= {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    found = [v for p in _modules() for v in violations(p)]
+    assert found == [], "an import the package's rules forbid (see its __init__ docstring)"
+
+
+def test_the_check_finds_a_forbidden_import_in_a_function(tmp_path):
+    probe = PACKAGE / "core" / "_probe_forbidden.py"
+    probe.write_text("def f():\n    from ..airflow import operators\n    import pyspark\n    return operators\n"
+                     "import pyspark.sql\n")
+    try:
+        assert violations(probe) == ["plugins/eobatch/core/_probe_forbidden.py:2: core/ imports eobatch.airflow",
+                                     "plugins/eobatch/core/_probe_forbidden.py:2: core/ imports eobatch.airflow.operators",
+                                     "plugins/eobatch/core/_probe_forbidden.py:3: core/ imports pyspark",
+                                     "plugins/eobatch/core/_probe_forbidden.py:5: pyspark.sql at module level",
+                                     "plugins/eobatch/core/_probe_forbidden.py:5: core/ imports pyspark.sql"]
+    finally:
+        probe.unlink()
+
+
+def test_each_package_says_what_it_may_import_and_the_config_package_imports_nothing():
+    for name in RULES:
+        doc = ast.get_docstring(ast.parse((PACKAGE / name / "__init__.py").read_text())) or ""
+        assert "May import" in doc and "Must not import" in doc, name
+    tree = ast.parse((PACKAGE / "config" / "__init__.py").read_text())
+    assert [type(n) for n in tree.body] == [ast.Expr], "config/__init__.py is a docstring only (the Spark job loads it)"
