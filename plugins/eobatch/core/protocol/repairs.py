@@ -204,14 +204,12 @@ class Repairs:
                 if found is None:
                     continue
                 rec = found
-                tag = f"{self.app_id}:{rec.key}"
-                # the restore's own txn says it was done (a rewind restored before restores carried
-                # it is looked for in the table's history instead)
-                if part.rolled_back(rewind_mark(self.app_id, rec.key)) or part.find_commit("eo.rewind", tag) is not None:
+                if self._restored_for(part, rec):
                     continue
                 try:
-                    v = part.roll_back(rec.restore_versions[p], {"eo.pipeline": self.app_id, "eo.rewind": tag},
-                                     rewind_mark(self.app_id, rec.key))
+                    v = part.roll_back(rec.restore_versions[p], {"eo.pipeline": self.app_id,
+                                                                 "eo.rewind": f"{self.app_id}:{rec.key}"},
+                                       rewind_mark(self.app_id, rec.key))
                 except Exception as e:  # noqa: BLE001 - a Delta error: cancel, or say what it blocks
                     why = self._cancel_rewind(rec, p, e)
                     if why is not None:
@@ -229,6 +227,12 @@ class Repairs:
                 faults.crash_point("rewind.after_first_restore")
         return done
 
+    def _restored_for(self, part: Participant, rec: RewindRecord) -> bool:
+        """Was ``part``'s table restored for the rewind ``rec``? The restore's own txn says so (a
+        rewind restored before restores carried it is looked for in the table's history instead)."""
+        return part.rolled_back(rewind_mark(self.app_id, rec.key)) or \
+            part.find_commit("eo.rewind", f"{self.app_id}:{rec.key}") is not None
+
     def _cancel_rewind(self, rec: RewindRecord, table: str, error: Exception) -> str | None:
         """Cancel the rewind ``rec`` whose RESTORE of ``table`` failed with ``error``, when it can
         never happen: files of the version it restores ``table`` to are gone (another tool's VACUUM
@@ -239,9 +243,7 @@ class Repairs:
         would have undone, as if it had never been asked. Returns what was done, or None when the
         rewind cannot be cancelled (the caller stops with the repair)."""
         missing = self.participants[table].missing_files_at(rec.restore_versions[table], self.fs_for(table))
-        mark, tag = rewind_mark(self.app_id, rec.key), f"{self.app_id}:{rec.key}"
-        restored = [p for p in self.names if self.participants[p].rolled_back(mark)
-                    or self.participants[p].find_commit("eo.rewind", tag) is not None]
+        restored = [p for p in self.names if self._restored_for(self.participants[p], rec)]
         if not missing or restored:
             return None
         reserved = rec.after_batch + 1
