@@ -22,6 +22,14 @@ if _JIT and "JAVA_TOOL_OPTIONS" not in os.environ:
     os.environ["JAVA_TOOL_OPTIONS"] = _JIT
 
 
+def pytest_collection_modifyitems(config, items):
+    """The long files first (integration, then the model-based tests), the many short unit files
+    after: `make test`'s workers (one file each at a time) then finish together instead of one
+    of them running the last long file alone. Order within a file is kept."""
+    rank = {"integration": 0, "model": 1}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).parent.name, 2))
+
+
 @pytest.fixture
 def pipeline(tmp_path) -> Pipeline:
     return write_pipeline(tmp_path)
