@@ -45,10 +45,11 @@ import hashlib
 import json
 import re
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.lines import RAW_CHARS
 from ..errors import UsageError
+from ..sources import kind_for
 from ..storage.fs import LinkRefused, join, link_refused, storage_for
 from . import faults
 from .formats import bid
@@ -56,6 +57,9 @@ from .protocol.state import undoing
 
 REPLAY_DIR = "replay"
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
+if TYPE_CHECKING:
+    from ..config.loader import PipelineConfig
+
 RECORD_NAME = re.compile(r"(\d{10})\.json")
 
 
@@ -132,18 +136,18 @@ def void_files(proto, rewinds: list) -> dict[str, str]:
     return {r["file"]: void_text(r, by) for r, by in live(every_replay(proto, strict=False), rewinds)[1]}
 
 
-def _replayable(cfg) -> bool:
-    return cfg.source.kind == "files" and cfg.mode == "continuous" and getattr(cfg.source, "path", None) is not None
+def _replayable(cfg: PipelineConfig) -> bool:
+    return kind_for(cfg.source.kind).replayable and cfg.mode == "continuous" and cfg.source.path is not None
 
 
-def _check_source(cfg) -> None:
-    if cfg.source.kind == "kafka" or getattr(cfg.source, "path", None) is None:
+def _check_source(cfg: PipelineConfig) -> None:
+    if cfg.source.path is None:  # nothing a replay could land in (a Kafka topic)
         raise UsageError(f"replay writes landing files; pipeline {cfg.name} reads {cfg.source.describe()}: "
                          f"produce the records again upstream instead")
     if cfg.mode == "interval":
         raise UsageError(f"pipeline {cfg.name} is in interval mode: a replayed file must land in the folder of an "
                          f"interval still to run; copy the records there yourself (`make replay` does not guess it)")
-    if cfg.source.kind != "files":
+    if not kind_for(cfg.source.kind).replayable:
         raise UsageError(f"replay writes JSON lines; pipeline {cfg.name} reads {cfg.source.kind} files")
 
 
@@ -210,7 +214,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     already = [k for k in keep if k in taken]
     by = sorted({taken[k] for k in already})
     if mine is None and not earlier:
-        consumed = proto._read_so_far().consumed
+        consumed = proto.read_so_far().consumed
         where = "; ".join(f"{label} as {file}" + (", published by a later batch" if consumed(file) is not None else "")
                           for label, file in by)
         raise UsageError(f"all {len(already)} selected record(s) of {what} were already replayed ({where}); "
@@ -250,7 +254,7 @@ def _write_landing_files(proto, records: list[dict]) -> list[dict]:
     replay's own (its name has a nonce nobody knew before the record), edited or not."""
     root = proto.cfg.source.path
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
-    read = proto._read_so_far()
+    read = proto.read_so_far()
     wrote = []
     for rec in live(records, proto.rewinds_in_effect())[0]:  # never a void one's
         path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"

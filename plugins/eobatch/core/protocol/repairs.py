@@ -52,7 +52,7 @@ class Repairs:
         def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
         def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
                           plan: BatchPlan | None = None) -> None: ...
-        def _read_so_far(self, pending_rewind: RewindRecord | None = None,
+        def read_so_far(self, pending_rewind: RewindRecord | None = None,
                          hist: History | None = None) -> ReadSoFar: ...
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
         def _sink_record(self) -> str | None: ...
@@ -153,7 +153,7 @@ class Repairs:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
         t0 = time.time()
         source = source_for(self.cfg)
-        rng, n, notes = source.next_range(self._read_so_far(pending_rewind=rec),
+        rng, n, notes = source.next_range(self.read_so_far(pending_rewind=rec),
                                           max_records or self.cfg.source.max_records_per_batch)
         if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
             k = self.ledger.plan(rec.to_batch)

@@ -231,7 +231,7 @@ class Protocol(Repairs):
                 lookback = self._lookback(interval["start"], hist)
                 kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
             if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
-                reads = self._read_so_far(hist=hist)
+                reads = self.read_so_far(hist=hist)
                 kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
                       "holder": lambda name: hist.slice_holder(name, held),
                       "first_start_ms": hist.first_interval_start_ms()}
@@ -239,7 +239,7 @@ class Protocol(Repairs):
                                                   earlier=self._last_interval_before(interval["start"], hist), **kw)
         else:
             interval = None
-            rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
+            rng, n, notes = source.next_range(self.read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
         self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
         if rng is None:
@@ -367,7 +367,7 @@ class Protocol(Repairs):
     def _last_interval_before(self, start, hist: History | None = None) -> BatchPlan | None:
         return (hist or self.ledger.history()).last_interval_before(start)
 
-    def _read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
+    def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
         """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
         checkpoint and the plans after it; ``pending_rewind``: a rewind being planned now,
         counted as if recorded."""

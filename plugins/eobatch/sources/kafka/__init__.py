@@ -26,6 +26,7 @@ class KafkaKind:
     position_based = True
     checks_late_files = False
     interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
+    replayable = False  # records are produced again upstream, not landed by a replay
     located_columns = ()
     quarantine_columns = ()
     _accounts = None  # the accumulator of the read in this process (the stage job)

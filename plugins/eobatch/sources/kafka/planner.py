@@ -20,6 +20,7 @@ import logging
 from typing import Any
 
 from ...errors import RetryableError, TerminalError
+from ..base import BacklogAsk
 from .client import as_settings, servers_of, settings
 
 log = logging.getLogger(__name__)
@@ -214,6 +215,28 @@ class KafkaSource:
         if lost:
             rng["lost"] = lost
         return rng, None, notes
+
+    def backlog(self, previous_plans, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
+        """``Planner.backlog``: per partition, the end offset minus where the newest plan stopped
+        (its ``scan`` in interval mode); no age (a record's timestamp is known only by reading it)."""
+        src = self.src
+        offsets = partition_offsets(self.client, src.topic, src.isolation_level, timeout=ask.timeout)
+        prev = previous_plans[-1].range if previous_plans else None
+        parts = {}
+        for p, (low, high) in sorted(offsets.items()):
+            if prev is not None and prev.get("topic") == src.topic:
+                start = int((prev.get("scan") or prev.get("partitions", {})).get(str(p), [0, 0])[1])
+            else:
+                start = low if src.starting_offsets == "earliest" else high
+            parts[str(p)] = max(0, high - max(start, low))
+        notes = [f"records: end offsets of topic {src.topic!r} minus where the newest plan stopped"]
+        pending = (prev or {}).get("pending") or {}
+        if pending:  # interval mode: records read already, kept for intervals that have not run
+            notes.append(f"{sum(c.get('records') or 0 for c in pending.values())} record(s) read for "
+                         f"{len(pending)} interval(s) that have not run yet are waiting for their runs")
+        notes.append("age of the oldest unpublished record: not known (a Kafka record's timestamp is only "
+                     "known by reading it, which this page does not do)")
+        return {"partitions": parts, "records": sum(parts.values()), "notes": notes}
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None, *, previous=None,
                        holder=None, first_start_ms: int | None = None, cron: str | None = None,
