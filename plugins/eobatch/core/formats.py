@@ -56,6 +56,8 @@ OWN_TABLE_PREFIX = "_eo_"  # a sink's own table <name> is T/_eo_<name>: Delta re
 SLICE_COL = "_eo_slice"
 # a JSON object as the records and the Delta commit info hold it (its values are whatever JSON gives)
 JSON = dict[str, Any]
+# interval mode: one file a batch published for a slice, as plans record it: (path, size, mtime_ms)
+PublishedFile = tuple[str, int, int]
 
 
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
