@@ -7,8 +7,8 @@ it decided put-if-absent (see the package's docstring for the state machine). Th
 
 from __future__ import annotations
 
-import logging
 import datetime as _dt
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
