@@ -24,7 +24,7 @@ from . import state as st
 log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
-    from ...config.loader import PipelineConfig
+    from ...config.pipeline import PipelineConfig
     from ...sinks import Participant
     from ...storage.fs import Storage
     from ..checkpoint import History, ReadSoFar
