@@ -83,6 +83,15 @@ class RewindKey(NamedTuple):
     to_batch: int
 
 
+def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
+    """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
+    batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
+    names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
+    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
+    by the batches after the rewind, and its file is never read."""
+    return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
+
+
 def ms(iso_or_dt: str | _dt.datetime) -> int:
     """Milliseconds since the epoch of an ISO text or a datetime (naive = UTC)."""
     if isinstance(iso_or_dt, str):

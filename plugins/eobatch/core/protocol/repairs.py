@@ -19,6 +19,7 @@ from ...storage.fs import join, relpath
 from .. import faults
 from ..checkpoint import RewindKey
 from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
+from ..replay import void_files
 from . import state as st
 
 log = logging.getLogger("eobatch")
@@ -116,10 +117,8 @@ class Repairs:
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
-        from ..replay import void_files
-
         # the files of the replays this rewind voids are not read again, so nothing of theirs is lost
-        voided = void_files(self, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
+        voided = void_files(self.cfg, self.layout, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
         lost = self._gone(gone, "rewind", accept_loss or dry_run, f"BATCH={to_batch}",
                           "their published rows would be taken back and never published again", set(voided))
         if dry_run:

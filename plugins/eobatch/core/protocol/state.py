@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ...errors import LedgerMismatch
-from ..checkpoint import RewindKey, ms  # one definition, shared with the ledger's checkpoints
+from ..checkpoint import ms  # one definition, shared with the ledger's checkpoints
 from ..formats import JSON, BatchPlan, BatchState, PreparedBatch, PublishedFile, RewindRecord, slice_of
 
 
@@ -104,15 +104,6 @@ def read_so_far(plans: Sequence[BatchPlan], rewinds: Sequence[RewindRecord], is_
         if marker is not None and not any(p.batch_id > last.after_batch for p in kept):
             kept = [p for p in kept if p.batch_id < last.to_batch] + [marker]
     return kept
-
-
-def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
-    """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
-    batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
-    names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
-    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
-    by the batches after the rewind, and its file is never read."""
-    return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
 
 
 def start_marker(k: BatchPlan, rng: JSON | None) -> BatchPlan | None:

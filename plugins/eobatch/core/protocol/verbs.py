@@ -52,6 +52,7 @@ from ..formats import (
     utcnow,
 )
 from ..ledger import Ledger
+from ..replay import void_files
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
 from .repairs import Repairs
@@ -388,9 +389,7 @@ class Protocol(Repairs):
         def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
             nonlocal void
             if void is None:
-                from ..replay import void_files
-
-                void = void_files(self, self.rewinds_in_effect(hist=hist))
+                void = void_files(self.cfg, self.layout, self.rewinds_in_effect(hist=hist))
             return void.get(path)
 
         return hist.read_so_far(self._start_marker, every_record, void_file)
