@@ -11,7 +11,7 @@ import pytest
 from eobatch.core.formats import slice_name
 from eobatch.job import launch
 from eobatch.sources.kafka import DataLossError, partition_offsets
-from eobatch.sources.kafka.planner import KafkaAuthFailed
+from eobatch.sources.kafka.offsets import KafkaAuthFailed
 from support.checks import delta_log_commits, orphans, read_rows, txn_version
 from support.harness import orders, run_batch, stage, wait_for, write_kafka_pipeline
 from support.services import KafkaBroker

@@ -17,9 +17,7 @@ PRODUCT = [REPO / "plugins", REPO / "spark_jobs", REPO / "dags"]
 REGISTRIES = {"sinks": REPO / "plugins" / "eobatch" / "sinks", "sources": REPO / "plugins" / "eobatch" / "sources"}
 # Known branches on a source kind's name outside sources/, left for the next step of issue 28 (item 4:
 # the backlog and replay ask the kind instead). The test fails when one goes, so that this list shrinks.
-KNOWN = {("plugins/eobatch/core/backlog.py", "kafka"), ("plugins/eobatch/core/backlog.py", "parquet"),
-         ("plugins/eobatch/core/backlog.py", "import eobatch.sources.kafka"),
-         ("plugins/eobatch/core/replay.py", "kafka"), ("plugins/eobatch/core/replay.py", "files")}
+KNOWN: set[tuple[str, str]] = set()  # none left: backlog and replay ask the kind (Planner.backlog, replayable)
 
 
 def test_the_registry_knows_the_builtin_kinds_and_their_modes():

@@ -50,7 +50,7 @@ class NumbersKind:
 
     name, config_keys = "numbers", frozenset({"kind", "count"})
     position_based, checks_late_files, located_columns, quarantine_columns = False, False, (), ()
-    interval_by_record_time = False
+    interval_by_record_time = replayable = False
 
     def parse_config(self, src, ctx: ConfigContext):
         if not isinstance(src.get("count", 3), int):

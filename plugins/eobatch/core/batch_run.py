@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..errors import AttemptPrepared, ProtocolError
 from ..sources import range_summary
-from .formats import BatchPlan, PreparedBatch
+from .formats import JSON, BatchPlan, PreparedBatch
 from .protocol import Protocol
 
 
@@ -41,7 +41,7 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     value: object = None
     skip: str | None = None
-    detail: dict = field(default_factory=dict)  # more about the step, for the CLI's JSON
+    detail: JSON = field(default_factory=dict)  # more about the step, for the CLI's JSON
 
 
 class BatchRun:
@@ -72,7 +72,7 @@ class BatchRun:
         return r
 
     # -- plan ------------------------------------------------------------------------
-    def plan(self, interval: dict | None = None) -> Report:
+    def plan(self, interval: dict[str, str] | None = None) -> Report:
         """Report.value: the batch id; ``skip`` when there is nothing new. Waits are errors of
         kind wait (another run's batch first, an interval not settled yet)."""
         cfg = self.proto.cfg
@@ -113,7 +113,7 @@ class BatchRun:
                    "bytes": p.bytes})
 
     # -- commit ----------------------------------------------------------------------
-    def commit(self, batch_id: int, verified: dict | None = None, attempt: str | None = None) -> Report:
+    def commit(self, batch_id: int, verified: JSON | None = None, attempt: str | None = None) -> Report:
         """Commit the PREPARED batch; in a dry run, report what would be published and undo the
         attempt instead (``verified``: the verify step's report value)."""
         if self.params.dry_run:
@@ -128,7 +128,7 @@ class BatchRun:
                              f"quarantined"],
                       value={"batch_id": batch_id, "delta_versions": c.delta_versions})
 
-    def _dry_run_end(self, batch_id: int, report: dict, attempt: str | None) -> Report:
+    def _dry_run_end(self, batch_id: int, report: JSON, attempt: str | None) -> Report:
         cfg = self.proto.cfg
         attempt = report.get("attempt") or attempt
         removed = self.proto.abort(batch_id, attempt, reason=f"dry run {self.run_id}") if attempt else []

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
 from ..storage.fs import Storage
-from .formats import BatchPlan, PreparedBatch, RewindRecord
+from .formats import JSON, BatchPlan, PreparedBatch, PublishedFile, RewindRecord
 
 log = logging.getLogger("eobatch")
 
@@ -60,6 +60,10 @@ LINK_NOTE = "ignored symbolic link "
 SKIP_NOTE = "skipped "  # sources.files.planner.SKIP_NOTE: a landing input left out of a plan
 ONCE_NOTES = (LINK_NOTE, SKIP_NOTE)  # notes each made in one plan only (``ReadSoFar.link_noted``)
 _END_OFFSET = 10 ** 18  # interval ends as sortable keys, before 1970 too
+# the index's rows and entries, as JSON holds them: [first key, last key, entries, chunk name]
+# and [key, value] (a value as ``_combine`` makes it for its key's prefix)
+IndexRow = list[Any]
+Entry = list[Any]
 
 
 class CheckpointUnusable(Exception):
@@ -79,7 +83,16 @@ class RewindKey(NamedTuple):
     to_batch: int
 
 
-def ms(iso_or_dt) -> int:
+def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
+    """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
+    batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
+    names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
+    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
+    by the batches after the rewind, and its file is never read."""
+    return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
+
+
+def ms(iso_or_dt: str | _dt.datetime) -> int:
     """Milliseconds since the epoch of an ISO text or a datetime (naive = UTC)."""
     if isinstance(iso_or_dt, str):
         iso_or_dt = _dt.datetime.fromisoformat(iso_or_dt)
@@ -105,12 +118,13 @@ def _ends_chunk(key: str, chunk: int) -> bool:
     return int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big") % chunk == 0
 
 
-def chunk_bytes(entries: list) -> bytes:
+def chunk_bytes(entries: list[Entry]) -> bytes:
     return json.dumps({"format": FORMAT, "entries": entries}, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def _cut(entries: list, chunk: int) -> list[list]:
-    out, cur = [], []
+def _cut(entries: list[Entry], chunk: int) -> list[list[Entry]]:
+    out: list[list[Entry]] = []
+    cur: list[Entry] = []
     for e in entries:
         cur.append(e)
         if _ends_chunk(e[0], chunk):
@@ -121,8 +135,8 @@ def _cut(entries: list, chunk: int) -> list[list]:
     return out
 
 
-def merge_index(rows: list, updates: dict[str, Any], combine: Callable[[str, Any, Any], Any],
-                load: Callable[[str], list], chunk: int) -> tuple[list, dict[str, bytes]]:
+def merge_index(rows: list[IndexRow], updates: dict[str, Any], combine: Callable[[str, Any, Any], Any],
+                load: Callable[[str], list[Entry]], chunk: int) -> tuple[list[IndexRow], dict[str, bytes]]:
     """The index ``rows`` ([first key, last key, entries, chunk name]) with ``updates`` merged in
     (``combine(key, old value or None, update)``): the new rows and the chunks to write. Only the
     chunks whose key range receives an update are read and rewritten."""
@@ -130,7 +144,7 @@ def merge_index(rows: list, updates: dict[str, Any], combine: Callable[[str, Any
     firsts = [r[0] for r in rows]
     for key, upd in updates.items():
         groups.setdefault(max(bisect.bisect_right(firsts, key) - 1, 0), {})[key] = upd
-    out: list = []
+    out: list[IndexRow] = []
     new: dict[str, bytes] = {}
 
     def emit(entries: dict[str, Any]) -> None:
@@ -158,14 +172,14 @@ def merge_index(rows: list, updates: dict[str, Any], combine: Callable[[str, Any
 class IndexReader:
     """Lookups in a checkpoint's index; chunks are read on first use, and only those needed."""
 
-    def __init__(self, rows: list, load: Callable[[str], list]):
+    def __init__(self, rows: list[IndexRow], load: Callable[[str], list[Entry]]):
         self.rows = rows
         self.firsts = [r[0] for r in rows]
         self._load = load
-        self._chunks: dict[int, tuple[list[str], list]] = {}
+        self._chunks: dict[int, tuple[list[str], list[Any]]] = {}
         self.loaded = 0
 
-    def _chunk(self, i: int) -> tuple[list[str], list]:
+    def _chunk(self, i: int) -> tuple[list[str], list[Any]]:
         if i not in self._chunks:
             entries = self._load(self.rows[i][3])
             self._chunks[i] = ([e[0] for e in entries], [e[1] for e in entries])
@@ -199,12 +213,12 @@ class Checkpoint:
 
     batch_id: int
     plan_digest: str  # Ledger.plan_digest(batch_id) when it was written
-    rewinds: list  # [[after, to]] of every rewind record with to <= batch_id, sorted
-    abandoned: list  # [[first, last]] ranges of ABANDONED batches
-    last_kept: dict | None  # the newest plan whose range counts as read (its record's JSON)
+    rewinds: list[list[int]]  # [[after, to]] of every rewind record with to <= batch_id, sorted
+    abandoned: list[list[int]]  # [[first, last]] ranges of ABANDONED batches
+    last_kept: JSON | None  # the newest plan whose range counts as read (its record's JSON)
     first_interval_start_ms: int | None  # the earliest interval start of any plan
-    link_notes: list  # the "ignored symbolic link" and "skipped" notes made (each is made once)
-    index: list  # [[first key, last key, entries, chunk name]]
+    link_notes: list[str]  # the "ignored symbolic link" and "skipped" notes made (each is made once)
+    index: list[IndexRow]  # [[first key, last key, entries, chunk name]]
     pipeline: str = ""
     entries: int = 0
     format: int = FORMAT
@@ -230,7 +244,7 @@ class Checkpoint:
         return ck
 
     def _well_formed(self) -> bool:
-        def ints(x, n):
+        def ints(x: object, n: int) -> bool:
             return isinstance(x, list) and len(x) == n and all(type(i) is int for i in x)
 
         try:
@@ -255,7 +269,7 @@ class Checkpoint:
         return i >= 0 and self.abandoned[i][0] <= batch_id <= self.abandoned[i][1]
 
 
-def _ranges(ranges: list, ids: Iterable[int]) -> list[list[int]]:
+def _ranges(ranges: list[list[int]], ids: Iterable[int]) -> list[list[int]]:
     """``ranges`` ([[first, last]], sorted) with ``ids`` (all after them) added."""
     out: list[list[int]] = [list(r) for r in ranges]
     for b in sorted(set(ids)):
@@ -286,7 +300,7 @@ class ReadSoFar(Sequence[BatchPlan]):
     index, ``len``, iteration: what a kind written for plain lists may use) is read from every
     record of the ledger on first use, as before checkpoints."""
 
-    def __init__(self, last: BatchPlan | None, consumed: Callable[[str], dict | None],
+    def __init__(self, last: BatchPlan | None, consumed: Callable[[str], JSON | None],
                  reported: Callable[[str], bool], link_noted: Callable[[str], bool],
                  full: Callable[[], list[BatchPlan]], void: Callable[[str], str | None] | None = None):
         self.last = last
@@ -295,10 +309,10 @@ class ReadSoFar(Sequence[BatchPlan]):
         self._all: list[BatchPlan] | None = None
 
     @classmethod
-    def from_plans(cls, plans: Sequence) -> ReadSoFar:
+    def from_plans(cls, plans: Sequence[BatchPlan]) -> ReadSoFar:
         """The view of a plain list of plans (anything with ``range`` and ``notes``)."""
         plans = list(plans)
-        consumed: dict[str, dict] = {}
+        consumed: dict[str, JSON] = {}
         reported: set[str] = set()
         links: set[str] = set()
         for p in plans:
@@ -310,7 +324,7 @@ class ReadSoFar(Sequence[BatchPlan]):
                    lambda: plans)
         return view
 
-    def consumed(self, path: str) -> dict | None:
+    def consumed(self, path: str) -> JSON | None:
         """The planned entry ({"path", "size", "mtime_ms", ...}) of the newest batch that read ``path``."""
         return self._consumed(path)
 
@@ -342,7 +356,7 @@ class ReadSoFar(Sequence[BatchPlan]):
     @overload
     def __getitem__(self, i: slice) -> Sequence[BatchPlan]: ...
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int | slice) -> BatchPlan | Sequence[BatchPlan]:
         if isinstance(i, int) and i == -1 and self.last is not None:
             return self.last
         return self.plans()[i]
@@ -361,13 +375,13 @@ class LedgerReader(Protocol):
 
     def prepared(self, batch_id: int) -> PreparedBatch | None: ...
 
-    def abandoned(self, batch_id: int) -> dict | None: ...
+    def abandoned(self, batch_id: int) -> JSON | None: ...
 
     def batch_ids(self) -> list[int]: ...
 
-    def read_plans(self, ids) -> tuple[list[BatchPlan], dict[int, str]]: ...
+    def read_plans(self, ids: Iterable[int]) -> tuple[list[BatchPlan], dict[int, str]]: ...
 
-    def load_chunk(self, name: str) -> list: ...
+    def load_chunk(self, name: str) -> list[Entry]: ...
 
     def history(self, max_checkpoint: int | None = None, pending_rewind: RewindRecord | RewindKey | None = None,
                 use_checkpoints: bool = True) -> History: ...
@@ -391,7 +405,8 @@ class History:
     _abandoned: dict[int, bool] = field(default_factory=dict)
     _prepared: dict[int, PreparedBatch | None] = field(default_factory=dict)
     _kept: list[BatchPlan] | None = None
-    _overlay: tuple | None = None
+    # (the marker it was made with, consumed, reported, link notes): ``_tail_overlay``
+    _overlay: tuple[BatchPlan | None, dict[str, JSON], set[str], set[str]] | None = None
     _reader: IndexReader | None = None
 
     def __post_init__(self) -> None:
@@ -503,9 +518,9 @@ class History:
         k = self.plan(last.to_batch)
         return start_marker(k) if k is not None else None
 
-    def _tail_overlay(self, marker: BatchPlan | None) -> tuple[dict, set, set]:
+    def _tail_overlay(self, marker: BatchPlan | None) -> tuple[dict[str, JSON], set[str], set[str]]:
         if self._overlay is None or self._overlay[0] is not marker:
-            consumed: dict[str, dict] = {}
+            consumed: dict[str, JSON] = {}
             reported: set[str] = set()
             links: set[str] = set()
             for p in self.kept_tail() + ([marker] if marker is not None else []):
@@ -516,7 +531,7 @@ class History:
             self._overlay = (marker, consumed, reported, links)
         return self._overlay[1], self._overlay[2], self._overlay[3]
 
-    def _consumed(self, path: str, marker: BatchPlan | None) -> dict | None:
+    def _consumed(self, path: str, marker: BatchPlan | None) -> JSON | None:
         hit = self._tail_overlay(marker)[0].get(path)
         if hit is not None:
             return hit
@@ -542,14 +557,14 @@ class History:
             vals.append(self.base.first_interval_start_ms)
         return min(vals, default=None)
 
-    def published(self, names: Iterable[str], held: int) -> dict[str, set]:
+    def published(self, names: Iterable[str], held: int) -> dict[str, set[PublishedFile]]:
         """``state.published_slices`` for the slices ``names``: what the newest committed live
         batch that published each one published."""
         wanted = set(names)
         return self._query(lambda: self._published(wanted, held))
 
-    def _published(self, names: set[str], held: int) -> dict[str, set]:
-        out: dict[str, set] = {}
+    def _published(self, names: set[str], held: int) -> dict[str, set[PublishedFile]]:
+        out: dict[str, set[PublishedFile]] = {}
         for p in reversed(self.kept_tail()):
             if p.batch_id > held:
                 continue
@@ -563,7 +578,7 @@ class History:
                 out[name] = {tuple(f) for f in v[1]}
         return out
 
-    def last_interval_before(self, start) -> BatchPlan | None:
+    def last_interval_before(self, start: str | _dt.datetime) -> BatchPlan | None:
         """``state.last_interval_before``: the newest live batch of the latest interval that ends
         at or before ``start``."""
         return self._query(lambda: self._last_interval_before(ms(start)))

@@ -35,8 +35,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Self
 
 from ..errors import UsageError
 from ..storage.fs import join
@@ -53,6 +54,10 @@ STAGED = (SINK, QUARANTINE)
 OWN_TABLE_PREFIX = "_eo_"  # a sink's own table <name> is T/_eo_<name>: Delta readers and VACUUM skip "_" folders
 # interval mode: the column naming the interval slice of a record (as the stage job calls it)
 SLICE_COL = "_eo_slice"
+# a JSON object as the records and the Delta commit info hold it (its values are whatever JSON gives)
+JSON = dict[str, Any]
+# interval mode: one file a batch published for a slice, as plans record it: (path, size, mtime_ms)
+PublishedFile = tuple[str, int, int]
 
 
 QUARANTINE_SCHEMA_DDL = "batch_id BIGINT, source STRING, position BIGINT, raw STRING, reason STRING"
@@ -66,7 +71,7 @@ class InvalidId(UsageError):
 ATTEMPT_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
-def check_attempt(attempt) -> str:
+def check_attempt(attempt: object) -> str:
     """The one check of an attempt id, wherever it comes from. Raises InvalidId."""
     if not isinstance(attempt, str) or not ATTEMPT_ID.fullmatch(attempt):
         raise InvalidId(f"invalid attempt id {attempt!r}: attempt ids match {ATTEMPT_ID.pattern} "
@@ -74,7 +79,7 @@ def check_attempt(attempt) -> str:
     return attempt
 
 
-def check_batch_id(batch_id) -> int:
+def check_batch_id(batch_id: object) -> int:
     """The one check of a batch id (a positive integer). Raises InvalidId."""
     if isinstance(batch_id, bool) or not isinstance(batch_id, int) or not 1 <= batch_id <= 9_999_999_999:
         raise InvalidId(f"invalid batch id {batch_id!r}: batch ids are integers from 1")
@@ -91,7 +96,7 @@ def slice_name(interval_start_ms: int) -> str:
     return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
 
 
-def partition_text(v) -> str | None:
+def partition_text(v: object) -> str | None:
     """A partition value as the Delta log spells it (``partitionValues``, the Delta protocol's
     serialization), for the stage job's adds and the commit's removes alike: None is null,
     booleans true/false, dates YYYY-MM-DD, timestamps YYYY-MM-DD HH:MM:SS.ffffff (UTC when
@@ -123,7 +128,7 @@ HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null value's folder, as Spark and 
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-def partition_segment(column: str, value) -> str:
+def partition_segment(column: str, value: object) -> str:
     """The folder of one partition value, ``<column>=<value>``: bytes of the value's UTF-8 text
     (``partition_text``) outside ``PATH_SAFE_CHARS`` written as ``~XX``, so that "/", "..",
     NUL, "=", "%" or a space never make another folder or need escaping in a URI (Delta
@@ -148,7 +153,7 @@ def partition_segment(column: str, value) -> str:
     return f"{column}={head[:cut] if cut >= 0 else head}{digest}"
 
 
-def partition_path(columns, values) -> str:
+def partition_path(columns: Iterable[str], values: Iterable[object]) -> str:
     """The partition folders of a file (``partition_segment`` of each column), "" for none."""
     return "/".join(partition_segment(c, v) for c, v in zip(columns, values))
 
@@ -282,7 +287,7 @@ class Record:
         return json.dumps(asdict(self), sort_keys=True, indent=1, default=str).encode()
 
     @classmethod
-    def from_json(cls, data: bytes | str):
+    def from_json(cls, data: bytes | str) -> Self:
         d = json.loads(data)
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
@@ -295,7 +300,7 @@ class BatchPlan(Record):
     pipeline: str
     batch_id: int
     source_kind: str
-    range: dict  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
+    range: JSON  # the source kind's range as JSON (sources/<kind>/range.py), e.g.
     #              files, parquet: {"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?}]}
     #              kafka: {"topic", "isolation_level", "partitions": {"<p>": [from, to)}, "lost"?}, in
     #              interval mode also "scan", "slices", "pending" (sources/kafka/intervals.py)
@@ -303,20 +308,20 @@ class BatchPlan(Record):
     config_fingerprint: str
     planned_at: str
     plan_seconds: float = 0.0
-    notes: list = field(default_factory=list)
-    interval: dict | None = None  # interval mode: {"start", "end"} (ISO, UTC) of the run's data interval
+    notes: list[str] = field(default_factory=list)
+    interval: dict[str, str] | None = None  # interval mode: {"start", "end"} (ISO, UTC) of the run's data interval
     run_id: str | None = None  # the Airflow run that planned it (interval mode: its owner)
-    rewind: dict | None = None  # the RewindRecord that reserved this batch as its first replay
-    late: list = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
+    rewind: JSON | None = None  # the RewindRecord that reserved this batch as its first replay
+    late: list[JSON] = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
-    config: dict | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
+    config: JSON | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
     format: int = FORMAT_VERSION
 
     @property
     def interval_key(self) -> str | None:
         return f"{self.interval['start']}/{self.interval['end']}" if self.interval else None
 
-    def slices(self) -> dict[str, list[dict]]:
+    def slices(self) -> dict[str, list[JSON]]:
         """Interval mode: slice name -> the planned files of that interval slice. A range without
         files (Kafka offsets) and a plan written before slices existed hold one slice, their own
         interval's (with no files for a range without files)."""
@@ -328,7 +333,7 @@ class BatchPlan(Record):
                 return {name: [] for name in self.range["slices"]}
             return {slice_name(_epoch_ms(self.interval["start"])): []}
         if files and all("slice" in f for f in files):
-            out: dict[str, list[dict]] = {}
+            out: dict[str, list[JSON]] = {}
             for f in files:
                 out.setdefault(f["slice"], []).append(f)
             return out
@@ -340,10 +345,10 @@ class StagedFile(Record):
     path: str  # relative to the participant table's root
     size: int
     rows: int
-    partition_values: dict = field(default_factory=dict)
+    partition_values: JSON = field(default_factory=dict)
     # float/double columns the writer checked hold no NaN: only those get min/max in the Delta
     # stats (Parquet footers' min/max ignore NaN, readers do not). None: not checked.
-    nan_free: list | None = None
+    nan_free: list[str] | None = None
 
 
 @dataclass
@@ -356,7 +361,7 @@ class PartitionManifest(Record):
     partition: int
     task_attempt: int
     rows: int
-    files: list  # of StagedFile dicts
+    files: list[JSON]  # of StagedFile dicts
     format: int = FORMAT_VERSION
 
 
@@ -370,23 +375,23 @@ class StageSummary(Record):
     rows_valid: int  # parsed and fitting the schema
     rows_quarantined: int
     row_preserving: bool  # the transform publishes exactly the valid rows
-    partitions: dict  # participant -> number of Spark partitions (manifests 0..n-1)
-    manifests: dict  # participant -> list of PartitionManifest dicts, as the driver collected them
-    arrow_schema: dict  # participant -> base64 Arrow IPC schema of the staged files
-    partition_by: dict  # participant -> list of partition columns
+    partitions: dict[str, int]  # participant -> number of Spark partitions (manifests 0..n-1)
+    manifests: dict[str, list[JSON]]  # participant -> list of PartitionManifest dicts, as the driver collected them
+    arrow_schema: dict[str, str]  # participant -> base64 Arrow IPC schema of the staged files
+    partition_by: dict[str, list[str]]  # participant -> list of partition columns
     stage_seconds: float
     spark_app_id: str = ""
     config_fingerprint: str = ""
     # what the source kind checks per source (verify, its range's check_stage): kafka
     # {"<p>": [count, min offset, max offset]}, parquet {"<file>": [rows, min row index, max row index]};
     # files and parquet: "files": {"<file>": [size, *identity]} of each file after the reads
-    source_positions: dict = field(default_factory=dict)
+    source_positions: JSON = field(default_factory=dict)
     plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
     rows_dropped: int = 0  # valid records an expectation with action drop removed
-    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
+    expectations: dict[str, int] = field(default_factory=dict)  # expectation name -> records that failed it
     # the values of the configuration keys the job ran with (config.config_values, its spec's
     # "contract"): verify refuses an attempt staged under other values than its plan's
-    contract: dict | None = None
+    contract: JSON | None = None
     format: int = FORMAT_VERSION
 
 
@@ -397,9 +402,9 @@ class PreparedBatch(Record):
     pipeline: str
     batch_id: int
     attempt: str
-    adds: dict  # participant -> list of {"path","size","partition_values","modification_time","stats"}
-    arrow_schema: dict  # participant -> base64 Arrow IPC schema
-    partition_by: dict
+    adds: dict[str, list[JSON]]  # participant -> list of {"path","size","partition_values","modification_time","stats"}
+    arrow_schema: dict[str, str]  # participant -> base64 Arrow IPC schema
+    partition_by: dict[str, list[str]]
     fingerprint: str
     rows_in: int
     rows_valid: int
@@ -411,7 +416,7 @@ class PreparedBatch(Record):
     verify_seconds: float
     stage_seconds: float
     rows_dropped: int = 0
-    expectations: dict = field(default_factory=dict)  # expectation name -> records that failed it
+    expectations: dict[str, int] = field(default_factory=dict)  # expectation name -> records that failed it
     format: int = FORMAT_VERSION
 
 
@@ -422,7 +427,7 @@ class CommittedBatch(Record):
     pipeline: str
     batch_id: int
     fingerprint: str
-    delta_versions: dict  # participant -> table version holding this batch's txn
+    delta_versions: dict[str, int]  # participant -> table version holding this batch's txn
     committed_at: str
     commit_seconds: float
     recovered: bool = False  # completed by recovery rather than by the batch's own commit task
@@ -438,7 +443,7 @@ class RewindRecord(Record):
     pipeline: str
     after_batch: int
     to_batch: int
-    restore_versions: dict  # participant -> the table version restored (the one before to_batch's commit)
+    restore_versions: dict[str, int]  # participant -> the table version restored (the one before to_batch's commit)
     requested_at: str
     run_id: str | None = None
     format: int = FORMAT_VERSION
@@ -462,9 +467,9 @@ class SliceCompaction(Record):
     batch_id: int
     participant: str
     slice: str
-    replaces: list  # the paths it removes (of the slice's files before it)
-    files: list  # the paths of the slice's files after it
-    added: list  # the AddAction dicts of the files it wrote: {"path", "size", "partition_values", ...}
+    replaces: list[str]  # the paths it removes (of the slice's files before it)
+    files: list[str]  # the paths of the slice's files after it
+    added: list[JSON]  # the AddAction dicts of the files it wrote: {"path", "size", "partition_values", ...}
     written_at: str
     format: int = FORMAT_VERSION
 
@@ -485,7 +490,7 @@ def _epoch_ms(iso: str) -> int:
     return int(d.timestamp() * 1000)
 
 
-def fingerprint_of(adds: dict[str, list[dict]]) -> str:
+def fingerprint_of(adds: Mapping[str, Iterable[Mapping[str, Any]]]) -> str:
     """Fingerprint of a file set: participant, relative path and size of every file."""
     h = hashlib.sha256()
     for participant in sorted(adds):

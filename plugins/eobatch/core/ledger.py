@@ -9,18 +9,22 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable
+from typing import TypeVar
 
 from ..errors import ProtocolError
-from ..storage.fs import join, storage_for
+from ..storage.fs import Storage, join, storage_for
 from . import checkpoint as ckpt
-from .checkpoint import Checkpoint, CheckpointUnusable, History, RewindKey
+from .checkpoint import Checkpoint, CheckpointUnusable, Entry, History, RewindKey
 from .formats import (
+    JSON,
     BatchPlan,
     CommittedBatch,
     InvalidId,
     Layout,
     PartitionManifest,
     PreparedBatch,
+    Record,
     RewindRecord,
     StageSummary,
     bid,
@@ -31,15 +35,16 @@ _REWIND_FILE = re.compile(r"^(\d{10})-(\d{10})\.json$")
 _CHECKPOINT_FILE = re.compile(r"^(\d{10})-r(\d+)\.json$")
 _CHUNK_FILE = re.compile(r"^([0-9a-f]{64})\.json$")
 log = logging.getLogger("eobatch")
+R = TypeVar("R", bound=Record)
 
 
 class Ledger:
-    def __init__(self, layout: Layout, storage=None):
+    def __init__(self, layout: Layout, storage: Storage | None = None):
         self.layout = layout
         self.fs = storage or storage_for(layout.sink_table)
 
     # -- reading -------------------------------------------------------------------
-    def _read(self, path: str, cls):
+    def _read(self, path: str, cls: type[R]) -> R | None:
         try:
             return cls.from_json(self.fs.read_bytes(path))
         except FileNotFoundError:
@@ -64,11 +69,12 @@ class Ledger:
         except FileNotFoundError:
             return None
 
-    def _decision(self, batch_id: int) -> dict | None:
+    def _decision(self, batch_id: int) -> JSON | None:
         try:
-            return json.loads(self.fs.read_bytes(self.layout.prepared(batch_id)))
+            d: JSON = json.loads(self.fs.read_bytes(self.layout.prepared(batch_id)))
         except FileNotFoundError:
             return None
+        return d
 
     def prepared(self, batch_id: int) -> PreparedBatch | None:
         d = self._decision(batch_id)
@@ -76,12 +82,12 @@ class Ledger:
             return None
         return PreparedBatch.from_json(json.dumps(d))
 
-    def abandoned(self, batch_id: int) -> dict | None:
+    def abandoned(self, batch_id: int) -> JSON | None:
         """Interval mode: the batch was given up (its interval can simply run again)."""
         d = self._decision(batch_id)
         return d if d is not None and d.get("abandoned") else None
 
-    def put_abandoned(self, batch_id: int, info: dict) -> bool:
+    def put_abandoned(self, batch_id: int, info: JSON) -> bool:
         """Decide ABANDONED, put-if-absent on the PREPARED record's path: exactly one of
         PREPARED or ABANDONED can ever be decided for a batch."""
         body = json.dumps({"abandoned": True, "batch_id": batch_id, **info}, sort_keys=True).encode()
@@ -124,11 +130,12 @@ class Ledger:
                 cancelled.add(key)
         return recorded, cancelled
 
-    def rewind_cancelled(self, after_batch: int, to_batch: int) -> dict | None:
+    def rewind_cancelled(self, after_batch: int, to_batch: int) -> JSON | None:
         path = self.layout.rewind_cancelled(after_batch, to_batch)
-        return json.loads(self.fs.read_bytes(path)) if self.fs.exists(path) else None
+        d: JSON | None = json.loads(self.fs.read_bytes(path)) if self.fs.exists(path) else None
+        return d
 
-    def put_rewind_cancelled(self, after_batch: int, to_batch: int, info: dict) -> bool:
+    def put_rewind_cancelled(self, after_batch: int, to_batch: int, info: JSON) -> bool:
         """Decide that the rewind (after_batch, to_batch) did not happen, put-if-absent: from then
         on it undoes nothing, as if it had never been asked for."""
         body = json.dumps({"after_batch": after_batch, "to_batch": to_batch, **info}, sort_keys=True).encode()
@@ -188,18 +195,18 @@ class Ledger:
     def attempts(self, batch_id: int) -> list[str]:
         return self.fs.list_dirs(self.layout.attempts_dir(batch_id))
 
-    def decision(self, batch_id: int, attempt: str) -> dict | None:
+    def decision(self, batch_id: int, attempt: str) -> JSON | None:
         """The attempt's one decision, ``{"decision": "prepare" | "abort", ...}``, or None."""
         for path, legacy in ((self.layout.decision(batch_id, attempt), False),
                              (self.layout.aborted(batch_id, attempt), True)):
             try:
-                d = json.loads(self.fs.read_bytes(path))
+                d: JSON = json.loads(self.fs.read_bytes(path))
             except FileNotFoundError:
                 continue
             return {"decision": "abort", **d} if legacy else d
         return None
 
-    def aborted_info(self, batch_id: int, attempt: str) -> dict | None:
+    def aborted_info(self, batch_id: int, attempt: str) -> JSON | None:
         d = self.decision(batch_id, attempt)
         return d if d is not None and d["decision"] == "abort" else None
 
@@ -223,7 +230,7 @@ class Ledger:
         except (ValueError, TypeError) as e:
             raise CheckpointUnusable(f"{path} is damaged: {e}") from None
 
-    def load_chunk(self, name: str) -> list:
+    def load_chunk(self, name: str) -> list[Entry]:
         """The entries of one index chunk; raises CheckpointUnusable when it is gone or damaged."""
         try:
             path = self.layout.checkpoint_chunk(name)
@@ -236,7 +243,7 @@ class Ledger:
         if hashlib.sha256(data).hexdigest() != name:
             raise CheckpointUnusable(f"index chunk {path} is damaged (its digest is not its name)")
         try:
-            entries = json.loads(data)["entries"]
+            entries: list[Entry] = json.loads(data)["entries"]
         except (ValueError, KeyError, TypeError) as e:
             raise CheckpointUnusable(f"index chunk {path} is damaged: {e}") from None
         return entries
@@ -284,9 +291,10 @@ class Ledger:
             latest = ids[-1] if ids else 0
         return History(self, base, tail, latest, recorded, pending, digests, base_path)
 
-    def read_plans(self, ids) -> tuple[list[BatchPlan], dict[int, str]]:
+    def read_plans(self, ids: Iterable[int]) -> tuple[list[BatchPlan], dict[int, str]]:
         """The plans of ``ids`` that exist, and the sha256 of each one's record."""
-        plans, digests = [], {}
+        plans: list[BatchPlan] = []
+        digests: dict[int, str] = {}
         for b in ids:
             got = self._plan_and_digest(b)
             if got is not None:
@@ -357,7 +365,7 @@ class Ledger:
     def put_committed(self, committed: CommittedBatch) -> bool:
         return self.fs.put_if_absent(self.layout.committed(committed.batch_id), committed.to_json())
 
-    def decide(self, batch_id: int, attempt: str, decision: str, info: dict) -> dict:
+    def decide(self, batch_id: int, attempt: str, decision: str, info: JSON) -> JSON:
         """Decide an attempt's fate once, put-if-absent: verify must win "prepare" before it may
         write PREPARED, abort must win "abort" before it may remove files. Returns the decision
         that holds: this one, or the one another process made first."""
@@ -370,7 +378,7 @@ class Ledger:
             return body
         return self._held_decision(batch_id, attempt)
 
-    def _held_decision(self, batch_id: int, attempt: str) -> dict:
+    def _held_decision(self, batch_id: int, attempt: str) -> JSON:
         """The decision another process made first; it was just seen to exist."""
         d = self.decision(batch_id, attempt)
         if d is None:

@@ -35,17 +35,20 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..sinks import sink_for
 from ..storage.fs import join, storage_for
-from .formats import utcnow
+from .formats import JSON, utcnow
+
+if TYPE_CHECKING:
+    from .protocol import Protocol
 
 log = logging.getLogger(__name__)
 TARGET_FILE_BYTES = 128 << 20
 
 
-def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: float | None = None,
+def maintain(proto: Protocol, *, compact: bool | None = None, vacuum_retention_hours: float | None = None,
              checkpoint: bool = True, now: str | None = None) -> dict[str, Any]:
     """One pass over ``proto``'s tables (a ``Protocol``), each by its sink kind
     (``SinkKind.maintain_table``); the report, also written to the ledger."""
@@ -71,15 +74,16 @@ def maintain(proto, *, compact: bool | None = None, vacuum_retention_hours: floa
     return report
 
 
-def last_report(proto) -> dict | None:
+def last_report(proto: Protocol) -> JSON | None:
     """The newest maintenance report of ``proto``'s pipeline, or None."""
     fs = storage_for(proto.layout.sink_table)
     found = sorted((f.path for f in fs.list_files(join(proto.layout.ledger, "maintenance"), recursive=False)
                     if f.path.endswith(".json")), key=lambda p: p.rsplit("/", 1)[-1])
-    return json.loads(fs.read_bytes(found[-1])) if found else None
+    report: JSON | None = json.loads(fs.read_bytes(found[-1])) if found else None
+    return report
 
 
-def summary_line(report: dict, order: tuple[str, ...] = ()) -> str:
+def summary_line(report: JSON, order: tuple[str, ...] = ()) -> str:
     """One line of a report, for `make ledger` and the task log; its tables in ``order`` (the
     pipeline's, ``Protocol.names``: commit order), any other after them."""
     parts = []

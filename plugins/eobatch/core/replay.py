@@ -45,25 +45,30 @@ import hashlib
 import json
 import re
 import uuid
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..config.lines import RAW_CHARS
 from ..errors import UsageError
+from ..sources import kind_for
 from ..storage.fs import LinkRefused, join, link_refused, storage_for
 from . import faults
-from .formats import bid
-from .protocol.state import undoing
+from .checkpoint import RewindKey, undoing
+from .formats import JSON, QUARANTINE, Layout, bid
 
 REPLAY_DIR = "replay"
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
+if TYPE_CHECKING:
+    from ..config.pipeline import PipelineConfig
+    from ..storage.fs import Storage
+    from .protocol import Protocol
+
 RECORD_NAME = re.compile(r"(\d{10})\.json")
 
 
-def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
+def quarantined(proto: Protocol, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
     """The quarantine rows of ``batch_id`` (reason containing ``reason``), in source order."""
-    import pyarrow.compute as pc
-
-    from .formats import QUARANTINE
+    import pyarrow.compute as pc  # pyarrow: only where the quarantine table is read
 
     ds = proto.participants[QUARANTINE].dataset()
     if ds is None:
@@ -75,36 +80,36 @@ def quarantined(proto, batch_id: int, reason: str | None = None) -> list[dict[st
     return sorted(rows, key=lambda r: (str(r["source"]), int(r["position"] or 0)))
 
 
-def _key(source, position) -> tuple[str, int | None]:
+def _key(source: Any, position: Any) -> tuple[str, int | None]:
     """A quarantined record's identity: its source position (landing file, line)."""
     return str(source), None if position is None else int(position)
 
 
-def recorded(proto) -> list[dict[str, Any]]:
-    """Every replay recorded so far, by number."""
-    fs = storage_for(proto.layout.ledger)
+def recorded(layout: Layout) -> list[JSON]:
+    """Every replay recorded so far in the ledger of ``layout``, by number."""
+    fs = storage_for(layout.ledger)
     out = []
-    for f in fs.list_files(proto.layout.replays_dir(), recursive=False):
+    for f in fs.list_files(layout.replays_dir(), recursive=False):
         m = RECORD_NAME.fullmatch(f.path.rsplit("/", 1)[-1])
         if m:
             out.append(json.loads(fs.read_bytes(f.path)))
     return sorted(out, key=lambda r: r["replay"])
 
 
-def every_replay(proto, strict: bool = True) -> list[dict[str, Any]]:
+def every_replay(cfg: PipelineConfig, layout: Layout, strict: bool = True) -> list[JSON]:
     """Every replay, recorded (``recorded``) or of an earlier version (a lineage beside its file):
     ``label``, ``batch_id`` (its origin batch), ``file``, ``records`` and, recorded ones only, the
     rest of their record. ``strict``: a lineage that cannot be read is refused (UsageError), else
     left out (a planner never halts on a landing input)."""
-    out = [{**rec, "label": f"replay {rec['replay']}"} for rec in recorded(proto)]
-    landing = storage_for(proto.cfg.source.path)
-    return out + _legacy_replays(landing, join(proto.cfg.source.path, REPLAY_DIR), strict)
+    out = [{**rec, "label": f"replay {rec['replay']}"} for rec in recorded(layout)]
+    root = _landing(cfg)
+    return out + _legacy_replays(storage_for(root), join(root, REPLAY_DIR), strict)
 
 
-def live(replays: list[dict[str, Any]], rewinds: list) -> tuple[list[dict], list[tuple[dict, Any]]]:
+def live(replays: list[JSON], rewinds: Sequence[RewindKey]) -> tuple[list[JSON], list[tuple[JSON, RewindKey]]]:
     """(live replays, [(void replay, the rewind that voided it)]), given the rewinds in effect
     (``Protocol.rewinds_in_effect``). A replay is void once a rewind undid its origin batch
-    (``state.undoing``): that incarnation of its records is gone from the tables' history, they
+    (``checkpoint.undoing``): that incarnation of its records is gone from the tables' history, they
     are read again from their own landing files, and a record quarantined again is another
     incarnation, replayable once more. Decided by two put-if-absent records, the replay's (its
     origin batch) and the rewind's (or its reservation), so every reader, at any time, in any order
@@ -116,7 +121,7 @@ def live(replays: list[dict[str, Any]], rewinds: list) -> tuple[list[dict], list
     return ok, void
 
 
-def void_text(replay: dict[str, Any], by) -> str:
+def void_text(replay: JSON, by: RewindKey) -> str:
     """Why the file of a void replay is never read (a plan's note, the landing input skipped)."""
     return (f"{replay['label']} is void: batch {replay['batch_id']}, whose quarantined records it took, was rewound "
             f"(the rewind after batch {by.after_batch} to before batch {by.to_batch}), so those records are read "
@@ -124,30 +129,36 @@ def void_text(replay: dict[str, Any], by) -> str:
             f"can be replayed from the batch that read it again)")
 
 
-def void_files(proto, rewinds: list) -> dict[str, str]:
+def void_files(cfg: PipelineConfig, layout: Layout, rewinds: Sequence[RewindKey]) -> dict[str, str]:
     """Landing file -> why it is never read: the files of the void replays (``live``), given the
     rewinds in effect. What the plans ask (``ReadSoFar.void``); nothing is read without a rewind."""
-    if not rewinds or not _replayable(proto.cfg):
+    if not rewinds or not _replayable(cfg):
         return {}
-    return {r["file"]: void_text(r, by) for r, by in live(every_replay(proto, strict=False), rewinds)[1]}
+    return {r["file"]: void_text(r, by) for r, by in live(every_replay(cfg, layout, strict=False), rewinds)[1]}
 
 
-def _replayable(cfg) -> bool:
-    return cfg.source.kind == "files" and cfg.mode == "continuous" and getattr(cfg.source, "path", None) is not None
+def _replayable(cfg: PipelineConfig) -> bool:
+    return kind_for(cfg.source.kind).replayable and cfg.mode == "continuous" and cfg.source.path is not None
 
 
-def _check_source(cfg) -> None:
-    if cfg.source.kind == "kafka" or getattr(cfg.source, "path", None) is None:
+def _landing(cfg: PipelineConfig) -> str:
+    """The landing folder a replay writes into (``_check_source``: a replayable kind has one)."""
+    if cfg.source.path is None:
         raise UsageError(f"replay writes landing files; pipeline {cfg.name} reads {cfg.source.describe()}: "
                          f"produce the records again upstream instead")
+    return cfg.source.path
+
+
+def _check_source(cfg: PipelineConfig) -> None:
+    _landing(cfg)  # a folder to land in (not a Kafka topic)
     if cfg.mode == "interval":
         raise UsageError(f"pipeline {cfg.name} is in interval mode: a replayed file must land in the folder of an "
                          f"interval still to run; copy the records there yourself (`make replay` does not guess it)")
-    if cfg.source.kind != "files":
+    if not kind_for(cfg.source.kind).replayable:
         raise UsageError(f"replay writes JSON lines; pipeline {cfg.name} reads {cfg.source.kind} files")
 
 
-def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
+def replay(proto: Protocol, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     """Replay the selected records that no replay took yet, as one new landing file; and write the
     landing file of any recorded replay that has none yet (a crash, or a replay running now).
 
@@ -156,7 +167,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     ``skipped`` (raw text not kept exactly) and ``finished`` (earlier replays written now).
     UsageError when nothing is to be done or it cannot be done."""
     cfg = proto.cfg
-    _check_source(cfg)
+    _check_source(cfg)  # a landing folder of JSON lines read in continuous mode
     undone = undoing(batch_id, proto.rewinds_in_effect())
     if undone is not None:
         raise UsageError(f"batch {batch_id} was rewound (the rewind after batch {undone.after_batch} to before "
@@ -171,14 +182,14 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     if not keep:
         raise UsageError(f"{what} has no quarantined record to replay"
                          + (f" ({skipped} could not be kept exactly)" if skipped else ""))
-    landing = storage_for(cfg.source.path)
-    folder = join(cfg.source.path, REPLAY_DIR)
+    root = _landing(cfg)
+    landing, folder = storage_for(root), join(root, REPLAY_DIR)
     if landing.is_link(folder):  # refused before anything is recorded (the write checks again)
         raise link_refused(folder)
     fs = storage_for(proto.layout.ledger)
     mine: dict[str, Any] | None = None
     while mine is None:
-        replays = every_replay(proto)
+        replays = every_replay(cfg, proto.layout)
         records = [r for r in replays if "replay" in r]
         taken = {_key(r["source"], r["position"]): (rep["label"], rep["file"])
                  for rep in live(replays, proto.rewinds_in_effect())[0] for r in rep["records"]}  # a void one took nothing
@@ -210,7 +221,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     already = [k for k in keep if k in taken]
     by = sorted({taken[k] for k in already})
     if mine is None and not earlier:
-        consumed = proto._read_so_far().consumed
+        consumed = proto.read_so_far().consumed
         where = "; ".join(f"{label} as {file}" + (", published by a later batch" if consumed(file) is not None else "")
                           for label, file in by)
         raise UsageError(f"all {len(already)} selected record(s) of {what} were already replayed ({where}); "
@@ -222,7 +233,7 @@ def replay(proto, batch_id: int, reason: str | None = None) -> dict[str, Any]:
             "already_in": [label for label, _file in by], "skipped": skipped, "finished": earlier}
 
 
-def _legacy_replays(landing, folder: str, strict: bool = True) -> list[dict[str, Any]]:
+def _legacy_replays(landing: Storage, folder: str, strict: bool = True) -> list[dict[str, Any]]:
     """The replays made before replays were recorded in the ledger: each such replay file has its
     lineage beside it (``<file>.lineage.json``), as ``every_replay`` lists them."""
     out = []
@@ -244,13 +255,13 @@ def _legacy_replays(landing, folder: str, strict: bool = True) -> list[dict[str,
     return out
 
 
-def _write_landing_files(proto, records: list[dict]) -> list[dict]:
+def _write_landing_files(proto: Protocol, records: list[JSON]) -> list[JSON]:
     """Write the landing file of each recorded replay that no batch read and that is not there
     (put-if-absent from its data, no link followed); the ones this call wrote. A file there is the
     replay's own (its name has a nonce nobody knew before the record), edited or not."""
-    root = proto.cfg.source.path
+    root = _landing(proto.cfg)
     landing, fs = storage_for(root), storage_for(proto.layout.ledger)
-    read = proto._read_so_far()
+    read = proto.read_so_far()
     wrote = []
     for rec in live(records, proto.rewinds_in_effect())[0]:  # never a void one's
         path, name = rec["file"], f"replay {rec['replay']} ({proto.layout.replay(rec['replay'])})"

@@ -19,11 +19,18 @@ given up, never a row) until maintenance rewrites them with ours.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from .formats import JSON
 from .verify import footer_stats, holds, writer_statistics
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from deltalake import WriterProperties
 
 COMPRESSION = "snappy"
 
@@ -45,7 +52,7 @@ class TableFileWriter:
     is given: then writes are gathered into row groups of about that many bytes in memory (a
     compaction, whose pieces are small files)."""
 
-    def __init__(self, where: str, schema: pa.Schema, filesystem=None, row_group_bytes: int | None = None):
+    def __init__(self, where: str, schema: pa.Schema, filesystem: pafs.FileSystem | None = None, row_group_bytes: int | None = None):
         self.schema = schema
         self.writer = pq.ParquetWriter(where, schema, filesystem=filesystem, compression=COMPRESSION,
                                        write_statistics=writer_statistics(schema))
@@ -75,13 +82,13 @@ class TableFileWriter:
 
 
 def add_action(meta: pq.FileMetaData, table_schema: pa.Schema, nan_free: list[str] | None, *, path: str,
-               size: int, partition_values: dict, modification_time: int) -> dict:
+               size: int, partition_values: JSON, modification_time: int) -> JSON:
     """The AddFile (as ``PreparedBatch.adds`` holds them) of a written file, from its footer."""
     return {"path": path, "size": size, "partition_values": partition_values, "modification_time": modification_time,
             "stats": footer_stats(meta, table_schema, nan_free)}
 
 
-def delta_rs_writer_properties(schema: pa.Schema):
+def delta_rs_writer_properties(schema: pa.Schema) -> WriterProperties:
     """``WriterProperties`` for files delta-rs writes into a table of ``schema``: no statistics
     for the columns whose bounds delta-rs gets wrong (floating-point, decimals; all columns when
     a nested column holds one, since leaf names are not top-level names)."""

@@ -21,8 +21,8 @@ import datetime as _dt
 import decimal
 import json
 import math
-from collections.abc import Callable
-from typing import ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -32,7 +32,15 @@ from ..config.schemas import schema_from_b64, schema_signature
 from ..errors import TerminalError, WaitError
 from ..sources import kind_for
 from ..storage.fs import join
-from .formats import QUARANTINE, SINK, STAGED, BatchPlan, Layout, StageSummary, fingerprint_of
+from .formats import JSON, QUARANTINE, SINK, STAGED, BatchPlan, Layout, StageSummary, fingerprint_of
+
+if TYPE_CHECKING:
+    from ..sinks import Participant
+    from ..storage.fs import Storage
+    from .ledger import Ledger
+
+# a bound of a Delta stats column (minValues/maxValues), as ``_stats_json`` writes it
+Bound = str | int | float | decimal.Decimal
 
 
 class NotReady(WaitError):
@@ -45,7 +53,7 @@ class VerifyFailed(TerminalError):
     exit_code: ClassVar[int | None] = 4
 
 
-def _json_value(v, t: pa.DataType, is_max: bool):
+def _json_value(v: object, t: pa.DataType, is_max: bool) -> Bound | None:
     """One footer bound as a Delta stats value, or None when it cannot be written so that it
     still bounds every value of the file (the caller then publishes no bounds for the column).
 
@@ -109,7 +117,7 @@ def _decimal_text(v: decimal.Decimal) -> str:
     return format(v, "f")
 
 
-def _stats_json(v) -> str:
+def _stats_json(v: object) -> str:
     """Compact JSON like ``json.dumps(v, separators=(",", ":"))``, except that a Decimal is
     written as an exact number (json.dumps cannot write one as a number)."""
     if isinstance(v, decimal.Decimal):
@@ -119,14 +127,14 @@ def _stats_json(v) -> str:
     return json.dumps(v, allow_nan=False)
 
 
-def holds(t: pa.DataType, kind) -> bool:
+def holds(t: pa.DataType, kind: Callable[[pa.DataType], bool]) -> bool:
     """Whether type ``t`` is of ``kind`` (a ``pa.types.is_*``) or nests a field that is."""
     if kind(t):
         return True
     return pa.types.is_nested(t) and any(holds(t.field(i).type, kind) for i in range(t.num_fields))
 
 
-def writer_statistics(schema: pa.Schema):
+def writer_statistics(schema: pa.Schema) -> bool | list[str]:
     """Which columns the stage writer keeps Parquet footer statistics for (``write_statistics`` of
     pyarrow's ParquetWriter): every column but floating-point ones. Arrow computes a float
     column's footer min/max ignoring NaN, and readers (delta-rs among them) skip row groups by
@@ -143,7 +151,7 @@ def writer_statistics(schema: pa.Schema):
     return [f.name for f in schema if f.name not in floats]
 
 
-def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str:
+def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free: Iterable[str] | None = None) -> str:
     """Delta AddFile stats (numRecords, minValues, maxValues, nullCount) from a Parquet footer.
 
     Readers skip a file when its stats say no row can match, so every published bound must
@@ -205,9 +213,10 @@ def footer_stats(meta: pq.FileMetaData, schema: pa.Schema, nan_free=None) -> str
     return _stats_json({"numRecords": meta.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
-def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str, participants: dict,
-                   schema_evolution: str = "add_columns",
-                   check_staged: Callable[..., list[str]] | None = None) -> tuple[StageSummary, dict, dict]:
+def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Storage], plan: BatchPlan, attempt: str,
+                   participants: Mapping[str, Participant], schema_evolution: str = "add_columns",
+                   check_staged: Callable[[Storage, str, list[JSON], pa.Schema], list[str]] | None = None,
+                   ) -> tuple[StageSummary, dict[str, list[JSON]], dict[str, int]]:
     """Verify one attempt. Returns (summary, adds per participant, totals).
 
     ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
@@ -229,7 +238,7 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         raise VerifyFailed(f"batch {batch_id} attempt {attempt} was not staged under its plan's configuration: "
                            + "; ".join(other) + ". Its files are aborted and the batch is staged again under the "
                            "configuration that planned it")
-    adds: dict[str, list[dict]] = {}
+    adds: dict[str, list[JSON]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
     for participant in STAGED:
@@ -244,7 +253,7 @@ def verify_attempt(layout: Layout, ledger, fs_for, plan: BatchPlan, attempt: str
         data_sig = schema_signature(expected, drop=tuple(pcols))
         collected = {m["partition"]: m for m in summary.manifests.get(participant, [])}
         adds[participant], rows[participant] = [], 0
-        seen_paths = set()
+        seen_paths: set[str] = set()
         for p in range(n):
             m = ledger.manifest(batch_id, attempt, participant, p)
             if m is None:
@@ -348,7 +357,7 @@ def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
             f"{', '.join(sorted(want - got)) or 'none'})"]
 
 
-def recheck_files(layout: Layout, fs_for, adds: dict) -> list[str]:
+def recheck_files(layout: Layout, fs_for: Callable[[str], Storage], adds: Mapping[str, list[JSON]]) -> list[str]:
     """Before commit: every prepared file is still there with its size (VACUUM, manual deletes)."""
     problems = []
     for participant, lst in adds.items():

@@ -105,6 +105,18 @@ def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> d
     return out | {k: v for k, v in newer.items() if v is not None}
 
 
+@dataclass(frozen=True)
+class BacklogAsk:
+    """How much work ``Planner.backlog`` may do: ``count_records`` False lists only (no line count,
+    no footer read); a files-like kind counts lines of at most ``count_bytes_limit`` bytes and of at
+    most ``count_files_limit`` files not yet planned; a broker answers within ``timeout`` seconds."""
+
+    count_records: bool = True
+    count_bytes_limit: int = 64 << 20
+    count_files_limit: int | None = None
+    timeout: float = 5.0
+
+
 class Planner(Protocol):
     """What ``source_for(cfg)`` returns: the Airflow side's planner of one pipeline.
 
@@ -123,6 +135,14 @@ class Planner(Protocol):
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        **late_files) -> tuple[dict | None, int | None, list[str]]: ...
+
+    def backlog(self, previous_plans: Sequence, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
+        """What waits to be read after ``previous_plans`` (as for ``next_range``), for the backlog
+        page and the plan task's alert; ``unpublished``: the range of the newest batch when it is
+        not committed yet. Any of ``files``, ``bytes``, ``records`` (None: not counted),
+        ``partitions`` ({partition: records}), ``unpublished`` (bool), ``oldest_ms`` (the oldest
+        unpublished input's time) and ``notes`` (how each figure was obtained, or why it is
+        missing); a key left out is not known for this kind."""
 
 
 class SourceRange(Protocol):
@@ -154,6 +174,7 @@ class SourceKind(Protocol):
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
     interval_by_record_time: bool  # interval mode assigns records by their timestamps (Kafka: ``interval_slices``)
+    replayable: bool  # ``make replay`` can land selected records again as a JSON-lines file this kind reads
     located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
     quarantine_columns: tuple[str, ...]  # columns of ``read`` only ``locate`` needs: kept for quarantined records only
 

@@ -59,7 +59,7 @@ def _reference(book: Book, pending: RewindRecord | None, marker) -> dict:
     live = [p for p in plans if p.batch_id not in gone and ledger.abandoned(p.batch_id) is None]
     return {"last": (read[-1].batch_id, read[-1].range) if read else None,
             "consumed": {k: (v["size"], v["mtime_ms"]) for k, v in consumed.items()}, "reported": reported,
-            "first": min((st.ms(p.interval["start"]) for p in plans if p.interval), default=None),
+            "first": min((ckpt.ms(p.interval["start"]) for p in plans if p.interval), default=None),
             "published": st.published_slices(live, book.held),
             "before": {s: getattr(st.last_interval_before(live, _iso(s)), "batch_id", None) for s in STARTS + [T0 + 9 * H]},
             "live": live, "latest": max(ledger.batch_ids(), default=0)}

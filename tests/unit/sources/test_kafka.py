@@ -254,7 +254,7 @@ def test_offsets_are_asked_again_after_errors_a_restarting_broker_answers():
     right after a restart): plan asks again instead of failing; other errors fail at once."""
     from confluent_kafka import KafkaError, KafkaException
 
-    from eobatch.sources.kafka.planner import _retriable
+    from eobatch.sources.kafka.offsets import _retriable
 
     for code in (KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError._TRANSPORT):
         assert _retriable(KafkaException(KafkaError(code)))

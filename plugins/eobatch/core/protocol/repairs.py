@@ -19,12 +19,13 @@ from ...storage.fs import join, relpath
 from .. import faults
 from ..checkpoint import RewindKey
 from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
+from ..replay import void_files
 from . import state as st
 
 log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
-    from ...config.loader import PipelineConfig
+    from ...config.pipeline import PipelineConfig
     from ...sinks import Participant
     from ...storage.fs import Storage
     from ..checkpoint import History, ReadSoFar
@@ -52,7 +53,7 @@ class Repairs:
         def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
         def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
                           plan: BatchPlan | None = None) -> None: ...
-        def _read_so_far(self, pending_rewind: RewindRecord | None = None,
+        def read_so_far(self, pending_rewind: RewindRecord | None = None,
                          hist: History | None = None) -> ReadSoFar: ...
         def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
         def _sink_record(self) -> str | None: ...
@@ -116,10 +117,8 @@ class Repairs:
         what = (f"rewind to before batch {to_batch}: tables restored to versions {restore}, batches "
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
-        from ..replay import void_files
-
         # the files of the replays this rewind voids are not read again, so nothing of theirs is lost
-        voided = void_files(self, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
+        voided = void_files(self.cfg, self.layout, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
         lost = self._gone(gone, "rewind", accept_loss or dry_run, f"BATCH={to_batch}",
                           "their published rows would be taken back and never published again", set(voided))
         if dry_run:
@@ -153,7 +152,7 @@ class Repairs:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
         t0 = time.time()
         source = source_for(self.cfg)
-        rng, n, notes = source.next_range(self._read_so_far(pending_rewind=rec),
+        rng, n, notes = source.next_range(self.read_so_far(pending_rewind=rec),
                                           max_records or self.cfg.source.max_records_per_batch)
         if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
             k = self.ledger.plan(rec.to_batch)

@@ -13,13 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ...errors import LedgerMismatch
-from ..checkpoint import RewindKey, ms  # one definition, shared with the ledger's checkpoints
-from ..formats import BatchPlan, BatchState, PreparedBatch, RewindRecord, slice_of
+from ..checkpoint import ms  # one definition, shared with the ledger's checkpoints
+from ..formats import JSON, BatchPlan, BatchState, PreparedBatch, PublishedFile, RewindRecord, slice_of
 
 
-def interval_of(start, end) -> dict:
+def interval_of(start: str | _dt.datetime, end: str | _dt.datetime) -> dict[str, str]:
     """{"start", "end"} as ISO UTC text, from datetimes or ISO strings."""
-    def iso(x):
+    def iso(x: str | _dt.datetime) -> str:
         if isinstance(x, str):
             x = _dt.datetime.fromisoformat(x)
         if x.tzinfo is None:
@@ -106,16 +106,7 @@ def read_so_far(plans: Sequence[BatchPlan], rewinds: Sequence[RewindRecord], is_
     return kept
 
 
-def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
-    """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
-    batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
-    names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
-    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
-    by the batches after the rewind, and its file is never read."""
-    return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
-
-
-def start_marker(k: BatchPlan, rng: dict | None) -> BatchPlan | None:
+def start_marker(k: BatchPlan, rng: JSON | None) -> BatchPlan | None:
     """Batch ``k``'s plan with ``rng`` as its range: its source kind's empty range at ``k``'s
     first positions (``SourceKind.start_marker``); None for a kind without positions."""
     if rng is None:
@@ -124,7 +115,7 @@ def start_marker(k: BatchPlan, rng: dict | None) -> BatchPlan | None:
                      config_fingerprint=k.config_fingerprint, planned_at=k.planned_at)
 
 
-def lookback(cron: str, n: int, first_start_ms: int | None, start) -> list[tuple[int, int]]:
+def lookback(cron: str, n: int, first_start_ms: int | None, start: str | _dt.datetime) -> list[tuple[int, int]]:
     """Interval mode: the ``n`` intervals of ``cron`` before ``start`` checked for late files,
     newest first, none before the first interval this ledger planned (``first_start_ms``: a
     pipeline is not answerable for what landed before it started)."""
@@ -133,7 +124,8 @@ def lookback(cron: str, n: int, first_start_ms: int | None, start) -> list[tuple
     if not n or first_start_ms is None:
         return []
     ticks = croniter(cron, _dt.datetime.fromtimestamp(ms(start) / 1000, _dt.timezone.utc))
-    out, end = [], ms(start)
+    out: list[tuple[int, int]] = []
+    end = ms(start)
     for _ in range(n):
         lo = int(ticks.get_prev(_dt.datetime).timestamp() * 1000)
         if lo < first_start_ms:
@@ -143,10 +135,10 @@ def lookback(cron: str, n: int, first_start_ms: int | None, start) -> list[tuple
     return out
 
 
-def published_slices(live_plans: Iterable[BatchPlan], held: int) -> dict[str, set]:
+def published_slices(live_plans: Iterable[BatchPlan], held: int) -> dict[str, set[PublishedFile]]:
     """Interval mode: slice name -> {(path, size, mtime)} its newest committed live batch
     published (what a late file is judged against); ``held``: the batch every table holds."""
-    out: dict[str, set] = {}
+    out: dict[str, set[PublishedFile]] = {}
     for plan in sorted(live_plans, key=lambda p: -p.batch_id):
         if plan.batch_id > held:
             continue
@@ -155,7 +147,7 @@ def published_slices(live_plans: Iterable[BatchPlan], held: int) -> dict[str, se
     return out
 
 
-def last_interval_before(live_plans: Iterable[BatchPlan], start) -> BatchPlan | None:
+def last_interval_before(live_plans: Iterable[BatchPlan], start: str | _dt.datetime) -> BatchPlan | None:
     """Interval mode: the newest live batch of the latest interval that ends at or before
     ``start``: where this interval's records begin, as the ledger recorded it."""
     earlier = [(ms(p.interval["end"]), p) for p in live_plans if p.interval and ms(p.interval["end"]) <= ms(start)]

@@ -7,12 +7,15 @@ it decided put-if-absent (see the package's docstring for the state machine). Th
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ...config.contract import edits_text
-from ...config.loader import TABLE, PipelineConfig, config_edits, config_values
+from ...config.contract import Edit, edits_text
+from ...config.loader import TABLE, config_edits, config_values
+from ...config.pipeline import PipelineConfig
 from ...config.schemas import schema_from_b64
 from ...errors import (
     AttemptPrepared,
@@ -31,7 +34,9 @@ from ...sources.base import LateFilesConfig, consumed_skip
 from ...storage.fs import Storage, join, storage_for
 from .. import faults
 from ..checkpoint import History, ReadSoFar, RewindKey
+from ..checkpoint import ms as _ms
 from ..formats import (
+    JSON,
     SINK,
     STAGED,
     BatchPlan,
@@ -39,6 +44,7 @@ from ..formats import (
     CommittedBatch,
     Layout,
     PreparedBatch,
+    PublishedFile,
     RewindRecord,
     commit_metadata,
     fingerprint_of,
@@ -46,10 +52,10 @@ from ..formats import (
     utcnow,
 )
 from ..ledger import Ledger
+from ..replay import void_files
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
 from .repairs import Repairs
-from .state import ms as _ms
 
 log = logging.getLogger("eobatch")
 SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
@@ -60,14 +66,14 @@ class Recovery:
     latest: int  # highest planned batch id (0: none)
     committed: int  # highest batch committed in every participant
     pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
-    actions: list  # what recovery did, for the task log
+    actions: list[str]  # what recovery did, for the task log
     in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
 
 
 class Protocol(Repairs):
     """One pipeline's protocol: its ledger, its participants (tables) and their storages."""
 
-    def __init__(self, cfg: PipelineConfig, storage_options: dict | None = None):
+    def __init__(self, cfg: PipelineConfig, storage_options: JSON | None = None):
         self.cfg = cfg
         self.app_id = cfg.app_id
         self.layout = Layout(cfg.sink_table, cfg.quarantine_table)
@@ -77,8 +83,8 @@ class Protocol(Repairs):
         self.sink = sink_for(cfg)  # the sink's kind: its tables, its check of staged rows
         self.participants: dict[str, Participant] = self.sink.participants(cfg, self.layout, self.fs_for,
                                                                            storage_options)
-        self.last_late: list = []  # late files the last plan() found (interval mode)
-        self.last_skipped: list = []  # landing inputs the last plan() skipped, and planned files it will not read
+        self.last_late: list[JSON] = []  # late files the last plan() found (interval mode)
+        self.last_skipped: list[JSON] = []  # landing inputs the last plan() skipped, and planned files it will not read
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -161,7 +167,7 @@ class Protocol(Repairs):
         return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
                         in_flight=in_flight)
 
-    def _finish_decided_prepare(self, batch_id: int, actions: list) -> PreparedBatch | None:
+    def _finish_decided_prepare(self, batch_id: int, actions: list[str]) -> PreparedBatch | None:
         """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
         the attempt's files are kept (abort can no longer remove them), so verify it again and
         write PREPARED now. None when no such attempt verifies."""
@@ -181,7 +187,7 @@ class Protocol(Repairs):
         return None
 
     # -- plan (begin) ----------------------------------------------------------------
-    def plan(self, max_records: int | None = None, interval: dict | None = None,
+    def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
              run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
         """(plan, is_new). An uncommitted batch is returned as it is (never planned past).
 
@@ -225,13 +231,13 @@ class Protocol(Repairs):
                                     f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
                                     f"runs cover the time between two ticks)")
             self._check_settled(interval)
-            kw: dict = {}
+            kw: JSON = {}
             kind = kind_for(self.cfg.source.kind)
             if kind.checks_late_files:  # look back at the intervals already planned
                 lookback = self._lookback(interval["start"], hist)
                 kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
             if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
-                reads = self._read_so_far(hist=hist)
+                reads = self.read_so_far(hist=hist)
                 kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
                       "holder": lambda name: hist.slice_holder(name, held),
                       "first_start_ms": hist.first_interval_start_ms()}
@@ -239,7 +245,7 @@ class Protocol(Repairs):
                                                   earlier=self._last_interval_before(interval["start"], hist), **kw)
         else:
             interval = None
-            rng, n, notes = source.next_range(self._read_so_far(hist=hist), limit)  # may raise DataLossError
+            rng, n, notes = source.next_range(self.read_so_far(hist=hist), limit)  # may raise DataLossError
         self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
         self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
         if rng is None:
@@ -284,7 +290,7 @@ class Protocol(Repairs):
             raise ConfigChanged(self._edits_message(plan, edits, versions))
         self._check_sink(plan)
 
-    def _edits_message(self, plan: BatchPlan, edits: list, versions: dict[str, int] | None) -> str:
+    def _edits_message(self, plan: BatchPlan, edits: list[Edit], versions: dict[str, int] | None) -> str:
         b = plan.batch_id
         what = edits_text(edits, b)
         keys = ", ".join(k for k, *_ in edits)
@@ -328,7 +334,7 @@ class Protocol(Repairs):
         if ck is not None:
             log.info("ledger checkpoint: batches 1..%s (%d index entries)", ck.batch_id, ck.entries)
 
-    def _check_settled(self, interval: dict) -> None:
+    def _check_settled(self, interval: dict[str, str]) -> None:
         """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
         files and records still arriving for it (renames, clock skew, slow uploads) are on time."""
         ready = _ms(interval["end"]) + 1000 * self.cfg.source.settle_seconds
@@ -338,7 +344,7 @@ class Protocol(Repairs):
                                      f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
                                      f"{wait / 1000:.0f}s to go")
 
-    def _lookback(self, start, hist: History | None = None) -> list[tuple[int, int]]:
+    def _lookback(self, start: str | _dt.datetime, hist: History | None = None) -> list[tuple[int, int]]:
         """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
         source = self.cfg.source
         if not isinstance(source, LateFilesConfig):  # only kinds that check late files look back
@@ -347,7 +353,7 @@ class Protocol(Repairs):
         first = (hist or self.ledger.history()).first_interval_start_ms()
         return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
 
-    def _emptied(self, interval: dict, hist: History, held: int) -> list[str]:
+    def _emptied(self, interval: dict[str, str], hist: History, held: int) -> list[str]:
         """Interval mode, nothing planned: what to say when the interval was published before
         (its files were all taken out of the landing zone since): its rows stay published."""
         name = slice_name(_ms(interval["start"]))
@@ -360,21 +366,22 @@ class Protocol(Repairs):
                 f"corrected records in the interval's folder and run it again, or rewind the pipeline "
                 f"(`make rewind`) to before that interval's batch"]
 
-    def _published_slices(self, hist: History, held: int, lookback: list[tuple[int, int]]) -> dict[str, set]:
+    def _published_slices(self, hist: History, held: int,
+                          lookback: list[tuple[int, int]]) -> dict[str, set[PublishedFile]]:
         """``state.published_slices`` for the look-back intervals' slices."""
         return hist.published({slice_name(lo) for lo, _hi in lookback}, held)
 
-    def _last_interval_before(self, start, hist: History | None = None) -> BatchPlan | None:
+    def _last_interval_before(self, start: str | _dt.datetime, hist: History | None = None) -> BatchPlan | None:
         return (hist or self.ledger.history()).last_interval_before(start)
 
-    def _read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
+    def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
         """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
         checkpoint and the plans after it; ``pending_rewind``: a rewind being planned now,
         counted as if recorded."""
         hist = hist or self.ledger.history(pending_rewind=pending_rewind)
 
         def every_record() -> list[BatchPlan]:
-            rewinds: list = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
+            rewinds: list[RewindRecord] = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
             return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
 
         void: dict[str, str] | None = None
@@ -382,9 +389,7 @@ class Protocol(Repairs):
         def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
             nonlocal void
             if void is None:
-                from ..replay import void_files
-
-                void = void_files(self, self.rewinds_in_effect(hist=hist))
+                void = void_files(self.cfg, self.layout, self.rewinds_in_effect(hist=hist))
             return void.get(path)
 
         return hist.read_so_far(self._start_marker, every_record, void_file)
@@ -603,8 +608,8 @@ class Protocol(Repairs):
                 replaces = fresh
         raise AssertionError("unreachable")
 
-    def _write_committed(self, batch_id: int, recovered: bool, versions: dict | None = None,
-                         seconds: float = 0.0, actions: list | None = None) -> CommittedBatch:
+    def _write_committed(self, batch_id: int, recovered: bool, versions: dict[str, int] | None = None,
+                         seconds: float = 0.0, actions: list[str] | None = None) -> CommittedBatch:
         """The ledger's COMMITTED record of a batch every table holds (put-if-absent).
 
         Its fingerprint is the PREPARED record's, checked against each table's commit info. A
@@ -674,7 +679,7 @@ class Protocol(Repairs):
                 if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
                 for part in self.names}
 
-    def _current_slice_files(self):
+    def _current_slice_files(self) -> Callable[[int, str, str, set[str]], set[str]]:
         """For ``state.replaced_files``: the files holding a slice now, after compactions of it
         (the participant's ``slice_files``); each table's live files are read once, when needed."""
         live: dict[str, set[str]] = {}

@@ -23,6 +23,7 @@ class FilesKind:
     position_based = False
     checks_late_files = True
     interval_by_record_time = False  # interval mode: by landing folder or mtime
+    replayable = True  # a replayed record lands as a JSON-lines file in the landing folder
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
     quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 

@@ -25,13 +25,14 @@ from __future__ import annotations
 import errno
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from ...config import lines
 from ...core.checkpoint import SKIP_NOTE, ReadSoFar
 from ...core.formats import slice_name
 from ...errors import TerminalError
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
-from ..base import IntervalTooLarge, consumed_skip
+from ..base import BacklogAsk, IntervalTooLarge, consumed_skip
 
 log = logging.getLogger(__name__)
 
@@ -281,6 +282,42 @@ class FilesSource:
 
     def check_unchanged(self, rng: dict) -> list[str]:
         return changed_since_plan(rng, self.root)
+
+    counts_cheaply = False  # counting a landing file's records reads the whole file (parquet: its footer)
+
+    def backlog(self, previous_plans: ReadSoFar, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
+        """``Planner.backlog``: the landing files no plan read yet (count, bytes; records when
+        counting them is cheap enough) and the oldest modification time among them and among the
+        files of ``unpublished``: a file's records are at least that old."""
+        read = previous_plans
+        pending = [f for f in self.list_landing() if read.consumed(f.path) is None and read.void(f.path) is None]
+        out: dict[str, Any] = {"files": len(pending), "bytes": sum(f.size for f in pending), "records": None}
+        notes: list[str] = []
+        if not ask.count_records:
+            notes.append("records not counted (not asked)")
+        elif ask.count_files_limit is not None and len(pending) > ask.count_files_limit:
+            notes.append(f"records not counted: {len(pending)} files not yet planned (the page counts the "
+                         f"records of at most {ask.count_files_limit} files)")
+        elif self.counts_cheaply or out["bytes"] <= ask.count_bytes_limit:
+            try:
+                out["records"] = sum(self._entry(f)["records"] for f in pending)  # the planner's own count
+                notes.append("records counted as the planner counts them")
+            except Exception as e:  # noqa: BLE001 - e.g. a file over max_file_bytes: the plan will say it too
+                notes.append(f"records not counted: {e}")
+        else:
+            notes.append(f"records not counted: {out['bytes']} bytes not yet planned (counting lines reads "
+                         f"every file; the page counts up to {ask.count_bytes_limit} bytes)")
+        stamps = [f.mtime_ms for f in pending]
+        stamps += [int(f["mtime_ms"]) for f in (unpublished or {}).get("files", []) if "mtime_ms" in f]
+        out["unpublished"] = bool(stamps)
+        if stamps:
+            out["oldest_ms"] = min(stamps)
+            notes.append("age: the oldest modification time of a landing file not yet published (planned or not)")
+        else:
+            notes.append("nothing unpublished: every landing file is in a committed batch")
+        if self.links:
+            notes.append(f"{len(self.links)} symbolic link(s) in the landing zone are never read")
+        return out | {"notes": notes}
 
 
 def skip_notes(entries: list[dict]) -> list[str]:

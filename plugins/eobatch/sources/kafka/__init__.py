@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING
 from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .client import for_job, job_env, settings
 from .config import KafkaConfig
-from .planner import DataLossError, KafkaSource, KafkaUnavailable, partition_offsets, spread
+from .offsets import DataLossError, KafkaUnavailable, partition_offsets, spread
+from .planner import KafkaSource
 from .range import KafkaRange, range_summary
 from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError
 
@@ -26,6 +27,7 @@ class KafkaKind:
     position_based = True
     checks_late_files = False
     interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
+    replayable = False  # records are produced again upstream, not landed by a replay
     located_columns = ()
     quarantine_columns = ()
     _accounts = None  # the accumulator of the read in this process (the stage job)

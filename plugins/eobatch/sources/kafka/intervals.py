@@ -42,6 +42,7 @@ from typing import Any
 
 from ...errors import ProtocolError, TerminalError
 from ..base import IntervalTooLarge
+from .offsets import DataLossError, judge_loss, partition_offsets, start_offsets
 
 MAX_TS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
@@ -142,8 +143,6 @@ class Broker:
         self.client, self.topic, self.iso, self.timeout = client, topic, isolation_level, timeout
 
     def offsets(self, isolation_level: str | None = None) -> dict[int, tuple[int, int]]:
-        from .planner import partition_offsets
-
         return partition_offsets(self.client, self.topic, isolation_level or self.iso)
 
     def timestamps(self, partition: int, start: int, end: int, isolation_level: str | None = None):
@@ -163,8 +162,6 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
     """The range of the run of interval [start_ms, end_ms) (see the module docstring).
     ``previous``: the newest live plan of the pipeline (None for its first batch); ``holder(name)``:
     the newest committed live plan that published slice ``name`` (None if none)."""
-    from .planner import DataLossError, judge_loss, start_offsets
-
     topic = broker.topic
     sched = Schedule(cron)
     if sched.interval(start_ms) != (start_ms, end_ms):

@@ -25,6 +25,7 @@ class ParquetKind(FilesKind):
 
     name = "parquet"
     config_keys = fields_as_keys(ParquetConfig)
+    replayable = False  # a replay writes JSON lines, which a Parquet source does not read
     located_columns = ()
     quarantine_columns = ()
 

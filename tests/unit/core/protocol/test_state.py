@@ -14,6 +14,7 @@ import datetime as dt
 
 import pytest
 
+from eobatch.core import checkpoint as ckpt
 from eobatch.core.formats import BatchPlan, PreparedBatch, RewindRecord, slice_name
 from eobatch.core.protocol import state as st
 from eobatch.errors import LedgerMismatch
@@ -341,4 +342,4 @@ INTERVALS = [
 def test_interval_of(start, end, want, why):
     got = st.interval_of(start, end)
     assert got == {"start": want, "end": "2026-01-01T04:00:00+00:00"}, why
-    assert st.ms(got["end"]) - st.ms(got["start"]) == H
+    assert ckpt.ms(got["end"]) - ckpt.ms(got["start"]) == H
