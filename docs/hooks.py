@@ -254,7 +254,7 @@ def render_bench(folder: Path) -> str:
     results = folder / "results.json"
     if not results.is_file():
         return ("No benchmark results in this build: `.bench/results.json` does not exist. Run `make bench` "
-                "(see [Run it](#run-it) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 "
+                "(see [Run it](#run-it-make-bench) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 "
                 "PLAN_LATE_BATCHES=1000` takes about two minutes), then `make docs`: this section then shows "
                 "its figures and its plot.")
     res = json.loads(results.read_text())
