@@ -1,4 +1,4 @@
-# Exactly-once micro-batches into Delta Lake with Airflow + Spark. See README.md.
+# Exactly-once micro-batches into Delta Lake with Airflow + Spark. See README.md and docs/site/.
 SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
@@ -28,10 +28,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint schema help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | test | lint | schema | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | test | lint | schema | docs | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -122,9 +122,15 @@ test: setup
 	$(VENV)/bin/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The JSON Schema of a pipeline YAML, from the typed models (checked in; a unit test fails when it is
-# not current). README "Pipeline files in an editor".
+# not current). docs/site/reference.md "Pipeline files in an editor".
 schema: venv
 	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.config.json_schema docs/pipeline.schema.json
+
+# The documentation site (docs/mkdocs.yml, pages in docs/site/) into docs/_build/ (git-ignored),
+# strict: a broken link or anchor fails it. Its YAML reference is generated from
+# docs/pipeline.schema.json, its benchmark figures from .bench/results.json (docs/hooks.py).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv

@@ -7,7 +7,7 @@ Options (``transform: {name: running_totals, options: {...}}``):
 
 Output, one row per key of the batch: <key>, ``events`` (records), ``total`` (sum of value),
 ``smallest`` / ``largest`` (min / max of value), ``last_seen`` (max of time). Use it with an
-accumulating merge sink (README "Running aggregates"), which folds each batch's row of a key
+accumulating merge sink (docs/site/sinks.md "Running aggregates"), which folds each batch's row of a key
 into the key's row in the same commit as the batch's txn:
 
     sink:

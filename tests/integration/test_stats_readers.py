@@ -196,7 +196,7 @@ def test_a_column_without_bounds_makes_the_pyarrow_dataset_lose_rows_not_delta_r
     """delta-rs 1.6's ``to_pyarrow_dataset()`` writes a guarantee ``x >= null and x <= null`` for a
     column the file's stats give no bounds (float columns, strings over 32 characters), which
     excludes every row: pyarrow filters, and DuckDB when it pushes the filter (strings,
-    decimals), lose the file. ``QueryBuilder`` does not. The README says to filter with it (or
+    decimals), lose the file. ``QueryBuilder`` does not. docs/site/sinks.md says to filter with it (or
     Spark); this shows when a delta-rs upgrade changes it."""
     long = "q" * 40
     table = pa.table({"x": [1.0, 7.0], "s": ["a", long]})

@@ -6,7 +6,7 @@ browser (Debian's chromium): log in on Airflow's login page, open the DAG, open 
 ledger" tab, see the batch ids and states the independent reader sees.
 
 EOBATCH_UI_SCREENSHOT=<path.png> makes the browser test save a screenshot of the ledger tab there
-(docs/ledger-page.png in the README is one).
+(docs/site/ledger-page.png, in the README and the docs, is one).
 """
 
 from __future__ import annotations

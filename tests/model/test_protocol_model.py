@@ -623,7 +623,7 @@ class ProtocolModel(RuleBasedStateMachine):
         assert named, f"no key, old and new value: {msg}"
         assert "Repair: " in msg, f"no repair named: {msg}"
         m = REPAIR.search(msg)
-        self.pending_race = None  # the repair runs with the pipeline paused (README): no other run acts during it
+        self.pending_race = None  # the repair runs with the pipeline paused (docs/site/operations.md): no other run acts during it
         if m and self.edits % 2 and all(v.txn < int(m.group(1)) for v in self._views().values()):
             b = int(m.group(1))
             event(f"config edit refused at {verb} -> reset-batch")
@@ -669,7 +669,7 @@ class ProtocolModel(RuleBasedStateMachine):
         # never publish partially: a blocked batch is in no table
         assert all(t < b for t in held.values()), \
             f"CommitBlocked for batch {b} after it was published in part: txn versions {held}; {msg}"
-        self.pending_race = None  # the repair runs with the pipeline paused (README): no other run acts during it
+        self.pending_race = None  # the repair runs with the pipeline paused (docs/site/operations.md): no other run acts during it
         moved = a.proto.reset(b)
         assert b in moved, f"reset({b}) as CommitBlocked said forgot {moved}"
         note(f"  reset({b}) forgot {moved}")

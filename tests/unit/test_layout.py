@@ -29,7 +29,8 @@ PLUGINS = REPO / "plugins"
 # Test modules of something that is not a product module.
 NOT_A_MODULE = {UNIT / "test_makefile.py": "the Makefile", UNIT / "test_layout.py": "this layout",
                 UNIT / "test_supply_chain.py": "the locks and the jar lists",
-                UNIT / "test_packages.py": "what each package of eobatch may import"}
+                UNIT / "test_packages.py": "what each package of eobatch may import",
+                UNIT / "test_docs.py": "the documentation site's generated pages (docs/hooks.py)"}
 
 
 def product_module(test_module: Path) -> Path | None:

@@ -4,7 +4,7 @@ kind without one is described by its keys alone).
 
 ``make schema`` writes it to ``docs/pipeline.schema.json`` (checked in: a unit test fails when it
 is not current). Editors with the YAML language server (VS Code's YAML extension) validate and
-complete a pipeline file against it: README "Pipeline files in an editor".
+complete a pipeline file against it: docs/site/reference.md "Pipeline files in an editor".
 """
 
 from __future__ import annotations

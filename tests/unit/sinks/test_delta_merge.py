@@ -450,7 +450,7 @@ def test_interval_running_totals_after_any_landings_removals_and_re_runs_equal_a
         else:
             run(h)
     for h in range(2):  # every hour once more: each publishes the files it holds now (one at least: a
-        folder = landing / f"dt=2026-01-01/hour={h:02d}"  # run of an emptied interval plans nothing, README)
+        folder = landing / f"dt=2026-01-01/hour={h:02d}"  # run of an emptied interval plans nothing, docs/site/concepts.md)
         folder.mkdir(parents=True, exist_ok=True)
         present[(h, -1)] = [("zed", h, h)]
         land_sales(proto, f"dt=2026-01-01/hour={h:02d}/last.jsonl", present[(h, -1)])

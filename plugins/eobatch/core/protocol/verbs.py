@@ -711,7 +711,7 @@ class Protocol(Repairs):
         text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
                 f"rewritten ones also hold that interval's records (mixed with other intervals' rows), so "
                 f"publishing it again would publish them twice. Nothing was published. Interval tables must "
-                f"not be compacted by other writers (README, \"Interval mode\"). To publish late files of it, "
+                f"not be compacted by other writers (documentation: Concepts, \"What exactly once means\"). To publish late files of it, "
                 f"move them into the folder of a later interval (without interval_prefix: touch them, so "
                 f"their time falls in a later interval): that interval's run publishes them; or set "
                 f"`late_files: ignore`. The interval itself cannot be re-run")

@@ -189,7 +189,7 @@ class DeltaParticipant:
                       "writer's OPTIMIZE?) had already rewritten %d of those files (e.g. %s): the interval's old rows "
                       "may now be published twice, in that commit's files. Inspect the table's history; repair with "
                       "`make rewind` to before the compaction's version, and never compact interval-mode tables "
-                      "with another tool (README, Maintenance)", self.name, batch_id, replace.describe(), version,
+                      "with another tool (documentation: Operations, Maintenance)", self.name, batch_id, replace.describe(), version,
                       dt.version(), len(gone), min(gone))
 
     def _begin(self, app_id: str, batch_id: int, schema: pa.Schema, partition_by: list[str],

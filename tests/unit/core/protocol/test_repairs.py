@@ -241,7 +241,7 @@ def test_a_reset_of_a_batch_whose_files_were_expired_is_refused_naming_them_unle
     _land(cfg, "f2.jsonl", range(20, 22))
     plan, _ = proto.plan(max_records=2)
     assert plan.batch_id == 2
-    (Path(cfg.source.path) / "f1.jsonl").unlink()  # expired from the landing zone, as the README recommends
+    (Path(cfg.source.path) / "f1.jsonl").unlink()  # expired from the landing zone, as docs/site/concepts.md (Limits) recommends
     with pytest.raises(ProtocolError, match=r"f1\.jsonl.*ACCEPT_LOSS=1"):
         proto.reset(2)
     assert proto.ledger.plan(2) is not None and _losses(proto) == []

@@ -284,7 +284,7 @@ def test_an_interval_emptied_after_it_was_published_plans_nothing_and_says_its_r
     (Path(by_prefix.source.path) / "dt=2026-01-01/hour=00/a.jsonl").unlink()
     with caplog.at_level(logging.WARNING, logger="eobatch.core.protocol.verbs"):
         assert run(proto, 0, run_id="again") is None
-    assert published(proto) == collections.Counter(["a1", "a2"])  # the documented limit (README)
+    assert published(proto) == collections.Counter(["a1", "a2"])  # the documented limit (docs/site/concepts.md)
     assert "was published with 1 file(s) and none is in the landing zone now" in caplog.text
     assert "make rewind" in caplog.text
     caplog.clear()

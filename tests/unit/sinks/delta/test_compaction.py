@@ -158,7 +158,7 @@ def test_another_tools_optimize_inside_a_re_run_commits_window_is_reported_loudl
     """The one race the product cannot decide: another tool's OPTIMIZE (dataChange=false removes,
     no txn) that lands between a re-run commit's snapshot and its Delta commit. delta-rs lets the
     commit remove the already-removed files, so the interval's old rows live on in OPTIMIZE's
-    file. The commit says so at ERROR level (README, Maintenance: never compact interval tables
+    file. The commit says so at ERROR level (docs/site/operations.md, Maintenance: never compact interval tables
     with another tool); this test pins the behaviour so that a delta-rs that refuses the commit
     shows up here."""
     import logging
