@@ -25,7 +25,7 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint schema help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
 	@echo "make setup | demo | test | lint | schema | up | down | cluster-up | cluster-down | ui-up | ui-down"
@@ -122,6 +122,13 @@ test: setup
 # not current). README "Pipeline files in an editor".
 schema: venv
 	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.config.json_schema docs/pipeline.schema.json
+
+# The product's wheel, dist/eobatch-<version>-py3-none-any.whl (pyproject.toml says what goes in: the
+# package, the Spark job, the stage job's JVM jar built here, the Maven files of `eobatch jars`).
+wheel: venv .jars/eobatch-jvm.jar
+	rm -f dist/eobatch-*.whl
+	$(VENV)/bin/hatchling build -t wheel
+	@ls dist/eobatch-*.whl
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv
