@@ -125,10 +125,11 @@ schema: venv
 
 # The product's wheel, dist/eobatch-<version>-py3-none-any.whl (pyproject.toml says what goes in: the
 # package, the Spark job, the stage job's JVM jar built here, the Maven files of `eobatch jars`).
+# Beside it, dist/eobatch-<version>-requirements.txt installs it with the runtime lock, every hash checked.
 wheel: venv .jars/eobatch-jvm.jar
-	rm -f dist/eobatch-*.whl
+	rm -f dist/eobatch-*
 	$(VENV)/bin/hatchling build -t wheel
-	@ls dist/eobatch-*.whl
+	$(VENV)/bin/python include/wheel_requirements.py dist/eobatch-*.whl requirements.txt
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv

@@ -13,7 +13,6 @@ package; the real api-server serves the ledger API of the plugin.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -71,14 +70,13 @@ def installed(tmp_path_factory) -> Installed:
     # the wheel, as `make wheel` builds it (the stage job's JVM jar from `make setup`)
     _run([REPO / ".venv" / "bin" / "hatchling", "build", "-t", "wheel", "-d", dist], dict(os.environ), REPO)
     wheel, = dist.glob("eobatch-*-py3-none-any.whl")
-    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    # the runtime lock with its hashes, and the wheel with its own (what `make wheel` writes beside it):
+    # pip resolves the wheel's dependency ranges against the lock's pins (a range that excludes a pin fails)
+    reqs = Path(_run([sys.executable, REPO / "include" / "wheel_requirements.py", wheel, REPO / "requirements.txt"],
+                     dict(os.environ), REPO).stdout.strip())
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", inst.venv], inst.env, inst.work)
-    # the runtime lock with its hashes, and the wheel with its own: pip resolves the wheel's ranges
-    # against the lock's pins (a range that excludes a pin fails here)
-    reqs = inst.root / "install.txt"
-    reqs.write_text(f"-r {REPO / 'requirements.txt'}\neobatch @ {wheel.as_uri()} --hash=sha256:{digest}\n")
-    _run([inst.bin / "pip", "install", "--quiet", "--require-hashes", "-r", reqs], inst.env, inst.work, timeout=1800)
+    _run([inst.bin / "pip", "install", "--quiet", "-r", reqs.name], inst.env, dist, timeout=1800)
     # the Delta and hadoop jars `eobatch jars` resolves, already resolved by `make setup` (no Maven
     # here): linked one by one, without the checkout's own JVM jar, which the wheel brings
     for jar in (REPO / ".jars").glob("*.jar"):
