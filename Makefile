@@ -28,10 +28,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | test | lint | schema | docs | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -131,6 +131,14 @@ schema: venv
 # docs/pipeline.schema.json, its benchmark figures from .bench/results.json (docs/hooks.py).
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
+
+# The product's wheel, dist/eobatch-<version>-py3-none-any.whl (pyproject.toml says what goes in: the
+# package, the Spark job, the stage job's JVM jar built here, the Maven files of `eobatch jars`).
+# Beside it, dist/eobatch-<version>-requirements.txt installs it with the runtime lock, every hash checked.
+wheel: venv .jars/eobatch-jvm.jar
+	rm -f dist/eobatch-*
+	$(VENV)/bin/hatchling build -t wheel
+	$(VENV)/bin/python include/wheel_requirements.py dist/eobatch-*.whl requirements.txt
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
 lint: venv

@@ -1,7 +1,10 @@
-"""DAG factory: one exactly-once DAG per pipeline YAML in include/pipelines/ (or $PIPELINES_DIR).
+"""DAG factory: one exactly-once DAG per pipeline YAML of the pipelines folder ($PIPELINES_DIR,
+the Airflow option [eobatch] pipelines_dir, or include/pipelines/ of this checkout).
 
 A YAML that fails validation never stops the valid ones: it becomes an import error of this
 file, naming the YAML and the key, visible in the UI and in `airflow dags list-import-errors`.
+With eobatch installed, a DAG folder needs only the last two lines (`pipeline_dags(globals(),
+"/path/to/pipelines")`).
 """
 
 import os
@@ -11,9 +14,6 @@ _PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 if _PLUGINS not in sys.path:  # Airflow adds plugins/ itself; `python dags/...` and tests may not
     sys.path.insert(0, _PLUGINS)
 
-from eobatch.airflow.dag_factory import build_all, invalid_pipelines_dag  # noqa: E402
+from eobatch.airflow import pipeline_dags  # noqa: E402
 
-_dags, _errors = build_all()
-globals().update({f"dag_{name}": dag for name, dag in _dags.items()})
-if _errors:
-    dag_invalid_pipelines = invalid_pipelines_dag(_errors)
+pipeline_dags(globals())

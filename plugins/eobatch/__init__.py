@@ -17,4 +17,4 @@ must not; tests/unit/test_packages.py checks every import statement):
 Nothing here imports pyspark at module level.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.3.0"

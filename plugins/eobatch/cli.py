@@ -1,5 +1,9 @@
-"""Command line of the product (no Airflow needed).
+"""Command line of the product, ``eobatch`` once installed (``python -m eobatch.cli`` in a checkout);
+no Airflow needed but for ``run`` (and ``doctor``'s check of connections).
 
+    eobatch jars                                    # the JVM jars, into ~/.cache/eobatch/jars (EOBATCH_JARS_DIR)
+    eobatch doctor [--pipelines DIR]                # what this deployment lacks, and how to fix it
+    eobatch run orders [--runs N] [--conf JSON]     # `make run`: N runs with `airflow dags test`
     python -m eobatch.cli ledger orders [--format table|json]   # `make ledger`
     python -m eobatch.cli show orders                           # what the tables publish
     python -m eobatch.cli sweep orders [--all]                  # `make sweep`
@@ -27,6 +31,7 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from .airflow.runs import run_dags_test, run_date
 from .config.loader import find_pipeline
 from .core.batch_run import BatchRun
 from .core.formats import BatchPlan
@@ -220,10 +225,35 @@ def main(argv=None) -> int:
     ap_.add_argument("--force", action="store_true", help="build it again even if it is there")
     sub.add_parser("pools", help="the Airflow pools the pipelines name (maintenance.pool): one line each, "
                                  "<pool> <pipelines, comma-separated> (make pools creates them with one slot)")
+    jp = sub.add_parser("jars", help="resolve the stage job's JVM jars (Delta, hadoop-aws) with Maven into the jars "
+                                     "folder (EOBATCH_JARS_DIR, default ~/.cache/eobatch/jars), checked against "
+                                     "their SHA-256 list")
+    jp.add_argument("--dir", default=None, help="another folder (then set EOBATCH_JARS_DIR to it for the tasks)")
+    dop = sub.add_parser("doctor", help="check this deployment: Java, Spark, jars, the pipelines folder, the "
+                                        "connections the pipelines name, write access to their tables")
+    dop.add_argument("--pipelines", default=None, help="the folder of pipeline files (default: PIPELINES_DIR or "
+                                                       "the Airflow option [eobatch] pipelines_dir)")
+    rnp = sub.add_parser("run", help="RUNS runs of a pipeline's DAG, one after another, each with `airflow dags "
+                                     "test` (the Airflow of this environment, whose DAG folder builds the pipeline)")
+    rnp.add_argument("pipeline")
+    rnp.add_argument("--runs", type=int, default=1)
+    rnp.add_argument("--conf", default=None, help="the run's params, as JSON")
+    rnp.add_argument("--date", default=None, help="interval mode: the start of the interval to run")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "pools":
             return _pools()
+        if args.cmd == "jars":
+            from .job.jars import resolve  # Maven's side: only this command
+
+            resolve(args.dir, log=lambda m: print(m, file=sys.stderr))
+            return 0
+        if args.cmd == "doctor":
+            from .doctor import run as doctor  # every layer's checks: only this command
+
+            return doctor(args.pipelines)
+        if args.cmd == "run":
+            return run_dags_test(args.pipeline, args.runs, args.conf, args.date)
         if args.cmd == "class-archive":
             from .job.launch import build_class_archive
 
@@ -288,17 +318,8 @@ def _command(args) -> int:
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)
     if args.cmd == "run-date":
-        import datetime as dt
-
         try:
-            when = dt.datetime.fromisoformat(args.date.replace("Z", "+00:00"))
-            if cfg.mode == "interval":
-                # `airflow dags test` gives a manual run the interval that *ends* at its date;
-                # a backfill's run has the interval that *starts* at its logical date.
-                start, end = cfg.interval_starting(when)
-                print(end.isoformat())
-            else:
-                print(args.date)
+            print(run_date(cfg, args.date))
         except ValueError as e:
             print(f"error: DATE {args.date!r}: {e}", file=sys.stderr)
             return 2

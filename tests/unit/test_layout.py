@@ -6,7 +6,7 @@ mirror the product's packages. A newcomer changing a module finds its tests in o
 * ``tests/unit/sources/test_kafka.py`` tests the package ``plugins/eobatch/sources/kafka/`` (all
   of it), ``tests/unit/test_sources.py`` the registry in ``plugins/eobatch/sources/__init__.py``;
 * a module of ``spark_jobs/`` or ``dags/`` alike (``spark_jobs/classify.py``: ``test_classify.py``),
-  and an Airflow plugin module of ``plugins/`` (``plugins/eobatch_ui.py``: ``test_eobatch_ui.py``).
+  and an Airflow plugin module of ``plugins/`` (``plugins/eobatch_ui.py``, which only re-exports ``eobatch.ui.plugin``: ``ui/test_plugin.py``).
 
 A test goes to the module of what it exercises (the function or class under test), however it
 got there: a scenario of plan, verify, commit, abort or recover to ``core/protocol/test_verbs.py``, one

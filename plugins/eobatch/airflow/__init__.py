@@ -9,4 +9,48 @@ Airflow connections that ``eobatch.storage.credentials`` uses), ``assets``, ``al
 May import: anything of ``eobatch`` but ``ui`` and ``cli``, and Apache Airflow (``import airflow``
 here is an absolute import: Apache Airflow, not this package).
 Must not import: pyspark, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py).
+
+A DAG folder needs one file of two lines to build a DAG per pipeline file of a folder::
+
+    from eobatch.airflow import pipeline_dags
+    pipeline_dags(globals(), "/path/to/pipelines")
+
+Airflow imports this package whenever it lists providers (``provider``): the DAG factory and
+Airflow's configuration are imported only when these functions are called.
 """
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+def pipelines_dir() -> str:
+    """The folder of pipeline files: ``PIPELINES_DIR``, else the Airflow option ``[eobatch]
+    pipelines_dir`` (airflow.cfg, or ``AIRFLOW__EOBATCH__PIPELINES_DIR``), else a checkout's demo
+    folder; UsageError naming them when none is set."""
+    from airflow.configuration import conf  # only when asked (see the module docstring)
+
+    from ..config.loader import pipelines_dir as loader_pipelines_dir
+    from .provider import OPTION, SECTION
+
+    if not os.environ.get("PIPELINES_DIR"):
+        configured = conf.get(SECTION, OPTION, fallback=None)
+        if configured:
+            return str(configured)
+    return loader_pipelines_dir()
+
+
+def pipeline_dags(namespace: dict[str, Any], directory: str | None = None) -> dict[str, Any]:
+    """Build a DAG per pipeline file of ``directory`` (default ``pipelines_dir()``) into
+    ``namespace`` (a DAG file's ``globals()``), as ``dag_<name>``, and the maintenance DAG of each.
+    A file that fails validation never stops the others: its error becomes an import error of the
+    DAG file, naming the file and the key (the UI and ``airflow dags list-import-errors`` show it).
+    Returns the DAGs by id."""
+    from .dag_factory import build_all, invalid_pipelines_dag  # Airflow's DAG classes: a DAG file only
+
+    dags, errors = build_all(directory or pipelines_dir())
+    namespace.update({f"dag_{name}": dag for name, dag in dags.items()})
+    if errors:
+        namespace["dag_invalid_pipelines"] = invalid_pipelines_dag(errors)
+    return dags

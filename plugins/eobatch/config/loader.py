@@ -25,7 +25,8 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_v
 from pydantic.json_schema import SkipJsonSchema
 
 from .. import sinks
-from ..errors import ConfigError
+from ..errors import ConfigError, UsageError
+from ..paths import TRANSFORMS_DIR, default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
@@ -55,11 +56,10 @@ from .pipeline import (
     PipelineConfig,
     SparkConfig,
 )
-from .policy import REPO, check_spark_conf, expand_vars
+from .policy import check_spark_conf, expand_vars
 from .schedule import check_schedule
 
 MODES = ("continuous", "interval")
-TRANSFORMS_DIR = os.path.join(REPO, "spark_jobs", "transforms")
 
 
 def _read_yaml(file: str) -> dict:
@@ -626,7 +626,16 @@ def load_pipeline(file: str) -> PipelineConfig:
 
 
 def pipelines_dir() -> str:
-    return os.environ.get("PIPELINES_DIR") or os.path.join(REPO, "include", "pipelines")
+    """``PIPELINES_DIR``, else ``AIRFLOW__EOBATCH__PIPELINES_DIR`` (the Airflow option ``[eobatch]
+    pipelines_dir`` given in the environment; ``eobatch.airflow.pipelines_dir`` reads airflow.cfg
+    too), else a checkout's ``include/pipelines``."""
+    found = (os.environ.get("PIPELINES_DIR") or os.environ.get("AIRFLOW__EOBATCH__PIPELINES_DIR")
+             or default_pipelines_dir())
+    if not found:
+        raise UsageError("no folder of pipeline files: set PIPELINES_DIR, or the Airflow option [eobatch] "
+                         "pipelines_dir (AIRFLOW__EOBATCH__PIPELINES_DIR), or give the folder to "
+                         "pipeline_dags(globals(), folder) in the DAG file")
+    return found
 
 
 def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigError
+from ..paths import demo_data_dir
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-BUILTIN_VARS = {"EOBATCH_DATA_DIR": os.path.join(REPO, ".demo", "data")}
+BUILTIN_VARS = {"EOBATCH_DATA_DIR": demo_data_dir()}
 
 # Spark settings a pipeline YAML may not set (fnmatch globs, matched case-insensitively). They decide
 # who may see or change what (redaction, ACLs, authentication, TLS, encryption, event and driver

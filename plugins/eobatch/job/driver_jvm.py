@@ -42,7 +42,8 @@ import os
 import re
 import shutil
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from ..paths import cache_dir
+
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 COLLECTOR = "-XX:+UseParallelGC"
@@ -55,8 +56,8 @@ def with_collector(options: str) -> str:
 
 
 def default_cache_dir() -> str:
-    """Where the code zip and the class-data archive are kept (EOBATCH_CACHE_DIR, else .cache/)."""
-    return os.environ.get("EOBATCH_CACHE_DIR") or os.path.join(REPO, ".cache")
+    """Where the code zip and the class-data archive are kept (``paths.cache_dir``)."""
+    return cache_dir()
 
 
 def java() -> str | None:

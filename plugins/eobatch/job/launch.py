@@ -25,14 +25,12 @@ import zipfile
 
 from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.protocol import Protocol
+from ..paths import BUNDLED_JVM_JAR, CHECKOUT, JVM_EXTENSION, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
 from . import driver_jvm
 from .driver_jvm import default_cache_dir
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-STAGE_APP = os.path.join(REPO, "spark_jobs", "stage_batch.py")
 
 # Settings every stage job runs with: deterministic time zone, no speculative duplicate tasks
 # (one manifest per partition), no UI port on shared CI machines, loopback for local mode.
@@ -53,8 +51,8 @@ SPARK_DEFAULTS = {
     # Spark's default plus access_key / AWS_ACCESS_KEY_ID (spark.executorEnv.* the job sets)
     "spark.redaction.regex": "(?i)secret|password|token|access[._]?key",
 }
-# The stage job's own JVM code (include/jvm/, built by `make jars` into the jars folder).
-JVM_EXTENSION = "eobatch-jvm.jar"
+# The command that fills the jars folder: the Makefile's in a checkout, the console command's installed.
+JARS_COMMAND = "make jars" if CHECKOUT else "eobatch jars"
 # Jars only a pipeline with s3a:// locations needs (hadoop-aws and the AWS SDK bundle it declares).
 S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
 
@@ -90,8 +88,6 @@ def encode_spec(spec: dict) -> str:
     return base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
 
 
-def jars_dir() -> str:
-    return os.environ.get("EOBATCH_JARS_DIR") or os.path.join(REPO, ".jars")
 
 
 def uses_s3(cfg: PipelineConfig) -> bool:
@@ -99,19 +95,23 @@ def uses_s3(cfg: PipelineConfig) -> bool:
 
 
 def jars(cfg: PipelineConfig | None = None) -> list[str]:
-    """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location."""
+    """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location.
+    The stage job's own JVM jar is the jars folder's (a checkout's ``make jars``) or the one built
+    into the installed package."""
     found = sorted(glob.glob(os.path.join(jars_dir(), "*.jar")))
     if not found:
-        raise FileNotFoundError(
-            f"no JVM jars in {jars_dir()}: run `make jars` (mvn resolves include/pom.xml into it)")
+        raise FileNotFoundError(f"no JVM jars in {jars_dir()}: run `{JARS_COMMAND}` (Maven resolves the Delta and "
+                                f"hadoop jars into it; EOBATCH_JARS_DIR names another folder)")
     if not any(os.path.basename(j) == JVM_EXTENSION for j in found):
-        raise FileNotFoundError(f"{jars_dir()} has no {JVM_EXTENSION} (the stage job's own JVM code, "
-                                f"include/jvm/): run `make jars`, which compiles it with a JDK's javac")
+        if not os.path.isfile(BUNDLED_JVM_JAR):
+            raise FileNotFoundError(f"{jars_dir()} has no {JVM_EXTENSION} (the stage job's own JVM code, "
+                                    f"include/jvm/): run `make jars`, which compiles it with a JDK's javac")
+        found.append(BUNDLED_JVM_JAR)
     if cfg is not None and not uses_s3(cfg):
         found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
     elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
         raise FileNotFoundError(f"pipeline {cfg.name} uses s3a:// but {jars_dir()} has no hadoop-aws jar: "
-                                f"run `make jars`")
+                                f"run `{JARS_COMMAND}`")
     if os.environ.get("EOBATCH_JARS_ON_NODES", "").lower() in ("1", "true", "yes"):
         # the same jars are installed at the same path on every node: `local:` URIs are not
         # shipped to each executor (the AWS SDK bundle alone is ~690 MB)
@@ -120,7 +120,7 @@ def jars(cfg: PipelineConfig | None = None) -> list[str]:
 
 
 # The import roots of the job's code: where each top-level package lives in the repository.
-CODE_ROOTS = {"eobatch": os.path.join(REPO, "plugins", "eobatch"), "spark_jobs": os.path.join(REPO, "spark_jobs")}
+CODE_ROOTS = {"eobatch": PACKAGE, "spark_jobs": SPARK_JOBS}
 
 # What the Spark job imports, and all that the code zip of --py-files holds: these modules, every module
 # of these packages, and the packages above them (their __init__.py). spark_jobs/stage_batch.py itself is

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..airflow import pipelines_dir
 from ..cli import ledger_rows, rows_json
 from ..config.loader import PipelineConfig, load_all
 from ..core.backlog import backlog
@@ -46,7 +47,7 @@ class UnknownPipeline(LookupError):
 
 def find(name: str) -> PipelineConfig:
     """The pipeline called ``name`` (the DAG id); ``UnknownPipeline`` when there is none."""
-    good, _errors = load_all()  # the errors are the DAG file's import errors: not repeated here
+    good, _errors = load_all(pipelines_dir())  # the errors are the DAG file's import errors: not repeated here
     if not NAME.match(name) or name not in good:
         raise UnknownPipeline(name)
     return good[name]

@@ -10,6 +10,7 @@ import os
 
 import pytest
 
+from eobatch import paths
 from eobatch.config import loader as config
 from eobatch.config.loader import Column, ConfigError, load_all, load_pipeline, parse_schema
 from support import golden_pipelines
@@ -135,7 +136,7 @@ def test_eobatch_data_dir_defaults_to_repo_demo_data(write_yaml, base_cfg, monke
     doc = copy.deepcopy(base_cfg)
     doc["source"]["path"] = "${EOBATCH_DATA_DIR}/landing/orders"
     cfg = _load(write_yaml, doc)
-    assert cfg.source.path == os.path.join(config.REPO, ".demo", "data", "landing", "orders")
+    assert cfg.source.path == os.path.join(paths.CHECKOUT, ".demo", "data", "landing", "orders")
 
 
 def test_var_with_default(write_yaml, base_cfg, tmp_path, monkeypatch):
@@ -676,7 +677,7 @@ def test_load_all_uses_pipelines_dir_env(write_yaml, base_cfg, tmp_path, monkeyp
 
 def test_shipped_pipelines_load(monkeypatch):
     monkeypatch.delenv("PIPELINES_DIR", raising=False)
-    configs, errors = load_all(os.path.join(config.REPO, "include", "pipelines"))
+    configs, errors = load_all(os.path.join(paths.CHECKOUT, "include", "pipelines"))
     assert errors == {}
     assert {"orders", "colors", "orders_kafka", "orders_hourly", "orders_cdc"} <= set(configs)
     assert configs["orders_cdc"].sink_mode == "merge" and configs["customer_totals"].sink_mode == "merge"

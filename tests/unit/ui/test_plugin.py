@@ -1,18 +1,21 @@
-"""plugins/eobatch_ui.py: the Airflow plugin of the ledger page, checked against Airflow's own
-models of plugin apps and external views, and its app refusing anonymous requests."""
+"""eobatch.ui.plugin: the Airflow plugin of the ledger page (the wheel's ``airflow.plugins`` entry
+point; ``plugins/eobatch_ui.py`` in a checkout), checked against Airflow's own models of plugin
+apps and external views, and its app refusing anonymous requests."""
 
 from __future__ import annotations
 
 import pytest
 
 import eobatch_ui
+from eobatch.ui import plugin as ui_plugin
 
 
 def test_plugin_shapes_are_what_airflow_accepts():
     from airflow.api_fastapi.core_api.datamodels.plugins import ExternalViewResponse, FastAPIAppResponse
     from airflow.plugins_manager import AirflowPlugin
 
-    plugin = eobatch_ui.EobatchLedgerPlugin
+    assert eobatch_ui.EobatchLedgerPlugin is ui_plugin.EobatchLedgerPlugin  # the checkout's plugins folder
+    plugin = ui_plugin.EobatchLedgerPlugin
     assert issubclass(plugin, AirflowPlugin) and plugin.name == "eobatch_ledger"
     app, = plugin.fastapi_apps
     FastAPIAppResponse.model_validate({**app, "app": repr(app["app"])})
@@ -29,7 +32,7 @@ def test_plugin_shapes_are_what_airflow_accepts():
 def test_anonymous_requests_get_401_and_nothing_of_the_ledger(path):
     from fastapi.testclient import TestClient
 
-    client = TestClient(eobatch_ui.LazyApp())
+    client = TestClient(ui_plugin.LazyApp())
     r = client.get(path)
     assert r.status_code == 401
     assert "batch_id" not in r.text and "Batch ledger of" not in r.text

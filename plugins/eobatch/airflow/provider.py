@@ -1,0 +1,41 @@
+"""eobatch as an Airflow provider package: what ``airflow providers list`` shows of it (the
+``apache_airflow_provider`` entry point of the wheel), its plugin and its Airflow option
+``[eobatch] pipelines_dir``. Every Airflow process that lists providers imports this module: it
+imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import __version__
+
+SECTION, OPTION = "eobatch", "pipelines_dir"  # the Airflow option of the pipelines folder
+
+
+def get_provider_info() -> dict[str, Any]:
+    """The provider's description, as Airflow's ``provider_info.schema.json`` asks it."""
+    return {
+        "package-name": "eobatch",
+        "name": "eobatch",
+        "description": "Exactly-once micro-batch pipelines into Delta Lake: plan, stage with spark-submit, "
+                       "verify, commit (a two-phase commit per batch), with a batch ledger page.",
+        "versions": [__version__],
+        "plugins": [{"name": "eobatch_ledger", "plugin-class": "eobatch.ui.plugin.EobatchLedgerPlugin"}],
+        "config": {
+            SECTION: {
+                "description": "eobatch: exactly-once pipelines into Delta Lake.",
+                "options": {
+                    OPTION: {
+                        "description": "The folder of pipeline YAML files: the ledger page lists its pipelines, "
+                                       "and pipeline_dags() builds their DAGs when it is not given a folder. "
+                                       "PIPELINES_DIR overrides it.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "/opt/airflow/pipelines",
+                        "default": None,
+                    },
+                },
+            },
+        },
+    }

@@ -1,0 +1,146 @@
+"""``eobatch doctor``: is this deployment able to run its pipelines? One line per check, each
+saying what was found, or what is missing and how to fix it; exit 1 when anything is missing.
+
+Checks: Java (spark-submit's), Spark (``spark-submit`` of pyspark or ``SPARK_HOME``), the JVM jars
+(listed and unchanged, and the stage job's own), the folder of pipeline files (every file loads),
+the Airflow connections the pipelines name (when Airflow is installed and configured here), and
+write access to each pipeline's tables (a probe file under the table's ledger folder, removed
+again). Reads and writes nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import __version__, paths
+from .config.loader import PipelineConfig, load_all, pipelines_dir
+from .errors import EobatchError
+from .job import jars
+from .job.driver_jvm import java
+from .storage.fs import join, storage_for
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    text: str
+
+    def line(self) -> str:
+        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.text}"
+
+
+def _java() -> Check:
+    found = java()
+    if found is None:
+        return Check("java", False, "no java (JAVA_HOME or PATH): install a Java 17 runtime, e.g. "
+                                    "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME")
+    r = subprocess.run([found, "-version"], capture_output=True, text=True)
+    return Check("java", r.returncode == 0, f"{found}: {(r.stderr or r.stdout).splitlines()[0] if r.returncode == 0 else 'does not run'}")
+
+
+def _spark() -> Check:
+    home = os.environ.get("SPARK_HOME")
+    submit = os.path.join(home, "bin", "spark-submit") if home else shutil.which("spark-submit")
+    if not submit or not os.path.exists(submit):
+        return Check("spark", False, "no spark-submit (SPARK_HOME or PATH): install pyspark in this environment "
+                                     "(`pip install eobatch` brings it) or set SPARK_HOME")
+    try:
+        import pyspark  # the job's side of the version check: the JVM jar is built for this Spark
+        version = pyspark.__version__
+    except ImportError:
+        version = "unknown (pyspark not importable)"
+    return Check("spark", True, f"{submit} (pyspark {version})")
+
+
+def _jars() -> Check:
+    folder = paths.jars_dir()
+    found = jars.problems(folder)
+    if found:
+        command = "make jars" if paths.CHECKOUT else "eobatch jars"
+        return Check("jars", False, f"{folder}: {'; '.join(found[:5])}: run `{command}` (EOBATCH_JARS_DIR names "
+                                    f"another folder)")
+    own = os.path.join(folder, paths.JVM_EXTENSION)
+    if not os.path.isfile(own) and not os.path.isfile(paths.BUNDLED_JVM_JAR):
+        return Check("jars", False, f"no {paths.JVM_EXTENSION} in {folder} nor in the package: run `make jars` "
+                                    f"(a checkout compiles it with a JDK's javac)")
+    return Check("jars", True, f"{folder}: the {len(jars.listed())} listed jars, unchanged, and "
+                               f"{own if os.path.isfile(own) else paths.BUNDLED_JVM_JAR}")
+
+
+def _pipelines(directory: str | None) -> tuple[Check, dict[str, PipelineConfig]]:
+    try:
+        folder = directory or pipelines_dir()
+    except EobatchError as e:
+        return Check("pipelines", False, str(e)), {}
+    if not os.path.isdir(folder):
+        return Check("pipelines", False, f"{folder} is not a folder: create it, or point PIPELINES_DIR / "
+                                         f"[eobatch] pipelines_dir at the folder of your pipeline files"), {}
+    good, errors = load_all(folder)
+    if errors:
+        return Check("pipelines", False, f"{folder}: " + "; ".join(errors[f] for f in sorted(errors))), good
+    if not good:
+        return Check("pipelines", False, f"{folder} holds no pipeline file (*.yaml): add one (docs: getting "
+                                         f"started)"), good
+    return Check("pipelines", True, f"{folder}: {len(good)} pipeline(s): {', '.join(sorted(good))}"), good
+
+
+def _connections(cfgs: dict[str, PipelineConfig]) -> Check:
+    try:
+        from airflow.sdk import BaseHook  # optional: only where Airflow is installed
+    except ImportError:
+        return Check("connections", True, "Airflow is not installed here: connections not checked")
+    wanted: dict[str, list[str]] = {}
+    for cfg in cfgs.values():
+        named = {cfg.spark.conn_id, getattr(cfg.source, "conn_id", None)}
+        if any(t.startswith("s3") for t in (cfg.sink_table, cfg.quarantine_table, cfg.source.path or "")):
+            named.add(cfg.s3.aws_conn_id)
+        for conn_id in named - {None}:
+            wanted.setdefault(str(conn_id), []).append(cfg.name)
+    missing = []
+    for conn_id, names in sorted(wanted.items()):
+        try:
+            BaseHook.get_connection(conn_id)
+        except Exception:  # noqa: BLE001 - any failure: the task would fail the same way
+            if conn_id not in ("spark_default", "aws_default"):  # defaults: unset means local[*] / the environment's
+                missing.append(f"{conn_id} (pipelines {', '.join(sorted(names))})")
+    if missing:
+        return Check("connections", False, "not defined: " + "; ".join(missing) + ": add them (Admin > "
+                                           "Connections, `airflow connections add`, or AIRFLOW_CONN_<ID>)")
+    return Check("connections", True, f"{len(wanted)} named, each defined" if wanted else "none named")
+
+
+def _tables(cfgs: dict[str, PipelineConfig]) -> list[Check]:
+    out = []
+    for name, cfg in sorted(cfgs.items()):
+        for table in (cfg.sink_table, cfg.quarantine_table):
+            ledger = join(table, "_eo_ledger")
+            probe = join(ledger, f".doctor-{uuid.uuid4().hex}")
+            try:
+                fs = storage_for(table)
+                fs.put_if_absent(probe, b"eobatch doctor")
+                fs.delete(probe)
+                fs.remove_empty_dirs(ledger)
+                out.append(Check(f"write {name}", True, table))
+            except Exception as e:  # noqa: BLE001 - the reason is the answer
+                out.append(Check(f"write {name}", False, f"{table}: {type(e).__name__}: {e}: give this "
+                                                         f"deployment write access to it"))
+    return out
+
+
+def run(directory: str | None = None, log: Callable[[str], None] = print) -> int:
+    """Every check, one line each; 0 when all pass, else 1."""
+    log(f"eobatch {__version__} ({'checkout ' + paths.CHECKOUT if paths.CHECKOUT else 'installed: ' + paths.PACKAGE})")
+    checks = [_java(), _spark(), _jars()]
+    pipelines, cfgs = _pipelines(directory)
+    checks += [pipelines, _connections(cfgs), *_tables(cfgs)]
+    for c in checks:
+        log(c.line())
+    failed = [c for c in checks if not c.ok]
+    log(f"doctor: {len(checks) - len(failed)} ok, {len(failed)} to fix")
+    return 1 if failed else 0

@@ -1,0 +1,152 @@
+"""eobatch installed the way a user installs it into the Airflow they run: the wheel (built by the
+same backend as `make wheel`) into a fresh venv, together with Airflow and the rest from the
+runtime lock (pip, every distribution checked against the lock's SHA-256, and the wheel's own
+dependency ranges resolved against the lock's pins), in a folder outside the repository, with no
+checkout on ``sys.path`` and nothing of the checkout named in the environment but the resolved
+Delta jars (what `eobatch jars` puts in place; the stage job's own JVM jar comes from the wheel).
+
+From there: a DAG folder of one two-line file and a folder of one pipeline YAML; `eobatch jars`,
+`eobatch doctor`; `eobatch run` (``airflow dags test``) publishes each record exactly once, judged
+by an independent reader (delta-rs); `airflow providers list` and `airflow plugins` show the
+package; the real api-server serves the ledger API of the plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from support.airflow_stack import AirflowStack
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+PYTHON_TAG = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def _run(argv: list, env: dict, cwd: Path, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(a) for a in argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, argv))} exited {r.returncode}:\n{r.stdout[-4000:]}\n{r.stderr[-6000:]}")
+    return r
+
+
+class Installed:
+    def __init__(self, root: Path):
+        self.root = root
+        self.venv = root / "venv"
+        self.bin = self.venv / "bin"
+        self.work = root / "work"  # the current folder of every command: not the repository
+        self.pipelines, self.dags, self.landing, self.lake = (root / n for n in ("pipelines", "dags", "landing", "lake"))
+        for d in (self.work, self.pipelines, self.dags, self.landing, self.lake, root / "plugins", root / "jars"):
+            d.mkdir(parents=True, exist_ok=True)
+        path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if not p.startswith(str(REPO))]
+        self.env = {
+            "PATH": os.pathsep.join([str(self.bin)] + path), "HOME": str(root / "home"), "LANG": "C.UTF-8",
+            "JAVA_HOME": os.environ.get("JAVA_HOME", ""), "SPARK_LOCAL_IP": "127.0.0.1",
+            "AIRFLOW_HOME": str(root / "airflow"), "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__EOBATCH__PIPELINES_DIR": str(self.pipelines),
+            "EOBATCH_JARS_DIR": str(root / "jars"),
+        }
+        if not self.env["JAVA_HOME"]:
+            del self.env["JAVA_HOME"]
+
+    def run(self, *argv, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        return _run(list(argv), self.env, self.work, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Installed:
+    inst = Installed(tmp_path_factory.mktemp("installed"))
+    dist = inst.root / "dist"
+    # the wheel, as `make wheel` builds it (the stage job's JVM jar from `make setup`)
+    _run([REPO / ".venv" / "bin" / "hatchling", "build", "-t", "wheel", "-d", dist], dict(os.environ), REPO)
+    wheel, = dist.glob("eobatch-*-py3-none-any.whl")
+    # the runtime lock with its hashes, and the wheel with its own (what `make wheel` writes beside it):
+    # pip resolves the wheel's dependency ranges against the lock's pins (a range that excludes a pin fails)
+    reqs = Path(_run([sys.executable, REPO / "include" / "wheel_requirements.py", wheel, REPO / "requirements.txt"],
+                     dict(os.environ), REPO).stdout.strip())
+    base = getattr(sys, "_base_executable", sys.executable)
+    _run([base, "-m", "venv", inst.venv], inst.env, inst.work)
+    _run([inst.bin / "pip", "install", "--quiet", "-r", reqs.name], inst.env, dist, timeout=1800)
+    # the Delta and hadoop jars `eobatch jars` resolves, already resolved by `make setup` (no Maven
+    # here): linked one by one, without the checkout's own JVM jar, which the wheel brings
+    for jar in (REPO / ".jars").glob("*.jar"):
+        if jar.name != "eobatch-jvm.jar":
+            (inst.root / "jars" / jar.name).symlink_to(jar)
+    return inst
+
+
+def _records(prefix: str, n: int) -> list[dict]:
+    return [{"order_id": f"{prefix}{i}", "customer": "c", "amount": float(i)} for i in range(n)]
+
+
+def _land(inst: Installed, name: str, records: list[dict]) -> None:
+    part = inst.landing / f".{name}.part"
+    part.write_text("".join(json.dumps(r) + "\n" for r in records))
+    part.rename(inst.landing / name)
+
+
+def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(installed):
+    inst = installed
+    r = inst.run(inst.bin / "python", "-c", "import eobatch, json, sys; print(json.dumps([eobatch.__file__, sys.path]))")
+    where, path = json.loads(r.stdout)
+    assert where.startswith(str(inst.venv / "lib" / PYTHON_TAG / "site-packages" / "eobatch")), where
+    assert not [p for p in path if p.startswith(str(REPO))], path
+    (inst.dags / "pipelines.py").write_text(f'from eobatch.airflow import pipeline_dags\n'
+                                            f'pipeline_dags(globals(), "{inst.pipelines}")\n')
+    (inst.pipelines / "orders.yaml").write_text(textwrap.dedent(f"""\
+        name: orders
+        source: {{kind: files, path: {inst.landing}}}
+        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE"
+        sink: {{table: {inst.lake / 'orders'}}}
+        quarantine: {{table: {inst.lake / 'orders_bad'}}}
+        retries: {{stage: 0, commit: 2, delay_seconds: 1}}
+        """))
+    jars = inst.run("eobatch", "jars")
+    assert "already holds the" in jars.stderr, jars.stderr
+    inst.run("airflow", "db", "migrate", timeout=900)
+    doctor = inst.run("eobatch", "doctor", check=False)
+    assert doctor.returncode == 0 and doctor.stdout.strip().endswith("to fix") and "FAIL" not in doctor.stdout, \
+        doctor.stdout + doctor.stderr
+    assert "installed: " + str(inst.venv) in doctor.stdout and "eobatch-jvm.jar" in doctor.stdout, doctor.stdout
+
+    _land(inst, "a.jsonl", _records("a", 5) + [{"order_id": None}])  # one bad record: quarantined
+    inst.run("eobatch", "run", "orders", timeout=900)
+    _land(inst, "b.jsonl", _records("b", 3))
+    inst.run("eobatch", "run", "orders", "--runs", "2", timeout=900)  # the second run finds nothing new
+    published = DeltaTable(str(inst.lake / "orders")).to_pyarrow_table().column("order_id").to_pylist()
+    assert sorted(published) == sorted(r["order_id"] for r in _records("a", 5) + _records("b", 3))
+    assert DeltaTable(str(inst.lake / "orders_bad")).to_pyarrow_table().num_rows == 1
+    ledger = json.loads(inst.run("eobatch", "ledger", "orders", "--format", "json").stdout)
+    assert [(b["batch_id"], b["state"]) for b in ledger] == [(1, "COMMITTED"), (2, "COMMITTED")], ledger
+
+    providers = inst.run("airflow", "providers", "list", "-o", "json")
+    assert "eobatch" in {p["package_name"] for p in json.loads(providers.stdout)}, providers.stdout[-2000:]
+    plugins = inst.run("airflow", "plugins", "-o", "json")
+    assert "eobatch_ledger" in {p["name"] for p in json.loads(plugins.stdout)}, plugins.stdout[-2000:]
+
+
+def test_the_real_api_server_serves_the_ledger_api_of_the_installed_plugin(installed):
+    """After the runs above: the api-server of the fresh venv (its plugins from the wheel's entry
+    point, the plugins folder empty) answers the ledger API with the committed batches."""
+    inst = installed
+    if not (inst.lake / "orders" / "_delta_log").exists():
+        pytest.skip("needs the runs of the test above")
+    stack = AirflowStack(inst.root / "stack", inst.env, home=inst.root / "airflow", database="sqlite",
+                         users={"admin": "installed-password"})
+    try:
+        stack.start(["orders"])
+        status, body = stack.rest("GET", "/eobatch/api/pipelines/orders/batches")
+        assert status == 200, body
+        assert sorted((b["batch_id"], b["state"]) for b in body) == [(1, "COMMITTED"), (2, "COMMITTED")], body
+    finally:
+        stack.stop()
