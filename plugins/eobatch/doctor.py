@@ -99,7 +99,7 @@ def _connections(cfgs: dict[str, PipelineConfig]) -> Check:
     for cfg in cfgs.values():
         named = {cfg.spark.conn_id, getattr(cfg.source, "conn_id", None)}
         if any(t.startswith("s3") for t in (cfg.sink_table, cfg.quarantine_table, cfg.source.path or "")):
-            named.add(cfg.s3.aws_conn_id)
+            named.add(cfg.aws_conn_id)
         for conn_id in named - {None}:
             wanted.setdefault(str(conn_id), []).append(cfg.name)
     missing = []
