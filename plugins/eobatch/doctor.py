@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,15 +42,19 @@ def _java() -> Check:
         return Check("java", False, "no java (JAVA_HOME or PATH): install a Java 17 runtime, e.g. "
                                     "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME")
     r = subprocess.run([found, "-version"], capture_output=True, text=True)
-    return Check("java", r.returncode == 0, f"{found}: {(r.stderr or r.stdout).splitlines()[0] if r.returncode == 0 else 'does not run'}")
+    said = [ln for ln in (r.stderr + r.stdout).splitlines() if " version " in ln]
+    return Check("java", r.returncode == 0, f"{found}: {said[0] if said and r.returncode == 0 else 'does not run'}")
 
 
 def _spark() -> Check:
     home = os.environ.get("SPARK_HOME")
     submit = os.path.join(home, "bin", "spark-submit") if home else shutil.which("spark-submit")
     if not submit or not os.path.exists(submit):
-        return Check("spark", False, "no spark-submit (SPARK_HOME or PATH): install pyspark in this environment "
-                                     "(`pip install eobatch` brings it) or set SPARK_HOME")
+        beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
+        fix = (f"put {os.path.dirname(beside)} on the PATH of the Airflow workers" if os.path.exists(beside) else
+               "install pyspark in this environment (`pip install eobatch` brings it) or set SPARK_HOME")
+        return Check("spark", False, f"no spark-submit on PATH nor in SPARK_HOME (the Spark provider runs "
+                                     f"`spark-submit`): {fix}")
     try:
         import pyspark  # the job's side of the version check: the JVM jar is built for this Spark
         version = pyspark.__version__
@@ -102,13 +107,18 @@ def _connections(cfgs: dict[str, PipelineConfig]) -> Check:
             named.add(cfg.aws_conn_id)
         for conn_id in named - {None}:
             wanted.setdefault(str(conn_id), []).append(cfg.name)
+    spark = {str(cfg.spark.conn_id) for cfg in cfgs.values()}
     missing = []
     for conn_id, names in sorted(wanted.items()):
         try:
             BaseHook.get_connection(conn_id)
         except Exception:  # noqa: BLE001 - any failure: the task would fail the same way
-            if conn_id not in ("spark_default", "aws_default"):  # defaults: unset means local[*] / the environment's
-                missing.append(f"{conn_id} (pipelines {', '.join(sorted(names))})")
+            if conn_id == "aws_default":  # unset: boto3 finds the credentials of the environment
+                continue
+            why = (" (without it spark-submit falls back to the Spark provider's default, master 'yarn'; e.g. "
+                   f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}' for "
+                   "local mode, or spark://<master>:7077)") if conn_id in spark else ""
+            missing.append(f"{conn_id} (pipelines {', '.join(sorted(names))}){why}")
     if missing:
         return Check("connections", False, "not defined: " + "; ".join(missing) + ": add them (Admin > "
                                            "Connections, `airflow connections add`, or AIRFLOW_CONN_<ID>)")

@@ -114,6 +114,10 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
     jars = inst.run("eobatch", "jars")
     assert "already holds the" in jars.stderr, jars.stderr
     inst.run("airflow", "db", "migrate", timeout=900)
+    doctor = inst.run("eobatch", "doctor", check=False)  # no Spark connection yet: said, with the fix
+    assert doctor.returncode == 1 and "FAIL connections: not defined: spark_default (pipelines orders)" in doctor.stdout \
+        and "master 'yarn'" in doctor.stdout and "AIRFLOW_CONN_SPARK_DEFAULT=" in doctor.stdout, doctor.stdout
+    inst.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[*]"})
     doctor = inst.run("eobatch", "doctor", check=False)
     assert doctor.returncode == 0 and doctor.stdout.strip().endswith("to fix") and "FAIL" not in doctor.stdout, \
         doctor.stdout + doctor.stderr

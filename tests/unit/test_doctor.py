@@ -1,0 +1,42 @@
+"""eobatch.doctor: every check passes on a working checkout, and each missing part is named with
+its fix (a bad pipeline file, a table this deployment cannot write, an undefined Spark connection)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import yaml
+
+from eobatch import doctor
+
+
+def _pipeline(folder, name: str, table: str) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.yaml").write_text(yaml.safe_dump({
+        "name": name, "source": {"kind": "files", "path": str(folder.parent / "landing")},
+        "schema": "order_id STRING NOT NULL", "sink": {"table": table}, "quarantine": {"table": table + "_bad"}}))
+
+
+def test_a_working_deployment_passes_and_each_missing_part_is_named_with_its_fix(tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", json.dumps({"conn_type": "spark", "host": "local[*]"}))
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])  # the venv's spark-submit
+    folder = tmp_path / "pipelines"
+    _pipeline(folder, "orders", str(tmp_path / "lake" / "orders"))
+    lines: list[str] = []
+    assert doctor.run(str(folder), log=lines.append) == 0, lines
+    assert [ln.split(":")[0] for ln in lines[1:-1]] == ["ok   java", "ok   spark", "ok   jars", "ok   pipelines",
+                                                         "ok   connections", "ok   write orders", "ok   write orders"]
+    assert not (tmp_path / "lake" / "orders" / "_eo_ledger").exists()  # the probe is removed, and its folder
+    (tmp_path / "a-file").write_text("x")
+    _pipeline(folder, "blocked", str(tmp_path / "a-file" / "blocked"))  # under a file: cannot be written
+    (folder / "broken.yaml").write_text("name: broken\n")
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT")
+    lines.clear()
+    assert doctor.run(str(folder), log=lines.append) == 1
+    text = "\n".join(lines)
+    assert "FAIL pipelines: " in text and "broken.yaml" in text, text
+    assert "FAIL write blocked: " in text and "give this deployment write access to it" in text, text
+    assert "FAIL connections: not defined: spark_default (pipelines blocked, orders)" in text, text
+    assert lines[-1] == "doctor: 5 ok, 4 to fix", lines
