@@ -32,11 +32,16 @@ from collections.abc import Iterable
 from typing import Any
 
 from .airflow.runs import run_dags_test, run_date
-from .config.loader import find_pipeline
+from .config.loader import find_pipeline, load_all
 from .core.batch_run import BatchRun
 from .core.formats import BatchPlan
+from .core.maintenance import last_report, maintain, summary_line
 from .core.protocol import Protocol, utcnow
+from .core.replay import replay
+from .doctor import run as doctor
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
+from .job.jars import resolve
+from .job.launch import build_class_archive
 from .sources import range_summary
 
 
@@ -244,19 +249,13 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "jars":
-            from .job.jars import resolve  # Maven's side: only this command
-
             resolve(args.dir, log=lambda m: print(m, file=sys.stderr))
             return 0
         if args.cmd == "doctor":
-            from .doctor import run as doctor  # every layer's checks: only this command
-
             return doctor(args.pipelines)
         if args.cmd == "run":
             return run_dags_test(args.pipeline, args.runs, args.conf, args.date)
         if args.cmd == "class-archive":
-            from .job.launch import build_class_archive
-
             build_class_archive(args.master, log=lambda m: print(m, file=sys.stderr), force=args.force)
             return 0
         return _command(args)
@@ -269,8 +268,6 @@ def main(argv=None) -> int:
 
 
 def _pools() -> int:
-    from .config.loader import load_all
-
     cfgs, errors = load_all()
     for name, err in sorted(errors.items()):
         print(f"warning: {name}: {err}", file=sys.stderr)
@@ -301,8 +298,6 @@ def _command(args) -> int:
                 c = proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}
                 print(f"rewind after batch {k.after_batch} to before batch {k.to_batch} CANCELLED at "
                       f"{c.get('cancelled_at')}: {c.get('why')}")
-            from .core.maintenance import last_report, summary_line
-
             last = last_report(proto)
             if last:
                 print(summary_line(last, proto.names))
@@ -335,8 +330,6 @@ def _command(args) -> int:
               f"them again from the end of batch {args.batch - 1}")
         return 0
     if args.cmd == "replay":
-        from .core.replay import replay
-
         done = replay(proto, args.batch, args.reason)
         for f in done["finished"]:
             print(f"finished replay {f['replay']} of batch {f['batch_id']} ({f['records']} record(s)) as {f['file']}: "
@@ -352,8 +345,6 @@ def _command(args) -> int:
                   f"still failing is quarantined again){skipped}")
         return 0
     if args.cmd == "maintain":
-        from .core.maintenance import maintain, summary_line
-
         report = maintain(proto)
         print(summary_line(report, proto.names).replace("last maintenance", "maintenance", 1))
         print(json.dumps(report, indent=1, sort_keys=True))

@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .provider import OPTION, SECTION
+
 
 def pipelines_dir() -> str:
     """The folder of pipeline files: ``PIPELINES_DIR``, else the Airflow option ``[eobatch]
@@ -32,7 +34,6 @@ def pipelines_dir() -> str:
     from airflow.configuration import conf  # only when asked (see the module docstring)
 
     from ..config.loader import pipelines_dir as loader_pipelines_dir
-    from .provider import OPTION, SECTION
 
     if not os.environ.get("PIPELINES_DIR"):
         configured = conf.get(SECTION, OPTION, fallback=None)

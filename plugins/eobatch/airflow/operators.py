@@ -16,7 +16,9 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from ..config.loader import load_pipeline
 from ..core import faults
+from ..core.backlog import backlog
 from ..core.batch_run import BatchRun, Report
+from ..core.maintenance import maintain, summary_line
 from ..core.protocol import Protocol, interval_of
 from ..errors import EobatchError
 from ..job import driver_jvm, launch
@@ -90,8 +92,6 @@ def _interval(context) -> dict | None:
 def _after_plan(proto: Protocol, context) -> None:
     """After a plan recorded its range: metrics of the files it found late, of the landing inputs it
     skipped and of the backlog it left (``metrics``), the skipped-input and backlog age alerts (``alerts``)."""
-    from ..core.backlog import backlog
-
     sent = metrics.late_file_metrics(proto.cfg.name, proto.last_late)
     sent += metrics.skipped_metrics(proto.cfg.name, proto.last_skipped)
     try:
@@ -428,8 +428,6 @@ class MaintainOperator(BaseOperator):
         self.pipeline_file = pipeline_file
 
     def execute(self, context):
-        from ..core.maintenance import maintain, summary_line
-
         proto = _protocol(self.pipeline_file)
         report = maintain(proto)
         self.log.info("maintain: %s", summary_line(report, proto.names))

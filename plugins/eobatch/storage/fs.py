@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Protocol
 
 from ..errors import RetryableError, TerminalError
+from . import s3conf
 
 
 @dataclass(frozen=True)
@@ -463,25 +464,17 @@ class S3Storage:
     # -- plumbing ------------------------------------------------------------------------
     @property
     def settings(self):
-        from . import s3conf
-
         return self._settings or s3conf.settings()
 
     @property
     def client(self):
-        from . import s3conf
-
         return s3conf.boto3_client(self.settings)
 
     @staticmethod
     def _split(path: str) -> tuple[str, str]:
-        from . import s3conf
-
         return s3conf.split(path)
 
     def _error(self, op: str, path: str, e: Exception) -> S3StorageError:
-        from . import s3conf
-
         code = _code(e)
         return S3StorageError(s3conf.redact(f"S3 {op} {path} failed: {code or type(e).__name__}: {e}",
                                             self.settings))
@@ -584,8 +577,6 @@ class S3Storage:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""
-        from . import s3conf
-
         b, p = self._prefix(prefix)
         scheme = prefix.split("://", 1)[0] + "://"  # listed paths keep the caller's spelling
         kw = {"Bucket": b, "Prefix": p, "MaxKeys": page_size}
@@ -638,8 +629,6 @@ class S3Storage:
 
     # -- Arrow -----------------------------------------------------------------------------
     def arrow_fs(self):
-        from . import s3conf
-
         return s3conf.arrow_filesystem(self.settings)
 
     def arrow_path(self, path: str) -> str:

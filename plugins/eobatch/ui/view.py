@@ -28,6 +28,7 @@ from ..airflow import pipelines_dir
 from ..cli import ledger_rows, rows_json
 from ..config.loader import PipelineConfig, load_all
 from ..core.backlog import backlog
+from ..core.maintenance import last_report, summary_line
 from ..core.protocol import Protocol
 from .page import CHART_BATCHES, Pager, PageView
 
@@ -157,8 +158,6 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
 
 
 def _maintenance_line(proto) -> str | None:
-    from ..core.maintenance import last_report, summary_line
-
     try:
         report = last_report(proto)
     except Exception as e:  # noqa: BLE001 - the page still shows the ledger

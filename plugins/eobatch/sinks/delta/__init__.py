@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ...core.formats import STAGED
 from ..base import Participant, SinkConfig, SinkContext
+from .maintenance import maintain_table
 from .participant import NO_TABLE_YET, DeltaParticipant
 from .schema import is_widening, schema_change
 
@@ -51,8 +52,6 @@ class DeltaKind:
 
     def maintain_table(self, proto, participant: str, *, compact: bool, retention_hours: float,
                        checkpoint: bool) -> tuple[dict | None, list[str]]:
-        from .maintenance import maintain_table
-
         return maintain_table(proto, participant, compact=compact, retention_hours=retention_hours,
                               checkpoint=checkpoint)
 

@@ -21,7 +21,10 @@ import pyarrow as pa
 
 from ...core.formats import partition_text
 from ...errors import SliceRewritten
+from ...storage import s3conf
+from ...storage.fs import join
 from ..base import CommitConflict, Replace
+from .compaction import current_slice_files
 from .schema import schema_change
 
 log = logging.getLogger(__name__)
@@ -43,8 +46,6 @@ class DeltaParticipant:
     keeps_staged_files = True  # its staged files become table files: never swept once PREPARED
 
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
-        from ...storage import s3conf
-
         self.name = name
         # S3 tables: delta-rs wants s3:// and the endpoint/credentials as storage options
         self.uri = s3conf.table_uri(table_uri)
@@ -285,8 +286,6 @@ class DeltaParticipant:
         e.g. after a compaction): RESTORE to that version would fail on them."""
         from deltalake import DeltaTable
 
-        from ...storage.fs import join
-
         dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
         root = self.uri if not self.uri.startswith("s3://") else "s3a://" + self.uri[len("s3://"):]
         paths = pa.table(dt.get_add_actions(flatten=False)).column("path").to_pylist()
@@ -335,8 +334,6 @@ class DeltaParticipant:
                     live: Callable[[], set[str]]) -> set[str]:
         """Interval mode: the files holding ``slice_`` of ``batch_id`` now, after the compactions
         of it (``compaction.current_slice_files``)."""
-        from .compaction import current_slice_files
-
         return current_slice_files(proto, batch_id, self.name, slice_, published, live)
 
     def dataset(self):

@@ -12,6 +12,7 @@ from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
+from .read import locate, read_lines, seen
 
 if TYPE_CHECKING:
     from ..section import SourceSection
@@ -59,21 +60,15 @@ class FilesKind:
         return gone_files(rng)
 
     def read(self, spark, rng: dict, job: dict):
-        from .read import read_lines
-
         self._seen = (rng, job.get("path"))
         return read_lines(spark, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
 
     def locate(self, spark, records, rng: dict, job: dict):
-        from .read import locate
-
         return locate(spark, records, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
 
     def positions(self, lines) -> dict:
         """The identity of each planned local file after the job's reads (``read.seen``): verify
         refuses a batch whose files are not the ones planned."""
-        from .read import seen
-
         rng_root = getattr(self, "_seen", None)
         return seen(*rng_root) if rng_root else {}
 

@@ -45,6 +45,11 @@ is quarantined as too large at its own line, and the counts and line numbers are
 
 from __future__ import annotations
 
+from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE, max_line_bytes
+from ...job.jvm import jvm_class
+from ...storage.fs import NotARegularFile, S3StorageError, storage_for
+from .planner import changed_since_plan, files_now, identity_problem, read_files
+
 
 def _glob_escape(path: str) -> str:
     out = []
@@ -75,9 +80,6 @@ def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
     SystemExit naming every planned file that is not the one planned (nothing is read then)."""
     import os
     import resource
-
-    from ...storage.fs import NotARegularFile, storage_for
-    from .planner import changed_since_plan, identity_problem, read_files
 
     files = read_files(rng)
     local = [f for f in files if storage_for(f["path"]).scheme == "file"]
@@ -131,9 +133,6 @@ def seen(rng: dict, root: str | None) -> dict:
     planned only when no other object was put there since the plan (each of Spark's reads is
     pinned to one ETag, the planned one for JSON lines: a read is never of two objects)."""
     import os
-
-    from ...storage.fs import S3StorageError
-    from .planner import files_now, read_files
 
     files = read_files(rng)
     now = files_now([f for f in files if f["path"] not in _OPENED], root)
@@ -189,9 +188,6 @@ def pins(rng: dict) -> str | None:
     """The line reader's ``pins`` option (``BoundedLines.PINS``): each planned S3 object with the
     ETag, version, size and mtime the plan recorded, which every GET of it must match; None for
     local files, and for a plan from before ETags (read as before: by name, checked around)."""
-    from ...storage.fs import storage_for
-    from .planner import read_files
-
     objects = [f for f in read_files(rng) if storage_for(f["path"]).scheme == "s3"]
     if not objects or any(f.get("identity") is None for f in objects):
         return None
@@ -205,9 +201,6 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
     ``value`` (the line, or its first bytes) and ``_eo_bytes`` (the record's length when ``value``
     holds only its first bytes, else null). ``pinned``: the reader's ``pins`` option (``pins``)."""
     from pyspark.sql import functions as F
-
-    from ...config.lines import BLANK_BYTES, max_line_bytes
-    from ...job.jvm import jvm_class
 
     lines_class = jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     if pinned is not None:
@@ -235,8 +228,6 @@ def _blank(value):
     """eobatch.config.lines' blank line, cheaply: the regular expression runs only on a line that is
     empty or starts with one of the blank bytes (almost never, for a record)."""
     from pyspark.sql import functions as F
-
-    from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE
 
     first = F.substring(value, 1, 1)
     return (F.octet_length(value) == 0) | (first.isin(*[chr(b) for b in BLANK_BYTES]) & value.rlike(SPARK_BLANK_LINE))

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...core.formats import SLICE_COL
 from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .client import for_job, job_env, settings
 from .config import KafkaConfig
+from .intervals import slice_column
 from .offsets import DataLossError, KafkaUnavailable, partition_offsets, spread
 from .planner import KafkaSource
 from .range import KafkaRange, range_summary
-from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError
+from .read import DEFAULT_READ_BATCH_BYTES, KafkaReadError, partition_positions, read_lines
 
 if TYPE_CHECKING:
     from ..section import SourceSection
@@ -70,8 +72,6 @@ class KafkaKind:
         return []  # records deleted by retention: the plan that reads them again fails (on_data_loss)
 
     def read(self, spark, rng: dict, job: dict):
-        from .read import read_lines
-
         self._outside = None
         lines, self._accounts = read_lines(spark, rng, for_job(job["bootstrap_servers"]),
                                            float(job.get("consumer_timeout_seconds") or 120),
@@ -89,9 +89,6 @@ class KafkaKind:
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from ...core.formats import SLICE_COL
-        from .intervals import slice_column
-
         # a batch without slices only moved the scan on: nothing of it is published
         tagged = lines.withColumn(SLICE_COL, slice_column(rng) if rng["slices"] else F.lit(None).cast("string"))
         self._outside = Observation("eobatch_kafka_outside")
@@ -104,8 +101,6 @@ class KafkaKind:
         return records  # offsets are exact already
 
     def positions(self, lines) -> dict:
-        from .read import partition_positions
-
         # the accounts of this job's one read (``read``): one stage job reads one range
         return partition_positions(lines, self._accounts.value if self._accounts is not None else {},
                                    self._outside.get if self._outside is not None else {})

@@ -23,6 +23,9 @@ import json
 import os
 from typing import Any
 
+from ...errors import TerminalError
+from ...storage.credentials import extra
+
 CLIENT_ENV = "EOBATCH_KAFKA_CLIENT_CONFIG"
 # settings the product decides for its readers: a connection cannot change them
 PRODUCT = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
@@ -43,9 +46,6 @@ def settings(source) -> dict[str, Any]:
     stage task before spark-submit): from its connection when it names one."""
     if not source.conn_id:
         return {"bootstrap.servers": source.bootstrap_servers}
-    from ...errors import TerminalError
-    from ...storage.credentials import extra
-
     config = extra(source.conn_id)
     if not config.get("bootstrap.servers"):
         raise TerminalError(f"source.conn_id: the extra of Airflow connection {source.conn_id!r} must be the "

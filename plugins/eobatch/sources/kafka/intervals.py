@@ -40,9 +40,11 @@ import datetime as _dt
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ProtocolError, TerminalError
+from ...core.formats import slice_name
+from ...errors import IntervalNotSettled, ProtocolError, TerminalError
 from ..base import IntervalTooLarge
 from .offsets import DataLossError, judge_loss, partition_offsets, start_offsets
+from .read import read_range
 
 MAX_TS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 
@@ -70,12 +72,6 @@ class Schedule:
         nxt = croniter(self.cron, prev).get_next(_dt.datetime)
         self._last = (int(prev.timestamp() * 1000), int(nxt.timestamp() * 1000))
         return self._last
-
-
-def slice_name(start_ms: int) -> str:
-    from ...core.formats import slice_name as name
-
-    return name(start_ms)
 
 
 # -- a slice's covering ranges -----------------------------------------------------------------------
@@ -148,8 +144,6 @@ class Broker:
     def timestamps(self, partition: int, start: int, end: int, isolation_level: str | None = None):
         """(offset, timestamp or None) of each record of [start, end) a consumer of that
         isolation level reads."""
-        from .read import read_range
-
         for cols in read_range(self.client, self.topic, partition, start, end, isolation_level or self.iso,
                                timeout=self.timeout):
             yield from zip(cols.offsets, cols.timestamps)
@@ -261,8 +255,6 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
 
 def _wait_for_open_transactions(src, broker: Broker, offsets: dict[int, tuple[int, int]], end_ms: int,
                                 now_ms: int) -> None:
-    from ...errors import IntervalNotSettled
-
     ends = broker.offsets("read_uncommitted")
     for p, (_low, lso) in sorted(offsets.items()):
         if ends.get(p, (0, lso))[1] <= lso:

@@ -33,7 +33,7 @@ import time
 from typing import Iterator
 
 from ...errors import RetryableError
-from .account import Account
+from .account import Account, partition_entry
 from .client import consumer_settings, servers_of
 
 # What a read task returns, per record (raw and key stay bytes: Spark casts them to strings and
@@ -383,8 +383,6 @@ def partition_positions(lines, accounts: dict, outside: dict | None = None) -> d
     ``accounts``: the value of ``read_lines``' accumulator; ``outside``: per partition, the rows
     read and left out because no interval slice of the batch holds them), for verify."""
     from pyspark.sql import functions as F
-
-    from .account import partition_entry
 
     rows = {str(r["p"]): (r["n"], r["lo"], r["hi"]) for r in lines.groupBy(F.col("_kafka_partition").alias("p"))
             .agg(F.count("*").alias("n"), F.min("position").alias("lo"), F.max("position").alias("hi")).collect()}

@@ -14,6 +14,7 @@ from ..files import FilesKind
 from .config import ParquetConfig
 from .planner import ParquetSource, UnreadableParquet, footer_rows
 from .range import ParquetRange
+from .read import file_positions, read_lines
 
 if TYPE_CHECKING:
     from ..section import SourceSection
@@ -43,8 +44,6 @@ class ParquetKind(FilesKind):
         return ParquetRange.from_json(data)
 
     def read(self, spark, rng: dict, job: dict):
-        from .read import read_lines
-
         self._seen = (rng, job.get("path"))
         return read_lines(spark, rng, job.get("path"))
 
@@ -54,8 +53,6 @@ class ParquetKind(FilesKind):
     def positions(self, lines) -> dict:
         """Rows read per file (``read.file_positions``) and, under ``"files"``, each planned file's
         identity after the reads (``FilesKind.positions``; no path is ``"files"``)."""
-        from .read import file_positions
-
         return {**file_positions(lines), **super().positions(lines)}
 
 

@@ -13,6 +13,9 @@ its descriptor (``/proc/<pid>/fd/<n>``); an S3 object by name, checked before an
 
 from __future__ import annotations
 
+from ..files.planner import read_files
+from ..files.read import _glob_escape, open_planned
+
 LINES_SCHEMA = "source STRING, position BIGINT, raw STRING"
 
 
@@ -22,9 +25,6 @@ def read_lines(spark, rng: dict, root: str | None = None):
     from functools import reduce
 
     from pyspark.sql import functions as F
-
-    from ..files.planner import read_files
-    from ..files.read import _glob_escape, open_planned
 
     read_as = open_planned(spark, rng, root)
     parts = []
