@@ -29,7 +29,10 @@ fails a task; a notifier that fails is logged.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import html
+import importlib
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -89,8 +92,6 @@ def notifier(spec: Notifier):
 
         return SmtpNotifier(to=list(spec.email), from_email=spec.from_email, smtp_conn_id=spec.smtp_conn_id,
                             subject="{{ alert.subject }}", html_content="{{ alert.html }}")
-    import importlib
-
     from airflow.sdk.bases.notifier import BaseNotifier
 
     module, _, name = str(spec.notifier).rpartition(".")
@@ -179,8 +180,6 @@ def deadline(cfg: PipelineConfig):
     calls ``run_deadline_missed`` in the executor; None without ``run_deadline_minutes``."""
     if cfg.alerts.run_deadline_minutes is None:
         return None
-    import datetime as dt
-
     from airflow.sdk.definitions.callback import SyncCallback
     from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
@@ -213,8 +212,6 @@ def deadline_alert(cfg: PipelineConfig, context: dict) -> Alert:
 def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None, state: Any = None) -> bool:
     """After a plan: alert on the landing inputs it skipped that no earlier alert named (``state``,
     Airflow Variables by default, keeps the ones named while they stay skipped); True when it alerted."""
-    import json
-
     if not cfg.alerts.notify:
         return False
     state = AirflowVariables() if state is None else state

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 POINTS = (
     "plan.after_record",
@@ -58,8 +59,6 @@ def fail_point(name: str) -> None:
 
 def crash_point(name: str) -> None:
     if _fires("EOBATCH_PAUSE", name, "pause-" + name):
-        import time
-
         once_dir = os.environ.get("EOBATCH_CRASH_ONCE_DIR")
         if once_dir:  # the marker says who paused: a test can kill that process's machine
             with open(os.path.join(once_dir, "pause-" + name), "w") as f:

@@ -32,6 +32,7 @@ with ``_`` or ``.``, so VACUUM can later clean files that compaction removed.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import re
@@ -90,8 +91,6 @@ def slice_name(interval_start_ms: int) -> str:
     """Interval mode: the folder (under an attempt's staging folder) of one interval's staged files,
     ``iv=<start, UTC, YYYYMMDDTHHMMSSZ>``. A batch publishes one or more interval slices; its commit
     replaces the files its slices' newest committed batches published (``state.replaced_files``)."""
-    import datetime as dt
-
     start = dt.datetime.fromtimestamp(interval_start_ms / 1000, dt.timezone.utc)
     return "iv=" + start.strftime("%Y%m%dT%H%M%SZ")
 
@@ -101,8 +100,6 @@ def partition_text(v: object) -> str | None:
     serialization), for the stage job's adds and the commit's removes alike: None is null,
     booleans true/false, dates YYYY-MM-DD, timestamps YYYY-MM-DD HH:MM:SS.ffffff (UTC when
     zoned), anything else its str()."""
-    import datetime as dt
-
     if v is None:
         return None
     if isinstance(v, bool):
@@ -136,8 +133,6 @@ def partition_segment(column: str, value: object) -> str:
     folder longer than ``PARTITION_SEGMENT_MAX_BYTES`` keeps a prefix of it and a digest of the
     value (``~h<32 hex>``); the stage job quarantines the records whose partition fields would
     need that (``classify.bound_partition_values``), so only a value a transform computed gets it."""
-    import hashlib
-
     text = partition_text(value)
     if text is None:
         return f"{column}={HIVE_NULL}"
@@ -476,14 +471,10 @@ class SliceCompaction(Record):
 
 def utcnow() -> str:
     """Now, as every record of the ledger writes a time (ISO 8601, UTC, milliseconds)."""
-    import datetime as dt
-
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _epoch_ms(iso: str) -> int:
-    import datetime as dt
-
     d = dt.datetime.fromisoformat(iso)
     if d.tzinfo is None:
         d = d.replace(tzinfo=dt.timezone.utc)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat as st_mode
+import time
 import uuid
 from dataclasses import dataclass
 from typing import BinaryIO, Iterator, Protocol
@@ -147,8 +149,6 @@ class LocalStorage:
 
         A link is never followed (lstat) and never passes as a file: it can point anywhere (a
         credentials file), and its own size and modification time can be made to match a file's."""
-        import stat as st_mode
-
         try:
             st = os.lstat(self._p(path))
         except FileNotFoundError:
@@ -175,8 +175,6 @@ class LocalStorage:
         is trusted. Only a regular file is opened (``O_NONBLOCK``: a FIFO does not block the
         open); the caller reads what ``fstat`` saw of it, returned with the reader.
         NotARegularFile otherwise; other OSErrors (unreadable, gone) as they are."""
-        import stat as st_mode
-
         fd = self.open_fd(path, root)
         st = os.fstat(fd)
         if not st_mode.S_ISREG(st.st_mode):
@@ -296,8 +294,6 @@ class LocalStorage:
     def _put_if_absent_within(self, root: str, parts: list[str], data: bytes) -> bool:
         """``put_if_absent`` by names relative to folders held open (``*at`` calls with
         O_NOFOLLOW): a link planted on the way, even after a check, is never walked through."""
-        import stat as st_mode
-
         nofollow_dir = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
         def refuse_if_link(name: str, fd: int, where: str) -> None:
@@ -366,8 +362,6 @@ class LocalStorage:
         neither files nor folders (FIFOs, sockets, devices) are skipped. A folder below
         ``prefix`` that cannot be read is appended to ``unreadable`` as (path, why) when given,
         and the listing goes on without it; without ``unreadable`` the error is raised."""
-        import stat as st_mode
-
         root = self._p(prefix)
         if not os.path.isdir(root):
             return
@@ -514,8 +508,6 @@ class S3Storage:
         VersionId, when the bucket keeps versions): the reader never returns bytes of another
         object put under the key since; it raises ObjectChanged instead. Seekable, buffered
         (8 MiB). S3 has no links, FIFOs or devices."""
-        import io
-
         info = self.stat(path)
         if info is None:
             raise FileNotFoundError(path)
@@ -538,8 +530,6 @@ class S3Storage:
     def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
         """Create ``path`` with ``data`` unless it exists. True if this call created it.
         ``within``: a prefix ``path`` must be below (S3 has no links to refuse)."""
-        import time
-
         if within is not None:
             _below(path, within)
         b, k = self._split(path)

@@ -22,9 +22,11 @@ following any link below the landing folder); the stage job reads that identity 
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ...config import lines
@@ -46,8 +48,6 @@ class FileTooLarge(TerminalError):
 
 
 def _iso(ms: int) -> str:
-    import datetime as dt
-
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
 
 
@@ -261,8 +261,6 @@ class FilesSource:
 
     def interval_folder(self, start_ms: int) -> str:
         """The landing sub-folder of the interval starting at ``start_ms`` (``interval_prefix``)."""
-        import datetime as dt
-
         start = dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc)
         sub = self.cfg.source.interval_prefix.format(ds=start.strftime("%Y-%m-%d"), ds_nodash=start.strftime("%Y%m%d"),
                                                      hh=start.strftime("%H"))
@@ -372,8 +370,6 @@ def files_now(files: Sequence[dict], root: str | None = None) -> dict[str, FileI
     """Each of ``files`` (planned entries) as it is now, or the OSError of looking: a local file
     opened (and closed) without following links below ``root``, an S3 object by HEAD (16 at a time:
     a batch of many objects costs what a few of them cost)."""
-    from concurrent.futures import ThreadPoolExecutor
-
     def one(path: str) -> FileInfo | OSError:
         fs = storage_for(path)
         try:

@@ -45,6 +45,10 @@ is quarantined as too large at its own line, and the counts and line numbers are
 
 from __future__ import annotations
 
+import os
+import resource
+from urllib.parse import urlparse
+
 from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE, max_line_bytes
 from ...job.jvm import jvm_class
 from ...storage.fs import NotARegularFile, S3StorageError, storage_for
@@ -63,9 +67,6 @@ _OPENED: dict[str, tuple[int, str]] = {}  # planned path -> (descriptor, the pat
 
 def _fd_paths_usable(spark) -> bool:
     """Can Spark's executors open this process's descriptors (``/proc/<pid>/fd``)? Only on this host."""
-    import os
-    from urllib.parse import urlparse
-
     if not os.path.isdir(f"/proc/{os.getpid()}/fd"):
         return False
     master = spark.sparkContext.master
@@ -78,9 +79,6 @@ def _fd_paths_usable(spark) -> bool:
 def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
     """Planned path -> the path Spark reads it by (``/proc/<pid>/fd/<n>``, or the name itself);
     SystemExit naming every planned file that is not the one planned (nothing is read then)."""
-    import os
-    import resource
-
     files = read_files(rng)
     local = [f for f in files if storage_for(f["path"]).scheme == "file"]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -132,8 +130,6 @@ def seen(rng: dict, root: str | None) -> dict:
     S3: [size, ETag, VersionId, LastModified ms] of the object under the key now: the same as
     planned only when no other object was put there since the plan (each of Spark's reads is
     pinned to one ETag, the planned one for JSON lines: a read is never of two objects)."""
-    import os
-
     files = read_files(rng)
     now = files_now([f for f in files if f["path"] not in _OPENED], root)
     out: dict = {}

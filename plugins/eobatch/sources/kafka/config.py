@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..base import SourceConfig, legacy_fingerprint_dict
@@ -36,8 +36,6 @@ class KafkaConfig(SourceConfig):
                                                    else str(self.bootstrap_servers))
 
     def fingerprint_dict(self) -> dict:
-        from dataclasses import replace
-
         return legacy_fingerprint_dict(replace(self, read_batch_bytes=None),
                                        added=("conn_id", "open_transaction_wait_seconds", "read_batch_bytes"))
 

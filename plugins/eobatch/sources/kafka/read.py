@@ -29,6 +29,7 @@ ends and the job records the accounts for verify.
 from __future__ import annotations
 
 import bisect
+import sys
 import time
 from typing import Iterator
 
@@ -343,8 +344,6 @@ def read_lines(spark, rng: dict, client: str | dict, timeout: float, slice_size:
     accounts = spark.sparkContext.accumulator({}, SliceAccounts())
 
     def consume(batches):
-        import sys
-
         for b in batches:
             for part, start, end in zip(*(b.column(i).to_pylist() for i in range(3))):
                 began, busy, n = time.time(), 0.0, 0

@@ -13,6 +13,8 @@ its descriptor (``/proc/<pid>/fd/<n>``); an S3 object by name, checked before an
 
 from __future__ import annotations
 
+from functools import reduce
+
 from ..files.planner import read_files
 from ..files.read import _glob_escape, open_planned
 
@@ -22,8 +24,6 @@ LINES_SCHEMA = "source STRING, position BIGINT, raw STRING"
 def read_lines(spark, rng: dict, root: str | None = None):
     """The rows of the planned files; ``root``: the landing folder (no link below it is followed).
     SystemExit naming every planned file that is not the one planned (nothing is read then)."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
