@@ -134,6 +134,7 @@ def render_table(rows: list[dict]) -> str:
 
 
 def show(proto: Protocol, limit: int) -> None:
+    # deltalake: only this command
     from deltalake import DeltaTable
 
     for participant, part in proto.participants.items():

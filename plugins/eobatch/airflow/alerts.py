@@ -38,6 +38,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from airflow.providers.common.compat.sdk import conf
+from airflow.sdk import Variable
+from airflow.sdk.bases.notifier import BaseNotifier
+from airflow.sdk.definitions.callback import SyncCallback
+from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
+
 from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
 from ..storage.credentials import scrub
 
@@ -77,8 +83,6 @@ class Alert:
 def ledger_url(pipeline: str) -> str:
     """The pipeline's ledger page under Airflow's ``[api] base_url`` ("" when it is not set)."""
     try:
-        from airflow.providers.common.compat.sdk import conf
-
         base = conf.get("api", "base_url", fallback="") or ""
     except Exception:  # noqa: BLE001 - a link is a nicety
         base = ""
@@ -88,12 +92,11 @@ def ledger_url(pipeline: str) -> str:
 def notifier(spec: Notifier):
     """A fresh Airflow notifier of one ``alerts.notify`` entry (raises when it cannot be built)."""
     if spec.email:
+        # the SMTP provider: only for an e-mail notifier
         from airflow.providers.smtp.notifications.smtp import SmtpNotifier
 
         return SmtpNotifier(to=list(spec.email), from_email=spec.from_email, smtp_conn_id=spec.smtp_conn_id,
                             subject="{{ alert.subject }}", html_content="{{ alert.html }}")
-    from airflow.sdk.bases.notifier import BaseNotifier
-
     module, _, name = str(spec.notifier).rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
@@ -180,9 +183,6 @@ def deadline(cfg: PipelineConfig):
     calls ``run_deadline_missed`` in the executor; None without ``run_deadline_minutes``."""
     if cfg.alerts.run_deadline_minutes is None:
         return None
-    from airflow.sdk.definitions.callback import SyncCallback
-    from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
-
     return DeadlineAlert(reference=DeadlineReference.DAGRUN_QUEUED_AT,
                          interval=dt.timedelta(minutes=cfg.alerts.run_deadline_minutes),
                          callback=SyncCallback(run_deadline_missed, kwargs={"pipeline_file": cfg.file}),
@@ -245,18 +245,12 @@ class AirflowVariables:
     """Where the backlog alert remembers when it was last sent: Airflow Variables."""
 
     def get(self, key: str) -> str | None:
-        from airflow.sdk import Variable
-
         return Variable.get(key, default=None)
 
     def set(self, key: str, value: str) -> None:
-        from airflow.sdk import Variable
-
         Variable.set(key, value, description="eobatch: when this pipeline's backlog age alert was last sent")
 
     def delete(self, key: str) -> None:
-        from airflow.sdk import Variable
-
         Variable.delete(key)
 
 

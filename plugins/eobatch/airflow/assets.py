@@ -22,11 +22,11 @@ import os
 import posixpath
 from typing import TYPE_CHECKING, Any
 
+from airflow.sdk import Asset, AssetAlias
+
 from ..sources import range_summary
 
 if TYPE_CHECKING:
-    from airflow.sdk import Asset, AssetAlias
-
     from ..core.formats import BatchPlan, CommittedBatch, PreparedBatch
 
 ALIAS_PREFIX = "eobatch-"
@@ -57,15 +57,11 @@ def alias_name(pipeline: str) -> str:
 def table_asset(location: str) -> Asset:
     """The Airflow Asset of a table (name = URI, so a producer and a consumer built from the same
     location name the same asset)."""
-    from airflow.sdk import Asset
-
     uri = asset_uri(location)
     return Asset(name=uri, uri=uri)
 
 
 def batch_alias(pipeline: str) -> AssetAlias:
-    from airflow.sdk import AssetAlias
-
     return AssetAlias(alias_name(pipeline))
 
 

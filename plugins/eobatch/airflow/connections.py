@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow.sdk import BaseHook
+from airflow.sdk.log import mask_secret
+from airflow.sdk.log import redact as airflow_redact
+
 from ..storage import credentials as connections
 
 SECRET_WORDS = ("password", "secret", "jaas", "pem", "token", "key", "oauthbearer.config")
@@ -17,9 +21,6 @@ def is_secret(key: str) -> bool:
 def connection_extra(conn_id: str) -> dict[str, Any]:
     """The extra of Airflow connection ``conn_id``; the values of secret-looking keys registered
     with Airflow's secrets masker (never in a task log)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.log import mask_secret
-
     extra = BaseHook.get_connection(conn_id).extra_dejson or {}
     if not isinstance(extra, dict):
         raise connections.TerminalError(f"the extra of Airflow connection {conn_id!r} must be a JSON object")
@@ -31,8 +32,6 @@ def connection_extra(conn_id: str) -> dict[str, Any]:
 
 def redact(text: str) -> str:
     """``text`` with every value Airflow's secrets masker knows shown as ``***``."""
-    from airflow.sdk.log import redact as airflow_redact
-
     return str(airflow_redact(text))
 
 

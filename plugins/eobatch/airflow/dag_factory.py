@@ -33,6 +33,7 @@ def timetable_for(cfg: PipelineConfig):
     """
     if cfg.mode != "interval":
         return cfg.schedule
+    # Airflow's timetables: only an interval-mode pipeline's DAG
     from airflow.timetables.interval import CronDataIntervalTimetable
 
     return CronDataIntervalTimetable(cfg.require_interval_cron(), timezone="UTC")

@@ -97,6 +97,7 @@ def send(metrics: list[Metric]) -> None:
     if not metrics:
         return
     try:
+        # inside the try: a metrics client that cannot even be loaded never fails a batch
         from airflow.sdk.observability import stats
 
         for m in metrics:

@@ -10,6 +10,8 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
+from croniter import croniter
+
 from .. import sinks
 from ..errors import ConfigError
 from ..sinks import SinkConfig
@@ -151,8 +153,6 @@ class PipelineConfig:
 
     def interval_starting(self, start):
         """Interval mode: (start, end) of the interval that starts at ``start`` (a cron tick)."""
-        from croniter import croniter
-
         if start.tzinfo is None:
             start = start.replace(tzinfo=dt.timezone.utc)
         it = croniter(self.interval_cron, start - dt.timedelta(microseconds=1))

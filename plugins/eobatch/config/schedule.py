@@ -73,6 +73,7 @@ def _odd_interval(cron: str, step: dt.timedelta) -> tuple[dt.datetime, dt.dateti
     Cron's ticks are (the days it runs) x (its times of day): the times are checked over one day of
     ticks, the days over a year of midnights (every month, day of the month and weekday).
     """
+    # croniter: not needed by the Spark job, which loads this module
     from croniter import croniter
 
     for a, b in pairwise(_ticks(cron, DAY // step + 1)):
@@ -85,6 +86,7 @@ def _odd_interval(cron: str, step: dt.timedelta) -> tuple[dt.datetime, dt.dateti
 
 
 def _ticks(cron: str, n: int) -> list[dt.datetime]:
+    # croniter: not needed by the Spark job, which loads this module
     from croniter import croniter
 
     it = croniter(cron, GRAIN_CHECK_FROM - dt.timedelta(microseconds=1))

@@ -92,6 +92,7 @@ def delta_rs_writer_properties(schema: pa.Schema) -> WriterProperties:
     """``WriterProperties`` for files delta-rs writes into a table of ``schema``: no statistics
     for the columns whose bounds delta-rs gets wrong (floating-point, decimals; all columns when
     a nested column holds one, since leaf names are not top-level names)."""
+    # deltalake: the commit side only, never the Spark job
     from deltalake import ColumnProperties, WriterProperties
 
     unsafe = [f for f in schema if holds(f.type, lambda t: pa.types.is_floating(t) or pa.types.is_decimal(t))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 def jvm_class(spark, name: str):
     """The py4j class ``name`` of the JVM extension; SystemExit saying how to build it when the
     jars given to spark-submit do not hold it (an old or missing ``eobatch-jvm.jar``)."""
+    # py4j (comes with pyspark): only in the Spark driver
     from py4j.java_gateway import JavaClass
 
     cls = spark._jvm

@@ -418,6 +418,7 @@ class LocalStorage:
                 pass
 
     def arrow_fs(self):
+        # pyarrow: only for an Arrow filesystem (the rest of storage is pure Python)
         import pyarrow.fs as pafs
 
         return pafs.LocalFileSystem()

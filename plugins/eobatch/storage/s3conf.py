@@ -108,6 +108,7 @@ def boto3_client(s: S3Settings | None = None):
         with _lock:
             c = _clients.get(key)
             if c is None:
+                # boto3: only for s3:// paths (the Spark job loads this module)
                 import boto3
                 from botocore.config import Config
 
@@ -133,6 +134,7 @@ def arrow_filesystem(s: S3Settings | None = None):
 
 
 def _new_arrow_fs(s: S3Settings):
+    # pyarrow: only for an Arrow filesystem (the rest of storage is pure Python)
     import pyarrow.fs as pafs
 
     kw = dict(region=s.region, retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=5))

@@ -18,6 +18,7 @@ reading in ``view``.
 
 from __future__ import annotations
 
+from airflow.api_fastapi.app import API_ROOT_PATH, get_auth_manager
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import requires_access_dag
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -30,8 +31,6 @@ from .view import JSON_LIMIT_DEFAULT, JSON_LIMIT_MAX, UnknownPipeline, batches_j
 
 def airflow_base() -> str:
     """The Airflow UI's root path ("" when it is served at /; ``[api] base_url``'s path otherwise)."""
-    from airflow.api_fastapi.app import API_ROOT_PATH
-
     return API_ROOT_PATH.rstrip("/")
 
 
@@ -65,8 +64,6 @@ def create_app() -> FastAPI:
         """401/403 of the page as a page (a link to Airflow's login); of the API as Airflow's JSON."""
         page = "/pipelines/" in request.url.path and "/api/pipelines/" not in request.url.path
         if page and exc.status_code in (401, 403):
-            from airflow.api_fastapi.app import get_auth_manager
-
             try:
                 login = get_auth_manager().get_url_login(next_url=str(request.url))
             except RuntimeError:  # no auth manager initialised (not under the api-server)

@@ -27,6 +27,7 @@ class LazyApp:
 
     async def __call__(self, scope, receive, send) -> None:
         if self._app is None:
+            # FastAPI and Airflow's API app: in the API server, at the first request (every Airflow process loads plugins)
             from eobatch.ui.app import create_app
 
             self._app = create_app()

@@ -12,6 +12,8 @@ import datetime as _dt
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from croniter import croniter
+
 from ...errors import LedgerMismatch
 from ..checkpoint import ms  # one definition, shared with the ledger's checkpoints
 from ..formats import JSON, BatchPlan, BatchState, PreparedBatch, PublishedFile, RewindRecord, slice_of
@@ -119,8 +121,6 @@ def lookback(cron: str, n: int, first_start_ms: int | None, start: str | _dt.dat
     """Interval mode: the ``n`` intervals of ``cron`` before ``start`` checked for late files,
     newest first, none before the first interval this ledger planned (``first_start_ms``: a
     pipeline is not answerable for what landed before it started)."""
-    from croniter import croniter
-
     if not n or first_start_ms is None:
         return []
     ticks = croniter(cron, _dt.datetime.fromtimestamp(ms(start) / 1000, _dt.timezone.utc))

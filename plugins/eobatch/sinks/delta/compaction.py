@@ -142,6 +142,7 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
                  small: list[list[str]], live: dict[str, dict]) -> tuple[int, int] | None:
     """Rewrite each group of ``small`` into one file; record it; swap them in one Delta commit
     restating ``txn``. (removed, added), or None when that commit lost to a batch commit."""
+    # deltalake: the commit side only, never the Spark job
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 
@@ -223,6 +224,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
     removes is refused by delta-rs and built again (``sinks.delta_merge``); a MERGE that removed a file
     first makes this commit fail: given up for the next pass.
     Returns {"files_removed": r, "files_added": a, "notes": [...]}."""
+    # deltalake: the commit side only, never the Spark job
     from deltalake.exceptions import CommitFailedError
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
 

@@ -24,6 +24,7 @@ def maintain_table(proto, participant: str, *, compact: bool, retention_hours: f
                    checkpoint: bool) -> tuple[dict[str, Any] | None, list[str]]:
     """One pass over ``participant``'s table of ``proto`` (a ``Protocol``): (its report entry,
     None when the table does not exist yet; notes)."""
+    # deltalake: the commit side only, never the Spark job
     from deltalake.transaction import CommitProperties
 
     cfg = proto.cfg

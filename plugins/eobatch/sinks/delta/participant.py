@@ -52,6 +52,7 @@ class DeltaParticipant:
         self.storage_options = storage_options or s3conf.delta_storage_options(table_uri)
 
     def _table(self):
+        # deltalake: the commit side only, never the Spark job
         from deltalake import DeltaTable
 
         try:
@@ -118,6 +119,7 @@ class DeltaParticipant:
         table id, on top of the winner's, maybe after a batch (a streaming reader of the table
         then stops on the changed id). The loser re-reads the winner's table instead.
         """
+        # deltalake: the commit side only, never the Spark job
         from deltalake import DeltaTable
         from deltalake.transaction import CommitProperties
 
@@ -155,6 +157,7 @@ class DeltaParticipant:
         transaction, so the batch replaces its interval slices of the table.
         Returns the new table version. Raises CommitConflict when another writer won.
         """
+        # deltalake: the commit side only, never the Spark job
         from deltalake.transaction import AddAction
 
         dt = self._begin(app_id, batch_id, schema, partition_by, expected_prev)
@@ -181,6 +184,7 @@ class DeltaParticipant:
         commit removed them with ``dataChange=false`` (another tool's OPTIMIZE: the pipeline's own
         compaction restates its txn and cannot), and the interval's old rows then live on in that
         commit's rewritten files. It cannot be undone here: said as loudly as possible."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake import DeltaTable
 
         before = DeltaTable(self.uri, version=version - 1, storage_options=self.storage_options)
@@ -212,6 +216,7 @@ class DeltaParticipant:
     @staticmethod
     def _properties(app_id: str, batch_id: int, metadata: dict):
         """The commit's txn(app_id, batch_id) and commitInfo: what makes a batch's commit one."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake.transaction import CommitProperties, Transaction
 
         return CommitProperties(custom_metadata=metadata, app_transactions=[Transaction(app_id, batch_id)])
@@ -219,6 +224,7 @@ class DeltaParticipant:
     @contextlib.contextmanager
     def _conflicts(self):
         """Another writer's commit won: CommitConflict (the caller re-reads the table)."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake.exceptions import CommitFailedError, DeltaError
 
         try:
@@ -237,6 +243,7 @@ class DeltaParticipant:
         """The columns of ``schema`` the table lacks (``schema_change``, which verify checked),
         added as nullable columns just before the batch's commit; a no-op when there are none, so
         a retried commit after a crash in between adds nothing twice. Returns the table to commit on."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake.schema import Field
 
         new, _ = schema_change(pa.schema(dt.schema().to_arrow()), schema)
@@ -255,6 +262,7 @@ class DeltaParticipant:
     def _removes(self, dt, replace: Replace, now: int, app_id: str) -> list:
         """RemoveActions for ``replace``'s files in ``dt``'s snapshot (the one the commit is built
         on). Raises SliceRewritten when some of them are not there any more."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake.transaction import RemoveAction
 
         t = pa.table(dt.get_add_actions(flatten=False))
@@ -284,6 +292,7 @@ class DeltaParticipant:
     def missing_files_at(self, version: int, fs) -> list[str]:
         """Files of table version ``version`` that are no longer on storage (VACUUM removed them,
         e.g. after a compaction): RESTORE to that version would fail on them."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake import DeltaTable
 
         dt = DeltaTable(self.uri, version=version, storage_options=self.storage_options)
@@ -301,6 +310,7 @@ class DeltaParticipant:
         """Delta RESTORE to ``version`` (keeps txn ids: see Protocol.rewind), carrying
         ``txn(mark, 1)``: the table's state says the restore was done (``rolled_back``) for as long
         as the table lives, through checkpoints and log cleanup. Returns the new version."""
+        # deltalake: the commit side only, never the Spark job
         from deltalake.transaction import CommitProperties, Transaction
 
         dt = self._table()

@@ -40,6 +40,7 @@ class DeltaMergeKind(DeltaKind):
     @property
     def config_model(self) -> type[MergeSinkSection]:
         """The model of the ``sink:`` keys it adds (pydantic: imported where YAML is read, never by the Spark job)."""
+        # pydantic: only where YAML is read (the Spark job loads this kind without it)
         from .section import MergeSinkSection
 
         return MergeSinkSection

@@ -32,6 +32,7 @@ def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | Non
     """One row per key of ``df``: its latest version, plus the ``_eo_delete`` column. SystemExit
     naming the problem when a key or sequence column is missing or ``delete_when`` does not
     evaluate on the transform's output."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.errors import AnalysisException
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -62,6 +63,7 @@ def fold_per_key(df, keys: list[str], accumulate: list[list[str]], within: list[
     slice): each ``accumulate`` column folded with its function (sum, min, max; nulls ignored,
     all-null gives null), as the commit then folds it into the table's row. Any other column of
     the output is refused: it would have no defined value."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     cols, within = [c for c, _ in accumulate], list(within or [])

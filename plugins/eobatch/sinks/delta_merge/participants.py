@@ -281,6 +281,7 @@ class PartialsParticipant(_MergeCommit):
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
+        # deltalake: the commit side only, never the Spark job
         from deltalake import write_deltalake
 
         slices = sorted(replace.slices)

@@ -31,6 +31,7 @@ class FilesKind:
     @property
     def config_model(self) -> type[SourceSection]:
         """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        # pydantic: only where YAML is read (the Spark job loads this kind without it)
         from .section import FilesSection
 
         return FilesSection

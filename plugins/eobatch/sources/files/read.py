@@ -154,6 +154,7 @@ def planned_path(file_path, read_as: dict[str, str] | None = None):
     A SQL expression, not a Python UDF: a UDF would start Python workers just for this.
     ``+`` is protected before url_decode, which would turn it into a space.
     """
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     local = F.regexp_replace(file_path, "^file:(//)?", "")
@@ -196,10 +197,12 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
     ``_eo_split`` (the start byte of the piece it was read from), ``_eo_row`` (read-order id),
     ``value`` (the line, or its first bytes) and ``_eo_bytes`` (the record's length when ``value``
     holds only its first bytes, else null). ``pinned``: the reader's ``pins`` option (``pins``)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     lines_class = jvm_class(spark, LINES_FORMAT)  # a clear error when the jars predate it
     if pinned is not None:
+        # py4j (comes with pyspark): only in the Spark driver
         from py4j.protocol import Py4JError
 
         try:
@@ -223,6 +226,7 @@ def numbered(spark, files: list[str], max_record_bytes: int, pinned: str | None 
 def _blank(value):
     """eobatch.config.lines' blank line, cheaply: the regular expression runs only on a line that is
     empty or starts with one of the blank bytes (almost never, for a record)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     first = F.substring(value, 1, 1)
@@ -232,6 +236,7 @@ def _blank(value):
 def _without_trailing_cr(value):
     """The line without a final ``\\r`` (part of a ``\\r\\n`` terminator), cut as bytes so that a
     line of invalid UTF-8 keeps its exact bytes."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     cut = F.substring(value.cast("binary"), 1, F.octet_length(value) - 1).cast("string")
@@ -243,6 +248,7 @@ def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: i
     id, see ``locate``), raw, ``_eo_bytes`` (a record too long to hold: its length, ``raw`` its
     first bytes; else null) and the ``_eo_file`` / ``_eo_split`` internals. ``root``: the landing
     folder (no link below it is followed)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
@@ -259,6 +265,7 @@ def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: i
 def locate(spark, records, rng: dict, root: str | None = None, *, max_record_bytes: int):
     """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
     and ``position`` = the 1-based line number in its file."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 

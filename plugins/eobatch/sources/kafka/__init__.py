@@ -38,6 +38,7 @@ class KafkaKind:
     @property
     def config_model(self) -> type[SourceSection]:
         """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        # pydantic: only where YAML is read (the Spark job loads this kind without it)
         from .section import KafkaSection
 
         return KafkaSection
@@ -86,6 +87,7 @@ class KafkaKind:
         (``_outside``): the offset accounting (``positions``) holds them too."""
         if "slices" not in rng:
             return None
+        # pyspark: the Spark job only (the Airflow side imports this module)
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 

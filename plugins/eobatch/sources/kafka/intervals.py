@@ -65,6 +65,7 @@ class Schedule:
         lo, hi = self._last
         if lo <= ts < hi:
             return self._last
+        # croniter: not needed by the Spark job, which loads this module
         from croniter import croniter
 
         utc = _dt.timezone.utc
@@ -117,6 +118,7 @@ def owner(rng: dict, partition: int, offset: int, ts: int | None) -> str | None:
 def slice_column(rng: dict):
     """``owner`` as a Spark column over the read's ``_kafka_partition``, ``_kafka_offset`` and
     ``_kafka_timestamp`` (null where no slice of this batch publishes the record)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     ts = F.least(F.greatest(F.coalesce(F.unix_millis(F.col("_kafka_timestamp")), F.lit(0)), F.lit(0)),

@@ -37,6 +37,7 @@ class _Admin:
     authentication failure there; the failed call only says the transport failed)."""
 
     def __init__(self, client: str | dict):
+        # confluent-kafka: a Kafka source only
         from confluent_kafka.admin import AdminClient
 
         self.servers = servers_of(client)
@@ -47,6 +48,7 @@ class _Admin:
 
     def failure(self, what: str, e: Exception) -> Exception:
         """The error to raise for call ``what`` that failed with ``e``."""
+        # confluent-kafka: a Kafka source only
         from confluent_kafka import KafkaError
 
         self.admin.poll(0)  # serves the client's own error reports
@@ -61,6 +63,7 @@ def partition_offsets(client: str | dict, topic: str, isolation_level: str = "re
                       timeout: float = 30.0) -> dict[int, tuple[int, int]]:
     """{partition: (earliest, end)} where end is what a consumer of that isolation level can read.
     ``client``: the bootstrap servers or the client settings (``client.settings``)."""
+    # confluent-kafka: a Kafka source only
     from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
@@ -99,6 +102,7 @@ def partition_offsets(client: str | dict, topic: str, isolation_level: str = "re
 
 def _retriable(e) -> bool:
     """A Kafka error that asking again soon can cure (a leader moving, a broker just restarted)."""
+    # confluent-kafka: a Kafka source only
     from confluent_kafka import KafkaError
 
     err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None

@@ -33,6 +33,8 @@ import sys
 import time
 from typing import Iterator
 
+import pyarrow as pa
+
 from ...errors import RetryableError
 from .account import Account, partition_entry
 from .client import consumer_settings, servers_of
@@ -69,6 +71,7 @@ def slices(partitions: dict, max_per_slice: int) -> list[tuple[int, int, int]]:
 def _unreadable_codes() -> frozenset:
     """Errors that say the record at an offset cannot be read as it is (asking again may cure a
     glitch on the wire, not these when they repeat)."""
+    # confluent-kafka: a Kafka source only
     from confluent_kafka import KafkaError
 
     return frozenset(getattr(KafkaError, n) for n in ("_BAD_MSG", "_BAD_COMPRESSION", "MSG_SIZE_TOO_LARGE",
@@ -80,6 +83,7 @@ class _View:
 
     def __init__(self, client: str | dict, topic: str, partition: int, isolation_level: str, timeout: float,
                  batch: int):
+        # confluent-kafka: a Kafka source only
         from confluent_kafka import Consumer
 
         self.topic, self.partition, self.timeout, self.batch = topic, partition, timeout, batch
@@ -98,6 +102,7 @@ class _View:
         return f"kafka {self.servers}: {self.topic}/{self.partition}"
 
     def low_watermark(self) -> int:
+        # confluent-kafka: a Kafka source only
         from confluent_kafka import TopicPartition
 
         try:
@@ -111,6 +116,7 @@ class _View:
         """``(offset, message)`` for each record delivered in ``[start, end)`` and ``(offset, reason)``
         for each offset found unreadable, in offset order; the offsets between them are the ones
         this consumer skips (not delivered at its isolation level, or transaction markers)."""
+        # confluent-kafka: a Kafka source only
         from confluent_kafka import KafkaError, TopicPartition
 
         unreadable = _unreadable_codes()
@@ -298,8 +304,6 @@ class Columns:
         self.unreadable.append(reason)
 
     def to_arrow(self):
-        import pyarrow as pa
-
         n = len(self.offsets)
         ts = pa.array(self.timestamps, pa.int64()).cast(pa.timestamp("ms", tz="UTC")).cast(pa.timestamp("us", tz="UTC"))
         return pa.RecordBatch.from_arrays([
@@ -337,6 +341,7 @@ def read_lines(spark, rng: dict, client: str | dict, timeout: float, slice_size:
     One Spark task per (partition, slice of at most ``slice_size`` offsets), each reading with
     ``read_range``.
     """
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     topic, iso = rng["topic"], rng.get("isolation_level", "read_committed")
@@ -381,6 +386,7 @@ def partition_positions(lines, accounts: dict, outside: dict | None = None) -> d
     """{"<partition>": ``account.partition_entry``} of what the job read (``lines``: its rows,
     ``accounts``: the value of ``read_lines``' accumulator; ``outside``: per partition, the rows
     read and left out because no interval slice of the batch holds them), for verify."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     rows = {str(r["p"]): (r["n"], r["lo"], r["hi"]) for r in lines.groupBy(F.col("_kafka_partition").alias("p"))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 
+import pyarrow.parquet as pq
+
 from ...errors import TerminalError
 from ...storage.fs import FileInfo, ObjectChanged
 from ..files.planner import FilesSource, measured, planned_file
@@ -52,8 +54,6 @@ def footer_rows(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
     saw). UnreadableParquet when the footer cannot be read, ForgedFooter when its counts cannot be
     true (``footer_problem``); the OSErrors of a file that cannot be opened, or changed while read,
     as they are."""
-    import pyarrow.parquet as pq
-
     def rows(fh, info: FileInfo) -> int:
         try:
             meta = pq.ParquetFile(fh).metadata

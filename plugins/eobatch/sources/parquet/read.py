@@ -24,6 +24,7 @@ LINES_SCHEMA = "source STRING, position BIGINT, raw STRING"
 def read_lines(spark, rng: dict, root: str | None = None):
     """The rows of the planned files; ``root``: the landing folder (no link below it is followed).
     SystemExit naming every planned file that is not the one planned (nothing is read then)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
@@ -40,6 +41,7 @@ def read_lines(spark, rng: dict, root: str | None = None):
 
 def file_positions(lines) -> dict:
     """{"<planned path>": [rows, min row index, max row index]} of what the job read, for verify."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     return {r["source"]: [r["n"], r["lo"], r["hi"]] for r in lines.groupBy("source")
