@@ -19,6 +19,10 @@ checked, so that a new edge the wrong way fails here and not in a Spark job or a
 from __future__ import annotations
 
 import ast
+import io
+import re
+import sys
+import tokenize
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,3 +195,61 @@ def test_no_import_circle_between_modules_not_even_through_a_function_level_impo
     assert sum(map(len, graph.values())) > 200  # the graph was read
     assert cycles(graph) == []
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _reasons(source: str) -> tuple[dict[int, str], set[int]]:
+    """The ``#`` comments of ``source`` that say something (a bare ``noqa``/``type: ignore`` does
+    not) by line, and the lines that hold only a comment."""
+    comments = {t.start[0]: t.string for t in tokenize.generate_tokens(io.StringIO(source).readline)
+                if t.type == tokenize.COMMENT}
+    lines = source.splitlines()
+    said = {n: c for n, c in comments.items() if re.sub(r"#|noqa(:\s*[A-Z0-9, ]+)?|type:\s*ignore(\[[^]]*])?|[\s-]", "", c)}
+    return said, {n for n in comments if lines[n - 1].lstrip().startswith("#")}
+
+
+def function_imports(path: Path) -> list[tuple[int, str, bool]]:
+    """(line, module, commented) of each import statement in a function of ``path`` (at any depth);
+    commented: a comment on one of its lines or alone on the line just above, or it directly follows
+    a commented import of the same block (one comment may say why for a block of imports)."""
+    source = path.read_text()
+    said, alone = _reasons(source)
+    out: list[tuple[int, str, bool]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for _field, value in ast.iter_fields(node):
+            if not isinstance(value, list):
+                continue
+            previous = False  # the statement before was a commented import
+            for child in value:
+                if isinstance(child, (ast.Import, ast.ImportFrom)) and in_function:
+                    name = child.names[0].name if isinstance(child, ast.Import) else "." * child.level + (child.module or "")
+                    own = any(n in said for n in range(child.lineno, (child.end_lineno or child.lineno) + 1))
+                    previous = own or previous or (child.lineno - 1 in alone and child.lineno - 1 in said)
+                    out.append((child.lineno, name, previous))
+                    continue
+                previous = False
+                if isinstance(child, ast.AST):
+                    visit(child, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    visit(ast.parse(source, str(path)), False)
+    return out
+
+
+def test_every_import_in_a_function_says_why_it_is_there():
+    """Imports go at module level; one in a function is lazy for a reason (an optional or heavy
+    dependency, what the Spark job or an Airflow process must not load, a command's own import),
+    said in a comment on it or just above it. A stdlib import is never a reason to be lazy."""
+    found = [(p, line, name) for p in _modules() for line, name, commented in function_imports(p) if not commented]
+    where = [f"{p.relative_to(REPO)}:{line}: {name}" for p, line, name in found]
+    stdlib = [w for w, (_p, _l, name) in zip(where, found) if name.split(".")[0] in sys.stdlib_module_names]
+    assert stdlib == [], f"{len(stdlib)} stdlib import(s) in a function: move them to module level"
+    assert where == [], f"{len(where)} import(s) in a function without a comment saying why"
+
+
+def test_the_check_of_function_imports_reads_comments_and_blocks(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\n\n\ndef f():\n    import json  # noqa: F401\n    # pyspark: the job only\n"
+                     "    from pyspark.sql import Window\n    from pyspark.sql import functions as F\n\n"
+                     "    x = 1\n    import time\n    import re  # the reason\n    return os, x\n")
+    assert function_imports(probe) == [(5, "json", False), (7, "pyspark.sql", True), (8, "pyspark.sql", True),
+                                       (11, "time", False), (12, "re", True)]
