@@ -12,7 +12,9 @@ SEED ?= 1
 BACKEND ?= files
 PYTEST_ARGS ?=
 # `make test` runs the test files on this many pytest workers (each file on one worker, so that a
-# file's module fixtures, a broker or a cluster, are started once); 1 runs them in one process.
+# file's module fixtures, a broker or a cluster, are started once), in the order tests/conftest.py
+# gives them (the long files first; xdist would otherwise start with the files of most tests, the
+# short unit ones, and end on one long file); 1 runs them in one process.
 TEST_WORKERS ?= 2
 # MASTER, BATCH, DRY_RUN: no default (unset unless given; an empty MASTER would mislead spark-submit)
 
@@ -119,7 +121,7 @@ demo: setup
 	bash include/demo.sh
 
 test: setup
-	$(VENV)/bin/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)
 
 # The JSON Schema of a pipeline YAML, from the typed models (checked in; a unit test fails when it is
 # not current). docs/site/reference.md "Pipeline files in an editor".
