@@ -88,8 +88,6 @@ def encode_spec(spec: dict) -> str:
     return base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
 
 
-
-
 def uses_s3(cfg: PipelineConfig) -> bool:
     return any(s3conf.is_s3(p or "") for p in (cfg.source.path, cfg.sink_table, cfg.quarantine_table))
 
