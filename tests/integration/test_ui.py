@@ -232,6 +232,7 @@ def test_browser_logs_in_opens_the_dag_and_its_ledger_tab(ui):
     external view, an iframe of /eobatch/pipelines/orders), the batches the _delta_log holds; then
     a DAG run's tab, with that run's batch marked."""
     assert browser.missing() is None, browser.missing()  # CI installs it: a missing browser fails
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
@@ -241,11 +242,18 @@ def test_browser_logs_in_opens_the_dag_and_its_ledger_tab(ui):
     wait = WebDriverWait(d, 60)
     try:
         d.get(ui.url + "/dags/orders")  # not logged in: Airflow sends the browser to its login page
-        wait.until(ec.presence_of_element_located((By.NAME, "username")))
-        assert "/auth/login" in d.current_url
-        d.find_element(By.NAME, "username").send_keys(ui.user)
-        d.find_element(By.NAME, "password").send_keys(ui.password)
-        d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        for attempt in range(3):  # the login page may still redirect once after its form is shown
+            try:
+                wait.until(ec.url_contains("/auth/login"))
+                wait.until(ec.presence_of_element_located((By.NAME, "username")))
+                d.find_element(By.NAME, "username").send_keys(ui.user)
+                d.find_element(By.NAME, "password").send_keys(ui.password)
+                d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+                break
+            except (WebDriverException, StaleElementReferenceException):
+                if attempt == 2:
+                    raise
+                time.sleep(1)
         tab = wait.until(ec.element_to_be_clickable((By.LINK_TEXT, "Batch ledger")))  # on the DAG page
         assert urllib.parse.urlparse(d.current_url).path == "/dags/orders"
         tab.click()
