@@ -55,6 +55,8 @@ class Installed:
             "AIRFLOW__CORE__PLUGINS_FOLDER": str(root / "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__EOBATCH__PIPELINES_DIR": str(self.pipelines),
             "EOBATCH_JARS_DIR": str(root / "jars"),
+            # pip's cache of this machine (what `make setup` downloaded and built): nothing of the checkout
+            "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or os.path.expanduser("~/.cache/pip"),
         }
         if not self.env["JAVA_HOME"]:
             del self.env["JAVA_HOME"]
