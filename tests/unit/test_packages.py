@@ -47,6 +47,16 @@ def _module(path: Path) -> str:
     return ".".join(path.relative_to(REPO / "plugins").with_suffix("").parts).removesuffix(".__init__")
 
 
+def absolute(package: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` in ``package`` names, relative imports resolved."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    parts = package.split(".")
+    anchor = ".".join(parts[: len(parts) - node.level + 1])
+    return f"{anchor}.{base}" if base else anchor
+
+
 def imports(path: Path) -> list[tuple[str, int, bool]]:
     """(absolute module name, line, at module level) of each import statement of ``path``: ``from x
     import y`` gives x and x.y (y may be a submodule)."""
@@ -59,11 +69,7 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
             if isinstance(child, ast.Import):
                 out.extend((a.name, child.lineno, top) for a in child.names)
             elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = package.split(".")
-                    anchor = ".".join(parts[: len(parts) - child.level + 1])
-                    base = f"{anchor}.{base}" if base else anchor
+                base = absolute(package, child)
                 out.append((base, child.lineno, top))
                 out.extend((f"{base}.{a.name}", child.lineno, top) for a in child.names)
             visit(child, top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
@@ -144,11 +150,7 @@ def runtime_imports(path: Path) -> set[str]:
             if isinstance(child, ast.Import):
                 out.update(a.name for a in child.names)
             elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = package.split(".")
-                    anchor = ".".join(parts[: len(parts) - child.level + 1])
-                    base = f"{anchor}.{base}" if base else anchor
+                base = absolute(package, child)
                 out.update(f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in child.names)
             visit(child)
 
