@@ -58,15 +58,12 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 MVN := mvn --batch-mode --quiet --strict-checksums -s include/maven-settings.xml
 
 # JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
-# Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://).
-SPARK_JAR_GROUPS := io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator
+# Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://). The same command
+# as an installed product's `eobatch jars` (eobatch/job/jars.py: the mvn call and the check).
 jars: .jars/.resolved .jars/eobatch-jvm.jar
-.jars/.resolved: include/pom.xml
-	rm -rf .jars && mkdir -p .jars
-	$(MVN) -f include/pom.xml dependency:copy-dependencies \
-	    -DincludeScope=runtime -DincludeGroupIds=$(SPARK_JAR_GROUPS) \
-	    -DexcludeArtifactIds=hadoop-client-api,hadoop-client-runtime -DoutputDirectory=$(CURDIR)/.jars
-	include/check-jars.sh .jars include/jars/spark.sha256
+.jars/.resolved: include/pom.xml $(VENV)/.installed
+	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.cli jars --dir .jars \
+	    $${JAR_LOCK_WRITE:+--write-list include/jars/spark.sha256}
 	@touch $@
 
 # The stage job's own JVM code (include/jvm/: from_json reading a record's UTF-8 bytes in place),

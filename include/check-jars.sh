@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The jars mvn resolved into a folder must be exactly the ones of a committed SHA-256 list:
-#   include/check-jars.sh <folder> <list>           check (make jars / kafka-jars / s3-jars)
+#   include/check-jars.sh <folder> <list>           check (make kafka-jars / s3-jars; make jars: eobatch/job/jars.py)
 #   include/check-jars.sh --write <folder> <list>   write the list again after a pom change (make jar-lock)
 # mvn itself runs with --strict-checksums (the repository's own checksums); the list pins the bytes,
 # so a changed artifact, or a new or missing one, fails the set-up instead of reaching Spark.

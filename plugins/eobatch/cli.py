@@ -235,6 +235,7 @@ def main(argv=None) -> int:
                                      "folder (EOBATCH_JARS_DIR, default ~/.cache/eobatch/jars), checked against "
                                      "their SHA-256 list")
     jp.add_argument("--dir", default=None, help="another folder (then set EOBATCH_JARS_DIR to it for the tasks)")
+    jp.add_argument("--write-list", default=None, help=argparse.SUPPRESS)  # `make jar-lock`: after a pom change
     dop = sub.add_parser("doctor", help="check this deployment: Java, Spark, jars, the pipelines folder, the "
                                         "connections the pipelines name, write access to their tables")
     dop.add_argument("--pipelines", default=None, help="the folder of pipeline files (default: PIPELINES_DIR or "
@@ -250,7 +251,7 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "jars":
-            resolve(args.dir, log=lambda m: print(m, file=sys.stderr))
+            resolve(args.dir, log=lambda m: print(m, file=sys.stderr), write_list=args.write_list)
             return 0
         if args.cmd == "doctor":
             return doctor(args.pipelines)

@@ -1,6 +1,6 @@
 """What the set-up installs is pinned to its bytes: both Python locks carry a SHA-256 for every
 package and are installed with --require-hashes; the resolved jars must match committed SHA-256
-lists (include/check-jars.sh, run by `make jars`, `kafka-jars` and `s3-jars`)."""
+lists (eobatch/job/jars.py for `make jars`; include/check-jars.sh for `kafka-jars` and `s3-jars`)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """The stage job's JVM jars (Delta, hadoop-aws and its AWS SDK bundle): resolved by Maven from the
 pom the product ships, into the jars folder (``paths.jars_dir``), and checked byte for byte against
 the SHA-256 list the product ships (``jars/spark.sha256``): a changed, new or missing artifact is
-refused before it reaches Spark. ``eobatch jars`` runs it; a checkout's ``make jars`` does the same
-with include/check-jars.sh.
+refused before it reaches Spark. ``eobatch jars`` runs it, and so does a checkout's ``make jars``
+(``make jar-lock`` writes the list).
 """
 
 from __future__ import annotations
@@ -56,17 +56,20 @@ def problems(folder: str | None = None, list_file: str | None = None) -> list[st
     return out
 
 
-def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[str], None] = print) -> str:
+def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[str], None] = print,
+            write_list: str | None = None) -> str:
     """Resolve the jars with Maven into ``folder`` (default ``jars_dir()``), check them, and return
     the folder. Resolved into a new folder first: a failed or refused resolution leaves the old
-    jars in place. UsageError when Maven is missing or the result is not the listed jars."""
+    jars in place. UsageError when Maven is missing or the result is not the listed jars.
+    ``write_list``: after a reviewed pom change (`make jar-lock`), write that SHA-256 list from
+    what Maven resolved instead of checking against it."""
     folder = folder or jars_dir()
     mvn = mvn or shutil.which("mvn")
     if not mvn:
         raise UsageError("eobatch jars needs Maven (`mvn` on PATH, e.g. `apt-get install maven`), or put the listed "
                          f"jars ({os.path.join(RESOURCES, 'jars', 'spark.sha256')}) in {folder} yourself "
                          "(EOBATCH_JARS_DIR names another folder)")
-    if not problems(folder):
+    if write_list is None and not problems(folder):
         log(f"jars: {folder} already holds the {len(listed())} listed jars")
         return folder
     parent = os.path.dirname(os.path.abspath(folder))
@@ -81,7 +84,12 @@ def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[st
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise UsageError(f"Maven could not resolve the jars (exit {r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
-        found = problems(work)
+        if write_list is not None:
+            names = sorted(n for n in os.listdir(work) if n.endswith(".jar"))
+            with open(write_list, "w") as f:
+                f.writelines(f"{_sha256(os.path.join(work, n))}  {n}\n" for n in names)
+            log(f"jars: wrote the SHA-256 of {len(names)} jars to {write_list}")
+        found = problems(work, write_list)
         if found:
             raise UsageError("the jars Maven resolved are not the listed ones, refused: " + "; ".join(found))
         own = os.path.join(folder, JVM_EXTENSION)
