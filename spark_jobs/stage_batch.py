@@ -43,10 +43,17 @@ class TransformContext:
         self.spark, self.pipeline, self.batch_id, self.options = spark, pipeline, batch_id, options
 
 
-def load_transform(name: str):
-    mod = importlib.import_module(f"spark_jobs.transforms.{name}")
+def load_transform(spec: dict):
+    """The module of the spec's transform: shipped with eobatch, or the pipeline folder's own
+    (in the code zip, the bytes of the file the batch was planned with)."""
+    from eobatch.config.contract import OWN_TRANSFORMS, SHIPPED_TRANSFORMS
+
+    module = spec.get("transform_module") or f"{SHIPPED_TRANSFORMS}.{spec['transform']}"
+    if module.rpartition(".")[0] not in (SHIPPED_TRANSFORMS, OWN_TRANSFORMS):
+        raise SystemExit(f"the spec's transform module {module!r} is not in {SHIPPED_TRANSFORMS} or {OWN_TRANSFORMS}")
+    mod = importlib.import_module(module)
     if not hasattr(mod, "transform"):
-        raise SystemExit(f"spark_jobs/transforms/{name}.py defines no transform(df, ctx)")
+        raise SystemExit(f"the transform {spec['transform']} ({module}) defines no transform(df, ctx)")
     return mod
 
 
@@ -173,7 +180,7 @@ def run(spec: dict) -> dict:
                         kind.located_columns, kind.quarantine_columns).persist(StorageLevel.DISK_ONLY)
 
     # 3. the sink: the pipeline's transform of the valid records, staged
-    tmod = load_transform(spec["transform"])
+    tmod = load_transform(spec)
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
     out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
     sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step (eobatch.sinks)

@@ -5,7 +5,8 @@ dependency ranges resolved against the lock's pins), in a folder outside the rep
 checkout on ``sys.path`` and nothing of the checkout named in the environment but the resolved
 Delta jars (what `eobatch jars` puts in place; the stage job's own JVM jar comes from the wheel).
 
-From there: a DAG folder of one two-line file and a folder of one pipeline YAML; `eobatch jars`,
+From there: a DAG folder of one two-line file and a folder of one pipeline YAML with its own
+transform (transforms/<name>.py beside it, shipped to Spark in the job's code zip); `eobatch jars`,
 `eobatch doctor`; `eobatch run` (``airflow dags test``) publishes each record exactly once, judged
 by an independent reader (delta-rs); `airflow providers list` and `airflow plugins` show the
 package; the real api-server serves the ledger API of the plugin.
@@ -109,9 +110,20 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
         name: orders
         source: {{kind: files, path: {inst.landing}}}
         schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE"
+        transform: {{name: in_cents, options: {{factor: 100}}}}
         sink: {{table: {inst.lake / 'orders'}}}
         quarantine: {{table: {inst.lake / 'orders_bad'}}}
         retries: {{stage: 0, commit: 2, delay_seconds: 1}}
+        """))
+    (inst.pipelines / "transforms").mkdir()
+    (inst.pipelines / "transforms" / "in_cents.py").write_text(textwrap.dedent("""\
+        from pyspark.sql import functions as F
+
+        ROW_PRESERVING = True
+
+
+        def transform(df, ctx):
+            return df.withColumn("cents", (F.col("amount") * ctx.options["factor"]).cast("long"))
         """))
     jars = inst.run("eobatch", "jars")
     assert "already holds the" in jars.stderr, jars.stderr
@@ -129,8 +141,10 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
     inst.run("eobatch", "run", "orders", timeout=900)
     _land(inst, "b.jsonl", _records("b", 3))
     inst.run("eobatch", "run", "orders", "--runs", "2", timeout=900)  # the second run finds nothing new
-    published = DeltaTable(str(inst.lake / "orders")).to_pyarrow_table().column("order_id").to_pylist()
-    assert sorted(published) == sorted(r["order_id"] for r in _records("a", 5) + _records("b", 3))
+    published = DeltaTable(str(inst.lake / "orders")).to_pyarrow_table().select(["order_id", "cents"]).to_pylist()
+    assert sorted(published, key=lambda r: r["order_id"]) == sorted(
+        ({"order_id": r["order_id"], "cents": int(r["amount"] * 100)} for r in _records("a", 5) + _records("b", 3)),
+        key=lambda r: r["order_id"])  # each record once, through the pipeline folder's own transform
     assert DeltaTable(str(inst.lake / "orders_bad")).to_pyarrow_table().num_rows == 1
     ledger = json.loads(inst.run("eobatch", "ledger", "orders", "--format", "json").stdout)
     assert [(b["batch_id"], b["state"]) for b in ledger] == [(1, "COMMITTED"), (2, "COMMITTED")], ledger

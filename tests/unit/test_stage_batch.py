@@ -52,17 +52,26 @@ def test_executor_env(monkeypatch, sink, quarantine, kind, rng, given, why):
 
 def test_the_transforms_are_loaded_by_name_and_say_whether_they_keep_rows():
     """``ROW_PRESERVING`` is what verify checks published rows against (rows published == valid)."""
-    assert job.load_transform("passthrough").ROW_PRESERVING is True
-    assert job.load_transform("color_counts").ROW_PRESERVING is False
-    assert job.load_transform("running_totals").ROW_PRESERVING is False
+    assert job.load_transform({"transform": "passthrough"}).ROW_PRESERVING is True
+    assert job.load_transform({"transform": "color_counts"}).ROW_PRESERVING is False
+    assert job.load_transform({"transform": "running_totals",
+                               "transform_module": "spark_jobs.transforms.running_totals"}).ROW_PRESERVING is False
     with pytest.raises(ModuleNotFoundError):
-        job.load_transform("no_such_transform")
+        job.load_transform({"transform": "no_such_transform"})
 
 
 def test_a_transform_module_without_transform_stops_the_job_naming_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "spark_jobs.transforms.empty", types.ModuleType("spark_jobs.transforms.empty"))
-    with pytest.raises(SystemExit, match=r"spark_jobs/transforms/empty\.py defines no transform\(df, ctx\)"):
-        job.load_transform("empty")
+    with pytest.raises(SystemExit, match=r"the transform empty \(.*\) defines no transform\(df, ctx\)"):
+        job.load_transform({"transform": "empty"})
+
+
+def test_the_job_imports_a_transform_only_from_the_two_transform_packages():
+    """The spec names the module (a pipeline folder's own transform is ``pipeline_transforms.<name>``
+    in the code zip): any other module is refused before it is imported."""
+    for module in ("os", "eobatch.cli", "pipeline_transforms_x.t", "spark_jobs.stage_write"):
+        with pytest.raises(SystemExit, match="is not in spark_jobs.transforms or pipeline_transforms"):
+            job.load_transform({"transform": "t", "transform_module": module})
 
 
 def test_the_spec_travels_as_one_base64_argument():

@@ -303,7 +303,7 @@ class StageOperator(SparkSubmitOperator):
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}
         self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
         self.jars = ",".join(launch.jars(cfg))
-        self.py_files = launch.pyfiles_zip()
+        self.py_files = launch.pyfiles_zip(cfg)
         self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
         try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
             spec, source_env = launch.job_spec(cfg, batch_id, attempt), launch.job_env(cfg)

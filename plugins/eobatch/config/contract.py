@@ -15,6 +15,9 @@ from ..sinks.base import PENDING, TABLE
 from .ddl import parse_schema
 
 PASSTHROUGH = "passthrough"  # the transform that publishes the parsed records unchanged
+# the packages of a transform in the stage job: shipped with eobatch, or a pipeline folder's own
+# (config.transforms), which the code zip holds
+SHIPPED_TRANSFORMS, OWN_TRANSFORMS = "spark_jobs.transforms", "pipeline_transforms"
 NOT_GIVEN = "<not given>"  # a key a plan records and a job's contract values do not hold
 
 Edit = tuple[str, str, Any, Any]  # (key, role, the plan's value, the other value)

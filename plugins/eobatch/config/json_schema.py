@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 from .. import sinks, sources
+from . import transforms
 from .loader import PipelineFile, SinkSection, TransformSection
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
@@ -30,7 +31,7 @@ def json_schema() -> dict[str, Any]:
     props["source"] = {"description": "where the records come from: one of the source kinds",
                        "oneOf": [_kind_schema(name, kind, defs) for name, kind in source_kinds]}
     props["transform"] = {"description": TransformSection.__doc__,
-                          "anyOf": [{"type": "string", "description": "a module of spark_jobs/transforms/"},
+                          "anyOf": [{"type": "string", "description": transforms.DESCRIPTION},
                                     props["transform"]]}
     sink = defs[SinkSection.__name__]
     sink["properties"]["mode"] = {"enum": [k.mode for k in sink_kinds], "default": sinks.kind_for(sinks.DEFAULT).mode}

@@ -26,10 +26,11 @@ from pydantic.json_schema import SkipJsonSchema
 
 from .. import sinks
 from ..errors import ConfigError, UsageError
-from ..paths import TRANSFORMS_DIR, default_pipelines_dir
+from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
+from . import transforms
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_TYPES, Column, parse_schema
 from .model import (
@@ -135,13 +136,11 @@ def _schema(v: Any, info: ValidationInfo) -> tuple[str, tuple[Column, ...]]:
     return v, parse_schema(v, context_file(info))
 
 
-def _transform_name(v: Any) -> str:
-    if not isinstance(v, str) or not NAME_RE.fullmatch(v):
-        raise Invalid(f"{v!r} must be a module name in spark_jobs/transforms/", key="transform")
-    if not os.path.exists(os.path.join(TRANSFORMS_DIR, v + ".py")):
-        known = sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))
-        raise Invalid(f"no module {v!r} in spark_jobs/transforms/ (known: {', '.join(known)})", key="transform")
-    return v
+def _transform_name(v: Any, info: ValidationInfo) -> str:
+    """A transform of the pipeline's own folder or one shipped (``transforms.resolve``)."""
+    if v is None:
+        raise Invalid("is required")
+    return transforms.resolve((info.context or {}).get("file"), v).name  # no file: the default's
 
 
 def _transform_options(v: Any) -> dict:
@@ -159,14 +158,14 @@ def _transform_options(v: Any) -> dict:
 
 class TransformSection(Section):
     """``transform: <name>`` or ``transform: {name: ..., options: {...}}``."""
-    name: Annotated[Any, Check(required(_transform_name), {"type": "string", "pattern": NAME_RE.pattern,
-                                              "description": "a module of spark_jobs/transforms/"})]
+    name: Annotated[Any, Check(_transform_name, {"type": "string", "pattern": NAME_RE.pattern,
+                                                 "description": transforms.DESCRIPTION})]
     options: Annotated[Any, Check(_transform_options, {"type": "object"})] = {}
 
     @model_validator(mode="before")
     @classmethod
-    def _bare_name(cls, data: Any) -> Any:
-        return data if isinstance(data, dict) else {"name": _transform_name(data)}
+    def _bare_name(cls, data: Any, info: ValidationInfo) -> Any:
+        return data if isinstance(data, dict) else {"name": _transform_name(data, info)}
 
 
 def _partition_by(v: Any) -> tuple[str, ...]:
@@ -498,10 +497,11 @@ class PipelineFile(Section):
 
     def value(self, file: str) -> PipelineConfig:
         schema, columns = self.schema_
+        code = transforms.resolve(file, self.transform.name)
         return PipelineConfig(
             name=self.name, file=os.path.abspath(file), mode=self.mode, schedule=self.schedule, source=self.source,
             schema=schema, columns=columns, transform=self.transform.name, transform_options=self.transform.options,
-            sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
+            transform_file=code.file, transform_code=code.sha256, sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
             max_record_bytes=self.max_record_bytes, description=self.description, spark=self.spark.value(),
             plan_retries=self.retries.plan, stage_retries=self.retries.stage, commit_retries=self.retries.commit,
             retry_delay_seconds=self.retries.delay_seconds, verify_timeout_seconds=self.retries.verify_timeout_seconds,
@@ -555,6 +555,7 @@ CONTRACT: dict[str, tuple[str, Any]] = {
     "schema": (PENDING, lambda c: c.schema),
     "transform": (PENDING, lambda c: c.transform),
     "transform.options": (PENDING, lambda c: c.transform_options),
+    "transform.code": (PENDING, lambda c: c.transform_code),  # the own file's SHA-256 (config.transforms)
     "max_record_bytes": (PENDING, lambda c: c.max_record_bytes),
     "expectations": (PENDING, lambda c: [[e.name, e.expr, e.action] for e in c.expectations]),
     "schema_evolution": (PENDING, lambda c: c.schema_evolution),

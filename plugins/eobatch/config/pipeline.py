@@ -106,6 +106,8 @@ class PipelineConfig:
     expectations: tuple[Expectation, ...] = ()
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    transform_file: str | None = None  # the pipeline folder's own transform (config.transforms); None: shipped
+    transform_code: str | None = None  # that file's SHA-256, recorded in each plan
 
     @property
     def sink_mode(self) -> str:
@@ -132,6 +134,8 @@ class PipelineConfig:
             "max_record_bytes": self.max_record_bytes,
         }
         d.update(self.sink.fingerprint_dict())  # an append sink adds nothing: the fingerprint it always had
+        if self.transform_code:  # a shipped transform is the product's code: the fingerprint it always had
+            d["transform_code"] = self.transform_code
         if self.expectations:  # a pipeline without any keeps the fingerprint it always had
             d["expectations"] = [[e.name, e.expr, e.action] for e in self.expectations]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -23,8 +23,10 @@ import tempfile
 import textwrap
 import zipfile
 
+from ..config import transforms
 from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.protocol import Protocol
+from ..errors import RetryableError
 from ..paths import BUNDLED_JVM_JAR, CHECKOUT, JVM_EXTENSION, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
 from ..sinks import sink_for
 from ..sources import kind_for
@@ -67,6 +69,7 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
     return {
         "pipeline": cfg.name, "batch_id": batch_id, "attempt": attempt, "schema": cfg.schema,
         "not_null": [c.name for c in cfg.columns if c.not_null], "transform": cfg.transform,
+        "transform_module": transforms.TransformCode(cfg.transform, cfg.transform_file).module,
         "transform_options": cfg.transform_options, "sink_table": cfg.sink_table,
         "quarantine_table": cfg.quarantine_table, "partition_by": list(cfg.partition_by),
         "max_record_bytes": cfg.max_record_bytes, "config_fingerprint": cfg.fingerprint(),
@@ -184,45 +187,63 @@ def _code_files() -> list[tuple[str, str]]:
     return sorted(out, key=lambda f: f[1])
 
 
-def _compiled(path: str, arc: str, tmp: str) -> bytes:
+def _compiled(source: bytes, arc: str, tmp: str) -> bytes:
     """The module compiled for this Python, as an unchecked hash-based .pyc (PEP 552): zipimport
     loads it without compiling the source again, in the driver and in every Python worker (about
     0.3 s each, measured); a worker of another Python version finds the magic number differs and
     compiles the .py next to it. Tracebacks name the file by its path in the zip."""
-    cfile = os.path.join(tmp, "m.pyc")
-    py_compile.compile(path, cfile=cfile, dfile=arc, doraise=True,
+    src, cfile = os.path.join(tmp, "m.py"), os.path.join(tmp, "m.pyc")
+    with open(src, "wb") as f:
+        f.write(source)
+    py_compile.compile(src, cfile=cfile, dfile=arc, doraise=True,
                        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
     with open(cfile, "rb") as f:
         return f.read()
 
 
-def pyfiles_zip(cache_dir: str | None = None) -> str:
+def _own_transform(cfg: PipelineConfig | None) -> dict[str, bytes]:
+    """The pipeline folder's own transform as entries of the code zip (name in the zip -> source),
+    exactly the bytes whose SHA-256 the loaded pipeline holds (``cfg.transform_code``, what the
+    batch's plan recorded): a file edited since is refused, never shipped."""
+    if cfg is None or not cfg.transform_file:
+        return {}
+    with open(cfg.transform_file, "rb") as f:
+        source = f.read()
+    if hashlib.sha256(source).hexdigest() != cfg.transform_code:
+        raise RetryableError(f"{cfg.transform_file} changed after the pipeline {cfg.name} was loaded: the "
+                            f"next try loads it again (and stages only if the batch's plan has this code)")
+    package = transforms.OWN_TRANSFORMS
+    return {f"{package}/__init__.py": b"", f"{package}/{cfg.transform}.py": source}
+
+
+def pyfiles_zip(cfg: PipelineConfig | None = None, cache_dir: str | None = None) -> str:
     """A zip of the modules the Spark job imports (``job_modules``), each as its source and its
-    compiled .pyc, for --py-files; cached by the hash of the sources and the Python version (a
-    .pyc's bytes may differ between two compilations of the same source).
+    compiled .pyc, for --py-files, with the pipeline ``cfg``'s own transform if it has one
+    (``config.transforms``); cached by the hash of the sources and the Python version (a .pyc's
+    bytes may differ between two compilations of the same source).
 
     A cached zip is code every executor will run: it is reused only from a folder that no other
     user can write, and only when it holds exactly these sources and their compilations
     (``_zip_holds``); anything else is rebuilt in its place."""
-    files = _code_files()
-    h = hashlib.sha256(sys.implementation.cache_tag.encode())
-    sources = []
-    for path, arc in files:
+    expected: dict[str, bytes] = {}
+    for path, arc in _code_files():
         with open(path, "rb") as f:
-            sources.append(f.read())
-        h.update(arc.encode() + b"\0" + hashlib.sha256(sources[-1]).digest())
+            expected[arc] = f.read()
+    expected.update(_own_transform(cfg))
+    h = hashlib.sha256(sys.implementation.cache_tag.encode())
+    for arc, source in sorted(expected.items()):
+        h.update(arc.encode() + b"\0" + hashlib.sha256(source).digest())
     cache_dir = _private_dir(cache_dir or default_cache_dir())
     target = os.path.join(cache_dir, f"eobatch-{h.hexdigest()[:16]}.zip")
-    expected = {arc: source for (_, arc), source in zip(files, sources)}
     if os.path.exists(target):
         if _zip_holds(target, expected):
             return target
         print(f"eobatch: the cached code zip {target} does not hold the product's code: rebuilt", file=sys.stderr)
     buf = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
-        for (path, arc), source in zip(files, sources):
+        for arc, source in sorted(expected.items()):
             z.writestr(zipfile.ZipInfo(arc, date_time=(2020, 1, 1, 0, 0, 0)), source)
-            z.writestr(zipfile.ZipInfo(arc + "c", date_time=(2020, 1, 1, 0, 0, 0)), _compiled(path, arc, tmp))
+            z.writestr(zipfile.ZipInfo(arc + "c", date_time=(2020, 1, 1, 0, 0, 0)), _compiled(source, arc, tmp))
     part = f"{target}.{os.getpid()}.tmp"
     with open(part, "wb") as f:
         f.write(buf.getvalue())
@@ -283,7 +304,7 @@ def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: 
     """The spark-submit command line (for tests and benchmarks; Airflow uses its hook), the
     stage operator's ``--conf`` set (``conf`` over it)."""
     argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
-            "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip()]
+            "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip(cfg)]
     for k, v in {**driver_jvm.java_options(spark_conf(cfg)), **(conf or {})}.items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
