@@ -7,7 +7,10 @@ Actors
     separate Airflow task processes would have): ``idle`` -recover-> ``ready`` -plan-> ``planned``
     -stage-> ``staged`` -verify-> ``prepared`` -commit-> ``idle``. From ``ready`` a run may ask for a
     ``rewind(to_batch=K)`` instead of planning; from ``staged`` it may ``abort`` its attempt
-    instead of verifying; a failed verify leads to ``abort``. A run that hits CommitBlocked
+    instead of verifying; a failed verify leads to ``abort``. A plan asks for one to three batches
+    (``plan_batches``: a run that carries several); the actor goes on with the first, may stage
+    (and verify) any later one of them ahead of it (``stage_ahead``, as the run's one Spark job and
+    its sensor do), and each later one is the first undecided batch of a later plan. A run that hits CommitBlocked
     follows the repair its message names (``reset(batch)``) at once, and checks that it works.
     A ZOMBIE is a second attempt of an actor's batch in another slot: its "Spark job" read the
     batch plan when it was spawned and stages it (under a new attempt id) whenever it is picked,
@@ -64,7 +67,8 @@ own classes)
        raise CommitBlocked and must not have published the batch in any table;
     4. each table's txn version never decreases (a rewind keeps it) and the txn actions in the raw
        log strictly increase (after a rewind, batches continue with new ids);
-    5. ledger and tables agree (every table holds batch L-1 or L where L is the newest plan; a
+    5. ledger and tables agree (every table holds batch F-1 to L where L is the newest plan and F
+       the first batch of the run that planned it, L when a run plans one batch; a
        COMMITTED record implies every table holds it; every committed batch in the log has the
        fingerprint of its PREPARED record), or else ``recover()`` (on a copy) raises a
        ProtocolError subclass whose message names the repair;
@@ -235,6 +239,7 @@ class Actor:
         # zombies: the plan their job read when it started, and the configuration its spec was built from
         self.pinned_plan: tuple[BatchPlan, str | None, Any] | None = None
         self.zombie = False
+        self.group: list[int] = []  # the later batches its plan handed it (a run that carries several)
 
     def __repr__(self):
         z = " zombie" if self.zombie else ""
@@ -444,7 +449,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     # -- the verbs of one actor ---------------------------------------------------------------
     def _verbs(self, a: Actor) -> list[str]:
-        return {
+        verbs = {
             "idle": ["recover"],
             "ready": ["plan", "plan", "plan", "rewind"],
             "planned": ["stage", "stage", "stage", "stage_dies"],
@@ -452,6 +457,9 @@ class ProtocolModel(RuleBasedStateMachine):
             "failed": ["abort"],
             "prepared": ["commit"],
         }[a.phase]
+        # a run that carries several batches stages (and verifies) them all before it commits the
+        # first: any of its later batches may be staged or PREPARED ahead of the one it is on
+        return verbs + ["stage_ahead"] if a.group and a.phase in ("planned", "staged", "prepared") else verbs
 
     def _advance(self, a: Actor, pick: int, verb: str | None = None) -> None:
         if verb is None or verb not in self._verbs(a):
@@ -481,7 +489,7 @@ class ProtocolModel(RuleBasedStateMachine):
 
     def _do_plan(self, a: Actor, pick: int) -> None:
         try:
-            plan, new = a.proto.plan(MAX_RECORDS, run_id=a.run_id)
+            plans, new = a.proto.plan_batches(MAX_RECORDS, run_id=a.run_id, max_batches=1 + pick % 3)
         except ConcurrentPlan as e:
             event("plan: ConcurrentPlan")
             note(f"  {e}")
@@ -503,12 +511,14 @@ class ProtocolModel(RuleBasedStateMachine):
             note(f"  {e}")
             self._drop(a, "plan failed: clear the run from its recover task")
             return
-        if plan is None:
+        if not plans:
             a.phase = "idle"
             return
-        event("plan: new" if new else "plan: pending batch again")
-        a.phase, a.batch, a.attempt = "planned", plan.batch_id, None
-        note(f"  planned batch {plan.batch_id} ({plan.rows_in} records, new={new})")
+        plan = plans[0]
+        event((f"plan: new ({len(plans)} batches)" if new else "plan: pending batch again")
+              + (" of a run of several" if plan.run_first else ""))
+        a.phase, a.batch, a.attempt, a.group = "planned", plan.batch_id, None, [p.batch_id for p in plans[1:]]
+        note(f"  planned batches {[p.batch_id for p in plans]} ({plan.rows_in} records in the first, new={new})")
 
     def _do_rewind(self, a: Actor, pick: int) -> None:
         latest = max(_read_json_dir(self.sink / "_eo_ledger" / "plans"), default=0)
@@ -559,6 +569,31 @@ class ProtocolModel(RuleBasedStateMachine):
     def _do_stage_dies(self, a: Actor, pick: int) -> None:
         self._do_stage(a, pick, dies=True)
 
+    def _do_stage_ahead(self, a: Actor, pick: int) -> None:
+        """Stage a later batch of the actor's run, and verify it when ``pick`` is odd (the run's job
+        stages every batch, its sensor verifies each one). The actor stays on its own batch."""
+        b = a.group[pick % len(a.group)]
+        if a.proto.check_stage(b) is None:
+            note(f"  batch {b} has no plan any more")
+            a.group.remove(b)
+            return
+        try:
+            attempt = stage(a.proto, b, partitions=1 + pick % 2)
+        except JobRefused as e:
+            event("stage ahead: the job refused")
+            note(f"  {e}")
+            return
+        if pick % 2 == 0:
+            event("stage ahead: staged")
+            return
+        try:
+            prepared = a.proto.verify(b, attempt)
+        except (VerifyFailed, NotReady) as e:
+            event("stage ahead: verify failed")
+            note(f"  {e}")
+            return
+        event("stage ahead: PREPARED" if prepared.attempt == attempt else "stage ahead: another attempt won")
+
     def _do_verify(self, a: Actor, pick: int) -> None:
         try:
             prepared = a.proto.verify(a.batch, a.attempt)
@@ -600,6 +635,10 @@ class ProtocolModel(RuleBasedStateMachine):
             return
         except faults.InjectedFault as e:
             event("commit: transient failure (retried later)")
+            note(f"  {e}")
+            return  # the commit task retries
+        except BatchInFlight as e:  # a batch before it, of its run, is not committed yet
+            event("commit: waits for the batch before it")
             note(f"  {e}")
             return  # the commit task retries
         except ProtocolError as e:
@@ -1097,11 +1136,13 @@ class ProtocolModel(RuleBasedStateMachine):
         ledger = self.sink / "_eo_ledger"
         plans = _read_json_dir(ledger / "plans")
         latest = max(plans, default=0)
+        # the tables held the batch before the newest run's first batch when that run planned
+        first = (plans[latest].get("run_first") or latest) if latest else 0
         prepared = _read_json_dir(ledger / "prepared")
         problems = []
         for part, v in views.items():
-            if not latest - 1 <= v.txn <= latest and not (latest == 0 and v.txn == 0):
-                problems.append(f"{part} holds batch {v.txn}, the newest plan is {latest}")
+            if not first - 1 <= v.txn <= latest and not (latest == 0 and v.txn == 0):
+                problems.append(f"{part} holds batch {v.txn}, the newest plan is {latest} (its run's first: {first})")
             for _lv, b, info in v.our_txns():
                 p = prepared.get(b)
                 if p is None or info.get("eo.fingerprint") != p.get("fingerprint"):

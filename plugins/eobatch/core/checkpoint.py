@@ -42,7 +42,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
 from ..storage.fs import Storage
@@ -450,6 +450,16 @@ class History:
         if self._kept is None:
             self._kept = [p for p in self.tail if not self.gone(p.batch_id) and not self.is_abandoned(p.batch_id)]
         return self._kept
+
+    def with_plan(self, plan: BatchPlan) -> History:
+        """This history with ``plan``, just written as the batch after ``latest``, as its newest
+        plan (a run that plans several batches reads on from the one it planned last)."""
+        if plan.batch_id != self.latest + 1:
+            raise ValueError(f"batch {plan.batch_id} does not follow batch {self.latest}")
+        return replace(self, tail=[*self.tail, plan], latest=plan.batch_id,
+                                   digests={**self.digests, plan.batch_id: hashlib.sha256(plan.to_json()).hexdigest()},
+                                   _abandoned=dict(self._abandoned), _prepared=dict(self._prepared),
+                                   _kept=None, _overlay=None)
 
     def bound(self, held: int) -> History:
         """This history, or one from an older checkpoint when this one's batch is beyond ``held``

@@ -310,7 +310,15 @@ class BatchPlan(Record):
     late: list[JSON] = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
     config: JSON | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
+    # the first batch of the run's reservation when a run planned several batches at once (plans
+    # n..m, each with run_first n); None: a run's only batch
+    run_first: int | None = None
     format: int = FORMAT_VERSION
+
+    @property
+    def first_of_run(self) -> int:
+        """The first batch planned with this one: every table held the batch before it then."""
+        return self.run_first or self.batch_id
 
     @property
     def interval_key(self) -> str | None:

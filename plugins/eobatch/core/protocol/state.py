@@ -64,14 +64,29 @@ def prev_live(batch_id: int, is_abandoned: Callable[[int], bool]) -> int:
 
 
 def undecided(latest: int, versions: dict[str, int], latest_abandoned: bool) -> bool:
-    """Is the newest batch still to be decided (planned, not in every table, not abandoned)?"""
+    """Is the newest batch still to be decided (planned, not in every table, not abandoned)?
+    Batches are decided in order, so this says whether any batch is."""
     return bool(latest) and min(versions.values()) < latest and not latest_abandoned
+
+
+def undecided_ids(latest: int, versions: dict[str, int], is_abandoned: Callable[[int], bool]) -> list[int]:
+    """The batches still to be decided, oldest first: those after the batch every table holds,
+    up to the newest, that are not ABANDONED. One run planned them (a run plans only when every
+    batch is decided), and they commit in this order."""
+    return [b for b in range(min(versions.values()) + 1, latest + 1) if not is_abandoned(b)]
+
+
+def need_held(latest: BatchPlan | None, is_abandoned: Callable[[int], bool]) -> int:
+    """The batch every table must hold at least, given the newest plan: the live batch before the
+    first batch of its run (the tables held it when that run planned; 0 without plans)."""
+    return prev_live(latest.first_of_run, is_abandoned) if latest is not None else 0
 
 
 def check_consistent(app_id: str, tables: dict[str, str], ledger_uri: str, latest: int, need: int,
                      versions: dict[str, int]) -> None:
-    """Ledger and tables agree: no table is ahead of the ledger, none behind the batch before
-    the newest one (``need``). LedgerMismatch says which repair applies."""
+    """Ledger and tables agree: no table is ahead of the ledger, none behind the batch the
+    tables held when the newest run planned (``need``, from ``need_held``). LedgerMismatch says
+    which repair applies."""
     for p, v in versions.items():
         if v > latest:
             raise LedgerMismatch(
@@ -82,7 +97,7 @@ def check_consistent(app_id: str, tables: dict[str, str], ledger_uri: str, lates
         if v < need:
             raise LedgerMismatch(
                 f"gap: the ledger planned batch {latest} but the {p} table {tables[p]} holds only up to "
-                f"batch {v}; batches {v + 1}..{latest - 1} are missing from the table (was it restored or "
+                f"batch {v}; batches {ranges(range(v + 1, need + 1))} are missing from the table (was it restored or "
                 f"rewritten?). Repair: `make reset-batch PIPELINE={app_id} BATCH={v + 1}` so those ranges "
                 f"are planned and published again. Nothing was published.")
 

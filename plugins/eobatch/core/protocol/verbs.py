@@ -11,7 +11,7 @@ import datetime as _dt
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ...config.contract import Edit, edits_text
 from ...config.loader import TABLE, config_edits, config_values
@@ -65,9 +65,12 @@ SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactio
 class Recovery:
     latest: int  # highest planned batch id (0: none)
     committed: int  # highest batch committed in every participant
-    pending: int | None  # a PLANNED/STAGED batch to re-stage, if any
+    pending: int | None  # the first batch still to decide (PLANNED/STAGED, to re-stage), if any
     actions: list[str]  # what recovery did, for the task log
     in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
+    # every batch still to decide, from ``pending`` on (a run that planned several: some may be
+    # STAGED or PREPARED already, and commit after the ones before them)
+    pending_batches: list[int] = field(default_factory=list)
 
 
 class Protocol(Repairs):
@@ -117,9 +120,13 @@ class Protocol(Repairs):
     def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
         return st.undecided(latest, versions, bool(latest) and self._is_abandoned(latest))
 
+    def _undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]:
+        return st.undecided_ids(latest, versions, self._is_abandoned) if self._undecided(latest, versions) else []
+
     def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        need = st.need_held(self.ledger.require_plan(latest) if latest else None, self._is_abandoned)
         st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
-                            self._prev_live(latest) if latest else 0, versions)
+                            need, versions)
 
     # -- recover ---------------------------------------------------------------------
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
@@ -130,42 +137,50 @@ class Protocol(Repairs):
         actions: list[str] = self._complete_rewinds()
         pending = None
         in_flight = None
-        if self._undecided(latest, versions):
-            prepared = self.ledger.prepared(latest)
-            if prepared is None and commit_prepared:
-                prepared = self._finish_decided_prepare(latest, actions)
-            if prepared is not None and not commit_prepared:
-                actions.append(f"batch {latest} is PREPARED and waits for its commit (not done in a dry run)")
-                pending = latest
-            elif prepared is not None:
-                actions.append(f"batch {latest} was PREPARED but not committed everywhere "
-                               f"({versions}): committing it now")
-                self.commit(latest, recovered=True)
-            else:
-                ahead = [p for p, v in versions.items() if v >= latest]
-                if ahead:
-                    raise LedgerMismatch(f"batch {latest} is committed in {ahead} but was never PREPARED; "
-                                         f"this ledger was not written by this pipeline's commit path")
-                plan = self.ledger.require_plan(latest)
-                if self.cfg.mode == "interval" and plan.run_id != run_id:
-                    in_flight = plan
-                    actions.append(f"batch {latest} (interval {plan.interval_key}) is "
-                                   f"{self.state(latest, versions)} by run {plan.run_id}")
-                else:
-                    pending = latest
-                    actions.append(f"batch {latest} is {self.state(latest, versions)}: it will be re-staged "
-                                   f"with the same source range")
-        elif latest and self.ledger.committed(latest) is None and self.ledger.abandoned(latest) is None:
-            self._write_committed(latest, recovered=True, actions=actions)
-            actions.append(f"batch {latest} was committed in every table but its ledger entry was missing "
+        undecided = self._undecided_ids(latest, versions)
+        # the newest batch every table holds (the newest batch, or one of the run still deciding)
+        held = min(versions.values()) if latest else 0
+        if held and (held == latest or (undecided and held >= self.ledger.require_plan(latest).first_of_run)) \
+                and self.ledger.committed(held) is None and self.ledger.abandoned(held) is None:
+            self._write_committed(held, recovered=True, actions=actions)
+            actions.append(f"batch {held} was committed in every table but its ledger entry was missing "
                            f"(crash after the Delta commit): ledger completed")
+        for b in undecided:  # in order: the PREPARED ones until the first that is not, committed
+            prepared = self.ledger.prepared(b)
+            if prepared is None and commit_prepared:
+                prepared = self._finish_decided_prepare(b, actions)
+            if prepared is not None and not commit_prepared:
+                actions.append(f"batch {b} is PREPARED and waits for its commit (not done in a dry run)")
+                pending = b
+                break
+            if prepared is not None:
+                actions.append(f"batch {b} was PREPARED but not committed everywhere "
+                               f"({versions}): committing it now")
+                self.commit(b, recovered=True)
+                continue
+            ahead = [p for p, v in versions.items() if v >= b]
+            if ahead:
+                raise LedgerMismatch(f"batch {b} is committed in {ahead} but was never PREPARED; "
+                                     f"this ledger was not written by this pipeline's commit path")
+            plan = self.ledger.require_plan(b)
+            if self.cfg.mode == "interval" and plan.run_id != run_id:
+                in_flight = plan
+                actions.append(f"batch {b} (interval {plan.interval_key}) is "
+                               f"{self.state(b, versions)} by run {plan.run_id}")
+            else:
+                pending = b
+                later = [x for x in undecided if x > b]
+                actions.append(f"batch {b} is {self.state(b, versions)}: it will be re-staged with the same "
+                               f"source range" + (f", with batches {st.ranges(later)} of its run after it"
+                                                  if later else ""))
+            break
         if sweep:
             removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
             if removed:
                 actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
         committed = min(self.committed_versions().values()) if latest else 0
         return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
-                        in_flight=in_flight)
+                        in_flight=in_flight, pending_batches=[b for b in undecided if pending and b >= pending])
 
     def _finish_decided_prepare(self, batch_id: int, actions: list[str]) -> PreparedBatch | None:
         """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
@@ -189,9 +204,21 @@ class Protocol(Repairs):
     # -- plan (begin) ----------------------------------------------------------------
     def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
              run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
-        """(plan, is_new). An uncommitted batch is returned as it is (never planned past).
+        """(plan, is_new): ``plan_batches`` of one batch; the first batch still to decide when
+        there is one."""
+        plans, new = self.plan_batches(max_records=max_records, interval=interval, run_id=run_id)
+        return (plans[0] if plans else None), new
 
-        Interval mode (``interval`` = {"start", "end"}): the range is the interval's records; an
+    def plan_batches(self, max_records: int | None = None, interval: dict[str, str] | None = None,
+                     run_id: str | None = None, max_batches: int = 1) -> tuple[list[BatchPlan], bool]:
+        """(plans, are_new). The batches still to decide are returned as they are, in order (never
+        planned past); otherwise up to ``max_batches`` new batches, each with its own plan record
+        (put-if-absent, in order, each range starting where the one before ends), until the
+        source has nothing more. A run that plans several marks them as one run's
+        (``BatchPlan.run_first``): they commit in order, and until they have, every table holds
+        at least the batch before the first of them.
+
+        Interval mode (``interval`` = {"start", "end"}): one batch, the interval's records; an
         uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
         """
         t0 = time.time()
@@ -200,27 +227,58 @@ class Protocol(Repairs):
         versions = self.committed_versions()
         self._check_config(latest, versions)
         self._check_consistent(latest, versions)
-        if self._undecided(latest, versions):
-            pending = self.ledger.require_plan(latest)
-            if self.ledger.prepared(latest) is not None:
+        undecided = self._undecided_ids(latest, versions)
+        if undecided:
+            first = undecided[0]
+            pending = self.ledger.require_plan(first)
+            if self.ledger.prepared(first) is not None:
                 if pending.run_id == run_id:
-                    raise ProtocolError(f"batch {latest} of this run is PREPARED and must be committed before "
+                    raise ProtocolError(f"batch {first} of this run is PREPARED and must be committed before "
                                         f"a new plan: clear the run from its `recover` (or `commit`) task")
                 # another run's batch between its verify and the end of its commit (runs overlap:
                 # interval mode, backfills): wait. A batch whose committer died is committed by
                 # the commit task's retries or the next run's recover.
-                raise BatchInFlight(f"batch {latest} of run {pending.run_id} is PREPARED and not yet committed "
+                raise BatchInFlight(f"batch {first} of run {pending.run_id} is PREPARED and not yet committed "
                                     f"everywhere ({versions}); batches are strictly ordered, so this run waits "
                                     f"for its commit (a run's recover commits it if its run is gone)")
             if self.cfg.mode == "interval" and pending.run_id != run_id:
-                raise BatchInFlight(f"batch {latest} (interval {pending.interval_key}) of run {pending.run_id} "
+                raise BatchInFlight(f"batch {first} (interval {pending.interval_key}) of run {pending.run_id} "
                                     f"is not decided yet; batches are strictly ordered, so this run waits. "
                                     f"If that run is gone without its abort (marked failed or deleted by "
                                     f"hand), clear it so it finishes or abandons its batch, or pause the "
-                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={latest}`")
-            return pending, False
+                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={first}`")
+            return [pending] + [self.ledger.require_plan(b) for b in undecided[1:]], False
+        if max_batches < 1:
+            raise ProtocolError(f"a run plans at least one batch, not {max_batches}")
+        if self.cfg.mode == "interval" and max_batches > 1:
+            raise ProtocolError("interval mode: a run's batch is its data interval; it plans one batch")
         held = min(versions.values())
         hist = hist.bound(held)
+        self.last_late, self.last_skipped = [], []
+        plans: list[BatchPlan] = []
+        reading = hist
+        while len(plans) < max_batches:
+            plan = self._plan_next(reading, held, max_records, interval, run_id, t0,
+                                   run_first=latest + 1 if max_batches > 1 else None)
+            if plan is None:
+                break
+            if not self.ledger.put_plan(plan):
+                if not plans:
+                    raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
+                                         f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
+                log.warning("another planner wrote batch %s first: this run carries batches %s", plan.batch_id,
+                            st.ranges(p.batch_id for p in plans))
+                break
+            faults.crash_point("plan.after_record")
+            plans.append(plan)
+            reading = reading.with_plan(plan)
+            t0 = time.time()
+        self._checkpoint(hist, held)
+        return plans, bool(plans)
+
+    def _plan_next(self, hist: History, held: int, max_records: int | None, interval: dict[str, str] | None,
+                   run_id: str | None, t0: float, run_first: int | None) -> BatchPlan | None:
+        """The plan of the batch after ``hist.latest`` (not written yet), or None: nothing to read."""
         limit = max_records or self.cfg.source.max_records_per_batch
         source = source_for(self.cfg)
         if self.cfg.mode == "interval":
@@ -246,30 +304,25 @@ class Protocol(Repairs):
         else:
             interval = None
             rng, n, notes = source.next_range(self.read_so_far(hist=hist), limit)  # may raise DataLossError
-        self.last_late = list(getattr(source, "late", []))  # for the task's log and metrics
-        self.last_skipped = list(getattr(source, "skipped", []))  # for the task's metric and alert
+        late, skipped = list(getattr(source, "late", [])), list(getattr(source, "skipped", []))
+        self.last_late += late  # for the task's log and metrics
+        self.last_skipped += skipped  # for the task's metric and alert
         if rng is None:
             if interval is not None:
                 notes += self._emptied(interval, hist, held)
             for msg in notes:
                 log.warning(msg)
-            self._checkpoint(hist, held)
-            return None, False
+            return None
         plan = BatchPlan(
-            pipeline=self.cfg.name, batch_id=latest + 1, source_kind=self.cfg.source.kind, range=rng,
+            pipeline=self.cfg.name, batch_id=hist.latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=self.last_late, sink=self._sink_record(), config=config_values(self.cfg),
+            late=late, sink=self._sink_record(), config=config_values(self.cfg), run_first=run_first,
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
-        if not self.ledger.put_plan(plan):
-            raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
-                                 f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
-        faults.crash_point("plan.after_record")
-        # the task's gauge and alert: the inputs left out, and the planned files the kind will not read
+        # the task's gauge and alert: the planned files the kind will not read
         self.last_skipped += [consumed_skip(f) for f in rng.get("files", []) if f.get("skipped")]
-        self._checkpoint(hist, held)
-        return plan, True
+        return plan
 
     def _sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
@@ -543,6 +596,10 @@ class Protocol(Repairs):
                          participant, batch_id, versions[participant])
                 continue
             prev = self._prev_live(batch_id)
+            if v < prev and plan.first_of_run <= prev:  # an earlier batch of its run: strictly in order
+                raise BatchInFlight(f"batch {batch_id} commits after batch {prev} of its run, which the "
+                                    f"{participant} table does not hold yet (it holds batch {v}): batch "
+                                    f"{v + 1} commits first")
             if v != prev:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
                                      f"committed after it (it needs batch {prev})")
