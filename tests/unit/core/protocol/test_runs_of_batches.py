@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from eobatch.core.protocol import BatchInFlight, LedgerMismatch, Protocol, ProtocolError
 from support.protocol_runs import land_ids, published_ids, run_next
 from support.pyarrow_stager import stage
