@@ -48,7 +48,9 @@ from .model import (
     validate,
 )
 from .pipeline import (
+    DEFAULT_BATCHES_PER_RUN,
     EXPECTATION_ACTIONS,
+    MAX_BATCHES_PER_RUN,
     SCHEMA_EVOLUTION,
     AlertsConfig,
     Expectation,
@@ -405,6 +407,18 @@ class MaintenanceSection(Section):
                                  vacuum_retention_hours=self.vacuum_retention_hours, pool=self.pool)
 
 
+def _batches_per_run(v: Any, info: ValidationInfo) -> int | None:
+    if v is None:
+        return None
+    n = cm.pos_int(v)
+    if n > MAX_BATCHES_PER_RUN:
+        raise Invalid(f"must be at most {MAX_BATCHES_PER_RUN}, got {n}")
+    if info.data.get("mode") == "interval" and n != 1:
+        raise Invalid("interval mode: a run's batch is its data interval, one batch per run (a backfill runs "
+                      "several intervals)")
+    return n
+
+
 class PipelineFile(Section):
     """A pipeline YAML, key by key (``load_pipeline`` makes its ``PipelineConfig``)."""
     name: Annotated[str, Check(required(_name), {"type": "string", "pattern": NAME_RE.pattern,
@@ -423,6 +437,11 @@ class PipelineFile(Section):
     sink: SinkSection
     quarantine: QuarantineSection
     max_record_bytes: PosInt = 1 << 20
+    max_batches_per_run: Annotated[int | None, Check(
+        _batches_per_run, {"type": ["integer", "null"], "minimum": 1, "maximum": MAX_BATCHES_PER_RUN,
+                           "description": "continuous mode: how many batches one run plans, stages in one Spark "
+                                          "application and commits, one after another (default "
+                                          f"{DEFAULT_BATCHES_PER_RUN}); interval mode: 1"})] = None
     spark: SparkSection = SparkSection()
     retries: RetriesSection = RetriesSection()
     alerts: Annotated[AlertsSection | None, BeforeValidator(lambda v: v or None)] = None
@@ -502,7 +521,8 @@ class PipelineFile(Section):
             name=self.name, file=os.path.abspath(file), mode=self.mode, schedule=self.schedule, source=self.source,
             schema=schema, columns=columns, transform=self.transform.name, transform_options=self.transform.options,
             transform_file=code.file, transform_code=code.sha256, sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
-            max_record_bytes=self.max_record_bytes, description=self.description, spark=self.spark.value(),
+            max_record_bytes=self.max_record_bytes, description=self.description,
+            max_batches_per_run=self.max_batches_per_run or (1 if self.mode == "interval" else DEFAULT_BATCHES_PER_RUN), spark=self.spark.value(),
             plan_retries=self.retries.plan, stage_retries=self.retries.stage, commit_retries=self.retries.commit,
             retry_delay_seconds=self.retries.delay_seconds, verify_timeout_seconds=self.retries.verify_timeout_seconds,
             plan_wait_seconds=self.retries.plan_wait_seconds,
@@ -567,6 +587,7 @@ HARMLESS: dict[str, str] = {
     "description": "text for people",
     "schedule": "when runs start; a pending batch's interval is in its plan",
     "aws_conn_id": "credentials, not what is read or written",
+    "max_batches_per_run": "how many batches a run plans; each batch's range is in its plan",
     # the tables' txn says what they hold: a table moved with the ledger under it goes on, a new empty one
     # under an existing ledger is a gap that recover and plan refuse (LedgerMismatch)
     "sink.table": "where the tables are, not what they mean",

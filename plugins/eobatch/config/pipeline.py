@@ -20,6 +20,12 @@ from .ddl import Column
 from .schedule import PRESET_CRON
 
 
+# Continuous mode: how many batches one run plans, stages in one Spark application and commits
+# one after another (YAML max_batches_per_run, the run param of that name up to the maximum).
+DEFAULT_BATCHES_PER_RUN = 1
+MAX_BATCHES_PER_RUN = 1000
+
+
 @dataclass(frozen=True)
 class SparkConfig:
     conn_id: str = "spark_default"
@@ -106,6 +112,7 @@ class PipelineConfig:
     expectations: tuple[Expectation, ...] = ()
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    max_batches_per_run: int = DEFAULT_BATCHES_PER_RUN  # interval mode: 1
     transform_file: str | None = None  # the pipeline folder's own transform (config.transforms); None: shipped
     transform_code: str | None = None  # that file's SHA-256, recorded in each plan
 

@@ -291,6 +291,9 @@ BAD_CASES = [
      "no transform 'no_such_transform': no file transforms/no_such_transform.py beside the pipeline file, "
      "and eobatch ships none of that name (color_counts, passthrough, running_totals)"),
     ("transform-bad-name", "transform", "../evil", "transform", None),
+    ("batches-zero", "max_batches_per_run", 0, "max_batches_per_run", "must be a positive integer, got 0"),
+    ("batches-too-many", "max_batches_per_run", 1001, "max_batches_per_run", "must be at most 1000, got 1001"),
+    ("batches-text", "max_batches_per_run", "5", "max_batches_per_run", "must be a positive integer, got '5'"),
     ("transform-mapping-no-name", "transform", {"options": {}}, "transform.name", "is required"),
     ("transform-options-list", "transform", {"name": "passthrough", "options": [1]}, "transform.options", None),
     ("transform-mapping-unknown", "transform", {"name": "passthrough", "opts": {}}, "transform.opts", None),
@@ -352,7 +355,8 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
 
 
 @pytest.mark.parametrize("dotted, typo, allowed", [
-    ("", "schedul", "alerts, aws_conn_id, description, expectations, maintenance, max_record_bytes, mode, name, "
+    ("", "schedul", "alerts, aws_conn_id, description, expectations, maintenance, max_batches_per_run, "
+                    "max_record_bytes, mode, name, "
                     "quarantine, retries, schedule, schema, schema_evolution, sink, source, spark, transform"),
     ("source", "max_record_per_batch", "interval_prefix, kind, late_files, late_lookback_intervals, max_file_bytes, "
                                        "max_records_per_batch, path, settle_seconds"),

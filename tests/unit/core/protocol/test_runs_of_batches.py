@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from eobatch.core.protocol import BatchInFlight, LedgerMismatch, Protocol, ProtocolError
+from eobatch.errors import ConfigError
 from support.protocol_runs import land_ids, published_ids, run_next
 from support.pyarrow_stager import stage
 
@@ -145,7 +146,10 @@ def test_a_table_restored_behind_the_run_is_a_gap_not_a_pending_batch(cfg, tmp_p
         Protocol(cfg).recover()
 
 
-def test_interval_mode_carries_one_batch_per_run(by_prefix):
+def test_interval_mode_carries_one_batch_per_run(by_prefix, make_cfg):
+    assert by_prefix.max_batches_per_run == 1
+    with pytest.raises(ConfigError, match="max_batches_per_run: interval mode: a run's batch is its data interval"):
+        make_cfg(mode="interval", schedule="@hourly", max_batches_per_run=3)
     with pytest.raises(ProtocolError, match="interval mode: a run's batch is its data interval; it plans one batch"):
         Protocol(by_prefix).plan_batches(max_batches=2, interval={"start": "2026-01-01T00:00:00+00:00",
                                                                   "end": "2026-01-01T01:00:00+00:00"})
