@@ -237,8 +237,13 @@ def run(spec: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    """Stage the spec's batch, or each batch of ``{"batches": [...]}`` in order in this one
+    application (a run that carries several): each its own attempt, files and stage summary. A
+    failure stops the job; the batches before it stay STAGED for the stage task's retry."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    run(json.loads(base64.b64decode(args.spec)))
+    spec = json.loads(base64.b64decode(args.spec))
+    for one in spec["batches"] if "batches" in spec else [spec]:
+        run(one)
     return 0
 
 

@@ -80,7 +80,7 @@ def test_cli_exit_status_by_kind(make_cfg):
     r = _cli(cfg, "commit", cfg.name, str(plan.batch_id))  # terminal: not PREPARED
     assert r.returncode == 5 and "not PREPARED" in r.stderr, r.stderr
     r = _cli(cfg, "plan", cfg.name)  # the batch is pending: handed back, not planned past
-    assert r.returncode == 0 and json.loads(r.stdout) == {"batch_id": 1, "new": False,
+    assert r.returncode == 0 and json.loads(r.stdout) == {"batch_id": 1, "batches": [1], "new": False,
                                                           "range": range_summary(plan)}, r.stdout
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import DAG, Param
 
 from ..config.loader import ConfigError, PipelineConfig, load_all
+from ..config.pipeline import MAX_BATCHES_PER_RUN
 from . import alerts, assets
 from .operators import (
     AbortOperator,
@@ -40,9 +41,10 @@ def timetable_for(cfg: PipelineConfig):
 
 
 def run_params(mode: str = "continuous") -> dict:
-    """The trigger form: titled fields in sections; no rewind fields in interval mode."""
+    """The trigger form: titled fields in sections; no rewind fields, nor batches per run, in interval mode."""
     schema: dict[str, dict[str, Any]] = {
         "max_records_per_batch": dict(default=None, type=["null", "integer"], minimum=1),
+        "max_batches_per_run": dict(default=None, type=["null", "integer"], minimum=1, maximum=MAX_BATCHES_PER_RUN),
         "dry_run": dict(default=False, type="boolean"),
         "rewind_to_batch": dict(default=None, type=["null", "integer"], minimum=1),
         "confirm_rewind": dict(default=False, type="boolean"),
@@ -60,11 +62,12 @@ DOC = """
 
 `{source}` → Delta table `{sink}` (quarantine: `{quarantine}`), transform `{transform}`.
 
-Each run is one micro-batch under a two-phase commit:
+Each run carries up to {batches} micro-batch(es) (`max_batches_per_run`), each under its own two-phase commit:
 **recover** (commit a PREPARED batch, re-stage a PLANNED one, sweep orphans) →
 **plan** (record the exact source range) → **stage** (spark-submit, staged files invisible to
-readers) → **verify** (every partition's manifest, files, sizes, counts, schema ⇒ PREPARED) →
-**commit** (one Delta transaction per table with `txn(appId={name}, version=batch)`).
+readers; one Spark application for all the run's batches) → **verify** (every partition's manifest,
+files, sizes, counts, schema ⇒ PREPARED, per batch) → **commit** (per batch, in order: one Delta
+transaction per table with `txn(appId={name}, version=batch)`).
 Each committed batch emits one event on the asset `{asset}` (alias `{alias}`), extra: batch id,
 Delta version, rows, source range; none for a dry run, a skipped run or a recommit. A batch whose
 committing task died before Airflow stored its events gets them from the retry or the next run's recover.
@@ -72,7 +75,7 @@ A failure before PREPARED runs **abort** (the attempt's files are removed; the b
 range and is re-staged by the next run).
 
 Mode `{mode}`{schedule}. Params (trigger form): `max_records_per_batch` caps a *new* batch (a pending
-batch keeps its range); `dry_run` stages and verifies, then aborts and reports what would have
+batch keeps its range); `max_batches_per_run` (continuous mode) how many new batches the run plans; `dry_run` stages and verifies, then aborts and reports what would have
 been published; `rewind_to_batch` (continuous mode) restores the tables to before that batch and
 reads again from its start: run it with `dry_run` first (a report, nothing changed), then with
 `confirm_rewind`. Unknown or invalid params are refused before anything is planned.
@@ -103,6 +106,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
         doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
                           asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
                           quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
+                          batches=cfg.max_batches_per_run,
                           schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else ", manual triggers only"),
     ) as dag:
         f = cfg.file

@@ -82,6 +82,34 @@ def _step(task: BaseOperator, step: str, fn, *args, on_done=None, **kwargs) -> R
     return report
 
 
+def run_batches(ti) -> list[int]:
+    """The run's batch ids, in order, from the plan task's XCom (a list; one id from a run of an
+    earlier version)."""
+    planned = ti.xcom_pull(task_ids=PLAN_TASK)
+    if planned is None:
+        return []
+    return [int(b) for b in planned] if isinstance(planned, list) else [int(planned)]
+
+
+def run_attempts(ti) -> dict[int, str]:
+    """{batch: attempt} the stage task chose (XCom ``attempts``; ``attempt``: one batch of an
+    earlier version's run)."""
+    chosen = ti.xcom_pull(task_ids=STAGE_TASK, key="attempts")
+    if chosen:
+        return {int(b): a for b, a in chosen.items()}
+    one, batches = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"), run_batches(ti)
+    return {batches[0]: one} if one and batches else {}
+
+
+def run_verified(ti, batches: list[int]) -> dict[int, dict]:
+    """{batch: what verify reported} from the verify sensor's XCom (one batch's report from a run
+    of an earlier version)."""
+    got = ti.xcom_pull(task_ids=VERIFY_TASK) or {}
+    if "attempt" in got:
+        return {batches[0]: got} if batches else {}
+    return {int(b): v for b, v in got.items()}
+
+
 def _interval(context) -> dict | None:
     start, end = context.get("data_interval_start"), context.get("data_interval_end")
     if start is None or end is None:
@@ -234,12 +262,15 @@ class RecoverOperator(BaseOperator):
     def execute(self, context):
         run = _run(self.pipeline_file, context)
         latest = run.proto.ledger.latest_batch_id()
-        open_before = _uncommitted(run.proto, latest)
+        # the batches still to decide (several when the last run carried several), oldest first
+        held = min(run.proto.committed_versions().values()) if latest else 0
+        open_before = [b for b in range(max(held, 0) + 1, latest + 1) if _uncommitted(run.proto, b)]
         report = _step(self, "recover", run.recover)
-        if open_before and not _uncommitted(run.proto, latest):
-            _published(self, context, run.proto, latest)
-        elif (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
-              and run.proto.ledger.committed(latest)):
+        for b in open_before:
+            if not _uncommitted(run.proto, b):
+                _published(self, context, run.proto, b)
+        if (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
+                and run.proto.ledger.committed(latest)):
             emit_missing_events(self, context, run.proto, latest)
         faults.crash_point("recover.before_task_success")
         return report.value
@@ -294,19 +325,23 @@ class StageOperator(SparkSubmitOperator):
         run = _run(self.pipeline_file, context)
         cfg = run.proto.cfg
         ti = context["ti"]
-        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
-        # the job is built from the file read now: only when it says what the batch's plan recorded
-        _step(self, "stage", run.check_stage, batch_id)
-        attempt = launch.new_attempt_id(ti.try_number)
-        ti.xcom_push(key="attempt", value=attempt)
+        # the job is built from the file read now: only when it says what each batch's plan recorded
+        chosen = _step(self, "stage", run.stage_attempts, run_batches(ti),
+                       lambda: launch.new_attempt_id(ti.try_number))
+        attempts, todo = chosen.value, chosen.detail["stage"]
+        ti.xcom_push(key="attempts", value={str(b): a for b, a in attempts.items()})
+        if not todo:
+            self.log.info("stage: every batch of the run is STAGED or PREPARED already: no job to run")
+            return attempts
+        ti.xcom_push(key="attempt", value=todo[min(todo)])
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}
         self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
         self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip(cfg)
-        self.name = f"eobatch-{cfg.name}-b{batch_id}-{attempt}"
+        self.name = launch.app_name(cfg, todo)
         try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
-            spec, source_env = launch.job_spec(cfg, batch_id, attempt), launch.job_env(cfg)
+            spec, source_env = launch.run_spec(cfg, todo), launch.job_env(cfg)
         except EobatchError as e:
             if e.kind == "terminal":
                 raise AirflowFailException(str(e)) from e
@@ -334,11 +369,12 @@ class StageOperator(SparkSubmitOperator):
                               "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
                               self.spark_conn_id)
         mask_credentials()
-        self.log.info("stage: batch %s attempt %s via spark connection %r", batch_id, attempt, self.spark_conn_id)
+        what = ", ".join(f"batch {b} attempt {a}" for b, a in sorted(todo.items()))
+        self.log.info("stage: %s via spark connection %r", what, self.spark_conn_id)
         t0 = time.time()
         super().execute(context)
-        self.log.info("stage: batch %s attempt %s finished in %.1fs", batch_id, attempt, time.time() - t0)
-        return attempt
+        self.log.info("stage: %s finished in %.1fs", what, time.time() - t0)
+        return attempts
 
 
 class VerifySensor(BaseSensorOperator):
@@ -357,10 +393,7 @@ class VerifySensor(BaseSensorOperator):
         self.pipeline_file = pipeline_file
 
     def poke(self, context):
-        ti = context["ti"]
-        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
-        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
-        report = _step(self, "verify", _run(self.pipeline_file, context).verify, batch_id, attempt)
+        report = _step(self, "verify", _run(self.pipeline_file, context).verify_run, run_attempts(context["ti"]))
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
@@ -384,18 +417,22 @@ class CommitOperator(BaseOperator):
 
     def execute(self, context):
         ti = context["ti"]
-        batch_id = int(ti.xcom_pull(task_ids=PLAN_TASK))
         run = _run(self.pipeline_file, context)
-        open_before = _uncommitted(run.proto, batch_id)
-        report = _step(self, "commit", run.commit, batch_id, verified=ti.xcom_pull(task_ids=VERIFY_TASK),
-                       attempt=ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"))
-        if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
-            _published(self, context, run.proto, batch_id)
-        elif not open_before and not run.params.dry_run:
-            self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
-            emit_missing_events(self, context, run.proto, batch_id)
+        batches, attempts = run_batches(ti), run_attempts(ti)
+        verified = run_verified(ti, batches)
+        values = []
+        for batch_id in batches:  # strictly in order, each its own Delta commit
+            open_before = _uncommitted(run.proto, batch_id)
+            report = _step(self, "commit", run.commit, batch_id, verified=verified.get(batch_id),
+                           attempt=attempts.get(batch_id))
+            if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
+                _published(self, context, run.proto, batch_id)
+            elif not open_before and not run.params.dry_run:
+                self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
+                emit_missing_events(self, context, run.proto, batch_id)
+            values.append(report.value)
         faults.crash_point("commit.before_task_success")
-        return report.value
+        return values[0] if len(values) == 1 else values
 
 
 class AbortOperator(BaseOperator):
@@ -410,10 +447,12 @@ class AbortOperator(BaseOperator):
 
     def execute(self, context):
         ti = context["ti"]
-        batch_id = ti.xcom_pull(task_ids=PLAN_TASK)
-        attempt = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt")
+        batches, attempts = run_batches(ti), run_attempts(ti)
         run = _run(self.pipeline_file, context)
-        return _step(self, "abort", run.fail, None if batch_id is None else int(batch_id), attempt).value
+        if len(batches) <= 1:
+            return _step(self, "abort", run.fail, batches[0] if batches else None, attempts.get(batches[0])
+                         if batches else None).value
+        return _step(self, "abort", run.fail_run, batches, attempts).value
 
 
 class MaintainOperator(BaseOperator):

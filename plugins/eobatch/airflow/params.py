@@ -7,12 +7,15 @@ is refused with one clear message before anything is planned or staged. No Airfl
 
 from __future__ import annotations
 
+from ..config.pipeline import MAX_BATCHES_PER_RUN
 from ..core.batch_run import RunParams
 from ..errors import UsageError
 
 PARAMS_DOC = {
     "max_records_per_batch": "Upper bound of records for a new batch (default: the YAML's value). "
                              "Interval mode: an interval holding more fails instead of being split.",
+    "max_batches_per_run": "Continuous mode: how many new batches this run plans, stages in one Spark "
+                           "application and commits one after another (default: the YAML's max_batches_per_run).",
     "dry_run": "Plan, stage and verify, then abort and report what would have been published. "
                "Nothing is published; the planned range stays recorded and the next run re-stages it. "
                "With rewind_to_batch: report what the rewind would restore, and change nothing.",
@@ -27,17 +30,20 @@ PARAMS_DOC = {
 # The trigger form: each param's title and section (Airflow groups the fields by section).
 PARAMS_FORM = {
     "max_records_per_batch": ("Max records in a new batch", "Batch"),
+    "max_batches_per_run": ("Max batches this run carries", "Batch"),
     "dry_run": ("Dry run (publish nothing)", "Batch"),
     "rewind_to_batch": ("Rewind to batch", "Rewind (continuous mode)"),
     "confirm_rewind": ("Yes, rewind the published tables", "Rewind (continuous mode)"),
     "accept_loss": ("Rewind even though landing files are gone", "Rewind (continuous mode)"),
 }
 REWIND_PARAMS = ("rewind_to_batch", "confirm_rewind", "accept_loss")
+CONTINUOUS_PARAMS = (*REWIND_PARAMS, "max_batches_per_run")
 
 
 def params_for_mode(mode: str) -> tuple[str, ...]:
-    """The params a pipeline in ``mode`` offers: no rewind in interval mode (an interval runs again)."""
-    return tuple(k for k in PARAMS_DOC if mode == "continuous" or k not in REWIND_PARAMS)
+    """The params a pipeline in ``mode`` offers: in interval mode no rewind (an interval runs again)
+    and one batch per run (its interval)."""
+    return tuple(k for k in PARAMS_DOC if mode == "continuous" or k not in CONTINUOUS_PARAMS)
 
 
 class ParamsError(UsageError):
@@ -68,6 +74,9 @@ def _bool(key: str, v) -> bool:
 def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams:
     """``conf``: what the trigger sent (unknown keys are refused); ``params``: the run's params."""
     conf = dict(conf or {})
+    if mode != "continuous" and conf.get("max_batches_per_run") not in (None, 1):
+        raise ParamsError("param 'max_batches_per_run' is for continuous mode; in interval mode a run's batch is "
+                          "its data interval (a backfill runs several intervals)")
     if mode != "continuous" and any(conf.get(k) not in (None, False) for k in REWIND_PARAMS):
         raise ParamsError("param 'rewind_to_batch' is for continuous mode; in interval mode run the interval "
                           "again (a manual run with its logical date, or a backfill with reprocessing)")
@@ -81,7 +90,11 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
         rewind_to_batch=_pos_int("rewind_to_batch", merged.get("rewind_to_batch")),
         confirm_rewind=_bool("confirm_rewind", merged.get("confirm_rewind", False)),
         accept_loss=_bool("accept_loss", merged.get("accept_loss", False)),
+        max_batches_per_run=_pos_int("max_batches_per_run", merged.get("max_batches_per_run")),
     )
+    if out.max_batches_per_run is not None and out.max_batches_per_run > MAX_BATCHES_PER_RUN:
+        raise ParamsError(f"param 'max_batches_per_run' must be at most {MAX_BATCHES_PER_RUN}, "
+                          f"got {out.max_batches_per_run}")
     if out.accept_loss and out.rewind_to_batch is None:
         raise ParamsError("param 'accept_loss' is for a rewind: set 'rewind_to_batch' too")
     if out.confirm_rewind and out.rewind_to_batch is None:

@@ -19,7 +19,6 @@ from ..sources import SourceConfig
 from .ddl import Column
 from .schedule import PRESET_CRON
 
-
 # Continuous mode: how many batches one run plans, stages in one Spark application and commits
 # one after another (YAML max_batches_per_run, the run param of that name up to the maximum).
 DEFAULT_BATCHES_PER_RUN = 1

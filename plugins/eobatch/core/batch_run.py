@@ -29,6 +29,7 @@ class RunParams:
     rewind_to_batch: int | None = None
     confirm_rewind: bool = False
     accept_loss: bool = False
+    max_batches_per_run: int | None = None  # continuous mode: the YAML's value when None
 
 
 @dataclass
@@ -73,23 +74,30 @@ class BatchRun:
 
     # -- plan ------------------------------------------------------------------------
     def plan(self, interval: dict[str, str] | None = None) -> Report:
-        """Report.value: the batch id; ``skip`` when there is nothing new. Waits are errors of
-        kind wait (another run's batch first, an interval not settled yet)."""
+        """Report.value: the run's batch ids, in order (new, or the undecided batches of an earlier
+        run, handed back); ``skip`` when there is nothing new. Waits are errors of kind wait
+        (another run's batch first, an interval not settled yet)."""
         cfg = self.proto.cfg
         interval = interval if self.interval_mode else None
-        plan, new = self.proto.plan(max_records=self.params.max_records_per_batch, interval=interval,
-                                    run_id=self.run_id)
-        r = Report(warnings=list(plan.notes) if plan else [])
-        if plan is None:
+        plans, new = self.proto.plan_batches(max_records=self.params.max_records_per_batch, interval=interval,
+                                             run_id=self.run_id,
+                                             max_batches=self.params.max_batches_per_run or cfg.max_batches_per_run)
+        r = Report(warnings=[n for p in plans for n in p.notes])
+        if not plans:
             what = f" interval [{interval['start']}, {interval['end']})" if interval else ""
             r.skip = f"nothing new in {cfg.source.describe()}{what}: no batch planned, the tables are unchanged"
             return r
-        r.lines.append(f"batch {plan.batch_id} {'PLANNED' if new else 're-staged with its recorded range'}: "
-                       f"{range_summary(plan)}, {plan.rows_in} records"
-                       f"{f' (planned in {plan.plan_seconds:.2f}s)' if new else ''}"
-                       f"{' [dry run]' if self.params.dry_run else ''}")
-        r.value = plan.batch_id
-        r.detail = {"batch_id": plan.batch_id, "new": new, "range": range_summary(plan)}
+        for plan in plans:
+            state = "PLANNED" if new else self.proto.state(plan.batch_id)
+            state = "re-staged with its recorded range" if state == "PLANNED" and not new else state
+            r.lines.append(f"batch {plan.batch_id} {state}: {range_summary(plan)}, {plan.rows_in} records"
+                           f"{f' (planned in {plan.plan_seconds:.2f}s)' if new else ''}"
+                           f"{' [dry run]' if self.params.dry_run else ''}")
+        if len(plans) > 1:
+            r.lines.append(f"this run carries batches {plans[0].batch_id}..{plans[-1].batch_id}: one Spark "
+                           f"application stages them, each is verified and committed on its own, in order")
+        r.value = [p.batch_id for p in plans]
+        r.detail = {"batch_id": plans[0].batch_id, "batches": r.value, "new": new, "range": range_summary(plans[0])}
         return r
 
     # -- stage -----------------------------------------------------------------------
@@ -98,6 +106,26 @@ class BatchRun:
         batch's plan recorded (``Protocol.check_stage``; ConfigChanged names the repair)."""
         plan = self.proto.check_stage(batch_id)
         return Report(lines=[f"batch {batch_id}: staged under the configuration its plan recorded"] if plan else [])
+
+    def stage_attempts(self, batch_ids: list[int], new_attempt) -> Report:
+        """Which attempt of each of the run's batches its verify takes (Report.value: {batch: attempt};
+        Report.detail["stage"]: the batches the job must stage now). A PREPARED batch is done; a
+        STAGED one keeps its attempt (an earlier try of the stage task staged it before the job
+        failed on a later batch); every other batch gets a new attempt id (``new_attempt()``).
+        Each is checked against the pipeline file first (``check_stage``)."""
+        r = Report(value={}, detail={"stage": {}})
+        for b in batch_ids:
+            r.lines += self.check_stage(b).lines
+            if self.proto.ledger.prepared(b) is not None:
+                r.lines.append(f"batch {b} is PREPARED already: not staged again")
+                continue
+            kept = self.proto.staged_attempt(b)
+            if kept is not None:
+                r.lines.append(f"batch {b} is STAGED by attempt {kept}: verified as it is, not staged again")
+                r.value[b] = kept
+                continue
+            r.value[b] = r.detail["stage"][b] = new_attempt()
+        return r
 
     # -- verify ----------------------------------------------------------------------
     def verify(self, batch_id: int, attempt: str) -> Report:
@@ -111,6 +139,17 @@ class BatchRun:
             value={"attempt": p.attempt, "fingerprint": p.fingerprint, "dry_run": dry, "rows_in": p.rows_in,
                    "rows_published": p.rows_published, "rows_quarantined": p.rows_quarantined, "files": p.files,
                    "bytes": p.bytes})
+
+    def verify_run(self, attempts: dict[int, str]) -> Report:
+        """Verify each of the run's batches ({batch: attempt}), in order; Report.value: {batch:
+        verify's value}. A batch PREPARED already (an earlier poke) is taken as it is; a NotReady
+        (wait) of one batch raises after the ones before it are PREPARED, so the next poke goes on."""
+        r = Report(value={})
+        for b in sorted(attempts):
+            one = self.verify(b, attempts[b])
+            r.lines += one.lines
+            r.value[b] = one.value
+        return r
 
     # -- commit ----------------------------------------------------------------------
     def commit(self, batch_id: int, verified: JSON | None = None, attempt: str | None = None) -> Report:
@@ -144,6 +183,18 @@ class BatchRun:
             r.lines.append(f"dry run: interval batch {batch_id} abandoned")
         else:
             r.lines.append(f"dry run: batch {batch_id} stays PLANNED; the next run re-stages this range")
+        return r
+
+    # -- fail (abort) ----------------------------------------------------------------
+    def fail_run(self, batch_ids: list[int], attempts: dict[int, str], reason: str | None = None) -> Report:
+        """A task of a run of several batches failed: ``fail`` for each of them that has an
+        attempt (a PREPARED one keeps its files: the next run's recover commits it)."""
+        r = Report(value=0)
+        for b in batch_ids:
+            one = self.fail(b, attempts.get(b), reason)
+            r.lines += one.lines
+            r.warnings += one.warnings
+            r.value += one.value
         return r
 
     # -- fail (abort) ----------------------------------------------------------------

@@ -300,17 +300,33 @@ def spark_conf(cfg: PipelineConfig) -> dict:
 
 
 def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]",
-                      conf: dict | None = None) -> list[str]:
+                      conf: dict | None = None, also: dict[int, str] | None = None) -> list[str]:
     """The spark-submit command line (for tests and benchmarks; Airflow uses its hook), the
-    stage operator's ``--conf`` set (``conf`` over it)."""
-    argv = ["spark-submit", "--master", master, "--name", f"eobatch-{cfg.name}-b{batch_id}-{attempt}",
+    stage operator's ``--conf`` set (``conf`` over it); ``also``: more batches of the run
+    ({batch: attempt}) that the same application stages after this one."""
+    attempts = {batch_id: attempt, **(also or {})}
+    argv = ["spark-submit", "--master", master, "--name", app_name(cfg, attempts),
             "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip(cfg)]
     for k, v in {**driver_jvm.java_options(spark_conf(cfg)), **(conf or {})}.items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
         argv += ["--driver-memory", cfg.spark.driver_memory]
-    argv += [STAGE_APP, "--spec", encode_spec(job_spec(cfg, batch_id, attempt))]
+    argv += [STAGE_APP, "--spec", encode_spec(run_spec(cfg, attempts))]
     return argv
+
+
+def run_spec(cfg: PipelineConfig, attempts: dict[int, str]) -> dict:
+    """The job's spec for the batches of ``attempts`` ({batch: attempt}): one batch's spec, or
+    ``{"batches": [spec, ...]}`` that one application stages in order."""
+    specs = [job_spec(cfg, b, attempts[b]) for b in sorted(attempts)]
+    return specs[0] if len(specs) == 1 else {"batches": specs}
+
+
+def app_name(cfg: PipelineConfig, attempts: dict[int, str]) -> str:
+    """The Spark application's name: the pipeline, its batches and the (first) attempt."""
+    ids = sorted(attempts)
+    batches = f"b{ids[0]}" if len(ids) == 1 else f"b{ids[0]}-{ids[-1]}"
+    return f"eobatch-{cfg.name}-{batches}-{attempts[ids[0]]}"
 
 
 def spark_env() -> dict:

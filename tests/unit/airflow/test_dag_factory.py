@@ -32,7 +32,9 @@ def test_recover_retries_as_the_commit_does(make_cfg):
 
 def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
     cont = build_dag(make_cfg()).params
-    assert list(cont.keys()) == ["max_records_per_batch", "dry_run", "rewind_to_batch", "confirm_rewind", "accept_loss"]
+    assert list(cont.keys()) == ["max_records_per_batch", "max_batches_per_run", "dry_run", "rewind_to_batch",
+                                 "confirm_rewind", "accept_loss"]
+    assert cont.get_param("max_batches_per_run").schema["maximum"] == 1000
     for key in cont.keys():
         schema = cont.get_param(key).schema
         assert schema.get("title") and schema.get("section") and cont.get_param(key).description, key

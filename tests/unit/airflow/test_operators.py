@@ -11,6 +11,7 @@ import pytest
 from eobatch import errors
 from eobatch.core.batch_run import BatchRun, Report
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
+from eobatch.core.ledger import Ledger
 from eobatch.core.protocol import Protocol
 from support.protocol_runs import land, run
 from support.spark_hook import MASTERS, fake_secret
@@ -137,6 +138,8 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
     # the task's check of the file against the batch's plan reads the ledger, on a bucket that is not
     # there: what these tests look at is the command line (test_the_stage_task_refuses_... checks it)
     monkeypatch.setattr(BatchRun, "check_stage", lambda _self, _batch_id: Report())
+    monkeypatch.setattr(Ledger, "prepared", lambda _self, _batch_id: None)  # (and whether it is staged already)
+    monkeypatch.setattr(Protocol, "staged_attempt", lambda _self, _batch_id: None)
 
     def _run(conn_id: str, watch=(), **changes):
         from eobatch.airflow.operators import StageOperator

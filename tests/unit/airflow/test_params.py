@@ -15,6 +15,8 @@ def test_defaults_and_values():
     got = check_params({"rewind_to_batch": 3, "confirm_rewind": True}, {}, "continuous")
     assert got == RunParams(None, False, 3, True)
     assert check_params({"max_records_per_batch": "20"}, {}, "continuous").max_records_per_batch == 20
+    assert check_params({"max_batches_per_run": 7}, {}, "continuous") == RunParams(max_batches_per_run=7)
+    assert check_params({"max_batches_per_run": 1}, {}, "interval") == RunParams(max_batches_per_run=1)
 
 
 @pytest.mark.parametrize("conf, text", [
@@ -30,6 +32,8 @@ def test_defaults_and_values():
     ({"rewind_to_batch": 0}, "positive integer"),
     ({"confirm_rewind": "yes", "rewind_to_batch": 2}, "true or false"),
     ({"confirm_rewind": True}, "set 'rewind_to_batch' too"),
+    ({"max_batches_per_run": 0}, "positive integer"),
+    ({"max_batches_per_run": 1001}, "param 'max_batches_per_run' must be at most 1000, got 1001"),
 ])
 def test_bad_params_are_refused(conf, text):
     with pytest.raises(ParamsError) as ei:
@@ -40,6 +44,13 @@ def test_bad_params_are_refused(conf, text):
 def test_rewind_is_refused_in_interval_mode():
     with pytest.raises(ParamsError, match="continuous mode"):
         check_params({"rewind_to_batch": 2}, {}, "interval")
+
+
+def test_batches_per_run_are_refused_in_interval_mode_saying_why():
+    with pytest.raises(ParamsError, match="param 'max_batches_per_run' is for continuous mode; in interval mode a "
+                                          "run's batch is its data interval"):
+        check_params({"max_batches_per_run": 3}, {}, "interval")
+    assert "max_batches_per_run" not in params_for_mode("interval")
 
 
 def test_a_rewind_that_changes_the_tables_needs_its_confirmation_and_points_at_the_dry_run():

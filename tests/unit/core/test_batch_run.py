@@ -17,7 +17,7 @@ def test_dry_run_ends_with_the_attempt_aborted_and_nothing_published(make_cfg):
     land(cfg, "a.jsonl", ["a1", "a2"])
     run = BatchRun(proto, run_id="r1", params=RunParams(dry_run=True))
     assert run.recover().skip is None
-    batch = run.plan().value
+    [batch] = run.plan().value
     attempt = stage(proto, batch)
     verified = run.verify(batch, attempt).value
     assert verified["rows_published"] == 2 and proto.ledger.prepared(batch) is None

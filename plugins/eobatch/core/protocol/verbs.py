@@ -111,6 +111,18 @@ class Protocol(Repairs):
             rewound=batch_id in self.ledger.rewound_ids())
         return st.batch_state(facts, min(versions.values()), batch_id)
 
+    def staged_attempt(self, batch_id: int) -> str | None:
+        """An attempt of the batch that is STAGED (its stage summary written, no abort decided),
+        the newest try's first (``t<try>-...``); None when there is none. What a run that carries
+        several batches verifies instead of staging the batch again."""
+        def order(attempt: str) -> tuple[int, str]:
+            head = attempt.split("-", 1)[0]
+            return (int(head[1:]) if head[:1] == "t" and head[1:].isdigit() else 0), attempt
+        for a in sorted(self.ledger.attempts(batch_id), key=order, reverse=True):
+            if self.ledger.stage_summary(batch_id, a) is not None and self.ledger.aborted_info(batch_id, a) is None:
+                return a
+        return None
+
     def _is_abandoned(self, batch_id: int) -> bool:
         return self.ledger.abandoned(batch_id) is not None
 
