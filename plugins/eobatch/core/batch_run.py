@@ -12,6 +12,7 @@ does (in interval mode it also abandons the batch).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import AttemptPrepared, ProtocolError
@@ -88,8 +89,8 @@ class BatchRun:
             r.skip = f"nothing new in {cfg.source.describe()}{what}: no batch planned, the tables are unchanged"
             return r
         for plan in plans:
-            state = "PLANNED" if new else self.proto.state(plan.batch_id)
-            state = "re-staged with its recorded range" if state == "PLANNED" and not new else state
+            now = "PLANNED" if new else self.proto.state(plan.batch_id)
+            state = "re-staged with its recorded range" if now == "PLANNED" and not new else str(now)
             r.lines.append(f"batch {plan.batch_id} {state}: {range_summary(plan)}, {plan.rows_in} records"
                            f"{f' (planned in {plan.plan_seconds:.2f}s)' if new else ''}"
                            f"{' [dry run]' if self.params.dry_run else ''}")
@@ -107,13 +108,15 @@ class BatchRun:
         plan = self.proto.check_stage(batch_id)
         return Report(lines=[f"batch {batch_id}: staged under the configuration its plan recorded"] if plan else [])
 
-    def stage_attempts(self, batch_ids: list[int], new_attempt) -> Report:
+    def stage_attempts(self, batch_ids: list[int], new_attempt: Callable[[], str]) -> Report:
         """Which attempt of each of the run's batches its verify takes (Report.value: {batch: attempt};
         Report.detail["stage"]: the batches the job must stage now). A PREPARED batch is done; a
         STAGED one keeps its attempt (an earlier try of the stage task staged it before the job
         failed on a later batch); every other batch gets a new attempt id (``new_attempt()``).
         Each is checked against the pipeline file first (``check_stage``)."""
-        r = Report(value={}, detail={"stage": {}})
+        chosen: dict[int, str] = {}
+        todo: dict[int, str] = {}
+        r = Report(value=chosen, detail={"stage": todo})
         for b in batch_ids:
             r.lines += self.check_stage(b).lines
             if self.proto.ledger.prepared(b) is not None:
@@ -122,9 +125,9 @@ class BatchRun:
             kept = self.proto.staged_attempt(b)
             if kept is not None:
                 r.lines.append(f"batch {b} is STAGED by attempt {kept}: verified as it is, not staged again")
-                r.value[b] = kept
+                chosen[b] = kept
                 continue
-            r.value[b] = r.detail["stage"][b] = new_attempt()
+            chosen[b] = todo[b] = new_attempt()
         return r
 
     # -- verify ----------------------------------------------------------------------
@@ -144,11 +147,12 @@ class BatchRun:
         """Verify each of the run's batches ({batch: attempt}), in order; Report.value: {batch:
         verify's value}. A batch PREPARED already (an earlier poke) is taken as it is; a NotReady
         (wait) of one batch raises after the ones before it are PREPARED, so the next poke goes on."""
-        r = Report(value={})
+        values: dict[int, object] = {}
+        r = Report(value=values)
         for b in sorted(attempts):
             one = self.verify(b, attempts[b])
             r.lines += one.lines
-            r.value[b] = one.value
+            values[b] = one.value
         return r
 
     # -- commit ----------------------------------------------------------------------
@@ -189,12 +193,13 @@ class BatchRun:
     def fail_run(self, batch_ids: list[int], attempts: dict[int, str], reason: str | None = None) -> Report:
         """A task of a run of several batches failed: ``fail`` for each of them that has an
         attempt (a PREPARED one keeps its files: the next run's recover commits it)."""
-        r = Report(value=0)
+        r, removed = Report(), 0
         for b in batch_ids:
             one = self.fail(b, attempts.get(b), reason)
             r.lines += one.lines
             r.warnings += one.warnings
-            r.value += one.value
+            removed += int(one.value or 0)  # type: ignore[call-overload]
+        r.value = removed
         return r
 
     # -- fail (abort) ----------------------------------------------------------------
