@@ -241,8 +241,13 @@ def main(argv=None) -> int:
     application (a run that carries several): each its own attempt, files and stage summary. A
     failure stops the job; the batches before it stay STAGED for the stage task's retry."""
     args = _parse_args(sys.argv[1:] if argv is None else argv)
+    from eobatch.core import faults
+
     spec = json.loads(base64.b64decode(args.spec))
-    for one in spec["batches"] if "batches" in spec else [spec]:
+    specs = spec["batches"] if "batches" in spec else [spec]
+    for i, one in enumerate(specs):
+        if i:
+            faults.crash_point("stage.between_batches")
         run(one)
     return 0
 

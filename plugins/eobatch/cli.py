@@ -89,6 +89,7 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "committed_at": committed.committed_at if committed else None,
         "interval": plan.interval,
         "run_id": plan.run_id,
+        "run_first": plan.first_of_run,  # the first batch its run planned with it (itself: a run of one)
         "notes": list(plan.notes),
         "offsets": plan.range,
     }

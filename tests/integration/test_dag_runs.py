@@ -111,6 +111,47 @@ def test_failed_stage_is_aborted_and_the_same_range_restaged(pipeline, airflow):
     assert_exactly_once(p, batches=2)
 
 
+def _stage_summaries(p, batch: int) -> dict[str, dict]:
+    """attempt -> its stage summary (the raw ledger files of the batch)."""
+    folder = p.sink / "_eo_ledger" / "attempts" / f"{batch:010d}"
+    return {d.name: json.loads((d / "stage.json").read_text()) for d in sorted(folder.iterdir())
+            if (d / "stage.json").exists()}
+
+
+def test_one_run_carries_three_batches_and_its_stage_retry_keeps_what_was_staged(tmp_path, airflow):
+    """max_batches_per_run: 3, one landing file per batch. The run's one Spark application dies
+    after staging batch 1 (EOBATCH_CRASH stage.between_batches, once); the stage task's retry
+    stages batches 2 and 3 in one application and keeps batch 1's attempt. Each batch is verified
+    and committed on its own, in order: its own Delta commit, txn version and ledger records."""
+    p = write_pipeline(tmp_path, max_records=60, extra="max_batches_per_run: 3\n")
+    p.yaml_path.write_text(p.yaml_path.read_text().replace("  stage: 0", "  stage: 1"))
+    for name in "abc":
+        p.land(f"{name}.jsonl", orders(name, 60))
+    r = airflow(p, extra_env={"EOBATCH_CRASH": "stage.between_batches", "EOBATCH_CRASH_ONCE_DIR": str(tmp_path / "once")})
+    _ok(r)
+    assert "this run carries batches 1..3" in r.log and "injected crash at stage.between_batches" in r.log, r.log[-6000:]
+    assert "batch 1 is STAGED by attempt t1-" in r.log, r.log[-6000:]
+    for b in (1, 2, 3):
+        assert f"verify: batch {b} PREPARED" in r.log and f"commit: batch {b} COMMITTED" in r.log
+    first, = _stage_summaries(p, 1).values()
+    (a2, s2), = _stage_summaries(p, 2).items()
+    (a3, s3), = _stage_summaries(p, 3).items()
+    assert a2.startswith("t2-") and a3.startswith("t2-"), (a2, a3)
+    assert s2["spark_app_id"] == s3["spark_app_id"] != first["spark_app_id"], "one application per try"
+    for b, name in zip((1, 2, 3), "abc"):  # each batch its own file
+        plan = json.loads((p.sink / "_eo_ledger" / "plans" / f"{b:010d}.json").read_text())
+        assert [f["path"].rsplit("/", 1)[1] for f in plan["range"]["files"]] == [f"{name}.jsonl"]
+        assert plan["run_first"] == 1
+    assert_exactly_once(p, batches=3)
+    assert len(read_rows(p.sink)) == 180
+
+    p.land("d.jsonl", orders("d", 60))
+    r2 = airflow(p)  # one more file: a run of one batch (the source has no more)
+    _ok(r2)
+    assert "plan: batch 4 PLANNED: 1 files" in r2.log and "this run carries" not in r2.log
+    assert_exactly_once(p, batches=4)
+
+
 def test_bad_pipeline_files_are_import_errors_and_the_others_load(tmp_path, airflow):
     good = write_pipeline(tmp_path, name="good_one")
     (good.yaml_path.parent / "broken.yaml").write_text("name: broken\nsource: [\n")

@@ -30,6 +30,8 @@ POINTS = (
 # in the Airflow tasks that can commit (eobatch.airflow.operators): after their work, asset events
 # included, and before Airflow stores the task's success (and with it the events)
 TASK_POINTS = ("commit.before_task_success", "recover.before_task_success")
+# in the stage job of a run that carries several batches: after one batch is STAGED, before the next
+JOB_POINTS = ("stage.between_batches",)
 
 
 class InjectedFault(OSError):

@@ -381,8 +381,8 @@ def render_page(view: PageView) -> str:
     mark = ""
     if view.run_id:
         hits = [r["batch_id"] for r in view.rows if r.get("run_id") == view.run_id]
-        mark = (f'<p>DAG run <span class="mono">{esc(view.run_id)}</span> planned batch '
-                f'{", ".join(esc(b) for b in hits)} (highlighted).</p>' if hits else
+        mark = (f'<p>DAG run <span class="mono">{esc(view.run_id)}</span> planned batch{"es" if len(hits) > 1 else ""} '
+                f'{", ".join(esc(b) for b in sorted(hits))} (highlighted).</p>' if hits else
                 f'<p>DAG run <span class="mono">{esc(view.run_id)}</span> planned no batch on this page (a run '
                 f'that found nothing new, or failed before its plan, plans none).</p>')
     head = ["batch", "state", "source range", "rows in", "published", "quarantined", "Delta version sink / bad",

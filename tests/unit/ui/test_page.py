@@ -146,6 +146,14 @@ def test_pager_links_on_the_page():
 
 
 # -- the page --------------------------------------------------------------------------------------
+def test_the_batches_a_run_carried_are_highlighted_together():
+    rows = [row(1, run_id="r-a"), row(2, run_id="r-b", run_first=2), row(3, run_id="r-b", run_first=2)]
+    out = render_page(view(rows[::-1], run_id="r-b"))
+    trs = [a for t, a in Tags(out).tags if t == "tr" and "data-batch" in a]
+    assert [(a["data-batch"], a.get("class")) for a in trs] == [("3", "mark"), ("2", "mark"), ("1", None)]
+    assert "planned batches 2, 3 (highlighted)" in out
+
+
 def test_page_rows_newest_first_with_states_versions_and_links():
     rows = [row(1), row(2, state="PREPARED", delta_version=None, quarantine_delta_version=None, commit_s=None),
             row(3, state="PLANNED", rows_published=None, rows_quarantined=None, fingerprint=None, stage_s=None,
