@@ -90,6 +90,25 @@ def dataset(cache: Path, records: int) -> dict:
     return {**meta, "path": str(folder)}
 
 
+def backlog(cache: Path, files: int, per_file: int) -> dict:
+    """A backlog of ``files`` landing files of ``per_file`` lines each (one batch per file when a
+    batch holds ``per_file`` records), as ``dataset`` returns it; generated once, then reused."""
+    folder = cache / f"backlog-{files}x{per_file}"
+    key = {"version": GENERATOR_VERSION, "files": files, "per_file": per_file}
+    meta = _cached(folder, key)
+    if meta is not None:
+        return {**meta, "path": str(folder)}
+    _fresh(folder)
+    names, size = [], 0
+    for f in range(files):
+        name = f"part-{f:05d}.jsonl"
+        size += _write(folder / name, f"b{per_file}", f * per_file, (f + 1) * per_file)
+        names.append(name)
+    meta = {**key, "records": files * per_file, "bytes": size, "names": names, "bad": files * per_file // BAD_EVERY}
+    (folder / "_bench.json").write_text(json.dumps(meta))
+    return {**meta, "path": str(folder)}
+
+
 def single_file(cache: Path, gib: float) -> dict:
     """One landing file of at least ``gib`` GiB (same lines as ``dataset``)."""
     want = int(gib * (1 << 30))

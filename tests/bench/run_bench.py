@@ -66,7 +66,7 @@ for _p in (REPO / "plugins", REPO / "tests", BENCH):
 import kafka_batch  # noqa: E402
 import merge_batch  # noqa: E402
 import protocol_costs  # noqa: E402
-from bench_data import DDL, dataset, single_file  # noqa: E402
+from bench_data import DDL, backlog, dataset, single_file  # noqa: E402
 from procwatch import Jvm, JvmWatch  # noqa: E402
 
 from eobatch.core.protocol import Protocol  # noqa: E402
@@ -181,17 +181,24 @@ def _airflow_paths(home: Path) -> dict:
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs")}
 
 
-def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path) -> tuple[dict, object]:
-    """One exactly-once batch of the whole data set as a DAG run of a new pipeline."""
+def bench_pipeline(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path,
+                   max_records: int, batches_per_run: int = 1):
+    """A new pipeline over the data set's folder: (its config, the Airflow environment of its runs)."""
     extra = f"spark:\n  driver_memory: {driver_memory}\n" if driver_memory else ""
-    p = write_pipeline(work, name=name, schema=DDL, max_records=ds["records"] + 1, extra=extra)
+    extra += f"max_batches_per_run: {batches_per_run}\n"
+    p = write_pipeline(work, name=name, schema=DDL, max_records=max_records, extra=extra)
     text = p.yaml_path.read_text()
     source_line = f"  path: {p.landing}\n"
     assert source_line in text, "harness.write_pipeline changed its source layout"
     p.yaml_path.write_text(text.replace(source_line, f"  path: {ds['path']}\n"))
-    cfg = p.cfg
     env = airflow_env(home, p.yaml_path.parent, {
         **_airflow_paths(home), "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master})})
+    return p.cfg, env
+
+
+def run_eo(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path) -> tuple[dict, object]:
+    """One exactly-once batch of the whole data set as a DAG run of a new pipeline."""
+    cfg, env = bench_pipeline(ds, name, master, driver_memory, work, home, max_records=ds["records"] + 1)
     log = work / "eo-dagrun.log"
     rc, took, drivers = run_watched([str(VENV_BIN / "airflow"), "dags", "test", name], env, log)
     text = log.read_text(errors="replace")
@@ -263,12 +270,67 @@ def measure_size(ds: dict, master: str, driver_memory: str | None, work: Path, h
     return row
 
 
+def _dag_runs(name: str, env: dict, log: Path, runs: int) -> tuple[float | None, str | None]:
+    """``runs`` DAG runs of pipeline ``name`` one after another (``airflow dags test``, what `make
+    run RUNS=n` runs): (wall seconds of all of them, or None and the first failure)."""
+    took = 0.0
+    for i in range(runs):
+        rc, sec, _ = run_watched([str(VENV_BIN / "airflow"), "dags", "test", name], env, log)
+        states = re.findall(r"DagRun Finished:.*?state=([a-z_]+)", log.read_text(errors="replace"))
+        if rc != 0 or not states or states[-1] != "success":
+            return None, f"run {i + 1}: DAG run {states[-1] if states else 'unknown'} (exit {rc}): {_error_text(log)}"
+        took += sec
+    return round(took, 2), None
+
+
+def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path, home: Path,
+                    one_per_run: bool = True) -> dict:
+    """A backlog of ``ds["files"]`` files, one batch each: this product drains it in one DAG run
+    (``max_batches_per_run`` = the backlog: one Spark application, each batch its own two-phase
+    commit); Structured Streaming with ``maxFilesPerTrigger=1`` (one micro-batch per file, in one
+    process); the product one batch per DAG run (``one_per_run``: what a drain cost before runs
+    carried several); and the same records as one batch."""
+    n, per = ds["files"], ds["per_file"]
+    out: dict = {"batches": n, "records_per_batch": per, "records": ds["records"], "bytes": ds["bytes"]}
+    cases = [("eo", n, per), ("eo_one_batch", 1, ds["records"] + 1)] + ([("eo_one_per_run", 1, per)] if one_per_run else [])
+    for key, batches_per_run, max_records in cases:
+        name = f"catchup_{key}"
+        _log(f"catch-up: {key} ({n} batches of {per:,} records)" if key != "eo_one_batch" else
+             f"catch-up: the same {ds['records']:,} records as one batch")
+        cfg, env = bench_pipeline(ds, name, master, driver_memory, work / key, home, max_records, batches_per_run)
+        runs = n if key == "eo_one_per_run" else 1
+        took, err = _dag_runs(name, env, work / f"{key}.log", runs)
+        out[f"{key}_seconds"] = took
+        if err:
+            out[f"{key}_error"] = err
+            _log(f"catch-up {key} failed: {err}")
+            continue
+        held = Protocol(cfg).committed_versions()
+        want = 1 if key == "eo_one_batch" else n
+        if set(held.values()) != {want}:
+            out[f"{key}_error"] = f"the tables hold batches {held}, not {want}"
+    _log(f"catch-up: Structured Streaming, maxFilesPerTrigger=1 ({n} micro-batches)")
+    table_path, log = work / "sss_table", work / "sss.log"
+    args = ["--source", ds["path"], "--table", str(table_path), "--checkpoint", str(work / "sss_checkpoint"),
+            "--schema", DDL, "--max-files-per-trigger", "1"]
+    rc, took, _ = run_watched(spark_argv(cfg, master, "bench-catchup-sss", PEER_SSS, args), launch.spark_env(), log)
+    out["sss_seconds"] = round(took, 2) if rc == 0 else None
+    if rc != 0:
+        out["sss_error"] = f"exit {rc}: {_error_text(log)}"
+    for key in ("eo", "sss", "eo_one_per_run", "eo_one_batch"):  # one batch: per batch's worth of records
+        if out.get(f"{key}_seconds") is not None:
+            out[f"{key}_seconds_per_batch"] = round(out[f"{key}_seconds"] / n, 2)
+    out["catchup_over_sss"] = _ratio(out.get("eo_seconds"), out.get("sss_seconds"))
+    out["one_per_run_over_sss"] = _ratio(out.get("eo_one_per_run_seconds"), out.get("sss_seconds"))
+    return out
+
+
 # -- report ----------------------------------------------------------------------------
 CONTRACT_SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "alo_seconds",
                       "eo_over_sss", "stage_over_sss", "driver_peak_rss_mib")
 CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
-                    "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append")
+                    "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append", "catchup_over_sss")
 # printed with them, beside the contract's keys
 REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor",)
 
@@ -303,6 +365,15 @@ def table(res: dict) -> str:
     for r in rows:
         for k in sorted(k for k in r if k.endswith("_error")):
             lines.append(f"  {r['records']:,} records, {k}: {r[k]}")
+    c = res.get("catchup")
+    if c:
+        lines += ["", f"catch-up: {c['batches']} batches of {c['records_per_batch']:,} records (seconds, seconds per batch)"]
+        for key, label in (("eo", "this product, one DAG run"), ("sss", "Structured Streaming, maxFilesPerTrigger=1"),
+                           ("eo_one_per_run", "this product, one batch per DAG run"),
+                           ("eo_one_batch", "this product, all of it as one batch")):
+            if f"{key}_seconds" in c:
+                lines.append(f"  {label:<44} {_fmt(c.get(f'{key}_seconds')):>8}  {_fmt(c.get(f'{key}_seconds_per_batch')):>6}"
+                             + (f"   {c[key + '_error']}" if c.get(f"{key}_error") else ""))
     lines.append("")
     for k in REPORTED_SCALARS:
         note = res.get(f"{k}_note")
@@ -316,7 +387,19 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
+    c = res.get("catchup") or {}
+    bars = [(label, c.get(f"{key}_seconds_per_batch")) for key, label in (
+        ("eo", "eobatch,\none DAG run"), ("sss", "Structured\nStreaming"), ("eo_one_per_run", "eobatch, one\nbatch per run"),
+        ("eo_one_batch", "eobatch,\nas one batch"))]
+    bars = [(label, v) for label, v in bars if v is not None]
+    if bars:
+        fig, (ax, cx) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+        cx.bar([b[0] for b in bars], [b[1] for b in bars], color=["C0", "C2", "C7", "C1"][:len(bars)])
+        cx.set_ylabel("seconds per batch")
+        cx.set_title(f"catch-up: {c['batches']} batches of {c['records_per_batch']:,} records", fontsize=10)
+        cx.tick_params(axis="x", labelsize=8)
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5))
     series = [("eo_seconds", "this product, whole DAG run", "o-"), ("stage_seconds", "this product, stage job alone", "s--"),
               ("sss_seconds", "Structured Streaming (availableNow) → Delta", "^-"),
               ("alo_seconds", "plain delta-spark append", "v-")]
@@ -367,6 +450,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="records of the measured merge batch, and of the table's first batch (0: skipped)")
     ap.add_argument("--driver-memory", default=_env("DRIVER_MEMORY", "") or None,
                     help="the pipeline's spark.driver_memory, and the peers' (default: Spark's own, 1g)")
+    ap.add_argument("--catchup", default=_env("CATCHUP", "10x500000"),
+                    help="the backlog of the catch-up case: <batches>x<records per batch> (0: skipped)")
+    ap.add_argument("--catchup-one-per-run", type=int, default=int(_env("CATCHUP_ONE_PER_RUN", "1")),
+                    help="also drain it one batch per DAG run (1) or not (0)")
     ap.add_argument("--data-dir", default=_env("BENCH_DATA_DIR", str(REPO / ".bench" / "data")))
     ap.add_argument("--out", default=str(REPO / ".bench" / "results.json"))
     ap.add_argument("--plot", default=None, help="PNG path (default: bench.png beside --out)")
@@ -408,7 +495,7 @@ def main(argv=None) -> int:
         "master": args.master, "driver_memory": args.driver_memory or "Spark default (1g)",
         "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
         "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
-        "merge_records": args.merge_records,
+        "merge_records": args.merge_records, "catchup": args.catchup,
         "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
         "peers_seconds": "wall time of each peer's spark-submit process",
         "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
@@ -434,6 +521,20 @@ def main(argv=None) -> int:
                 shutil.rmtree(size_work, ignore_errors=True)
         else:
             res["single_file_note"] = "skipped: SINGLE_FILE_GB=0"
+
+        if args.catchup not in ("", "0"):
+            batches, per = (int(x) for x in args.catchup.lower().split("x"))
+            _log(f"catch-up: a backlog of {batches} batches of {per:,} records (cached in {data})")
+            ds = backlog(data, batches, per)
+            size_work = work / "catchup"
+            home = airflow_home(size_work)
+            res["catchup"] = _guarded(res, "catchup", lambda: measure_catchup(
+                ds, args.master, args.driver_memory, size_work, home, one_per_run=bool(args.catchup_one_per_run)))
+            res["catchup_over_sss"] = (res["catchup"] or {}).get("catchup_over_sss")
+            if not args.keep:
+                shutil.rmtree(size_work, ignore_errors=True)
+        else:
+            res["catchup_over_sss_note"] = "skipped: CATCHUP=0"
 
         _log("protocol costs: commit, verify, fixed overhead")
         figs = _guarded(res, "commit_large_over_small",
