@@ -146,6 +146,27 @@ def test_a_sasl_broker_through_an_airflow_kafka_connection_and_its_password_neve
     assert leaks == []
 
 
+def test_one_dag_run_drains_a_kafka_backlog_in_batches_of_contiguous_ranges(tmp_path, broker, airflow):
+    """max_batches_per_run: 5 over a backlog of three batches' worth (max_records 300 over 3
+    partitions): one DAG run, one Spark application, three batches, each its own range per
+    partition starting where the one before ends, each its own Delta commit."""
+    topic = "backlog"
+    create_topic(broker, topic, 3)
+    records = orders("bk", 900)
+    produce(broker, topic, as_values(records, 3))
+    p = write_kafka_pipeline(tmp_path, broker.bootstrap, topic, max_records=300)
+    p.yaml_path.write_text(p.yaml_path.read_text() + "max_batches_per_run: 5\n")
+    r = airflow(p)
+    assert r.rc == 0 and r.state == "success", r.log[-5000:]
+    assert "this run carries batches 1..3" in r.log, r.log[-5000:]
+    assert [len(s) for s in ranges(p)] == [3, 3, 3] and sum(hi - lo for rs in ranges(p) for lo, hi in rs.values()) == 900
+    assert txn_version(p.sink, p.name) == 3 == txn_version(p.quarantine, p.name)
+    assert_contiguous(p, {"0": 300, "1": 300, "2": 300})
+    ids = published_ids(p)
+    assert set(ids) == {x["order_id"] for x in records} and max(ids.values()) == 1
+    assert orphans(p.sink) == [] and orphans(p.quarantine) == []
+
+
 def test_idle_topic_publishes_nothing(tmp_path, broker):
     create_topic(broker, "idle", 2)
     p = write_kafka_pipeline(tmp_path, broker.bootstrap, "idle")
