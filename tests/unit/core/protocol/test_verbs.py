@@ -770,3 +770,21 @@ def test_interval_mode_carries_one_batch_per_run(by_prefix, make_cfg):
     with pytest.raises(ProtocolError, match="interval mode: a run's batch is its data interval; it plans one batch"):
         Protocol(by_prefix).plan_batches(max_batches=2, interval={"start": "2026-01-01T00:00:00+00:00",
                                                                   "end": "2026-01-01T01:00:00+00:00"})
+
+
+def test_the_staged_attempt_of_a_batch_is_the_newest_try_that_wrote_its_summary_and_was_not_aborted(small_batches):
+    cfg = small_batches
+    _land_files(cfg, 1)
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert proto.staged_attempt(1) is None
+    stage(proto, 1, "t1-aaaaaaaaaaaa")
+    stage(proto, 1, "t2-bbbbbbbbbbbb")
+    stage(proto, 1, "t3-cccccccccccc", write_summary=False)  # died before its summary
+    stage(proto, 1, "t10-dddddddddddd")
+    assert proto.staged_attempt(1) == "t10-dddddddddddd", "try 10 is newer than try 2"
+    proto.abort(1, "t10-dddddddddddd", "failed")
+    assert proto.staged_attempt(1) == "t2-bbbbbbbbbbbb"
+    proto.verify(1, "t2-bbbbbbbbbbbb")
+    proto.commit(1)
+    assert published_ids(proto) == _ids_of(1)
