@@ -247,14 +247,17 @@ _SIZE_COLUMNS = [("records", "records"), ("files", "files"), ("this product, DAG
                  ("stage / sss", "stage_over_sss"), ("driver peak RSS (MiB)", "driver_peak_rss_mib")]
 _SCALARS = ["commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
             "plan_late_over_early", "kafka_stage_over_consume_floor", "kafka_read_over_consume_floor",
-            "merge_over_append"]
+            "merge_over_append", "catchup_over_sss"]
+_CATCHUP_ROWS = [("this product, one DAG run", "eo"), ("Structured Streaming, maxFilesPerTrigger=1", "sss"),
+                 ("this product, one batch per DAG run", "eo_one_per_run"),
+                 ("this product, all of it as one batch", "eo_one_batch")]
 
 
 def render_bench(folder: Path) -> str:
     results = folder / "results.json"
     if not results.is_file():
         return ("No benchmark results in this build: `.bench/results.json` does not exist. Run `make bench` "
-                "(see [Run it](#run-it-make-bench) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 "
+                "(see [Run it](#run-it-make-bench) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 CATCHUP=0 "
                 "PLAN_LATE_BATCHES=1000` takes about two minutes), then `make docs`: this section then shows "
                 "its figures and its plot.")
     res = json.loads(results.read_text())
@@ -278,6 +281,17 @@ def render_bench(folder: Path) -> str:
         errors = [f"- {_fmt(r.get('records'))} records, `{k}`: {_cell(str(r[k]))}"
                   for r in rows for k in sorted(r) if k.endswith("_error")]
         lines += errors + ([""] if errors else [])
+    c = res.get("catchup")
+    if c:
+        lines += [f"Catch-up: a backlog of {_fmt(c.get('batches'))} batches of {_fmt(c.get('records_per_batch'))} "
+                  f"records (one landing file each), drained:", "",
+                  "| contender | seconds | seconds per batch |", "|---|---|---|"]
+        for label, key in _CATCHUP_ROWS:
+            if f"{key}_seconds" in c:
+                err = c.get(f"{key}_error")
+                lines.append(f"| {label} | {_fmt(c.get(f'{key}_seconds'))} | {_fmt(c.get(f'{key}_seconds_per_batch'))}"
+                             + (f" ({_cell(str(err))})" if err else "") + " |")
+        lines.append("")
     lines += ["| figure | value | note |", "|---|---|---|"]
     for k in _SCALARS:
         if k in res:

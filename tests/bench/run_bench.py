@@ -2,10 +2,12 @@
 
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
-        [--merge-records 1000000] [--driver-memory 3g] [--out .bench/results.json] [--plot .bench/bench.png]
+        [--merge-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
+        [--out .bench/results.json] [--plot .bench/bench.png]
 
 (every option also reads its environment variable: SIZES, SINGLE_FILE_GB, MASTER,
-PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY; `make bench` passes them through.)
+PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY, CATCHUP, CATCHUP_ONE_PER_RUN; `make bench`
+passes them through.)
 
 For each size, on the same generated JSON-lines orders (``bench_data``: ~0.1 % bad lines,
 cached under .bench/data), one after another, with the same Spark master, ``--conf`` set and

@@ -25,7 +25,7 @@ SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "
              "stage_over_sss", "driver_peak_rss_mib")
 SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_over_sss")
 SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
-           "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append")
+           "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append", "catchup_over_sss")
 
 
 def _number(v) -> bool:
@@ -36,7 +36,7 @@ def _number(v) -> bool:
 def test_bench_smoke_writes_every_contract_key(tmp_path):
     out = tmp_path / "results.json"
     env = base_env({"SIZES": "1000", "SINGLE_FILE_GB": "0", "PLAN_LATE_BATCHES": "200", "KAFKA_RECORDS": "0",
-                    "MERGE_RECORDS": "0",
+                    "MERGE_RECORDS": "0", "CATCHUP": "2x1000", "CATCHUP_ONE_PER_RUN": "0",
                     "MASTER": "local[*]"})
     r = subprocess.run([sys.executable, str(BENCH / "run_bench.py"), "--out", str(out),
                         "--data-dir", str(tmp_path / "data")], env=env, capture_output=True, text=True, timeout=900)
@@ -60,7 +60,13 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     assert res["kafka_stage_over_consume_floor"] is None and "KAFKA_RECORDS=0" in res[
         "kafka_stage_over_consume_floor_note"]
     assert res["merge_over_append"] is None and "MERGE_RECORDS=0" in res["merge_over_append_note"]
-    assert {k: res[k] for k in SCALARS[:4] if not _number(res[k])} == {}
+    assert {k: res[k] for k in (*SCALARS[:4], "catchup_over_sss") if not _number(res[k])} == {}
+    # the catch-up case: the backlog drained in one DAG run (its two batches committed, else an error),
+    # by Structured Streaming one file per micro-batch, and as one batch
+    c = res["catchup"]
+    assert (c["batches"], c["records_per_batch"]) == (2, 1000) and not [k for k in c if k.endswith("_error")], c
+    assert all(_number(c[f"{k}_seconds_per_batch"]) for k in ("eo", "sss", "eo_one_batch")), c
+    assert "eo_one_per_run_seconds" not in c and "catch-up: 2 batches of 1,000 records" in r.stdout
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert "eo/sss" in r.stdout and "plan_late_over_early" in r.stdout
 
