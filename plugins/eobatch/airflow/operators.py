@@ -181,15 +181,17 @@ def emit_batch_events(task: BaseOperator, context, cfg, plan, prepared, committe
     return out
 
 
-EVENTS_LOOKED_AT = 16  # the pipeline's newest asset events read to find those of its newest batch
+EVENTS_LOOKED_AT = 16  # the pipeline's newest asset events read, per batch from the newest one on
 
 
-def emitted_tables(context, pipeline: str, batch_id: int, uris: dict[str, str], fingerprint: str) -> set[str] | None:
+def emitted_tables(context, pipeline: str, batch_id: int, uris: dict[str, str], fingerprint: str,
+                   newer: int = 0) -> set[str] | None:
     """The tables whose asset event for ``batch_id`` Airflow holds, read from Airflow's own asset
     events (its metadata database, through the Task SDK's ``inlet_events``: the task declares the
     pipeline's alias as an inlet too): the newest ``EVENTS_LOOKED_AT`` events added through the
-    alias. Only called for the pipeline's newest committed batch, whose events, when stored, are the
-    newest (batches commit one after another). An event is this batch's when it names its table
+    alias for each batch from ``batch_id`` to the newest (``newer`` batches after it). Only called
+    for the batches of the pipeline's newest run, whose events, when stored, are the newest
+    (batches commit one after another). An event is this batch's when it names its table
     (``uris``: table -> asset URI) and its committed file set (``fingerprint``), not only the
     pipeline and the batch id: an earlier pipeline of the same name (created again, its tables
     elsewhere) had a batch of that id too. None when this task cannot read them."""
@@ -198,7 +200,7 @@ def emitted_tables(context, pipeline: str, batch_id: int, uris: dict[str, str], 
     except (KeyError, TypeError):
         return None
     found = set()
-    for event in accessor.ascending(False).limit(EVENTS_LOOKED_AT):
+    for event in accessor.ascending(False).limit(EVENTS_LOOKED_AT * (1 + newer)):
         extra = event.extra or {}
         table = str(extra.get("table"))
         if (extra.get("pipeline") == pipeline and extra.get("batch_id") == batch_id
@@ -214,7 +216,7 @@ def _run_is_here(context, dag_id: str, run_id: str | None) -> bool:
     return context["ti"].get_dr_count(dag_id=dag_id, run_ids=[run_id]) > 0
 
 
-def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: int) -> list[dict]:
+def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: int, newer: int = 0) -> list[dict]:
     """``batch_id`` is COMMITTED, its record written by an earlier call: a commit (or recover) task
     killed after that write and before Airflow stored its success lost the batch's events (Airflow
     stores a task's events with its success). Emitted here, once: only the tables whose event
@@ -229,7 +231,7 @@ def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: 
     if plan is None or committed is None:
         return []
     uris = {"sink": assets.asset_uri(cfg.sink_table), "quarantine": assets.asset_uri(cfg.quarantine_table)}
-    have = emitted_tables(context, cfg.name, batch_id, uris, committed.fingerprint)
+    have = emitted_tables(context, cfg.name, batch_id, uris, committed.fingerprint, newer)
     if have is None:
         task.log.warning("asset events: this task cannot read Airflow's asset events (no inlet_events); "
                          "batch %s is not announced again", batch_id)
@@ -271,7 +273,11 @@ class RecoverOperator(BaseOperator):
                 _published(self, context, run.proto, b)
         if (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
                 and run.proto.ledger.committed(latest)):
-            emit_missing_events(self, context, run.proto, latest)
+            # every batch of the newest run (a commit task that died after its commits lost the events of all)
+            first = run.proto.ledger.require_plan(latest).first_of_run
+            for b in range(first, latest + 1):
+                if run.proto.ledger.committed(b):
+                    emit_missing_events(self, context, run.proto, b, newer=latest - b)
         faults.crash_point("recover.before_task_success")
         return report.value
 
@@ -429,7 +435,7 @@ class CommitOperator(BaseOperator):
                 _published(self, context, run.proto, batch_id)
             elif not open_before and not run.params.dry_run:
                 self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
-                emit_missing_events(self, context, run.proto, batch_id)
+                emit_missing_events(self, context, run.proto, batch_id, newer=batches[-1] - batch_id)
             values.append(report.value)
         faults.crash_point("commit.before_task_success")
         return values[0] if len(values) == 1 else values

@@ -314,7 +314,7 @@ class _StoredEvents:
         return [types.SimpleNamespace(extra=e["extra"]) for e in reversed(self.events)][:n]
 
 
-def _run_task(task, batch_id: int, attempt: str | None, dry_run: bool = False, airflow: _StoredEvents | None = None,
+def _run_task(task, batch_id: int, attempt: str | dict[int, str] | None, dry_run: bool = False, airflow: _StoredEvents | None = None,
               dies: bool = False) -> list[dict]:
     """Execute ``task`` as Airflow's task runner would; the asset events it would send on success,
     stored in ``airflow`` unless the task ``dies`` before its success is recorded."""
@@ -325,8 +325,12 @@ def _run_task(task, batch_id: int, attempt: str | None, dry_run: bool = False, a
 
     airflow = _StoredEvents() if airflow is None else airflow
     conf = {"dry_run": True} if dry_run else {}
-    xcoms = {("plan", "return_value"): batch_id, ("stage", "attempt"): attempt,
-             ("verify", "return_value"): {"attempt": attempt, "dry_run": dry_run}}
+    if isinstance(attempt, dict):  # a run of several batches: {batch: attempt}
+        xcoms = {("plan", "return_value"): sorted(attempt), ("stage", "attempts"): {str(b): a for b, a in attempt.items()},
+                 ("verify", "return_value"): {str(b): {"attempt": a, "dry_run": dry_run} for b, a in attempt.items()}}
+    else:
+        xcoms = {("plan", "return_value"): batch_id, ("stage", "attempt"): attempt,
+                 ("verify", "return_value"): {"attempt": attempt, "dry_run": dry_run}}
     events = OutletEventAccessors()
     ctx = {"ti": _TI(xcoms, airflow.dag_runs), "params": dict(conf), "dag_run": types.SimpleNamespace(conf=conf),
            "run_id": "r", "outlet_events": events, "inlet_events": airflow}
@@ -446,6 +450,35 @@ def test_late_events_are_not_taken_for_those_of_an_earlier_pipeline_of_the_same_
     late = _run_task(recover, batch_id, attempt, airflow=airflow)
     assert [(e["extra"]["table"], e["extra"]["emitted_late"]) for e in late] == [("sink", True), ("quarantine", True)]
     assert _run_task(recover, batch_id, attempt, airflow=airflow) == []
+
+
+def test_a_run_of_three_batches_gets_an_event_per_table_of_each_and_its_lost_events_back(make_cfg):
+    """A run carries batches 1..3: its commit task adds two events of each (sink, quarantine), in
+    order. A commit task that dies after its commits loses all six (Airflow stores a task's events
+    with its success); the next run's recover emits the six, once."""
+    from support.protocol_runs import land_ids
+    from support.pyarrow_stager import stage
+
+    c = make_cfg()
+    cfg = make_cfg(source={"kind": "files", "path": c.source.path, "max_records_per_batch": 2})
+    proto = Protocol(cfg)
+    for i in range(3):
+        land_ids(cfg, f"f{i}.jsonl", range(2 * i, 2 * i + 2))
+    plans, _ = proto.plan_batches(run_id="r", max_batches=3)
+    attempts = {p.batch_id: stage(proto, p.batch_id) for p in plans}
+    for b, a in attempts.items():
+        proto.verify(b, a)
+    commit, recover = _task_of_factory_dag(cfg, "commit"), _task_of_factory_dag(cfg, "recover")
+    airflow = _StoredEvents()
+    sent = _run_task(commit, 1, attempts, airflow=airflow, dies=True)
+    assert [(e["extra"]["batch_id"], e["extra"]["table"]) for e in sent] == [
+        (b, t) for b in (1, 2, 3) for t in ("sink", "quarantine")]
+    assert _sink_versions(cfg.sink_table) == {1: 1, 2: 2, 3: 3}
+    late = _run_task(recover, 0, None, airflow=airflow)
+    assert sorted((e["extra"]["batch_id"], e["extra"]["table"], e["extra"]["emitted_late"]) for e in late) == sorted(
+        (b, t, True) for b in (1, 2, 3) for t in ("sink", "quarantine"))
+    assert _run_task(recover, 0, None, airflow=airflow) == []
+    assert _run_task(commit, 1, attempts, airflow=airflow) == [], "a commit task run again: nothing twice"
 
 
 def test_no_late_event_for_a_batch_another_airflow_ran(make_cfg):
