@@ -325,6 +325,7 @@ def _run_task(task, batch_id: int, attempt: str | dict[int, str] | None, dry_run
 
     airflow = _StoredEvents() if airflow is None else airflow
     conf = {"dry_run": True} if dry_run else {}
+    xcoms: dict[tuple[str, str], object]
     if isinstance(attempt, dict):  # a run of several batches: {batch: attempt}
         xcoms = {("plan", "return_value"): sorted(attempt), ("stage", "attempts"): {str(b): a for b, a in attempt.items()},
                  ("verify", "return_value"): {str(b): {"attempt": a, "dry_run": dry_run} for b, a in attempt.items()}}
