@@ -3,10 +3,12 @@
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
         [--merge-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
+        [--scheduler-runs 3]
         [--out .bench/results.json] [--plot .bench/bench.png]
 
 (every option also reads its environment variable: SIZES, SINGLE_FILE_GB, MASTER,
-PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY, CATCHUP, CATCHUP_ONE_PER_RUN; `make bench`
+PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY, CATCHUP, CATCHUP_ONE_PER_RUN,
+SCHEDULER_RUNS; `make bench`
 passes them through.)
 
 For each size, on the same generated JSON-lines orders (``bench_data``: ~0.1 % bad lines,
@@ -327,6 +329,37 @@ def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path
     return out
 
 
+def measure_scheduler(data: Path, master: str, work: Path, runs: int, records: int = 1000) -> dict:
+    """``eo_scheduler_seconds``: what one run costs under a running scheduler, the way users run it
+    (the Airflow of `make ui-up`: api-server, scheduler, dag-processor, SQLite): ``runs`` DAG runs
+    triggered one after another through the REST API, each a batch of ``records`` records (one
+    landing file), each from its queueing to its end as Airflow records them; the median."""
+    from support.airflow_stack import ui_stack
+
+    ds = backlog(data, runs, records)
+    home = work / "airflow"
+    cfg, env = bench_pipeline(ds, "sched", master, None, work / "pipeline", home, max_records=records)
+    stack = ui_stack(work / "stack", env, home=home)
+    stack.start(["sched"])
+    seconds = []
+    try:
+        for _ in range(runs):
+            status, body = stack.trigger("sched")
+            if status not in (200, 201):
+                raise RuntimeError(f"trigger refused: {status} {body}")
+            run = stack.wait_success("sched", [body["dag_run_id"]], timeout=1800)[body["dag_run_id"]]
+            took = dt.datetime.fromisoformat(run["end_date"]) - dt.datetime.fromisoformat(run["queued_at"])
+            seconds.append(round(took.total_seconds(), 2))
+    finally:
+        stack.stop()
+    held = Protocol(cfg).committed_versions()
+    if set(held.values()) != {runs}:
+        raise RuntimeError(f"the tables hold batches {held} after {runs} runs")
+    ordered = sorted(seconds)
+    return {"runs": runs, "records_per_run": records, "run_seconds": seconds,
+            "eo_scheduler_seconds": ordered[len(ordered) // 2]}
+
+
 # -- report ----------------------------------------------------------------------------
 CONTRACT_SIZE_KEYS = ("records", "files", "eo_seconds", "stage_seconds", "sss_seconds", "alo_seconds",
                       "eo_over_sss", "stage_over_sss", "driver_peak_rss_mib")
@@ -334,7 +367,7 @@ CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_ove
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
                     "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append", "catchup_over_sss")
 # printed with them, beside the contract's keys
-REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor",)
+REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor", "eo_scheduler_seconds")
 
 
 def _fmt(v) -> str:
@@ -456,6 +489,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="the backlog of the catch-up case: <batches>x<records per batch> (0: skipped)")
     ap.add_argument("--catchup-one-per-run", type=int, default=int(_env("CATCHUP_ONE_PER_RUN", "1")),
                     help="also drain it one batch per DAG run (1) or not (0)")
+    ap.add_argument("--scheduler-runs", type=int, default=int(_env("SCHEDULER_RUNS", "3")),
+                    help="DAG runs triggered through the REST API of a running Airflow (0: skipped)")
     ap.add_argument("--data-dir", default=_env("BENCH_DATA_DIR", str(REPO / ".bench" / "data")))
     ap.add_argument("--out", default=str(REPO / ".bench" / "results.json"))
     ap.add_argument("--plot", default=None, help="PNG path (default: bench.png beside --out)")
@@ -497,7 +532,7 @@ def main(argv=None) -> int:
         "master": args.master, "driver_memory": args.driver_memory or "Spark default (1g)",
         "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
         "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
-        "merge_records": args.merge_records, "catchup": args.catchup,
+        "merge_records": args.merge_records, "catchup": args.catchup, "scheduler_runs": args.scheduler_runs,
         "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
         "peers_seconds": "wall time of each peer's spark-submit process",
         "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
@@ -537,6 +572,17 @@ def main(argv=None) -> int:
                 shutil.rmtree(size_work, ignore_errors=True)
         else:
             res["catchup_over_sss_note"] = "skipped: CATCHUP=0"
+
+        if args.scheduler_runs > 0:
+            _log(f"under a running scheduler: {args.scheduler_runs} DAG runs triggered through the REST API")
+            sched = _guarded(res, "eo_scheduler_seconds", lambda: measure_scheduler(
+                data, args.master, work / "scheduler", args.scheduler_runs))
+            res["eo_scheduler_seconds"] = sched["eo_scheduler_seconds"] if sched else None
+            res["scheduler_details"] = sched
+            if not args.keep:
+                shutil.rmtree(work / "scheduler", ignore_errors=True)
+        else:
+            res["eo_scheduler_seconds_note"] = "skipped: SCHEDULER_RUNS=0"
 
         _log("protocol costs: commit, verify, fixed overhead")
         figs = _guarded(res, "commit_large_over_small",
