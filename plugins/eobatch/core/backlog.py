@@ -11,7 +11,8 @@ What the product can know, and says so when it cannot:
 * files, parquet: the files not yet planned (count, bytes; records when counting them is cheap:
   parquet footers, or JSON-lines files up to ``count_bytes_limit`` bytes in all, since counting
   lines reads the files) and the oldest modification time among them and among the files of the
-  batch planned but not yet committed: the age of the oldest unpublished landing file. A file's
+  first batch planned but not yet committed (the oldest files: whole files are planned oldest
+  first): the age of the oldest unpublished landing file. A file's
   modification time is when it was written; its records are at least that old.
 * kafka: the records not yet planned per partition (end offset minus the next start). Their
   timestamps are only known by reading them, which the page does not do: no age.
@@ -66,8 +67,12 @@ def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | No
             return out
         read = proto.read_so_far()  # what the next plan would start from (the planner's own view)
         latest = proto.ledger.latest_batch_id()
-        plan = proto.ledger.plan(latest) if latest and proto.state(latest) in UNPUBLISHED else None
-        figures = source.backlog(read, plan.range if plan else None, ask)  # strictly ordered: at most this one
+        versions = proto.committed_versions()
+        # the first batch not yet published (a run may carry several): planned first, its files the oldest
+        first = next((b for b in range(min(versions.values()) + 1, latest + 1)
+                      if proto.state(b, versions) in UNPUBLISHED), None) if latest else None
+        plan = proto.ledger.plan(first) if first else None
+        figures = source.backlog(read, plan.range if plan else None, ask)
     except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
         out["error"] = scrub(f"{type(e).__name__}: {e}")  # shown on the page: never a connection's password
         return out

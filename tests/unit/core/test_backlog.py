@@ -57,6 +57,23 @@ def test_files_not_yet_planned_and_the_oldest_unpublished(make_cfg, tmp_path):
     assert (b["files"], b["records"], b["unpublished"], b["oldest_unpublished_age_s"]) == (0, 0, False, None)
 
 
+def test_the_oldest_unpublished_file_of_a_run_of_several_batches_is_its_first_batchs(make_cfg, tmp_path):
+    """A run planned batches 1..3 (one file each, oldest first); none is committed yet: the age is
+    batch 1's file's, not the newest batch's."""
+    cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_records_per_batch": 2})
+    for i, age in enumerate((900, 600, 300)):
+        land(cfg, f"f{i}.jsonl", 2, T - age)
+    proto = Protocol(cfg)
+    plans, _ = proto.plan_batches(max_batches=3)
+    assert [p.batch_id for p in plans] == [1, 2, 3]
+    b = backlog(proto, now_ms=T * 1000)
+    assert (b["files"], b["unpublished"], b["oldest_unpublished_age_s"]) == (0, True, 900.0)
+    for p in plans[:1]:
+        proto.verify(p.batch_id, stage(proto, p.batch_id))
+        proto.commit(p.batch_id)
+    assert backlog(proto, now_ms=T * 1000)["oldest_unpublished_age_s"] == 600.0
+
+
 def test_records_are_not_counted_past_the_byte_budget(make_cfg, tmp_path):
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})
     land(cfg, "a.jsonl", 50, T)
