@@ -59,6 +59,7 @@ class Repairs:
         def _sink_record(self) -> str | None: ...
         def _is_abandoned(self, batch_id: int) -> bool: ...
         def _prev_live(self, batch_id: int) -> int: ...
+        def _undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]: ...
         def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
 
     # -- rewind ----------------------------------------------------------------------
@@ -95,9 +96,14 @@ class Repairs:
                                 f"are {st.ranges(live) or 'none'}")
         newest = self._prev_live(latest + 1)  # an ABANDONED newest batch (a cancelled rewind's) holds nothing
         if min(versions.values()) < newest or self.ledger.committed(newest) is None:
-            raise ProtocolError(f"cannot rewind while batch {newest} is {self.state(newest, versions)}: let a "
-                                f"normal run commit it first, or `make reset-batch PIPELINE={self.app_id} "
-                                f"BATCH={newest}`")
+            # the first batch still to decide (a run may have planned several): reset from it forgets them all
+            first = next(iter(self._undecided_ids(latest, versions)), newest)
+            which = (f"batch {first} is {self.state(first, versions)}" if first == newest else
+                     f"batches {first}..{newest} of a run are not all committed (batch {first} is "
+                     f"{self.state(first, versions)})")
+            raise ProtocolError(f"cannot rewind while {which}: let a normal run commit "
+                                f"{'it' if first == newest else 'them'} first, or `make reset-batch "
+                                f"PIPELINE={self.app_id} BATCH={first}`")
         restore = {}
         for p in self.names:
             point = self.participants[p].restore_point(self.app_id, to_batch)

@@ -788,3 +788,19 @@ def test_the_staged_attempt_of_a_batch_is_the_newest_try_that_wrote_its_summary_
     proto.verify(1, "t2-bbbbbbbbbbbb")
     proto.commit(1)
     assert published_ids(proto) == _ids_of(1)
+
+
+def test_a_rewind_while_a_run_of_several_batches_is_undecided_names_the_reset_that_forgets_them_all(small_batches):
+    cfg = small_batches
+    _land_files(cfg, 1)
+    assert run_next(Protocol(cfg)) == 1
+    _land_files(cfg, 3, first=1)
+    proto = Protocol(cfg)
+    proto.plan_batches(max_batches=3)
+    proto.verify(2, stage(proto, 2))
+    proto.commit(2)
+    with pytest.raises(ProtocolError, match=r"cannot rewind while batches 3\.\.4 of a run are not all committed "
+                                            r"\(batch 3 is PLANNED\).*`make reset-batch PIPELINE=orders BATCH=3`"):
+        Protocol(cfg).rewind(1)
+    assert Protocol(cfg).reset(3) == [3, 4]
+    assert Protocol(cfg).rewind(1) and published_ids(proto) == []
