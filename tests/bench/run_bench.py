@@ -329,6 +329,21 @@ def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path
     return out
 
 
+def time_scheduled_runs(stack, dag_id: str, runs: int, conf: dict | None = None) -> list[float]:
+    """``runs`` DAG runs of ``dag_id`` triggered one after another through the REST API of a running
+    Airflow (``support.airflow_stack.AirflowStack``), each waited for: the seconds of each from its
+    queueing to its end, as Airflow records them."""
+    seconds = []
+    for _ in range(runs):
+        status, body = stack.trigger(dag_id, conf)
+        if status not in (200, 201):
+            raise RuntimeError(f"trigger refused: {status} {body}")
+        run = stack.wait_success(dag_id, [body["dag_run_id"]], timeout=1800)[body["dag_run_id"]]
+        took = dt.datetime.fromisoformat(run["end_date"]) - dt.datetime.fromisoformat(run["queued_at"])
+        seconds.append(round(took.total_seconds(), 2))
+    return seconds
+
+
 def measure_scheduler(data: Path, master: str, work: Path, runs: int, records: int = 1000) -> dict:
     """``eo_scheduler_seconds``: what one run costs under a running scheduler, the way users run it
     (the Airflow of `make ui-up`: api-server, scheduler, dag-processor, SQLite): ``runs`` DAG runs
@@ -341,15 +356,8 @@ def measure_scheduler(data: Path, master: str, work: Path, runs: int, records: i
     cfg, env = bench_pipeline(ds, "sched", master, None, work / "pipeline", home, max_records=records)
     stack = ui_stack(work / "stack", env, home=home)
     stack.start(["sched"])
-    seconds = []
     try:
-        for _ in range(runs):
-            status, body = stack.trigger("sched")
-            if status not in (200, 201):
-                raise RuntimeError(f"trigger refused: {status} {body}")
-            run = stack.wait_success("sched", [body["dag_run_id"]], timeout=1800)[body["dag_run_id"]]
-            took = dt.datetime.fromisoformat(run["end_date"]) - dt.datetime.fromisoformat(run["queued_at"])
-            seconds.append(round(took.total_seconds(), 2))
+        seconds = time_scheduled_runs(stack, "sched", runs)
     finally:
         stack.stop()
     held = Protocol(cfg).committed_versions()
@@ -571,6 +579,7 @@ def main(argv=None) -> int:
             if not args.keep:
                 shutil.rmtree(size_work, ignore_errors=True)
         else:
+            res["catchup"] = res["catchup_over_sss"] = None
             res["catchup_over_sss_note"] = "skipped: CATCHUP=0"
 
         if args.scheduler_runs > 0:
@@ -582,6 +591,7 @@ def main(argv=None) -> int:
             if not args.keep:
                 shutil.rmtree(work / "scheduler", ignore_errors=True)
         else:
+            res["eo_scheduler_seconds"] = None
             res["eo_scheduler_seconds_note"] = "skipped: SCHEDULER_RUNS=0"
 
         _log("protocol costs: commit, verify, fixed overhead")
