@@ -264,9 +264,11 @@ class RecoverOperator(BaseOperator):
     def execute(self, context):
         run = _run(self.pipeline_file, context)
         latest = run.proto.ledger.latest_batch_id()
-        # the batches still to decide (several when the last run carried several), oldest first
+        # the batches still to decide (several when the last run carried several), oldest first: at most
+        # the newest run's (a table behind them is a gap, which recover refuses)
+        first = run.proto.ledger.require_plan(latest).first_of_run if latest else 1
         held = min(run.proto.committed_versions().values()) if latest else 0
-        open_before = [b for b in range(max(held, 0) + 1, latest + 1) if _uncommitted(run.proto, b)]
+        open_before = [b for b in range(max(held + 1, first), latest + 1) if _uncommitted(run.proto, b)]
         report = _step(self, "recover", run.recover)
         for b in open_before:
             if not _uncommitted(run.proto, b):
