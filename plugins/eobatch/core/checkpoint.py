@@ -457,9 +457,8 @@ class History:
         if plan.batch_id != self.latest + 1:
             raise ValueError(f"batch {plan.batch_id} does not follow batch {self.latest}")
         return replace(self, tail=[*self.tail, plan], latest=plan.batch_id,
-                                   digests={**self.digests, plan.batch_id: hashlib.sha256(plan.to_json()).hexdigest()},
-                                   _abandoned=dict(self._abandoned), _prepared=dict(self._prepared),
-                                   _kept=None, _overlay=None)
+                       digests={**self.digests, plan.batch_id: hashlib.sha256(plan.to_json()).hexdigest()},
+                       _abandoned=dict(self._abandoned), _prepared=dict(self._prepared), _kept=None, _overlay=None)
 
     def bound(self, held: int) -> History:
         """This history, or one from an older checkpoint when this one's batch is beyond ``held``
