@@ -138,11 +138,17 @@ def _schema(v: Any, info: ValidationInfo) -> tuple[str, tuple[Column, ...]]:
     return v, parse_schema(v, context_file(info))
 
 
-def _transform_name(v: Any, info: ValidationInfo) -> str:
-    """A transform of the pipeline's own folder or one shipped (``transforms.resolve``)."""
+def _transform_name(v: Any, info: ValidationInfo) -> transforms.ResolvedName:
+    """A transform of the pipeline's own folder or one shipped (``transforms.resolve``), resolved
+    once (the bare form's name comes here resolved already)."""
+    if isinstance(v, transforms.ResolvedName):
+        return v
     if v is None:
         raise Invalid("is required")
-    return transforms.resolve((info.context or {}).get("file"), v).name  # no file: the default's
+    code = transforms.resolve((info.context or {}).get("file"), v)  # no file: the default's
+    name = transforms.ResolvedName(code.name)
+    name.code = code
+    return name
 
 
 def _transform_options(v: Any) -> dict:
@@ -516,10 +522,10 @@ class PipelineFile(Section):
 
     def value(self, file: str) -> PipelineConfig:
         schema, columns = self.schema_
-        code = transforms.resolve(file, self.transform.name)
+        code = self.transform.name.code
         return PipelineConfig(
             name=self.name, file=os.path.abspath(file), mode=self.mode, schedule=self.schedule, source=self.source,
-            schema=schema, columns=columns, transform=self.transform.name, transform_options=self.transform.options,
+            schema=schema, columns=columns, transform=str(self.transform.name), transform_options=self.transform.options,
             transform_file=code.file, transform_code=code.sha256, sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
             max_record_bytes=self.max_record_bytes, description=self.description,
             max_batches_per_run=self.max_batches_per_run or (1 if self.mode == "interval" else DEFAULT_BATCHES_PER_RUN), spark=self.spark.value(),

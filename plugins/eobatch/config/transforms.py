@@ -40,6 +40,13 @@ class TransformCode:
         return f"{OWN_TRANSFORMS if self.file else SHIPPED_TRANSFORMS}.{self.name}"
 
 
+class ResolvedName(str):
+    """A transform's name as loading checked it, carrying the code it names (``code``): the file
+    is read, checked and hashed once per load, and what is checked is what is hashed."""
+
+    code: TransformCode
+
+
 def shipped() -> list[str]:
     """The names of the transforms shipped with eobatch."""
     return sorted(p[:-3] for p in os.listdir(TRANSFORMS_DIR) if p.endswith(".py") and not p.startswith("_"))

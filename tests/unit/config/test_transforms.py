@@ -116,3 +116,19 @@ def test_the_code_zip_ships_the_bytes_the_plan_hashed_and_nothing_edited_since(t
     with pytest.raises(RetryableError, match=r"mine.py changed after the pipeline .* was loaded"):
         launch.pyfiles_zip(cfg, cache_dir=str(cache))
     assert set(cache.iterdir()) == before
+
+
+@pytest.mark.parametrize("form", ["mine", {"name": "mine"}])
+def test_loading_reads_and_checks_the_own_file_once_and_hashes_what_it_checked(tmp_path, write_yaml, base_cfg,
+                                                                               monkeypatch, form):
+    """One reading per load, in both forms of the key: a file edited between two readings could
+    otherwise be checked in one version and hashed in another."""
+    from eobatch.config import transforms
+
+    _own(tmp_path, "mine", MINE)
+    calls = []
+    real = transforms.resolve
+    monkeypatch.setattr(transforms, "resolve", lambda f, n: calls.append(n) or real(f, n))
+    cfg = load_pipeline(write_yaml({**base_cfg, "transform": form}, "orders.yaml"))
+    assert calls == ["mine"] and cfg.transform_code == hashlib.sha256(MINE).hexdigest()
+    assert type(cfg.transform) is str and cfg.transform == "mine"
