@@ -136,6 +136,11 @@ class Planner(Protocol):
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        **late_files) -> tuple[dict | None, int | None, list[str]]: ...
 
+    def begin_run(self) -> None:
+        """Optional: the ``next_range`` calls from now on plan the batches of one run, each after
+        the one before it (the protocol calls it when a run plans several); a planner may read its
+        source once for all of them (a landing folder's listing)."""
+
     def backlog(self, previous_plans: Sequence, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
         """What waits to be read after ``previous_plans`` (as for ``next_range``), for the backlog
         page and the plan task's alert; ``unpublished``: the range of the newest batch when it is

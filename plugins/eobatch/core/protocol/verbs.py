@@ -30,7 +30,7 @@ from ...errors import (
 )
 from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
 from ...sources import compact_offsets, kind_for, source_for
-from ...sources.base import LateFilesConfig, consumed_skip
+from ...sources.base import LateFilesConfig, Planner, consumed_skip
 from ...storage.fs import Storage, join, storage_for
 from .. import faults
 from ..checkpoint import History, ReadSoFar, RewindKey
@@ -269,8 +269,11 @@ class Protocol(Repairs):
         self.last_late, self.last_skipped = [], []
         plans: list[BatchPlan] = []
         reading = hist
+        source = source_for(self.cfg)
+        if max_batches > 1 and hasattr(source, "begin_run"):  # optional for a kind (sources.base.Planner)
+            source.begin_run()  # it may read its source once for the run's batches
         while len(plans) < max_batches:
-            plan = self._plan_next(reading, held, max_records, interval, run_id, t0,
+            plan = self._plan_next(source, reading, held, max_records, interval, run_id, t0,
                                    run_first=latest + 1 if max_batches > 1 else None)
             if plan is None:
                 break
@@ -286,13 +289,15 @@ class Protocol(Repairs):
             reading = reading.with_plan(plan)
             t0 = time.time()
         self._checkpoint(hist, held)
+        # each batch's planning says what it left out: the run's inputs skipped, each once
+        self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
         return plans, bool(plans)
 
-    def _plan_next(self, hist: History, held: int, max_records: int | None, interval: dict[str, str] | None,
-                   run_id: str | None, t0: float, run_first: int | None) -> BatchPlan | None:
+    def _plan_next(self, source: Planner, hist: History, held: int, max_records: int | None,
+                   interval: dict[str, str] | None, run_id: str | None, t0: float,
+                   run_first: int | None) -> BatchPlan | None:
         """The plan of the batch after ``hist.latest`` (not written yet), or None: nothing to read."""
         limit = max_records or self.cfg.source.max_records_per_batch
-        source = source_for(self.cfg)
         if self.cfg.mode == "interval":
             if interval is None:
                 raise ProtocolError("interval mode: the run has no data interval")

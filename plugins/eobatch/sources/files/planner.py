@@ -88,6 +88,8 @@ class FilesSource:
         self.cfg = cfg
         self.root = cfg.source.path
         self.fs = storage_for(self.root)
+        self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``
+        self._one_listing = False
 
     def list_landing(self, folders: Sequence[str] | None = None) -> list[FileInfo]:
         """The landing files to read, oldest first: of the whole landing folder, or only of
@@ -123,6 +125,22 @@ class FilesSource:
             log.warning(msg)
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
+    def begin_run(self) -> None:
+        """The ``next_range`` calls from now on plan the batches of one run (``sources.base.Planner``):
+        they all plan from one listing of the landing folder (each would list it whole)."""
+        self._run_listing, self._one_listing = None, True
+
+    def _landing_files(self) -> list[FileInfo]:
+        """``list_landing()`` of the whole folder; after ``begin_run``, the run's one listing (each
+        call starting its skips from the listing's)."""
+        if not self._one_listing:
+            return self.list_landing()
+        if self._run_listing is None:
+            self._run_listing = (self.list_landing(), list(self.skipped))
+        files, skipped = self._run_listing
+        self.skipped = list(skipped)
+        return files
+
     def skip(self, path: str, why: str, retried: bool = True) -> None:
         """Leave a landing input out of this plan: logged, noted (once) and counted (``skipped``)."""
         shown = printable(path)
@@ -157,7 +175,7 @@ class FilesSource:
         notes = []
         chosen: list[dict] = []
         total = 0
-        for f in self.list_landing():
+        for f in self._landing_files():
             old = read.consumed(f.path)
             if old is not None:
                 if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):

@@ -804,3 +804,26 @@ def test_a_rewind_while_a_run_of_several_batches_is_undecided_names_the_reset_th
         Protocol(cfg).rewind(1)
     assert Protocol(cfg).reset(3) == [3, 4]
     assert Protocol(cfg).rewind(1) and published_ids(proto) == []
+
+
+def test_a_run_of_several_batches_lists_the_landing_folder_once_and_says_each_skipped_input_once(
+        small_batches, monkeypatch):
+    """The run's batches share one listing of the landing folder (each would list it whole), and a
+    landing input left out is in the run's skipped inputs (the gauge, the alert) once, not once
+    per batch."""
+    import os
+
+    from eobatch.sources.files.planner import FilesSource
+
+    cfg = small_batches
+    _land_files(cfg, 3)
+    fd = os.open(os.path.join(os.fsencode(cfg.source.path), b"bad-\xff.jsonl"), os.O_CREAT | os.O_WRONLY)
+    os.write(fd, b'{"order_id": "x"}\n')
+    os.close(fd)
+    listings = []
+    real = FilesSource.list_landing
+    monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a: listings.append(a) or real(self, *a))
+    proto = Protocol(cfg)
+    plans, _ = proto.plan_batches(max_batches=3)
+    assert [p.batch_id for p in plans] == [1, 2, 3] and len(listings) == 1
+    assert [s["reason"][:24] for s in proto.last_skipped] == ["its name is not UTF-8; n"]
