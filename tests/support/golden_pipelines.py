@@ -88,6 +88,16 @@ WRITTEN = {
           interval_prefix: "dt={ds}/hour={hh}"
         """, "transform: {name: running_totals, options: {key: customer, value: amount, time: ts}}\n",
         sink="  mode: merge\n  merge: {keys: [customer], accumulate: {events: sum, total: sum, largest: max}}\n"),
+    "delta_every_key": _doc("delta_every_key", """\
+        source:
+          kind: delta
+          table: /data/lake/orders
+          starting_version: 3
+          max_versions_per_batch: 7
+          on_change_commit: skip
+          on_data_loss: accept
+          max_records_per_batch: 5000
+        """),
     "append_mode_explicit": _doc("append_mode_explicit", FILES.format(n="append_mode_explicit"),
                                  sink="  mode: append\n"),
 }

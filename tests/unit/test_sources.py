@@ -25,14 +25,14 @@ from support.records import plan_record
 
 
 def test_the_registry_knows_the_builtin_kinds_and_refuses_others(tmp_path):
-    assert kind_names() == ["files", "kafka", "parquet"]
+    assert kind_names() == ["delta", "files", "kafka", "parquet"]
     for name in kind_names():
         kind = kind_for(name)
         assert isinstance(kind, SourceKind) and kind.name == name
     with pytest.raises(KeyError, match="unknown source kind 'ftp'"):
         kind_for("ftp")
     path = _write(tmp_path, "bad", "source:\n  kind: ftp\n  path: /data/in\n")
-    with pytest.raises(ConfigError, match=r"bad.yaml: source.kind: 'ftp' must be one of files, kafka, parquet"):
+    with pytest.raises(ConfigError, match=r"bad.yaml: source.kind: 'ftp' must be one of delta, files, kafka, parquet"):
         load_pipeline(path)
 
 

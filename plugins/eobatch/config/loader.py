@@ -587,7 +587,7 @@ CONTRACT: dict[str, tuple[str, Any]] = {
     "schema_evolution": (PENDING, lambda c: c.schema_evolution),
     "source.kind": (PENDING, lambda c: c.source.kind),
     **{f"source.{k}": (PENDING, _source_value(k)) for k in
-       ("path", "bootstrap_servers", "conn_id", "topic")},
+       ("path", "bootstrap_servers", "conn_id", "topic", "table")},
 }
 HARMLESS: dict[str, str] = {
     "description": "text for people",
@@ -604,7 +604,8 @@ HARMLESS: dict[str, str] = {
     **{f"maintenance.{k}": "maintenance keeps exactly-once under any settings" for k in MAINTENANCE_KEYS},
     **{f"source.{k}": "read when the next range is planned; a pending batch's range is in its plan" for k in
        ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
-        "starting_offsets", "max_file_bytes", "isolation_level")},
+        "starting_offsets", "max_file_bytes", "isolation_level", "starting_version", "max_versions_per_batch")},
+    "source.on_change_commit": "the policy for upstream versions that change rows, read when a range is planned",
     "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
     "source.consumer_timeout_seconds": "how long a read waits for progress",
     "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",

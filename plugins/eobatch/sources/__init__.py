@@ -27,7 +27,7 @@ from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, Source
 if TYPE_CHECKING:
     from ..core.formats import BatchPlan
 
-BUILTIN = ("files", "kafka", "parquet")  # sub-packages of this one
+BUILTIN = ("files", "kafka", "parquet", "delta")  # sub-packages of this one
 REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source")
 register = REGISTRY.register
 

@@ -1,0 +1,73 @@
+"""``kind: delta``: another Delta table's versions, read exactly once (a pipeline chained to another).
+
+Offsets are the upstream table's versions (``planner``, ``range``): a batch reads the files that
+versions ``[from, to)`` added with ``dataChange=true``, read like the parquet kind's files with the
+partition columns the Delta log holds (``read``). Compaction upstream is never read again; a
+RESTORE upstream is followed; a version that changes or deletes rows is refused (or passed over,
+recorded, when the YAML says so); the log and files removed before they were read are data loss.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..base import fields_as_keys
+from ..files.planner import changed_since_plan
+from ..parquet import ParquetKind
+from .config import DeltaConfig
+from .log import DeltaLog, UndoneRead, effective_versions
+from .planner import DeltaSource, UpstreamChanged, UpstreamDataLoss, UpstreamRefused
+from .range import DeltaRange
+from .read import read_lines
+
+if TYPE_CHECKING:
+    from ..section import SourceSection
+
+
+class DeltaKind(ParquetKind):
+    """The parquet kind's files, planned from a Delta log: its own config, planner, range (versions)
+    and reader (partition columns); rows per file checked as the parquet kind checks them."""
+
+    name = "delta"
+    config_keys = fields_as_keys(DeltaConfig)
+    position_based = True  # a rewind reads again from a batch's first upstream version
+    checks_late_files = False
+    interval_by_record_time = False
+    replayable = False  # a replay writes JSON lines, which a Delta source does not read
+
+    @property
+    def config_model(self) -> type[SourceSection]:
+        """The ``source:`` section's model (pydantic: imported where YAML is read, never by the Spark job)."""
+        # pydantic: only where YAML is read (the Spark job loads this kind without it)
+        from .section import DeltaSection
+
+        return DeltaSection
+
+    def planner(self, cfg) -> DeltaSource:  # type: ignore[override]
+        return DeltaSource(cfg)
+
+    def range(self, data: dict) -> DeltaRange:  # type: ignore[override]
+        return DeltaRange.from_json(data)
+
+    def start_marker(self, rng: dict) -> dict:  # type: ignore[override]
+        return DeltaRange.from_json(rng).start_marker().to_json()
+
+    def job_source(self, source: DeltaConfig) -> dict:  # type: ignore[override]
+        return {"kind": self.name, "path": source.table}  # the table's folder: no link below it is followed
+
+    def unreadable(self, rng: dict, job: dict) -> list[str]:
+        problems = changed_since_plan(rng, job.get("path"))
+        if problems:
+            problems.append(f"upstream files of {rng.get('table')} changed or were removed (a VACUUM?) since this "
+                            f"batch was planned: its records cannot be read exactly any more")
+        return problems
+
+    def read(self, spark, rng: dict, job: dict):
+        self._seen = (rng, job.get("path"))
+        return read_lines(spark, rng, job.get("path"))
+
+
+KIND = DeltaKind()
+
+__all__ = ["KIND", "DeltaKind", "DeltaConfig", "DeltaSource", "DeltaRange", "DeltaLog", "UndoneRead",
+           "UpstreamChanged", "UpstreamDataLoss", "UpstreamRefused", "effective_versions"]

@@ -1,0 +1,193 @@
+"""The upstream table's Delta log, read as the delta kind needs it: one version's actions at a time.
+
+A version is one JSON file ``_delta_log/<version, 20 digits>.json`` of actions (the Delta protocol).
+What the kind makes of a version (``Commit.change``):
+
+* ``append``: files added with ``dataChange=true`` and none removed with it (a WRITE, an eobatch
+  batch of an append sink): its files are read;
+* ``none``: no data changed (``dataChange=false`` only: OPTIMIZE, our compaction; metadata,
+  a CREATE TABLE without files): nothing to read;
+* ``restore``: a RESTORE to an earlier version (an eobatch rewind upstream, ``RESTORE TABLE``):
+  the table is then what it was at that version (``effective_versions``);
+* ``change``: rows changed or deleted (files removed with ``dataChange=true``: MERGE, DELETE,
+  UPDATE, a slice replaced): an append-only reader cannot read it exactly.
+
+The log is read with the product's storage (local, ``s3a://``), not with a Delta library: what a
+version did is in its own file, which no snapshot API hands out. Paths in the log are URIs
+relative to the table (percent-encoded) or absolute.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from ...errors import TerminalError
+from ...storage.fs import Storage, join
+
+LOG_DIR = "_delta_log"
+COMMIT_RE = re.compile(r"^(\d{20})\.json$")
+
+
+class VersionsGone(TerminalError):
+    """Upstream versions whose log files are gone (log cleanup) before this pipeline read them."""
+
+    def __init__(self, message: str, versions: tuple[int, int]):
+        super().__init__(message)
+        self.versions = versions  # [first, end) of the versions gone
+
+
+class UndoneRead(TerminalError):
+    """An upstream RESTORE undid versions this pipeline has already read and published."""
+
+    def __init__(self, message: str, restore: int, target: int):
+        super().__init__(message)
+        self.restore, self.target = restore, target
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A file a version adds with ``dataChange=true``: its absolute path, size, partition values."""
+
+    path: str
+    size: int
+    partition_values: Mapping[str, str | None]
+    deletion_vector: bool = False  # some of its rows are deleted by a deletion vector
+
+
+@dataclass(frozen=True)
+class Commit:
+    version: int
+    operation: str
+    adds: tuple[DataFile, ...] = ()
+    removed_with_data: int = 0  # files removed with dataChange=true
+    no_data_change: int = 0  # files added or removed with dataChange=false
+    restore_to: int | None = None  # a RESTORE: the version the table is restored to
+    metadata: Mapping | None = None  # the version's metaData action, when it has one
+    info: Mapping = field(default_factory=dict)  # its commitInfo
+
+    @property
+    def change(self) -> str:
+        """``append``, ``none``, ``restore`` or ``change`` (the module docstring)."""
+        if self.operation == "RESTORE" and self.restore_to is not None:
+            return "restore"
+        if self.removed_with_data or self.operation == "RESTORE":
+            return "change"
+        return "append" if self.adds else "none"
+
+    @property
+    def pipeline_batch(self) -> tuple[str, int] | None:
+        """(pipeline, batch) of the eobatch batch this version carried (its commit info's
+        ``eo.pipeline`` and ``eo.batchId``), or None for another writer's commit."""
+        pipeline, batch = self.info.get("eo.pipeline"), self.info.get("eo.batchId")
+        if pipeline is None or batch is None:
+            return None
+        try:
+            return str(pipeline), int(batch)
+        except (TypeError, ValueError):
+            return None
+
+    def describe(self) -> str:
+        own = self.pipeline_batch
+        return f"version {self.version} ({self.operation}" + (f", {own[0]} batch {own[1]})" if own else ")")
+
+
+def data_path(table: str, path: str) -> str:
+    """The absolute path of a file the log names: a URI relative to the table, percent-encoded,
+    or an absolute URI (``file:``, ``s3a:``/``s3:``)."""
+    if "://" in path or path.startswith("file:"):
+        if path.startswith("file:"):
+            return unquote(re.sub(r"^file:(//)?", "", path))
+        if path.startswith("s3://"):
+            return "s3a://" + unquote(path[len("s3://"):])
+        return unquote(path)
+    return join(table, unquote(path))
+
+
+class DeltaLog:
+    """The log of the table at ``table`` (a local path or s3a:// URI), through ``fs``."""
+
+    def __init__(self, fs: Storage, table: str):
+        self.fs, self.table = fs, table
+        self.root = join(table, LOG_DIR)
+
+    def latest(self) -> int | None:
+        """The newest version whose commit file is in the log (None: no table there)."""
+        versions = [int(m.group(1)) for f in self.fs.list_files(self.root, recursive=False)
+                    if (m := COMMIT_RE.match(f.path.rsplit("/", 1)[-1]))]
+        return max(versions) if versions else None
+
+    def commit(self, version: int) -> Commit | None:
+        """What ``version`` did; None when its commit file is no longer in the log."""
+        path = join(self.root, f"{version:020d}.json")
+        try:
+            text = self.fs.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        return parse_commit(self.table, version, text)
+
+
+def parse_commit(table: str, version: int, text: bytes) -> Commit:
+    """A version's commit file as a ``Commit`` (the Delta protocol's actions, one JSON per line)."""
+    adds: list[DataFile] = []
+    removed = quiet = 0
+    info: dict = {}
+    metadata = None
+    for line in text.decode("utf-8").splitlines():
+        if not line.strip():
+            continue
+        action = json.loads(line)
+        if "commitInfo" in action:
+            info = action["commitInfo"] or {}
+        elif "add" in action:
+            a = action["add"]
+            if a.get("dataChange", True):
+                adds.append(DataFile(data_path(table, a["path"]), int(a["size"]), dict(a.get("partitionValues") or {}),
+                                     a.get("deletionVector") is not None))
+            else:
+                quiet += 1
+        elif "remove" in action:
+            if action["remove"].get("dataChange", True):
+                removed += 1
+            else:
+                quiet += 1
+        elif "metaData" in action:
+            metadata = action["metaData"]
+    operation = str(info.get("operation") or "?")
+    restore_to = None
+    if operation == "RESTORE":
+        try:
+            restore_to = int(str((info.get("operationParameters") or {}).get("version")))
+        except ValueError:
+            restore_to = None  # a RESTORE to a timestamp: which version is not recorded
+    return Commit(version, operation, tuple(adds), removed, quiet, restore_to, metadata, info)
+
+
+def effective_versions(commits: Mapping[int, Commit | None], start: int, latest: int,
+                       read_by: Mapping[int, int] | None = None) -> list[int]:
+    """The versions from ``start`` to ``latest`` whose changes make up the table at ``latest``
+    from the table at ``start - 1``, oldest first: walking back from ``latest``, a RESTORE to
+    version ``t`` makes the versions after ``t`` up to it (itself included) count for nothing (the
+    table after the RESTORE is the table at ``t``). A RESTORE to a version before ``start - 1``
+    undid versions already read: UndoneRead (``read_by``: the batch that read each version, for
+    the message). A version whose commit is gone (None) is kept: the caller decides."""
+    out: list[int] = []
+    v = latest
+    while v >= start:
+        c = commits[v]
+        if c is not None and c.change == "restore":
+            t = int(c.restore_to)  # type: ignore[arg-type]
+            if t < start - 1:
+                batches = sorted({b for u, b in (read_by or {}).items() if t < u < start})
+                raise UndoneRead(f"upstream {c.describe()} restored the table to version {t}: it undid versions "
+                                 f"{t + 1}..{start - 1}, which this pipeline has already read and published"
+                                 + (f" (batch{'es' if len(batches) > 1 else ''} {', '.join(map(str, batches))})"
+                                    if batches else ""), v, t)
+            v = t
+            continue
+        out.append(v)
+        v -= 1
+    return out[::-1]

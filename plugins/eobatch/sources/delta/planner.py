@@ -1,0 +1,262 @@
+"""Delta planner: the next upstream versions after the ones read, and the files they added.
+
+A batch's range is the upstream versions ``[from, to)`` (``versions``): ``from`` is the previous
+batch's ``to`` (``starting_version`` for a new pipeline), ``to`` is where the next batch starts.
+It lists the files the versions added with ``dataChange=true`` (``files``, each with its version,
+its partition values, and its records counted from its Parquet footer: the plan knows exactly
+what the job must read), and what it did not read and why:
+
+* versions that change no data (OPTIMIZE, compaction, metadata) are passed over: compacted rows
+  were read when they were first added, so maintenance upstream never doubles a row downstream;
+* a RESTORE upstream to a version this pipeline has not read past makes the versions it undid,
+  and itself, count for nothing (``log.effective_versions``); one that undid versions already
+  published is refused, naming the batch to rewind to;
+* a version that changes or deletes rows (MERGE, DELETE, UPDATE) is refused (``on_change_commit:
+  fail``, the default) or passed over and recorded (``skip``);
+* versions or files removed before they were read (log cleanup, VACUUM) are refused
+  (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``).
+
+Batches end at version boundaries: at least one version with data, then versions while their
+records fit ``max_records_per_batch`` and there are at most ``max_versions_per_batch`` of them.
+Every version of the upstream is a batch boundary of the upstream's pipeline (one commit per
+batch and table), so a batch never reads half an upstream batch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import TerminalError
+from ...storage import s3conf
+from ...storage.fs import storage_for
+from ..base import BacklogAsk
+from ..files.planner import planned_file
+from ..parquet.planner import ForgedFooter, footer_rows
+from .log import Commit, DeltaLog, UndoneRead, effective_versions
+
+log = logging.getLogger(__name__)
+COLUMN_MAPPING = "delta.columnMapping.mode"
+
+
+class UpstreamRefused(TerminalError):
+    """An upstream version or table this source cannot read exactly; the message says what to do."""
+
+
+class UpstreamChanged(UpstreamRefused):
+    """An upstream version changes or deletes rows (``on_change_commit: fail``)."""
+
+
+class UpstreamDataLoss(UpstreamRefused):
+    """Upstream versions or files were removed before they were read (``on_data_loss: fail``)."""
+
+
+class DeltaSource:
+    kind = "delta"
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.src = cfg.source
+        self.fs = storage_for(self.src.table)
+        self.late: list = []
+
+    def describe(self) -> str:
+        return self.src.describe()
+
+    def _snapshot(self):
+        """The upstream table now (delta-rs), or None when there is none yet."""
+        # deltalake: the Airflow side only, never the Spark job
+        from deltalake import DeltaTable
+
+        try:
+            return DeltaTable(s3conf.table_uri(self.src.table),
+                              storage_options=s3conf.delta_storage_options(self.src.table))
+        except Exception as e:  # TableNotFoundError differs between versions
+            if type(e).__name__ == "TableNotFoundError" or "not a delta table" in str(e).lower() \
+                    or "no log files" in str(e).lower():
+                return None
+            raise
+
+    def _start(self, prev: dict | None, table_id: str) -> int:
+        name = self.cfg.name
+        if prev is None:
+            return self.src.starting_version
+        if prev.get("table") != self.src.table:
+            raise UpstreamRefused(f"the last batch read Delta table {prev.get('table')!r}, the pipeline now names "
+                                  f"{self.src.table!r}; reading another table needs a new pipeline name")
+        if prev.get("table_id") not in (None, table_id):
+            raise UpstreamRefused(f"the Delta table at {self.src.table} is another table now (table id "
+                                  f"{prev['table_id']} when the last batch read it, {table_id} now: it was dropped and "
+                                  f"created again); reading it needs a new pipeline name (or rewind {name} "
+                                  f"to its first batch: `make rewind PIPELINE={name} BATCH=1`)")
+        return int(prev["versions"][1])
+
+    def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int | None, list[str]]:
+        table = self.src.table
+        dt = self._snapshot()
+        if dt is None:
+            return None, None, [f"the upstream table {table} does not exist yet"]
+        meta = dt.metadata()
+        prev = previous_plans[-1].range if previous_plans else None
+        start = self._start(prev, meta.id)
+        latest = dt.version()
+        if latest < start:
+            return None, None, []
+        self._check_table(meta)
+        delta_log = DeltaLog(self.fs, table)
+        commits = {v: delta_log.commit(v) for v in range(start, latest + 1)}
+        try:
+            effective = effective_versions(commits, start, latest)
+        except UndoneRead as e:
+            raise UpstreamRefused(self._undone_text(e, previous_plans)) from None
+        partition_types = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]
+                           if f["name"] in meta.partition_columns}
+        files: list[dict] = []
+        notes: list[str] = []
+        skipped: dict[str, str] = {}
+        lost: list[int] = []
+        upstream: dict[str, list[int]] = {}
+        records = with_data = 0
+        end = latest + 1
+        for v in effective:
+            c = commits[v]
+            if c is None:
+                if self.src.on_data_loss == "fail":
+                    if with_data:
+                        end = v
+                        break
+                    raise UpstreamDataLoss(self._gone_text([u for u in effective if commits[u] is None], start))
+                lost.append(v)
+                continue
+            self._check_commit(c, meta.partition_columns)
+            if c.change == "none":
+                continue
+            if c.change == "change":  # a RESTORE to a timestamp is one too: its version is not recorded
+                if self.src.on_change_commit == "fail":
+                    if with_data or lost or skipped:
+                        end = v
+                        break
+                    raise UpstreamChanged(self._change_text(c))
+                skipped[str(v)] = f"{c.operation}: rows changed or deleted (on_change_commit: skip)"
+                notes.append(f"upstream {c.describe()} changed or deleted rows; passed over (on_change_commit: "
+                             f"skip): those changes are not in this pipeline's tables")
+                continue
+            entries = [self._entry(f.path, v, f.partition_values, table) for f in c.adds]
+            n = sum(e["records"] for e in entries)
+            if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch):
+                end = v
+                break
+            files += entries
+            records += n
+            with_data += 1
+            if c.pipeline_batch:
+                upstream.setdefault(c.pipeline_batch[0], []).append(c.pipeline_batch[1])
+        if not files and not skipped and not lost:
+            return None, None, notes
+        rng: dict[str, Any] = {"table": table, "table_id": meta.id, "versions": [start, end], "files": files}
+        if partition_types:
+            rng["partition_columns"] = partition_types
+        if skipped:
+            rng["skipped"] = skipped
+        if lost:
+            rng["lost"] = lost
+            notes.append(f"upstream version(s) {', '.join(map(str, lost))} are no longer in the table's log (log "
+                         f"cleanup); passed over (on_data_loss: accept): their rows are not in this pipeline's tables")
+        if upstream:
+            rng["upstream"] = upstream
+        gone = [f["path"] for f in files if f.get("skipped")]
+        if gone:
+            notes += [f"{f['path']} (upstream version {f['version']}): {f['skipped']}; not published" for f in files
+                      if f.get("skipped")]
+        return rng, records, notes
+
+    def _entry(self, path: str, version: int, partition_values: Mapping[str, str | None], table: str) -> dict:
+        """A planned file: its identity and records (its footer), its version and partition values."""
+        extra: dict[str, Any] = {"version": version}
+        if partition_values:
+            extra["partition_values"] = dict(partition_values)
+        try:
+            n, info = footer_rows(self.fs, path, table)
+            return {**planned_file(info), "records": n, **extra}
+        except ForgedFooter as e:
+            reason = f"{e.args[0]}: no reader can read it as it says"
+            log.warning("skipping %s: %s", path, reason)
+            return {**planned_file(e.args[1]), "records": 0, "skipped": reason, **extra}
+        except FileNotFoundError:
+            if self.src.on_data_loss == "fail":
+                raise UpstreamDataLoss(
+                    f"{path}, added by upstream version {version} of {table}, is no longer on storage: a VACUUM "
+                    f"removed it (after a compaction or a change rewrote it) before this pipeline read it. Its rows "
+                    f"cannot be read exactly any more. Options: VACUUM upstream with a retention longer than this "
+                    f"pipeline's lag; set source.on_data_loss: accept to pass over files that are gone (recorded "
+                    f"in the ledger); or start a new pipeline at a later version (source.starting_version)") from None
+            return {"path": path, "size": 0, "mtime_ms": 0, "records": 0, "lost": True,
+                    "skipped": "gone from storage (VACUUM) before it was read (on_data_loss: accept)", **extra}
+
+    def _check_table(self, meta) -> None:
+        mode = (meta.configuration or {}).get(COLUMN_MAPPING)
+        if mode not in (None, "none"):
+            raise UpstreamRefused(f"the Delta table {self.src.table} uses column mapping ({COLUMN_MAPPING} = {mode}): "
+                                  f"its files' column names are not the table's, which this source does not read")
+
+    def _check_commit(self, c: Commit, partition_columns: list[str]) -> None:
+        if c.metadata is not None:
+            cols = list(c.metadata.get("partitionColumns") or [])
+            if cols != list(partition_columns):
+                raise UpstreamRefused(f"upstream {c.describe()} of {self.src.table} set its partition columns to "
+                                      f"{cols}; the table's are {list(partition_columns)} now: a table whose "
+                                      f"partitioning changed is another table; read it with a new pipeline")
+            mode = (c.metadata.get("configuration") or {}).get(COLUMN_MAPPING)
+            if mode not in (None, "none"):
+                raise UpstreamRefused(f"upstream {c.describe()} of {self.src.table} turned on column mapping "
+                                      f"({COLUMN_MAPPING} = {mode}), which this source does not read")
+        dv = [f.path for f in c.adds if f.deletion_vector]
+        if dv:
+            raise UpstreamRefused(f"upstream {c.describe()} of {self.src.table} added {len(dv)} file(s) with deletion "
+                                  f"vectors (e.g. {dv[0]}), which this source does not apply; turn off "
+                                  f"delta.enableDeletionVectors upstream")
+
+    def _change_text(self, c: Commit) -> str:
+        name = self.cfg.name
+        return (f"upstream {c.describe()} of {self.src.table} changed or deleted rows ({c.removed_with_data} file(s) "
+                f"removed with their data), which an append-only read cannot apply exactly. Nothing was planned. "
+                f"Options: if the upstream is not meant to change rows, rewind it to before that version (its "
+                f"RESTORE is then followed here); or set source.on_change_commit: skip in {name}'s YAML to pass over "
+                f"such versions, recorded in the ledger (their changes do not reach {name}'s tables)")
+
+    def _gone_text(self, gone: list[int], start: int) -> str:
+        return (f"upstream version(s) {gone[0]}..{gone[-1]} of {self.src.table} are no longer in its log (log "
+                f"cleanup, delta.logRetentionDuration) and this pipeline has read up to version {start - 1}: what they "
+                f"added cannot be known any more. Options: set source.on_data_loss: accept in {self.cfg.name}'s YAML "
+                f"to pass over them (recorded in the ledger); or start a new pipeline at a later version "
+                f"(source.starting_version)")
+
+    def _undone_text(self, e: UndoneRead, previous_plans) -> str:
+        """``e``'s message, with the batch to rewind to: the first one that read past the restore's target."""
+        name = self.cfg.name
+        batch = None
+        for p in previous_plans:  # the error path only: reading every plan is fine here
+            if p.source_kind == self.kind and int(p.range.get("versions", [0, 0])[1]) > e.target + 1 \
+                    and p.range.get("files") is not None:
+                batch = p.batch_id
+                break
+        how = (f" Rewind {name} to batch {batch} (`make rewind PIPELINE={name} BATCH={batch}`): it then reads the "
+               f"upstream again from before the restore's target, and passes over what the restore undid"
+               if batch is not None else "")
+        return f"{e}; nothing was planned.{how}"
+
+    def backlog(self, previous_plans, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
+        """``Planner.backlog``: the upstream versions after the newest plan's end (no record count:
+        that needs each version's files counted)."""
+        dt = self._snapshot()
+        prev = previous_plans[-1].range if previous_plans else None
+        start = int(prev["versions"][1]) if prev and prev.get("table") == self.src.table else self.src.starting_version
+        latest = -1 if dt is None else dt.version()
+        return {"records": None, "versions": max(0, latest + 1 - start),
+                "notes": [f"upstream versions {start}..{latest} of {self.src.table} not read yet"
+                          if latest >= start else f"no upstream version after {start - 1} yet"]}
+
+    def interval_range(self, start_ms, end_ms, limit, earlier=None, **late_files):
+        raise TerminalError("a delta source has no intervals: use mode: continuous")

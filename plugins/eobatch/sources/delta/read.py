@@ -1,0 +1,37 @@
+"""Spark side of the delta kind: each row of each planned file as one JSON record.
+
+The files are read as the parquet kind reads its files (``files.read.open_planned``: checked
+against the plan's identity, a local one through its descriptor), each with its own schema, with
+the upstream's partition columns added from the log's partition values (typed by the table's
+schema), since Delta keeps them out of the files. ``position`` is the row index in the file.
+"""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from ..files.planner import read_files
+from ..files.read import _glob_escape, open_planned
+
+LINES_SCHEMA = "source STRING, position BIGINT, raw STRING"
+
+
+def read_lines(spark, rng: dict, root: str | None = None):
+    """The rows of the planned files, with their partition columns. SystemExit naming every
+    planned file that is not the one planned (nothing is read then)."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
+    from pyspark.sql import functions as F
+
+    types = rng.get("partition_columns") or {}
+    read_as = open_planned(spark, rng, root)
+    parts = []
+    for f in read_files(rng):
+        df = spark.read.parquet(_glob_escape(read_as[f["path"]]))
+        values = f.get("partition_values") or {}
+        cols = [F.col(f"`{c}`") for c in df.columns if c not in types]
+        cols += [F.lit(values.get(c)).cast(t).alias(c) for c, t in types.items()]
+        parts.append(df.select(F.lit(f["path"]).alias("source"), F.col("_metadata.row_index").alias("position"),
+                               F.to_json(F.struct(*cols)).alias("raw")))
+    if not parts:
+        return spark.createDataFrame([], LINES_SCHEMA)
+    return reduce(lambda a, b: a.unionByName(b), parts)

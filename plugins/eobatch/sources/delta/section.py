@@ -1,0 +1,29 @@
+"""The ``source:`` keys of ``kind: delta`` as a typed model (``DeltaConfig`` is what it loads to)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import ValidationInfo, model_validator
+
+from ...config.model import Invalid, NonNegativeInt, PosInt, TablePath, one_of
+from ..section import SourceSection
+from .config import CHOICES, DEFAULT_MAX_VERSIONS, DeltaConfig
+
+
+class DeltaSection(SourceSection):
+    CONFIG = DeltaConfig
+    table: TablePath
+    starting_version: NonNegativeInt = 0
+    max_versions_per_batch: PosInt = DEFAULT_MAX_VERSIONS
+    on_change_commit: Annotated[str, one_of(*CHOICES["on_change_commit"])] = CHOICES["on_change_commit"][0]
+    on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _continuous_only(cls, data: Any, info: ValidationInfo) -> Any:
+        if (info.context or {}).get("mode") == "interval":
+            raise Invalid("'delta' reads its upstream table's versions in order, as they were committed; it has no "
+                          "intervals: use mode: continuous (a schedule still runs it; or schedule it on the upstream's "
+                          "asset)", at="kind")
+        return data

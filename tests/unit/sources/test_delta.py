@@ -1,0 +1,270 @@
+"""kind: delta: its config, its planning from a real Delta log (delta-rs writes the upstream:
+appends, OPTIMIZE, DELETE, MERGE, RESTORE, VACUUM, log cleanup) and its range. No Spark here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from eobatch.config.loader import ConfigError
+from eobatch.sources import kind_for, range_summary, source_for
+from eobatch.sources.delta import DeltaConfig, UpstreamChanged, UpstreamDataLoss, UpstreamRefused
+from eobatch.sources.delta.log import DeltaLog, parse_commit
+from support.records import stage_summary as _summary
+
+
+class _Plan:
+    """A previous batch plan as next_range sees it."""
+
+    def __init__(self, rng, batch_id=1):
+        self.range, self.notes, self.batch_id, self.source_kind = rng, [], batch_id, "delta"
+
+
+def _up(tmp_path) -> str:
+    return str(tmp_path / "upstream")
+
+
+def _append(table: str, ids, day="2026-01-01", **kw) -> int:
+    write_deltalake(table, pa.table({"order_id": [f"o{i}" for i in ids], "amount": [float(i) for i in ids],
+                                     "day": [day] * len(ids)}), mode="append", partition_by=["day"], **kw)
+    return DeltaTable(table).version()
+
+
+def _cfg(make_cfg, tmp_path, **extra):
+    return make_cfg(source={"kind": "delta", "table": _up(tmp_path), **extra})
+
+
+def _plan_all(cfg, limit=None):
+    """Every batch the planner gives from the start, as (range, records, notes)."""
+    src, plans, out = source_for(cfg), [], []
+    while True:
+        rng, n, notes = src.next_range(plans, limit or cfg.source.max_records_per_batch)
+        if rng is None:
+            return out
+        out.append((rng, n, notes))
+        plans.append(_Plan(rng, len(plans) + 1))
+
+
+def _ids(rng) -> list[int]:
+    return sorted(f["version"] for f in rng["files"])
+
+
+# -- config ----------------------------------------------------------------------------------
+
+
+def test_config_keys_defaults_and_refusals(make_cfg, tmp_path):
+    cfg = _cfg(make_cfg, tmp_path)
+    assert isinstance(cfg.source, DeltaConfig)
+    assert (cfg.source.table, cfg.source.starting_version, cfg.source.max_versions_per_batch,
+            cfg.source.on_change_commit, cfg.source.on_data_loss) == (_up(tmp_path), 0, 100, "fail", "fail")
+    assert cfg.source.path == _up(tmp_path) and kind_for("delta").position_based
+    with pytest.raises(ConfigError, match=r"source.on_change_commit: 'merge' must be one of fail, skip"):
+        _cfg(make_cfg, tmp_path, on_change_commit="merge")
+    with pytest.raises(ConfigError, match=r"source.table: is required"):
+        make_cfg(source={"kind": "delta"})
+    with pytest.raises(ConfigError, match=r"source.kind: 'delta' reads its upstream table's versions in order"):
+        make_cfg(mode="interval", schedule="@hourly", source={"kind": "delta", "table": _up(tmp_path)})
+
+
+def test_its_own_tables_may_not_be_inside_the_upstream_table(make_cfg, tmp_path):
+    with pytest.raises(ConfigError, match="overlaps"):
+        make_cfg(source={"kind": "delta", "table": str(tmp_path)})
+
+
+# -- planning ------------------------------------------------------------------------------
+
+
+def test_appends_are_read_once_each_in_version_order_with_footer_counts(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])          # v0
+    _append(t, [3], day="2026-01-02")  # v1
+    _append(t, [4, 5, 6])       # v2
+    batches = _plan_all(_cfg(make_cfg, tmp_path))
+    assert len(batches) == 1
+    rng, n, _ = batches[0]
+    assert n == 6 and rng["versions"] == [0, 3] and _ids(rng) == [0, 1, 2]
+    assert {f["partition_values"]["day"] for f in rng["files"]} == {"2026-01-01", "2026-01-02"}
+    assert rng["partition_columns"] == {"day": "string"} and rng["table_id"] == DeltaTable(t).metadata().id
+    assert all(os.path.isabs(f["path"]) and os.path.exists(f["path"]) for f in rng["files"])
+    # nothing new: nothing planned; a new version: only it
+    src = source_for(_cfg(make_cfg, tmp_path))
+    assert src.next_range([_Plan(rng)], 100)[0] is None
+    _append(t, [7])
+    rng2, n2, _ = src.next_range([_Plan(rng)], 100)
+    assert (rng2["versions"], n2, _ids(rng2)) == ([3, 4], 1, [3])
+
+
+def test_batches_end_at_version_boundaries_within_the_record_and_version_limits(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    for i in range(5):
+        _append(t, range(10 * i, 10 * i + 3))  # 3 records per version
+    by_records = _plan_all(_cfg(make_cfg, tmp_path, max_records_per_batch=7))
+    assert [b[0]["versions"] for b in by_records] == [[0, 2], [2, 4], [4, 5]]
+    assert [b[1] for b in by_records] == [6, 6, 3]
+    by_versions = _plan_all(_cfg(make_cfg, tmp_path, max_versions_per_batch=3))
+    assert [b[0]["versions"] for b in by_versions] == [[0, 3], [3, 5]]
+    # a version larger than the limit is read whole, alone (version granularity)
+    one = _plan_all(_cfg(make_cfg, tmp_path, max_records_per_batch=2))
+    assert [b[1] for b in one] == [3] * 5
+
+
+def test_compaction_upstream_is_never_read_again(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])
+    _append(t, [3])
+    DeltaTable(t).optimize.compact()  # v2: dataChange=false
+    _append(t, [4])  # v3
+    batches = _plan_all(_cfg(make_cfg, tmp_path))
+    assert sum(b[1] for b in batches) == 4
+    assert [v for b in batches for v in _ids(b[0])] == [0, 1, 3]
+    # read before the compaction, then after it: the compacted rows are not read twice
+    t2 = str(tmp_path / "u2")
+    _append(t2, [1])
+    _append(t2, [2])
+    cfg = make_cfg(source={"kind": "delta", "table": t2})
+    src = source_for(cfg)
+    first = src.next_range([], 100)[0]
+    DeltaTable(t2).optimize.compact()
+    assert src.next_range([_Plan(first)], 100)[0] is None
+    _append(t2, [9])
+    nxt, n, _ = src.next_range([_Plan(first)], 100)
+    assert n == 1 and _ids(nxt) == [3] and nxt["versions"] == [2, 4]
+
+
+def test_a_version_that_changes_rows_is_refused_naming_it_or_skipped_when_asked(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])
+    _append(t, [3])
+    DeltaTable(t).delete("order_id = 'o3'")  # v2
+    _append(t, [4])  # v3
+    with pytest.raises(UpstreamChanged, match=r"upstream version 2 \(DELETE\) of .* changed or deleted rows"):
+        _cfg_plan = _plan_all(_cfg(make_cfg, tmp_path))
+    # what comes before it is read first; the refusal comes with the next plan
+    src = source_for(_cfg(make_cfg, tmp_path, max_records_per_batch=1))
+    rng, n, _ = src.next_range([], 1)
+    assert rng["versions"] == [0, 1]
+    rng, n, _ = src.next_range([_Plan(rng)], 100)
+    assert rng["versions"] == [1, 2] and n == 1
+    with pytest.raises(UpstreamChanged, match="on_change_commit: skip"):
+        src.next_range([_Plan(rng)], 100)
+    skipped = _plan_all(_cfg(make_cfg, tmp_path, on_change_commit="skip"))
+    (rng, n, notes), = skipped
+    assert n == 4 and _ids(rng) == [0, 1, 3] and rng["skipped"] == {"2": "DELETE: rows changed or deleted "
+                                                                          "(on_change_commit: skip)"}
+    assert any("version 2 (DELETE)" in x and "passed over" in x for x in notes)
+
+
+def test_a_restore_upstream_is_followed_when_nothing_it_undid_was_read(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1])  # v0
+    _append(t, [2])  # v1
+    _append(t, [3])  # v2, undone
+    DeltaTable(t).delete("order_id = 'o1'")  # v3, undone
+    DeltaTable(t).restore(1)  # v4: the table is v1's
+    _append(t, [4])  # v5
+    (rng, n, _), = _plan_all(_cfg(make_cfg, tmp_path))
+    assert _ids(rng) == [0, 1, 5] and n == 3 and rng["versions"] == [0, 6]
+    # the batch before the restore's target ends where the restore's versions end
+    src = source_for(_cfg(make_cfg, tmp_path))
+    first = src.next_range([], 1)[0]
+    second = src.next_range([_Plan(first)], 1)[0]
+    assert (first["versions"], second["versions"]) == ([0, 1], [1, 5])
+    assert _ids(src.next_range([_Plan(second)], 1)[0]) == [5]
+
+
+def test_a_restore_that_undid_versions_already_read_names_the_batch_to_rewind_to(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1])
+    cfg = _cfg(make_cfg, tmp_path)
+    src = source_for(cfg)
+    b1 = src.next_range([], 100)[0]
+    _append(t, [2])  # v1
+    b2 = src.next_range([_Plan(b1, 1)], 100)[0]
+    DeltaTable(t).restore(0)  # v2: undoes v1, which batch 2 read
+    with pytest.raises(UpstreamRefused, match=r"upstream version 2 \(RESTORE\) restored the table to version 0: it "
+                       r"undid versions 1..1, .* Rewind \S+ to batch 2 \(`make rewind PIPELINE=\S+ BATCH=2`\)"):
+        src.next_range([_Plan(b1, 1), _Plan(b2, 2)], 100)
+    # after that rewind the pipeline reads on from batch 2's start: the restore is followed
+    marker = kind_for("delta").start_marker(b2)
+    assert marker["versions"] == [1, 1]
+    assert src.next_range([_Plan(b1, 1), _Plan(marker, 3)], 100)[0] is None
+    _append(t, [3])  # v3
+    rng, n, _ = src.next_range([_Plan(b1, 1), _Plan(marker, 3)], 100)
+    assert _ids(rng) == [3] and n == 1
+
+
+def test_versions_gone_from_the_log_are_data_loss_unless_accepted(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    for i in range(3):
+        _append(t, [i])
+    DeltaTable(t).create_checkpoint()
+    os.remove(Path(t) / "_delta_log" / f"{0:020d}.json")  # what log cleanup does after a checkpoint
+    with pytest.raises(UpstreamDataLoss, match=r"upstream version\(s\) 0..0 of .* are no longer in its log"):
+        _plan_all(_cfg(make_cfg, tmp_path))
+    (rng, n, notes), = _plan_all(_cfg(make_cfg, tmp_path, on_data_loss="accept"))
+    assert rng["lost"] == [0] and _ids(rng) == [1, 2] and n == 2
+    assert "LOST versions 0" in range_summary(_ranged(rng))
+
+
+def test_files_vacuumed_before_they_were_read_are_data_loss_unless_accepted(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1])
+    _append(t, [2])
+    DeltaTable(t).optimize.compact()
+    DeltaTable(t).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(UpstreamDataLoss, match=r"added by upstream version 0 of .* is no longer on storage: a VACUUM"):
+        _plan_all(_cfg(make_cfg, tmp_path))
+    (rng, n, notes), = _plan_all(_cfg(make_cfg, tmp_path, on_data_loss="accept"))
+    assert n == 0 and all(f["skipped"].startswith("gone from storage") for f in rng["files"])
+
+
+def test_a_table_created_again_or_another_table_is_refused(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1])
+    src = source_for(_cfg(make_cfg, tmp_path))
+    b1 = src.next_range([], 100)[0]
+    import shutil
+    shutil.rmtree(t)
+    _append(t, [1])
+    with pytest.raises(UpstreamRefused, match="is another table now"):
+        src.next_range([_Plan(b1)], 100)
+    with pytest.raises(UpstreamRefused, match="reading another table needs a new pipeline name"):
+        src.next_range([_Plan({**b1, "table": "/elsewhere"})], 100)
+
+
+def test_nothing_to_read_before_the_upstream_exists(make_cfg, tmp_path):
+    rng, n, notes = source_for(_cfg(make_cfg, tmp_path)).next_range([], 100)
+    assert rng is None and "does not exist yet" in notes[0]
+
+
+def test_lineage_lists_the_upstream_batches_each_batch_consumed(tmp_path):
+    t = str(tmp_path / "t")
+    _append(t, [1])
+    text = (Path(t) / "_delta_log" / f"{0:020d}.json").read_bytes()
+    c = parse_commit(t, 0, text)
+    assert c.change == "append" and c.pipeline_batch is None
+    tagged = text.replace(b'"operation":"WRITE"', b'"operation":"WRITE","eo.pipeline":"orders","eo.batchId":"12"')
+    assert parse_commit(t, 0, tagged).pipeline_batch == ("orders", 12)
+    assert DeltaLog(__import__("eobatch.storage.fs", fromlist=["x"]).LocalStorage(), t).commit(5) is None
+
+
+def test_the_range_checks_rows_per_file_against_the_plan(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])
+    (rng, n, _), = _plan_all(_cfg(make_cfg, tmp_path))
+    path = rng["files"][0]["path"]
+    r = kind_for("delta").range(rng)
+    assert r.check_stage(_summary(2, {path: [2, 0, 1]})) == []
+    assert r.check_stage(_summary(1, {path: [1, 0, 0]})) != []
+    assert r.commit_offsets() == {"table": t, "versions": [0, 1]}
+    assert r.summary() == f"{t}: versions 0..0, 1 file(s)"
+
+
+def _ranged(rng):
+    class P:
+        source_kind, range, interval = "delta", rng, None
+    return P()
