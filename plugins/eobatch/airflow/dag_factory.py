@@ -32,6 +32,8 @@ def timetable_for(cfg: PipelineConfig):
     Interval mode: a timetable whose runs cover the time between two cron ticks. Airflow 3's
     default for a cron string (CronTriggerTimetable) gives zero-length data intervals.
     """
+    if cfg.schedule_asset is not None:  # runs on that table's asset events (continuous mode only)
+        return assets.table_asset(cfg.schedule_asset)
     if cfg.mode != "interval":
         return cfg.schedule
     # Airflow's timetables: only an interval-mode pipeline's DAG
@@ -107,7 +109,9 @@ def build_dag(cfg: PipelineConfig) -> DAG:
                           asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
                           quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
                           batches=cfg.max_batches_per_run,
-                          schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else ", manual triggers only"),
+                          schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else
+                          f", runs on the asset events of `{cfg.schedule_asset}`" if cfg.schedule_asset else
+                          ", manual triggers only"),
     ) as dag:
         f = cfg.file
         # The published tables are Airflow Assets (eobatch.airflow.assets): events are added through the

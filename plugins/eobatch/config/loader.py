@@ -45,6 +45,7 @@ from .model import (
     context_file,
     one_of,
     required,
+    table_path,
     validate,
 )
 from .pipeline import (
@@ -95,9 +96,21 @@ def _mode(v: Any) -> str:
     return v
 
 
-def _schedule(v: Any, info: ValidationInfo) -> str | None:
-    """null, a cron expression or a preset; interval mode needs one that has data intervals."""
+def _schedule(v: Any, info: ValidationInfo) -> str | dict | None:
+    """null, a cron expression or a preset; interval mode needs one that has data intervals.
+    ``{asset: <table>}`` (continuous mode): runs start on the asset events of that table."""
     mode = info.data.get("mode")
+    if isinstance(v, dict):
+        if set(v) != {"asset"}:
+            raise Invalid("a schedule mapping has one key, asset: the table (a path or s3a:// URI) whose asset "
+                          "events start a run, e.g. another pipeline's sink.table")
+        if mode == "interval":
+            raise Invalid("interval mode needs a cron schedule: its runs' data intervals are the batches' ranges; "
+                          "{asset: ...} starts continuous-mode runs")
+        try:
+            return {"asset": table_path(v["asset"])}
+        except Invalid as e:
+            raise Invalid(e.message, at="asset") from None
     if v is None:
         if mode == "interval":
             raise Invalid("interval mode needs a schedule (a cron expression or a preset such "
@@ -128,7 +141,8 @@ def _source(v: Any, info: ValidationInfo) -> SourceConfig:
     extra = sorted(set(v) - kind.config_keys)
     if extra:
         raise Invalid(f"unknown key (allowed: {', '.join(sorted(kind.config_keys))})", at=str(extra[0]))
-    return kind.parse_config(v, ConfigContext(context_file(info), info.data["mode"], info.data["schedule"]))
+    return kind.parse_config(v, ConfigContext(context_file(info), info.data["mode"],
+                                             info.data["schedule"] if isinstance(info.data["schedule"], str) else None))
 
 
 def _schema(v: Any, info: ValidationInfo) -> tuple[str, tuple[Column, ...]]:
@@ -431,8 +445,10 @@ class PipelineFile(Section):
                                                  "description": "the DAG id and the Delta appId"})]
     description: Annotated[str, Check(str, {"type": "string"})] = ""
     mode: Annotated[str, Check(_mode, {"enum": list(MODES)})] = "continuous"
-    schedule: Annotated[str | None, Check(_schedule, {"type": ["string", "null"], "description": "null, a cron "
-                                                      "expression or a preset such as '@hourly'"}),
+    schedule: Annotated[str | dict | None, Check(_schedule, {
+        "type": ["string", "null", "object"], "properties": {"asset": {"type": "string"}}, "required": ["asset"],
+        "additionalProperties": False, "description": "null, a cron expression, a preset such as '@hourly', or "
+                                                      "{asset: <table>}: runs on that table's asset events"}),
                         Field(validate_default=True)] = None
     source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: json_schema
     schema_: Annotated[tuple[str, tuple[Column, ...]],
@@ -524,7 +540,9 @@ class PipelineFile(Section):
         schema, columns = self.schema_
         code = self.transform.name.code
         return PipelineConfig(
-            name=self.name, file=os.path.abspath(file), mode=self.mode, schedule=self.schedule, source=self.source,
+            name=self.name, file=os.path.abspath(file), mode=self.mode,
+            schedule=self.schedule if not isinstance(self.schedule, dict) else None,
+            schedule_asset=self.schedule["asset"] if isinstance(self.schedule, dict) else None, source=self.source,
             schema=schema, columns=columns, transform=str(self.transform.name), transform_options=self.transform.options,
             transform_file=code.file, transform_code=code.sha256, sink_table=self.sink.table, partition_by=self.sink.partition_by, quarantine_table=self.quarantine.table,
             max_record_bytes=self.max_record_bytes, description=self.description,

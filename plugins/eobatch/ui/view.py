@@ -144,7 +144,8 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
     chart_ids = list(range(latest, max(0, latest - CHART_BATCHES), -1))
     rows = {r["batch_id"]: r for r in ledger_rows(proto, sorted(set(page_ids) | set(chart_ids)))}
     return PageView(
-        pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, schedule=cfg.schedule, pager=pager,
+        pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, pager=pager,
+        schedule=cfg.schedule or (f"on the asset events of {cfg.schedule_asset}" if cfg.schedule_asset else None),
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
         backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
         airflow_base=airflow_base, description=cfg.description,

@@ -42,3 +42,15 @@ def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interva
     assert cont["confirm_rewind"] is False and cont["rewind_to_batch"] is None
     interval = build_dag(by_prefix).params
     assert list(interval.keys()) == ["max_records_per_batch", "dry_run"]
+
+
+def test_a_pipeline_scheduled_on_a_tables_asset_runs_on_its_events(make_cfg, tmp_path):
+    """``schedule: {asset: <table>}``: the DAG is scheduled on the same Asset the upstream's commit
+    emits events for (one definition of a table's asset, ``assets.table_asset``)."""
+    from eobatch.airflow.assets import table_asset
+
+    upstream = make_cfg()
+    cfg = make_cfg(schedule={"asset": upstream.sink_table})
+    dag = build_dag(cfg)
+    assert dag.timetable.asset_condition == table_asset(upstream.sink_table)
+    assert f"runs on the asset events of `{upstream.sink_table}`" in (dag.doc_md or "")

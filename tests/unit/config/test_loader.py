@@ -411,6 +411,21 @@ def test_good_schedules(write_yaml, base_cfg, schedule):
     assert _load(write_yaml, doc).schedule == schedule
 
 
+def test_a_schedule_on_a_tables_asset_events(write_yaml, base_cfg, tmp_path):
+    doc = copy.deepcopy(base_cfg)
+    doc["schedule"] = {"asset": str(tmp_path / "lake" / "bronze") + "/"}
+    cfg = _load(write_yaml, doc)
+    assert (cfg.schedule, cfg.schedule_asset) == (None, str(tmp_path / "lake" / "bronze"))
+    doc["schedule"] = {"asset": "s3://bucket/lake/bronze"}
+    assert _load(write_yaml, doc).schedule_asset == "s3a://bucket/lake/bronze"
+    doc["schedule"] = {"asset": "lake/bronze"}
+    _expect_error(write_yaml, doc, "schedule.asset", contains="must be an absolute path")
+    doc["schedule"] = {"asset": "/x", "cron": "@hourly"}
+    _expect_error(write_yaml, doc, "schedule", contains="a schedule mapping has one key, asset")
+    doc.update(mode="interval", schedule={"asset": "/x"})
+    _expect_error(write_yaml, doc, "schedule", contains="interval mode needs a cron schedule")
+
+
 OVERLAPS = [
     ("sink-inside-source", {"source.path": "{r}/data", "sink.table": "{r}/data/lake"}, {"source.path", "sink.table"}),
     ("source-inside-sink", {"sink.table": "{r}/lake", "source.path": "{r}/lake/landing"}, {"source.path", "sink.table"}),
