@@ -16,7 +16,9 @@ from support.harness import Pipeline, orders, run_batch, write_pipeline
 pytestmark = pytest.mark.integration
 
 
-def _downstream(root, upstream: Pipeline, name: str = "silver", extra_source: str = "") -> Pipeline:
+def _downstream(root, upstream: Pipeline, name: str = "silver", extra_source: str = "",
+                schema: str = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP",
+                rest: str = "", sink_extra: str = "") -> Pipeline:
     sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
     path = root / "pipelines" / f"{name}.yaml"
     path.write_text(textwrap.dedent(f"""\
@@ -25,10 +27,10 @@ def _downstream(root, upstream: Pipeline, name: str = "silver", extra_source: st
           kind: delta
           table: {upstream.sink}
           max_records_per_batch: 5
-        """) + textwrap.indent(extra_source, "  ") + textwrap.dedent(f"""\
-        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+        """) + textwrap.indent(extra_source, "  ") + f'schema: "{schema}"\n' + rest + textwrap.dedent(f"""\
         sink:
           table: {sink}
+        """) + textwrap.indent(sink_extra, "  ") + textwrap.dedent(f"""\
         quarantine:
           table: {quarantine}
         retries:
@@ -80,3 +82,42 @@ def test_a_pipeline_reads_another_pipelines_table_exactly_once_through_compactio
     assert _drain(down) == [4, 5]  # 4: the rewind's batch, at batch 3's start; 5: upstream batches 4 and 5
     assert _counts(down.sink) == _counts(up.sink) and sum(_counts(down.sink).values()) == 11
     assert json.loads(json.dumps(down.protocol().ledger.plan(5).range["upstream"])) == {"bronze": [4, 5]}
+
+
+def test_three_hops_bronze_silver_by_key_gold_totals_from_silvers_change_feed(tmp_path):
+    """bronze (landing files, append) -> silver (its records upserted by order_id, deletes by op,
+    writing the Change Data Feed) -> gold (running totals per customer over silver's changes):
+    gold equals the totals of silver's current rows, silver the latest record per key."""
+    schema = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP NOT NULL, op STRING"
+    bronze = write_pipeline(tmp_path, "bronze", schema=schema)
+    silver = _downstream(tmp_path, bronze, "silver", schema=schema, sink_extra=textwrap.dedent("""\
+        mode: merge
+        merge: {keys: [order_id], sequence_by: ts, delete_when: "op = 'd'", change_data_feed: true}
+        """))
+    gold = _downstream(tmp_path, silver, "gold", extra_source="change_feed: true\n", schema=schema,
+                       rest="transform: {name: change_totals, options: {key: customer, value: amount}}\n",
+                       sink_extra="mode: merge\nmerge: {keys: [customer], accumulate: {rows: sum, total: sum}}\n")
+
+    def rec(i, customer, amount, minute, op="u"):
+        return {"order_id": f"o{i}", "customer": customer, "amount": amount, "ts": f"2026-01-01T00:{minute:02d}:00Z",
+                "op": op}
+
+    bronze.land("1.jsonl", [rec(1, "ann", 10.0, 5), rec(2, "ann", 5.0, 0), rec(3, "bob", 7.0, 0), rec(4, "cy", 1.0, 0)])
+    for p in (bronze, silver, gold):
+        assert _drain(p) == [1]
+    # silver's second MERGE updates o2, deletes o3 and inserts o5: its change data has each
+    bronze.land("2.jsonl", [rec(2, "ann", 50.0, 1), rec(3, "bob", 7.0, 2, op="d"), rec(5, "bob", 2.0, 1),
+                            rec(1, "ann", 99.0, 3)])  # an older version of o1 arriving late: not applied
+    for p in (bronze, silver, gold):
+        assert _drain(p) == [2]
+    latest = {r["order_id"]: r for r in read_rows(silver.sink)}
+    assert {k: (r["customer"], r["amount"]) for k, r in latest.items()} == {
+        "o1": ("ann", 10.0), "o2": ("ann", 50.0), "o4": ("cy", 1.0), "o5": ("bob", 2.0)}
+    want = collections.defaultdict(lambda: [0, 0.0])
+    for r in latest.values():
+        want[r["customer"]][0] += 1
+        want[r["customer"]][1] += r["amount"]
+    got = {r["customer"]: [r["rows"], r["total"]] for r in read_rows(gold.sink) if r["rows"]}
+    assert got == {k: v for k, v in want.items()}
+    changes = [f for f in gold.protocol().ledger.plan(2).range["files"] if f.get("change_data")]
+    assert sum(f["records"] for f in changes) == 4  # o2's pre- and post-image, o3's delete, o5's insert

@@ -96,6 +96,7 @@ WRITTEN = {
           max_versions_per_batch: 7
           on_change_commit: skip
           on_data_loss: accept
+          change_feed: true
           max_records_per_batch: 5000
         """),
     "append_mode_explicit": _doc("append_mode_explicit", FILES.format(n="append_mode_explicit"),

@@ -35,6 +35,7 @@ from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_TYPES, Column, parse_schema
 from .model import (
     NAME_RE,
+    Bool,
     Check,
     ConnId,
     Invalid,
@@ -267,13 +268,6 @@ def _positive_minutes(v: Any) -> float | None:
     return float(v)
 
 
-def _bool(v: Any) -> bool:
-    if not isinstance(v, bool):
-        raise Invalid(f"must be true or false, got {v!r}")
-    return v
-
-
-Bool = Annotated[Any, Check(_bool, {"type": "boolean"})]
 Minutes = Annotated[Any, Check(_positive_minutes, {"type": "number", "exclusiveMinimum": 0})]
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 EMAIL_RE = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
@@ -624,6 +618,8 @@ HARMLESS: dict[str, str] = {
        ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
         "starting_offsets", "max_file_bytes", "isolation_level", "starting_version", "max_versions_per_batch")},
     "source.on_change_commit": "the policy for upstream versions that change rows, read when a range is planned",
+    "source.change_feed": "whether a range reads the upstream's change data; each range records it",
+    "sink.merge.change_data_feed": "whether the sink's commits also write change data; its rows are the same",
     "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
     "source.consumer_timeout_seconds": "how long a read waits for progress",
     "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",

@@ -184,6 +184,13 @@ def one_of(*allowed: Any) -> Check:
     return Check(check, {"enum": list(allowed)})
 
 
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise Invalid(f"must be true or false, got {v!r}")
+    return v
+
+
+Bool = Annotated[Any, Check(_bool, {"type": "boolean"})]
 PosInt = Annotated[int, Check(pos_int, {"type": "integer", "minimum": 1})]
 NonNegativeInt = Annotated[int, Check(non_negative_int, {"type": "integer", "minimum": 0})]
 ConnId = Annotated[str, Check(conn_id, {"type": "string", "pattern": CONN_ID_RE.pattern})]

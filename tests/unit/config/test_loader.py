@@ -289,7 +289,7 @@ BAD_CASES = [
     ("quarantine-missing", "quarantine", _DELETE, "quarantine", "is required"),
     ("transform-unknown", "transform", "no_such_transform", "transform",
      "no transform 'no_such_transform': no file transforms/no_such_transform.py beside the pipeline file, "
-     "and eobatch ships none of that name (color_counts, passthrough, running_totals)"),
+     "and eobatch ships none of that name (change_totals, color_counts, passthrough, running_totals)"),
     ("transform-bad-name", "transform", "../evil", "transform", None),
     ("batches-zero", "max_batches_per_run", 0, "max_batches_per_run", "must be a positive integer, got 0"),
     ("batches-too-many", "max_batches_per_run", 1001, "max_batches_per_run", "must be at most 1000, got 1001"),

@@ -158,6 +158,37 @@ def test_a_version_that_changes_rows_is_refused_naming_it_or_skipped_when_asked(
     assert any("version 2 (DELETE)" in x and "passed over" in x for x in notes)
 
 
+def _feed_table(t: str) -> None:
+    """An upstream with the Change Data Feed on: v0 three rows, v1 a MERGE (an update, an insert),
+    v2 a DELETE, v3 an append."""
+    write_deltalake(t, pa.table({"order_id": ["o1", "o2", "o3"], "amount": [1.0, 2.0, 3.0]}),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    (DeltaTable(t).merge(pa.table({"order_id": ["o2", "o4"], "amount": [20.0, 4.0]}), predicate="t.order_id = s.order_id",
+                         source_alias="s", target_alias="t").when_matched_update_all().when_not_matched_insert_all().execute())
+    DeltaTable(t).delete("order_id = 'o3'")
+    write_deltalake(t, pa.table({"order_id": ["o5"], "amount": [5.0]}), mode="append")
+
+
+def test_the_change_feed_reads_each_changing_versions_change_data(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _feed_table(t)
+    with pytest.raises(UpstreamChanged, match=r"version 1 \(MERGE\).* It wrote change data: set source.change_feed: true"):
+        _plan_all(_cfg(make_cfg, tmp_path))
+    (rng, n, _), = _plan_all(_cfg(make_cfg, tmp_path, change_feed=True))
+    assert rng["change_feed"] is True and rng["versions"] == [0, 4]
+    assert [(f["version"], bool(f.get("change_data")), f["records"]) for f in rng["files"]] == [
+        (0, False, 3), (1, True, 3), (2, True, 1), (3, False, 1)]  # MERGE: pre- and post-image of o2, insert o4
+    assert n == 8 and all("/_change_data/" in f["path"] for f in rng["files"] if f.get("change_data"))
+
+
+def test_the_change_feed_refuses_a_change_that_wrote_no_change_data(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])
+    DeltaTable(t).delete("order_id = 'o1'")  # the feed is off upstream: no change data
+    with pytest.raises(UpstreamChanged, match=r"version 1 \(DELETE\).* it wrote no change data"):
+        _plan_all(_cfg(make_cfg, tmp_path, change_feed=True))
+
+
 def test_a_restore_upstream_is_followed_when_nothing_it_undid_was_read(make_cfg, tmp_path):
     t = _up(tmp_path)
     _append(t, [1])  # v0

@@ -43,6 +43,7 @@ class DeltaParticipant:
     mode: replacing its slices' files)."""
 
     reads_from: str | None = None  # whose staged files its commit takes (None: its own)
+    table_properties: dict[str, str] | None = None  # set when the table is created, and on a table that lacks them
     keeps_staged_files = True  # its staged files become table files: never swept once PREPARED
 
     def __init__(self, name: str, table_uri: str, storage_options: dict | None = None):
@@ -125,12 +126,12 @@ class DeltaParticipant:
 
         dt = self._table()
         if dt is not None:
-            return dt
+            return self._with_properties(dt)
         log.info("%s: creating Delta table %s (partitioned by %s)", self.name, self.uri, partition_by or "nothing")
         error: Exception | None = None
         try:
             DeltaTable.create(self.uri, schema=schema, mode="ignore", partition_by=partition_by or None,
-                              storage_options=self.storage_options,
+                              storage_options=self.storage_options, configuration=self.table_properties,
                               commit_properties=CommitProperties(max_commit_retries=0))
         except Exception as e:  # noqa: BLE001 - another committer created it (checked below)
             error = e
@@ -146,6 +147,18 @@ class DeltaParticipant:
                 raise RuntimeError(f"{self.name}: created Delta table {self.uri} but it is not listed "
                                    f"after {TABLE_VISIBLE_S:.0f} s")
             time.sleep(0.2)
+
+    def _with_properties(self, dt):
+        """``dt`` with ``table_properties`` set (a table created before the YAML asked for them);
+        setting them again is harmless, so a commit retried after a crash in between is fine."""
+        want = self.table_properties or {}
+        have = dt.metadata().configuration or {}
+        missing = {k: v for k, v in want.items() if have.get(k) != v}
+        if not missing:
+            return dt
+        log.info("%s: setting table properties %s on %s", self.name, missing, self.uri)
+        dt.alter.set_table_properties(missing, raise_if_not_exists=False)
+        return self._table()
 
     def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,

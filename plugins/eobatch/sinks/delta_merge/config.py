@@ -28,6 +28,9 @@ class MergeConfig(SinkConfig):
     sequence_by: str | None = None
     delete_when: str | None = None
     accumulate: tuple[tuple[str, str], ...] = ()
+    # the sink table writes the Change Data Feed (delta.enableChangeDataFeed), so that a downstream
+    # pipeline (source kind: delta, change_feed: true) reads its updates and deletes; rows unchanged
+    change_data_feed: bool = False
 
     @property
     def upsert(self) -> bool:

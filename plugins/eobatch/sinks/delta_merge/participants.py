@@ -42,6 +42,7 @@ from .job import DELETE_COL
 from .staged import published_schema, read_staged
 
 log = logging.getLogger(__name__)
+CDF = "delta.enableChangeDataFeed"
 TOMBSTONES, PARTIALS = "tombstones", "partials"  # its own tables (formats.Layout.table: T/_eo_<name>)
 GONE_COL = "_eo_gone"  # a partials row of a key a re-run of its slice no longer holds
 CONFLICT_RETRIES = 5  # a MERGE that lost to another writer's commit is built again on the new snapshot
@@ -169,6 +170,8 @@ class MergeParticipant(_MergeCommit):
                  staged_fs: Storage, staged_root: str, tombstones: TombstoneParticipant | None):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.tombstones = tombstones
+        if merge.change_data_feed:  # its MERGEs write change data files, for a downstream change feed reader
+            self.table_properties = {CDF: "true"}
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
-from ...config.model import Check, Invalid, Section, required, validate
+from ...config.model import Bool, Check, Invalid, Section, required, validate
 from ..base import SinkContext
 from .config import MergeConfig
 
@@ -69,6 +69,7 @@ class MergeSection(Section):
                                         "expression; true deletes the key"})] = None
     accumulate: Annotated[Any, Check(_accumulate, {"type": "object", "additionalProperties": {"enum": list(ACCUMULATE_FUNCTIONS)},
                                       "description": "running aggregates: <column>: sum|min|max"})] = ()
+    change_data_feed: Bool = False  # the sink table writes the Change Data Feed (for a downstream kind: delta)
 
     @model_validator(mode="before")
     @classmethod
@@ -129,6 +130,7 @@ class MergeSection(Section):
 
     def value(self) -> MergeConfig:
         return MergeConfig(keys=self.keys, sequence_by=self.sequence_by, delete_when=self.delete_when,
+                           change_data_feed=self.change_data_feed,
                            accumulate=self.accumulate)
 
 

@@ -21,6 +21,9 @@ class DeltaConfig(SourceConfig):
     # upstream versions or files removed (log cleanup, VACUUM) before this pipeline read them:
     # fail | accept (the plan goes on after them and records what it could not read)
     on_data_loss: str = "fail"
+    # read the upstream's Change Data Feed: every change row is a record, with the metadata columns
+    # _change_type (insert, update_preimage, update_postimage, delete) and _commit_version
+    change_feed: bool = False
 
     @property
     def path(self) -> str:  # the config's overlap check keeps the pipeline's own tables out of it

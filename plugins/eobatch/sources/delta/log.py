@@ -10,7 +10,8 @@ What the kind makes of a version (``Commit.change``):
 * ``restore``: a RESTORE to an earlier version (an eobatch rewind upstream, ``RESTORE TABLE``):
   the table is then what it was at that version (``effective_versions``);
 * ``change``: rows changed or deleted (files removed with ``dataChange=true``: MERGE, DELETE,
-  UPDATE, a slice replaced): an append-only reader cannot read it exactly.
+  UPDATE, a slice replaced): an append-only reader cannot read it exactly; a reader of the
+  Change Data Feed reads its change data files (``cdc`` actions) when it wrote them.
 
 The log is read with the product's storage (local, ``s3a://``), not with a Delta library: what a
 version did is in its own file, which no snapshot API hands out. Paths in the log are URIs
@@ -63,6 +64,7 @@ class Commit:
     version: int
     operation: str
     adds: tuple[DataFile, ...] = ()
+    changes: tuple[DataFile, ...] = ()  # its change data files (``cdc``: the Change Data Feed), when it wrote any
     removed_with_data: int = 0  # files removed with dataChange=true
     no_data_change: int = 0  # files added or removed with dataChange=false
     restore_to: int | None = None  # a RESTORE: the version the table is restored to
@@ -133,6 +135,7 @@ class DeltaLog:
 def parse_commit(table: str, version: int, text: bytes) -> Commit:
     """A version's commit file as a ``Commit`` (the Delta protocol's actions, one JSON per line)."""
     adds: list[DataFile] = []
+    changes: list[DataFile] = []
     removed = quiet = 0
     info: dict = {}
     metadata = None
@@ -154,6 +157,9 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
                 removed += 1
             else:
                 quiet += 1
+        elif "cdc" in action:
+            a = action["cdc"]
+            changes.append(DataFile(data_path(table, a["path"]), int(a["size"]), dict(a.get("partitionValues") or {})))
         elif "metaData" in action:
             metadata = action["metaData"]
     operation = str(info.get("operation") or "?")
@@ -163,7 +169,7 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
             restore_to = int(str((info.get("operationParameters") or {}).get("version")))
         except ValueError:
             restore_to = None  # a RESTORE to a timestamp: which version is not recorded
-    return Commit(version, operation, tuple(adds), removed, quiet, restore_to, metadata, info)
+    return Commit(version, operation, tuple(adds), tuple(changes), removed, quiet, restore_to, metadata, info)
 
 
 def effective_versions(commits: Mapping[int, Commit | None], start: int, latest: int,

@@ -11,8 +11,10 @@ what the job must read), and what it did not read and why:
 * a RESTORE upstream to a version this pipeline has not read past makes the versions it undid,
   and itself, count for nothing (``log.effective_versions``); one that undid versions already
   published is refused, naming the batch to rewind to;
-* a version that changes or deletes rows (MERGE, DELETE, UPDATE) is refused (``on_change_commit:
-  fail``, the default) or passed over and recorded (``skip``);
+* a version that changes or deletes rows (MERGE, DELETE, UPDATE) is read from its change data
+  files when the source reads the Change Data Feed (``change_feed: true``) and the upstream wrote
+  them; otherwise it is refused (``on_change_commit: fail``, the default) or passed over and
+  recorded (``skip``);
 * versions or files removed before they were read (log cleanup, VACUUM) are refused
   (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``).
 
@@ -133,7 +135,8 @@ class DeltaSource:
             self._check_commit(c, meta.partition_columns)
             if c.change == "none":
                 continue
-            if c.change == "change":  # a RESTORE to a timestamp is one too: its version is not recorded
+            feed = self.src.change_feed and bool(c.changes)  # the version's change data is its records
+            if c.change == "change" and not feed:  # a RESTORE to a timestamp is one too: its version is not recorded
                 if self.src.on_change_commit == "fail":
                     if with_data or lost or skipped:
                         end = v
@@ -143,7 +146,8 @@ class DeltaSource:
                 notes.append(f"upstream {c.describe()} changed or deleted rows; passed over (on_change_commit: "
                              f"skip): those changes are not in this pipeline's tables")
                 continue
-            entries = [self._entry(f.path, v, f.partition_values, table) for f in c.adds]
+            entries = [self._entry(f.path, v, f.partition_values, table, change_data=feed)
+                       for f in (c.changes if feed else c.adds)]
             n = sum(e["records"] for e in entries)
             if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch):
                 end = v
@@ -156,6 +160,8 @@ class DeltaSource:
         if not files and not skipped and not lost:
             return None, None, notes
         rng: dict[str, Any] = {"table": table, "table_id": meta.id, "versions": [start, end], "files": files}
+        if self.src.change_feed:
+            rng["change_feed"] = True
         if partition_types:
             rng["partition_columns"] = partition_types
         if skipped:
@@ -172,9 +178,13 @@ class DeltaSource:
                       if f.get("skipped")]
         return rng, records, notes
 
-    def _entry(self, path: str, version: int, partition_values: Mapping[str, str | None], table: str) -> dict:
-        """A planned file: its identity and records (its footer), its version and partition values."""
+    def _entry(self, path: str, version: int, partition_values: Mapping[str, str | None], table: str,
+               change_data: bool = False) -> dict:
+        """A planned file: its identity and records (its footer), its version and partition values;
+        ``change_data``: a change data file (its rows carry ``_change_type``)."""
         extra: dict[str, Any] = {"version": version}
+        if change_data:
+            extra["change_data"] = True
         if partition_values:
             extra["partition_values"] = dict(partition_values)
         try:
@@ -220,11 +230,20 @@ class DeltaSource:
 
     def _change_text(self, c: Commit) -> str:
         name = self.cfg.name
+        if self.src.change_feed:
+            how = ("it wrote no change data (delta.enableChangeDataFeed was not true on the upstream table when it "
+                   "was committed), so its changes cannot be read. Nothing was planned. Options: ")
+        elif c.changes:
+            how = (f"which an append-only read cannot apply exactly. Nothing was planned. It wrote change data: set "
+                   f"source.change_feed: true in {name}'s YAML to read the upstream's changes as records (with "
+                   f"_change_type); or: ")
+        else:
+            how = ("which an append-only read cannot apply exactly. Nothing was planned. Options: turn on "
+                   "delta.enableChangeDataFeed upstream and source.change_feed here for the versions after it; ")
         return (f"upstream {c.describe()} of {self.src.table} changed or deleted rows ({c.removed_with_data} file(s) "
-                f"removed with their data), which an append-only read cannot apply exactly. Nothing was planned. "
-                f"Options: if the upstream is not meant to change rows, rewind it to before that version (its "
-                f"RESTORE is then followed here); or set source.on_change_commit: skip in {name}'s YAML to pass over "
-                f"such versions, recorded in the ledger (their changes do not reach {name}'s tables)")
+                f"removed with their data), {how}if the upstream is not meant to change rows, rewind it to before "
+                f"that version (its RESTORE is then followed here); or set source.on_change_commit: skip in {name}'s "
+                f"YAML to pass over such versions, recorded in the ledger (their changes do not reach {name}'s tables)")
 
     def _gone_text(self, gone: list[int], start: int) -> str:
         return (f"upstream version(s) {gone[0]}..{gone[-1]} of {self.src.table} are no longer in its log (log "

@@ -14,6 +14,8 @@ from ..files.planner import read_files
 from ..files.read import _glob_escape, open_planned
 
 LINES_SCHEMA = "source STRING, position BIGINT, raw STRING"
+CHANGE_TYPE, COMMIT_VERSION = "_change_type", "_commit_version"  # the Change Data Feed's metadata columns
+FEED_COLUMNS = f", {CHANGE_TYPE} STRING, {COMMIT_VERSION} BIGINT"
 
 
 def read_lines(spark, rng: dict, root: str | None = None):
@@ -23,15 +25,20 @@ def read_lines(spark, rng: dict, root: str | None = None):
     from pyspark.sql import functions as F
 
     types = rng.get("partition_columns") or {}
+    feed = bool(rng.get("change_feed"))
     read_as = open_planned(spark, rng, root)
     parts = []
     for f in read_files(rng):
         df = spark.read.parquet(_glob_escape(read_as[f["path"]]))
         values = f.get("partition_values") or {}
-        cols = [F.col(f"`{c}`") for c in df.columns if c not in types]
+        cols = [F.col(f"`{c}`") for c in df.columns if c not in types and c != CHANGE_TYPE]
         cols += [F.lit(values.get(c)).cast(t).alias(c) for c, t in types.items()]
+        meta = []
+        if feed:  # a change data file's rows say their change; an added file's rows are inserts
+            change = F.col(CHANGE_TYPE) if f.get("change_data") and CHANGE_TYPE in df.columns else F.lit("insert")
+            meta = [change.cast("string").alias(CHANGE_TYPE), F.lit(int(f["version"])).cast("long").alias(COMMIT_VERSION)]
         parts.append(df.select(F.lit(f["path"]).alias("source"), F.col("_metadata.row_index").alias("position"),
-                               F.to_json(F.struct(*cols)).alias("raw")))
+                               F.to_json(F.struct(*cols)).alias("raw"), *meta))
     if not parts:
-        return spark.createDataFrame([], LINES_SCHEMA)
+        return spark.createDataFrame([], LINES_SCHEMA + (FEED_COLUMNS if feed else ""))
     return reduce(lambda a, b: a.unionByName(b), parts)

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
-from ...config.model import Invalid, NonNegativeInt, PosInt, TablePath, one_of
+from ...config.model import Bool, Invalid, NonNegativeInt, PosInt, TablePath, one_of
 from ..section import SourceSection
 from .config import CHOICES, DEFAULT_MAX_VERSIONS, DeltaConfig
 
@@ -18,6 +18,7 @@ class DeltaSection(SourceSection):
     max_versions_per_batch: PosInt = DEFAULT_MAX_VERSIONS
     on_change_commit: Annotated[str, one_of(*CHOICES["on_change_commit"])] = CHOICES["on_change_commit"][0]
     on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]
+    change_feed: Bool = False
 
     @model_validator(mode="before")
     @classmethod
