@@ -30,10 +30,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | demo-chain | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -116,6 +116,11 @@ ui-down: venv
 
 demo: setup
 	bash include/demo.sh
+
+# three pipelines chained by their tables: orders -> orders_silver (upsert) -> orders_gold (totals over
+# silver's Change Data Feed); docs/site/sources.md "Read another pipeline's Delta table"
+demo-chain: setup
+	bash include/demo_chain.sh
 
 test: setup
 	$(VENV)/bin/python -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder) $(PYTEST_ARGS)

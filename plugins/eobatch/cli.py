@@ -43,6 +43,7 @@ from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import resolve
 from .job.launch import build_class_archive
 from .sources import range_summary
+from .storage import s3conf
 
 
 def ledger_rows(proto: Protocol, batch_ids: Iterable[int] | None = None) -> list[dict]:
@@ -77,6 +78,7 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "bytes": prepared.bytes if prepared else None,
         "delta_version": (committed.delta_versions.get("sink") if committed else None),
         "quarantine_delta_version": (committed.delta_versions.get("quarantine") if committed else None),
+        "delta_versions": dict(committed.delta_versions) if committed else None,  # every table's: a consistent cut
         "fingerprint": prepared.fingerprint if prepared else None,
         "attempts": len(attempts),
         "aborted_attempts": sum(1 for a in attempts if proto.ledger.aborted_info(b, a)),
@@ -189,6 +191,11 @@ def main(argv=None) -> int:
     shp = sub.add_parser("show", help="what the pipeline's tables publish (read with delta-rs)")
     shp.add_argument("pipeline")
     shp.add_argument("--limit", type=int, default=5)
+    op = sub.add_parser("as-of", help="the pipeline as of a committed batch: each table's version at the commit "
+                                      "that carried it (one consistent cut of all its tables)")
+    op.add_argument("pipeline")
+    op.add_argument("batch", type=int)
+    op.add_argument("--format", choices=["table", "json"], default="table")
     sp = sub.add_parser("sweep", help="delete staged files no commit will use (only of decided batches)")
     sp.add_argument("pipeline")
     sp.add_argument("--all", action="store_true", help="every batch, not only the newest ones")
@@ -312,6 +319,22 @@ def _command(args) -> int:
         return 0
     if args.cmd == "show":
         show(proto, args.limit)
+        return 0
+    if args.cmd == "as-of":
+        cut = proto.as_of(args.batch)
+        if args.format == "json":
+            print(json.dumps({"pipeline": cfg.name, "batch_id": args.batch, "tables": cut}, indent=1, sort_keys=True))
+            return 0
+        print(f"{cfg.name} as of batch {args.batch}: every table at the version of the commit that carried it")
+        for name, t in cut.items():
+            print(f"  {name:12} version {t['version']:>6}  {t['table']}")
+        sink = cut["sink"]
+        print("\nread them at that cut, e.g.:\n"
+              f"  Spark:    spark.read.format(\"delta\").option(\"versionAsOf\", {sink['version']}).load(\"{sink['table']}\")\n"
+              f"  delta-rs: DeltaTable(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']}).to_pyarrow_table()\n"
+              f"  Polars:   pl.read_delta(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']})\n"
+              f"  DuckDB:   SELECT * FROM delta_scan('{s3conf.table_uri(sink['table'])}')  -- after checking that "
+              f"the table's version is {sink['version']}")
         return 0
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import eobatch
 from eobatch import cli
 from eobatch.cli import TABLE_COLS, render_table
@@ -98,6 +100,35 @@ def test_crash_lost_prepared_record_ledger_rows_show_the_batch_committed(make_cf
     Protocol(cfg).recover()
     row, = cli.ledger_rows(Protocol(cfg))
     assert row["state"] == "COMMITTED" and row["recovered"] is True and row["delta_version"] is not None
+
+
+def test_as_of_a_batch_is_every_tables_version_at_its_commit_also_when_its_ledger_copy_is_lost(make_cfg):
+    """`eobatch as-of`: one consistent cut of the pipeline's tables; a later batch does not move it,
+    a batch that is not committed has none."""
+    from deltalake import DeltaTable
+
+    from eobatch.errors import ProtocolError
+
+    cfg = make_cfg()
+    proto = Protocol(cfg)
+    b1, _ = _run_batch(proto, range(3), "a.jsonl")
+    b2, _ = _run_batch(proto, range(3, 5), "b.jsonl")
+    cut = proto.as_of(b1)
+    assert set(cut) == set(proto.participants) and cut["sink"]["table"] == cfg.sink_table
+    for t in cut.values():  # each table at that version holds batch 1 and not batch 2
+        assert DeltaTable(t["table"], version=t["version"]).transaction_version(cfg.name) == b1
+    assert len(DeltaTable(cfg.sink_table, version=cut["sink"]["version"]).to_pyarrow_table()) == 3
+    _lose_prepared_and_committed(proto, b2)
+    assert Protocol(cfg).as_of(b2)["sink"]["version"] == cut["sink"]["version"] + 1  # from the table's history
+    land(cfg, "c.jsonl", ["c1"])
+    plan, _ = proto.plan()
+    with pytest.raises(ProtocolError, match=rf"batch {plan.batch_id} of orders is PLANNED: only a committed batch"):
+        proto.as_of(plan.batch_id)
+    r = _cli(cfg, "as-of", cfg.name, str(b1), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["tables"] == cut
+    row = cli.ledger_rows(Protocol(cfg), [b1])[0]
+    assert row["delta_versions"] == {k: v["version"] for k, v in cut.items()}
 
 
 # -- render_table ----------------------------------------------------------------------------------

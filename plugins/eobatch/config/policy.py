@@ -76,8 +76,8 @@ def _glob_any(name: str, patterns: Iterable[str]) -> bool:
 # differ between demo, tests and clusters. Anywhere else (the description is shown in the UI; options
 # and Spark settings reach the job) a variable would let a YAML copy any environment variable of the
 # platform, a secret too, to where pipeline authors can read it; there it is an error.
-EXPANDED_KEYS = ("source.path", "source.bootstrap_servers", "source.topic", "sink.table", "quarantine.table",
-                 "spark.conn_id")
+EXPANDED_KEYS = ("source.path", "source.table", "source.bootstrap_servers", "source.topic", "schedule.asset",
+                 "sink.table", "quarantine.table", "spark.conn_id")
 VAR_RE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 
 

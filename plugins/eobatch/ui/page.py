@@ -295,8 +295,10 @@ def _run_link(view: PageView, run_id: str | None) -> str:
 
 
 def _row_html(view: PageView, r: dict) -> str:
+    cut = r.get("delta_versions") or {}  # every table's version: the pipeline as of this batch (`eobatch as-of`)
     versions = "-" if r.get("delta_version") is None else (
-        f'{esc(r["delta_version"])}<span class="muted"> / {esc(r.get("quarantine_delta_version"))}</span>')
+        f'<span title="{esc(", ".join(f"{k} {v}" for k, v in sorted(cut.items())))}">{esc(r["delta_version"])}'
+        f'<span class="muted"> / {esc(r.get("quarantine_delta_version"))}</span></span>')
     phases = " · ".join(f'{name} {fmt_s(r.get(k))}' for k, name, _ in PHASES)
     attempts = esc(r.get("attempts")) + (f' <span class="muted">({esc(r["aborted_attempts"])} aborted)</span>'
                                          if r.get("aborted_attempts") else "")

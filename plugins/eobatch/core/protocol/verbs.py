@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ...config.contract import Edit, edits_text
 from ...config.loader import TABLE, config_edits, config_values
@@ -110,6 +111,28 @@ class Protocol(Repairs):
                        for a in self.ledger.attempts(batch_id)),
             rewound=batch_id in self.ledger.rewound_ids())
         return st.batch_state(facts, min(versions.values()), batch_id)
+
+    def as_of(self, batch_id: int) -> dict[str, dict[str, Any]]:
+        """The pipeline as of batch ``batch_id``: {participant: {"table", "version"}}, each table at
+        the version of the commit that carried the batch, one consistent cut of every table (the
+        sink, the quarantine, a sink's own tables): read them all at these versions and no table is
+        a batch ahead of another. ProtocolError for a batch that is not committed (or rewound)."""
+        state = self.state(batch_id)
+        if state != "COMMITTED":
+            raise ProtocolError(f"batch {batch_id} of {self.app_id} is {state or 'not in the ledger'}: only a "
+                                f"committed batch is a cut of the pipeline's tables")
+        committed = self.ledger.committed(batch_id)
+        versions = dict(committed.delta_versions) if committed is not None else {}
+        out = {}
+        for name, part in self.participants.items():
+            if name not in versions:  # a commit whose ledger copy is not written yet: the table's log says
+                found = part.find_batch_commit(self.app_id, batch_id)
+                if found is None:
+                    raise ProtocolError(f"the {name} table {part.uri} no longer lists the commit of batch {batch_id} "
+                                        f"in its history (log cleanup): its version is not known")
+                versions[name] = found[0]
+            out[name] = {"table": self.layout.table(name), "version": int(versions[name])}
+        return out
 
     def staged_attempt(self, batch_id: int) -> str | None:
         """An attempt of the batch that is STAGED (its stage summary written, no abort decided),
