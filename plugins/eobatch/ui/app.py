@@ -1,6 +1,6 @@
 """The FastAPI app of the ledger page, mounted by Airflow's api-server at ``/eobatch``:
 
-    GET /eobatch/pipelines/<name>[?page=1&per_page=25&run_id=<DAG run id>]   HTML, with the timeline
+    GET /eobatch/pipelines/<name>[?page=1&per_page=25&run_id=<DAG run id>&batch=<id>]   HTML, with the timeline
     GET /eobatch/api/pipelines/<name>/batches[?limit=&offset=]               JSON: `make ledger FORMAT=json`
 
 Authentication and authorisation are Airflow's own: ``requires_access_dag("GET",
@@ -41,12 +41,14 @@ def create_app() -> FastAPI:
 
     @app.get("/pipelines/{dag_id}", response_class=HTMLResponse, dependencies=dag_read)
     def ledger_page(dag_id: str, page: int = Query(1, ge=1), per_page: int = Query(25, ge=1, le=MAX_PER_PAGE),
-                    run_id: str | None = Query(None, max_length=250)) -> HTMLResponse:
+                    run_id: str | None = Query(None, max_length=250),
+                    batch: int | None = Query(None, ge=1)) -> HTMLResponse:
         try:
             cfg = find(dag_id)
         except UnknownPipeline as e:
             return HTMLResponse(render_not_found(e.name, airflow_base()), status_code=404)
-        view = page_view(cfg, page=page, per_page=per_page, run_id=run_id or None, airflow_base=airflow_base())
+        view = page_view(cfg, page=page, per_page=per_page, run_id=run_id or None, airflow_base=airflow_base(),
+                         batch=batch)
         return HTMLResponse(render_page(view), headers={"Cache-Control": "no-store"})
 
     @app.get("/api/pipelines/{dag_id}/batches", dependencies=dag_read)

@@ -221,6 +221,7 @@ class PageView:
     backlog: dict
     committed_versions: dict = field(default_factory=dict)
     run_id: str | None = None  # a DAG run's batches to mark (the link from a DAG run)
+    batch: int | None = None  # a batch to mark (the link from a downstream pipeline's batch that read it)
     airflow_base: str = ""
     description: str | None = None
     rewinds: list[str] = field(default_factory=list)  # one line per rewind of the ledger
@@ -264,10 +265,20 @@ def _state(s: Any) -> str:
             if s else "-")
 
 
-def _range_cell(r: dict) -> str:
-    """The batch's range: its one-line summary, then every file or partition in a <details>."""
+MAX_UPSTREAM_LINKS = 20  # per upstream pipeline, in one batch's range
+
+
+def _range_cell(r: dict, airflow_base: str = "") -> str:
+    """The batch's range: its one-line summary, then every file or partition in a <details>; a
+    delta source's batch links each upstream batch it read to that batch in the upstream's ledger."""
     rng = r.get("offsets") or {}
     items: list[str] = []
+    for up, ids in sorted((rng.get("upstream") or {}).items()) if isinstance(rng, dict) else []:
+        links = [f'<a href="{esc(airflow_base)}/eobatch/pipelines/{esc(url_path(up))}?batch={int(b)}#batch-{int(b)}">'
+                 f'{int(b)}</a>' for b in list(ids)[:MAX_UPSTREAM_LINKS]]
+        more = f" and {len(ids) - MAX_UPSTREAM_LINKS} more" if len(ids) > MAX_UPSTREAM_LINKS else ""
+        items.append(f'<li>read upstream <span class="mono">{esc(up)}</span> batch{"es" if len(ids) > 1 else ""} '
+                     f'{", ".join(links)}{more}</li>')
     for f in rng.get("files", []) if isinstance(rng, dict) else []:
         items.append(f'<li><span class="mono">{esc(f.get("path"))}</span> '
                      f'<span class="muted">({esc(fmt_int(f.get("records")))} records, '
@@ -317,11 +328,11 @@ def _row_html(view: PageView, r: dict) -> str:
         extra.append(f"interval {iv.get('start')} / {iv.get('end')}")
     if extra:
         notes_html = f'<div class="small muted">{esc("; ".join(extra))}</div>' + notes_html
-    mark = ' class="mark"' if view.run_id and r.get("run_id") == view.run_id else ""
+    mark = ' class="mark"' if (view.run_id and r.get("run_id") == view.run_id) or r["batch_id"] == view.batch else ""
     fp = r.get("fingerprint")
     return (f'<tr id="batch-{esc(r["batch_id"])}"{mark} data-batch="{esc(r["batch_id"])}" data-state="{esc(r.get("state"))}">'
             f'<td class="num"><b>{esc(r["batch_id"])}</b></td><td>{_state(r.get("state"))}</td>'
-            f'<td>{_range_cell(r)}</td>'
+            f'<td>{_range_cell(r, view.airflow_base)}</td>'
             f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}</td>'
             f'<td class="num">{fmt_int(r.get("rows_quarantined"))}</td>'
             f'<td class="num">{versions}</td>'

@@ -131,11 +131,14 @@ def batch_of_run(proto: Protocol, run_id: str, latest: int) -> int | None:
 
 
 def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: str | None = None,
-              airflow_base: str = "") -> PageView:
-    """One page of the ledger, newest first; with ``run_id`` the page holding that run's batch."""
+              airflow_base: str = "", batch: int | None = None) -> PageView:
+    """One page of the ledger, newest first; with ``run_id`` the page holding that run's batch, with
+    ``batch`` the page holding that batch (a downstream pipeline's link to a batch it read)."""
     proto = Protocol(cfg)
     latest = proto.ledger.latest_batch_id()
-    if run_id:
+    if batch is not None and 1 <= batch <= latest:
+        page = Pager.page_of(latest, batch, per_page)
+    elif run_id:
         b = batch_of_run(proto, run_id, latest)
         if b is not None:
             page = Pager.page_of(latest, b, per_page)
@@ -147,7 +150,7 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, pager=pager,
         schedule=cfg.schedule or (f"on the asset events of {cfg.schedule_asset}" if cfg.schedule_asset else None),
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
-        backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id,
+        backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id, batch=batch,
         airflow_base=airflow_base, description=cfg.description,
         maintenance=_maintenance_line(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "

@@ -154,6 +154,18 @@ def test_the_batches_a_run_carried_are_highlighted_together():
     assert "planned batches 2, 3 (highlighted)" in out
 
 
+def test_a_delta_sources_batch_links_the_upstream_batches_it_read_and_a_linked_batch_is_marked():
+    up = {"table": "/lake/orders", "versions": [0, 3], "files": [], "upstream": {"orders": [4, 5], EVIL: [1]}}
+    out = render_page(view([row(1), row(2, offsets=up, delta_versions={"sink": 2, "tombstones": 1})],
+                           airflow_base="/af", batch=1))
+    links = [a["href"] for t, a in Tags(out).tags if t == "a" and "batch=" in a.get("href", "")]
+    assert "/af/eobatch/pipelines/orders?batch=4#batch-4" in links and "/af/eobatch/pipelines/orders?batch=5#batch-5" in links
+    assert EVIL not in out
+    trs = [a for t, a in Tags(out).tags if t == "tr" and "data-batch" in a]
+    assert [(a["data-batch"], a.get("class")) for a in trs] == [("2", None), ("1", "mark")]
+    assert 'title="sink 2, tombstones 1"' in out  # every table's version of the batch
+
+
 def test_page_rows_newest_first_with_states_versions_and_links():
     rows = [row(1), row(2, state="PREPARED", delta_version=None, quarantine_delta_version=None, commit_s=None),
             row(3, state="PLANNED", rows_published=None, rows_quarantined=None, fingerprint=None, stage_s=None,
