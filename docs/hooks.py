@@ -247,7 +247,7 @@ _SIZE_COLUMNS = [("records", "records"), ("files", "files"), ("this product, DAG
                  ("stage / sss", "stage_over_sss"), ("driver peak RSS (MiB)", "driver_peak_rss_mib")]
 _SCALARS = ["commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
             "plan_late_over_early", "kafka_stage_over_consume_floor", "kafka_read_over_consume_floor",
-            "merge_over_append", "catchup_over_sss", "eo_scheduler_seconds"]
+            "merge_over_append", "catchup_over_sss", "eo_scheduler_seconds", "delta_source_over_sss"]
 _CATCHUP_ROWS = [("this product, one DAG run", "eo"), ("Structured Streaming, maxFilesPerTrigger=1", "sss"),
                  ("this product, one batch per DAG run", "eo_one_per_run"),
                  ("this product, all of it as one batch", "eo_one_batch")]
@@ -258,7 +258,7 @@ def render_bench(folder: Path) -> str:
     if not results.is_file():
         return ("No benchmark results in this build: `.bench/results.json` does not exist. Run `make bench` "
                 "(see [Run it](#run-it-make-bench) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 CATCHUP=0 SCHEDULER_RUNS=0 "
-                "PLAN_LATE_BATCHES=1000` takes about two minutes), then `make docs`: this section then shows "
+                "DELTA_RECORDS=0 PLAN_LATE_BATCHES=1000` takes about two minutes), then `make docs`: this section then shows "
                 "its figures and its plot.")
     res = json.loads(results.read_text())
     env = res.get("environment") or {}

@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
-        [--merge-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
+        [--merge-records 1000000] [--delta-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
         [--scheduler-runs 3]
         [--out .bench/results.json] [--plot .bench/bench.png]
 
@@ -38,7 +38,9 @@ Then the protocol's own costs (``protocol_costs``: commit, verify, fixed overhea
 100,000 of a synthetic ledger over plan at batch 10), the Kafka stage over the raw consume
 floor of one confluent-kafka consumer per partition (``kafka_batch``; KAFKA_RECORDS=0 skips it),
 and a batch upserted into a merge sink over the same batch appended (``merge_batch``:
-``merge_over_append``; MERGE_RECORDS=0 skips it).
+``merge_over_append``; MERGE_RECORDS=0 skips it), and one batch of a ``kind: delta`` pipeline
+reading another pipeline's table against Structured Streaming reading it as a Delta stream
+(``delta_source_batch``: ``delta_source_over_sss``; DELTA_RECORDS=0 skips it).
 
 A contender that fails (e.g. OutOfMemoryError) gets null seconds and an ``*_error`` text; the
 run goes on. Writes .bench/results.json (keys: ../shared/contracts.md "Benchmarks"), prints
@@ -67,6 +69,7 @@ for _p in (REPO / "plugins", REPO / "tests", BENCH):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import delta_source_batch  # noqa: E402
 import kafka_batch  # noqa: E402
 import merge_batch  # noqa: E402
 import protocol_costs  # noqa: E402
@@ -375,7 +378,7 @@ CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_ove
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
                     "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append", "catchup_over_sss")
 # printed with them, beside the contract's keys
-REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor", "eo_scheduler_seconds")
+REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor", "eo_scheduler_seconds", "delta_source_over_sss")
 
 
 def _fmt(v) -> str:
@@ -491,6 +494,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--kafka-records", type=int, default=int(_env("KAFKA_RECORDS", "1000000")))
     ap.add_argument("--merge-records", type=int, default=int(_env("MERGE_RECORDS", "1000000")),
                     help="records of the measured merge batch, and of the table's first batch (0: skipped)")
+    ap.add_argument("--delta-records", type=int, default=int(_env("DELTA_RECORDS", "1000000")),
+                    help="records of an upstream table read by one batch of a kind: delta pipeline, against "
+                         "Structured Streaming reading it as a Delta stream (0: skipped)")
     ap.add_argument("--driver-memory", default=_env("DRIVER_MEMORY", "") or None,
                     help="the pipeline's spark.driver_memory, and the peers' (default: Spark's own, 1g)")
     ap.add_argument("--catchup", default=_env("CATCHUP", "10x500000"),
@@ -541,6 +547,7 @@ def main(argv=None) -> int:
         "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
         "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
         "merge_records": args.merge_records, "catchup": args.catchup, "scheduler_runs": args.scheduler_runs,
+        "delta_records": args.delta_records,
         "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
         "peers_seconds": "wall time of each peer's spark-submit process",
         "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
@@ -629,6 +636,17 @@ def main(argv=None) -> int:
             res["merge_over_append_note"] = "skipped: MERGE_RECORDS=0"
         res["merge_over_append"] = merge["merge_over_append"] if merge else None
         res["merge_details"] = merge
+
+        if args.delta_records > 0:
+            _log(f"delta source: one batch reading {args.delta_records:,} records of another pipeline's table, "
+                 f"against Structured Streaming reading it as a Delta stream")
+            delta = _guarded(res, "delta_source_over_sss", lambda: delta_source_batch.measure(
+                args.delta_records, args.master, work / "delta", driver_memory=args.driver_memory))
+        else:
+            delta = None
+            res["delta_source_over_sss_note"] = "skipped: DELTA_RECORDS=0"
+        res["delta_source_over_sss"] = delta["delta_source_over_sss"] if delta else None
+        res["delta_source_details"] = delta
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -36,7 +36,7 @@ def _number(v) -> bool:
 def test_bench_smoke_writes_every_contract_key(tmp_path):
     out = tmp_path / "results.json"
     env = base_env({"SIZES": "1000", "SINGLE_FILE_GB": "0", "PLAN_LATE_BATCHES": "200", "KAFKA_RECORDS": "0",
-                    "MERGE_RECORDS": "0", "CATCHUP": "2x1000", "CATCHUP_ONE_PER_RUN": "0",
+                    "MERGE_RECORDS": "0", "CATCHUP": "2x1000", "CATCHUP_ONE_PER_RUN": "0", "DELTA_RECORDS": "2000",
                     "SCHEDULER_RUNS": "0",  # its timing runs in test_scheduler.py, on that module's Airflow
 
                     "MASTER": "local[*]"})
@@ -62,6 +62,10 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     assert res["kafka_stage_over_consume_floor"] is None and "KAFKA_RECORDS=0" in res[
         "kafka_stage_over_consume_floor_note"]
     assert res["merge_over_append"] is None and "MERGE_RECORDS=0" in res["merge_over_append_note"]
+    # the delta source: one batch of a kind: delta pipeline and the Delta stream peer, on the same upstream
+    d = res["delta_source_details"]
+    assert d and d["delta_source_rows"] == d["sss_delta_rows"] == d["delta_source_records"] == 2000, d
+    assert _number(res["delta_source_over_sss"]) and 2 < d["delta_source_stage_seconds"] < d["delta_source_batch_seconds"]
     assert {k: res[k] for k in (*SCALARS[:4], "catchup_over_sss") if not _number(res[k])} == {}
     # the catch-up case: the backlog drained in one DAG run (its two batches committed, else an error),
     # by Structured Streaming one file per micro-batch, and as one batch
