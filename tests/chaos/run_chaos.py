@@ -1,6 +1,6 @@
 """make chaos: batches through the real pipeline with faults at every phase boundary.
 
-    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3] [--mode continuous|interval]
+    python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3|delta] [--mode continuous|interval]
                                       [--sink append|merge|totals]
                                       [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R]
 
@@ -19,6 +19,10 @@ for each run, at most one fault:
   ledger_crash     kill -9 of the commit process after the Delta commits, before the ledger
   zombie           a second attempt of the same batch runs concurrently and finishes late
   land_during      new input lands while the batch is staged
+  upstream_compaction  (delta backend) the upstream table is compacted (OPTIMIZE: dataChange=false)
+  upstream_rewind  (delta backend) the upstream table is RESTOREd to an earlier version; when that
+                   undid versions the pipeline published, its plan refuses and names the batch to
+                   rewind to, and the harness rewinds there (an operator's repair, counted in repairs)
   verify_abort_race  a zombie verify races the abort task: after the stage, `cli verify` and
                    `cli abort` of the same batch and attempt start as two processes (random order,
                    random delay up to 1.3 times what a whole verify took lately: a verify
@@ -154,9 +158,14 @@ FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"]  # the files backend, con
 KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
                               "maintenance", "long_records"]
 S3_FAULTS = BASE_FAULTS + NEW_FAULTS + ["s3_restart"]
+# the delta backend: the pipeline reads another Delta table (source kind: delta), which the harness appends
+# to (a version per landing), compacts and RESTOREs
+DELTA_FAULTS = BASE_FAULTS + ["verify_abort_race", "rewind_race", "foreign_writers", "maintenance",
+                              "upstream_compaction", "upstream_rewind"]
 INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "long_records",
                                  "late_file",
                                  "maintenance"]
+UNDONE = re.compile(r"make rewind PIPELINE=chaos BATCH=(\d+)")  # a delta plan's refusal after an upstream RESTORE
 MAX_RECORD_BYTES = 1 << 16  # the chaos pipelines' max_record_bytes (long_records lands lines over it)
 HOSTILE = ("name_not_utf8", "link_to_secret", "link_to_dev_zero", "fifo", "folder_link")
 FOREIGN_OPS = ("compact", "append", "vacuum")
@@ -179,7 +188,7 @@ def quarantined_raw(line: str | bytes) -> str:
 def kinds_for(backend: str, mode: str) -> list[str]:
     if mode == "interval":
         return INTERVAL_FAULTS
-    return {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS}.get(backend, FAULTS)
+    return {"kafka": KAFKA_FAULTS, "s3": S3_FAULTS, "delta": DELTA_FAULTS}.get(backend, FAULTS)
 
 
 # The abort task of an interval-mode DAG run (eobatch.airflow.operators.AbortOperator.execute), in a
@@ -202,6 +211,31 @@ if proto.cfg.mode == "interval" and (attempt or proto.ledger.prepared(batch) is 
 print(json.dumps(out))
 sys.exit(5 if out["prepared_first"] else 0)
 """
+
+
+def write_delta_pipeline(root: Path, upstream: Path) -> Pipeline:
+    """The delta backend's pipeline: it reads the Delta table ``upstream`` (source kind: delta)."""
+    pipelines = root / "pipelines"
+    pipelines.mkdir(parents=True, exist_ok=True)
+    sink, quarantine = root / "lake" / "chaos", root / "lake" / "chaos_bad"
+    path = pipelines / "chaos.yaml"
+    path.write_text(f"""name: chaos
+source:
+  kind: delta
+  table: {upstream}
+  max_records_per_batch: 60
+  max_versions_per_batch: 3
+schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+sink:
+  table: {sink}
+quarantine:
+  table: {quarantine}
+retries:
+  stage: 0
+  commit: 2
+  delay_seconds: 1
+""")
+    return Pipeline(root, "chaos", path, root / "unused-landing", sink, quarantine)
 
 
 class Chaos:
@@ -253,6 +287,11 @@ class Chaos:
                 f.result()
             self.p = write_kafka_pipeline(self.root, self.broker.bootstrap, self.topic, name="chaos", max_records=60)
             self.txn_no = 0
+        elif backend == "delta":
+            self.upstream = self.root / "lake" / "upstream"
+            self.up_effect: list[tuple[int, ...]] = []  # per upstream version: the append versions in effect
+            self.up_appended: dict[int, list[dict]] = {}  # append version -> its records
+            self.p = write_delta_pipeline(self.root, self.upstream)
         elif mode == "interval":
             self.p = write_pipeline(self.root, name="chaos", mode="interval", schedule="@hourly",
                                     interval_prefix="dt={ds}/hour={hh}")
@@ -358,8 +397,59 @@ class Chaos:
         bad = [f'{{"order_id": "bad-{self.seed}-{k}-{j}", "amount": "x{j}"}}' for j in range(self.rnd.randint(0, 2))]
         if self.backend == "kafka":
             self.produce(good, bad)
+        elif self.backend == "delta":
+            self.append_upstream(good)
         else:
             self.p.land(f"{sub or f'd{k % 3}'}/f{k:04d}.jsonl", good, bad=bad)
+
+    # -- the delta backend's upstream table ------------------------------------------------
+    def _upstream_version(self) -> int:
+        import deltalake
+
+        return deltalake.DeltaTable(str(self.upstream)).version()
+
+    def _upstream_after(self, keep: tuple[int, ...] | None) -> None:
+        """What the upstream's newest version holds (``keep``; None: the version before's), and the
+        records the pipeline must publish: those of the appends in effect there."""
+        v = self._upstream_version()
+        while len(self.up_effect) < v:  # versions another process wrote (none expected): same as before
+            self.up_effect.append(self.up_effect[-1] if self.up_effect else ())
+        self.up_effect.append(keep if keep is not None else (self.up_effect[-1] if self.up_effect else ()))
+        self.p.landed[:] = [r for u in self.up_effect[-1] for r in self.up_appended[u]]
+
+    def append_upstream(self, good: list[dict]) -> None:
+        """A landing, for the delta backend: one upstream version appending ``good`` (a record's
+        ``ts`` as a timestamp, as a pipeline's sink holds it)."""
+        import deltalake
+        import pyarrow as pa
+
+        ts = [dt.datetime.fromisoformat(r["ts"].replace("Z", "+00:00")) for r in good]
+        deltalake.write_deltalake(str(self.upstream), pa.table({
+            "order_id": [r["order_id"] for r in good], "customer": [r["customer"] for r in good],
+            "amount": [r["amount"] for r in good], "ts": pa.array(ts, pa.timestamp("us", "UTC"))}), mode="append")
+        v = self._upstream_version()
+        self.up_appended[v] = list(good)
+        self._upstream_after((self.up_effect[-1] if self.up_effect else ()) + (v,))
+
+    def upstream_compaction(self) -> str:
+        import deltalake
+
+        before = self._upstream_version()
+        deltalake.DeltaTable(str(self.upstream)).optimize.compact()
+        if self._upstream_version() == before:
+            return "upstream compaction: nothing to compact"
+        self._upstream_after(None)
+        return f"upstream compacted (version {before + 1}, dataChange=false)"
+
+    def upstream_rewind(self) -> str | None:
+        import deltalake
+
+        if len(self.up_effect) < 2:
+            return None
+        t = self.rnd.randint(0, len(self.up_effect) - 2)
+        deltalake.DeltaTable(str(self.upstream)).restore(t)
+        self._upstream_after(self.up_effect[t])
+        return f"upstream RESTOREd to version {t} (version {self._upstream_version()})"
 
     def versioned(self, r: dict, deletes: bool) -> None:
         """Merge sink: the record's version (a sequence drawn at random, so later files often hold
@@ -723,6 +813,16 @@ class Chaos:
             pre.append(self.land_hostile(self.hour_dir(self.run_hour) if self.mode == "interval" else None))
             self.faults[fault] += 1
             fault = None
+        elif fault == "upstream_compaction":
+            pre.append(self.upstream_compaction())
+            self.faults[fault] += 1
+            fault = None
+        elif fault == "upstream_rewind":
+            what = self.upstream_rewind()
+            pre.append(what or "upstream_rewind: fewer than two upstream versions, nothing done")
+            if what:
+                self.faults[fault] += 1
+            fault = None
         elif fault == "late_file":
             what = self.land_late()
             pre.append(what or "no published hour yet: no late file")
@@ -766,6 +866,19 @@ class Chaos:
             return race_note + "nothing new"
         if r.returncode == 5 and self.mode == "interval" and REWRITTEN in r.stderr:
             race_note += self.move_late_files(r.stderr) + "; "
+            r = self.plan()
+            if r.returncode == 6:
+                self.nothing_new = True
+                return race_note + "nothing new"
+        if r.returncode != 0 and self.backend == "delta" and (m := UNDONE.search(r.stderr)):
+            # an upstream RESTORE undid versions this pipeline published: the operator's repair is the rewind
+            # the message names; then the pipeline reads on from that batch's start
+            k = m.group(1)
+            rw = self.verb("rewind", k)
+            if rw.returncode != 0:
+                raise RuntimeError(f"the rewind to batch {k} the plan asked for failed: {rw.stderr[-2000:]}")
+            self.repairs.append(f"run {self.runs}: an upstream RESTORE undid published versions; rewound to batch {k}")
+            race_note += f"upstream RESTORE undid published versions: rewound to batch {k}; "
             r = self.plan()
             if r.returncode == 6:
                 self.nothing_new = True
@@ -1252,6 +1365,8 @@ class Chaos:
         live_commits = [c for c in commits if c["txns"][0]["version"] not in rewound]
         if self.backend == "kafka":
             problems += self.check_kafka_offsets(live_commits)
+        elif self.backend == "delta":
+            problems += self.check_delta_offsets(live_commits)
         elif self.mode == "interval":
             problems += self.check_interval_offsets(commits, all_commits, q_commits)
         else:  # every landed file in exactly one live committed batch
@@ -1384,6 +1499,25 @@ class Chaos:
                                     f"batch is {newest[h][0]} (slice not replaced)")
         return problems
 
+    def check_delta_offsets(self, commits: list[dict]) -> list[str]:
+        """The upstream versions of the live batches in the Delta history start at 0, are contiguous
+        (a rewind's batch starts where the batch before the rewound ones ended), and end after the
+        upstream's newest version."""
+        problems: list[str] = []
+        end = 0
+        for c in commits:
+            f, t = json.loads(c["commitInfo"]["eo.offsets"])["versions"]
+            if f != end or t < f:
+                problems.append(f"batch {c['txns'][0]['version']} reads upstream versions [{f}, {t}) after {end}")
+            end = t
+        latest = self._upstream_version()
+        # versions after the last batch's end may only be ones that change no appended record (a compaction,
+        # or a RESTORE back to what was read): the plan reads nothing from them
+        if end <= latest and self.up_effect[end - 1 if end else 0] != self.up_effect[latest] and self.p.landed:
+            problems.append(f"committed up to upstream version {end}, the upstream's newest is {latest}, and the "
+                            f"versions in between change what is published")
+        return problems
+
     def check_kafka_offsets(self, commits: list[dict]) -> list[str]:
         """Ranges of the live batches in the Delta history start at 0, are contiguous, and end at
         each partition's end."""
@@ -1410,7 +1544,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--backend", choices=["files", "kafka", "s3"], default="files")
+    ap.add_argument("--backend", choices=["files", "kafka", "s3", "delta"], default="files")
     ap.add_argument("--mode", choices=["continuous", "interval"], default="continuous",
                     help="interval: an hourly interval-mode pipeline, one run per hour (files backend only)")
     ap.add_argument("--sink", choices=list(SINKS), default="append",
@@ -1429,7 +1563,7 @@ def main(argv=None) -> int:
         ap.error("--mode interval runs with --backend files only")
     only = [k for k in args.faults.split(",") if k] if args.faults else None
     kinds = kinds_for(args.backend, args.mode)
-    known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS)
+    known = set(FAULTS + KAFKA_FAULTS + S3_FAULTS + INTERVAL_FAULTS + DELTA_FAULTS)
     if only and not set(only) <= known:
         ap.error(f"unknown fault kinds {sorted(set(only) - known)}")
     if only and not set(only) <= set(kinds):
