@@ -299,3 +299,17 @@ def _ranged(rng):
     class P:
         source_kind, range, interval = "delta", rng, None
     return P()
+
+
+def test_the_batches_of_one_run_read_each_version_of_the_log_once(make_cfg, tmp_path, monkeypatch):
+    from eobatch.sources.delta import log as delta_log
+
+    t = _up(tmp_path)
+    for i in range(6):
+        _append(t, [i])
+    reads = []
+    real = delta_log.DeltaLog.commit
+    monkeypatch.setattr(delta_log.DeltaLog, "commit", lambda self, v: reads.append(v) or real(self, v))
+    batches = _plan_all(_cfg(make_cfg, tmp_path, max_records_per_batch=2))
+    assert [b[0]["versions"] for b in batches] == [[0, 2], [2, 4], [4, 6]]
+    assert sorted(reads) == list(range(6))

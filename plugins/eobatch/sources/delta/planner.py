@@ -63,6 +63,9 @@ class DeltaSource:
         self.src = cfg.source
         self.fs = storage_for(self.src.table)
         self.late: list = []
+        # versions read so far by this planner (a version's commit file never changes): the batches of one
+        # run each walk from their start to the newest version, the log is read once
+        self._commits: dict[int, Commit | None] = {}
 
     def describe(self) -> str:
         return self.src.describe()
@@ -108,7 +111,10 @@ class DeltaSource:
             return None, None, []
         self._check_table(meta)
         delta_log = DeltaLog(self.fs, table)
-        commits = {v: delta_log.commit(v) for v in range(start, latest + 1)}
+        for v in range(start, latest + 1):
+            if v not in self._commits:
+                self._commits[v] = delta_log.commit(v)
+        commits = {v: self._commits[v] for v in range(start, latest + 1)}
         try:
             effective = effective_versions(commits, start, latest)
         except UndoneRead as e:
