@@ -15,8 +15,11 @@ A fourth one upserts into a merge sink through the faults that split its commit:
 between the sink's MERGE and the tombstones' (commit_crash), after both and before the ledger
 (ledger_crash), and a zombie attempt.
 
+A fifth one reads another Delta table (the delta backend) while the upstream is compacted and
+RESTOREd (the refusal's rewind is the operator's repair) and a commit dies.
+
 The long runs (hundreds of batches) and the other kinds (rewind_race, foreign_writers, the
-Kafka and S3 backends) stay in `make chaos BATCHES=... SEED=... [MODE=...] [FAULTS=...] [SINK=merge]`.
+Kafka, S3 and delta backends) stay in `make chaos BATCHES=... SEED=... [MODE=...] [FAULTS=...] [SINK=merge]`.
 """
 
 from __future__ import annotations
@@ -72,3 +75,15 @@ def test_short_merge_chaos_run_is_exactly_once(tmp_path):
     assert res["batches"] >= 3, res
     assert set(MERGE_KINDS) <= set(res["faults_by_kind"]), res
     assert res["outcomes"]["merge: keys published"] > 0, res
+
+
+DELTA_KINDS = ["upstream_compaction", "upstream_rewind", "commit_crash"]
+
+
+def test_short_delta_source_chaos_run_is_exactly_once(tmp_path):
+    res = Chaos(batches=3, seed=2, workdir=tmp_path, fault_rate=1.0, quiet=True, distinct=True,
+                only=DELTA_KINDS, backend="delta").run()
+    assert res["problems"] == [], res
+    assert (res["duplicates"], res["lost"], res["orphans"]) == (0, 0, 0), res
+    assert res["batches"] >= 3, res
+    assert set(DELTA_KINDS) <= set(res["faults_by_kind"]), res
