@@ -71,12 +71,13 @@ class DeltaSource:
         return self.src.describe()
 
     def _snapshot(self):
-        """The upstream table now (delta-rs), or None when there is none yet."""
+        """The upstream table now (delta-rs: its version, metadata and schema; not its list of files,
+        which a large table makes costly and the plan never needs), or None when there is none yet."""
         # deltalake: the Airflow side only, never the Spark job
         from deltalake import DeltaTable
 
         try:
-            return DeltaTable(s3conf.table_uri(self.src.table),
+            return DeltaTable(s3conf.table_uri(self.src.table), without_files=True,
                               storage_options=s3conf.delta_storage_options(self.src.table))
         except Exception as e:  # TableNotFoundError differs between versions
             if type(e).__name__ == "TableNotFoundError" or "not a delta table" in str(e).lower() \
