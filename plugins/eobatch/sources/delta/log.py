@@ -30,15 +30,6 @@ from ...errors import TerminalError
 from ...storage.fs import Storage, join
 
 LOG_DIR = "_delta_log"
-COMMIT_RE = re.compile(r"^(\d{20})\.json$")
-
-
-class VersionsGone(TerminalError):
-    """Upstream versions whose log files are gone (log cleanup) before this pipeline read them."""
-
-    def __init__(self, message: str, versions: tuple[int, int]):
-        super().__init__(message)
-        self.versions = versions  # [first, end) of the versions gone
 
 
 class UndoneRead(TerminalError):
@@ -115,12 +106,6 @@ class DeltaLog:
     def __init__(self, fs: Storage, table: str):
         self.fs, self.table = fs, table
         self.root = join(table, LOG_DIR)
-
-    def latest(self) -> int | None:
-        """The newest version whose commit file is in the log (None: no table there)."""
-        versions = [int(m.group(1)) for f in self.fs.list_files(self.root, recursive=False)
-                    if (m := COMMIT_RE.match(f.path.rsplit("/", 1)[-1]))]
-        return max(versions) if versions else None
 
     def commit(self, version: int) -> Commit | None:
         """What ``version`` did; None when its commit file is no longer in the log."""
