@@ -12,6 +12,7 @@ from typing import Any
 from airflow.sdk import DAG, Param
 
 from ..config.loader import ConfigError, PipelineConfig, load_all
+from ..config.model import NAME_RE
 from ..config.pipeline import MAX_BATCHES_PER_RUN
 from . import alerts, assets
 from .operators import (
@@ -26,14 +27,31 @@ from .operators import (
 from .params import PARAMS_DOC, PARAMS_FORM, params_for_mode
 
 
-def timetable_for(cfg: PipelineConfig):
+def scheduling_asset(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None = None):
+    """The Asset whose events start ``cfg``'s runs (``schedule: {asset: ...}``): a table's, or the
+    sink table's of the pipeline of that name among ``pipelines`` (the folder's); ConfigError for a
+    name no pipeline of the folder has."""
+    target = cfg.schedule_asset
+    if target is None:
+        return None
+    if NAME_RE.fullmatch(target):
+        upstream = (pipelines or {}).get(target)
+        if upstream is None:
+            raise ConfigError(cfg.file, "schedule.asset", f"names pipeline {target!r}, which is not a pipeline of "
+                              f"this folder ({', '.join(sorted(pipelines or {})) or 'none loaded'}); name one of "
+                              f"them, or give its sink.table")
+        target = upstream.sink_table
+    return assets.table_asset(target)
+
+
+def timetable_for(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None = None):
     """Continuous mode: the schedule as given (each run takes what is there at plan time).
 
     Interval mode: a timetable whose runs cover the time between two cron ticks. Airflow 3's
     default for a cron string (CronTriggerTimetable) gives zero-length data intervals.
     """
     if cfg.schedule_asset is not None:  # runs on that table's asset events (continuous mode only)
-        return assets.table_asset(cfg.schedule_asset)
+        return scheduling_asset(cfg, pipelines)
     if cfg.mode != "interval":
         return cfg.schedule
     # Airflow's timetables: only an interval-mode pipeline's DAG
@@ -84,7 +102,9 @@ reads again from its start: run it with `dry_run` first (a report, nothing chang
 """
 
 
-def build_dag(cfg: PipelineConfig) -> DAG:
+def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None = None) -> DAG:
+    """The DAG of pipeline ``cfg``; ``pipelines``: the folder's, by name (a schedule on another
+    pipeline's asset names one of them)."""
     default_args = {
         "owner": "eobatch",
         "retries": 0,
@@ -97,7 +117,7 @@ def build_dag(cfg: PipelineConfig) -> DAG:
     with DAG(
         dag_id=cfg.name,
         description=cfg.description or f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}",
-        schedule=timetable_for(cfg),
+        schedule=timetable_for(cfg, pipelines),
         start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,  # no catch-up storm; past intervals are published with `airflow backfill create`
         max_active_runs=1,  # one committer per pipeline at a time; correctness does not rely on it
@@ -177,7 +197,7 @@ def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, s
     dags = {}
     for name, cfg in configs.items():
         try:
-            dags[name] = build_dag(cfg)
+            dags[name] = build_dag(cfg, configs)
         except ConfigError as e:  # found when building (e.g. a notifier class): still one file's error
             errors[cfg.file] = str(e)
             continue

@@ -104,14 +104,16 @@ def _schedule(v: Any, info: ValidationInfo) -> str | dict | None:
     if isinstance(v, dict):
         if set(v) != {"asset"}:
             raise Invalid("a schedule mapping has one key, asset: the table (a path or s3a:// URI) whose asset "
-                          "events start a run, e.g. another pipeline's sink.table")
+                          "events start a run, e.g. another pipeline's sink.table, or that pipeline's name")
         if mode == "interval":
             raise Invalid("interval mode needs a cron schedule: its runs' data intervals are the batches' ranges; "
                           "{asset: ...} starts continuous-mode runs")
+        if isinstance(v["asset"], str) and NAME_RE.fullmatch(v["asset"]):
+            return {"asset": v["asset"]}  # another pipeline of the folder, by name: its sink table's asset
         try:
             return {"asset": table_path(v["asset"])}
         except Invalid as e:
-            raise Invalid(e.message, at="asset") from None
+            raise Invalid(f"{e.message}, or the name of another pipeline of the folder", at="asset") from None
     if v is None:
         if mode == "interval":
             raise Invalid("interval mode needs a schedule (a cron expression or a preset such "
@@ -442,7 +444,8 @@ class PipelineFile(Section):
     schedule: Annotated[str | dict | None, Check(_schedule, {
         "type": ["string", "null", "object"], "properties": {"asset": {"type": "string"}}, "required": ["asset"],
         "additionalProperties": False, "description": "null, a cron expression, a preset such as '@hourly', or "
-                                                      "{asset: <table>}: runs on that table's asset events"}),
+                                                      "{asset: <table or pipeline name>}: runs on that table's asset "
+                                                      "events (a pipeline's: its sink table's)"}),
                         Field(validate_default=True)] = None
     source: Annotated[SourceConfig, Check(_source, {"type": "object"})]  # each kind's model: json_schema
     schema_: Annotated[tuple[str, tuple[Column, ...]],

@@ -115,8 +115,8 @@ class PipelineConfig:
     schema_evolution: str = "add_columns"  # add_columns | fail: a new column of `schema` and the table
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     max_batches_per_run: int = DEFAULT_BATCHES_PER_RUN  # interval mode: 1
-    # schedule: {asset: <table>}: runs start on that table's asset events (another pipeline's sink);
-    # each run plans from the source as it is then, never from an event's content
+    # schedule: {asset: <table or pipeline name>}: runs start on that table's asset events (another
+    # pipeline's sink); each run plans from the source as it is then, never from an event's content
     schedule_asset: str | None = None
     transform_file: str | None = None  # the pipeline folder's own transform (config.transforms); None: shipped
     transform_code: str | None = None  # that file's SHA-256, recorded in each plan

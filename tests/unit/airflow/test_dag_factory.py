@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from eobatch.airflow.assets import asset_uri
 from eobatch.airflow.dag_factory import build_dag
 
@@ -54,3 +58,22 @@ def test_a_pipeline_scheduled_on_a_tables_asset_runs_on_its_events(make_cfg, tmp
     dag = build_dag(cfg)
     assert dag.timetable.asset_condition == table_asset(upstream.sink_table)
     assert f"runs on the asset events of `{upstream.sink_table}`" in (dag.doc_md or "")
+
+
+def test_a_schedule_may_name_another_pipeline_of_the_folder_and_an_unknown_name_is_that_files_error(make_cfg, tmp_path):
+    from eobatch.airflow.assets import table_asset
+    from eobatch.airflow.dag_factory import build_all
+
+    upstream = make_cfg()  # "orders", in the folder of the pipeline files
+    folder = Path(upstream.file).parent
+    doc = yaml.safe_load(Path(upstream.file).read_text())
+    doc.update(name="silver", schedule={"asset": "orders"}, source={"kind": "delta", "table": upstream.sink_table},
+               sink={"table": str(tmp_path / "lake" / "silver")}, quarantine={"table": str(tmp_path / "lake" / "silver_q")})
+    (folder / "silver.yaml").write_text(yaml.safe_dump(doc))
+    doc.update(name="gold", schedule={"asset": "platinum"}, sink={"table": str(tmp_path / "lake" / "gold")},
+               quarantine={"table": str(tmp_path / "lake" / "gold_q")})
+    (folder / "gold.yaml").write_text(yaml.safe_dump(doc))
+    dags, errors = build_all(str(folder))
+    assert dags["silver"].timetable.asset_condition == table_asset(upstream.sink_table)
+    assert "gold" not in dags and any("schedule.asset: names pipeline 'platinum', which is not a pipeline of this "
+                                      "folder" in e for e in errors.values()), errors
