@@ -30,10 +30,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain chain-check test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | demo-chain | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | demo-chain | chain-check | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3|delta] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -158,6 +158,11 @@ model-check: venv
 	@examples="$${EXAMPLES:-500}"; [[ "$$examples" =~ ^[0-9]+$$ ]] || { echo "usage: make model-check [EXAMPLES=<n>] [SEED=<s>]" >&2; exit 2; }; \
 	EOBATCH_MODEL_EXAMPLES="$$examples" $(VENV)/bin/python -m pytest tests/model -q -p no:cacheprovider \
 	    --hypothesis-seed="$${SEED:-1}" --hypothesis-show-statistics $(PYTEST_ARGS)
+
+# three pipelines chained by their tables under a real Airflow scheduler (asset-scheduled hops, upstream
+# maintenance, a killed downstream stage): tests/chain/test_chain_scheduler.py, several minutes
+chain-check: setup
+	@source include/env.sh && EOBATCH_CHAIN_CHECK=1 python -m pytest tests/chain -q -p no:cacheprovider $(PYTEST_ARGS)
 
 # a long history (many small batches, maintenance passes, late files, re-runs) in both modes;
 # make test runs 40 batches of it
