@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
@@ -98,6 +99,23 @@ def test_the_table_holds_the_latest_record_of_each_key_across_batches_out_of_ord
     # o3's tombstone went with its newer record; the stale delete of o1 is kept (it still hides
     # any record of o1 older than it)
     assert {r["order_id"]: r["seq"] for r in tomb.to_pyarrow_table().to_pylist()} == {"o1": 1}
+
+
+def test_with_the_change_data_feed_the_sinks_merges_write_their_changes_and_its_rows_are_the_same(merge_proto):
+    """sink.merge.change_data_feed: the sink table is created with delta.enableChangeDataFeed and
+    each MERGE writes its changes (update pre- and post-images, deletes, inserts) as change data
+    files, which a downstream ``kind: delta`` reads; the rows are those of a sink without it."""
+    batches = [[("o1", 1, "new"), ("o2", 1, "new")], [("o1", 2, "paid"), ("o2", 2, "DELETE"), ("o3", 1, "new")]]
+    proto = merge_proto({**MERGE, "change_data_feed": True})
+    run_batches(proto, batches)
+    assert table(proto) == model(batches)
+    dt = DeltaTable(proto.cfg.sink_table)
+    assert dt.metadata().configuration.get("delta.enableChangeDataFeed") == "true"
+    changes = pa.table(dt.load_cdf(starting_version=dt.version()).read_all()).to_pylist()
+    assert sorted((r["order_id"], r["_change_type"]) for r in changes) == [
+        ("o1", "update_postimage"), ("o1", "update_preimage"), ("o2", "delete"), ("o3", "insert")]
+    assert DeltaTable(proto.layout.table("tombstones")).metadata().configuration.get(
+        "delta.enableChangeDataFeed") is None  # the sink's own tables are no downstream's source
 
 
 def test_a_batch_whose_records_change_nothing_is_still_committed_once(merge_proto):

@@ -17,6 +17,7 @@ from ..base import Participant
 from ..delta import DeltaKind
 from .config import CONTRACT, MergeConfig
 from .participants import (
+    CDF,
     PARTIALS,
     TOMBSTONES,
     MergeParticipant,
@@ -70,12 +71,14 @@ class DeltaMergeKind(DeltaKind):
         if PARTIALS in names:
             out[PARTIALS] = partials = PartialsParticipant(PARTIALS, layout.table(PARTIALS), storage_options, m, *staged)
             out[SINK] = RefoldParticipant(SINK, layout.table(SINK), storage_options, m, *staged, partials)
-            return out
-        tombstones = None
-        if TOMBSTONES in names:
-            out[TOMBSTONES] = tombstones = TombstoneParticipant(TOMBSTONES, layout.table(TOMBSTONES), storage_options,
-                                                                m, *staged)
-        out[SINK] = MergeParticipant(SINK, layout.table(SINK), storage_options, m, *staged, tombstones)
+        else:
+            tombstones = None
+            if TOMBSTONES in names:
+                out[TOMBSTONES] = tombstones = TombstoneParticipant(TOMBSTONES, layout.table(TOMBSTONES),
+                                                                    storage_options, m, *staged)
+            out[SINK] = MergeParticipant(SINK, layout.table(SINK), storage_options, m, *staged, tombstones)
+        if m.change_data_feed:  # the sink's commits write change data files, for a downstream change feed reader
+            out[SINK].table_properties = {CDF: "true"}
         return out
 
     def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:

@@ -170,8 +170,6 @@ class MergeParticipant(_MergeCommit):
                  staged_fs: Storage, staged_root: str, tombstones: TombstoneParticipant | None):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.tombstones = tombstones
-        if merge.change_data_feed:  # its MERGEs write change data files, for a downstream change feed reader
-            self.table_properties = {CDF: "true"}
 
     def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
