@@ -68,17 +68,19 @@ class DeltaMergeKind(DeltaKind):
         names = self.participant_names(cfg)
         staged = (fs_for(SINK), layout.sink_table)
         out = super().participants(cfg, layout, fs_for, storage_options)  # in commit order
+        sink: RefoldParticipant | MergeParticipant
         if PARTIALS in names:
             out[PARTIALS] = partials = PartialsParticipant(PARTIALS, layout.table(PARTIALS), storage_options, m, *staged)
-            out[SINK] = RefoldParticipant(SINK, layout.table(SINK), storage_options, m, *staged, partials)
+            sink = RefoldParticipant(SINK, layout.table(SINK), storage_options, m, *staged, partials)
         else:
             tombstones = None
             if TOMBSTONES in names:
                 out[TOMBSTONES] = tombstones = TombstoneParticipant(TOMBSTONES, layout.table(TOMBSTONES),
                                                                     storage_options, m, *staged)
-            out[SINK] = MergeParticipant(SINK, layout.table(SINK), storage_options, m, *staged, tombstones)
+            sink = MergeParticipant(SINK, layout.table(SINK), storage_options, m, *staged, tombstones)
         if m.change_data_feed:  # the sink's commits write change data files, for a downstream change feed reader
-            out[SINK].table_properties = {CDF: "true"}
+            sink.table_properties = {CDF: "true"}
+        out[SINK] = sink
         return out
 
     def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:
