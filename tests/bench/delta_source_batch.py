@@ -96,15 +96,22 @@ def measure(records: int, master: str, work: Path, versions: int = 10, driver_me
                  "delta_source_batch_seconds": round(sum(steps.values()), 2),
                  "delta_source_rows": len(read_rows(sink))}
     peer_table, checkpoint = work / "peer" / "table", work / "peer" / "checkpoint"
-    argv = ["spark-submit", "--master", master, "--jars", ",".join(launch.jars()),
-            *(["--driver-memory", driver_memory] if driver_memory else []),
+    # the peer's spark-submit: the stage job's master, jars, --conf set (Delta's SQL extension and
+    # catalog among them) and memory, as the other peers of the bench get them
+    cfg = down.cfg
+    conf = dict(launch.spark_conf(cfg))
+    if cfg.spark.driver_memory:
+        conf["spark.driver.memory"] = cfg.spark.driver_memory
+    argv = ["spark-submit", "--master", master, "--name", "bench-peer-sss-delta", "--jars", ",".join(launch.jars(cfg)),
+            *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")],
             str(HERE / "peer_sss_delta.py"), "--source", str(up), "--table", str(peer_table),
             "--checkpoint", str(checkpoint)]
     t = time.time()
-    r = subprocess.run(argv, env=base_env(), capture_output=True, text=True, timeout=3600)
+    r = subprocess.run(argv, env=launch.spark_env(), capture_output=True, text=True, timeout=3600)
     out["sss_delta_seconds"] = round(time.time() - t, 2)
     if r.returncode != 0:
-        raise RuntimeError(f"the Structured Streaming peer failed: {r.stderr[-2000:]}")
+        errors = [line for line in r.stderr.splitlines() if "Exception" in line or "Error" in line]
+        raise RuntimeError(f"the Structured Streaming peer failed (exit {r.returncode}): {errors[:5]}")
     out["sss_delta_rows"] = len(read_rows(peer_table))
     out["delta_source_over_sss"] = round(out["delta_source_stage_seconds"] / out["sss_delta_seconds"], 2)
     return out
