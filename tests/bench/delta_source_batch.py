@@ -25,38 +25,14 @@ from pathlib import Path
 import deltalake
 import pyarrow as pa
 import pyarrow.compute as pc
+from merge_batch import one_batch
 
 from eobatch.job import launch
 from support.checks import read_rows
-from support.harness import Pipeline, base_env
+from support.harness import Pipeline
 
 SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
 HERE = Path(__file__).resolve().parent
-
-
-def _batch(p: Pipeline, master: str) -> dict:
-    """Plan, stage, verify and commit one batch; seconds of each step."""
-    proto = p.protocol()
-    proto.recover()
-    steps: dict = {}
-    t = time.time()
-    plan, _ = proto.plan()
-    steps["plan"] = round(time.time() - t, 2)
-    assert plan is not None, "nothing to plan"
-    attempt = launch.new_attempt_id(1)
-    t = time.time()
-    r = subprocess.run(launch.spark_submit_argv(p.cfg, plan.batch_id, attempt, master=master), env=base_env(),
-                       capture_output=True, text=True, timeout=3600)
-    steps["stage"] = round(time.time() - t, 2)
-    if r.returncode != 0:
-        raise RuntimeError(f"stage of {p.name} batch {plan.batch_id} failed: {r.stderr[-2000:]}")
-    t = time.time()
-    proto.verify(plan.batch_id, attempt)
-    steps["verify"] = round(time.time() - t, 2)
-    t = time.time()
-    proto.commit(plan.batch_id)
-    steps["commit"] = round(time.time() - t, 2)
-    return steps
 
 
 def upstream(table: Path, records: int, versions: int) -> int:
@@ -90,7 +66,7 @@ def measure(records: int, master: str, work: Path, versions: int = 10, driver_me
         quarantine: {{table: {quarantine}}}
         """) + (f"spark: {{driver_memory: {driver_memory}}}\n" if driver_memory else ""))
     down = Pipeline(down_dir, "bench_silver", path, down_dir / "unused", sink, quarantine)
-    steps = _batch(down, master)
+    steps = one_batch(down, master)
     out: dict = {"delta_source_records": total, "delta_source_versions": versions,
                  "delta_source_steps": steps, "delta_source_stage_seconds": steps["stage"],
                  "delta_source_batch_seconds": round(sum(steps.values()), 2),

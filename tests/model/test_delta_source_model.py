@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import re
 import shutil
 import tempfile
@@ -33,21 +32,17 @@ import deltalake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from eobatch.config.loader import load_pipeline
-from eobatch.core import faults
 from eobatch.core.protocol import Protocol
 from eobatch.sources.delta import UpstreamRefused
+from support.protocol_runs import commit_dying_at, model_settings
 from support.pyarrow_stager import stage
 
 COMMIT_POINTS = (None, "commit.before_delta_commit", "commit.after_delta_commit")
-
-
-class Died(BaseException):
-    """A process that died at a crash point."""
 
 
 class DeltaSourceModel(RuleBasedStateMachine):
@@ -182,24 +177,8 @@ class DeltaSourceModel(RuleBasedStateMachine):
         lines, positions = self._lines(plan)
         self.proto.verify(plan.batch_id, stage(self.proto, plan.batch_id, lines=lines, source_positions=positions))
 
-        def dies_at(name: str) -> None:
-            if name == point:
-                raise Died(f"the commit died at {point}")
-        real = faults.crash_point
-        faults.crash_point = dies_at
-        try:
-            self.proto.commit(plan.batch_id)
-        except Died:
-            return "died"  # PREPARED, maybe partly committed: the next run's recover finishes it
-        finally:
-            faults.crash_point = real
-        return "committed"
+        return commit_dying_at(self.proto, plan.batch_id, point)
 
 
-DeltaSourceModel.TestCase.settings = (
-    settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
-             suppress_health_check=[HealthCheck.too_slow])
-    if os.environ.get("EOBATCH_MODEL_EXAMPLES") else
-    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_DELTA_CI_EXAMPLES", "10")), stateful_step_count=25,
-             deadline=None, suppress_health_check=[HealthCheck.too_slow]))
+DeltaSourceModel.TestCase.settings = model_settings("EOBATCH_MODEL_DELTA_CI_EXAMPLES", 10, 25)
 TestDeltaSourceModel = DeltaSourceModel.TestCase

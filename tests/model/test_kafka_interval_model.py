@@ -20,7 +20,6 @@ its own hour.
 from __future__ import annotations
 
 import collections
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,27 +27,22 @@ from pathlib import Path
 import deltalake
 import pyarrow.parquet as pq
 import yaml
-from hypothesis import HealthCheck, event, settings
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from eobatch.config.loader import load_pipeline
-from eobatch.core import faults
 from eobatch.core.formats import slice_name
 from eobatch.core.protocol import Protocol
 from eobatch.errors import IntervalNotSettled
 from support.kafka_model import Log, model_broker, stage_kafka
-from support.protocol_runs import T0, H, iv
+from support.protocol_runs import T0, H, commit_dying_at, iv, model_settings
 
 HOURS = st.integers(0, 3)
 PARTS = st.integers(0, 1)
 MINUTES = st.integers(0, 59)
 PRODUCERS = st.integers(0, 1)
 COMMIT_POINTS = (None, "commit.before_delta_commit", "commit.after_delta_commit")
-
-
-class Died(BaseException):
-    """A process that died at a crash point."""
 
 
 class KafkaIntervalModel(RuleBasedStateMachine):
@@ -170,24 +164,8 @@ class KafkaIntervalModel(RuleBasedStateMachine):
             return "abandoned"
         self.proto.verify(plan.batch_id, stage_kafka(self.proto, self.log, plan.batch_id))
 
-        def dies_at(name: str) -> None:
-            if name == point:
-                raise Died(f"the commit died at {point}")
-        real = faults.crash_point
-        faults.crash_point = dies_at
-        try:
-            self.proto.commit(plan.batch_id)
-        except Died:
-            return "died"  # PREPARED, maybe partly committed: the next run's recover finishes it
-        finally:
-            faults.crash_point = real
-        return "committed"
+        return commit_dying_at(self.proto, plan.batch_id, point)
 
 
-KafkaIntervalModel.TestCase.settings = (
-    settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
-             suppress_health_check=[HealthCheck.too_slow])
-    if os.environ.get("EOBATCH_MODEL_EXAMPLES") else
-    settings(max_examples=int(os.environ.get("EOBATCH_MODEL_KAFKA_CI_EXAMPLES", "10")), stateful_step_count=30,
-             deadline=None, suppress_health_check=[HealthCheck.too_slow]))
+KafkaIntervalModel.TestCase.settings = model_settings("EOBATCH_MODEL_KAFKA_CI_EXAMPLES", 10, 30)
 TestKafkaIntervalModel = KafkaIntervalModel.TestCase

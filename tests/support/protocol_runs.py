@@ -141,3 +141,38 @@ def prepare_by_hand(proto: Protocol, batch_id: int, attempt: str, rels: list[str
         pipeline="orders", batch_id=batch_id, attempt=attempt, adds=adds, arrow_schema={}, partition_by={},
         fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,
         bytes=1, files=1, prepared_at="t", verify_seconds=0.0, stage_seconds=0.0))
+
+
+class Died(BaseException):
+    """A process that died at a crash point (``commit_dying_at``)."""
+
+
+def commit_dying_at(proto: Protocol, batch_id: int, point: str | None) -> str:
+    """Commit ``batch_id`` as a commit task that dies at crash point ``point`` (None: never):
+    "committed", or "died" (PREPARED, maybe partly committed: the next run's recover finishes it)."""
+    from eobatch.core import faults
+
+    def dies_at(name: str) -> None:
+        if name == point:
+            raise Died(f"the commit died at {point}")
+    real = faults.crash_point
+    faults.crash_point = dies_at
+    try:
+        proto.commit(batch_id)
+    except Died:
+        return "died"
+    finally:
+        faults.crash_point = real
+    return "committed"
+
+
+def model_settings(ci_examples_env: str, ci_examples: int, ci_steps: int):
+    """A model's hypothesis settings: ``EOBATCH_MODEL_EXAMPLES`` examples of 40 steps when set
+    (``make model-check``), else ``ci_examples_env`` (default ``ci_examples``) of ``ci_steps``."""
+    from hypothesis import HealthCheck, settings
+
+    if os.environ.get("EOBATCH_MODEL_EXAMPLES"):
+        return settings(max_examples=int(os.environ["EOBATCH_MODEL_EXAMPLES"]), stateful_step_count=40, deadline=None,
+                        suppress_health_check=[HealthCheck.too_slow])
+    return settings(max_examples=int(os.environ.get(ci_examples_env, str(ci_examples))), stateful_step_count=ci_steps,
+                    deadline=None, suppress_health_check=[HealthCheck.too_slow])
