@@ -398,16 +398,20 @@ def test_dag_runs_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_pat
         "AWS_SHARED_CREDENTIALS_FILE": str(profiles), "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
         "S3_ENDPOINT": "", "AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "",
     }
-    runs = [airflow(p, extra_env=env) for _ in range(2)]
-    for r in runs:
-        _ok(r)
-        assert s3.secret_key not in r.log and s3.access_key not in r.log
-        assert f"--master spark://127.0.0.1:{cluster.port}" in r.log, r.log[-3000:]
-    assert "verify: batch 1 PREPARED" in runs[0].log and "commit: batch 2 COMMITTED" in runs[1].log
+    # one run carries both batches (max_batches_per_run defaults to 10): one application on the cluster
+    run = airflow(p, extra_env=env)
+    _ok(run)
+    assert s3.secret_key not in run.log and s3.access_key not in run.log
+    assert f"--master spark://127.0.0.1:{cluster.port}" in run.log, run.log[-3000:]
+    assert "verify: batch 1 PREPARED" in run.log and "commit: batch 2 COMMITTED" in run.log, run.log[-3000:]
     reader.assert_exactly_once(p, batches=2)
     ledger = p.protocol().ledger
-    summary = ledger.stage_summary(1, ledger.attempts(1)[0])
-    assert summary.spark_app_id.startswith("app-"), summary.spark_app_id  # a standalone app, not local-*
+    summaries = [ledger.stage_summary(b, ledger.attempts(b)[0]) for b in (1, 2)]
+    assert summaries[0].spark_app_id.startswith("app-"), summaries[0].spark_app_id  # a standalone app, not local-*
+    assert summaries[0].spark_app_id == summaries[1].spark_app_id  # staged by one application
+    again = airflow(p, extra_env=env)
+    _ok(again)
+    assert "nothing new" in again.log
 
 
 def test_worker_killed_mid_stage_then_s3_restarted_between_verify_and_commit(cluster, s3, tmp_path, reader):

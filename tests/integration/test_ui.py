@@ -104,7 +104,8 @@ def ui(tmp_path_factory):
     connection SMTP_CONN): one run that publishes a file older than its backlog age limit and
     takes longer than its run deadline, then one run whose params are refused."""
     root = tmp_path_factory.mktemp("ui")
-    p = write_pipeline(root, name="orders", max_records=60)
+    # one batch per run (max_batches_per_run: 1, the default is 10): the tests match each run to its batch
+    p = write_pipeline(root, name="orders", max_records=60, extra="max_batches_per_run: 1\n")
     p.land("a.jsonl", orders("a", 50), bad=["{not json", '{"order_id": null, "amount": 1}'])
     p.land("b.jsonl", orders("b", 40))
     p.land("c.jsonl", orders("c", 30))
