@@ -28,7 +28,7 @@ import pytest
 
 from support.airflow_stack import AirflowStack
 from support.checks import read_rows
-from support.harness import Pipeline, airflow_env, write_pipeline
+from support.harness import Pipeline, airflow_env, write_delta_pipeline, write_pipeline
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(not os.environ.get("EOBATCH_CHAIN_CHECK"), reason="a long run: make chain-check")]
@@ -38,18 +38,9 @@ SCHEMA = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP
 
 def _delta_pipeline(root, name: str, upstream: str, table, extra_source: str = "", rest: str = "",
                     sink_extra: str = "") -> Pipeline:
-    sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
-    path = root / "pipelines" / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: {name}
-        schedule: {{asset: {upstream}}}
-        source:
-          kind: delta
-          table: {table}
-        """) + textwrap.indent(extra_source, "  ") + f'schema: "{SCHEMA}"\n' + rest
-        + f"sink:\n  table: {sink}\n" + textwrap.indent(sink_extra, "  ")
-        + f"quarantine:\n  table: {quarantine}\nretries:\n  stage: 1\n  commit: 3\n  delay_seconds: 2\n")
-    return Pipeline(root, name, path, root / "unused", sink, quarantine)
+    """A delta pipeline reading ``table``, scheduled on pipeline ``upstream``'s asset."""
+    return write_delta_pipeline(root, name, table, extra_source, SCHEMA, f"schedule: {{asset: {upstream}}}\n" + rest,
+                                sink_extra, retries="stage: 1\ncommit: 3\ndelay_seconds: 2\n")
 
 
 @pytest.fixture(scope="module")

@@ -145,7 +145,13 @@ sys.path.insert(0, str(REPO / "tests"))
 from eobatch.config.lines import RAW_CHARS  # noqa: E402
 from eobatch.job import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
-from support.harness import Pipeline, base_env, write_kafka_pipeline, write_pipeline  # noqa: E402
+from support.harness import (  # noqa: E402
+    Pipeline,
+    base_env,
+    write_delta_pipeline,
+    write_kafka_pipeline,
+    write_pipeline,
+)
 
 if TYPE_CHECKING:
     from support.s3checks import S3Pipeline, S3Reader
@@ -213,31 +219,6 @@ sys.exit(5 if out["prepared_first"] else 0)
 """
 
 
-def write_delta_pipeline(root: Path, upstream: Path) -> Pipeline:
-    """The delta backend's pipeline: it reads the Delta table ``upstream`` (source kind: delta)."""
-    pipelines = root / "pipelines"
-    pipelines.mkdir(parents=True, exist_ok=True)
-    sink, quarantine = root / "lake" / "chaos", root / "lake" / "chaos_bad"
-    path = pipelines / "chaos.yaml"
-    path.write_text(f"""name: chaos
-source:
-  kind: delta
-  table: {upstream}
-  max_records_per_batch: 60
-  max_versions_per_batch: 3
-schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
-sink:
-  table: {sink}
-quarantine:
-  table: {quarantine}
-retries:
-  stage: 0
-  commit: 2
-  delay_seconds: 1
-""")
-    return Pipeline(root, "chaos", path, root / "unused-landing", sink, quarantine)
-
-
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
                  backend: str = "files", master: str = "local[*]", only: list[str] | None = None,
@@ -291,7 +272,8 @@ class Chaos:
             self.upstream = self.root / "lake" / "upstream"
             self.up_effect: list[tuple[int, ...]] = []  # per upstream version: the append versions in effect
             self.up_appended: dict[int, list[dict]] = {}  # append version -> its records
-            self.p = write_delta_pipeline(self.root, self.upstream)
+            self.p = write_delta_pipeline(self.root, "chaos", self.upstream,
+                                          "max_records_per_batch: 60\nmax_versions_per_batch: 3\n")
         elif mode == "interval":
             self.p = write_pipeline(self.root, name="chaos", mode="interval", schedule="@hourly",
                                     interval_prefix="dt={ds}/hour={hh}")

@@ -11,34 +11,15 @@ import pytest
 
 from eobatch.core.maintenance import maintain
 from support.checks import read_rows
-from support.harness import Pipeline, orders, run_batch, write_pipeline
+from support.harness import Pipeline, orders, run_batch, write_delta_pipeline, write_pipeline
 
 pytestmark = pytest.mark.integration
 
 
 def _downstream(root, upstream: Pipeline, name: str = "silver", extra_source: str = "",
-                schema: str = "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP",
-                rest: str = "", sink_extra: str = "") -> Pipeline:
-    sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
-    path = root / "pipelines" / f"{name}.yaml"
-    path.write_text(textwrap.dedent(f"""\
-        name: {name}
-        source:
-          kind: delta
-          table: {upstream.sink}
-          max_records_per_batch: 5
-        """) + textwrap.indent(extra_source, "  ") + f'schema: "{schema}"\n' + rest + textwrap.dedent(f"""\
-        sink:
-          table: {sink}
-        """) + textwrap.indent(sink_extra, "  ") + textwrap.dedent(f"""\
-        quarantine:
-          table: {quarantine}
-        retries:
-          stage: 0
-          commit: 2
-          delay_seconds: 1
-        """))
-    return Pipeline(root, name, path, root / "unused-landing", sink, quarantine)
+                schema: str | None = None, rest: str = "", sink_extra: str = "") -> Pipeline:
+    return write_delta_pipeline(root, name, upstream.sink, "max_records_per_batch: 5\n" + extra_source, schema,
+                                rest, sink_extra)
 
 
 def _drain(p: Pipeline) -> list[int]:

@@ -147,6 +147,22 @@ def write_kafka_pipeline(root: Path, bootstrap: str, topic: str, name: str = "ev
     return Pipeline(root, name, path, root / "unused-landing", sink, quarantine)
 
 
+def write_delta_pipeline(root: Path, name: str, table: Path | str, source_extra: str = "", schema: str | None = None,
+                         rest: str = "", sink_extra: str = "", retries: str = "stage: 0\ncommit: 2\ndelay_seconds: 1\n",
+                         ) -> Pipeline:
+    """A pipeline reading the Delta table ``table`` (source kind: delta) under ``root``; ``source_extra``,
+    ``sink_extra``: more keys of those sections (YAML lines), ``rest``: top-level keys (a transform)."""
+    pipelines = root / "pipelines"
+    pipelines.mkdir(parents=True, exist_ok=True)
+    sink, quarantine = root / "lake" / name, root / "lake" / f"{name}_bad"
+    schema = schema or "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+    path = pipelines / f"{name}.yaml"
+    path.write_text(f"name: {name}\nsource:\n  kind: delta\n  table: {table}\n" + textwrap.indent(source_extra, "  ")
+                    + f'schema: "{schema}"\n' + rest + f"sink:\n  table: {sink}\n" + textwrap.indent(sink_extra, "  ")
+                    + f"quarantine:\n  table: {quarantine}\nretries:\n" + textwrap.indent(retries, "  "))
+    return Pipeline(root, name, path, root / "unused-landing", sink, quarantine)
+
+
 def orders(prefix: str, n: int, start: int = 0) -> list[dict]:
     return [{"order_id": f"{prefix}-{i:05d}", "customer": f"c{i % 7}", "amount": float(i) + 0.5,
              "ts": f"2026-01-01T00:{i % 60:02d}:00Z"} for i in range(start, start + n)]
