@@ -104,6 +104,7 @@ def run(spec: dict) -> dict:
     from eobatch.core.ledger import Ledger
     from eobatch.sinks import job_module
     from eobatch.sources import kind_for, range_summary
+    from eobatch.storage import s3conf
     from eobatch.storage.fs import storage_for
     from spark_jobs.classify import (
         bound_partition_values,
@@ -146,6 +147,9 @@ def run(spec: dict) -> dict:
     for k, v in executor_env(spec, plan).items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
     spark = builder.getOrCreate()
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for k, v in s3conf.bucket_hadoop_conf().items():  # a bucket in another store (a delta source's conn_id)
+        hadoop.set(k, v)
     log("Spark session ready")
     for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
         spark.conf.set(k, v)

@@ -26,7 +26,7 @@ from eobatch.storage.s3conf import ENV_KEYS
 from support.delta_races import race_first_commit
 from support.harness import REPO, base_env, kill_group, orders, stage, wait_for
 from support.protocol_runs import run_next
-from support.s3checks import BUCKET, S3Reader, s3_pipeline
+from support.s3checks import BUCKET, S3Pipeline, S3Reader, s3_pipeline
 from support.services import S3Server, SparkCluster
 
 pytestmark = pytest.mark.integration
@@ -412,6 +412,60 @@ def test_dag_runs_files_on_s3_to_delta_on_s3_on_the_cluster(cluster, s3, tmp_pat
     again = airflow(p, extra_env=env)
     _ok(again)
     assert "nothing new" in again.log
+
+
+def test_dag_reads_an_upstream_delta_table_in_another_store_through_its_own_connection(cluster, s3, tmp_path,
+                                                                                        reader, airflow):
+    """source.conn_id: the upstream Delta table is on another S3 server with other credentials (a
+    second S3Proxy, written by a foreign writer, delta-rs); the pipeline's own tables on the first.
+    The DAG on the cluster plans from the upstream's log, its executors read the upstream's files
+    and write the pipeline's tables, each store with its own settings; the upstream's keys never
+    appear in the task logs; every upstream row is published once, and a second run finds nothing."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    other = S3Server(str(tmp_path / "other-s3")).start()
+    try:
+        other.create_bucket("upstream")
+        up_reader = S3Reader(other.endpoint, other.access_key, other.secret_key, other.region)
+        upstream = "s3a://upstream/lake/orders"
+        for part in (orders("u", 3), orders("v", 2)):  # two upstream versions
+            write_deltalake("s3://upstream/lake/orders", pa.Table.from_pylist(part), mode="append",
+                            storage_options=up_reader.storage_options())
+        root = f"s3a://{BUCKET}/{uuid.uuid4().hex[:8]}/lake"
+        yaml_path = tmp_path / "pipelines" / "silver.yaml"
+        yaml_path.parent.mkdir(parents=True, exist_ok=True)
+        yaml_path.write_text(f"""\
+name: silver
+source: {{kind: delta, table: {upstream}, conn_id: upstream_s3, max_records_per_batch: 3}}
+schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE, ts TIMESTAMP"
+sink: {{table: {root}/silver}}
+quarantine: {{table: {root}/silver_bad}}
+spark: {{conf: {{spark.executor.memory: 1g}}}}
+retries: {{stage: 0, commit: 3, delay_seconds: 2}}
+""")
+        p = S3Pipeline(yaml_path, "silver", "", f"{root}/silver", f"{root}/silver_bad", reader)
+        env = {
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1",
+                                                      "port": cluster.port}),
+            "AIRFLOW_CONN_UPSTREAM_S3": json.dumps({"conn_type": "aws", "login": other.access_key,
+                                                    "password": other.secret_key, "extra": {
+                                                        "endpoint_url": other.endpoint, "region_name": other.region}}),
+        }
+        run = airflow(p, extra_env=env)
+        _ok(run)
+        assert other.secret_key not in run.log and other.access_key not in run.log
+        assert "commit: batch 2 COMMITTED" in run.log, run.log[-3000:]  # versions 0 and 1: 3 + 2 records
+        rows = reader.read_rows(p.sink)
+        assert sorted(r["order_id"] for r in rows) == sorted(o["order_id"] for o in orders("u", 3) + orders("v", 2))
+        plans = [p.protocol().ledger.plan(b) for b in (1, 2)]
+        assert [pl.range["versions"] for pl in plans] == [[0, 1], [1, 2]]
+        assert not [k for k in up_reader.keys(upstream) if not k.startswith(("_delta_log/", "part-"))]  # read only
+        again = airflow(p, extra_env=env)
+        _ok(again)
+        assert "nothing new" in again.log
+    finally:
+        other.stop(kill=True)
 
 
 def test_worker_killed_mid_stage_then_s3_restarted_between_verify_and_commit(cluster, s3, tmp_path, reader):

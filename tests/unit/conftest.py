@@ -86,7 +86,7 @@ def s3env(monkeypatch):
     """The made-up S3 settings of ``support.s3env`` in the environment, and no other S3 variable."""
     from eobatch.storage import s3conf
 
-    for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION"):
+    for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", s3conf.BUCKETS_ENV):
         monkeypatch.delenv(k, raising=False)
     for k, v in S3_ENV.items():
         monkeypatch.setenv(k, v)

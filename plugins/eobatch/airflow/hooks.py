@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
+from ..errors import TerminalError
 from ..storage import s3conf
 
 AWS_CONN_ID = "aws_default"
@@ -35,6 +36,19 @@ def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
     except Exception:  # no such connection: credentials come from the environment (or nowhere)
         mask_credentials()
         return False
+    for k, v in aws_connection_settings(conn_id).items():
+        if v:
+            os.environ[k] = str(v)
+        elif k == "AWS_SESSION_TOKEN":
+            os.environ.pop(k, None)  # one of an earlier identity would not match these keys
+    mask_credentials()
+    return True
+
+
+def aws_connection_settings(conn_id: str) -> dict[str, str | None]:
+    """The S3 settings of Airflow connection ``conn_id`` (``s3conf.ENV_KEYS`` -> value), resolved by
+    the Amazon provider's ``AwsBaseHook`` (see ``export_aws_connection``); the credentials are
+    registered with the secrets masker."""
     # the Amazon provider: needed only by a pipeline with s3:// locations that names a connection
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
@@ -44,22 +58,33 @@ def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
     values = {"AWS_ACCESS_KEY_ID": creds.access_key, "AWS_SECRET_ACCESS_KEY": creds.secret_key,
               "AWS_SESSION_TOKEN": creds.token, "S3_ENDPOINT": wrapper.get_service_endpoint_url("s3"),
               "AWS_REGION": wrapper.region_name}
-    for k, v in values.items():
-        if v:
-            if k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
-                mask_secret(v)
-            os.environ[k] = str(v)
-        elif k == "AWS_SESSION_TOKEN":
-            os.environ.pop(k, None)  # one of an earlier identity would not match these keys
-    mask_credentials()
-    return True
+    for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        if values[k]:
+            mask_secret(values[k])
+    return values
+
+
+def export_bucket_connections(source) -> None:
+    """The buckets a source reads with a connection of their own (``bucket_connections``: a
+    delta source's upstream in another store), each served from now on by that connection's
+    settings, in this process and its spark-submit (``s3conf.use_bucket``). A connection that
+    does not exist is an operator's error (the pipeline names it)."""
+    for bucket, conn_id in source.bucket_connections().items():
+        try:
+            BaseHook.get_connection(conn_id)
+        except Exception:  # noqa: BLE001 - a missing connection is an operator's error
+            raise TerminalError(f"source.conn_id {conn_id!r}: there is no Airflow connection of that id (an AWS "
+                                f"connection: its endpoint_url, region_name and credentials serve bucket "
+                                f"{bucket!r}); create it (`airflow connections add {conn_id} --conn-type aws "
+                                f"...`) or drop source.conn_id") from None
+        s3conf.use_bucket(bucket, aws_connection_settings(conn_id))
 
 
 def mask_credentials() -> None:
     """Every S3 credential of this process's environment (access key id, secret, session
     token; after ``export_aws_connection`` also the connection's) registered with Airflow's
     secrets masker: whatever prints one (a command line, a child's output) shows ``***``."""
-    for v in s3conf.settings().secrets():
+    for v in s3conf.all_secrets():
         mask_secret(v)
 
 

@@ -20,12 +20,12 @@ from ..core.backlog import backlog
 from ..core.batch_run import BatchRun, Report
 from ..core.maintenance import maintain, summary_line
 from ..core.protocol import Protocol, interval_of
-from ..errors import EobatchError
+from ..errors import EobatchError, TerminalError
 from ..job import driver_jvm, launch
 from ..storage import s3conf
 from . import alerts, assets, metrics
 from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
-from .hooks import credentials_travel_as_env, export_aws_connection, mask_credentials
+from .hooks import credentials_travel_as_env, export_aws_connection, export_bucket_connections, mask_credentials
 from .params import ParamsError, check_params
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
@@ -36,6 +36,10 @@ def _protocol(pipeline_file: str) -> Protocol:
     cfg = load_pipeline(pipeline_file)
     if launch.uses_s3(cfg):
         export_aws_connection(cfg.aws_conn_id)
+        try:
+            export_bucket_connections(cfg.source)
+        except TerminalError as e:  # a connection the YAML names and Airflow does not have
+            raise AirflowFailException(str(e)) from e
     return Protocol(cfg)
 
 

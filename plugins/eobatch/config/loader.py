@@ -503,6 +503,13 @@ class PipelineFile(Section):
                 for b, pb in paths.items():
                     if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                         raise Invalid(f"{pb!r} overlaps {a} {pa!r}; they must be separate folders", key=b)
+            shared = info.data["source"].bucket_shared_with({k: p for k, p in paths.items() if k != "source.path"})
+            if shared:
+                key, bucket, conn = shared
+                raise Invalid(f"{conn!r} serves bucket {bucket!r}, which also holds this pipeline's {key}: a bucket "
+                              f"is read and written with one set of settings; drop source.conn_id (the pipeline's "
+                              f"aws_conn_id then serves both) or keep the pipeline's tables in another bucket",
+                              key="source.conn_id")
         return v
 
     @field_validator("alerts")

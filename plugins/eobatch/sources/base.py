@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import TerminalError
+from ..storage import s3conf
 
 if TYPE_CHECKING:
     from ..core.formats import StageSummary
@@ -68,6 +69,21 @@ class SourceConfig:
     def fingerprint_dict(self) -> dict:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
         return asdict(self)
+
+    def bucket_connections(self) -> dict[str, str]:
+        """S3 buckets this source reads with credentials of their own: bucket -> the Airflow
+        connection (the Amazon provider's type) that serves it (``s3conf.use_bucket``)."""
+        return {}
+
+    def bucket_shared_with(self, locations: dict[str, str]) -> tuple[str, str, str] | None:
+        """(key, bucket, connection) when a bucket of ``bucket_connections`` also holds one of
+        ``locations`` (key -> path: the pipeline's own tables), which one bucket's one set of
+        settings (``s3conf.settings_for``) cannot serve both ways; None when none does."""
+        for bucket, conn in self.bucket_connections().items():
+            for key, path in locations.items():
+                if s3conf.is_s3(path) and s3conf.split(path)[0] == bucket:
+                    return key, bucket, conn
+        return None
 
 
 def fields_as_keys(config: type[SourceConfig]) -> frozenset[str]:

@@ -457,13 +457,12 @@ class S3Storage:
         self._settings = settings
 
     # -- plumbing ------------------------------------------------------------------------
-    @property
-    def settings(self):
-        return self._settings or s3conf.settings()
+    def settings_for(self, path: str):
+        """The settings serving ``path``: this storage's own, else its bucket's (``s3conf.settings_for``)."""
+        return self._settings or s3conf.settings_for(path)
 
-    @property
-    def client(self):
-        return s3conf.boto3_client(self.settings)
+    def client(self, path: str):
+        return s3conf.boto3_client(self.settings_for(path))
 
     @staticmethod
     def _split(path: str) -> tuple[str, str]:
@@ -472,7 +471,7 @@ class S3Storage:
     def _error(self, op: str, path: str, e: Exception) -> S3StorageError:
         code = _code(e)
         return S3StorageError(s3conf.redact(f"S3 {op} {path} failed: {code or type(e).__name__}: {e}",
-                                            self.settings))
+                                            self._settings))
 
     def _call(self, op: str, path: str, fn, **kw):
         try:
@@ -489,7 +488,7 @@ class S3Storage:
     def stat(self, path: str) -> FileInfo | None:
         b, k = self._split(path)
         try:
-            h = self._call("HEAD", path, self.client.head_object, Bucket=b, Key=k)
+            h = self._call("HEAD", path, self.client(path).head_object, Bucket=b, Key=k)
         except FileNotFoundError:
             return None
         mtime = _mtime_ms(h["LastModified"])
@@ -500,7 +499,7 @@ class S3Storage:
 
     def read_bytes(self, path: str) -> bytes:
         b, k = self._split(path)
-        r = self._call("GET", path, self.client.get_object, Bucket=b, Key=k)
+        r = self._call("GET", path, self.client(path).get_object, Bucket=b, Key=k)
         return r["Body"].read()
 
     def open_landing(self, path: str, root: str | None = None):
@@ -517,7 +516,7 @@ class S3Storage:
     def open_read(self, path: str):
         """A seekable reader (ranged GETs): Parquet footers are read without the data."""
         try:
-            return self.arrow_fs().open_input_file(self.arrow_path(path))
+            return self.arrow_fs(path).open_input_file(self.arrow_path(path))
         except FileNotFoundError:
             raise FileNotFoundError(path) from None
         except OSError as e:
@@ -526,7 +525,7 @@ class S3Storage:
     # -- writing -------------------------------------------------------------------------
     def write_atomic(self, path: str, data: bytes) -> None:
         b, k = self._split(path)
-        self._call("PUT", path, self.client.put_object, Bucket=b, Key=k, Body=data)
+        self._call("PUT", path, self.client(path).put_object, Bucket=b, Key=k, Body=data)
 
     def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool:
         """Create ``path`` with ``data`` unless it exists. True if this call created it.
@@ -536,7 +535,7 @@ class S3Storage:
         b, k = self._split(path)
         for i in range(8):
             try:
-                self.client.put_object(Bucket=b, Key=k, Body=data, IfNoneMatch="*")
+                self.client(path).put_object(Bucket=b, Key=k, Body=data, IfNoneMatch="*")
                 return True
             except Exception as e:  # noqa: BLE001
                 code = _code(e)
@@ -553,7 +552,7 @@ class S3Storage:
     def delete(self, path: str) -> None:
         b, k = self._split(path)
         try:
-            self._call("DELETE", path, self.client.delete_object, Bucket=b, Key=k)
+            self._call("DELETE", path, self.client(path).delete_object, Bucket=b, Key=k)
         except FileNotFoundError:
             pass
 
@@ -587,7 +586,7 @@ class S3Storage:
 
     def _list(self, prefix: str, kw: dict) -> dict:
         try:
-            return self._call("LIST", prefix, self.client.list_objects_v2, **kw)
+            return self._call("LIST", prefix, self.client(prefix).list_objects_v2, **kw)
         except FileNotFoundError:
             return {}
         except S3StorageError as e:
@@ -619,8 +618,9 @@ class S3Storage:
         pass  # S3 has no folders
 
     # -- Arrow -----------------------------------------------------------------------------
-    def arrow_fs(self):
-        return s3conf.arrow_filesystem(self.settings)
+    def arrow_fs(self, path: str = ""):
+        """pyarrow's filesystem for ``path``'s bucket (without one: the environment's settings)."""
+        return s3conf.arrow_filesystem(self.settings_for(path))
 
     def arrow_path(self, path: str) -> str:
         b, k = self._split(path)
@@ -656,7 +656,7 @@ class _PinnedObject(io.RawIOBase):
         if n <= 0:
             return 0
         try:
-            r = self.fs.client.get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{self.pos + n - 1}",
+            r = self.fs.client(self.info.path).get_object(Bucket=self.bucket, Key=self.key, Range=f"bytes={self.pos}-{self.pos + n - 1}",
                                           **self.pin)
         except Exception as e:  # noqa: BLE001 - re-raised without credentials
             if _code(e) in ("PreconditionFailed", "412", "NoSuchKey", "404", "NoSuchVersion"):

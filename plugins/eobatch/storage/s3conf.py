@@ -18,10 +18,19 @@ exception message: ``redact`` removes them from any text that leaves this proces
 
 URIs stay ``s3a://bucket/key`` everywhere (what Spark reads); boto3 and pyarrow get bucket and
 key, delta-rs gets ``s3://bucket/key`` plus ``delta_storage_options``.
+
+A bucket in another store (a delta source's upstream table with its own ``conn_id``): its settings
+(endpoint, region, credentials) are in ``EOBATCH_S3_BUCKETS``, a JSON object of bucket -> the
+variables above, put there by the Airflow task that resolved the connection (``use_bucket``) and
+inherited by its spark-submit. ``settings_for(uri)`` picks a URI's settings: its bucket's when
+listed there, else the environment's. The stage job gives s3a the same per bucket
+(``bucket_hadoop_conf``: ``fs.s3a.bucket.<bucket>.*``, set on the running session, never on a
+command line).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 
 S3_SCHEMES = ("s3a://", "s3://")
 ENV_KEYS = ("S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
+BUCKETS_ENV = "EOBATCH_S3_BUCKETS"  # {bucket: {ENV_KEYS...}}: buckets in another store (``use_bucket``)
 
 
 def is_s3(uri: str) -> bool:
@@ -85,11 +95,62 @@ def settings(env: Mapping[str, str] | None = None) -> S3Settings:
     )
 
 
+_parsed: dict[str, dict[str, S3Settings]] = {}
+
+
+def bucket_settings(env: Mapping[str, str] | None = None) -> dict[str, S3Settings]:
+    """The buckets of ``EOBATCH_S3_BUCKETS`` and their settings (none when it is unset)."""
+    raw = (os.environ if env is None else env).get(BUCKETS_ENV) or ""
+    if not raw:
+        return {}
+    got = _parsed.get(raw)
+    if got is None:
+        try:
+            got = {str(b): settings(v) for b, v in dict(json.loads(raw)).items()}
+        except (ValueError, TypeError, AttributeError):
+            raise ValueError(f"{BUCKETS_ENV} must be a JSON object of bucket -> S3 settings") from None
+        _parsed.clear()  # one value at a time in a process
+        _parsed[raw] = got
+    return got
+
+
+def settings_for(uri: str, env: Mapping[str, str] | None = None) -> S3Settings:
+    """The settings that serve ``uri``: its bucket's own (``EOBATCH_S3_BUCKETS``), else the environment's."""
+    if is_s3(uri):
+        own = bucket_settings(env).get(split(uri)[0])
+        if own is not None:
+            return own
+    return settings(env)
+
+
+def use_bucket(bucket: str, values: Mapping[str, str | None]) -> None:
+    """Serve ``bucket`` with these settings (``ENV_KEYS`` -> value) in this process and its
+    children from now on (``EOBATCH_S3_BUCKETS``)."""
+    raw = os.environ.get(BUCKETS_ENV)
+    buckets = dict(json.loads(raw)) if raw else {}
+    buckets[bucket] = {k: str(v) for k, v in values.items() if v and k in ENV_KEYS}
+    os.environ[BUCKETS_ENV] = json.dumps(buckets, sort_keys=True)
+
+
+def bucket_env(buckets, env: Mapping[str, str] | None = None) -> str:
+    """``EOBATCH_S3_BUCKETS`` holding only these buckets (of the ones listed now)."""
+    raw = (os.environ if env is None else env).get(BUCKETS_ENV) or "{}"
+    return json.dumps({b: v for b, v in dict(json.loads(raw)).items() if b in set(buckets)}, sort_keys=True)
+
+
+def all_secrets(env: Mapping[str, str] | None = None) -> list[str]:
+    """Every credential of the environment's settings and of each listed bucket's."""
+    out = settings(env).secrets()
+    for s in bucket_settings(env).values():
+        out += s.secrets()
+    return out
+
+
 def redact(text: str, s: S3Settings | None = None) -> str:
-    """``text`` with every credential of ``s`` (default: the environment's) replaced by ***."""
-    s = s or settings()
+    """``text`` with every credential of ``s`` (default: the environment's, and each listed
+    bucket's) replaced by ***."""
     out = str(text)
-    for secret in s.secrets():
+    for secret in sorted(s.secrets() if s else all_secrets(), key=len, reverse=True):
         if len(secret) >= 4:
             out = out.replace(secret, "***")
     return out
@@ -155,7 +216,7 @@ def delta_storage_options(uri: str, s: S3Settings | None = None) -> dict | None:
     """
     if not is_s3(uri):
         return None
-    s = s or settings()
+    s = s or settings_for(uri)
     opts = {"AWS_REGION": s.region, "aws_conditional_put": "etag"}
     if s.endpoint:
         opts["AWS_ENDPOINT_URL"] = s.endpoint
@@ -197,6 +258,27 @@ def spark_hadoop_conf(s: S3Settings | None = None) -> dict:
             "spark.hadoop.fs.s3a.path.style.access": "true",
             "spark.hadoop.fs.s3a.connection.ssl.enabled": "false" if s.http else "true",
         })
+    return conf
+
+
+def bucket_hadoop_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """s3a's per-bucket settings (``fs.s3a.bucket.<bucket>.*``) of each bucket of
+    ``EOBATCH_S3_BUCKETS``, credentials included: set by the stage job on its running session's
+    Hadoop configuration (which its file scans hand to the executors), never on a command line."""
+    conf: dict[str, str] = {}
+    for bucket, s in sorted(bucket_settings(env).items()):
+        p = f"fs.s3a.bucket.{bucket}."
+        conf[p + "endpoint.region"] = s.region
+        if s.endpoint:
+            conf |= {p + "endpoint": s.endpoint, p + "path.style.access": "true",
+                     p + "connection.ssl.enabled": "false" if s.http else "true"}
+        if s.access_key and s.secret_key:
+            conf |= {p + "access.key": s.access_key, p + "secret.key": s.secret_key}
+            if s.session_token:
+                conf |= {p + "session.token": s.session_token,
+                         p + "aws.credentials.provider": "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"}
+            else:
+                conf[p + "aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
     return conf
 
 

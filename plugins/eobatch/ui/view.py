@@ -30,6 +30,7 @@ from ..config.loader import PipelineConfig, load_all
 from ..core.backlog import backlog
 from ..core.maintenance import last_report, summary_line
 from ..core.protocol import Protocol
+from ..errors import EobatchError
 from .page import CHART_BATCHES, Pager, PageView
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -91,8 +92,18 @@ BACKLOG_BUSY = {"error": "being computed for another page load just now: reload 
 def page_backlog(proto: Protocol) -> dict:
     """The backlog shown on the page (``BACKLOGS``: once per pipeline per ``BACKLOG_TTL_S``)."""
     cfg = proto.cfg
-    return BACKLOGS.get((cfg.file, cfg.name),
-                        lambda: backlog(proto, count_files_limit=BACKLOG_COUNT_FILES), busy=BACKLOG_BUSY)
+
+    def compute() -> dict:
+        # the Airflow side's hooks: the UI runs in the api-server (an upstream in another store: its connection)
+        from ..airflow.hooks import export_bucket_connections
+
+        try:
+            export_bucket_connections(cfg.source)
+        except EobatchError as e:
+            return {"error": str(e)}
+        return backlog(proto, count_files_limit=BACKLOG_COUNT_FILES)
+
+    return BACKLOGS.get((cfg.file, cfg.name), compute, busy=BACKLOG_BUSY)
 
 
 class RunIndex:

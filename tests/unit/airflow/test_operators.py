@@ -238,6 +238,49 @@ def test_a_kafka_connections_settings_travel_as_env_or_the_stage_refuses(spark_c
     assert not any(secret in arg for arg in seen["cmd"]) and seen["masked"] == {secret: "<***>"}
 
 
+@pytest.mark.parametrize("host,forwarded", MASTERS)
+def test_an_upstream_tables_own_connection_serves_its_bucket_as_env_or_the_stage_refuses(
+        spark_conn, s3_stage, monkeypatch, host, forwarded):
+    """A delta source's conn_id (an upstream table in another store): the connection's endpoint and
+    credentials serve that bucket alone and reach spark-submit as its environment
+    (EOBATCH_S3_BUCKETS), masked, never on its command line; the pipeline's own tables keep the
+    pipeline's credentials; a Spark connection that would not keep the environment fails the stage."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch.storage import s3conf
+
+    monkeypatch.setenv(s3conf.BUCKETS_ENV, "")  # restored (unset) after the test: the task writes it
+    key, secret = fake_secret("AKIA"), fake_secret("secret-")
+    monkeypatch.setenv("AIRFLOW_CONN_UPSTREAM_S3", json.dumps({"conn_type": "aws", "login": key, "password": secret,
+                                                               "extra": {"endpoint_url": "http://127.0.0.1:9",
+                                                                         "region_name": "eu-west-2"}}))
+    source = {"kind": "delta", "table": "s3a://upstream/lake/orders", "conn_id": "upstream_s3"}
+    if not forwarded:
+        with pytest.raises(AirflowFailException, match="client deploy mode"):
+            s3_stage(spark_conn(host), source=source)
+        return
+    seen = s3_stage(spark_conn(host), watch=[key, secret], source=source)
+    assert json.loads(seen["env"][s3conf.BUCKETS_ENV]) == {"upstream": {
+        "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret, "S3_ENDPOINT": "http://127.0.0.1:9",
+        "AWS_REGION": "eu-west-2"}}
+    assert seen["env"].get("AWS_ACCESS_KEY_ID") != key  # the pipeline's own tables: not the upstream's keys
+    assert not any(secret in arg or key in arg for arg in seen["cmd"]), seen["cmd"]
+    assert seen["masked"] == {key: "<***>", secret: "<***>"}
+
+
+def test_an_upstream_connection_that_airflow_does_not_have_fails_the_task_naming_it(spark_conn, s3_stage,
+                                                                                      monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch.storage import s3conf
+
+    monkeypatch.setenv(s3conf.BUCKETS_ENV, "")
+    source = {"kind": "delta", "table": "s3a://upstream/lake/orders", "conn_id": "upstream_s3"}
+    with pytest.raises(AirflowFailException, match=r"source.conn_id 'upstream_s3': there is no Airflow connection of "
+                                                   r"that id .* serve bucket 'upstream'"):
+        s3_stage(spark_conn("local[*]"), source=source)
+
+
 def test_the_stage_uses_the_connection_the_yaml_names(spark_conn, s3_stage, monkeypatch, tmp_path):
     key, secret = fake_secret("AKIA"), fake_secret("secret-")
     monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({"conn_type": "aws", "login": "not-this",

@@ -75,6 +75,22 @@ def test_its_own_tables_may_not_be_inside_the_upstream_table(make_cfg, tmp_path)
         make_cfg(source={"kind": "delta", "table": str(tmp_path)})
 
 
+def test_conn_id_serves_an_s3_upstream_in_another_bucket_only(make_cfg, tmp_path):
+    """``conn_id``: an upstream in another store; not for a local table, nor for a bucket that also holds
+    the pipeline's own tables (one bucket, one set of settings); credentials, so not in the fingerprint."""
+    cfg = make_cfg(source={"kind": "delta", "table": "s3a://upstream/lake/orders", "conn_id": "up_s3"})
+    assert cfg.source.bucket_connections() == {"upstream": "up_s3"}
+    plain = make_cfg(source={"kind": "delta", "table": "s3a://upstream/lake/orders"})
+    assert plain.source.bucket_connections() == {} and plain.fingerprint() == cfg.fingerprint()
+    with pytest.raises(ConfigError, match=r"source.conn_id: 'up_s3' names the connection of an S3 store; table .* is "
+                                          r"on the local disk"):
+        _cfg(make_cfg, tmp_path, conn_id="up_s3")
+    with pytest.raises(ConfigError, match=r"source.conn_id: 'up_s3' serves bucket 'lake', which also holds this "
+                                          r"pipeline's sink.table"):
+        make_cfg(source={"kind": "delta", "table": "s3a://lake/up/orders", "conn_id": "up_s3"},
+                 sink={"table": "s3a://lake/down/orders"}, quarantine={"table": "s3a://other/down/bad"})
+
+
 # -- planning ------------------------------------------------------------------------------
 
 

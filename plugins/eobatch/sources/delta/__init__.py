@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...errors import TerminalError
+from ...storage import s3conf
 from ..base import fields_as_keys
 from ..files.planner import changed_since_plan
 from ..parquet import ParquetKind
@@ -54,6 +56,19 @@ class DeltaKind(ParquetKind):
 
     def job_source(self, source: DeltaConfig) -> dict:  # type: ignore[override]
         return {"kind": self.name, "path": source.table}  # the table's folder: no link below it is followed
+
+    def job_env(self, source: DeltaConfig) -> dict[str, str]:  # type: ignore[override]
+        """An upstream in another store: its bucket's settings (``s3conf.BUCKETS_ENV``), which the
+        Airflow task resolved from ``source.conn_id`` (``airflow.hooks.export_bucket_connections``)."""
+        buckets = source.bucket_connections()
+        if not buckets:
+            return {}
+        known = s3conf.bucket_settings()
+        missing = sorted(set(buckets) - set(known))
+        if missing:
+            raise TerminalError(f"source.conn_id {source.conn_id!r}: the settings of bucket {missing[0]!r} were not "
+                                f"resolved in this process (the pipeline's Airflow tasks resolve the connection)")
+        return {s3conf.BUCKETS_ENV: s3conf.bucket_env(buckets)}
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         problems = changed_since_plan(rng, job.get("path"))

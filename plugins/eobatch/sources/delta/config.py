@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from ...storage import s3conf
 from ..base import SourceConfig
 
 CHOICES = {"on_change_commit": ("fail", "skip"), "on_data_loss": ("fail", "accept")}  # the first is the default
@@ -24,6 +25,10 @@ class DeltaConfig(SourceConfig):
     # read the upstream's Change Data Feed: every change row is a record, with the metadata columns
     # _change_type (insert, update_preimage, update_postimage, delete) and _commit_version
     change_feed: bool = False
+    # an Airflow connection (the Amazon provider's type) for an s3a:// table in another store: its
+    # endpoint, region and credentials serve the table's bucket (a pipeline's own tables use
+    # aws_conn_id). Credentials, not what is read: not in the fingerprint.
+    conn_id: str | None = None
 
     @property
     def path(self) -> str:  # the config's overlap check keeps the pipeline's own tables out of it
@@ -33,4 +38,8 @@ class DeltaConfig(SourceConfig):
         return f"delta table {self.table}"
 
     def fingerprint_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "conn_id"}
+
+    def bucket_connections(self) -> dict[str, str]:
+        """``SourceConfig.bucket_connections``: the table's bucket, served by ``conn_id``."""
+        return {s3conf.split(self.table)[0]: self.conn_id} if self.conn_id and s3conf.is_s3(self.table) else {}

@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
-from ...config.model import Bool, Invalid, NonNegativeInt, PosInt, TablePath, one_of
+from ...config.model import Bool, ConnId, Invalid, NonNegativeInt, PosInt, TablePath, one_of
+from ...storage import s3conf
 from ..section import SourceSection
 from .config import CHOICES, DEFAULT_MAX_VERSIONS, DeltaConfig
 
@@ -19,6 +20,7 @@ class DeltaSection(SourceSection):
     on_change_commit: Annotated[str, one_of(*CHOICES["on_change_commit"])] = CHOICES["on_change_commit"][0]
     on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]
     change_feed: Bool = False
+    conn_id: ConnId | None = None  # an Airflow AWS connection for an s3a:// table in another store
 
     @model_validator(mode="before")
     @classmethod
@@ -28,3 +30,10 @@ class DeltaSection(SourceSection):
                           "intervals: use mode: continuous (a schedule still runs it; or schedule it on the upstream's "
                           "asset)", at="kind")
         return data
+
+    @model_validator(mode="after")
+    def _conn_for_s3(self) -> "DeltaSection":
+        if self.conn_id is not None and not s3conf.is_s3(self.table):
+            raise Invalid(f"{self.conn_id!r} names the connection of an S3 store; table {self.table!r} is "
+                          f"on the local disk: drop conn_id", at="conn_id")
+        return self
