@@ -189,15 +189,21 @@ def _airflow_paths(home: Path) -> dict:
 
 
 def bench_pipeline(ds: dict, name: str, master: str, driver_memory: str | None, work: Path, home: Path,
-                   max_records: int, batches_per_run: int = 1):
-    """A new pipeline over the data set's folder: (its config, the Airflow environment of its runs)."""
+                   max_records: int, batches_per_run: int = 1, lake: str | None = None):
+    """A new pipeline over the data set's folder (a local one or s3a://): (its config, the Airflow
+    environment of its runs); ``lake``: where its tables go (default: under ``work``)."""
     extra = f"spark:\n  driver_memory: {driver_memory}\n" if driver_memory else ""
     extra += f"max_batches_per_run: {batches_per_run}\n"
     p = write_pipeline(work, name=name, schema=DDL, max_records=max_records, extra=extra)
     text = p.yaml_path.read_text()
-    source_line = f"  path: {p.landing}\n"
-    assert source_line in text, "harness.write_pipeline changed its source layout"
-    p.yaml_path.write_text(text.replace(source_line, f"  path: {ds['path']}\n"))
+    moves = {f"  path: {p.landing}\n": f"  path: {ds['path']}\n"}
+    if lake:
+        moves |= {f"table: {p.sink}\n": f"table: {lake}/{name}\n",
+                  f"table: {p.quarantine}\n": f"table: {lake}/{name}_bad\n"}
+    for old, new in moves.items():
+        assert old in text, f"harness.write_pipeline changed its layout ({old.strip()!r})"
+        text = text.replace(old, new)
+    p.yaml_path.write_text(text)
     env = airflow_env(home, p.yaml_path.parent, {
         **_airflow_paths(home), "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": master})})
     return p.cfg, env
@@ -291,12 +297,13 @@ def _dag_runs(name: str, env: dict, log: Path, runs: int) -> tuple[float | None,
 
 
 def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path, home: Path,
-                    one_per_run: bool = True) -> dict:
+                    one_per_run: bool = True, lake: str | None = None) -> dict:
     """A backlog of ``ds["files"]`` files, one batch each: this product drains it in one DAG run
     (``max_batches_per_run`` = the backlog: one Spark application, each batch its own two-phase
     commit); Structured Streaming with ``maxFilesPerTrigger=1`` (one micro-batch per file, in one
     process); the product one batch per DAG run (``one_per_run``: what a drain cost before runs
-    carried several); and the same records as one batch."""
+    carried several); and the same records as one batch. ``lake``: where every table (and the
+    peer's checkpoint) goes, e.g. ``s3a://bucket/prefix`` (default: under ``work``)."""
     n, per = ds["files"], ds["per_file"]
     out: dict = {"batches": n, "records_per_batch": per, "records": ds["records"], "bytes": ds["bytes"]}
     cases = [("eo", n, per), ("eo_one_batch", 1, ds["records"] + 1)] + ([("eo_one_per_run", 1, per)] if one_per_run else [])
@@ -304,7 +311,8 @@ def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path
         name = f"catchup_{key}"
         _log(f"catch-up: {key} ({n} batches of {per:,} records)" if key != "eo_one_batch" else
              f"catch-up: the same {ds['records']:,} records as one batch")
-        cfg, env = bench_pipeline(ds, name, master, driver_memory, work / key, home, max_records, batches_per_run)
+        cfg, env = bench_pipeline(ds, name, master, driver_memory, work / key, home, max_records, batches_per_run,
+                                  lake=f"{lake}/{key}" if lake else None)
         runs = n if key == "eo_one_per_run" else 1
         took, err = _dag_runs(name, env, work / f"{key}.log", runs)
         out[f"{key}_seconds"] = took
@@ -317,8 +325,9 @@ def measure_catchup(ds: dict, master: str, driver_memory: str | None, work: Path
         if set(held.values()) != {want}:
             out[f"{key}_error"] = f"the tables hold batches {held}, not {want}"
     _log(f"catch-up: Structured Streaming, maxFilesPerTrigger=1 ({n} micro-batches)")
-    table_path, log = work / "sss_table", work / "sss.log"
-    args = ["--source", ds["path"], "--table", str(table_path), "--checkpoint", str(work / "sss_checkpoint"),
+    table_path, log = f"{lake}/sss_table" if lake else work / "sss_table", work / "sss.log"
+    checkpoint = f"{lake}/sss_checkpoint" if lake else work / "sss_checkpoint"
+    args = ["--source", ds["path"], "--table", str(table_path), "--checkpoint", str(checkpoint),
             "--schema", DDL, "--max-files-per-trigger", "1"]
     rc, took, _ = run_watched(spark_argv(cfg, master, "bench-catchup-sss", PEER_SSS, args), launch.spark_env(), log)
     out["sss_seconds"] = round(took, 2) if rc == 0 else None
