@@ -197,8 +197,8 @@ reset-batch: venv
 	@source include/env.sh && python -m eobatch.cli reset-batch "$$PIPELINE" "$$BATCH" $${ACCEPT_LOSS:+--accept-loss}
 
 rewind: venv
-	@test -n "$$BATCH" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id> [DRY_RUN=1] [ACCEPT_LOSS=1]" >&2; exit 2; }
-	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" "$$BATCH" $${DRY_RUN:+--dry-run} $${ACCEPT_LOSS:+--accept-loss}
+	@test -n "$$BATCH$$UPSTREAM_VERSION" || { echo "usage: make rewind PIPELINE=<name> BATCH=<id>|UPSTREAM_VERSION=<v> [DRY_RUN=1] [ACCEPT_LOSS=1]" >&2; exit 2; }
+	@source include/env.sh && python -m eobatch.cli rewind "$$PIPELINE" $${BATCH:+"$$BATCH"} $${UPSTREAM_VERSION:+--upstream-version "$$UPSTREAM_VERSION"} $${DRY_RUN:+--dry-run} $${ACCEPT_LOSS:+--accept-loss}
 
 maintain: venv
 	@test -n "$$PIPELINE" || { echo "usage: make maintain PIPELINE=<name>" >&2; exit 2; }

@@ -43,6 +43,7 @@ from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import resolve
 from .job.launch import build_class_archive
 from .sources import range_summary
+from .sources.delta.range import first_batch_reading
 from .storage import s3conf
 
 
@@ -216,7 +217,10 @@ def main(argv=None) -> int:
     dp.add_argument("date")
     wp = sub.add_parser("rewind", help="restore the tables to before BATCH and read again from its start")
     wp.add_argument("pipeline")
-    wp.add_argument("batch", type=int)
+    wp.add_argument("batch", type=int, nargs="?")
+    wp.add_argument("--upstream-version", type=int, default=None, metavar="V",
+                    help="a delta source: rewind to the first batch that read upstream version V or a later one "
+                         "(instead of BATCH)")
     wp.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
     wp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the rewound "
                                                                "batches are gone (the ledger records the loss)")
@@ -290,6 +294,27 @@ def _pools() -> int:
     return 0
 
 
+def _batch_of_upstream_version(proto: Protocol, args) -> int | None:
+    """``rewind --upstream-version V``: the first live batch that read upstream version V or a later
+    one (said on stdout), or None after saying why there is none (on stderr)."""
+    src = proto.cfg.source
+    if args.batch is not None or src.kind != "delta" or args.upstream_version < 0:
+        why = ("give BATCH or --upstream-version, not both" if args.batch is not None else
+               f"--upstream-version is for a delta source; {proto.cfg.name} reads {src.describe()}"
+               if src.kind != "delta" else "--upstream-version must be 0 or more")
+        print(f"error: {why}", file=sys.stderr)
+        return None
+    found = first_batch_reading(proto.ledger.live_plans(), args.upstream_version)
+    if found is None:
+        print(f"error: no batch of {proto.cfg.name} has read upstream version {args.upstream_version} of "
+              f"{getattr(src, 'table', '?')} or a later one: nothing to rewind", file=sys.stderr)
+        return None
+    batch, (start, end) = found
+    print(f"upstream version {args.upstream_version}: batch {batch} read upstream versions {start}..{end - 1}; "
+          f"rewinding to it (the next batch reads the upstream again from version {start})")
+    return batch
+
+
 def _command(args) -> int:
     cfg = find_pipeline(args.pipeline)
     proto = Protocol(cfg)
@@ -346,7 +371,12 @@ def _command(args) -> int:
             return 2
         return 0
     if args.cmd == "rewind":
-        for line in proto.rewind(args.batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run,
+        batch = args.batch if args.upstream_version is None else _batch_of_upstream_version(proto, args)
+        if batch is None:
+            if args.upstream_version is None:
+                print("error: give BATCH (or, for a delta source, --upstream-version V)", file=sys.stderr)
+            return 2
+        for line in proto.rewind(batch, run_id=f"cli:{utcnow()}", dry_run=args.dry_run,
                                  accept_loss=args.accept_loss):
             print(line)
         return 0

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import collections
 import json
+import subprocess
+import sys
 import textwrap
 
 import pytest
 
 from eobatch.core.maintenance import maintain
 from support.checks import read_rows
-from support.harness import Pipeline, orders, run_batch, write_delta_pipeline, write_pipeline
+from support.harness import Pipeline, base_env, orders, run_batch, write_delta_pipeline, write_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +59,13 @@ def test_a_pipeline_reads_another_pipelines_table_exactly_once_through_compactio
     with pytest.raises(Exception, match=r"RESTORE\) restored the table to version \d+: it undid versions .* "
                                         r"Rewind silver to batch 3"):
         run_batch(down)
-    down.protocol().rewind(3)
+    # the operator's path: rewind the downstream to where it read the undone upstream version
+    undone = down.protocol().ledger.plan(3).range["files"][0]["version"]
+    r = subprocess.run([sys.executable, "-m", "eobatch.cli", "rewind", "silver", "--upstream-version", str(undone)],
+                       env=base_env({"PIPELINES_DIR": str(down.yaml_path.parent)}), capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0 and f"upstream version {undone}: batch 3 read upstream versions" in r.stdout, \
+        r.stdout + r.stderr
     up.land("c.jsonl", orders("c", 2))
     assert _drain(up) == [4, 5]  # the upstream reads b again after its rewind, then c
     assert _drain(down) == [4, 5]  # 4: the rewind's batch, at batch 3's start; 5: upstream batches 4 and 5

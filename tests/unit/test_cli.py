@@ -216,3 +216,13 @@ def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monke
     assert "Delta version 0, 2 rows" in out and '"order_id": "o2"' in out
     parts = {p.uri: p for p in proto.participants.values()}
     assert opened and all(opts == parts[uri].storage_options for uri, opts in opened), opened
+
+
+def test_rewind_by_upstream_version_is_for_a_delta_source_and_wants_one_target(make_cfg):
+    cfg = make_cfg()
+    r = _cli(cfg, "rewind", cfg.name, "--upstream-version", "3")
+    assert r.returncode == 2 and "--upstream-version is for a delta source" in r.stderr, r.stderr
+    r = _cli(cfg, "rewind", cfg.name, "2", "--upstream-version", "3")
+    assert r.returncode == 2 and "give BATCH or --upstream-version, not both" in r.stderr, r.stderr
+    r = _cli(cfg, "rewind", cfg.name)
+    assert r.returncode == 2 and "give BATCH (or, for a delta source, --upstream-version V)" in r.stderr, r.stderr

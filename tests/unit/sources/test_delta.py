@@ -299,6 +299,16 @@ def test_lineage_lists_the_upstream_batches_each_batch_consumed(tmp_path):
     assert DeltaLog(__import__("eobatch.storage.fs", fromlist=["x"]).LocalStorage(), t).commit(5) is None
 
 
+def test_the_batch_to_rewind_to_for_an_upstream_version_is_the_first_that_read_it_or_later():
+    from eobatch.sources.delta.range import first_batch_reading
+
+    plans = [_Plan({"versions": [0, 2]}, 1), _Plan({"versions": [2, 3]}, 2), _Plan({"versions": [5, 9]}, 3)]
+    assert first_batch_reading(plans, 0) == (1, [0, 2]) and first_batch_reading(plans, 1) == (1, [0, 2])
+    assert first_batch_reading(plans, 2) == (2, [2, 3])
+    assert first_batch_reading(plans, 3) == (3, [5, 9])  # versions 3, 4 held no data: the next batch after them
+    assert first_batch_reading(plans, 9) is None
+
+
 def test_the_range_checks_rows_per_file_against_the_plan(make_cfg, tmp_path):
     t = _up(tmp_path)
     _append(t, [1, 2])
