@@ -592,6 +592,13 @@ class ProtocolModel(RuleBasedStateMachine):
             event("stage ahead: verify failed")
             note(f"  {e}")
             return
+        except ProtocolError as e:  # a reset forgot the batch while this stage ran: as for _do_verify
+            if "has no plan" not in str(e):
+                raise
+            event("stage ahead: no plan")
+            note(f"  {e}")
+            a.group.remove(b)
+            return
         event("stage ahead: PREPARED" if prepared.attempt == attempt else "stage ahead: another attempt won")
 
     def _do_verify(self, a: Actor, pick: int) -> None:
@@ -1136,12 +1143,16 @@ class ProtocolModel(RuleBasedStateMachine):
         ledger = self.sink / "_eo_ledger"
         plans = _read_json_dir(ledger / "plans")
         latest = max(plans, default=0)
-        # the tables held the batch before the newest run's first batch when that run planned
+        # the tables held the batch before the newest run's first batch when that run planned, or the
+        # newest before it that holds something: an ABANDONED batch (a cancelled rewind's) holds nothing
         first = (plans[latest].get("run_first") or latest) if latest else 0
         prepared = _read_json_dir(ledger / "prepared")
+        floor = first - 1
+        while floor > 0 and prepared.get(floor, {}).get("abandoned"):
+            floor -= 1
         problems = []
         for part, v in views.items():
-            if not first - 1 <= v.txn <= latest and not (latest == 0 and v.txn == 0):
+            if not floor <= v.txn <= latest and not (latest == 0 and v.txn == 0):
                 problems.append(f"{part} holds batch {v.txn}, the newest plan is {latest} (its run's first: {first})")
             for _lv, b, info in v.our_txns():
                 p = prepared.get(b)
