@@ -10,6 +10,10 @@ the last events: independent readers (delta-rs) find silver equal to the latest 
 of everything landed (deletes applied), and gold equal to the totals of silver's rows, so each
 landed record affected gold exactly once.
 
+Then a headless browser (Debian's chromium) opens silver's graph in the Airflow UI with all DAG
+dependencies shown and finds the chain there: bronze, its table's asset, silver, silver's asset, gold
+(``EOBATCH_CHAIN_SCREENSHOT=<path.png>`` saves it: docs/site/chain-assets.png, in the README, is one).
+
 Not in `make test` (it takes several minutes of a scheduler's runs): `tests/integration/
 test_delta_source.py` runs the three hops with real Spark through the library, the model test
 and the delta chaos backend cover the upstream's faults.
@@ -26,6 +30,7 @@ import time
 
 import pytest
 
+from support import browser
 from support.airflow_stack import AirflowStack
 from support.checks import read_rows
 from support.harness import Pipeline, airflow_env, write_delta_pipeline, write_pipeline
@@ -135,6 +140,36 @@ def test_three_hops_under_the_scheduler_with_maintenance_and_a_killed_run(chain)
         totals[r["customer"]][0] += 1
         totals[r["customer"]][1] += r["amount"]
     assert {r["customer"]: [r["rows"], r["total"]] for r in read_rows(gold.sink) if r["rows"]} == dict(totals)
+    _see_the_chain_in_the_ui(chain, os.environ.get("EOBATCH_CHAIN_SCREENSHOT"))
+
+
+def _see_the_chain_in_the_ui(stack, shot: str | None) -> None:
+    """silver's graph with all DAG dependencies (Airflow keeps the view, that choice and the panels'
+    sizes in the browser's local storage: ``default_dag_view``, ``dependencies-<dag_id>``): the three
+    DAGs and the tables' assets between them (known to Airflow once their aliases carried events)."""
+    if browser.missing():
+        pytest.skip(browser.missing())
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    d = browser.chrome(2600, 800)
+    try:
+        d.get(stack.url + "/")
+        d.execute_script("window.localStorage.setItem('dependencies-silver', JSON.stringify('all'));"
+                         "window.localStorage.setItem('default_dag_view', JSON.stringify('graph'));"
+                         "window.localStorage.setItem('react-resizable-panels:graph-ltr', JSON.stringify("
+                         "{'details-panel,main-panel': {'expandToSizes': {}, 'layout': [80, 20]}}))")
+        d.get(stack.url + "/dags/silver")
+        def shown(drv) -> bool:  # the three DAGs, and asset nodes (each table's, named by its URI) between them
+            texts = [e.text for e in drv.find_elements("css selector", ".react-flow__node")]
+            return {"bronze", "gold"} <= {t.strip() for t in texts} and \
+                sum("/lake/" in t for t in texts) >= 2
+
+        WebDriverWait(d, 90).until(shown)
+        if shot:  # the graph alone
+            time.sleep(2)  # the layout and the fonts settle
+            d.find_element("css selector", ".react-flow").screenshot(shot)
+    finally:
+        d.quit()
 
 
 def _kill_a_silver_stage(stack, timeout: float) -> bool:
