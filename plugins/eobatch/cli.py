@@ -42,8 +42,7 @@ from .doctor import run as doctor
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import resolve
 from .job.launch import build_class_archive
-from .sources import range_summary
-from .sources.delta.range import first_batch_reading
+from .sources import kind_for, range_summary
 from .storage import s3conf
 
 
@@ -298,16 +297,18 @@ def _batch_of_upstream_version(proto: Protocol, args) -> int | None:
     """``rewind --upstream-version V``: the first live batch that read upstream version V or a later
     one (said on stdout), or None after saying why there is none (on stderr)."""
     src = proto.cfg.source
-    if args.batch is not None or src.kind != "delta" or args.upstream_version < 0:
+    finder = getattr(kind_for(src.kind), "first_batch_reading", None)  # kinds whose offsets are versions
+    if args.batch is not None or finder is None or args.upstream_version < 0:
         why = ("give BATCH or --upstream-version, not both" if args.batch is not None else
-               f"--upstream-version is for a delta source; {proto.cfg.name} reads {src.describe()}"
-               if src.kind != "delta" else "--upstream-version must be 0 or more")
+               f"--upstream-version is for a source that reads another table's versions (kind: delta); "
+               f"{proto.cfg.name} reads {src.describe()}" if finder is None else
+               "--upstream-version must be 0 or more")
         print(f"error: {why}", file=sys.stderr)
         return None
-    found = first_batch_reading(proto.ledger.live_plans(), args.upstream_version)
+    found = finder(proto.ledger.live_plans(), args.upstream_version)
     if found is None:
         print(f"error: no batch of {proto.cfg.name} has read upstream version {args.upstream_version} of "
-              f"{getattr(src, 'table', '?')} or a later one: nothing to rewind", file=sys.stderr)
+              f"{src.describe()} or a later one: nothing to rewind", file=sys.stderr)
         return None
     batch, (start, end) = found
     print(f"upstream version {args.upstream_version}: batch {batch} read upstream versions {start}..{end - 1}; "

@@ -221,7 +221,7 @@ def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monke
 def test_rewind_by_upstream_version_is_for_a_delta_source_and_wants_one_target(make_cfg):
     cfg = make_cfg()
     r = _cli(cfg, "rewind", cfg.name, "--upstream-version", "3")
-    assert r.returncode == 2 and "--upstream-version is for a delta source" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--upstream-version is for a source that reads another table's versions" in r.stderr, r.stderr
     r = _cli(cfg, "rewind", cfg.name, "2", "--upstream-version", "3")
     assert r.returncode == 2 and "give BATCH or --upstream-version, not both" in r.stderr, r.stderr
     r = _cli(cfg, "rewind", cfg.name)

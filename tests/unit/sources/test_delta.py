@@ -300,8 +300,7 @@ def test_lineage_lists_the_upstream_batches_each_batch_consumed(tmp_path):
 
 
 def test_the_batch_to_rewind_to_for_an_upstream_version_is_the_first_that_read_it_or_later():
-    from eobatch.sources.delta.range import first_batch_reading
-
+    first_batch_reading = kind_for("delta").first_batch_reading
     plans = [_Plan({"versions": [0, 2]}, 1), _Plan({"versions": [2, 3]}, 2), _Plan({"versions": [5, 9]}, 3)]
     assert first_batch_reading(plans, 0) == (1, [0, 2]) and first_batch_reading(plans, 1) == (1, [0, 2])
     assert first_batch_reading(plans, 2) == (2, [2, 3])

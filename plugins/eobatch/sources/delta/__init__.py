@@ -77,6 +77,17 @@ class DeltaKind(ParquetKind):
                             f"batch was planned: its records cannot be read exactly any more")
         return problems
 
+    def first_batch_reading(self, plans, version: int) -> tuple[int, list[int]] | None:
+        """(batch, its upstream versions [from, to)) of the first of ``plans`` (the pipeline's live
+        plans, in batch order) that read upstream ``version`` or a later one: a rewind to it reads
+        the upstream again from at most ``version`` (``eobatch rewind --upstream-version``). None
+        when no batch has read that far."""
+        for p in plans:
+            versions = (p.range or {}).get("versions")
+            if p.source_kind == self.name and versions and int(versions[1]) > version:
+                return p.batch_id, [int(versions[0]), int(versions[1])]
+        return None
+
     def read(self, spark, rng: dict, job: dict):
         self._seen = (rng, job.get("path"))
         return read_lines(spark, rng, job.get("path"))

@@ -86,13 +86,3 @@ def _ids(batches: list[int]) -> str:
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return ", ".join(out)
 
-
-def first_batch_reading(plans, version: int) -> tuple[int, list[int]] | None:
-    """(batch, its upstream versions [from, to)) of the first of ``plans`` (a delta source's live
-    plans, in batch order) that read upstream ``version`` or a later one: a rewind to it reads the
-    upstream again from at most ``version``. None when no batch has read that far."""
-    for p in plans:
-        versions = (p.range or {}).get("versions")
-        if p.source_kind == "delta" and versions and int(versions[1]) > version:
-            return p.batch_id, [int(versions[0]), int(versions[1])]
-    return None
