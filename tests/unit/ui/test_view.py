@@ -214,3 +214,19 @@ def test_records_are_counted_for_a_bounded_number_of_files(three, monkeypatch):
     b = page_view(three).backlog
     assert b["files"] == 2 and b["records"] is None
     assert "records not counted: 2 files not yet planned" in " ".join(b["notes"])
+
+
+def test_the_backlog_of_an_upstream_in_another_store_names_a_connection_airflow_lacks(make_cfg, monkeypatch, tmp_path):
+    """A delta source with ``conn_id``: the page reads the upstream with that connection (resolved in
+    the web server like in the tasks); one Airflow does not have is the backlog's error, and the page
+    still shows the ledger."""
+    from eobatch.storage import s3conf
+    from eobatch.ui import view
+
+    monkeypatch.setenv(s3conf.BUCKETS_ENV, "")  # restored (unset) after the test
+    monkeypatch.setattr(view, "BACKLOGS", view.Memo(30.0))
+    cfg = make_cfg(source={"kind": "delta", "table": "s3a://upstream/lake/orders", "conn_id": "upstream_s3"},
+                   sink={"table": str(tmp_path / "lake" / "silver")}, quarantine={"table": str(tmp_path / "lake" / "bad")})
+    v = page_view(cfg)
+    assert v.rows == [] and "source.conn_id 'upstream_s3': there is no Airflow connection of that id" in \
+        v.backlog["error"], v.backlog
