@@ -85,4 +85,3 @@ def _ids(batches: list[int]) -> str:
     if run:
         out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
     return ", ".join(out)
-
