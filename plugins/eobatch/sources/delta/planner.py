@@ -119,7 +119,7 @@ class DeltaSource:
         try:
             effective = effective_versions(commits, start, latest)
         except UndoneRead as e:
-            raise UpstreamRefused(self._undone_text(e, previous_plans)) from None
+            raise UpstreamRefused(self._undone_text(e, previous_plans, delta_log, latest)) from None
         partition_types = {f["name"]: f["type"] for f in json.loads(dt.schema().to_json())["fields"]
                            if f["name"] in meta.partition_columns}
         files: list[dict] = []
@@ -259,15 +259,26 @@ class DeltaSource:
                 f"to pass over them (recorded in the ledger); or start a new pipeline at a later version "
                 f"(source.starting_version)")
 
-    def _undone_text(self, e: UndoneRead, previous_plans) -> str:
-        """``e``'s message, with the batch to rewind to: the first one that read past the restore's target."""
+    def _undone_text(self, e: UndoneRead, previous_plans, delta_log: DeltaLog, latest: int) -> str:
+        """``e``'s message, with the batch to rewind to: the first one that read past the restore's
+        target, or an earlier one when reading again from that batch's start would meet another
+        RESTORE that undid versions read before it (the rewind then plans from a start it can read)."""
         name = self.cfg.name
-        batch = None
-        for p in previous_plans:  # the error path only: reading every plan is fine here
-            if p.source_kind == self.kind and int(p.range.get("versions", [0, 0])[1]) > e.target + 1 \
-                    and p.range.get("files") is not None:
-                batch = p.batch_id
+        plans = [p for p in previous_plans if p.source_kind == self.kind and p.range.get("files") is not None]
+        target, batch = e.target, None  # the error path only: reading every plan and commit is fine here
+        while True:
+            k = next((p for p in plans if int(p.range.get("versions", [0, 0])[1]) > target + 1), None)
+            if k is None or (batch is not None and k.batch_id >= batch):
                 break
+            batch, start = k.batch_id, int(k.range["versions"][0])
+            for v in range(start, latest + 1):
+                if v not in self._commits:
+                    self._commits[v] = delta_log.commit(v)
+            try:
+                effective_versions(self._commits, start, latest)
+                break
+            except UndoneRead as again:
+                target = again.target
         how = (f" Rewind {name} to batch {batch} (`make rewind PIPELINE={name} BATCH={batch}`): it then reads the "
                f"upstream again from before the restore's target, and passes over what the restore undid"
                if batch is not None else "")
