@@ -93,7 +93,7 @@ def transform_slices(tmod, valid, ctx, slices: list[str], slice_col: str):
 
 
 def run(spec: dict) -> dict:
-    from pyspark import StorageLevel
+    from pyspark import SparkConf, SparkContext, StorageLevel
     from pyspark.sql import Observation, SparkSession
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -106,6 +106,7 @@ def run(spec: dict) -> dict:
     from eobatch.sources import kind_for, range_summary
     from eobatch.storage import s3conf
     from eobatch.storage.fs import storage_for
+    from spark_jobs import worker_daemon
     from spark_jobs.classify import (
         bound_partition_values,
         classify,
@@ -146,6 +147,11 @@ def run(spec: dict) -> dict:
     builder = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}")
     for k, v in executor_env(spec, plan).items():
         builder = builder.config(f"spark.executorEnv.{k}", v)
+    if SparkSession.getActiveSession() is None:  # the first batch of the application starts it
+        SparkContext._ensure_initialized()  # the JVM of spark-submit, whose settings SparkConf then reads
+        submitted = dict(SparkConf().getAll())
+        for k, v in worker_daemon.conf(submitted.get("spark.master", ""), submitted).items():
+            builder = builder.config(k, v)
     spark = builder.getOrCreate()
     hadoop = spark.sparkContext._jsc.hadoopConfiguration()
     for k, v in s3conf.bucket_hadoop_conf().items():  # a bucket in another store (a delta source's conn_id)

@@ -1,5 +1,6 @@
 """The stage driver's Java options: its JVM really starts from the class-data archive `make setup`
-builds, with the throughput collector.
+builds, with the throughput collector; its Python workers import the installed pyspark, not
+Spark's source zip (``spark_jobs/worker_daemon.py``).
 
 ``-Xshare:on`` makes a JVM fail at start-up when it cannot map the archive (a wrong file, another
 classpath or JVM), so a stage job that succeeds with it used the archive; ``-Xlog:gc`` has the JVM
@@ -43,6 +44,9 @@ def test_built_archive_is_mapped_by_the_stage_job(tmp_path):
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "Using Parallel" in r.stdout, r.stdout[:2000]
+    workers = [line for line in r.stderr.splitlines() if line.startswith("[eobatch] python workers: pyspark")]
+    assert len(workers) == 1 and ".zip" not in workers[0], workers or r.stderr[-3000:]
+    assert workers[0].endswith(os.path.dirname(__import__("pyspark").__file__)), workers
     prepared = proto.verify(plan.batch_id, attempt)
     assert (prepared.rows_published, prepared.rows_quarantined) == (40, 1)
     proto.commit(plan.batch_id)

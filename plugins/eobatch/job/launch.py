@@ -138,7 +138,7 @@ SHIPPED = (
     "eobatch.job.jvm",
     # whole packages: local and S3 files; every source and sink kind (the spec names one at run time)
     "eobatch.storage", "eobatch.sources", "eobatch.sinks",
-    "spark_jobs.classify", "spark_jobs.stage_write", "spark_jobs.transforms",
+    "spark_jobs.classify", "spark_jobs.stage_write", "spark_jobs.transforms", "spark_jobs.worker_daemon",
 )
 
 
