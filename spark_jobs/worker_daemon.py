@@ -4,7 +4,7 @@ Spark starts the Python workers' daemon (``python -m pyspark.daemon``) with its 
 first on the path (``<SPARK_HOME>/python/lib/pyspark.zip`` and ``py4j-<v>-src.zip``). Python
 cannot cache what it compiles from a zip, so every daemon compiles pyspark's modules again, and
 every worker reads the zips' directories again when its task adds the job's code zip to the
-path (py-spy of a 5M-record stage job: about 1.6 s of the workers' 12.5 s of CPU). When the
+path (py-spy of a 5M-record stage job: 3.5 s of the workers' 12.5 s of CPU). When the
 same pyspark and py4j are installed beside them (a pip-installed pyspark is: the zips are in
 its own folder), this daemon puts the zips after the installed copies, then runs pyspark's
 daemon unchanged: the workers import the installed, compiled modules. Another version, or no
