@@ -286,21 +286,23 @@ def test_a_landing_object_overwritten_after_the_plan_within_its_second_and_size_
                                                                                               kind):
     """An object put again under the planned key, same size, within the same second (S3's
     LastModified has whole seconds, so size and mtime are unchanged): the plan recorded its ETag,
-    and the stage job refuses the new object, naming it, before reading anything."""
+    and the stage job refuses the new object, naming it, before reading anything.
+
+    The store is told the overwrite's time (the backing file's mtime set to the planned second)
+    rather than the test racing the clock: a plan slower than the rest of its second, which a
+    loaded machine gives five times in a row, made the race lose."""
     name = "a.jsonl" if kind == "files" else "a.parquet"
-    for attempt in range(5):  # until the plan and the overwrite fall in one second
-        p = s3_pipeline(tmp_path / str(attempt), reader, kind=kind)
-        uri = f"{p.landing}/{name}"
-        time.sleep(1 - time.time() % 1)
-        reader.put(uri, _three_orders(kind, "a"))
-        plan, _ = p.protocol().plan()
-        reader.put(uri, _three_orders(kind, "x"))
-        planned = plan.range["files"][0]
-        now = S3Storage().stat(uri)
-        if (now.size, now.mtime_ms) == (planned["size"], planned["mtime_ms"]):
-            break
-    else:
-        pytest.fail("no plan and overwrite within one second in 5 tries")
+    p = s3_pipeline(tmp_path, reader, kind=kind)
+    uri = f"{p.landing}/{name}"
+    reader.put(uri, _three_orders(kind, "a"))
+    plan, _ = p.protocol().plan()
+    planned = plan.range["files"][0]
+    reader.put(uri, _three_orders(kind, "x"))
+    backing = os.path.join(s3.home, "data", *uri.split("/", 2)[2].split("/"))
+    second = planned["mtime_ms"] / 1000 + 0.5
+    os.utime(backing, (second, second))
+    now = S3Storage().stat(uri)
+    assert (now.size, now.mtime_ms) == (planned["size"], planned["mtime_ms"]), (now, planned)
     assert plan.rows_in == 3 and planned["identity"][0] != now.identity[0]
     r = stage(p, plan.batch_id, "a1")
     out = r.stdout + r.stderr
