@@ -197,6 +197,35 @@ def quarantined_records(kept, batch_id: int, extra: list[str]):
         "reason", *extra)
 
 
+# Expressions that Spark takes as deterministic within one query but that give another value in the
+# next query (the time it is optimized at): ``now()``, ``current_date()``, ``localtimestamp()``, ...
+_PER_QUERY = ("Current", "Now", "LocalTimestamp")
+
+
+def answers_twice_alike(spark, ddl: str, expectations: list[dict]) -> str | None:
+    """None when ``expect`` gives every record the same verdict in two queries (two reads of the
+    same records); else why not: an expectation that is not deterministic (``rand()``,
+    ``uuid()``) or reads the time of its query (``current_timestamp()``: a record can pass it in
+    one read and fail it in the next). The classification itself is deterministic. Decided from
+    Spark's analysis of each expression over an empty frame of the record schema."""
+    import re
+
+    from pyspark.sql import functions as F
+
+    empty = spark.createDataFrame([], record_schema(ddl))
+    for e in expectations:
+        try:
+            plan = empty.select(F.expr(e["expr"]))._jdf.queryExecution().analyzed()
+        except Exception:  # noqa: BLE001 - expect() names the expectation that cannot be evaluated
+            return f"expectation {e['name']} cannot be analyzed on its own"
+        if not plan.deterministic():
+            return f"expectation {e['name']} is not deterministic"
+        names = re.findall(r'"class":"org\.apache\.spark\.sql\.catalyst\.expressions\.(\w+)"', plan.toJSON())
+        if any(n.startswith(_PER_QUERY) for n in names):
+            return f"expectation {e['name']} reads the time of its query"
+    return None
+
+
 EXPECTATION_PRECEDENCE = ("fail", "quarantine", "drop")  # a record failing several: the first action here
 
 

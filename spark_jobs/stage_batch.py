@@ -15,8 +15,12 @@
    ``job_module``: a merge sink keeps the latest record of each key, or folds a key's rows into one);
 5. write both outputs (spark_jobs/stage_write.py) with attempt-unique file names under each
    table's eo_batches/ folder (invisible to readers: not in the Delta log) and one manifest per
-   Spark partition. The source is read once: what the job keeps of the classified records is
-   cached on local disk, and the counts are observed while that cache is written;
+   Spark partition. The source is read and parsed once, the counts observed during that read:
+   a kind that can read its range again numbered the same way (files) writes the sink straight
+   from it while the records to quarantine are observed too (at most BAD_LINES_CAP characters of
+   them; beyond, a second read classifies every record again); otherwise (Kafka, Parquet, Delta;
+   an expectation that may answer otherwise twice; a transform reading its input twice) what the
+   job keeps of the classified records is cached on local disk and both outputs come from it;
 6. write the stage summary (counts, partitions, schemas) last: the attempt is STAGED.
 """
 
@@ -73,6 +77,58 @@ def executor_env(spec: dict, plan) -> dict:
 
 QUARANTINE_ROWS_PER_TASK = 1_000_000
 
+# The records to quarantine that the one read observes (eobatch.jvm.CappedLines, in
+# eobatch-jvm.jar), each as one line of JSON (its raw text as base64 inside: any bytes survive),
+# at most BAD_LINES_CAP characters of them (the Spark setting BAD_LINES_CONF changes it), in
+# bounded memory; with more, a second read classifies every record again.
+COUNTS = "eobatch_counts"  # the observation of the read
+BAD_LINES = "_eo_bad_lines"
+BAD_LINES_CAP = 32 << 20
+BAD_LINES_CONF = "spark.eobatch.quarantineChars"
+_BAD_LINES_FN = "eobatch_capped_lines"
+
+
+def observe_bad(spark, kept):
+    """The aggregate (a column of the checked records ``kept`` is made of) of the rows of ``kept``
+    (``kept_records``) to quarantine, with all their columns but the record's fields, in at most
+    the cap's characters (``bad_of`` reads it back)."""
+    from pyspark.sql import functions as F
+
+    from eobatch.job.jvm import jvm_class
+
+    text = spark.conf.get(BAD_LINES_CONF, str(BAD_LINES_CAP))
+    if not text.isdigit() or int(text) > 1 << 40:
+        raise SystemExit(f"{BAD_LINES_CONF} must be a whole number of characters from 0 to {1 << 40}, got {text!r}")
+    jvm_class(spark, "eobatch.jvm.CappedLines").register(spark._jsparkSession, _BAD_LINES_FN, int(text))
+    # JSON escapes every line end of a string (and base64's own): one line per record
+    row = F.struct(*[F.base64("raw").alias("raw") if c == "raw" else F.col(c) for c in _bad_columns(kept)])
+    return F.call_function(_BAD_LINES_FN, F.when(F.col("reason").isNotNull() & ~F.col("_eo_drop"), F.to_json(row)))
+
+
+def _bad_columns(kept) -> list[str]:
+    return [c for c in kept.columns if not c.startswith("_eo_rec")]
+
+
+def bad_of(spark, kept, text: str):
+    """The rows to quarantine that ``observe_bad`` observed (its result ``text``) as a DataFrame of
+    ``kept``'s columns but the record's fields, raw text byte for byte."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    from eobatch.sources.base import local_frame
+
+    fields = [T.StructField(f.name, T.StringType() if f.name == "raw" else f.dataType, True)
+              for f in kept.select(*_bad_columns(kept)).schema.fields]
+    each = local_frame(spark, "j string", [(x,) for x in text.split("\n") if x])
+    rows = each.select(F.from_json("j", T.StructType(fields)).alias("r")).select("r.*")
+    return rows.withColumn("raw", F.unbase64("raw").cast("string"))
+
+
+def reads_of(df, name: str) -> int:
+    """How many times the plan of ``df`` reads the input observed as ``name`` (its analyzed plan,
+    which does not fix whether a cached relation serves it): each reference runs the read again."""
+    return str(df._jdf.queryExecution().analyzed().toString()).count(f"CollectMetrics {name},")
+
 
 def transform_slices(tmod, valid, ctx, slices: list[str], slice_col: str):
     """The pipeline's transform, once per interval slice (interval mode), so that a transform
@@ -104,10 +160,12 @@ def run(spec: dict) -> dict:
     from eobatch.core.ledger import Ledger
     from eobatch.sinks import job_module
     from eobatch.sources import kind_for, range_summary
+    from eobatch.sources.base import local_frame
     from eobatch.storage import s3conf
     from eobatch.storage.fs import storage_for
     from spark_jobs import worker_daemon
     from spark_jobs.classify import (
+        answers_twice_alike,
         bound_partition_values,
         classify,
         expect,
@@ -161,16 +219,19 @@ def run(spec: dict) -> dict:
         spark.conf.set(k, v)
     log(f"reading {range_summary(plan)} ({plan.rows_in} records by the plan's count)")
 
-    # 1. read the kind's records of exactly the planned range, once; 2. classify them (one typed
-    # parse each). What is kept of them (the parsed fields, the reason, the raw text of the
-    # records to quarantine) is cached on local disk: both outputs, the counts and the source
-    # positions come from that one read. (Reading files twice costs more than this cache; a
-    # Kafka range must not be asked of the broker twice; memory stays bounded.)
+    # 1. read the kind's records of exactly the planned range; 2. classify them (one typed parse
+    # each). Both outputs, the counts and the source positions come from one read: either the
+    # sink is written straight from it while the counts and the records to quarantine are
+    # observed (a kind that can read its range again, numbered the same way: beyond the
+    # observation's cap, a second read classifies every record again), or what the job keeps of
+    # the classified records is cached on local disk (a Kafka range must not be asked of the
+    # broker twice; a classification that could answer otherwise the second time; a transform
+    # that reads its input more than once). Memory stays bounded either way.
     lines = kind.read(spark, plan.range, src)
     slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
     if slices:  # interval mode: each record's interval slice, by the planned file it came from
-        of_file = spark.createDataFrame([(f["path"], f["slice"]) for f in plan.range["files"]],
-                                        f"source string, {SLICE_COL} string")
+        of_file = local_frame(spark, f"source string, {SLICE_COL} string",
+                              [(f["path"], f["slice"]) for f in plan.range["files"]])
         lines = lines.join(F.broadcast(of_file), "source")
     by_time = getattr(kind, "interval_slices", None)
     assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
@@ -182,12 +243,19 @@ def run(spec: dict) -> dict:
     expectations = list(spec.get("expectations") or [])
     checked = expect(classified, spec["schema"], expectations)
     xcols = [f"_eo_x{i}" for i in range(len(expectations))]
-    counts = Observation("eobatch_counts")  # taken once, while the cache is written
+
+    def kept_of(checked):
+        return kept_records(checked.where(~F.col("_eo_drop")).drop("_eo_drop", *xcols), spec["schema"],
+                            kind.located_columns, kind.quarantine_columns)
+
+    cached = ("the source kind cannot read its range again" if not getattr(kind, "reads_alike", False)
+              or assigned is not None else answers_twice_alike(spark, spec["schema"], expectations))
+    counts = Observation(COUNTS)  # taken once, by the one read
+    bad_lines = [] if cached else [observe_bad(spark, kept_of(checked)).alias(BAD_LINES)]
     observed = checked.observe(counts, F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"),
                                F.count_if("_eo_drop").alias("rows_dropped"),
-                               *[F.count_if(c).alias(c) for c in xcols])
-    kept = kept_records(observed.where(~F.col("_eo_drop")).drop("_eo_drop", *xcols), spec["schema"],
-                        kind.located_columns, kind.quarantine_columns).persist(StorageLevel.DISK_ONLY)
+                               *[F.count_if(c).alias(c) for c in xcols], *bad_lines)
+    kept = kept_of(observed)
 
     # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec)
@@ -195,6 +263,12 @@ def run(spec: dict) -> dict:
     out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
     sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step (eobatch.sinks)
     out = sink_step.step(out, spec["sink"], extra)
+    if not cached and reads_of(out, COUNTS) > 1:  # decided on the analysis only: the cache can still serve the write
+        cached = "the transform reads its input more than once"
+    if cached:
+        kept.persist(StorageLevel.DISK_ONLY)
+    log("the records to quarantine: " + (f"cached on local disk with the rest of the read ({cached})" if cached
+                                         else "observed by the read, in bounded memory"))
     ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
     common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
                   slice_col=SLICE_COL if slices else None)
@@ -212,21 +286,35 @@ def run(spec: dict) -> dict:
     if fatal:  # before any quarantine file and any summary: nothing of this attempt can be prepared
         example = kind.locate(spark, kept.where(F.col("reason").endswith("(action fail)")).limit(1), plan.range,
                               src).select("source", "position", "raw", "reason").first()
-        kept.unpersist()
+        kept.unpersist()  # when cached
         raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
                          f"{batch_id}; nothing is published. First: {example['reason']}, at {example['source']} "
                          f"position {example['position']}: {str(example['raw'])[:300]}")
 
     # 4. the quarantine, only when there is something to quarantine, at the exact source positions
-    bad = quarantined_records(kind.locate(spark, kept.where(F.col("reason").isNotNull()), plan.range, src),
-                              batch_id, extra)
-    # a few bad records spread over every piece of the read: one file for up to a million of them,
-    # not one per piece (the cache's per-batch statistics skip the pieces without any)
-    bad = bad.coalesce(max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK)))
+    tasks = max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK))  # one file for up to a million of them
+    seen_bad = None if cached or not rows_bad else got[BAD_LINES]
+    if seen_bad is not None:  # no second read
+        of_bad = bad_of(spark, kept, seen_bad)
+    else:  # from the cache; or too many to hold: a second read that classifies every record again
+        if not cached and rows_bad:
+            log(f"{rows_bad} records to quarantine, more than {BAD_LINES_CONF} characters: a second read "
+                f"classifies every record again")
+        of_bad = kept.where(F.col("reason").isNotNull())
+    bad = quarantined_records(kind.locate(spark, of_bad, plan.range, src), batch_id, extra)
+    # a few bad records spread over every piece of the read: not one file per piece (the cache's
+    # per-batch statistics skip the pieces without any); without the cache, a shuffle of the
+    # bad records only (a coalesce would read the whole source again in that many tasks)
+    bad = bad.coalesce(tasks) if cached else bad.repartition(tasks)
     manifests[QUARANTINE] = (stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
                                              partition_by=[], **common) if rows_bad else [])
+    staged_bad = sum(m["rows"] for m in manifests[QUARANTINE])
+    if staged_bad != rows_bad:  # a second read that did not find what the one before counted
+        raise SystemExit(f"batch {batch_id}: the read found {rows_bad} records to quarantine, the quarantine "
+                         f"staged {staged_bad}: the source read differently the second time; nothing of this "
+                         f"attempt is prepared")
     positions = kind.positions(kept)
-    kept.unpersist()
+    kept.unpersist()  # when cached
     schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
                QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(

@@ -116,6 +116,125 @@ def test_quarantined_records_point_at_their_exact_line_across_pieces(spark, tmp_
     assert len(ids) == len(set(ids)) == len(expected) - len(bad)
 
 
+def test_the_one_read_observes_its_records_to_quarantine_byte_for_byte_and_its_pieces(spark, tmp_path):
+    """The stage job's one read (spark_jobs/stage_batch.py): while the sink would be written, the
+    read observes the records to quarantine (eobatch.jvm.CappedLines, every column but the
+    record's fields) and the lines of each piece (eobatch.jvm.PieceLines). Read back, those
+    records are the ones a read of the source classifies as bad, raw text byte for byte (invalid
+    UTF-8, CRLF, NEL included), and located with the observed pieces they point at their exact
+    lines, as a counting read of the pieces places them. Past the cap the aggregate gives null,
+    in bounded memory."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from eobatch.sources.files import KIND
+    from eobatch.sources.files.read import locate
+    from spark_jobs.classify import classify, expect, kept_records
+    from spark_jobs.stage_batch import BAD_LINES, BAD_LINES_CONF, bad_of, observe_bad
+
+    paths = _write_files(tmp_path, n_files=2, n_lines=400, seed=8)
+    rng, job = _planned(paths), {"max_record_bytes": 1 << 20}
+
+    def kept_of(checked):
+        return kept_records(checked.where(~F.col("_eo_drop")).drop("_eo_drop"), SCHEMA, KIND.located_columns,
+                            KIND.quarantine_columns)
+
+    def one_read():
+        checked = expect(classify(KIND.read(spark, rng, job), SCHEMA, ["order_id"], 1 << 20), SCHEMA, [])
+        obs = Observation(f"bad{random.random()}")
+        kept = kept_of(checked.observe(obs, F.count("reason").alias("bad"),
+                                       observe_bad(spark, kept_of(checked)).alias(BAD_LINES)))
+        kept.where(F.col("reason").isNull()).write.format("noop").mode("overwrite").save()  # the sink's write
+        return kept, obs.get
+
+    def located(records, pieces):
+        return {(r["source"], r["position"]): (r["reason"], bytes(r["raw"])) for r in (
+            KIND.locate(spark, records, rng, job) if pieces else
+            locate(spark, records, rng, max_record_bytes=1 << 20)).select(
+            "source", "position", F.col("raw").cast("binary").alias("raw"), "reason").collect()}
+
+    kept, got = one_read()
+    assert got[BAD_LINES] is not None and got["bad"] > 80
+    observed = bad_of(spark, kept, got[BAD_LINES])
+    assert observed.count() == got["bad"]
+    by_observation = located(observed, pieces=True)
+    assert by_observation == located(kept.where(F.col("reason").isNotNull()), pieces=False)  # a second read
+    expected = {(str(p), n): rec for p in paths for n, rec in eolines.split_records(p.read_bytes())}
+    assert all(expected[k] == raw for k, (_, raw) in by_observation.items())
+    assert any(b"\xff" in raw for _, raw in by_observation.values())
+
+    spark.conf.set(BAD_LINES_CONF, str(len(got[BAD_LINES])))  # one character short of the text and its end
+    try:
+        assert one_read()[1][BAD_LINES] is None
+    finally:
+        spark.conf.unset(BAD_LINES_CONF)
+
+
+def test_a_piece_observed_twice_counts_its_lines_once(spark):
+    """eobatch.jvm.PieceLines: a piece is read whole by one task, so the same piece in two task
+    buffers is a task Spark ran again (a stage re-run after a lost output applies its
+    observation again); its lines count once, or every later line of its file would be misplaced."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from eobatch.sources.files.read import _piece_lines
+
+    first = [("f", 0, 7), ("f", 0, 8), ("f", 0, 9)]
+    tasks = [first, [("f", 4096, 20), ("g", 0, 30), ("g", 0, 31)], first]  # the first task ran again
+    lines = spark.createDataFrame(spark.sparkContext.parallelize([x for t in tasks for x in t], len(tasks)),
+                                  "file string, start long, row long")
+    assert lines.rdd.glom().collect()[2] == lines.rdd.glom().collect()[0]  # one task's lines per partition
+    obs = Observation("pieces_twice")
+    lines.observe(obs, F.call_function(_piece_lines(spark), "file", "start", "row").alias("p")).write.format(
+        "noop").mode("overwrite").save()
+    assert sorted(obs.get["p"].split("\x02")) == ["f\x010\x013\x017", "f\x014096\x011\x0120",
+                                                  "g\x010\x012\x0130"]
+
+
+def test_only_an_expectation_that_answers_alike_in_two_queries_lets_the_job_read_again(spark):
+    """Past its observation's cap, a second read classifies the records to quarantine again: an
+    expectation that is not deterministic, or reads the time of its query, could answer
+    otherwise; the job then caches."""
+    from spark_jobs.classify import answers_twice_alike
+
+    def why(expr):
+        return answers_twice_alike(spark, SCHEMA, [{"name": "ok", "expr": "amount > 0"}, {"name": "e", "expr": expr}])
+
+    for expr in ("amount >= 0 AND customer LIKE 'c%'", "ts < TIMESTAMP'2030-01-01 00:00:00'", "length(order_id) > 2"):
+        assert why(expr) is None, expr
+    for expr in ("rand() < 0.5", "uuid() <> order_id", "shuffle(array(1, 2))[0] = 1"):
+        assert why(expr) == "expectation e is not deterministic", expr
+    for expr in ("ts < current_timestamp()", "ts > now() - INTERVAL 1 DAY", "to_date(ts) = current_date()",
+                 "ts < localtimestamp()", "unix_timestamp() > 0"):
+        assert why(expr) == "expectation e reads the time of its query", expr
+    assert why("no_such_column > 1") == "expectation e cannot be analyzed on its own"
+
+
+def test_a_plan_that_reads_its_input_twice_is_counted(spark):
+    """``reads_of``: how often the write's plan reads the observed input (the job caches the read
+    when a transform reads it more than once: interval slices, a self-union)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from spark_jobs.stage_batch import COUNTS, reads_of, transform_slices
+
+    class Passthrough:
+        @staticmethod
+        def transform(df, ctx):
+            return df
+
+    class Twice:
+        @staticmethod
+        def transform(df, ctx):
+            return df.unionByName(df.where("id > 3"))
+
+    observed = spark.range(10).withColumn("_slice", F.lit("a")).observe(Observation(COUNTS), F.count("*").alias("n"))
+    assert reads_of(transform_slices(Passthrough, observed, None, [], "_slice"), COUNTS) == 1
+    assert reads_of(transform_slices(Passthrough, observed, None, ["a"], "_slice"), COUNTS) == 1
+    assert reads_of(transform_slices(Twice, observed, None, [], "_slice"), COUNTS) == 2
+    assert reads_of(transform_slices(Passthrough, observed, None, ["a", "b"], "_slice"), COUNTS) == 2
+
+
 def _long_lines(rnd: random.Random, i: int, limit: int, cap: int) -> bytes:
     """A line (with its end) too large, held whole or not by the reader, or at either bound."""
     n = rnd.choice([limit - 40, limit, cap - 40, cap - 1, cap, cap + 1, cap + 70000])

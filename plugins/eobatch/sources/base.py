@@ -188,7 +188,13 @@ class SourceRange(Protocol):
 
 @runtime_checkable
 class SourceKind(Protocol):
-    """One source kind. Register an instance with ``eobatch.sources.register``."""
+    """One source kind. Register an instance with ``eobatch.sources.register``.
+
+    Optional: ``reads_alike = True``, a kind whose ``read`` of a range gives the same rows,
+    numbered the same way, every time it runs. The stage job writes the sink of such a kind
+    straight from the read when the job's classification gives the same answers twice, observing
+    the records to quarantine as it goes (beyond the observation's cap it reads the range again);
+    the others are cached on local disk (spark_jobs/stage_batch.py)."""
 
     name: str  # the YAML's source.kind
     config_keys: frozenset[str]  # the keys allowed under source:
@@ -245,3 +251,20 @@ def consumed_skip(entry: dict) -> dict:
     note = (f"skipped {entry['path']} ({entry['size']} bytes): {entry['skipped']}; not published. Land a corrected "
             f"file under a new name (a consumed file is never read again)")
     return {"path": entry["path"], "reason": entry["skipped"], "retried": False, "note": note}
+
+
+def local_frame(spark, ddl: str, rows: list[tuple]):
+    """A DataFrame of the driver's ``rows`` (schema ``ddl``), handed to the JVM as Arrow: unlike
+    ``createDataFrame`` of a list, which re-pickles the rows in a Python worker of its own (a
+    second workers' daemon in the stage job), nothing of it runs in Python."""
+    # pyspark: the Spark job only (the Airflow side imports this module)
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    schema = _parse_datatype_string(ddl)
+    assert isinstance(schema, StructType), ddl
+    arrow = to_arrow_schema(schema)
+    columns = list(zip(*rows)) if rows else [()] * len(arrow)
+    table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow)
+    return spark.createDataFrame(table, schema)

@@ -12,7 +12,7 @@ from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
-from .read import locate, read_lines, seen
+from .read import locate, observed_pieces, read_lines, seen
 
 if TYPE_CHECKING:
     from ..section import SourceSection
@@ -25,6 +25,7 @@ class FilesKind:
     checks_late_files = True
     interval_by_record_time = False  # interval mode: by landing folder or mtime
     replayable = True  # a replayed record lands as a JSON-lines file in the landing folder
+    reads_alike = True  # the opened, pinned files read again as the same lines, numbered alike (``read_lines``)
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
     quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 
@@ -61,11 +62,16 @@ class FilesKind:
         return gone_files(rng)
 
     def read(self, spark, rng: dict, job: dict):
+        # pyspark: the Spark job only (the Airflow side imports this module)
+        from pyspark.sql import Observation
+
         self._seen = (rng, job.get("path"))
-        return read_lines(spark, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
+        self._pieces = Observation("eobatch_pieces")  # the lines of each piece, for ``locate``
+        return read_lines(spark, rng, job.get("path"), max_record_bytes=job["max_record_bytes"], pieces=self._pieces)
 
     def locate(self, spark, records, rng: dict, job: dict):
-        return locate(spark, records, rng, job.get("path"), max_record_bytes=job["max_record_bytes"])
+        return locate(spark, records, rng, job.get("path"), max_record_bytes=job["max_record_bytes"],
+                      pieces=observed_pieces(getattr(self, "_pieces", None)))
 
     def positions(self, lines) -> dict:
         """The identity of each planned local file after the job's reads (``read.seen``): verify

@@ -8,12 +8,13 @@ It gives no line numbers, so a record's position is found in two steps:
    its read-order id (``monotonically_increasing_id``: the task's partition in the high bits, the
    row's index within that task in the low bits; a piece is read by one task, its lines in order).
    That id is the provisional ``position``.
-2. ``locate`` (only for the quarantined records, the only ones whose position is written): one
-   more pass over the same pieces counts the lines of each piece and its first id; a record's
-   line number is the lines of the file's earlier pieces plus its index in its piece. Both passes
-   number the very same DataFrame (``numbered``), before any filter, and every located record is
-   checked to fall inside its piece, so a numbering that differed between the passes would fail
-   the stage instead of pointing at the wrong line.
+2. ``locate`` (only for the quarantined records, the only ones whose position is written): the
+   lines of each piece and its first id, observed while the read numbers them
+   (``eobatch.jvm.PieceLines``; without that observation one more pass over the same pieces
+   counts them); a record's line number is the lines of the file's earlier pieces plus its index
+   in its piece. Every read numbers the very same DataFrame (``numbered``), before any filter,
+   and every located record is checked to fall inside its piece, so a numbering that differed
+   between two reads would fail the stage instead of pointing at the wrong line.
 
 Files are opened by this driver, not by name in Spark: each planned local file is opened without
 following any link below the landing folder (``Storage.open_landing``), checked against the
@@ -52,6 +53,7 @@ from urllib.parse import urlparse
 from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE, max_line_bytes
 from ...job.jvm import jvm_class
 from ...storage.fs import NotARegularFile, S3StorageError, storage_for
+from ..base import local_frame
 from .planner import changed_since_plan, files_now, identity_problem, read_files
 
 
@@ -243,16 +245,20 @@ def _without_trailing_cr(value):
     return F.when(F.endswith(value, F.lit("\r")), cut).otherwise(value)
 
 
-def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: int):
+def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: int, pieces=None):
     """One row per non-blank line: source (planned path), position (provisional: the read-order
     id, see ``locate``), raw, ``_eo_bytes`` (a record too long to hold: its length, ``raw`` its
     first bytes; else null) and the ``_eo_file`` / ``_eo_split`` internals. ``root``: the landing
-    folder (no link below it is followed)."""
+    folder (no link below it is followed). ``pieces``: an Observation the read fills with the
+    lines of each piece (``observed_pieces``), which ``locate`` then needs no read of its own for."""
     # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)
     lines = numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes, pins(rng))
+    if pieces is not None:  # every line, blank ones too, as it is numbered
+        lines = lines.observe(pieces, F.call_function(_piece_lines(spark), "_eo_file", "_eo_split", "_eo_row")
+                              .alias("pieces"))
     cut = F.col("_eo_bytes").isNotNull()  # the line's first bytes only: no \r of its end, blank or not by the reader
     # The filter stays above the numbering: Spark never pushes a filter below a non-deterministic
     # projection (monotonically_increasing_id), so blank lines keep their ids.
@@ -262,19 +268,41 @@ def read_lines(spark, rng: dict, root: str | None = None, *, max_record_bytes: i
         "_eo_bytes", "_eo_file", "_eo_split")
 
 
-def locate(spark, records, rng: dict, root: str | None = None, *, max_record_bytes: int):
+_PIECE_LINES_FN = "eobatch_piece_lines"
+
+
+def _piece_lines(spark) -> str:
+    """The name of the piece-lines aggregate (eobatch.jvm.PieceLines), registered in ``spark``'s session."""
+    jvm_class(spark, "eobatch.jvm.PieceLines").register(spark._jsparkSession, _PIECE_LINES_FN)
+    return _PIECE_LINES_FN
+
+
+def observed_pieces(observation) -> list[tuple[str, int, int, int]] | None:
+    """(file, piece start, lines, first read id) of each piece of the read that ``observation``
+    watched (``read_lines``' ``pieces``); None until that read has run."""
+    if observation is None or observation._jo is None or not observation._jo.future().isCompleted():
+        return None
+    text = observation.get["pieces"] or ""
+    return [(f, int(start), int(n), int(first)) for f, start, n, first in
+            (entry.split("\x01") for entry in text.split("\x02") if entry)]
+
+
+def locate(spark, records, rng: dict, root: str | None = None, *, max_record_bytes: int, pieces=None):
     """``records`` (rows of ``read_lines``, ``source`` not needed) with ``source`` = the planned path
-    and ``position`` = the 1-based line number in its file."""
+    and ``position`` = the 1-based line number in its file. ``pieces``: what the read observed of
+    its pieces (``observed_pieces``); without them, one more read counts the lines of each."""
     # pyspark: the Spark job only (the Airflow side imports this module)
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     read_as = open_planned(spark, rng, root)  # the descriptors read_lines opened
     records = records.withColumn("source", planned_path(F.col("_eo_file"), read_as))
-    # Lazy, like the rest of the job: the counting pass runs only if the quarantine is written.
-    pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes, pins(rng))
-              .groupBy("_eo_file", "_eo_split")
-              .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
+    if pieces is not None:
+        pieces = local_frame(spark, "_eo_file string, _eo_split long, _eo_n long, _eo_first long", pieces)
+    else:  # lazy, like the rest of the job: the counting pass runs only if the quarantine is written
+        pieces = (numbered(spark, [read_as[f["path"]] for f in rng["files"]], max_record_bytes, pins(rng))
+                  .groupBy("_eo_file", "_eo_split")
+                  .agg(F.count("*").alias("_eo_n"), F.min("_eo_row").alias("_eo_first")))
     earlier = Window.partitionBy("_eo_file").orderBy("_eo_split").rowsBetween(Window.unboundedPreceding, -1)
     index = pieces.withColumn("_eo_before", F.coalesce(F.sum("_eo_n").over(earlier), F.lit(0)))
     located = records.join(F.broadcast(index), ["_eo_file", "_eo_split"], "left")

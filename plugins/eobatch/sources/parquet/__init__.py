@@ -29,6 +29,8 @@ class ParquetKind(FilesKind):
     replayable = False  # a replay writes JSON lines, which a Parquet source does not read
     located_columns = ()
     quarantine_columns = ()
+    # its positions are counted from the kept records (``positions``): the stage job keeps them
+    reads_alike = False
 
     @property
     def config_model(self) -> type[SourceSection]:
