@@ -24,6 +24,7 @@ UNREADABLE = "_eo_unreadable"  # an optional column of the lines: why the source
 # An optional column of the lines: the length of a record whose ``raw`` holds only its first bytes
 # (a line too long for the files reader to hold, eobatch.sources.files.read); null for the others.
 CUT_BYTES = "_eo_bytes"
+REC_FIELD = "_eo_rec"  # ``kept_records``' column of the record's field i: REC_FIELD + str(i)
 # Spark's default (allowNonNumericNumbers) reads a string naming NaN / an infinity ("NaN",
 # "-Infinity", "INF") into a float column, which is how JSON carries them; the same option also
 # lets the parser accept a bare NaN / Infinity token, which is not JSON. The fast path parses
@@ -167,7 +168,7 @@ def kept_records(classified, ddl: str, located: tuple[str, ...] = (), quarantine
     bad = F.col("reason").isNotNull()
     other = [F.when(bad, F.col(c)).alias(c) if c in quarantine_only else F.col(c)
              for c in classified.columns if c not in ("raw", "rec", "reason", *located)]
-    return classified.select(*[F.col("rec")[f.name].alias(f"_eo_rec{i}") for i, f in enumerate(fields)],
+    return classified.select(*[F.col("rec")[f.name].alias(f"{REC_FIELD}{i}") for i, f in enumerate(fields)],
                              "reason", F.when(bad, F.col("raw")).alias("raw"), *other)
 
 
@@ -180,7 +181,7 @@ def valid_records(kept, ddl: str, extra: list[str]):
     fields = record_schema(ddl).fields
     meta = [c for c in kept.columns if c.startswith("_") and not c.startswith("_eo_")]
     return kept.where(F.col("reason").isNull()).select(
-        *[F.col(f"_eo_rec{i}").alias(f.name) for i, f in enumerate(fields)], *meta, *extra)
+        *[F.col(f"{REC_FIELD}{i}").alias(f.name) for i, f in enumerate(fields)], *meta, *extra)
 
 
 def quarantined_records(kept, batch_id: int, extra: list[str]):

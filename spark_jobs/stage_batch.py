@@ -85,6 +85,7 @@ COUNTS = "eobatch_counts"  # the observation of the read
 BAD_LINES = "_eo_bad_lines"
 BAD_LINES_CAP = 32 << 20
 BAD_LINES_CONF = "spark.eobatch.quarantineChars"
+BAD_LINES_MAX = 1 << 30  # the JVM joins them into one String, which holds fewer than 2**31 characters
 _BAD_LINES_FN = "eobatch_capped_lines"
 
 
@@ -97,8 +98,9 @@ def observe_bad(spark, kept):
     from eobatch.job.jvm import jvm_class
 
     text = spark.conf.get(BAD_LINES_CONF, str(BAD_LINES_CAP))
-    if not text.isdigit() or int(text) > 1 << 40:
-        raise SystemExit(f"{BAD_LINES_CONF} must be a whole number of characters from 0 to {1 << 40}, got {text!r}")
+    if not text.isdigit() or int(text) > BAD_LINES_MAX:
+        raise SystemExit(f"{BAD_LINES_CONF} must be a whole number of characters from 0 to {BAD_LINES_MAX}, "
+                         f"got {text!r}")
     jvm_class(spark, "eobatch.jvm.CappedLines").register(spark._jsparkSession, _BAD_LINES_FN, int(text))
     # JSON escapes every line end of a string (and base64's own): one line per record
     row = F.struct(*[F.base64("raw").alias("raw") if c == "raw" else F.col(c) for c in _bad_columns(kept)])
@@ -106,7 +108,9 @@ def observe_bad(spark, kept):
 
 
 def _bad_columns(kept) -> list[str]:
-    return [c for c in kept.columns if not c.startswith("_eo_rec")]
+    from spark_jobs.classify import REC_FIELD
+
+    return [c for c in kept.columns if not c.startswith(REC_FIELD)]
 
 
 def bad_of(spark, kept, text: str):

@@ -166,6 +166,10 @@ def test_the_one_read_observes_its_records_to_quarantine_byte_for_byte_and_its_p
     spark.conf.set(BAD_LINES_CONF, str(len(got[BAD_LINES])))  # one character short of the text and its end
     try:
         assert one_read()[1][BAD_LINES] is None
+        for refused in ("-1", "1e6", str((1 << 30) + 1)):  # more than one JVM String holds, or no count
+            spark.conf.set(BAD_LINES_CONF, refused)
+            with pytest.raises(SystemExit, match=f"{BAD_LINES_CONF} must be a whole number of characters"):
+                one_read()
     finally:
         spark.conf.unset(BAD_LINES_CONF)
 
