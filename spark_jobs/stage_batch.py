@@ -1,6 +1,6 @@
 """spark-submit entry point: stage one attempt of one batch (no Airflow imports).
 
-    spark-submit --py-files eobatch.zip spark_jobs/stage_batch.py --spec <base64 JSON>
+    spark-submit --py-files eobatch.zip spark_jobs/stage_batch.py --spec-file <ledger path> --spec-sha256 <hex>
 
 1. read the batch plan from the ledger: exactly the recorded source range;
 2. split it into records, by the source kind's reader (eobatch.sources.<kind>.read): one row per
@@ -36,8 +36,37 @@ import time
 
 def _parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", required=True, help="base64 JSON job spec (built by the stage task)")
-    return ap.parse_args(argv)
+    given = ap.add_mutually_exclusive_group(required=True)
+    given.add_argument("--spec", help="base64 JSON job spec")
+    given.add_argument("--spec-file", help="the job spec's file (local or s3a://), written by the stage task")
+    ap.add_argument("--spec-sha256", help="the SHA-256 of the spec file's bytes (with --spec-file)")
+    args = ap.parse_args(argv)
+    if args.spec_file and not args.spec_sha256:
+        ap.error("--spec-file needs --spec-sha256")
+    return args
+
+
+def read_spec(args) -> dict:
+    """The job's spec: inline (``--spec``), or the file the stage task wrote (``--spec-file``),
+    whose bytes must have the SHA-256 the command line names."""
+    if args.spec is not None:
+        return json.loads(base64.b64decode(args.spec))
+    import hashlib
+
+    from eobatch.storage.fs import storage_for
+
+    data = storage_for(args.spec_file).read_bytes(args.spec_file)
+    if hashlib.sha256(data).hexdigest() != args.spec_sha256:
+        raise SystemExit(f"the job spec {args.spec_file} is not the one the stage task wrote (SHA-256 differs)")
+    return json.loads(data)
+
+
+def batch_specs(spec: dict) -> list[dict]:
+    """Each batch's spec, in order, from a run's spec (``eobatch.job.launch.run_spec``: the
+    pipeline's part once, then [batch, attempt] pairs), or from one batch's spec."""
+    if "common" in spec:
+        return [{**spec["common"], "batch_id": int(b), "attempt": a} for b, a in spec["batches"]]
+    return spec["batches"] if "batches" in spec else [spec]
 
 
 class TransformContext:
@@ -134,6 +163,54 @@ def reads_of(df, name: str) -> int:
     return str(df._jdf.queryExecution().analyzed().toString()).count(f"CollectMetrics {name},")
 
 
+# Every wait of the job has a bound: Spark delivers an Observation's values through its listener
+# bus, which a query's end does not wait for.
+LISTENER_WAIT_MS = 300_000
+
+
+def settle_listeners(spark) -> None:
+    """Wait until Spark's listener bus has delivered every event so far (the end of each query,
+    which fills its Observations), at most LISTENER_WAIT_MS; SystemExit past it."""
+    try:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(LISTENER_WAIT_MS)
+    except Exception as e:  # noqa: BLE001 - py4j's error of the JVM's TimeoutException
+        raise SystemExit(f"Spark's listener bus did not deliver its events within {LISTENER_WAIT_MS // 1000}s "
+                         f"({type(e).__name__}); the attempt is given up and retried") from None
+
+
+def count_columns(xcols: list[str]) -> list:
+    """The counts of the checked records, by the read's Observation or by a read of their own:
+    rows in, to quarantine, dropped, and failed per expectation (``xcols``)."""
+    from pyspark.sql import functions as F
+
+    return [F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"),
+            F.count_if("_eo_drop").alias("rows_dropped"), *[F.count_if(c).alias(c) for c in xcols]]
+
+
+def counts_not_by_the_write(spark, counts, out) -> str | None:
+    """Why the write of ``out`` (the transform's output) cannot be the read whose Observation
+    ``counts`` gives the batch's counts, or None when it is. The Observation is filled by the
+    first query that holds the observed read: an action of the transform on its input (``count()``,
+    ``first()``, ``isEmpty()``) fills it with what that action read, a part of the range; and a
+    transform whose output is not a plan over its input (``df.rdd``, a checkpoint, a frame built
+    anew) leaves it unfilled for good, since no query of it ends."""
+    settle_listeners(spark)
+    if counts._jo is not None and counts._jo.future().isCompleted():
+        return "the transform ran an action on its input (count, first, isEmpty, collect, ...)"
+    if reads_of(out, COUNTS) == 0:
+        return "the transform's output is not a query over its input (df.rdd, a checkpoint, a new DataFrame)"
+    return None
+
+
+def observed_counts(spark, counts) -> dict:
+    """The values the write's read observed; SystemExit (never a wait without end) when the
+    Observation is not filled once Spark's listeners have had every event."""
+    settle_listeners(spark)
+    if counts._jo is None or not counts._jo.future().isCompleted():
+        raise SystemExit("the write did not observe the counts of its read; nothing of this attempt is prepared")
+    return dict(counts.get)
+
+
 def transform_slices(tmod, valid, ctx, slices: list[str], slice_col: str):
     """The pipeline's transform, once per interval slice (interval mode), so that a transform
     that aggregates never mixes two intervals; each output row keeps its slice. Columns whose
@@ -201,6 +278,7 @@ def run(spec: dict) -> dict:
         kind = kind_for(plan.source_kind)
     except KeyError:
         raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job") from None
+    _HELD.append((kind, plan.range))  # released when this batch is staged or has failed (``main``)
     problems = kind.unreadable(plan.range, src)
     if problems:
         raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
@@ -231,21 +309,27 @@ def run(spec: dict) -> dict:
     # the classified records is cached on local disk (a Kafka range must not be asked of the
     # broker twice; a classification that could answer otherwise the second time; a transform
     # that reads its input more than once). Memory stays bounded either way.
-    lines = kind.read(spark, plan.range, src)
-    slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
-    if slices:  # interval mode: each record's interval slice, by the planned file it came from
-        of_file = local_frame(spark, f"source string, {SLICE_COL} string",
-                              [(f["path"], f["slice"]) for f in plan.range["files"]])
-        lines = lines.join(F.broadcast(of_file), "source")
-    by_time = getattr(kind, "interval_slices", None)
-    assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
-    if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others are not this batch's
-        lines, slices = assigned
-    extra = [SLICE_COL] if slices else []
-    classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"], int(spec["max_record_bytes"])),
-                                        spec["schema"], list(spec["partition_by"]))
     expectations = list(spec.get("expectations") or [])
-    checked = expect(classified, spec["schema"], expectations)
+
+    def read_checked():
+        """The kind's records of the range, each with its interval slice, classified and checked."""
+        lines = kind.read(spark, plan.range, src)
+        slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
+        if slices:  # interval mode: each record's interval slice, by the planned file it came from
+            of_file = local_frame(spark, f"source string, {SLICE_COL} string",
+                                  [(f["path"], f["slice"]) for f in plan.range["files"]])
+            lines = lines.join(F.broadcast(of_file), "source")
+        by_time = getattr(kind, "interval_slices", None)
+        assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
+        if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others not this batch's
+            lines, slices = assigned
+        classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"],
+                                                     int(spec["max_record_bytes"])),
+                                            spec["schema"], list(spec["partition_by"]))
+        return expect(classified, spec["schema"], expectations), slices, assigned
+
+    checked, slices, assigned = read_checked()
+    extra = [SLICE_COL] if slices else []
     xcols = [f"_eo_x{i}" for i in range(len(expectations))]
 
     def kept_of(checked):
@@ -256,20 +340,28 @@ def run(spec: dict) -> dict:
               or assigned is not None else answers_twice_alike(spark, spec["schema"], expectations))
     counts = Observation(COUNTS)  # taken once, by the one read
     bad_lines = [] if cached else [observe_bad(spark, kept_of(checked)).alias(BAD_LINES)]
-    observed = checked.observe(counts, F.count(F.lit(1)).alias("rows_in"), F.count("reason").alias("rows_bad"),
-                               F.count_if("_eo_drop").alias("rows_dropped"),
-                               *[F.count_if(c).alias(c) for c in xcols], *bad_lines)
-    kept = kept_of(observed)
+    kept = kept_of(checked.observe(counts, *count_columns(xcols), *bad_lines))
 
     # 3. the sink: the pipeline's transform of the valid records, staged
     tmod = load_transform(spec)
     ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
     sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step (eobatch.sinks)
-    out = sink_step.step(out, spec["sink"], extra)
-    if not cached and reads_of(out, COUNTS) > 1:  # decided on the analysis only: the cache can still serve the write
+
+    def output(kept):
+        out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
+        return sink_step.step(out, spec["sink"], extra)
+
+    out, got, cache = output(kept), None, kept
+    apart = counts_not_by_the_write(spark, counts, out)
+    if apart:  # the counts by a read of their own, of the checked records cached on local disk
+        log(f"the counts take a read of their own: {apart}")
+        cache = read_checked()[0].persist(StorageLevel.DISK_ONLY)  # a new read: what the kind observes of it too
+        got = cache.agg(*count_columns(xcols)).first().asDict()
+        kept, cached = kept_of(cache), apart
+        out = output(kept)  # the transform again, over the cached records
+    elif not cached and reads_of(out, COUNTS) > 1:  # decided on the analysis only: the cache can still serve it
         cached = "the transform reads its input more than once"
-    if cached:
+    if cached and not apart:
         kept.persist(StorageLevel.DISK_ONLY)
     log("the records to quarantine: " + (f"cached on local disk with the rest of the read ({cached})" if cached
                                          else "observed by the read, in bounded memory"))
@@ -279,7 +371,7 @@ def run(spec: dict) -> dict:
     pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
     manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
                                        partition_by=pby[SINK], **common)}
-    got = counts.get
+    got = got or observed_counts(spark, counts)
     rows_in, rows_bad, rows_dropped = int(got["rows_in"]), int(got["rows_bad"]), int(got["rows_dropped"])
     failed = {e["name"]: int(got[c]) for e, c in zip(expectations, xcols)}
     rows_valid = rows_in - rows_bad - rows_dropped
@@ -290,7 +382,7 @@ def run(spec: dict) -> dict:
     if fatal:  # before any quarantine file and any summary: nothing of this attempt can be prepared
         example = kind.locate(spark, kept.where(F.col("reason").endswith("(action fail)")).limit(1), plan.range,
                               src).select("source", "position", "raw", "reason").first()
-        kept.unpersist()  # when cached
+        cache.unpersist()  # when cached
         raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
                          f"{batch_id}; nothing is published. First: {example['reason']}, at {example['source']} "
                          f"position {example['position']}: {str(example['raw'])[:300]}")
@@ -318,7 +410,7 @@ def run(spec: dict) -> dict:
                          f"staged {staged_bad}: the source read differently the second time; nothing of this "
                          f"attempt is prepared")
     positions = kind.positions(kept)
-    kept.unpersist()  # when cached
+    cache.unpersist()  # when cached
     schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
                QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
     summary = StageSummary(
@@ -338,6 +430,16 @@ def run(spec: dict) -> dict:
     return summary.__dict__
 
 
+_HELD: list = []  # (kind, range) of the batch being staged: what its read holds (open files)
+
+
+def release_held() -> None:
+    """Give back what the batch being staged holds (``SourceKind.release``)."""
+    while _HELD:
+        kind, rng = _HELD.pop()
+        kind.release(rng)
+
+
 def main(argv=None) -> int:
     """Stage the spec's batch, or each batch of ``{"batches": [...]}`` in order in this one
     application (a run that carries several): each its own attempt, files and stage summary. A
@@ -345,12 +447,13 @@ def main(argv=None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     from eobatch.core import faults
 
-    spec = json.loads(base64.b64decode(args.spec))
-    specs = spec["batches"] if "batches" in spec else [spec]
-    for i, one in enumerate(specs):
+    for i, one in enumerate(batch_specs(read_spec(args))):
         if i:
             faults.crash_point("stage.between_batches")
-        run(one)
+        try:
+            run(one)
+        finally:  # one batch's resources at a time, whatever the run carries
+            release_held()
     return 0
 
 

@@ -175,3 +175,53 @@ def test_make_run_refuses_bad_params(pipeline, airflow):
     assert r.rc != 0 or r.state != "success"
     assert "max_records_per_batch" in r.log and "-5" in r.log, r.log[-3000:]
     assert not (p.sink / "_eo_ledger" / "plans").exists() or not list((p.sink / "_eo_ledger" / "plans").iterdir())
+
+
+def test_a_run_of_many_batches_of_a_wide_schema_stages_them_all(tmp_path, airflow):
+    """Issue 41 (1): every batch spec of a run went into one ``--spec`` argument, and Linux refuses one
+    argument of 128 KiB or more (E2BIG): 10 batches of a 400-column schema stuck the pipeline for good.
+    The spec travels as a file of the ledger now: the command line is the same size for any run."""
+    wide = [f"c{i:03d}_{'x' * 12} STRING" for i in range(400)]
+    p = write_pipeline(tmp_path, schema=", ".join(["order_id STRING NOT NULL", "amount DOUBLE", *wide]), max_records=3)
+    for i in range(6):  # 6 batches: about 176 KiB as one inline argument
+        p.land(f"f{i:02d}.jsonl", [{**r, "c007_xxxxxxxxxxxx": f"w{i}"} for r in orders(f"f{i}", 3)])
+    r = airflow(p)
+    _ok(r)
+    assert "this run carries batches 1..6" in r.log, r.log[-3000:]
+    assert_exactly_once(p, batches=6)
+    rows = read_rows(p.sink)
+    assert len(rows) == 18 and {r["c007_xxxxxxxxxxxx"] for r in rows} == {f"w{i}" for i in range(6)}
+    spec = p.sink / "_eo_ledger" / "attempts" / "0000000001"
+    assert [f.name for f in spec.glob("*/job.json")] == ["job.json"], "the run's spec is a file of its first batch"
+
+
+def test_a_stage_past_its_bound_is_killed_aborted_and_the_next_run_publishes(tmp_path, airflow):
+    """Issue 41: every wait has a bound. A stage job that runs past ``retries.stage_timeout_seconds``
+    is killed by Airflow, its try fails like any other, abort removes its files and the batch stays
+    PLANNED; the next run stages it again and publishes it once."""
+    p = write_pipeline(tmp_path, transform="slow_when_told", extra="""\
+        retries:
+          stage: 0
+          stage_timeout_seconds: 25
+        """.replace("        ", ""))
+    p.yaml_path.write_text(p.yaml_path.read_text().replace("retries:\n  stage: 0\n  commit: 2\n  delay_seconds: 1\n", ""))
+    slow = tmp_path / "slow"
+    own = p.yaml_path.parent / "transforms"
+    own.mkdir()
+    (own / "slow_when_told.py").write_text(
+        "import os, time\n\n\ndef transform(df, ctx):\n"
+        f"    while os.path.exists({str(slow)!r}):  # the job waits here until the file is gone\n"
+        "        time.sleep(1)\n"
+        "    return df\n")
+    slow.write_text("")
+    p.land("a.jsonl", orders("a", 30))
+    r1 = airflow(p)
+    assert r1.rc != 0 and r1.state != "success", r1.log[-3000:]
+    assert "Timeout" in r1.log or "timed out" in r1.log, r1.log[-3000:]
+    assert "aborted" in r1.log and "stays PLANNED" in r1.log, r1.log[-3000:]
+    assert not list(p.sink.glob("eo_batches/**/*.parquet")) and not list(p.sink.glob("_delta_log/*.json"))
+    assert subprocess.run(["pgrep", "-f", f"eobatch-{p.name}-b1"], capture_output=True).returncode == 1, \
+        "the stage job was killed with its try"
+    slow.unlink()
+    _ok(airflow(p))
+    assert_exactly_once(p, batches=1)

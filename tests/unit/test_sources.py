@@ -87,6 +87,9 @@ class NumbersKind:
     def positions(self, lines):
         return {}
 
+    def release(self, rng):
+        pass
+
 
 @dataclass
 class NumbersPlanner:

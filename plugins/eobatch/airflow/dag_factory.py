@@ -150,7 +150,8 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
         # too (one commit task instance of this pipeline at a time), though correctness holds
         # without it (txn conflicts and strictly ordered batches).
         stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
-                              retries=cfg.stage_retries)
+                              retries=cfg.stage_retries,
+                              execution_timeout=dt.timedelta(seconds=cfg.stage_timeout_seconds))
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
         commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], inlets=[published],
                                 max_active_tis_per_dag=1, **commit_retry, **pool_args(cfg))

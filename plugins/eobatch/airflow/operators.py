@@ -353,12 +353,11 @@ class StageOperator(SparkSubmitOperator):
         self.py_files = launch.pyfiles_zip(cfg)
         self.name = launch.app_name(cfg, todo)
         try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
-            spec, source_env = launch.run_spec(cfg, todo), launch.job_env(cfg)
+            source_env = launch.job_env(cfg)
         except EobatchError as e:
             if e.kind == "terminal":
                 raise AirflowFailException(str(e)) from e
             raise
-        self.application_args = ["--spec", launch.encode_spec(spec)]
         env = launch.spark_env()
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
@@ -381,6 +380,7 @@ class StageOperator(SparkSubmitOperator):
                               "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
                               self.spark_conn_id)
         mask_credentials()
+        self.application_args = launch.spec_args(cfg, todo)  # the spec: a file of the ledger, named with its hash
         what = ", ".join(f"batch {b} attempt {a}" for b, a in sorted(todo.items()))
         self.log.info("stage: %s via spark connection %r", what, self.spark_conn_id)
         t0 = time.time()

@@ -253,13 +253,14 @@ class RetriesSection(Section):
     """How often the plan, stage and commit tasks are retried and the delay between tries; the
     verify sensor's timeout and how long an interval run's plan waits for another run's batch."""
     NOT_A_MAPPING = ("must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, "
-                     "plan_wait_seconds)")
+                     "plan_wait_seconds, stage_timeout_seconds)")
     plan: NonNegativeInt = 2
     stage: NonNegativeInt = 1
     commit: NonNegativeInt = 8
     delay_seconds: Annotated[Any, Check(_non_negative_number, {"type": "number", "minimum": 0})] = 10.0
     verify_timeout_seconds: PosInt = 900
     plan_wait_seconds: PosInt = 3600
+    stage_timeout_seconds: PosInt = 21600
 
 
 def _positive_minutes(v: Any) -> float | None:
@@ -553,7 +554,7 @@ class PipelineFile(Section):
             max_batches_per_run=self.max_batches_per_run or (1 if self.mode == "interval" else DEFAULT_BATCHES_PER_RUN), spark=self.spark.value(),
             plan_retries=self.retries.plan, stage_retries=self.retries.stage, commit_retries=self.retries.commit,
             retry_delay_seconds=self.retries.delay_seconds, verify_timeout_seconds=self.retries.verify_timeout_seconds,
-            plan_wait_seconds=self.retries.plan_wait_seconds,
+            plan_wait_seconds=self.retries.plan_wait_seconds, stage_timeout_seconds=self.retries.stage_timeout_seconds,
             alerts=self.alerts.value() if self.alerts else AlertsConfig(), aws_conn_id=self.aws_conn_id,
             expectations=tuple(Expectation(e.name, e.expr, e.action) for e in self.expectations),
             schema_evolution=self.schema_evolution, maintenance=self.maintenance.value(), sink=self.sink.config)

@@ -109,6 +109,9 @@ class PipelineConfig:
     retry_delay_seconds: float = 10.0
     verify_timeout_seconds: int = 900
     plan_wait_seconds: int = 3600  # interval mode: how long a run waits for another run's batch
+    # how long one try of the stage task (its Spark job) may run: past it Airflow kills the job, and
+    # the try fails like any other (retried as a new attempt; the run's abort removes its files)
+    stage_timeout_seconds: int = 21600
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     aws_conn_id: str = "aws_default"  # the Airflow connection of S3 locations (Amazon provider)
     expectations: tuple[Expectation, ...] = ()

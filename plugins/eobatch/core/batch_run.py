@@ -202,6 +202,14 @@ class BatchRun:
         r.value = removed
         return r
 
+    def _kept_staged(self, batch_id: int, attempt: str) -> bool:
+        """Is ``attempt`` STAGED (its stage summary written) with no decision yet? A run that failed
+        after it (a later batch of the same Spark job met a limit, the job was killed past its
+        bound) keeps it: the next run verifies it as it is. An attempt that verify rejected has the
+        decision "abort" (``Protocol.verify``) and is removed as before."""
+        led = self.proto.ledger
+        return led.stage_summary(batch_id, attempt) is not None and led.decision(batch_id, attempt) is None
+
     # -- fail (abort) ----------------------------------------------------------------
     def fail(self, batch_id: int | None, attempt: str | None, reason: str | None = None) -> Report:
         """A task of the run failed: remove its attempt's staged files (never a PREPARED
@@ -209,6 +217,9 @@ class BatchRun:
         this one can run again. Report.value: the number of files removed."""
         reason = reason or f"run {self.run_id} failed"
         interval = self.interval_mode
+        if not interval and batch_id is not None and attempt is not None and self._kept_staged(batch_id, attempt):
+            return Report(lines=[f"batch {batch_id} attempt {attempt} is STAGED and no verify rejected it: kept; the "
+                                 f"next run verifies it as it is instead of staging the batch again"], value=0)
         if batch_id is None or attempt is None:
             if batch_id is not None and interval and self.proto.ledger.prepared(batch_id) is None:
                 self.proto.abandon(batch_id, f"{reason} before staging")

@@ -197,6 +197,11 @@ class Layout:
     def stage_summary(self, batch_id: int, attempt: str) -> str:
         return join(self.attempt_dir(batch_id, attempt), "stage.json")
 
+    def job_spec(self, batch_id: int, attempt: str) -> str:
+        """The stage job's spec of the run whose first batch is ``batch_id``, staged by ``attempt``
+        (``eobatch.job.launch.spec_args``)."""
+        return join(self.attempt_dir(batch_id, attempt), "job.json")
+
     def aborted(self, batch_id: int, attempt: str) -> str:
         """Abort records of ledgers written before attempt decisions existed (read only)."""
         return join(self.attempt_dir(batch_id, attempt), "aborted.json")

@@ -25,12 +25,14 @@ import zipfile
 
 from ..config import transforms
 from ..config.loader import PipelineConfig, config_values, load_pipeline
+from ..core.formats import Layout
 from ..core.protocol import Protocol
 from ..errors import RetryableError
 from ..paths import BUNDLED_JVM_JAR, CHECKOUT, JVM_EXTENSION, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
+from ..storage.fs import storage_for
 from . import driver_jvm
 from .driver_jvm import default_cache_dir
 
@@ -89,6 +91,20 @@ def job_env(cfg: PipelineConfig) -> dict[str, str]:
 
 def encode_spec(spec: dict) -> str:
     return base64.b64encode(json.dumps(spec, sort_keys=True).encode()).decode()
+
+
+def spec_args(cfg: PipelineConfig, attempts: dict[int, str]) -> list[str]:
+    """The stage job's arguments for the batches of ``attempts`` ({batch: attempt}): the run's spec
+    (``run_spec``) is written to the ledger, in the attempt folder of the run's first batch (local
+    disk or S3, wherever the ledger is: the driver reads it there), and the command line names that
+    file and the SHA-256 of its bytes, so the job runs exactly the spec the task wrote. The command
+    line stays the same size whatever the run carries: Linux refuses one argument of 128 KiB or more
+    (E2BIG), which one inline spec of a wide schema or of many batches reached."""
+    first = min(attempts)
+    path = Layout(cfg.sink_table, cfg.quarantine_table).job_spec(first, attempts[first])
+    data = json.dumps(run_spec(cfg, attempts), sort_keys=True).encode()
+    storage_for(path).write_atomic(path, data)
+    return ["--spec-file", path, "--spec-sha256", hashlib.sha256(data).hexdigest()]
 
 
 def uses_s3(cfg: PipelineConfig) -> bool:
@@ -311,15 +327,19 @@ def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: 
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
         argv += ["--driver-memory", cfg.spark.driver_memory]
-    argv += [STAGE_APP, "--spec", encode_spec(run_spec(cfg, attempts))]
+    argv += [STAGE_APP, *spec_args(cfg, attempts)]
     return argv
 
 
 def run_spec(cfg: PipelineConfig, attempts: dict[int, str]) -> dict:
-    """The job's spec for the batches of ``attempts`` ({batch: attempt}): one batch's spec, or
-    ``{"batches": [spec, ...]}`` that one application stages in order."""
-    specs = [job_spec(cfg, b, attempts[b]) for b in sorted(attempts)]
-    return specs[0] if len(specs) == 1 else {"batches": specs}
+    """The job's spec for the batches of ``attempts`` ({batch: attempt}), which one application
+    stages in order: ``{"common": spec, "batches": [[batch, attempt], ...]}``, the pipeline's part
+    (``job_spec`` but the batch and the attempt) once, so the spec grows by a few bytes a batch
+    (``batch_specs`` gives each batch's spec back)."""
+    ids = sorted(attempts)
+    common = job_spec(cfg, ids[0], attempts[ids[0]])
+    del common["batch_id"], common["attempt"]
+    return {"common": common, "batches": [[b, attempts[b]] for b in ids]}
 
 
 def app_name(cfg: PipelineConfig, attempts: dict[int, str]) -> str:

@@ -244,6 +244,11 @@ class SourceKind(Protocol):
     def positions(self, lines) -> dict:
         """``StageSummary.source_positions`` from the lines DataFrame; {} when the kind checks none."""
 
+    def release(self, rng: dict) -> None:
+        """Give back what the job holds for this range (open files, clients) once its batch is
+        staged or has failed: one application stages a run's batches one after another, and its
+        resources must not grow with the run."""
+
 
 def consumed_skip(entry: dict) -> dict:
     """A planned entry the kind will not read (``skipped``), as one of ``Protocol.last_skipped``'s

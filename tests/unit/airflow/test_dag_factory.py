@@ -34,6 +34,19 @@ def test_recover_retries_as_the_commit_does(make_cfg):
     assert dag.get_task("verify").retries == 0 and dag.get_task("abort").retries == 0
 
 
+def test_every_task_that_waits_has_a_bound(make_cfg):
+    """Issue 41: a wait without a bound is a stuck pipeline. The stage task's try ends at
+    ``retries.stage_timeout_seconds`` (Airflow kills its spark-submit; the try fails like any other),
+    verify and an interval run's plan are sensors with a timeout."""
+    import datetime as dt
+
+    dag = build_dag(make_cfg())
+    assert dag.get_task("stage").execution_timeout == dt.timedelta(seconds=21600)
+    assert dag.get_task("verify").timeout == 900 and dag.get_task("plan").timeout == 3600
+    short = build_dag(make_cfg(retries={"stage_timeout_seconds": 90}))
+    assert short.get_task("stage").execution_timeout == dt.timedelta(seconds=90)
+
+
 def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
     cont = build_dag(make_cfg()).params
     assert list(cont.keys()) == ["max_records_per_batch", "max_batches_per_run", "dry_run", "rewind_to_batch",

@@ -13,6 +13,7 @@ from eobatch.core.batch_run import BatchRun, Report
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.core.ledger import Ledger
 from eobatch.core.protocol import Protocol
+from eobatch.job import launch
 from support.protocol_runs import land, run
 from support.spark_hook import MASTERS, fake_secret
 
@@ -140,6 +141,9 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
     monkeypatch.setattr(BatchRun, "check_stage", lambda _self, _batch_id: Report())
     monkeypatch.setattr(Ledger, "prepared", lambda _self, _batch_id: None)  # (and whether it is staged already)
     monkeypatch.setattr(Protocol, "staged_attempt", lambda _self, _batch_id: None)
+    # (and the job's spec is a file of that ledger: the spec's own test writes and reads it, test_launch.py)
+    monkeypatch.setattr(launch, "spec_args", lambda _cfg, todo: ["--spec-file", f"s3a://bkt/job-{min(todo)}.json",
+                                                                 "--spec-sha256", "0" * 64])
 
     def _run(conn_id: str, watch=(), **changes):
         from eobatch.airflow.operators import StageOperator

@@ -360,7 +360,7 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
                     "quarantine, retries, schedule, schema, schema_evolution, sink, source, spark, transform"),
     ("source", "max_record_per_batch", "interval_prefix, kind, late_files, late_lookback_intervals, max_file_bytes, "
                                        "max_records_per_batch, path, settle_seconds"),
-    ("retries", "comit", "commit, delay_seconds, plan, plan_wait_seconds, stage, verify_timeout_seconds"),
+    ("retries", "comit", "commit, delay_seconds, plan, plan_wait_seconds, stage, stage_timeout_seconds, verify_timeout_seconds"),
     ("alerts.notify[0]", "smtp", "email, from_email, smtp_conn_id"),
 ])
 def test_a_typo_in_a_key_names_the_file_the_key_path_and_what_is_allowed(write_yaml, base_cfg, dotted, typo, allowed):
@@ -492,7 +492,8 @@ NOT_MAPPINGS = [
     ("quarantine", "/lake/orders_bad", "must be a mapping with 'table'"),
     ("spark", "local[*]", "must be a mapping"),
     ("spark", ["conn_id"], "must be a mapping"),
-    ("retries", 3, "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds)"),
+    ("retries", 3, "must be a mapping (plan, stage, commit, delay_seconds, verify_timeout_seconds, plan_wait_seconds, "
+                 "stage_timeout_seconds)"),
     ("retries", [1, 2], "must be a mapping (plan, stage, commit"),
 ]
 
@@ -519,20 +520,20 @@ def test_null_or_empty_spark_and_retries_take_the_defaults(write_yaml, base_cfg,
         "spark_default", {}, None, None)
     assert (cfg.plan_retries, cfg.stage_retries, cfg.commit_retries) == (2, 1, 8)
     assert cfg.retry_delay_seconds == 10.0 and isinstance(cfg.retry_delay_seconds, float)
-    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds) == (900, 3600)
+    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds, cfg.stage_timeout_seconds) == (900, 3600, 21600)
 
 
 def test_every_retries_key_is_read(write_yaml, base_cfg):
     doc = copy.deepcopy(base_cfg)
     doc["retries"] = {"plan": 0, "stage": 4, "commit": 1, "delay_seconds": 3, "verify_timeout_seconds": 30,
-                      "plan_wait_seconds": 120}
+                      "plan_wait_seconds": 120, "stage_timeout_seconds": 600}
     cfg = load_pipeline(write_yaml(doc))
     assert (cfg.plan_retries, cfg.stage_retries, cfg.commit_retries) == (0, 4, 1)
     assert cfg.retry_delay_seconds == 3.0 and isinstance(cfg.retry_delay_seconds, float)
-    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds) == (30, 120)
+    assert (cfg.verify_timeout_seconds, cfg.plan_wait_seconds, cfg.stage_timeout_seconds) == (30, 120, 600)
 
 
-@pytest.mark.parametrize("key", ["verify_timeout_seconds", "plan_wait_seconds"])
+@pytest.mark.parametrize("key", ["verify_timeout_seconds", "plan_wait_seconds", "stage_timeout_seconds"])
 @pytest.mark.parametrize("value", [0, -1, "60", True])
 def test_a_timeout_must_be_a_positive_integer(write_yaml, base_cfg, key, value):
     doc = copy.deepcopy(base_cfg)

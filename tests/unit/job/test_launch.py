@@ -260,6 +260,45 @@ def test_the_job_spec_ships_only_what_the_kind_reads(tmp_path):
                                                   "read_batch_bytes": 16 << 20}
 
 
+def test_the_run_spec_is_a_ledger_file_and_the_command_line_does_not_grow_with_the_run(tmp_path):
+    """Issue 41 (1): one inline ``--spec`` of a run grew with its batches and its schema until Linux
+    refused it (E2BIG, one argument of 128 KiB). The spec is a file of the ledger, named with its
+    SHA-256; the job reads back each batch's full spec, and refuses a file changed since."""
+    import hashlib
+
+    from eobatch.job.launch import job_spec, spec_args
+    from spark_jobs import stage_batch as job
+
+    wide = ", ".join(f"column_{i:04d} STRING" for i in range(2000))
+    y = tmp_path / "p.yaml"
+    y.write_text(textwrap.dedent(f"""\
+        name: p
+        source: {{kind: files, path: {tmp_path}/landing}}
+        schema: "{wide}"
+        sink: {{table: {tmp_path}/lake/p}}
+        quarantine: {{table: {tmp_path}/lake/p_bad}}
+        """))
+    cfg = load_pipeline(str(y))
+    one, run = spec_args(cfg, {1: "t1-a"}), spec_args(cfg, {b: f"t1-{b:04x}" for b in range(7, 1007)})
+    assert len(" ".join(one)) == len(" ".join(run)) - len("0007") + len("a")  # only the first attempt id differs
+    assert max(len(a) for a in run) < 400 and run[0] == "--spec-file" and run[2] == "--spec-sha256"
+    path = run[1]
+    assert path == f"{tmp_path}/lake/p/_eo_ledger/attempts/0000000007/t1-0007/job.json"
+    with open(path, "rb") as f:
+        data = f.read()
+    assert hashlib.sha256(data).hexdigest() == run[3]
+    assert len(data) < 2 * len(json.dumps(job_spec(cfg, 7, "t1-0007")))  # the pipeline's part once
+    specs = job.batch_specs(job.read_spec(job._parse_args(run)))
+    assert [s["batch_id"] for s in specs] == list(range(7, 1007))
+    assert specs[500] == job_spec(cfg, 507, f"t1-{507:04x}")
+    with open(path, "ab") as f:
+        f.write(b" ")
+    with pytest.raises(SystemExit, match="not the one the stage task wrote"):
+        job.read_spec(job._parse_args(run))
+    with pytest.raises(SystemExit):
+        job._parse_args(["--spec-file", path])  # never without its digest
+
+
 def test_spark_conf_of_an_s3_pipeline_holds_no_secret(s3env, tmp_path):
     y = tmp_path / "p.yaml"
     y.write_text(textwrap.dedent("""\

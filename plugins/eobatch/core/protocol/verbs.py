@@ -548,9 +548,14 @@ class Protocol(Repairs):
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
-        summary, adds, totals = verify_attempt(
-            self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
-            lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
+        try:
+            summary, adds, totals = verify_attempt(
+                self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
+                lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
+        except VerifyFailed as e:  # this attempt can never be PREPARED: decided so, its files are the abort's
+            if not dry_run:
+                self.ledger.decide(batch_id, attempt, "abort", {"reason": f"verify: {e}"[:2000], "aborted_at": utcnow()})
+            raise
         prepared = PreparedBatch(
             pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
             arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,

@@ -12,7 +12,7 @@ from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
-from .read import locate, observed_pieces, read_lines, seen
+from .read import locate, observed_pieces, read_lines, release, seen
 
 if TYPE_CHECKING:
     from ..section import SourceSection
@@ -78,6 +78,10 @@ class FilesKind:
         refuses a batch whose files are not the ones planned."""
         rng_root = getattr(self, "_seen", None)
         return seen(*rng_root) if rng_root else {}
+
+    def release(self, rng: dict) -> None:
+        """The descriptors the batch's read opened are closed (``read.release``)."""
+        release(rng)
 
 
 KIND = FilesKind()

@@ -21,8 +21,9 @@ following any link below the landing folder (``Storage.open_landing``), checked 
 identity the plan recorded (device, inode, size, mtime), and Spark reads ``/proc/<pid>/fd/<n>``
 of that descriptor, which is the opened file itself whatever happens to its name meanwhile (a
 writer that swaps it for a link to a credentials file and back reads nothing of the link). The
-descriptors stay open for the job's life: both passes read the same files, and ``seen`` (the
-stage summary's ``source_positions``, checked by verify) is their identity after the reads. A
+descriptors stay open while the batch is staged: both passes read the same files, and ``seen`` (the
+stage summary's ``source_positions``, checked by verify) is their identity after the reads; then
+``release`` closes them, so a run of many batches holds one batch's files at a time. A
 master whose executors may run on other hosts (not ``local``, not on loopback) reads the names,
 checked before the read (``changed_since_plan``) and after it (``seen``).
 
@@ -123,6 +124,20 @@ def open_planned(spark, rng: dict, root: str | None) -> dict[str, str]:
         raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
                          "can no longer be read exactly: " + "; ".join(problems))
     return out
+
+
+def release(rng: dict) -> int:
+    """Close the descriptors ``open_planned`` opened for the files of ``rng`` (once the batch is
+    staged and ``seen`` recorded them): one application stages the batches of a run one after
+    another, and what one batch holds is released before the next opens its own. Returns how many
+    were closed."""
+    closed = 0
+    for f in read_files(rng):
+        held = _OPENED.pop(f["path"], None)
+        if held is not None:
+            os.close(held[0])
+            closed += 1
+    return closed
 
 
 def seen(rng: dict, root: str | None) -> dict:

@@ -107,6 +107,9 @@ class KafkaKind:
         return partition_positions(lines, self._accounts.value if self._accounts is not None else {},
                                    self._outside.get if self._outside is not None else {})
 
+    def release(self, rng: dict) -> None:
+        """Nothing outlives a read: each task's consumer is closed when the task ends."""
+
 
 KIND = KafkaKind()
 
