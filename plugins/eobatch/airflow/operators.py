@@ -286,7 +286,7 @@ class RecoverOperator(BaseOperator):
         finally:  # refused or not: a pipeline that cannot move says so
             _check_stuck(run.proto, context)
 
-    def _recover(self, run: BatchRun, context):
+    def _recover(self, run, context):
         latest = run.proto.ledger.latest_batch_id()
         # the batches still to decide (several when the last run carried several), oldest first: at most
         # the newest run's (a table behind them is a gap, which recover refuses)
