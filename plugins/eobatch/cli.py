@@ -338,8 +338,8 @@ def _command(args) -> int:
             last = last_report(proto)
             if last:
                 print(summary_line(last, proto.names))
-            found = find_stuck(proto.ledger, cfg)
-            for line in found.lines() if found else []:
+            stuck = find_stuck(proto.ledger, cfg)
+            for line in stuck.lines() if stuck else []:
                 print(f"stuck: {line}")
             found = proto.ledger.checkpoint_files()
             if found:
