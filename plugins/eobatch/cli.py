@@ -38,6 +38,7 @@ from .core.formats import BatchPlan
 from .core.maintenance import last_report, maintain, summary_line
 from .core.protocol import Protocol, utcnow
 from .core.replay import replay
+from .core.stuck import find_stuck
 from .doctor import run as doctor
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import resolve
@@ -337,6 +338,9 @@ def _command(args) -> int:
             last = last_report(proto)
             if last:
                 print(summary_line(last, proto.names))
+            stuck = find_stuck(proto.ledger, cfg)
+            for line in stuck.lines() if stuck else []:
+                print(f"stuck: {line}")
             found = proto.ledger.checkpoint_files()
             if found:
                 print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "

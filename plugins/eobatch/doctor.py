@@ -20,9 +20,13 @@ from dataclasses import dataclass
 
 from . import __version__, paths
 from .config.loader import PipelineConfig, load_all, pipelines_dir
+from .core.formats import Layout
+from .core.ledger import Ledger
+from .core.stuck import find_stuck
 from .errors import EobatchError
 from .job import jars
 from .job.driver_jvm import java
+from .storage.credentials import scrub
 from .storage.fs import join, storage_for
 
 
@@ -143,12 +147,29 @@ def _tables(cfgs: dict[str, PipelineConfig]) -> list[Check]:
     return out
 
 
+def _progress(cfgs: dict[str, PipelineConfig]) -> list[Check]:
+    """Per pipeline: is a batch stuck (``eobatch.core.stuck``, from its ledger alone)?"""
+    out = []
+    for name, cfg in sorted(cfgs.items()):
+        try:
+            found = find_stuck(Ledger(Layout(cfg.sink_table, cfg.quarantine_table)), cfg)
+        except Exception as e:  # noqa: BLE001 - the reason is the answer
+            out.append(Check(f"progress {name}", False, f"its ledger cannot be read: {type(e).__name__}: "
+                                                        f"{scrub(str(e))}"))
+            continue
+        if found is None:
+            out.append(Check(f"progress {name}", True, "no batch is stuck"))
+        else:
+            out.append(Check(f"progress {name}", False, " | ".join(found.lines())))
+    return out
+
+
 def run(directory: str | None = None, log: Callable[[str], None] = print) -> int:
     """Every check, one line each; 0 when all pass, else 1."""
     log(f"eobatch {__version__} ({'checkout ' + paths.CHECKOUT if paths.CHECKOUT else 'installed: ' + paths.PACKAGE})")
     checks = [_java(), _spark(), _jars()]
     pipelines, cfgs = _pipelines(directory)
-    checks += [pipelines, _connections(cfgs), *_tables(cfgs)]
+    checks += [pipelines, _connections(cfgs), *_tables(cfgs), *_progress(cfgs)]
     for c in checks:
         log(c.line())
     failed = [c for c in checks if not c.ok]

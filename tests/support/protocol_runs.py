@@ -55,6 +55,27 @@ def land_and_run(proto: Protocol, ids: range, name: str):
     return plan.batch_id, prepared
 
 
+def failing_run(proto: Protocol, run_id: str, dry_run: bool = False) -> int:
+    """A run whose stage job fails, as the DAG runs it (``BatchRun``): recover, plan, the stage task
+    starts an attempt (its ledger record) and its job dies before the stage summary, then the abort
+    task aborts it. The batch id (it stays PLANNED)."""
+    from eobatch.core.batch_run import BatchRun, RunParams
+
+    run = BatchRun(proto, run_id=run_id, params=RunParams(dry_run=dry_run))
+    run.recover()
+    planned = run.plan().value
+    assert isinstance(planned, list) and planned, "nothing was planned"
+    batch: int = planned[0]
+    chosen = run.stage_attempts([batch], lambda: f"t1-{len(proto.ledger.attempts(batch)) + 1:04d}").value
+    assert isinstance(chosen, dict)
+    attempts: dict[int, str] = chosen
+    if dry_run:  # what a dry run's commit task does: abort its attempt (BatchRun._dry_run_end)
+        proto.abort(batch, attempts[batch], reason=f"dry run {run_id}")
+    else:
+        run.fail(batch, attempts[batch])
+    return batch
+
+
 def lose_prepared_and_committed(proto: Protocol, batch_id: int) -> None:
     """What a power loss can leave: the tables hold the batch, its two last ledger names are gone."""
     for path in (proto.layout.committed(batch_id), proto.layout.prepared(batch_id)):

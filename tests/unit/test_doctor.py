@@ -27,7 +27,8 @@ def test_a_working_deployment_passes_and_each_missing_part_is_named_with_its_fix
     lines: list[str] = []
     assert doctor.run(str(folder), log=lines.append) == 0, lines
     assert [ln.split(":")[0] for ln in lines[1:-1]] == ["ok   java", "ok   spark", "ok   jars", "ok   pipelines",
-                                                         "ok   connections", "ok   write orders", "ok   write orders"]
+                                                         "ok   connections", "ok   write orders", "ok   write orders",
+                                                         "ok   progress orders"]
     assert not (tmp_path / "lake" / "orders" / "_eo_ledger").exists()  # the probe is removed, and its folder
     (tmp_path / "a-file").write_text("x")
     _pipeline(folder, "blocked", str(tmp_path / "a-file" / "blocked"))  # under a file: cannot be written
@@ -39,4 +40,24 @@ def test_a_working_deployment_passes_and_each_missing_part_is_named_with_its_fix
     assert "FAIL pipelines: " in text and "broken.yaml" in text, text
     assert "FAIL write blocked: " in text and "give this deployment write access to it" in text, text
     assert "FAIL connections: not defined: spark_default (pipelines blocked, orders)" in text, text
-    assert lines[-1] == "doctor: 5 ok, 4 to fix", lines
+    assert lines[-1] == "doctor: 7 ok, 4 to fix", lines
+
+
+def test_a_stuck_pipeline_is_named_with_its_batch_its_last_error_and_the_repair_command(tmp_path):
+    from eobatch.config.loader import load_pipeline
+    from eobatch.core.protocol import Protocol
+    from support.protocol_runs import failing_run, land_ids
+
+    folder = tmp_path / "pipelines"
+    _pipeline(folder, "orders", str(tmp_path / "lake" / "orders"))
+    (tmp_path / "landing").mkdir()
+    cfg = load_pipeline(str(folder / "orders.yaml"))
+    land_ids(cfg, "a.jsonl", range(3))
+    for i in (1, 2, 3):
+        failing_run(Protocol(cfg), f"scheduled__{i}")
+    lines: list[str] = []
+    doctor.run(str(folder), log=lines.append)
+    (line,) = [ln for ln in lines if "progress orders" in ln]
+    assert line.startswith("FAIL progress orders: pipeline orders is STUCK: batch 1 is PLANNED since "), line
+    assert "last error" in line and "run scheduled__3 failed" in line
+    assert "command: make reset-batch PIPELINE=orders BATCH=1" in line

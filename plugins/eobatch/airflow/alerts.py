@@ -1,6 +1,6 @@
 """A pipeline's alerts (the YAML's ``alerts``), sent through Airflow notifiers.
 
-Four conditions, each told to every notifier of ``alerts.notify``:
+Five conditions, each told to every notifier of ``alerts.notify``:
 
 * ``failure``: a task of the pipeline failed for good (its retries exhausted): the task's
   ``on_failure_callback``, run by Airflow where the task ran;
@@ -10,6 +10,11 @@ Four conditions, each told to every notifier of ``alerts.notify``:
 * ``backlog_age``: a plan left a backlog whose oldest unpublished landing file is older than
   ``backlog_max_age_minutes``: sent by that plan, then at most once per that many minutes
   while it lasts (an Airflow Variable remembers when), at once again after it recovered;
+* ``stuck``: the pipeline's oldest pending batch passed a bound of the stuck detector
+  (``eobatch.core.stuck``: tried by ``stuck_after_runs`` runs, or a stage attempt older than
+  ``stuck_attempt_hours``): sent by the run's ``recover`` task, once per batch and cause, again at
+  most once a day while it stays stuck (an Airflow Variable remembers it), at once again after it
+  recovered;
 * ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
   folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
   cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
@@ -53,7 +58,7 @@ SUBJECT_PREFIX = "[eobatch]"
 
 @dataclass(frozen=True)
 class Alert:
-    kind: str  # failure | run_deadline | backlog_age | skipped_input
+    kind: str  # failure | run_deadline | backlog_age | skipped_input | stuck
     pipeline: str
     subject: str
     lines: tuple[str, ...]
@@ -299,3 +304,41 @@ def backlog_alert(cfg: PipelineConfig, backlog: dict) -> Alert:
              f"often, raise source.max_records_per_batch, or look for failed runs.")
     return Alert("backlog_age", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: backlog {age_min:.0f} min old "
                  f"(limit {limit:g} min)", lines, ledger_url(cfg.name))
+
+
+# -- a stuck batch: sent by the recover task -------------------------------------------------------
+
+STUCK_REMIND_S = 24 * 3600  # a batch that stays stuck is told again once a day
+
+
+def check_stuck(cfg: PipelineConfig, found: Any, context: Any = None, now: float | None = None,
+                state: Any = None) -> bool:
+    """After a recover: alert on ``found`` (``eobatch.core.stuck.Stuck``, or None: nothing is stuck)
+    once per batch and cause, again after ``STUCK_REMIND_S`` while it stays so, at once again after
+    it recovered (``state``, Airflow Variables by default, keeps what was told and when); True when
+    it alerted."""
+    if not cfg.alerts.notify:
+        return False
+    state = AirflowVariables() if state is None else state
+    key, now = f"eobatch.{cfg.name}.stuck_alerted", time.time() if now is None else now
+    try:
+        last = json.loads(state.get(key) or "null")
+    except Exception as e:  # noqa: BLE001 - rather one alert too many than none
+        log.warning("stuck alert state not read (%s: %s)", type(e).__name__, e)
+        last = None
+    if found is None:
+        if last is not None:  # recovered: the next stuck batch is told at once
+            _keep(state.delete, key)
+        return False
+    what = f"{found.batch_id}:{found.cause}:{found.repair.name}"
+    if isinstance(last, dict) and last.get("what") == what and now - float(last.get("at", 0)) < STUCK_REMIND_S:
+        log.info("batch %s stuck: alerted %.0f s ago, not again yet", found.batch_id, now - float(last["at"]))
+        return False
+    send(cfg, stuck_alert(cfg, found), context)
+    _keep(state.set, key, json.dumps({"what": what, "at": now}))
+    return True
+
+
+def stuck_alert(cfg: PipelineConfig, found: Any) -> Alert:
+    return Alert("stuck", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: batch {found.batch_id} stuck ({found.state}, "
+                 f"{found.runs} runs): {found.repair.name}", tuple(found.lines()), ledger_url(cfg.name))

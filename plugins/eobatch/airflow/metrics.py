@@ -20,6 +20,8 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
 ``eobatch.<pipeline>.late_files_<action>``        counter  the same, by what was done with them
 ``eobatch.<pipeline>.landing_skipped``            gauge    landing inputs the plan skipped (bad name,
                                                            unreadable, not a regular file)
+``eobatch.<pipeline>.stuck_runs``                 gauge    runs that tried the stuck batch (0: nothing
+                                                           is stuck; ``eobatch.core.stuck``)
 ================================================  =======  ========================================
 
 The batch figures are sent once per committed batch: by the task whose call wrote the batch's
@@ -90,6 +92,12 @@ def late_file_metrics(pipeline: str, late: list[dict]) -> list[Metric]:
 def skipped_metrics(pipeline: str, skipped: list[dict]) -> list[Metric]:
     """The gauge of the landing inputs a plan skipped (``Protocol.last_skipped``); 0 when none."""
     return [Metric("gauge", _name(pipeline, "landing_skipped"), len(skipped))]
+
+
+def stuck_metrics(pipeline: str, found: Any) -> list[Metric]:
+    """The gauge of the stuck detector after a recover (``eobatch.core.stuck.Stuck`` or None): the
+    runs that tried the stuck batch, 0 when nothing is stuck."""
+    return [Metric("gauge", _name(pipeline, "stuck_runs"), found.runs if found is not None else 0)]
 
 
 def send(metrics: list[Metric]) -> None:

@@ -20,6 +20,7 @@ from ..core.backlog import backlog
 from ..core.batch_run import BatchRun, Report
 from ..core.maintenance import maintain, summary_line
 from ..core.protocol import Protocol, interval_of
+from ..core.stuck import find_stuck
 from ..errors import EobatchError, TerminalError
 from ..job import driver_jvm, launch
 from ..storage import s3conf
@@ -138,6 +139,19 @@ def _after_plan(proto: Protocol, context) -> None:
     except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan
         log.warning("backlog not computed (%s: %s)", type(e).__name__, e)
     metrics.send(sent)
+
+
+def _check_stuck(proto: Protocol, context) -> None:
+    """After recover (refused or not): the stuck detector (``eobatch.core.stuck``) in the task log at
+    warning level, its gauge, and the pipeline's alert (``alerts.check_stuck``). Never fails the task."""
+    try:
+        found = find_stuck(proto.ledger, proto.cfg)
+        for line in found.lines() if found else []:
+            log.warning("stuck: %s", line)
+        metrics.send(metrics.stuck_metrics(proto.cfg.name, found))
+        alerts.check_stuck(proto.cfg, found, context)
+    except Exception as e:  # noqa: BLE001 - the detector must not stop a run that can move
+        log.warning("stuck detector not run (%s: %s)", type(e).__name__, e)
 
 
 def _published(task: BaseOperator, context, proto: Protocol, batch_id: int) -> None:
@@ -267,6 +281,12 @@ class RecoverOperator(BaseOperator):
 
     def execute(self, context):
         run = _run(self.pipeline_file, context)
+        try:
+            return self._recover(run, context)
+        finally:  # refused or not: a pipeline that cannot move says so
+            _check_stuck(run.proto, context)
+
+    def _recover(self, run, context):
         latest = run.proto.ledger.latest_batch_id()
         # the batches still to decide (several when the last run carried several), oldest first: at most
         # the newest run's (a table behind them is a gap, which recover refuses)

@@ -54,6 +54,8 @@ from .pipeline import (
     EXPECTATION_ACTIONS,
     MAX_BATCHES_PER_RUN,
     SCHEMA_EVOLUTION,
+    STUCK_AFTER_RUNS,
+    STUCK_ATTEMPT_HOURS,
     AlertsConfig,
     Expectation,
     MaintenanceConfig,
@@ -336,24 +338,58 @@ class NotifierSection(Section):
 
 
 def _notify(v: Any) -> Any:
+    if v == ():  # the stuck detector's bounds given alone (AlertsSection._bounds_alone): no notifier
+        return v
     if not isinstance(v, list) or not v:
         raise Invalid("must be a list of at least one notifier, e.g. [{email: [ops@example.com]}]")
     return v
 
 
+STUCK_KEYS = frozenset({"stuck_after_runs", "stuck_attempt_hours"})
+
+
+def _stuck_runs(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+        raise Invalid(f"must be an integer of at least 2 (the run that planned a batch is its first), got {v!r}")
+    return v
+
+
+def _positive_hours(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise Invalid(f"must be a positive number of hours, got {v!r}")
+    return float(v)
+
+
 class AlertsSection(Section):
     """``alerts``: notifiers (e-mail or an Airflow notifier class) and the conditions that call
     them. Only connection ids are named here, never a password."""
-    NOT_A_MAPPING = "must be a mapping (notify, on_failure, run_deadline_minutes, backlog_max_age_minutes)"
+    NOT_A_MAPPING = ("must be a mapping (notify, on_failure, run_deadline_minutes, backlog_max_age_minutes, "
+                     "stuck_after_runs, stuck_attempt_hours)")
     notify: Annotated[tuple[NotifierSection, ...], BeforeValidator(_notify)] = Field(None, validate_default=True)
     on_failure: Bool = True
     run_deadline_minutes: Minutes = None
     backlog_max_age_minutes: Minutes = None
+    stuck_after_runs: Annotated[Any, Check(_stuck_runs, {"type": "integer", "minimum": 2}), Field(
+        description="a batch that this many runs tried (the one that planned it included) without committing it "
+                    "is stuck: alerted, and shown with its repair")] = STUCK_AFTER_RUNS
+    stuck_attempt_hours: Annotated[Any, Check(_positive_hours, {"type": "number", "exclusiveMinimum": 0}), Field(
+        description="a stage attempt still without its stage summary this many hours after the stage task "
+                    "started it is stuck")] = STUCK_ATTEMPT_HOURS
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounds_alone(cls, data: Any) -> Any:
+        """The stuck detector's bounds need no notifier: the ledger page, the task log and doctor use
+        them too. Any other key of the section does."""
+        if isinstance(data, dict) and data and "notify" not in data and set(data) <= STUCK_KEYS:
+            return {**data, "notify": ()}
+        return data
 
     def value(self) -> AlertsConfig:
-        return AlertsConfig(notify=tuple(n.value() for n in self.notify), on_failure=self.on_failure,
+        return AlertsConfig(notify=tuple(n.value() for n in self.notify), on_failure=self.on_failure and bool(self.notify),
                             run_deadline_minutes=self.run_deadline_minutes,
-                            backlog_max_age_minutes=self.backlog_max_age_minutes)
+                            backlog_max_age_minutes=self.backlog_max_age_minutes,
+                            stuck_after_runs=self.stuck_after_runs, stuck_attempt_hours=self.stuck_attempt_hours)
 
 
 def _expr(v: Any) -> str:

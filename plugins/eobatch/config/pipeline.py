@@ -74,15 +74,23 @@ class Notifier:
     args: dict = field(default_factory=dict)
 
 
+STUCK_AFTER_RUNS = 3  # a batch that this many runs tried without committing it is stuck (eobatch.core.stuck)
+STUCK_ATTEMPT_HOURS = 6.0  # and so is a stage attempt without a stage summary this many hours after it started
+
+
 @dataclass(frozen=True)
 class AlertsConfig:
     """``alerts``: who is told (``notify``) and of what: a task that failed for good
     (``on_failure``), a run still going ``run_deadline_minutes`` after it was queued, a backlog
-    whose oldest unpublished record is older than ``backlog_max_age_minutes``."""
+    whose oldest unpublished record is older than ``backlog_max_age_minutes``, a stuck batch
+    (``stuck_after_runs``, ``stuck_attempt_hours``: the detector's bounds, which the ledger page,
+    `eobatch ledger` and `eobatch doctor` use too, with or without notifiers)."""
     notify: tuple[Notifier, ...] = ()
     on_failure: bool = False
     run_deadline_minutes: float | None = None
     backlog_max_age_minutes: float | None = None
+    stuck_after_runs: int = STUCK_AFTER_RUNS
+    stuck_attempt_hours: float = STUCK_ATTEMPT_HOURS
 
 
 @dataclass(frozen=True)

@@ -11,14 +11,19 @@ does (in interval mode it also abandons the batch).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..errors import AttemptPrepared, ProtocolError
+from ..errors import AttemptPrepared, ProtocolError, kind_of
 from ..sources import range_summary
+from ..storage.credentials import scrub
+from . import stuck
 from .formats import JSON, BatchPlan, PreparedBatch
 from .protocol import Protocol
+
+log = logging.getLogger("eobatch")
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,16 @@ class BatchRun:
     def recover(self) -> Report:
         t0 = time.time()
         p = self.params
-        rec = self.proto.recover(run_id=self.run_id, commit_prepared=not p.dry_run)
+        # the batch this run finds pending, per the ledger: a refusal of it is recorded (stuck.find_stuck)
+        pending = None if p.dry_run or not self.run_id else stuck.first_open(self.proto.ledger)
+        try:
+            rec = self.proto.recover(run_id=self.run_id, commit_prepared=not p.dry_run)
+        except Exception as e:
+            if pending is not None and kind_of(e) != "wait":
+                self._tried(pending, e)
+            raise
+        if rec.pending is not None and not p.dry_run:
+            self._tried(rec.pending)
         rewind = (self.proto.rewind(p.rewind_to_batch, run_id=self.run_id, dry_run=p.dry_run,
                                     max_records=p.max_records_per_batch, accept_loss=p.accept_loss)
                   if p.rewind_to_batch else [])
@@ -72,6 +86,22 @@ class BatchRun:
         if p.dry_run and (p.rewind_to_batch or (rec.pending and self.proto.ledger.prepared(rec.pending))):
             r.skip = "dry run: " + "; ".join(rewind or rec.actions) + "; nothing was changed"
         return r
+
+    def _tried(self, batch_id: int, error: BaseException | None = None) -> None:
+        """Record in the ledger that this run took up ``batch_id`` (planned by another run), or was
+        refused while it was pending (``Ledger.put_run_try``): what the stuck detector counts. A
+        record that cannot be written is logged; it never fails the run."""
+        if not self.run_id:
+            return
+        try:
+            plan = self.proto.ledger.plan(batch_id)
+            if plan is None or (error is None and plan.run_id == self.run_id):
+                return
+            text = None if error is None else scrub(f"{type(error).__name__}: {error}")[:2000]
+            self.proto.ledger.put_run_try(batch_id, self.run_id, text, type(error).__name__ if error else None)
+        except Exception as e:  # noqa: BLE001 - the detector's record; the run's outcome is its step's
+            log.warning("batch %s: this run's try was not recorded in the ledger (%s: %s)", batch_id,
+                        type(e).__name__, e)
 
     # -- plan ------------------------------------------------------------------------
     def plan(self, interval: dict[str, str] | None = None) -> Report:
@@ -128,7 +158,18 @@ class BatchRun:
                 chosen[b] = kept
                 continue
             chosen[b] = todo[b] = new_attempt()
+            self._started(b, todo[b])
         return r
+
+    def _started(self, batch_id: int, attempt: str) -> None:
+        """Record the attempt's start before its job is submitted, so that an attempt that never
+        ends is seen (``stuck.find_stuck``). A record that cannot be written is logged: the job
+        is staged all the same (the detector then judges the batch by its runs alone)."""
+        try:
+            self.proto.ledger.put_attempt_started(batch_id, attempt, self.run_id)
+        except Exception as e:  # noqa: BLE001 - see above
+            log.warning("batch %s attempt %s: its start was not recorded in the ledger (%s: %s)", batch_id, attempt,
+                        type(e).__name__, e)
 
     # -- verify ----------------------------------------------------------------------
     def verify(self, batch_id: int, attempt: str) -> Report:

@@ -5,6 +5,8 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
     T/_eo_ledger/plans/<batch>.json                        PLANNED   (put-if-absent; the exact source range)
     T/_eo_ledger/attempts/<batch>/<attempt>/manifests/<participant>/part-<n>.json
                                                            one per Spark partition, written by the task
+    T/_eo_ledger/attempts/<batch>/<attempt>/started.json   the stage task started the attempt (put-if-absent:
+                                                           its run and time, before the job is submitted)
     T/_eo_ledger/attempts/<batch>/<attempt>/stage.json     STAGED    (written by the driver at the end)
     T/_eo_ledger/attempts/<batch>/<attempt>/decision.json  the attempt's one decision (put-if-absent):
                                                            "prepare" (verify won: its files are never
@@ -14,6 +16,9 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            or ABANDONED (interval mode: same file, so a
                                                            batch is either prepared or abandoned, never both)
     T/_eo_ledger/rewinds/<after>-<to>.json                 a rewind after batch <after> to before batch <to>
+    T/_eo_ledger/runs/<batch>/<run key>.json               a run that took up a batch planned by another run,
+                                                           or was refused while it was pending (put-if-absent,
+                                                           one per run; eobatch.core.stuck counts them)
     T/_eo_ledger/committed/<batch>.json                    COMMITTED (ledger copy; the truth is the Delta txn)
     T/_eo_ledger/checkpoints/<batch>-r<n>.json             a checkpoint: what batches 1..<batch> (all final)
                                                            mean for planning, with the <n> rewinds it
@@ -201,6 +206,20 @@ class Layout:
         """The stage job's spec of the run whose first batch is ``batch_id``, staged by ``attempt``
         (``eobatch.job.launch.spec_args``)."""
         return join(self.attempt_dir(batch_id, attempt), "job.json")
+
+    def attempt_started(self, batch_id: int, attempt: str) -> str:
+        """The stage task's record of starting the attempt (before its job is submitted)."""
+        return join(self.attempt_dir(batch_id, attempt), "started.json")
+
+    def run_tries_dir(self, batch_id: int) -> str:
+        return join(self.ledger, "runs", bid(batch_id))
+
+    def run_try(self, batch_id: int, run_id: str) -> str:
+        """The record of run ``run_id`` taking up batch ``batch_id`` (named by the run id's digest:
+        a run id is any text Airflow or a person gave)."""
+        if not isinstance(run_id, str) or not run_id:
+            raise InvalidId(f"invalid run id {run_id!r}")
+        return join(self.run_tries_dir(batch_id), hashlib.sha256(run_id.encode()).hexdigest()[:32] + ".json")
 
     def aborted(self, batch_id: int, attempt: str) -> str:
         """Abort records of ledgers written before attempt decisions existed (read only)."""

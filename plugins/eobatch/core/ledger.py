@@ -28,6 +28,7 @@ from .formats import (
     RewindRecord,
     StageSummary,
     bid,
+    utcnow,
 )
 
 _BATCH_FILE = re.compile(r"^(\d{10})\.json$")
@@ -206,6 +207,29 @@ class Ledger:
             return {"decision": "abort", **d} if legacy else d
         return None
 
+    def attempt_started(self, batch_id: int, attempt: str) -> JSON | None:
+        """When and by which run the stage task started ``attempt`` (None: started before these
+        records existed, or not by a stage task)."""
+        return self._json(self.layout.attempt_started(batch_id, attempt))
+
+    def run_tries(self, batch_id: int) -> list[JSON]:
+        """The runs that took up ``batch_id`` after the run that planned it, or were refused while
+        it was pending (``put_run_try``), in no particular order."""
+        out = []
+        for f in self.fs.list_files(self.layout.run_tries_dir(batch_id), recursive=False):
+            if f.path.endswith(".json"):
+                d = self._json(f.path)
+                if d is not None:
+                    out.append(d)
+        return out
+
+    def _json(self, path: str) -> JSON | None:
+        try:
+            d: JSON = json.loads(self.fs.read_bytes(path))
+        except FileNotFoundError:
+            return None
+        return d
+
     def aborted_info(self, batch_id: int, attempt: str) -> JSON | None:
         d = self.decision(batch_id, attempt)
         return d if d is not None and d["decision"] == "abort" else None
@@ -364,6 +388,20 @@ class Ledger:
 
     def put_committed(self, committed: CommittedBatch) -> bool:
         return self.fs.put_if_absent(self.layout.committed(committed.batch_id), committed.to_json())
+
+    def put_attempt_started(self, batch_id: int, attempt: str, run_id: str | None) -> bool:
+        """Record that the stage task starts ``attempt`` now, put-if-absent (a retry is a new attempt)."""
+        body = {"batch_id": batch_id, "attempt": attempt, "run_id": run_id, "started_at": utcnow()}
+        return self.fs.put_if_absent(self.layout.attempt_started(batch_id, attempt),
+                                     json.dumps(body, sort_keys=True).encode())
+
+    def put_run_try(self, batch_id: int, run_id: str, error: str | None = None, error_type: str | None = None) -> bool:
+        """Record, once per run (put-if-absent), that run ``run_id`` took up batch ``batch_id``, which
+        another run planned, or was refused while it was pending (``error``: why, ``error_type``: its class). The
+        record names the plan it tried (its digest): a batch that reset-batch forgot and planned again starts anew."""
+        body = {"batch_id": batch_id, "run_id": run_id, "at": utcnow(), "plan_digest": self.plan_digest(batch_id),
+                "error": error, "error_type": error_type}
+        return self.fs.put_if_absent(self.layout.run_try(batch_id, run_id), json.dumps(body, sort_keys=True).encode())
 
     def decide(self, batch_id: int, attempt: str, decision: str, info: JSON) -> JSON:
         """Decide an attempt's fate once, put-if-absent: verify must win "prepare" before it may

@@ -2,6 +2,7 @@
 
     GET /eobatch/pipelines/<name>[?page=1&per_page=25&run_id=<DAG run id>&batch=<id>]   HTML, with the timeline
     GET /eobatch/api/pipelines/<name>/batches[?limit=&offset=]               JSON: `make ledger FORMAT=json`
+    GET /eobatch/api/pipelines/<name>/stuck                                  JSON: the stuck detector's finding
 
 Authentication and authorisation are Airflow's own: ``requires_access_dag("GET",
 DagAccessEntity.RUN)`` of the core API (``airflow.api_fastapi.core_api.security``), i.e. read access
@@ -26,7 +27,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from ..airflow import connections as airflow_conn  # noqa: F401 - a Kafka backlog reads its connection
 from .page import MAX_PER_PAGE, render_message, render_not_found, render_page
-from .view import JSON_LIMIT_DEFAULT, JSON_LIMIT_MAX, UnknownPipeline, batches_json, find, page_view
+from .view import JSON_LIMIT_DEFAULT, JSON_LIMIT_MAX, UnknownPipeline, batches_json, find, page_view, stuck_json
 
 
 def airflow_base() -> str:
@@ -60,6 +61,14 @@ def create_app() -> FastAPI:
             return JSONResponse({"detail": f"no pipeline named {e.name!r}"}, status_code=404)
         return Response(batches_json(cfg, limit, offset), media_type="application/json",
                         headers={"Cache-Control": "no-store"})
+
+    @app.get("/api/pipelines/{dag_id}/stuck", dependencies=dag_read)
+    def ledger_stuck(dag_id: str) -> Response:
+        try:
+            cfg = find(dag_id)
+        except UnknownPipeline as e:
+            return JSONResponse({"detail": f"no pipeline named {e.name!r}"}, status_code=404)
+        return Response(stuck_json(cfg), media_type="application/json", headers={"Cache-Control": "no-store"})
 
     @app.exception_handler(HTTPException)
     async def refused(request: Request, exc: HTTPException) -> Response:

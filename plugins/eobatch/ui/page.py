@@ -226,6 +226,7 @@ class PageView:
     description: str | None = None
     rewinds: list[str] = field(default_factory=list)  # one line per rewind of the ledger
     maintenance: str | None = None  # the last maintenance pass, one line (eobatch.core.maintenance.summary_line)
+    stuck: dict | None = None  # the stuck detector's finding (eobatch.core.stuck.Stuck.to_json), or None
 
 
 # In Airflow's "Batch ledger" tab this page is an iframe sandboxed without allow-top-navigation: a
@@ -257,6 +258,8 @@ min-width:150px}.card b{display:block;font-size:18px}
 details summary{cursor:pointer}ul.notes{margin:0;padding-left:16px}.pager a,.pager span{margin-right:8px}
 dl.states{display:grid;grid-template-columns:max-content 1fr;gap:2px 10px;margin:0}
 .scroll{overflow-x:auto}a.run{word-break:break-all}
+.stuck{border:2px solid #c62828;background:#fdecea;border-radius:6px;padding:8px 12px;margin:10px 0}
+.stuck h2{margin:0 0 4px;color:#c62828}.stuck pre{background:#fff;padding:6px;margin:4px 0;white-space:pre-wrap}
 """
 
 
@@ -365,6 +368,31 @@ def _backlog_html(b: dict) -> str:
     return f'<div class="cards">{html_cards}</div>{since}<ul class="notes small muted">{notes}</ul>'
 
 
+def stuck_html(s: dict | None) -> str:
+    """The banner of a stuck pipeline (``eobatch.core.stuck``): the batch, since when, the runs and
+    attempts that tried it, the last error and the one repair with its command; "" when none."""
+    if not s:
+        return ""
+    if s.get("error"):
+        return (f'<div class="stuck" id="stuck" role="alert"><h2>Stuck or not: not known now</h2><p>The stuck '
+                f'detector could not read the ledger: <span class="mono">{esc(s["error"])}</span></p></div>')
+    rep = s.get("repair") or {}
+    if s.get("last_error"):
+        at = f" ({esc(_when(s['last_error_at']))} UTC)" if s.get("last_error_at") else ""
+        error = f'<p>Last error{at}: <span class="mono">{esc(s["last_error"])}</span></p>'
+    else:
+        error = "<p class=\"muted\">No error recorded in the ledger: see the log of the last run's failed task.</p>"
+    runs = ", ".join(str(r) for r in s.get("run_ids") or [])
+    runs = f' (<span class="mono">{esc(runs)}</span>)' if runs else ""
+    command = f"<pre><code>{esc(rep['command'])}</code></pre>" if rep.get("command") else ""
+    return (f'<div class="stuck" id="stuck" role="alert" data-batch="{esc(s.get("batch_id"))}">'
+            f'<h2>Stuck: batch {esc(s.get("batch_id"))} is {esc(s.get("state"))} since '
+            f'<span title="{esc(s.get("since"))}">{esc(_when(s.get("since")))} UTC</span></h2>'
+            f'<p>{esc(s.get("why"))}. Tried by {esc(s.get("runs"))} run(s){runs}, {esc(s.get("attempts"))} stage '
+            f'attempt(s), {esc(s.get("aborted"))} aborted.</p>{error}'
+            f'<p><b>Repair: {esc(rep.get("name"))}.</b> {esc(rep.get("text"))}</p>{command}</div>')
+
+
 def _pager_html(view: PageView) -> str:
     p = view.pager
     if p.pages <= 1:
@@ -416,6 +444,7 @@ def render_page(view: PageView) -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1"><style>{CSS}</style></head>
 <body>
 <h1>Batch ledger of <span class="mono" style="font-size:20px">{esc(view.pipeline)}</span></h1>
+{stuck_html(view.stuck)}
 <p class="muted">{esc(view.mode)} mode, source {esc(view.source_kind)}, schedule {esc(view.schedule or "none (manual runs)")}
  · batches committed in every table up to txn {esc(min(view.committed_versions.values()) if view.committed_versions else None)}
  ({versions}) · <a href="{esc(dag_href)}" target="_top">the DAG in Airflow</a>

@@ -18,6 +18,7 @@ What one request may cost is bounded, whatever a signed-in user asks for:
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -30,7 +31,9 @@ from ..config.loader import PipelineConfig, load_all
 from ..core.backlog import backlog
 from ..core.maintenance import last_report, summary_line
 from ..core.protocol import Protocol
+from ..core.stuck import find_stuck
 from ..errors import EobatchError
+from ..storage.credentials import scrub
 from .page import CHART_BATCHES, Pager, PageView
 
 NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -163,13 +166,29 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
         backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id, batch=batch,
         airflow_base=airflow_base, description=cfg.description,
-        maintenance=_maintenance_line(proto),
+        maintenance=_maintenance_line(proto), stuck=page_stuck(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
                  f"batches {r.to_batch}..{r.after_batch} REWOUND and read again by later batches"
                  for r in proto.ledger.rewinds()]
         + [f"rewind to before batch {k.to_batch} CANCELLED: "
            f"{(proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}).get('why')}"
            for k in sorted(proto.ledger.cancelled_rewinds())])
+
+
+def page_stuck(proto: Protocol) -> dict | None:
+    """The stuck detector's finding (``eobatch.core.stuck``) as the page and its JSON show it; a
+    ledger that cannot be read now: a finding that says so (the page still shows the rest)."""
+    try:
+        found = find_stuck(proto.ledger, proto.cfg)
+    except Exception as e:  # noqa: BLE001 - the page shows why
+        return {"error": scrub(f"{type(e).__name__}: {e}")}
+    return found.to_json() if found is not None else None
+
+
+def stuck_json(cfg: PipelineConfig) -> str:
+    """``GET /eobatch/api/pipelines/<name>/stuck``: {"pipeline", "stuck"}, ``stuck`` the detector's
+    finding (``eobatch.core.stuck.Stuck``) or null."""
+    return json.dumps({"pipeline": cfg.name, "stuck": page_stuck(Protocol(cfg))}, indent=1, default=str)
 
 
 def _maintenance_line(proto) -> str | None:

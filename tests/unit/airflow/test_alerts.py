@@ -268,3 +268,62 @@ def test_a_connection_that_cannot_be_read_never_quotes_its_password():
         connections.register(airflow_conn.connection_extra, airflow_conn.redact)
     assert "pa/ss" not in str(e.value) and "w0rd" not in str(e.value) and e.value.__cause__ is None
     assert "'kafka_prod' cannot be read" in str(e.value) and "kafka://svc:***@broker" in str(e.value)
+
+
+def test_a_stuck_batch_mails_its_repair_once_again_a_day_and_at_once_after_it_recovered(make_cfg, smtp):
+    from eobatch.core.protocol import Protocol
+    from eobatch.core.stuck import find_stuck
+    from support.protocol_runs import failing_run, land_ids, run_next
+
+    cfg = make_cfg(alerts=_alerts())
+    proto = Protocol(cfg)
+    land_ids(cfg, "a.jsonl", range(4))
+    for i in (1, 2, 3):
+        failing_run(proto, f"scheduled__{i}")
+    found = find_stuck(proto.ledger, cfg)
+    state, t = _State(), 1_000_000.0
+    assert alerts.check_stuck(cfg, found, now=t, state=state)
+    assert not alerts.check_stuck(cfg, found, now=t + 3600, state=state)  # told an hour ago
+    assert alerts.check_stuck(cfg, found, now=t + alerts.STUCK_REMIND_S, state=state)  # a day later: again
+    run_next(proto, "scheduled__4")  # the cause went away: committed
+    assert not alerts.check_stuck(cfg, find_stuck(proto.ledger, cfg), now=t + alerts.STUCK_REMIND_S + 1, state=state)
+    assert state == {}
+    assert not alerts.check_stuck(make_cfg(alerts={"stuck_after_runs": 2}), found, state=state)  # no notifier
+    mails = smtp.wait_for(lambda m: len(smtp.mails) >= 2, timeout=30)
+    assert len(mails) == 2
+    assert mails[0]["Subject"] == ("[eobatch] orders: batch 1 stuck (PLANNED, 3 runs): a batch that fails the same "
+                                   "way in every run")
+    text = body(mails[0])
+    assert "batch 1 is PLANNED since" in text and "3 runs tried it and none committed it (limit 3 runs)" in text
+    assert "last error" in text and "run scheduled__3 failed" in text
+    assert "command: make reset-batch PIPELINE=orders BATCH=1" in text
+
+
+def test_the_recover_task_logs_alerts_and_gauges_a_stuck_batch_even_when_its_recover_is_refused(
+        make_cfg, smtp, caplog, tmp_path):
+    from eobatch.airflow.operators import _check_stuck
+    from eobatch.core.batch_run import BatchRun
+    from eobatch.core.protocol import Protocol
+    from eobatch.core.stuck import find_stuck
+    from eobatch.errors import ConfigChanged
+    from support.protocol_runs import failing_run, land_ids
+    from support.statsd_sink import received_by_statsd
+
+    cfg = make_cfg(alerts=_alerts())
+    land_ids(cfg, "a.jsonl", range(4))
+    for i in (1, 2):
+        failing_run(Protocol(cfg), f"scheduled__{i}")
+    edited = Protocol(make_cfg(alerts=_alerts(), transform={"name": "passthrough", "options": {"x": 1}}))
+    with pytest.raises(ConfigChanged):  # the third run: the edit is refused while batch 1 is pending
+        BatchRun(edited, run_id="scheduled__3").recover()
+    _check_stuck(edited, {})
+    assert "stuck: pipeline orders is STUCK: batch 1 is PLANNED" in caplog.text
+    (mail,) = smtp.wait_for(lambda m: True, timeout=30)
+    assert mail["Subject"] == ("[eobatch] orders: batch 1 stuck (PLANNED, 3 runs): configuration edit refused while "
+                               "the batch is pending")
+    assert "ConfigChanged: " in body(mail) and "put the old value(s) back and let a run commit batch 1" in body(mail)
+    found = find_stuck(edited.ledger, edited.cfg)
+    code = "from eobatch.airflow import metrics; metrics.send(metrics.stuck_metrics('orders', None))"
+    assert metrics.stuck_metrics("orders", found) == [metrics.Metric("gauge", "eobatch.orders.stuck_runs", 3)]
+    assert {"airflow.eobatch.orders.stuck_runs:0|g"} <= received_by_statsd(
+        tmp_path, code, {"airflow.eobatch.orders.stuck_runs:0|g"})

@@ -234,3 +234,22 @@ def test_timeline_without_rows():
 def test_number_formats():
     assert [fmt_bytes(v) for v in (None, 0, 1023, 1536, 5 << 30)] == ["-", "0 B", "1023 B", "1.5 KiB", "5.0 GiB"]
     assert [fmt_age(v) for v in (None, 5, 600, 9000, 3 * 86400)] == ["-", "5 s", "10 min", "2 h 30 min", "3 days"]
+
+
+def test_the_stuck_banner_shows_the_repair_and_an_error_quoting_markup_as_text():
+    from eobatch.ui.page import stuck_html
+
+    stuck = {"pipeline": "orders", "batch_id": 7, "state": "STAGED", "cause": "runs",
+             "since": "2026-11-23T10:00:00.000+00:00", "runs": 4, "run_ids": ["manual__1", "manual__<b>2"],
+             "attempts": 3, "aborted": 3, "why": "4 runs tried it and none committed it (limit 3 runs)",
+             "last_error": f"ValueError: record {EVIL}", "last_error_at": "2026-11-23T11:00:00.000+00:00",
+             "repair": {"name": "a batch that fails the same way in every run", "text": "fix it",
+                        "command": "make reset-batch PIPELINE=orders BATCH=7"}}
+    out = render_page(view([row(1)], stuck=stuck))
+    assert out.count("<script") == 1 and "<b>2" not in out and "&lt;script&gt;alert" in out
+    assert 'id="stuck" role="alert" data-batch="7"' in out
+    assert "Stuck: batch 7 is STAGED since" in out and "2026-11-23 10:00:00 UTC" in out
+    assert "<code>make reset-batch PIPELINE=orders BATCH=7</code>" in out
+    assert "Repair: a batch that fails the same way in every run." in out
+    assert stuck_html(None) == "" and 'id="stuck"' not in render_page(view([row(1)]))
+    assert "could not read the ledger" in stuck_html({"error": "OSError: gone"})

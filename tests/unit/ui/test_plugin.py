@@ -28,7 +28,7 @@ def test_plugin_shapes_are_what_airflow_accepts():
 
 @pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 @pytest.mark.parametrize("path", ["/api/pipelines/orders/batches", "/pipelines/orders", "/pipelines/nope",
-                                  "/api/pipelines/nope/batches"])
+                                  "/api/pipelines/nope/batches", "/api/pipelines/orders/stuck"])
 def test_anonymous_requests_get_401_and_nothing_of_the_ledger(path):
     from fastapi.testclient import TestClient
 

@@ -230,3 +230,32 @@ def test_the_backlog_of_an_upstream_in_another_store_names_a_connection_airflow_
     v = page_view(cfg)
     assert v.rows == [] and "source.conn_id 'upstream_s3': there is no Airflow connection of that id" in \
         v.backlog["error"], v.backlog
+
+
+def test_a_stuck_pipeline_shows_a_banner_with_its_repair_and_the_json_and_make_ledger_say_the_same(
+        three, capsys):
+    from eobatch.core.stuck import find_stuck
+    from eobatch.ui.page import render_page
+    from eobatch.ui.view import stuck_json
+    from support.protocol_runs import failing_run
+
+    assert page_view(three).stuck is None and json.loads(stuck_json(three)) == {"pipeline": "orders", "stuck": None}
+    assert 'id="stuck"' not in render_page(page_view(three))
+    proto = Protocol(three)
+    for i in (4, 5):  # batch 3 was planned by manual__run3: with two failed runs, three runs tried it
+        assert failing_run(proto, f"manual__run{i}") == 3
+    found = find_stuck(proto.ledger, three)
+    assert found is not None and found.runs == 3
+    v = page_view(three)
+    assert v.stuck == found.to_json() and v.stuck["repair"]["command"] == "make reset-batch PIPELINE=orders BATCH=3"
+    page = render_page(v)
+    banner = page[page.index('<div class="stuck" id="stuck"'):]
+    banner = banner[:banner.index("</div>")]
+    assert "Stuck: batch 3 is PLANNED since" in banner and "3 runs tried it and none committed it" in banner
+    assert "Last error" in banner and "run manual__run5 failed" in banner
+    assert "<code>make reset-batch PIPELINE=orders BATCH=3</code>" in banner
+    assert json.loads(stuck_json(three))["stuck"] == json.loads(json.dumps(found.to_json()))
+    assert cli.main(["ledger", "orders"]) == 0
+    out = capsys.readouterr().out
+    assert "stuck: pipeline orders is STUCK: batch 3 is PLANNED" in out
+    assert "stuck: command: make reset-batch PIPELINE=orders BATCH=3" in out

@@ -313,11 +313,11 @@ class Repairs:
                 if fs.exists(path):
                     fs.write_atomic(join(archive, name, path.rsplit("/", 1)[-1]), fs.read_bytes(path))
                     fs.delete(path)
-            for f in list(fs.list_files(self.layout.attempts_dir(b))):
-                fs.write_atomic(join(archive, "attempts", relpath(f.path, join(self.layout.ledger, "attempts"))),
-                                fs.read_bytes(f.path))
-                fs.delete(f.path)
-            fs.remove_empty_dirs(self.layout.attempts_dir(b))
+            for folder in (self.layout.attempts_dir(b), self.layout.run_tries_dir(b)):
+                for f in list(fs.list_files(folder)):
+                    fs.write_atomic(join(archive, relpath(f.path, self.layout.ledger)), fs.read_bytes(f.path))
+                    fs.delete(f.path)
+                fs.remove_empty_dirs(folder)
             plan = self.layout.plan(b)
             fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
             fs.delete(plan)
