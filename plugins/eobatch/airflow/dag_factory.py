@@ -69,6 +69,7 @@ def run_params(mode: str = "continuous") -> dict:
         "rewind_to_batch": dict(default=None, type=["null", "integer"], minimum=1),
         "confirm_rewind": dict(default=False, type="boolean"),
         "accept_loss": dict(default=False, type="boolean"),
+        "replan_pending": dict(default=False, type="boolean"),
     }
     out = {}
     for key in params_for_mode(mode):

@@ -26,6 +26,10 @@ PARAMS_DOC = {
                       "needs no confirmation).",
     "accept_loss": "A rewind whose batches' landing files are gone (expired) is refused, naming them: "
                    "their rows would be taken back for good. This goes ahead anyway; the ledger records the loss.",
+    "replan_pending": "Continuous mode: the pending batches (planned, maybe staged, never PREPARED, in no table) "
+                      "are forgotten and their range is planned again under the pipeline file as it is now: the "
+                      "way on after a transform or another key a pending batch pinned was changed (a fix), "
+                      "which is otherwise refused until the batch commits.",
 }
 # The trigger form: each param's title and section (Airflow groups the fields by section).
 PARAMS_FORM = {
@@ -35,9 +39,10 @@ PARAMS_FORM = {
     "rewind_to_batch": ("Rewind to batch", "Rewind (continuous mode)"),
     "confirm_rewind": ("Yes, rewind the published tables", "Rewind (continuous mode)"),
     "accept_loss": ("Rewind even though landing files are gone", "Rewind (continuous mode)"),
+    "replan_pending": ("Plan the pending batches again under the edited file", "Repair (continuous mode)"),
 }
 REWIND_PARAMS = ("rewind_to_batch", "confirm_rewind", "accept_loss")
-CONTINUOUS_PARAMS = (*REWIND_PARAMS, "max_batches_per_run")
+CONTINUOUS_PARAMS = (*REWIND_PARAMS, "max_batches_per_run", "replan_pending")
 
 
 def params_for_mode(mode: str) -> tuple[str, ...]:
@@ -77,6 +82,9 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
     if mode != "continuous" and conf.get("max_batches_per_run") not in (None, 1):
         raise ParamsError("param 'max_batches_per_run' is for continuous mode; in interval mode a run's batch is "
                           "its data interval (a backfill runs several intervals)")
+    if mode != "continuous" and conf.get("replan_pending") not in (None, False):
+        raise ParamsError("param 'replan_pending' is for continuous mode; in interval mode a failed run abandons "
+                          "its interval's batch, which then runs again under the file as it is")
     if mode != "continuous" and any(conf.get(k) not in (None, False) for k in REWIND_PARAMS):
         raise ParamsError("param 'rewind_to_batch' is for continuous mode; in interval mode run the interval "
                           "again (a manual run with its logical date, or a backfill with reprocessing)")
@@ -91,7 +99,10 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
         confirm_rewind=_bool("confirm_rewind", merged.get("confirm_rewind", False)),
         accept_loss=_bool("accept_loss", merged.get("accept_loss", False)),
         max_batches_per_run=_pos_int("max_batches_per_run", merged.get("max_batches_per_run")),
+        replan_pending=_bool("replan_pending", merged.get("replan_pending", False)),
     )
+    if out.replan_pending and (out.dry_run or out.rewind_to_batch is not None):
+        raise ParamsError("param 'replan_pending' changes the ledger: not with dry_run nor with rewind_to_batch")
     if out.max_batches_per_run is not None and out.max_batches_per_run > MAX_BATCHES_PER_RUN:
         raise ParamsError(f"param 'max_batches_per_run' must be at most {MAX_BATCHES_PER_RUN}, "
                           f"got {out.max_batches_per_run}")

@@ -36,6 +36,7 @@ class RunParams:
     confirm_rewind: bool = False
     accept_loss: bool = False
     max_batches_per_run: int | None = None  # continuous mode: the YAML's value when None
+    replan_pending: bool = False  # continuous mode: forget the pending batches, plan their range again
 
 
 @dataclass
@@ -65,6 +66,7 @@ class BatchRun:
     def recover(self) -> Report:
         t0 = time.time()
         p = self.params
+        replanned = self._replan_pending() if p.replan_pending else []
         # the batch this run finds pending, per the ledger: a refusal of it is recorded (stuck.find_stuck)
         pending = None if p.dry_run or not self.run_id else stuck.first_open(self.proto.ledger)
         try:
@@ -78,7 +80,7 @@ class BatchRun:
         rewind = (self.proto.rewind(p.rewind_to_batch, run_id=self.run_id, dry_run=p.dry_run,
                                     max_records=p.max_records_per_batch, accept_loss=p.accept_loss)
                   if p.rewind_to_batch else [])
-        r = Report(lines=[f"run {self.run_id}, params {p}"] + rec.actions + rewind,
+        r = Report(lines=[f"run {self.run_id}, params {p}"] + replanned + rec.actions + rewind,
                    value={"latest": rec.latest, "committed": rec.committed, "pending": rec.pending,
                           "actions": rec.actions + rewind})
         r.lines.append(f"ledger at batch {rec.latest}, tables committed up to batch {rec.committed}"
@@ -86,6 +88,24 @@ class BatchRun:
         if p.dry_run and (p.rewind_to_batch or (rec.pending and self.proto.ledger.prepared(rec.pending))):
             r.skip = "dry run: " + "; ".join(rewind or rec.actions) + "; nothing was changed"
         return r
+
+    def _replan_pending(self) -> list[str]:
+        """The run param ``replan_pending``: forget the batches after the newest one a table holds
+        (``Protocol.reset``: refused when a table holds one, or when their landing files are gone),
+        so that this run plans their range again under the pipeline file as it is now. Refused while
+        one of them is PREPARED: a PREPARED batch is committed, never forgotten."""
+        held = max(self.proto.committed_versions().values())
+        latest = self.proto.ledger.latest_batch_id()
+        if latest <= held:
+            return ["replan_pending: no batch is pending; nothing was forgotten"]
+        prepared = [b for b in range(held + 1, latest + 1) if self.proto.ledger.prepared(b) is not None]
+        if prepared:
+            raise ProtocolError(f"replan_pending: batch {prepared[0]} is PREPARED: it must be committed under the "
+                                f"configuration that prepared it, never planned again; nothing was forgotten")
+        moved = self.proto.reset(held + 1)
+        return [f"replan_pending: batches {moved[0]}..{moved[-1]} forgotten (nothing of them is published; their "
+                f"records are in the ledger's archive): their range is planned again under "
+                f"{self.proto.cfg.file} as it is now"]
 
     def _tried(self, batch_id: int, error: BaseException | None = None) -> None:
         """Record in the ledger that this run took up ``batch_id`` (planned by another run), or was

@@ -50,7 +50,7 @@ def test_every_task_that_waits_has_a_bound(make_cfg):
 def test_the_trigger_form_has_titled_fields_in_sections_and_no_rewind_in_interval_mode(make_cfg, by_prefix):
     cont = build_dag(make_cfg()).params
     assert list(cont.keys()) == ["max_records_per_batch", "max_batches_per_run", "dry_run", "rewind_to_batch",
-                                 "confirm_rewind", "accept_loss"]
+                                 "confirm_rewind", "accept_loss", "replan_pending"]
     assert cont.get_param("max_batches_per_run").schema["maximum"] == 1000
     for key in cont.keys():
         schema = cont.get_param(key).schema

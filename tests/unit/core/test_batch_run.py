@@ -88,3 +88,44 @@ def test_an_attempt_verify_rejected_is_decided_for_abort_and_removed_by_the_runs
     removed = run.fail(batch, attempt)
     assert removed.value > 0 and "aborted" in removed.lines[0]
     assert not list(Path(cfg.sink_table).rglob("*.parquet"))
+
+
+def test_a_transform_fixed_while_its_batch_is_pending_goes_on_with_the_replan_pending_param(make_cfg, write_yaml):
+    """Issue 41: a pending batch pins its transform's code (and the other keys of the contract): the
+    fix of a transform that fails every attempt was refused until the batch committed, which it never
+    would. ``replan_pending`` (a run param of the trigger form) forgets the pending batches no table
+    holds and plans their range again under the file as it is now; a PREPARED one is refused."""
+    import pytest
+
+    from eobatch.config.loader import load_pipeline
+    from eobatch.errors import ConfigChanged
+    from support.protocol_runs import published_ids
+
+    cfg = make_cfg()
+    land(cfg, "a.jsonl", ["a1", "a2"])
+    first = BatchRun(Protocol(cfg), run_id="r1")
+    first.recover()
+    assert first.plan().value == [1]
+    first.fail(1, stage(first.proto, 1, write_summary=False))  # the old code failed
+
+    with open(cfg.file, "a") as f:  # the fix: a key the pending batch pinned
+        f.write("max_record_bytes: 4096\n")
+    fixed = load_pipeline(cfg.file)
+    with pytest.raises(ConfigChanged, match="max_record_bytes"):
+        BatchRun(Protocol(fixed), run_id="r2").recover()
+    run = BatchRun(Protocol(fixed), run_id="r3", params=RunParams(replan_pending=True))
+    assert any(line.startswith("replan_pending: batches 1..1 forgotten") for line in run.recover().lines)
+    assert run.plan().value == [1]
+    attempt = stage(run.proto, 1)
+    run.verify(1, attempt)
+    run.commit(1)
+    assert published_ids(run.proto) == ["a1", "a2"]
+    assert run.proto.ledger.require_plan(1).config["max_record_bytes"] == 4096
+
+    land(fixed, "b.jsonl", ["b1"])
+    again = BatchRun(Protocol(fixed), run_id="r4")
+    again.recover()
+    [b2] = again.plan().value
+    again.verify(b2, stage(again.proto, b2))
+    with pytest.raises(Exception, match="PREPARED: it must be committed"):
+        BatchRun(Protocol(fixed), run_id="r5", params=RunParams(replan_pending=True)).recover()

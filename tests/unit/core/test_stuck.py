@@ -7,7 +7,7 @@ import os
 import time
 
 from eobatch import cli
-from eobatch.core.batch_run import BatchRun
+from eobatch.core.batch_run import BatchRun, RunParams
 from eobatch.core.protocol import Protocol
 from eobatch.core.stuck import find_stuck, first_open
 from eobatch.errors import ConfigChanged
@@ -55,10 +55,10 @@ def test_a_refused_configuration_edit_is_the_last_error_and_its_own_repair_appli
     assert s.last_error.startswith("ConfigChanged: ") and "changed schema" in s.last_error
     assert s.repair.name == "configuration edit refused while the batch is pending"
     assert s.repair.text.startswith("put the old value(s) back and let a run commit batch 1")  # the error's own words
-    assert s.repair.command == "make reset-batch PIPELINE=orders BATCH=1"
+    assert s.repair.command == """make run PIPELINE=orders CONF='{"replan_pending": true}'"""
     # the repair, done: the batch is forgotten, planned again under the new file, and nothing is stuck
     proto = Protocol(edited)
-    assert proto.reset(1) == [1]
+    BatchRun(proto, run_id="manual__4", params=RunParams(replan_pending=True)).recover()
     assert first_open(proto.ledger) is None and find_stuck(proto.ledger, edited) is None
     assert run_next(proto, "manual__4") == 1
     assert find_stuck(proto.ledger, edited) is None

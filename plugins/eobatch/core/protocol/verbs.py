@@ -400,8 +400,10 @@ class Protocol(Repairs):
                  f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
         if held:
             return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
-        return text + (f"; or forget batch {b} (nothing of it is published): `make reset-batch PIPELINE={self.app_id} "
-                       f"BATCH={b}`, and the next run plans its range again under the new configuration")
+        return text + (f"; or plan it again under the new configuration (nothing of it is published): trigger a run "
+                       f"with the param replan_pending=true (`make run PIPELINE={self.app_id} "
+                       f"CONF='{{\"replan_pending\": true}}'`), or `make reset-batch PIPELINE={self.app_id} BATCH={b}` "
+                       f"and the next run plans its range again")
 
     def _check_sink(self, plan: BatchPlan) -> None:
         """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
