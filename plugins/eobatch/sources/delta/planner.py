@@ -171,21 +171,21 @@ class DeltaSource:
         if not files and not skipped and not lost:
             return None, None, notes
         rng: dict[str, Any] = {"table": table, "table_id": meta.id, "versions": [start, end], "files": files}
-        if self.src.change_feed:
-            rng["change_feed"] = True
-        if partition_types:
-            rng["partition_columns"] = partition_types
-        if skipped:
-            rng["skipped"] = skipped
-        if lost:
-            rng["lost"] = lost
-            notes.append(f"upstream version(s) {', '.join(map(str, lost))} are no longer in the table's log (log "
-                         f"cleanup); passed over (on_data_loss: accept): their rows are not in this pipeline's tables")
-        if upstream:
-            rng["upstream"] = upstream
-        notes += [f"{f['path']} (upstream version {f['version']}): {f['skipped']}"
-                  + ("" if f.get("removed") else "; not published") for f in files if f.get("skipped")]
-        return rng, records, notes
+        optional = {"change_feed": self.src.change_feed, "partition_columns": partition_types, "skipped": skipped,
+                    "lost": lost, "upstream": upstream}
+        rng.update({k: v for k, v in optional.items() if v})  # each only when it holds something
+        return rng, records, notes + self._range_notes(rng)
+
+    @staticmethod
+    def _range_notes(rng: dict) -> list[str]:
+        """The notes of a range about what it passes over: versions gone from the log, files gone."""
+        notes = []
+        if rng.get("lost"):
+            notes.append(f"upstream version(s) {', '.join(map(str, rng['lost']))} are no longer in the table's log "
+                         f"(log cleanup); passed over (on_data_loss: accept): their rows are not in this pipeline's "
+                         f"tables")
+        return notes + [f"{f['path']} (upstream version {f['version']}): {f['skipped']}"
+                        + ("" if f.get("removed") else "; not published") for f in rng["files"] if f.get("skipped")]
 
     def _entries(self, c: Commit, table: str) -> list[dict]:
         """The planned files of version ``c``, which has data: its added files; with ``change_feed``,
@@ -282,7 +282,7 @@ class DeltaSource:
                f"to read the upstream's changes as records (with _change_type: "
                + ("its change data" if c.changes else "its removed files' rows as deletes, its added files' rows as "
                   "inserts, as the Delta protocol defines such a version's changes")
-               + "; a merge sink downstream applies them); or: ")
+               + "; transform: change_rows then keeps a merge sink equal to the upstream); or: ")
         return (f"upstream {c.describe()} of {self.src.table} changed or deleted rows ({c.removed_with_data} file(s) "
                 f"removed with their data), {how}if the upstream is not meant to change rows, rewind it to before "
                 f"that version (its RESTORE is then followed here); or set source.on_change_commit: skip in {name}'s "
