@@ -110,3 +110,70 @@ def test_three_hops_bronze_silver_by_key_gold_totals_from_silvers_change_feed(tm
     assert got == {k: v for k, v in want.items()}
     changes = [f for f in gold.protocol().ledger.plan(2).range["files"] if f.get("change_data")]
     assert sum(f["records"] for f in changes) == 4  # o2's pre- and post-image, o3's delete, o5's insert
+
+
+def test_a_merge_sink_over_the_change_feed_equals_its_upstream_through_partition_deletes_truncates_and_overwrites(
+        tmp_path):
+    """Issue 41: an upstream with the Change Data Feed on deletes whole partitions, is truncated
+    (DELETE without a condition) and overwritten; none of these writes change data (delta-rs, like
+    Spark, removes files only). The downstream reads those versions as the Delta protocol defines
+    them (removed files' rows as deletes, added files' rows as inserts) and its merge sink, an
+    upsert by key over ``change_rows``, holds exactly the upstream's rows after every round."""
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    up = str(tmp_path / "lake" / "upstream")
+    schema = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("amount", pa.float64()),
+                        ("ts", pa.timestamp("us", tz="UTC"))])
+
+    def write(rows, mode="append"):
+        write_deltalake(up, pa.Table.from_pylist([{**r, "ts": _ts(r["ts"])} for r in rows], schema), mode=mode,
+                        partition_by=["customer"], configuration={"delta.enableChangeDataFeed": "true"})
+
+    def rows_of(table, cols=("order_id", "customer", "amount", "ts")):
+        return sorted(tuple(str(r[c]) for c in cols) for r in read_rows(table))
+
+    def cdc_free(version):  # the version wrote no change data: the path under test
+        log = (tmp_path / "lake" / "upstream" / "_delta_log" / f"{version:020d}.json").read_text()
+        return '"cdc"' not in log and '"remove"' in log
+
+    down = write_delta_pipeline(tmp_path, "mirror", up, "change_feed: true\nmax_records_per_batch: 1000\n",
+                                rest="transform: change_rows\n", sink_extra=textwrap.dedent("""\
+                                    mode: merge
+                                    merge: {keys: [order_id], sequence_by: change_seq, delete_when: "change_type = 'delete'"}
+                                    """))
+    write(orders("a", 9))                                                    # v0: c0..c6
+    DeltaTable(up).update({"amount": "100.0"}, predicate="order_id = 'a-00001'")  # v1: change data (cdc)
+    assert _drain(down) == [1]
+    assert rows_of(down.sink) == rows_of(up) and len(rows_of(up)) == 9
+
+    DeltaTable(up).delete("customer = 'c1'")                                 # v2: whole partitions, files removed
+    write([{**orders("a", 2, start=1)[0], "amount": 7.0}])                   # v3: a-00001 inserted again
+    assert cdc_free(2)
+    assert _drain(down) == [2]
+    assert rows_of(down.sink) == rows_of(up) and len(rows_of(up)) == 8
+    plan = down.protocol().ledger.plan(2)
+    assert [(f["version"], bool(f.get("removed"))) for f in plan.range["files"]] == [(2, True), (3, False)]
+
+    write(orders("a", 3, start=6) + orders("b", 2), mode="overwrite")        # v4: a-00006..08 again, b new
+    assert cdc_free(4)
+    assert _drain(down) == [3]
+    assert rows_of(down.sink) == rows_of(up) and len(rows_of(up)) == 5
+
+    DeltaTable(up).delete()                                                  # v5: truncate
+    assert cdc_free(5)
+    assert _drain(down) == [4]
+    assert rows_of(down.sink) == rows_of(up) == []
+    write(orders("c", 2))                                                    # v6
+    assert _drain(down) == [5]
+    assert rows_of(down.sink) == rows_of(up) and len(rows_of(up)) == 2
+    # a retry reads exactly the planned rows: each batch's plan pins the files it reads, deletes marked
+    for b in range(1, 6):
+        p = down.protocol().ledger.plan(b)
+        assert p.range["change_feed"] and all("size" in f and "timestamp_ms" in f for f in p.range["files"])
+
+
+def _ts(text: str):
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text.replace("Z", "+00:00"))

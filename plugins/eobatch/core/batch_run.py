@@ -133,7 +133,7 @@ class BatchRun:
         plans, new = self.proto.plan_batches(max_records=self.params.max_records_per_batch, interval=interval,
                                              run_id=self.run_id,
                                              max_batches=self.params.max_batches_per_run or cfg.max_batches_per_run)
-        r = Report(warnings=[n for p in plans for n in p.notes])
+        r = Report(warnings=[n for p in plans for n in p.notes] + (self.proto.last_warnings if new else []))
         if not plans:
             what = f" interval [{interval['start']}, {interval['end']})" if interval else ""
             r.skip = f"nothing new in {cfg.source.describe()}{what}: no batch planned, the tables are unchanged"

@@ -289,7 +289,7 @@ BAD_CASES = [
     ("quarantine-missing", "quarantine", _DELETE, "quarantine", "is required"),
     ("transform-unknown", "transform", "no_such_transform", "transform",
      "no transform 'no_such_transform': no file transforms/no_such_transform.py beside the pipeline file, "
-     "and eobatch ships none of that name (change_totals, color_counts, passthrough, running_totals)"),
+     "and eobatch ships none of that name (change_rows, change_totals, color_counts, passthrough, running_totals)"),
     ("transform-bad-name", "transform", "../evil", "transform", None),
     ("batches-zero", "max_batches_per_run", 0, "max_batches_per_run", "must be a positive integer, got 0"),
     ("batches-too-many", "max_batches_per_run", 1001, "max_batches_per_run", "must be at most 1000, got 1001"),
@@ -900,6 +900,9 @@ MERGE_CASES = [
      "NOT NULL"),
     ("delete-when-two-statements", "merge", {"keys": ["order_id"], "sequence_by": "ts", "delete_when": "op='d'; x"},
      "sink.merge.delete_when", "one Spark SQL boolean expression"),
+    ("delete-when-a-metadata-column", "merge", {"keys": ["order_id"], "sequence_by": "ts",
+                                                "delete_when": "_change_type = 'delete' or op = '_x'"},
+     "sink.merge.delete_when", "names _change_type: a column whose name starts with '_'"),
     ("merge-with-append", "append", {"keys": ["order_id"], "sequence_by": "ts"}, "sink.merge", "only for"),
 ]
 

@@ -3,6 +3,7 @@ appends, OPTIMIZE, DELETE, MERGE, RESTORE, VACUUM, log cleanup) and its range. N
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -197,11 +198,84 @@ def test_the_change_feed_reads_each_changing_versions_change_data(make_cfg, tmp_
     assert n == 8 and all("/_change_data/" in f["path"] for f in rng["files"] if f.get("change_data"))
 
 
-def test_the_change_feed_refuses_a_change_that_wrote_no_change_data(make_cfg, tmp_path):
+def _kinds(rng) -> list[tuple[int, str, int]]:
+    """(version, how its rows are read, records) of each planned file: insert (an added file),
+    change (change data), delete (a removed file)."""
+    return [(f["version"], "delete" if f.get("removed") else "change" if f.get("change_data") else "insert",
+             f["records"]) for f in rng["files"]]
+
+
+def test_the_change_feed_reads_a_change_without_change_data_as_its_added_and_removed_files(make_cfg, tmp_path):
+    """The Delta protocol's "Change Data Files": a version with no cdc action has, as its changes,
+    its added files' rows as inserts and its removed files' rows as deletes. Whole partitions
+    deleted, a DELETE without a condition (truncate) and an overwrite write no change data."""
     t = _up(tmp_path)
-    _append(t, [1, 2])
-    DeltaTable(t).delete("order_id = 'o1'")  # the feed is off upstream: no change data
-    with pytest.raises(UpstreamChanged, match=r"version 1 \(DELETE\).* it wrote no change data"):
+    _append(t, [1, 2])                          # v0
+    _append(t, [3], day="2026-01-02")           # v1
+    DeltaTable(t).delete("day = '2026-01-01'")  # v2: a whole partition: v0's file removed, nothing written
+    write_deltalake(t, pa.table({"order_id": ["o7", "o8"], "amount": [7.0, 8.0], "day": ["2026-01-03"] * 2}),
+                    mode="overwrite", partition_by=["day"])  # v3: v1's file removed, one added
+    DeltaTable(t).delete()                      # v4: truncate: v3's file removed
+    for v in (2, 3, 4):
+        assert parse_commit(t, v, (Path(t) / "_delta_log" / f"{v:020d}.json").read_bytes()).changes == ()
+    with pytest.raises(UpstreamChanged, match=r"version 2 \(DELETE\).* set source.change_feed: true in orders's YAML "
+                                              r"to read the upstream's changes as records"):
+        _plan_all(_cfg(make_cfg, tmp_path))
+    batches = _plan_all(_cfg(make_cfg, tmp_path, change_feed=True))
+    # a batch never reads one file twice (as an insert, then as a delete): it ends before the version
+    # that removes a file it reads
+    assert [b[0]["versions"] for b in batches] == [[0, 2], [2, 4], [4, 5]]
+    assert [_kinds(b[0]) for b in batches] == [
+        [(0, "insert", 2), (1, "insert", 1)],
+        [(2, "delete", 2), (3, "insert", 2), (3, "delete", 1)],
+        [(4, "delete", 2)]]
+    assert [b[1] for b in batches] == [3, 5, 2]  # a delete is a record, as a change data row is
+    first, second, third = (b[0] for b in batches)
+    assert second["files"][0]["path"] == first["files"][0]["path"]  # the file v0 added, v2 removed
+    assert second["files"][0]["partition_values"] == {"day": "2026-01-01"}
+    assert all(os.path.exists(f["path"]) and f["size"] > 0 for b in batches for f in b[0]["files"])
+    stamps = {v: parse_commit(t, v, (Path(t) / "_delta_log" / f"{v:020d}.json").read_bytes()).info["timestamp"]
+              for v in range(5)}
+    assert all(f["timestamp_ms"] == stamps[f["version"]] for b in batches for f in b[0]["files"])
+    assert kind_for("delta").range(second).summary() == f"{t}: versions 2..3, 3 file(s) (2 removed: read as deletes)"
+
+
+def test_a_removed_file_vacuumed_before_it_was_read_is_data_loss_unless_accepted(make_cfg, tmp_path):
+    t = _up(tmp_path)
+    _append(t, [1, 2])  # v0
+    cfg = _cfg(make_cfg, tmp_path, change_feed=True)
+    src = source_for(cfg)
+    (b1, _n, _), = _plan_all(cfg)
+    DeltaTable(t).delete()  # v1: the truncate removes v0's file
+    DeltaTable(t).vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)
+    with pytest.raises(UpstreamDataLoss, match=r"removed by upstream version 1 \(DELETE\) of .* is no longer on "
+                                               r"storage.*its rows are that version's deletes.*on_data_loss: accept"):
+        src.next_range([_Plan(b1)], 100)
+    accept = source_for(_cfg(make_cfg, tmp_path, change_feed=True, on_data_loss="accept"))
+    rng, n, notes = accept.next_range([_Plan(b1)], 100)
+    assert n == 0 and rng["versions"][0] == 1 and [(f["version"], f["removed"], f["lost"]) for f in rng["files"]] == [
+        (1, True, True)]  # the VACUUM's own versions change no data
+    assert "deletes, which are not applied" in rng["files"][0]["skipped"]
+    assert any("deletes, which are not applied" in x for x in notes)
+
+
+def test_a_removed_file_with_a_deletion_vector_is_refused(make_cfg, tmp_path):
+    """A removed file whose rows were partly deleted already (its deletion vector) is not read as
+    deletes: its rows would delete rows that are no longer in the table."""
+    t = _up(tmp_path)
+    _append(t, [1, 2])  # v0
+    path = DeltaTable(t).file_uris()[0].rsplit("/", 2)
+    rel = f"{path[-2]}/{path[-1]}"
+    dv = {"storageType": "u", "pathOrInlineDv": "ab^-aqEH.-t@S}K{vb[*k^", "offset": 4, "sizeInBytes": 40,
+          "cardinality": 1}
+    (Path(t) / "_delta_log" / f"{1:020d}.json").write_text(
+        '{"commitInfo":{"timestamp":1,"operation":"DELETE"}}\n'
+        + '{"remove":' + json.dumps({"path": rel, "dataChange": True, "deletionTimestamp": 1, "partitionValues":
+                                     {"day": "2026-01-01"}, "deletionVector": dv}) + "}\n")
+    c = parse_commit(t, 1, (Path(t) / "_delta_log" / f"{1:020d}.json").read_bytes())
+    assert c.change == "change" and c.removes[0].deletion_vector
+    with pytest.raises(UpstreamRefused, match=r"version 1 \(DELETE\) of .* removed 1 file\(s\) with deletion "
+                                              r"vectors"):
         _plan_all(_cfg(make_cfg, tmp_path, change_feed=True))
 
 

@@ -24,6 +24,7 @@ from ...errors import (
     CommitBlocked,
     ConcurrentPlan,
     ConfigChanged,
+    EobatchError,
     IntervalNotSettled,
     LedgerMismatch,
     ProtocolError,
@@ -89,6 +90,7 @@ class Protocol(Repairs):
                                                                            storage_options)
         self.last_late: list[JSON] = []  # late files the last plan() found (interval mode)
         self.last_skipped: list[JSON] = []  # landing inputs the last plan() skipped, and planned files it will not read
+        self.last_warnings: list[str] = []  # why the last plan_batches() carries fewer batches than it could
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -289,15 +291,22 @@ class Protocol(Repairs):
             raise ProtocolError("interval mode: a run's batch is its data interval; it plans one batch")
         held = min(versions.values())
         hist = hist.bound(held)
-        self.last_late, self.last_skipped = [], []
+        self.last_late, self.last_skipped, self.last_warnings = [], [], []
         plans: list[BatchPlan] = []
         reading = hist
         source = source_for(self.cfg)
         if max_batches > 1 and hasattr(source, "begin_run"):  # optional for a kind (sources.base.Planner)
             source.begin_run()  # it may read its source once for the run's batches
         while len(plans) < max_batches:
-            plan = self._plan_next(source, reading, held, max_records, interval, run_id, t0,
-                                   run_first=latest + 1 if max_batches > 1 else None)
+            try:
+                plan = self._plan_next(source, reading, held, max_records, interval, run_id, t0,
+                                       run_first=latest + 1 if max_batches > 1 else None)
+            except EobatchError as e:
+                if not plans:
+                    raise
+                self.last_warnings.append(self._stopped_text(reading.latest + 1, plans, e))
+                log.warning(self.last_warnings[-1])
+                break
             if plan is None:
                 break
             if not self.ledger.put_plan(plan):
@@ -315,6 +324,14 @@ class Protocol(Repairs):
         # each batch's planning says what it left out: the run's inputs skipped, each once
         self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
         return plans, bool(plans)
+
+    @staticmethod
+    def _stopped_text(batch_id: int, plans: list[BatchPlan], e: EobatchError) -> str:
+        """Why a run carries fewer batches than it could: planning batch ``batch_id`` raised ``e``
+        (a refusal, a store that is down) after ``plans`` were planned (and recorded)."""
+        return (f"batch {batch_id} was not planned: {e} (this run carries batch"
+                f"{'es' if len(plans) > 1 else ''} {st.ranges(p.batch_id for p in plans)}, planned before it; the "
+                f"next run plans batch {batch_id} again and meets this {e.kind} error first if it still holds)")
 
     def _plan_next(self, source: Planner, hist: History, held: int, max_records: int | None,
                    interval: dict[str, str] | None, run_id: str | None, t0: float,

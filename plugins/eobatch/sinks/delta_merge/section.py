@@ -8,6 +8,7 @@ another transform the stage job and verify check them (a null key or sequence fa
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
@@ -43,6 +44,13 @@ def _delete_when(v: Any) -> str | None:
     if v is not None and (not isinstance(v, str) or not v.strip() or ";" in v):
         raise Invalid(f"must be one Spark SQL boolean expression over the published columns, e.g. \"op = 'd'\", "
                       f"got {v!r}")
+    text = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", v or "")  # its string literals left out
+    hidden = sorted(set(re.findall(r"(?<![\w.])`?(_\w+)", text)))
+    if hidden:
+        raise Invalid(f"names {', '.join(hidden)}: a column whose name starts with '_' (a source's metadata, e.g. "
+                      f"the Change Data Feed's _change_type) is never published, and delete_when is evaluated on "
+                      f"the published columns. Publish it with the transform (a Delta table's changes: transform: "
+                      f"change_rows, with sequence_by: change_seq and delete_when: \"change_type = 'delete'\")")
     return v.strip() if v is not None else None
 
 

@@ -3,7 +3,9 @@
 Offsets are the upstream table's versions (``planner``, ``range``): a batch reads the files that
 versions ``[from, to)`` added with ``dataChange=true``, read like the parquet kind's files with the
 partition columns the Delta log holds (``read``). Compaction upstream is never read again; a
-RESTORE upstream is followed; a version that changes or deletes rows is refused (or passed over,
+RESTORE upstream is followed; a version that changes or deletes rows is read as its changes with
+``change_feed`` (its change data files, else its added files' rows as inserts and its removed
+files' rows as deletes, as the Delta protocol defines them), refused without it (or passed over,
 recorded, when the YAML says so); the log and files removed before they were read are data loss.
 """
 

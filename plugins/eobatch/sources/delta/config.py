@@ -23,7 +23,9 @@ class DeltaConfig(SourceConfig):
     # fail | accept (the plan goes on after them and records what it could not read)
     on_data_loss: str = "fail"
     # read the upstream's Change Data Feed: every change row is a record, with the metadata columns
-    # _change_type (insert, update_preimage, update_postimage, delete) and _commit_version
+    # _change_type (insert, update_preimage, update_postimage, delete), _commit_version and
+    # _commit_timestamp; a version without change data: its added files' rows are inserts, its
+    # removed files' rows deletes (the Delta protocol's definition)
     change_feed: bool = False
     # an Airflow connection (the Amazon provider's type) for an s3a:// table in another store: its
     # endpoint, region and credentials serve the table's bucket (a pipeline's own tables use

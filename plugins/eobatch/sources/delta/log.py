@@ -10,8 +10,11 @@ What the kind makes of a version (``Commit.change``):
 * ``restore``: a RESTORE to an earlier version (an eobatch rewind upstream, ``RESTORE TABLE``):
   the table is then what it was at that version (``effective_versions``);
 * ``change``: rows changed or deleted (files removed with ``dataChange=true``: MERGE, DELETE,
-  UPDATE, a slice replaced): an append-only reader cannot read it exactly; a reader of the
-  Change Data Feed reads its change data files (``cdc`` actions) when it wrote them.
+  UPDATE, an overwrite, a slice replaced): an append-only reader cannot read it exactly; a reader
+  of the Change Data Feed reads its change data files (``cdc`` actions) when it wrote them, and
+  otherwise, as the Delta protocol defines such a version's changes ("Change Data Files"), the
+  rows of its added files as inserts and those of its removed files as deletes (whole partitions
+  deleted, a DELETE without a condition, an overwrite write no change data).
 
 The log is read with the product's storage (local, ``s3a://``), not with a Delta library: what a
 version did is in its own file, which no snapshot API hands out. Paths in the log are URIs
@@ -42,7 +45,8 @@ class UndoneRead(TerminalError):
 
 @dataclass(frozen=True)
 class DataFile:
-    """A file a version adds with ``dataChange=true``: its absolute path, size, partition values."""
+    """A file a version adds (or removes, or a change data file) with ``dataChange=true``: its
+    absolute path, size (0 when a remove action does not say), partition values."""
 
     path: str
     size: int
@@ -56,11 +60,23 @@ class Commit:
     operation: str
     adds: tuple[DataFile, ...] = ()
     changes: tuple[DataFile, ...] = ()  # its change data files (``cdc``: the Change Data Feed), when it wrote any
-    removed_with_data: int = 0  # files removed with dataChange=true
+    removed_with_data: int = 0  # files removed with dataChange=true (``removes``)
     no_data_change: int = 0  # files added or removed with dataChange=false
     restore_to: int | None = None  # a RESTORE: the version the table is restored to
     metadata: Mapping | None = None  # the version's metaData action, when it has one
     info: Mapping = field(default_factory=dict)  # its commitInfo
+    removes: tuple[DataFile, ...] = ()  # the files it removed with dataChange=true
+
+    @property
+    def timestamp_ms(self) -> int | None:
+        """When it was committed (ms since the epoch): its in-commit timestamp, else its commitInfo's
+        timestamp (what change data readers return as ``_commit_timestamp``); None when neither."""
+        for key in ("inCommitTimestamp", "timestamp"):
+            try:
+                return int(self.info[key])
+            except (KeyError, TypeError, ValueError):
+                continue
+        return None
 
     @property
     def change(self) -> str:
@@ -121,7 +137,8 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
     """A version's commit file as a ``Commit`` (the Delta protocol's actions, one JSON per line)."""
     adds: list[DataFile] = []
     changes: list[DataFile] = []
-    removed = quiet = 0
+    removes: list[DataFile] = []
+    quiet = 0
     info: dict = {}
     metadata = None
     for line in text.decode("utf-8").splitlines():
@@ -138,8 +155,10 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
             else:
                 quiet += 1
         elif "remove" in action:
-            if action["remove"].get("dataChange", True):
-                removed += 1
+            a = action["remove"]
+            if a.get("dataChange", True):
+                removes.append(DataFile(data_path(table, a["path"]), int(a.get("size") or 0),
+                                        dict(a.get("partitionValues") or {}), a.get("deletionVector") is not None))
             else:
                 quiet += 1
         elif "cdc" in action:
@@ -154,7 +173,8 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
             restore_to = int(str((info.get("operationParameters") or {}).get("version")))
         except ValueError:
             restore_to = None  # a RESTORE to a timestamp: which version is not recorded
-    return Commit(version, operation, tuple(adds), tuple(changes), removed, quiet, restore_to, metadata, info)
+    return Commit(version, operation, tuple(adds), tuple(changes), len(removes), quiet, restore_to, metadata, info,
+                  tuple(removes))
 
 
 def effective_versions(commits: Mapping[int, Commit | None], start: int, latest: int,

@@ -11,15 +11,20 @@ what the job must read), and what it did not read and why:
 * a RESTORE upstream to a version this pipeline has not read past makes the versions it undid,
   and itself, count for nothing (``log.effective_versions``); one that undid versions already
   published is refused, naming the batch to rewind to;
-* a version that changes or deletes rows (MERGE, DELETE, UPDATE) is read from its change data
-  files when the source reads the Change Data Feed (``change_feed: true``) and the upstream wrote
-  them; otherwise it is refused (``on_change_commit: fail``, the default) or passed over and
-  recorded (``skip``);
+* a version that changes or deletes rows (MERGE, DELETE, UPDATE, an overwrite) is read as its
+  changes when the source reads the Change Data Feed (``change_feed: true``): its change data
+  files when the upstream wrote them; otherwise, as the Delta protocol defines the changes of a
+  version without change data, the rows of its added files as inserts and the rows of its
+  removed files as deletes (entries marked ``removed``: whole partitions deleted, a DELETE
+  without a condition, an overwrite). Without ``change_feed`` it is refused
+  (``on_change_commit: fail``, the default) or passed over and recorded (``skip``);
 * versions or files removed before they were read (log cleanup, VACUUM) are refused
   (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``).
 
 Batches end at version boundaries: at least one version with data, then versions while their
-records fit ``max_records_per_batch`` and there are at most ``max_versions_per_batch`` of them.
+records fit ``max_records_per_batch`` and there are at most ``max_versions_per_batch`` of them,
+and before a version that reads a file the batch already reads (a file added, then removed: its
+rows inserted, then deleted), so that each planned file of a batch is read once, as one kind.
 Every version of the upstream is a batch boundary of the upstream's pipeline (one commit per
 batch and table), so a batch never reads half an upstream batch.
 """
@@ -28,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from ...errors import TerminalError
@@ -37,7 +41,7 @@ from ...storage.fs import storage_for
 from ..base import BacklogAsk
 from ..files.planner import planned_file
 from ..parquet.planner import ForgedFooter, footer_rows
-from .log import Commit, DeltaLog, UndoneRead, effective_versions
+from .log import Commit, DataFile, DeltaLog, UndoneRead, effective_versions
 
 log = logging.getLogger(__name__)
 COLUMN_MAPPING = "delta.columnMapping.mode"
@@ -142,8 +146,8 @@ class DeltaSource:
             self._check_commit(c, meta.partition_columns)
             if c.change == "none":
                 continue
-            feed = self.src.change_feed and bool(c.changes)  # the version's change data is its records
-            if c.change == "change" and not feed:  # a RESTORE to a timestamp is one too: its version is not recorded
+            # a RESTORE to a timestamp is a change too: its version is not recorded
+            if c.change == "change" and not self.src.change_feed:
                 if self.src.on_change_commit == "fail":
                     if with_data or lost or skipped:
                         end = v
@@ -153,10 +157,10 @@ class DeltaSource:
                 notes.append(f"upstream {c.describe()} changed or deleted rows; passed over (on_change_commit: "
                              f"skip): those changes are not in this pipeline's tables")
                 continue
-            entries = [self._entry(f.path, v, f.partition_values, table, change_data=feed)
-                       for f in (c.changes if feed else c.adds)]
+            entries = self._entries(c, table)
             n = sum(e["records"] for e in entries)
-            if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch):
+            if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch
+                              or {e["path"] for e in entries} & {f["path"] for f in files}):
                 end = v
                 break
             files += entries
@@ -167,33 +171,54 @@ class DeltaSource:
         if not files and not skipped and not lost:
             return None, None, notes
         rng: dict[str, Any] = {"table": table, "table_id": meta.id, "versions": [start, end], "files": files}
-        if self.src.change_feed:
-            rng["change_feed"] = True
-        if partition_types:
-            rng["partition_columns"] = partition_types
-        if skipped:
-            rng["skipped"] = skipped
-        if lost:
-            rng["lost"] = lost
-            notes.append(f"upstream version(s) {', '.join(map(str, lost))} are no longer in the table's log (log "
-                         f"cleanup); passed over (on_data_loss: accept): their rows are not in this pipeline's tables")
-        if upstream:
-            rng["upstream"] = upstream
-        gone = [f["path"] for f in files if f.get("skipped")]
-        if gone:
-            notes += [f"{f['path']} (upstream version {f['version']}): {f['skipped']}; not published" for f in files
-                      if f.get("skipped")]
-        return rng, records, notes
+        optional = {"change_feed": self.src.change_feed, "partition_columns": partition_types, "skipped": skipped,
+                    "lost": lost, "upstream": upstream}
+        rng.update({k: v for k, v in optional.items() if v})  # each only when it holds something
+        return rng, records, notes + self._range_notes(rng)
 
-    def _entry(self, path: str, version: int, partition_values: Mapping[str, str | None], table: str,
-               change_data: bool = False) -> dict:
-        """A planned file: its identity and records (its footer), its version and partition values;
-        ``change_data``: a change data file (its rows carry ``_change_type``)."""
+    @staticmethod
+    def _range_notes(rng: dict) -> list[str]:
+        """The notes of a range about what it passes over: versions gone from the log, files gone."""
+        notes = []
+        if rng.get("lost"):
+            notes.append(f"upstream version(s) {', '.join(map(str, rng['lost']))} are no longer in the table's log "
+                         f"(log cleanup); passed over (on_data_loss: accept): their rows are not in this pipeline's "
+                         f"tables")
+        return notes + [f"{f['path']} (upstream version {f['version']}): {f['skipped']}"
+                        + ("" if f.get("removed") else "; not published") for f in rng["files"] if f.get("skipped")]
+
+    def _entries(self, c: Commit, table: str) -> list[dict]:
+        """The planned files of version ``c``, which has data: its added files; with ``change_feed``,
+        a version that changed rows is read as its changes: its change data files when it wrote
+        them, else its added files (inserts) and its removed files (``removed``: deletes), as the
+        Delta protocol defines the changes of a version without change data."""
+        if not self.src.change_feed:
+            return [self._entry(f, c, table) for f in c.adds]
+        if c.changes:
+            return [self._entry(f, c, table, "change_data") for f in c.changes]
+        dv = [f.path for f in c.removes if f.deletion_vector]
+        if dv:
+            raise UpstreamRefused(f"upstream {c.describe()} of {self.src.table} removed {len(dv)} file(s) with "
+                                  f"deletion vectors (e.g. {dv[0]}) and wrote no change data: the rows it deleted "
+                                  f"are a removed file's rows less those its deletion vector had deleted already, "
+                                  f"which this source does not apply. Turn on delta.enableChangeDataFeed upstream "
+                                  f"(its changes are then written), or set source.on_change_commit: skip and "
+                                  f"source.change_feed: false to pass over such versions")
+        return [self._entry(f, c, table) for f in c.adds] + [self._entry(f, c, table, "removed") for f in c.removes]
+
+    def _entry(self, f: DataFile, c: Commit, table: str, kind: str | None = None) -> dict:
+        """A planned file of version ``c``: its identity and records (its footer), its version and
+        partition values; ``kind``: ``change_data`` (its rows carry ``_change_type``) or ``removed``
+        (its rows are the version's deletes); with ``change_feed``, the version's commit time
+        (``timestamp_ms``: the records' ``_commit_timestamp``)."""
+        path, version = f.path, c.version
         extra: dict[str, Any] = {"version": version}
-        if change_data:
-            extra["change_data"] = True
-        if partition_values:
-            extra["partition_values"] = dict(partition_values)
+        if kind:
+            extra[kind] = True
+        if self.src.change_feed:
+            extra["timestamp_ms"] = c.timestamp_ms
+        if f.partition_values:
+            extra["partition_values"] = dict(f.partition_values)
         try:
             n, info = footer_rows(self.fs, path, table)
             return {**planned_file(info), "records": n, **extra}
@@ -203,14 +228,28 @@ class DeltaSource:
             return {**planned_file(e.args[1]), "records": 0, "skipped": reason, **extra}
         except FileNotFoundError:
             if self.src.on_data_loss == "fail":
-                raise UpstreamDataLoss(
-                    f"{path}, added by upstream version {version} of {table}, is no longer on storage: a VACUUM "
-                    f"removed it (after a compaction or a change rewrote it) before this pipeline read it. Its rows "
-                    f"cannot be read exactly any more. Options: VACUUM upstream with a retention longer than this "
-                    f"pipeline's lag; set source.on_data_loss: accept to pass over files that are gone (recorded "
-                    f"in the ledger); or start a new pipeline at a later version (source.starting_version)") from None
+                raise UpstreamDataLoss(self._lost_file_text(f, c, kind == "removed")) from None
+            what = ("its rows are that version's deletes, which are not applied downstream" if kind == "removed"
+                    else "its rows are not published")
             return {"path": path, "size": 0, "mtime_ms": 0, "records": 0, "lost": True,
-                    "skipped": "gone from storage (VACUUM) before it was read (on_data_loss: accept)", **extra}
+                    "skipped": f"gone from storage (VACUUM) before it was read (on_data_loss: accept): {what}", **extra}
+
+    def _lost_file_text(self, f: DataFile, c: Commit, removed: bool) -> str:
+        table = self.src.table
+        if removed:
+            how = (f"{f.path}, removed by upstream {c.describe()} of {table}, is no longer on storage: a VACUUM "
+                   f"deleted it before this pipeline read it, and its rows are that version's deletes (the version "
+                   f"wrote no change data). Which rows it deleted cannot be read exactly any more. Options: VACUUM "
+                   f"upstream with a retention longer than this pipeline's lag; set source.on_data_loss: accept to "
+                   f"pass over files that are gone (recorded in the ledger: those rows are then not deleted "
+                   f"downstream, and stay until a later change deletes them)")
+        else:
+            how = (f"{f.path}, added by upstream version {c.version} of {table}, is no longer on storage: a VACUUM "
+                   f"removed it (after a compaction or a change rewrote it) before this pipeline read it. Its rows "
+                   f"cannot be read exactly any more. Options: VACUUM upstream with a retention longer than this "
+                   f"pipeline's lag; set source.on_data_loss: accept to pass over files that are gone (recorded "
+                   f"in the ledger)")
+        return how + "; or start a new pipeline at a later version (source.starting_version)"
 
     def _check_table(self, meta) -> None:
         mode = (meta.configuration or {}).get(COLUMN_MAPPING)
@@ -236,17 +275,14 @@ class DeltaSource:
                                   f"delta.enableDeletionVectors upstream")
 
     def _change_text(self, c: Commit) -> str:
+        """The refusal of a version that changed rows, for a source that does not read changes."""
         name = self.cfg.name
-        if self.src.change_feed:
-            how = ("it wrote no change data (delta.enableChangeDataFeed was not true on the upstream table when it "
-                   "was committed), so its changes cannot be read. Nothing was planned. Options: ")
-        elif c.changes:
-            how = (f"which an append-only read cannot apply exactly. Nothing was planned. It wrote change data: set "
-                   f"source.change_feed: true in {name}'s YAML to read the upstream's changes as records (with "
-                   f"_change_type); or: ")
-        else:
-            how = ("which an append-only read cannot apply exactly. Nothing was planned. Options: turn on "
-                   "delta.enableChangeDataFeed upstream and source.change_feed here for the versions after it; ")
+        how = (f"which an append-only read cannot apply exactly. Nothing was planned. It wrote "
+               f"{'change data' if c.changes else 'no change data'}: set source.change_feed: true in {name}'s YAML "
+               f"to read the upstream's changes as records (with _change_type: "
+               + ("its change data" if c.changes else "its removed files' rows as deletes, its added files' rows as "
+                  "inserts, as the Delta protocol defines such a version's changes")
+               + "; transform: change_rows then keeps a merge sink equal to the upstream); or: ")
         return (f"upstream {c.describe()} of {self.src.table} changed or deleted rows ({c.removed_with_data} file(s) "
                 f"removed with their data), {how}if the upstream is not meant to change rows, rewind it to before "
                 f"that version (its RESTORE is then followed here); or set source.on_change_commit: skip in {name}'s "

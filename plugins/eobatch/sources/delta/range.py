@@ -1,9 +1,14 @@
 """The recorded range of the delta kind: upstream versions ``[from, to)`` and the files they added.
 
 Ledger JSON: ``{"table", "table_id", "versions": [from, to), "files": [planned file + "version",
-"partition_values"?], "partition_columns"?: {name: Delta type}, "skipped"?: {"<version>": why},
-"lost"?: [versions], "upstream"?: {"<pipeline>": [batch ids]}}`` (``planner``). The files are
-checked as the parquet kind checks its files (identity, rows per file against the footers).
+"partition_values"?, "change_data"? | "removed"?, "timestamp_ms"?], "change_feed"?: true,
+"partition_columns"?: {name: Delta type}, "skipped"?: {"<version>": why}, "lost"?: [versions],
+"upstream"?: {"<pipeline>": [batch ids]}}`` (``planner``). A file is read as inserts, or as its
+rows' ``_change_type`` (``change_data``), or as deletes (``removed``: a file a version without
+change data removed); ``timestamp_ms`` is its version's commit time (a feed's; absent from plans
+written before it: the records' ``_commit_timestamp`` is then null). Plans written before
+``removed`` read exactly as they did. The files are checked as the parquet kind checks its
+files (identity, rows per file against the footers).
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ class DeltaRange:
         files = self.data.get("files", [])
         text = f"{self.data['table']}: versions {f}..{t - 1}" if t > f else f"{self.data['table']}: at version {f}"
         text += f", {len(files)} file(s)"
+        removed = sum(1 for f in files if f.get("removed"))
+        if removed:
+            text += f" ({removed} removed: read as deletes)"
         if self.data.get("skipped"):
             text += f", changes passed over at {', '.join(sorted(self.data['skipped'], key=int))}"
         if self.data.get("lost"):

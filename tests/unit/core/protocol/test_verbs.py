@@ -827,3 +827,75 @@ def test_a_run_of_several_batches_lists_the_landing_folder_once_and_says_each_sk
     plans, _ = proto.plan_batches(max_batches=3)
     assert [p.batch_id for p in plans] == [1, 2, 3] and len(listings) == 1
     assert [s["reason"][:24] for s in proto.last_skipped] == ["its name is not UTF-8; n"]
+
+
+# -- a run publishes what it could plan --------------------------------------------------------------
+
+
+def _delta_lines(plan):
+    """The stage job's records of a delta batch (each planned file's rows as JSON) and the positions
+    the kind reports, for the pyarrow stager."""
+    import pyarrow.parquet as pq
+
+    lines, positions = [], {}
+    for f in plan.range["files"]:
+        rows = pq.read_table(f["path"]).to_pylist()
+        lines += [("", f["path"], i, json.dumps(r).encode()) for i, r in enumerate(rows)]
+        positions[f["path"]] = [len(rows), 0, len(rows) - 1]
+    return lines, positions
+
+
+def test_a_refusal_while_planning_a_later_batch_of_a_run_keeps_the_batches_planned_before_it(make_cfg, tmp_path):
+    """Issue 41: an error planning batch 2 of a run failed the whole run, so batch 1 was published a
+    run later. The run carries what it planned, says why it stopped, and the next run meets the
+    refusal at its own first plan."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from eobatch.core.batch_run import BatchRun, RunParams
+    from eobatch.sources.delta import UpstreamChanged
+
+    up = str(tmp_path / "upstream")
+    for i in (1, 2):  # v0, v1: one record each
+        write_deltalake(up, pa.table({"order_id": [f"o{i}"], "amount": [float(i)]}), mode="append")
+    DeltaTable(up).delete("order_id = 'o1'")  # v2: rows deleted, no change data: refused
+    cfg = make_cfg(source={"kind": "delta", "table": up, "max_records_per_batch": 1})
+    proto = Protocol(cfg)
+    report = BatchRun(proto, "r1", RunParams(max_batches_per_run=3)).plan()  # the run's plan task
+    assert report.value == [1, 2] and report.detail["new"]
+    assert [proto.ledger.plan(b).range["versions"] for b in (1, 2)] == [[0, 1], [1, 2]]
+    assert len(proto.last_warnings) == 1 and proto.last_warnings[0] in report.warnings
+    assert proto.last_warnings[0].startswith("batch 3 was not planned: upstream version 2 (DELETE)")
+    assert "this run carries batches 1..2" in proto.last_warnings[0]
+    # a retried plan task hands the same batches back
+    assert BatchRun(Protocol(cfg), "r1", RunParams(max_batches_per_run=3)).plan().value == [1, 2]
+    for b in (1, 2):
+        plan = proto.ledger.plan(b)
+        lines, positions = _delta_lines(plan)
+        proto.verify(b, stage(proto, b, lines=lines, source_positions=positions))
+        proto.commit(b)
+    assert published_ids(proto) == ["o1", "o2"]
+    # the next run meets the refusal at its own first plan: nothing planned, the error raised
+    with pytest.raises(UpstreamChanged, match=r"upstream version 2 \(DELETE\)"):
+        Protocol(cfg).plan_batches(max_batches=3, run_id="r2")
+    assert Protocol(cfg).ledger.history().latest == 2
+
+
+def test_an_error_planning_the_first_batch_of_a_run_fails_the_run(make_cfg, tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from eobatch.sources.delta import UpstreamChanged
+
+    up = str(tmp_path / "upstream")
+    write_deltalake(up, pa.table({"order_id": ["o1"], "amount": [1.0]}), mode="append")
+    DeltaTable(up).delete("order_id = 'o1'")
+    cfg = make_cfg(source={"kind": "delta", "table": up, "max_records_per_batch": 1})
+    proto = Protocol(cfg)
+    (first,), _ = proto.plan_batches(max_batches=3)
+    assert first.range["versions"] == [0, 1] and proto.last_warnings
+    lines, positions = _delta_lines(first)
+    proto.verify(1, stage(proto, 1, lines=lines, source_positions=positions))
+    proto.commit(1)
+    with pytest.raises(UpstreamChanged):
+        Protocol(cfg).plan_batches(max_batches=3)
