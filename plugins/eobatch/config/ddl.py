@@ -89,3 +89,17 @@ def parse_schema(ddl: str, file: str = "<schema>", key: str = "schema") -> tuple
             raise ConfigError(file, key, f"column {name!r}: names starting with '_' are reserved")
         cols.append(Column(name, typ, nn))
     return tuple(cols)
+
+
+# How long a file's partition folders may be (eobatch.core.formats.partition_path writes them):
+# a folder name is at most 255 bytes on local filesystems, an S3 key at most 1024 bytes.
+PARTITION_SEGMENT_MAX_BYTES = 200  # one "<column>=<escaped value>" folder
+PARTITION_PATH_MAX_BYTES = 512  # all partition folders of one file, with their "/"
+PARTITION_DIGEST_BYTES = 34  # "~h" and 32 hex digits: what a shortened folder keeps of its value at least
+
+
+def partition_min_bytes(columns) -> int:
+    """The fewest bytes the partition folders of ``columns`` can take (each value shortened to its
+    digest): more than PARTITION_PATH_MAX_BYTES and no file of the table has a path (refused at load)."""
+    cols = list(columns)
+    return sum(len(c.encode()) + 1 + PARTITION_DIGEST_BYTES for c in cols) + max(0, len(cols) - 1)

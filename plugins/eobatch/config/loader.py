@@ -32,7 +32,7 @@ from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
 from . import transforms
 from .contract import PASSTHROUGH, Edit, contract_edits
-from .ddl import PARTITION_TYPES, Column, parse_schema
+from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
 from .model import (
     NAME_RE,
     Bool,
@@ -199,7 +199,28 @@ def _partition_by(v: Any) -> tuple[str, ...]:
     v = v or []
     if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
         raise Invalid("must be a list of column names")
+    least = partition_min_bytes(v)
+    if least > PARTITION_PATH_MAX_BYTES:  # every file's folders, each value shortened to its digest
+        raise Invalid(f"the folders of these {len(v)} partition columns take at least {least} bytes in a file's "
+                      f"path, more than {PARTITION_PATH_MAX_BYTES}: partition by fewer (or shorter-named) columns")
     return tuple(v)
+
+
+# An S3 key holds at most 1024 bytes: a table's own key, then what the stage job adds below it
+# (eo_batches/b<id>/<attempt>/<interval slice>/, the partition folders, the file name).
+S3_KEY_MAX_BYTES = 1024
+STAGED_NAME_BYTES = 128  # eo_batches/b0000000001/t<try>-<12 hex>/iv=<time>/ and part-<n>-<task>-<12 hex>.snappy.parquet
+
+
+def _check_s3_key_room(table: str, partition_by: tuple[str, ...], key: str) -> None:
+    """A table on S3 leaves room in a key for every file the stage job writes under it."""
+    if not table.startswith("s3a://"):  # the loader's one spelling of an S3 location
+        return
+    own = len(table.removeprefix("s3a://").partition("/")[2].encode())
+    room = S3_KEY_MAX_BYTES - STAGED_NAME_BYTES - (PARTITION_PATH_MAX_BYTES if partition_by else 0)
+    if own > room:
+        raise Invalid(f"the table's key takes {own} bytes; an S3 key holds at most {S3_KEY_MAX_BYTES}, and the staged "
+                      f"files below it need {S3_KEY_MAX_BYTES - room}: a table key of at most {room} bytes", at=key)
 
 
 SINK_KEYS = frozenset({"table", "partition_by", "mode"})  # and each sink kind's own (sink_keys)
@@ -513,6 +534,7 @@ class PipelineFile(Section):
         if "schema_" not in info.data or "transform" not in info.data:
             return v
         file, columns, transform = context_file(info), info.data["schema_"][1], info.data["transform"].name
+        _check_s3_key_room(v.table, v.partition_by, "table")
         if transform == PASSTHROUGH:  # the published columns are the schema's (other transforms: unknown here)
             _check_partition_columns(v.partition_by, columns)
         mode = v.mode if "mode" in v.model_fields_set else sinks.kind_for(sinks.DEFAULT).mode

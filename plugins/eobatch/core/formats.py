@@ -45,6 +45,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Literal, Self
 
+from ..config.ddl import PARTITION_PATH_MAX_BYTES as PARTITION_PATH_MAX_BYTES
+from ..config.ddl import PARTITION_SEGMENT_MAX_BYTES as PARTITION_SEGMENT_MAX_BYTES
+from ..config.ddl import partition_min_bytes
 from ..errors import UsageError
 from ..storage.fs import join
 
@@ -119,18 +122,17 @@ def partition_text(v: object) -> str | None:
 
 
 # A partition value in a file path: the one definition for every writer of this product's table
-# files (the stage job; the stage job's check of the records, spark_jobs/classify.py). Bounds:
-# a folder name is at most 255 bytes on local filesystems (ENAMETOOLONG beyond), and an S3 key at
-# most 1024 bytes, of which the table's prefix, the staging folders and the file name take part.
-PARTITION_SEGMENT_MAX_BYTES = 200  # one "<column>=<escaped value>" folder
-PARTITION_PATH_MAX_BYTES = 512  # all partition folders of one file, with their "/"
+# files (the stage job; the stage job's check of the records, spark_jobs/classify.py). Bounds
+# (eobatch.config.ddl, which the pipeline file's check uses too): a folder name is at most 255 bytes
+# on local filesystems (ENAMETOOLONG beyond), and an S3 key at most 1024 bytes, of which the
+# table's prefix, the staging folders and the file name take part.
 PATH_SAFE_CHARS = "A-Za-z0-9_.-"  # kept as they are in a folder name (a regex character class body)
 PATH_ESCAPE = "~"  # any other byte is "~XX" (hex): no "%", so the Delta log's path (a URI) is the folder's name
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a null value's folder, as Spark and Hive name it
 _SAFE_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
-def partition_segment(column: str, value: object) -> str:
+def partition_segment(column: str, value: object, cap: int = PARTITION_SEGMENT_MAX_BYTES) -> str:
     """The folder of one partition value, ``<column>=<value>``: bytes of the value's UTF-8 text
     (``partition_text``) outside ``PATH_SAFE_CHARS`` written as ``~XX``, so that "/", "..",
     NUL, "=", "%" or a space never make another folder or need escaping in a URI (Delta
@@ -144,18 +146,32 @@ def partition_segment(column: str, value: object) -> str:
     raw = text.encode("utf-8", "surrogatepass")
     escaped = "".join(chr(b) if b in _SAFE_BYTES else f"{PATH_ESCAPE}{b:02X}" for b in raw)
     seg = f"{column}={escaped}"
-    if len(seg) <= PARTITION_SEGMENT_MAX_BYTES:
+    if len(seg) <= cap:
         return seg
     digest = f"{PATH_ESCAPE}h" + hashlib.sha256(raw).hexdigest()[:32]
-    keep = max(0, PARTITION_SEGMENT_MAX_BYTES - len(column) - 1 - len(digest))
+    keep = max(0, cap - len(column) - 1 - len(digest))
     head = escaped[:keep]
     cut = head.rfind(PATH_ESCAPE, max(0, len(head) - 2))
     return f"{column}={head[:cut] if cut >= 0 else head}{digest}"
 
 
 def partition_path(columns: Iterable[str], values: Iterable[object]) -> str:
-    """The partition folders of a file (``partition_segment`` of each column), "" for none."""
-    return "/".join(partition_segment(c, v) for c, v in zip(columns, values))
+    """The partition folders of a file (``partition_segment`` of each column), "" for none, in at
+    most PARTITION_PATH_MAX_BYTES together: folders that do not fit together (values a transform
+    computed: the records' own are quarantined beyond the bound, ``classify.bound_partition_values``)
+    keep a shorter prefix of their value and its digest, the longest first, so the path of a file
+    stays within an S3 key and a local path whatever the values."""
+    pairs = list(zip(columns, values))
+    segs = [partition_segment(c, v) for c, v in pairs]
+    cap = PARTITION_SEGMENT_MAX_BYTES
+    while len("/".join(segs)) > PARTITION_PATH_MAX_BYTES:
+        if cap <= 0:
+            raise ValueError(f"partition columns {[c for c, _ in pairs]} cannot take fewer than "
+                             f"{partition_min_bytes(c for c, _ in pairs)} bytes as folders, more than "
+                             f"{PARTITION_PATH_MAX_BYTES}")
+        cap -= 8
+        segs = [partition_segment(c, v, cap) for c, v in pairs]
+    return "/".join(segs)
 
 
 def slice_of(path: str) -> str | None:

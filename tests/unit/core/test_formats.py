@@ -179,6 +179,47 @@ def test_partition_values_are_spelled_one_way_for_adds_and_removes():
     assert [partition_text(7), partition_text("a/b")] == ["7", "a/b"]
 
 
+def test_the_partition_folders_of_a_file_stay_within_the_bound_together_whatever_a_transform_computes():
+    """Issue 41: each folder was bounded, not all of them: six partition columns a transform computes,
+    each near the folder bound, made a path of 1,200 bytes, longer than an S3 key (every stage of
+    such a pipeline failed). The longest folders keep a shorter prefix and their value's digest."""
+    from eobatch.core.formats import PARTITION_PATH_MAX_BYTES, partition_path
+
+    cols = [f"computed_{i}" for i in range(6)]
+    paths = {partition_path(cols, ["é" * 150 + str(j), *["x" * 190] * 5]) for j in range(50)}
+    assert len(paths) == 50 and all(len(p) <= PARTITION_PATH_MAX_BYTES for p in paths)
+    assert all(p.count("/") == 5 and p.count("~h") == 6 for p in paths)
+    short = partition_path(cols, ["a", "b", "c", "d", "e", "x" * 180])  # what fits together stays whole
+    assert short.startswith("computed_0=a/computed_1=b/") and short.endswith("=" + "x" * 180)
+    assert partition_path(cols, ["y" * 190] * 6) == partition_path(cols, ["y" * 190] * 6)  # one path per values
+
+
+def test_partition_columns_whose_folders_cannot_fit_together_are_refused_at_load(make_cfg):
+    import pytest
+
+    from eobatch.errors import ConfigError
+
+    cols = ", ".join(f"a_rather_long_partition_column_name_{i:02d} STRING" for i in range(8))
+    with pytest.raises(ConfigError, match="take at least .* bytes in a file's path, more than 512"):
+        make_cfg(schema=f"id STRING, {cols}", transform="color_counts",
+                 sink={"table": make_cfg().sink_table, "partition_by": [f"a_rather_long_partition_column_name_{i:02d}"
+                                                                        for i in range(8)]})
+
+
+def test_an_s3_table_whose_key_leaves_no_room_for_its_staged_files_is_refused_at_load(make_cfg):
+    import pytest
+
+    from eobatch.errors import ConfigError
+
+    base = make_cfg()
+    long_key = "s3a://bkt/" + "/".join(["a" * 60] * 7)  # 426 bytes: no room for 512 bytes of partition folders
+    with pytest.raises(ConfigError, match="an S3 key holds at most 1024"):
+        make_cfg(sink={"table": long_key, "partition_by": ["customer"]},
+                 quarantine={"table": "s3a://bkt/q"}, source={"kind": "files", "path": base.source.path})
+    assert make_cfg(sink={"table": long_key, "partition_by": []}, quarantine={"table": "s3a://bkt/q"},
+                    source={"kind": "files", "path": base.source.path}).sink_table == long_key
+
+
 def test_a_partition_value_is_one_folder_of_safe_characters_within_the_bound():
     """``formats.partition_segment``: the one definition of a partition value's folder."""
     from eobatch.core.formats import PARTITION_SEGMENT_MAX_BYTES, partition_path, partition_segment
