@@ -60,6 +60,14 @@ def timetable_for(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | No
     return CronDataIntervalTimetable(cfg.require_interval_cron(), timezone="UTC")
 
 
+# Every try of a task has a bound. recover, commit and abort do metadata work (ledger records, one
+# Delta commit per table of already written files, deleting an attempt's files): a try that hangs
+# (a store that accepts a connection and never answers) ends here and is retried; each is
+# idempotent. The stage task's bound is the pipeline's (retries.stage_timeout_seconds); verify and
+# plan are sensors with their own timeouts.
+STEP_TIMEOUT = dt.timedelta(hours=1)
+
+
 def run_params(mode: str = "continuous") -> dict:
     """The trigger form: titled fields in sections; no rewind fields, nor batches per run, in interval mode."""
     schema: dict[str, dict[str, Any]] = {
@@ -141,7 +149,7 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
         # recover may finish a commit (a PREPARED batch): it retries what the commit task retries
         # (a lost race with maintenance, a store that is down), rather than fail the run for it
         commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
-                            max_retry_delay=dt.timedelta(minutes=10))
+                            max_retry_delay=dt.timedelta(minutes=10), execution_timeout=STEP_TIMEOUT)
         # both read the alias's events too (inlet): a batch whose events a killed task lost is announced once
         recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], inlets=[published],
                                   **commit_retry)
@@ -156,7 +164,7 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
         verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
         commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], inlets=[published],
                                 max_active_tis_per_dag=1, **commit_retry, **pool_args(cfg))
-        abort = AbortOperator(task_id="abort", pipeline_file=f)
+        abort = AbortOperator(task_id="abort", pipeline_file=f, execution_timeout=STEP_TIMEOUT)
         recover >> plan >> stage >> verify >> commit
         [stage, verify] >> abort
     return dag

@@ -43,6 +43,8 @@ def test_every_task_that_waits_has_a_bound(make_cfg):
     dag = build_dag(make_cfg())
     assert dag.get_task("stage").execution_timeout == dt.timedelta(seconds=21600)
     assert dag.get_task("verify").timeout == 900 and dag.get_task("plan").timeout == 3600
+    for task in ("recover", "commit", "abort"):
+        assert dag.get_task(task).execution_timeout == dt.timedelta(hours=1), task
     short = build_dag(make_cfg(retries={"stage_timeout_seconds": 90}))
     assert short.get_task("stage").execution_timeout == dt.timedelta(seconds=90)
 
