@@ -56,6 +56,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 # Maven: the repository's own checksums must match what is downloaded (--strict-checksums), and the
 # resolved jars must be exactly those of the committed SHA-256 lists under include/jars/.
 MVN := mvn --batch-mode --quiet --strict-checksums -s include/maven-settings.xml
+# The one Maven plugin they run, by its full coordinates, the version each pom pins too (a bare
+# `dependency:` prefix runs the installed Maven's default); eobatch/job/jars.py names the same.
+DEPENDENCY_PLUGIN := org.apache.maven.plugins:maven-dependency-plugin:3.11.0
 
 # JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
 # Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://). The same command
@@ -76,7 +79,7 @@ kafka-jars: .jars-kafka/.resolved
 .jars-kafka/.resolved: include/kafka-broker/pom.xml
 	rm -rf .jars-kafka && mkdir -p .jars-kafka
 	$(MVN) -f include/kafka-broker/pom.xml \
-	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
+	    $(DEPENDENCY_PLUGIN):copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
 	include/check-jars.sh .jars-kafka include/jars/kafka-broker.sha256
 	@touch $@
 
@@ -85,7 +88,7 @@ s3-jars: .jars-s3proxy/.resolved
 .jars-s3proxy/.resolved: include/s3proxy/pom.xml
 	rm -rf .jars-s3proxy && mkdir -p .jars-s3proxy
 	$(MVN) -f include/s3proxy/pom.xml \
-	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
+	    $(DEPENDENCY_PLUGIN):copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
 	include/check-jars.sh .jars-s3proxy include/jars/s3proxy.sha256
 	@touch $@
 

@@ -104,3 +104,60 @@ def test_the_resolved_jars_of_this_checkout_are_the_listed_ones(folder, listing)
         pytest.skip(f"{folder} not resolved in this checkout")
     r = _check(REPO / folder, REPO / "include" / "jars" / f"{listing}.sha256")
     assert r.returncode == 0, r.stderr
+
+
+# -- the Maven plugin that resolves the jars is pinned, not the installed Maven's default ----------------
+
+POMS = ["include/pom.xml", "include/kafka-broker/pom.xml", "include/s3proxy/pom.xml"]
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _declared_plugins(pom: str) -> dict[str, str]:
+    """{artifactId: version} of the plugins a pom declares (build/plugins and pluginManagement)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(REPO / pom).getroot()
+    props = {p.tag.split("}")[1]: (p.text or "") for p in root.findall("m:properties/*", _POM_NS)}
+    out = {}
+    for plugin in root.findall(".//m:build//m:plugins/m:plugin", _POM_NS):
+        version = plugin.findtext("m:version", "", _POM_NS)
+        version = re.sub(r"\$\{([^}]+)\}", lambda m: props.get(m.group(1), m.group(0)), version)
+        out[plugin.findtext("m:artifactId", "", _POM_NS)] = version
+    return out
+
+
+@pytest.mark.parametrize("pom", POMS)
+def test_every_pom_pins_the_dependency_plugin_it_runs(pom):
+    from eobatch.job import jars
+
+    group, artifact, version = jars.DEPENDENCY_PLUGIN.split(":")
+    assert (group, artifact) == ("org.apache.maven.plugins", "maven-dependency-plugin")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), "a release, never a range or a SNAPSHOT"
+    assert _declared_plugins(pom).get(artifact) == version
+
+
+def test_the_makefile_names_the_pinned_plugin_by_its_coordinates():
+    from eobatch.job import jars
+
+    makefile = (REPO / "Makefile").read_text()
+    assert f"DEPENDENCY_PLUGIN := {jars.DEPENDENCY_PLUGIN}\n" in makefile
+    assert "dependency:copy-dependencies" not in makefile, "a bare prefix runs the installed Maven's default plugin"
+    assert makefile.count("$(DEPENDENCY_PLUGIN):copy-dependencies") == 2  # kafka-jars, s3-jars
+
+
+def test_eobatch_jars_runs_the_pinned_plugin_with_strict_checksums(tmp_path, monkeypatch):
+    """The command `eobatch jars` runs (a stand-in mvn that records its arguments)."""
+    from eobatch.errors import UsageError
+    from eobatch.job import jars
+
+    argv_file = tmp_path / "argv"
+    mvn = tmp_path / "mvn"
+    mvn.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\nexit 1\n')
+    mvn.chmod(0o755)
+    with pytest.raises(UsageError, match="Maven could not resolve"):
+        jars.resolve(str(tmp_path / "jars"), mvn=str(mvn), log=lambda _m: None)
+    argv = argv_file.read_text().splitlines()
+    assert "--strict-checksums" in argv
+    assert f"{jars.DEPENDENCY_PLUGIN}:copy-dependencies" in argv
+    assert not any(a.startswith("dependency:") for a in argv)
+

@@ -20,6 +20,9 @@ from ..paths import JVM_EXTENSION, RESOURCES, jars_dir
 # the groups of the pom's dependencies Spark needs on its class path (the rest is Spark's own)
 SPARK_JAR_GROUPS = "io.delta,org.apache.hadoop,software.amazon.awssdk,software.amazon.s3.analyticsaccelerator"
 EXCLUDED_ARTIFACTS = "hadoop-client-api,hadoop-client-runtime"
+# The Maven plugin that copies them, by its full coordinates: the pom pins the same version (a bare
+# ``dependency:`` prefix would run whatever version the installed Maven defaults to).
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.11.0"
 
 
 def listed(list_file: str | None = None) -> dict[str, str]:
@@ -77,7 +80,7 @@ def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[st
     work = tempfile.mkdtemp(prefix=".jars-", dir=parent)
     try:
         cmd = [mvn, "--batch-mode", "--quiet", "--strict-checksums", "-s", os.path.join(RESOURCES, "maven-settings.xml"),
-               "-f", os.path.join(RESOURCES, "pom.xml"), "dependency:copy-dependencies", "-DincludeScope=runtime",
+               "-f", os.path.join(RESOURCES, "pom.xml"), f"{DEPENDENCY_PLUGIN}:copy-dependencies", "-DincludeScope=runtime",
                f"-DincludeGroupIds={SPARK_JAR_GROUPS}", f"-DexcludeArtifactIds={EXCLUDED_ARTIFACTS}",
                f"-DoutputDirectory={work}"]
         log(f"jars: {' '.join(cmd)}")
