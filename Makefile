@@ -139,12 +139,23 @@ schema: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
 
+# The build backend's own environment, from its lock only (the dev lock holds the same distributions).
+BUILD_ENV := build/backend
+$(BUILD_ENV)/.installed: requirements-build.txt $(VENV)/.installed
+	rm -rf $(BUILD_ENV) && $(VENV)/bin/python -m venv $(BUILD_ENV)
+	$(BUILD_ENV)/bin/pip install --quiet --require-hashes -r requirements-build.txt
+	@touch $@
+
 # The product's wheel, dist/eobatch-<version>-py3-none-any.whl (pyproject.toml says what goes in: the
 # package, the Spark job, the stage job's JVM jar built here, the Maven files of `eobatch jars`).
 # Beside it, dist/eobatch-<version>-requirements.txt installs it with the runtime lock, every hash checked.
-wheel: venv .jars/eobatch-jvm.jar
+# The wheel is built by the backend of its lock (requirements-build.txt, pyproject.toml's [build-system]
+# requires with its dependencies, every distribution hash-checked), installed into an environment of its
+# own and run in place: never an isolated build (pip's or `python -m build`'s), which would install the
+# backend from the index with no hash checked.
+wheel: venv .jars/eobatch-jvm.jar $(BUILD_ENV)/.installed
 	rm -f dist/eobatch-*
-	$(VENV)/bin/hatchling build -t wheel
+	$(BUILD_ENV)/bin/hatchling build -t wheel
 	$(VENV)/bin/python include/wheel_requirements.py dist/eobatch-*.whl requirements.txt
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
@@ -221,15 +232,18 @@ replay: venv
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all
 
-# Both Python locks, with the SHA-256 of every distribution, from requirements.in and
+# The Python locks, with the SHA-256 of every distribution, from requirements.in, requirements-build.in and
 # requirements-dev.in (versions already locked are kept unless an input asks otherwise; uv comes
-# from the dev lock). The dev lock is constrained by the runtime lock: one version per package.
+# from the dev lock). The dev lock is constrained by the runtime lock, the build backend's lock by
+# the dev lock: one version per package.
 LOCK_PY := 3.11.7
 lock: venv
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements.in -o requirements.txt
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements-dev.in -o requirements-dev.txt
+	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
+	    --custom-compile-command "make lock" requirements-build.in -o requirements-build.txt
 
 # After a reviewed change of a pom: the SHA-256 lists of the resolved jars (include/jars/).
 jar-lock:

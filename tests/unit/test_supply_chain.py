@@ -161,3 +161,46 @@ def test_eobatch_jars_runs_the_pinned_plugin_with_strict_checksums(tmp_path, mon
     assert f"{jars.DEPENDENCY_PLUGIN}:copy-dependencies" in argv
     assert not any(a.startswith("dependency:") for a in argv)
 
+
+# -- the build backend of the wheel is installed from a lock, every distribution hash-checked ---------------
+
+def _pins(lock: str) -> dict[str, str]:
+    """name -> version of each requirement of a lock."""
+    text = (REPO / lock).read_text().replace("\\\n", " ")
+    return {m.group(1).lower().replace("_", "-"): m.group(2)
+            for m in re.finditer(r"^([A-Za-z0-9._-]+)==(\S+)", text, re.M)}
+
+
+def test_the_build_backend_is_pinned_and_locked_with_its_hashes():
+    import importlib.metadata
+    import tomllib
+
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert len(requires) == 1 and (m := re.fullmatch(r"([a-z-]+)==(\S+)", requires[0])), requires
+    backend, version = m.groups()
+    build, dev = _locked("requirements-build.txt"), _locked("requirements-dev.txt")
+    assert _pins("requirements-build.txt")[backend] == version == _pins("requirements-dev.txt")[backend]
+    wanted = {re.split(r"[<>=!~; ]", r, maxsplit=1)[0].lower() for r in importlib.metadata.requires(backend) or []
+              if "python_version < '3.11'" not in r}
+    assert wanted <= set(build), "every dependency of the backend is in its lock"
+    assert set(build) == wanted | {backend}, "the build lock holds the backend and its dependencies, nothing else"
+    assert all(build[n] == dev[n] and _pins("requirements-build.txt")[n] == _pins("requirements-dev.txt")[n]
+               for n in build), "the same distributions as the dev lock"
+
+
+def test_make_wheel_builds_with_the_locked_backend_and_no_isolated_install():
+    makefile = (REPO / "Makefile").read_text()
+    env = re.search(r"^BUILD_ENV := (\S+)$", makefile, re.M)
+    assert env, "the backend has an environment of its own"
+    recipe = makefile.split("$(BUILD_ENV)/.installed: requirements-build.txt", 1)[1].split("\n\n", 1)[0]
+    installs = [line for line in recipe.splitlines() if "pip install" in line]
+    assert installs and all("--require-hashes" in line and "-r requirements-build.txt" in line for line in installs)
+    wheel = makefile.split("\nwheel:", 1)[1].split("\n\n", 1)[0]
+    assert "$(BUILD_ENV)/.installed" in wheel.splitlines()[0]
+    builds = [line for line in wheel.splitlines() if "build" in line and "$(BUILD_ENV)/bin/" in line]
+    assert builds and all("hatchling build" in line or "--no-build-isolation" in line or "--no-isolation" in line
+                          for line in builds)
+    commands = "\n".join(line for line in makefile.splitlines() if line.startswith("\t"))
+    assert not re.search(r"-m build(?! --no-isolation)|pip wheel(?!.*--no-build-isolation)|uv build", commands), \
+        "an isolated build installs the backend from the index, unchecked"
+    assert "requirements-build.in -o requirements-build.txt" in makefile.split("\nlock:", 1)[1].split("\n\n", 1)[0]
