@@ -28,12 +28,13 @@ from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
 from ..core.protocol import Protocol
 from ..errors import RetryableError
-from ..paths import BUNDLED_JVM_JAR, CHECKOUT, JVM_EXTENSION, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
+from ..paths import CHECKOUT, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
 from ..storage.fs import storage_for
 from . import driver_jvm
+from . import jars as jar_check
 from .driver_jvm import default_cache_dir
 
 # Settings every stage job runs with: deterministic time zone, no speculative duplicate tasks
@@ -113,17 +114,11 @@ def uses_s3(cfg: PipelineConfig) -> bool:
 
 def jars(cfg: PipelineConfig | None = None) -> list[str]:
     """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location.
-    The stage job's own JVM jar is the jars folder's (a checkout's ``make jars``) or the one built
-    into the installed package."""
-    found = sorted(glob.glob(os.path.join(jars_dir(), "*.jar")))
-    if not found:
-        raise FileNotFoundError(f"no JVM jars in {jars_dir()}: run `{JARS_COMMAND}` (Maven resolves the Delta and "
-                                f"hadoop jars into it; EOBATCH_JARS_DIR names another folder)")
-    if not any(os.path.basename(j) == JVM_EXTENSION for j in found):
-        if not os.path.isfile(BUNDLED_JVM_JAR):
-            raise FileNotFoundError(f"{jars_dir()} has no {JVM_EXTENSION} (the stage job's own JVM code, "
-                                    f"include/jvm/): run `make jars`, which compiles it with a JDK's javac")
-        found.append(BUNDLED_JVM_JAR)
+    Checked at each launch (``jar_check.checked``): exactly the jars of the shipped SHA-256 list,
+    each with its listed SHA-256 (a stat per jar once a file is known), else JarsRefused naming what
+    is wrong and `eobatch jars` / `make jars`; then the stage job's own JVM jar, the one built into
+    the installed package, never a file of the jars folder (``jar_check.own_jvm_jar``)."""
+    found = [*jar_check.checked(), jar_check.own_jvm_jar()]
     if cfg is not None and not uses_s3(cfg):
         found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
     elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
