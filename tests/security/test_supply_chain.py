@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from eobatch import paths
 from eobatch.errors import EobatchError
-from eobatch.job import jars, launch
+from eobatch.job import driver_jvm, jars, launch
+from eobatch.job.driver_jvm import JAVA_OPTIONS
 
 LISTED = {"delta-spark_4.2_2.13-4.4.0.jar": b"delta " * 100, "delta-storage-4.4.0.jar": b"storage " * 50}
 
@@ -102,3 +104,62 @@ def test_a_jar_folder_any_user_can_write_is_refused(folder):
     with pytest.raises(EobatchError, match="other users can write"):
         launch.jars()
 
+
+# -- the class-data archive --------------------------------------------------------------------------------
+
+ARCHIVE_BYTES = b"a class-data archive " * 1000
+
+
+def _install_archive(cache: Path) -> str:
+    """An archive of this pyspark and Java in ``cache``, as ``make class-archive`` installs it."""
+    cache.mkdir(mode=0o700, exist_ok=True)
+    path = driver_jvm.archive_path(str(cache))
+    assert path is not None
+    dump = cache.parent / "dump.jsa"
+    dump.write_bytes(ARCHIVE_BYTES)
+    install = getattr(driver_jvm, "install_archive", None)
+    if install is not None:
+        install(str(dump), path)
+    else:  # before archives were checked: a plain copy
+        shutil.copyfile(dump, path)
+    return path
+
+
+def _uses_archive(cache: Path) -> bool:
+    return "-XX:SharedArchiveFile=" in driver_jvm.java_options({}, str(cache))[JAVA_OPTIONS]
+
+
+@pytest.mark.parametrize("tamper", ["bytes changed", "truncated", "replaced", "a link to another file"])
+def test_a_class_archive_altered_is_not_used(tmp_path, monkeypatch, tamper):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    cache = tmp_path / "cache"
+    path = Path(_install_archive(cache))
+    assert _uses_archive(cache)  # intact: used (and its check remembered)
+    st = path.stat()
+    if tamper == "bytes changed":
+        with open(path, "r+b") as f:
+            f.seek(100)
+            f.write(b"EVIL")
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    elif tamper == "truncated":
+        with open(path, "r+b") as f:
+            f.truncate(st.st_size // 2)
+    elif tamper == "replaced":
+        other = tmp_path / "other.jsa"
+        other.write_bytes(b"another archive " * 100)
+        os.replace(other, path)
+    else:
+        other = tmp_path / "other.jsa"
+        other.write_bytes(ARCHIVE_BYTES)  # even the same bytes: not a file of the folder
+        path.unlink()
+        path.symlink_to(other)
+    assert not _uses_archive(cache)
+
+
+def test_a_class_archive_in_a_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    cache = tmp_path / "cache"
+    _install_archive(cache)
+    assert _uses_archive(cache)
+    os.chmod(cache, 0o777)
+    assert not _uses_archive(cache)

@@ -16,7 +16,6 @@ import marshal
 import os
 import py_compile
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -370,8 +369,11 @@ def build_class_archive(master: str = "local[*]", cache_dir: str | None = None, 
     if target is None:
         raise FileNotFoundError("no java: set JAVA_HOME or put java on PATH")
     if os.path.exists(target) and not force:
-        log(f"class archive: {target} is up to date")
-        return target
+        problem = driver_jvm.archive_problem(target)
+        if problem is None:
+            log(f"class archive: {target} is up to date")
+            return target
+        log(f"class archive: {target} is built again: {problem}")
     with tempfile.TemporaryDirectory(prefix="eobatch-class-archive-") as tmp:
         landing, dump = os.path.join(tmp, "landing"), os.path.join(tmp, "classes.jsa")
         os.makedirs(landing)
@@ -402,13 +404,12 @@ def build_class_archive(master: str = "local[*]", cache_dir: str | None = None, 
                                capture_output=True, text=True, timeout=120)
         if check.returncode != 0:
             raise RuntimeError(f"a JVM cannot start from the new archive {dump}:\n{check.stderr[-2000:]}")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        part = f"{target}.{os.getpid()}.tmp"
-        shutil.copyfile(dump, part)
-        os.replace(part, target)
+        driver_jvm.install_archive(dump, target)  # owner-only, with its SHA-256 beside it
     for old in glob.glob(os.path.join(os.path.dirname(target), "stage-classes-*.jsa")):
         if old != target:  # made with another pyspark, Java or collector (a JVM mapping one keeps its mapping)
             os.remove(old)
+            if os.path.lexists(old + driver_jvm.DIGEST_SUFFIX):
+                os.remove(old + driver_jvm.DIGEST_SUFFIX)
             log(f"class archive: removed {old}, made for another pyspark, Java or collector")
     log(f"class archive: {target} ({os.path.getsize(target) >> 20} MiB)")
     return target
