@@ -56,6 +56,9 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 # Maven: the repository's own checksums must match what is downloaded (--strict-checksums), and the
 # resolved jars must be exactly those of the committed SHA-256 lists under include/jars/.
 MVN := mvn --batch-mode --quiet --strict-checksums -s include/maven-settings.xml
+# The one Maven plugin they run, by its full coordinates, the version each pom pins too (a bare
+# `dependency:` prefix runs the installed Maven's default); eobatch/job/jars.py names the same.
+DEPENDENCY_PLUGIN := org.apache.maven.plugins:maven-dependency-plugin:3.11.0
 
 # JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
 # Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://). The same command
@@ -76,7 +79,7 @@ kafka-jars: .jars-kafka/.resolved
 .jars-kafka/.resolved: include/kafka-broker/pom.xml
 	rm -rf .jars-kafka && mkdir -p .jars-kafka
 	$(MVN) -f include/kafka-broker/pom.xml \
-	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
+	    $(DEPENDENCY_PLUGIN):copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-kafka
 	include/check-jars.sh .jars-kafka include/jars/kafka-broker.sha256
 	@touch $@
 
@@ -85,7 +88,7 @@ s3-jars: .jars-s3proxy/.resolved
 .jars-s3proxy/.resolved: include/s3proxy/pom.xml
 	rm -rf .jars-s3proxy && mkdir -p .jars-s3proxy
 	$(MVN) -f include/s3proxy/pom.xml \
-	    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
+	    $(DEPENDENCY_PLUGIN):copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/.jars-s3proxy
 	include/check-jars.sh .jars-s3proxy include/jars/s3proxy.sha256
 	@touch $@
 
@@ -136,12 +139,23 @@ schema: venv
 docs: venv
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -f docs/mkdocs.yml
 
+# The build backend's own environment, from its lock only (the dev lock holds the same distributions).
+BUILD_ENV := build/backend
+$(BUILD_ENV)/.installed: requirements-build.txt $(VENV)/.installed
+	rm -rf $(BUILD_ENV) && $(VENV)/bin/python -m venv $(BUILD_ENV)
+	$(BUILD_ENV)/bin/pip install --quiet --require-hashes -r requirements-build.txt
+	@touch $@
+
 # The product's wheel, dist/eobatch-<version>-py3-none-any.whl (pyproject.toml says what goes in: the
 # package, the Spark job, the stage job's JVM jar built here, the Maven files of `eobatch jars`).
 # Beside it, dist/eobatch-<version>-requirements.txt installs it with the runtime lock, every hash checked.
-wheel: venv .jars/eobatch-jvm.jar
+# The wheel is built by the backend of its lock (requirements-build.txt, pyproject.toml's [build-system]
+# requires with its dependencies, every distribution hash-checked), installed into an environment of its
+# own and run in place: never an isolated build (pip's or `python -m build`'s), which would install the
+# backend from the index with no hash checked.
+wheel: venv .jars/eobatch-jvm.jar $(BUILD_ENV)/.installed
 	rm -f dist/eobatch-*
-	$(VENV)/bin/hatchling build -t wheel
+	$(BUILD_ENV)/bin/hatchling build -t wheel
 	$(VENV)/bin/python include/wheel_requirements.py dist/eobatch-*.whl requirements.txt
 
 # Static checks (configuration in pyproject.toml); CI runs them before the tests.
@@ -218,15 +232,18 @@ replay: venv
 sweep: venv
 	@source include/env.sh && python -m eobatch.cli sweep "$$PIPELINE" --all
 
-# Both Python locks, with the SHA-256 of every distribution, from requirements.in and
+# The Python locks, with the SHA-256 of every distribution, from requirements.in, requirements-build.in and
 # requirements-dev.in (versions already locked are kept unless an input asks otherwise; uv comes
-# from the dev lock). The dev lock is constrained by the runtime lock: one version per package.
+# from the dev lock). The dev lock is constrained by the runtime lock, the build backend's lock by
+# the dev lock: one version per package.
 LOCK_PY := 3.11.7
 lock: venv
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements.in -o requirements.txt
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements-dev.in -o requirements-dev.txt
+	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
+	    --custom-compile-command "make lock" requirements-build.in -o requirements-build.txt
 
 # After a reviewed change of a pom: the SHA-256 lists of the resolved jars (include/jars/).
 jar-lock:

@@ -68,18 +68,14 @@ def _spark() -> Check:
 
 
 def _jars() -> Check:
+    """The check every launch makes (``jars.checked``, ``jars.own_jvm_jar``), made now."""
     folder = paths.jars_dir()
-    found = jars.problems(folder)
-    if found:
-        command = "make jars" if paths.CHECKOUT else "eobatch jars"
-        return Check("jars", False, f"{folder}: {'; '.join(found[:5])}: run `{command}` (EOBATCH_JARS_DIR names "
-                                    f"another folder)")
-    own = os.path.join(folder, paths.JVM_EXTENSION)
-    if not os.path.isfile(own) and not os.path.isfile(paths.BUNDLED_JVM_JAR):
-        return Check("jars", False, f"no {paths.JVM_EXTENSION} in {folder} nor in the package: run `make jars` "
-                                    f"(a checkout compiles it with a JDK's javac)")
-    return Check("jars", True, f"{folder}: the {len(jars.listed())} listed jars, unchanged, and "
-                               f"{own if os.path.isfile(own) else paths.BUNDLED_JVM_JAR}")
+    try:
+        jars.checked(folder)
+        own = jars.own_jvm_jar(folder)
+    except (jars.JarsRefused, FileNotFoundError) as e:
+        return Check("jars", False, str(e))
+    return Check("jars", True, f"{folder}: the {len(jars.listed())} listed jars, unchanged, and {own}")
 
 
 def _pipelines(directory: str | None) -> tuple[Check, dict[str, PipelineConfig]]:

@@ -104,3 +104,103 @@ def test_the_resolved_jars_of_this_checkout_are_the_listed_ones(folder, listing)
         pytest.skip(f"{folder} not resolved in this checkout")
     r = _check(REPO / folder, REPO / "include" / "jars" / f"{listing}.sha256")
     assert r.returncode == 0, r.stderr
+
+
+# -- the Maven plugin that resolves the jars is pinned, not the installed Maven's default ----------------
+
+POMS = ["include/pom.xml", "include/kafka-broker/pom.xml", "include/s3proxy/pom.xml"]
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def _declared_plugins(pom: str) -> dict[str, str]:
+    """{artifactId: version} of the plugins a pom declares (build/plugins and pluginManagement)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(REPO / pom).getroot()
+    props = {p.tag.split("}")[1]: (p.text or "") for p in root.findall("m:properties/*", _POM_NS)}
+    out = {}
+    for plugin in root.findall(".//m:build//m:plugins/m:plugin", _POM_NS):
+        version = plugin.findtext("m:version", "", _POM_NS)
+        version = re.sub(r"\$\{([^}]+)\}", lambda m: props.get(m.group(1), m.group(0)), version)
+        out[plugin.findtext("m:artifactId", "", _POM_NS)] = version
+    return out
+
+
+@pytest.mark.parametrize("pom", POMS)
+def test_every_pom_pins_the_dependency_plugin_it_runs(pom):
+    from eobatch.job import jars
+
+    group, artifact, version = jars.DEPENDENCY_PLUGIN.split(":")
+    assert (group, artifact) == ("org.apache.maven.plugins", "maven-dependency-plugin")
+    assert re.fullmatch(r"\d+\.\d+\.\d+", version), "a release, never a range or a SNAPSHOT"
+    assert _declared_plugins(pom).get(artifact) == version
+
+
+def test_the_makefile_names_the_pinned_plugin_by_its_coordinates():
+    from eobatch.job import jars
+
+    makefile = (REPO / "Makefile").read_text()
+    assert f"DEPENDENCY_PLUGIN := {jars.DEPENDENCY_PLUGIN}\n" in makefile
+    assert "dependency:copy-dependencies" not in makefile, "a bare prefix runs the installed Maven's default plugin"
+    assert makefile.count("$(DEPENDENCY_PLUGIN):copy-dependencies") == 2  # kafka-jars, s3-jars
+
+
+def test_eobatch_jars_runs_the_pinned_plugin_with_strict_checksums(tmp_path, monkeypatch):
+    """The command `eobatch jars` runs (a stand-in mvn that records its arguments)."""
+    from eobatch.errors import UsageError
+    from eobatch.job import jars
+
+    argv_file = tmp_path / "argv"
+    mvn = tmp_path / "mvn"
+    mvn.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {argv_file}\nexit 1\n')
+    mvn.chmod(0o755)
+    with pytest.raises(UsageError, match="Maven could not resolve"):
+        jars.resolve(str(tmp_path / "jars"), mvn=str(mvn), log=lambda _m: None)
+    argv = argv_file.read_text().splitlines()
+    assert "--strict-checksums" in argv
+    assert f"{jars.DEPENDENCY_PLUGIN}:copy-dependencies" in argv
+    assert not any(a.startswith("dependency:") for a in argv)
+
+
+# -- the build backend of the wheel is installed from a lock, every distribution hash-checked ---------------
+
+def _pins(lock: str) -> dict[str, str]:
+    """name -> version of each requirement of a lock."""
+    text = (REPO / lock).read_text().replace("\\\n", " ")
+    return {m.group(1).lower().replace("_", "-"): m.group(2)
+            for m in re.finditer(r"^([A-Za-z0-9._-]+)==(\S+)", text, re.M)}
+
+
+def test_the_build_backend_is_pinned_and_locked_with_its_hashes():
+    import importlib.metadata
+    import tomllib
+
+    requires = tomllib.loads((REPO / "pyproject.toml").read_text())["build-system"]["requires"]
+    assert len(requires) == 1 and (m := re.fullmatch(r"([a-z-]+)==(\S+)", requires[0])), requires
+    backend, version = m.groups()
+    build, dev = _locked("requirements-build.txt"), _locked("requirements-dev.txt")
+    assert _pins("requirements-build.txt")[backend] == version == _pins("requirements-dev.txt")[backend]
+    wanted = {re.split(r"[<>=!~; ]", r, maxsplit=1)[0].lower() for r in importlib.metadata.requires(backend) or []
+              if "python_version < '3.11'" not in r}
+    assert wanted <= set(build), "every dependency of the backend is in its lock"
+    assert set(build) == wanted | {backend}, "the build lock holds the backend and its dependencies, nothing else"
+    assert all(build[n] == dev[n] and _pins("requirements-build.txt")[n] == _pins("requirements-dev.txt")[n]
+               for n in build), "the same distributions as the dev lock"
+
+
+def test_make_wheel_builds_with_the_locked_backend_and_no_isolated_install():
+    makefile = (REPO / "Makefile").read_text()
+    env = re.search(r"^BUILD_ENV := (\S+)$", makefile, re.M)
+    assert env, "the backend has an environment of its own"
+    recipe = makefile.split("$(BUILD_ENV)/.installed: requirements-build.txt", 1)[1].split("\n\n", 1)[0]
+    installs = [line for line in recipe.splitlines() if "pip install" in line]
+    assert installs and all("--require-hashes" in line and "-r requirements-build.txt" in line for line in installs)
+    wheel = makefile.split("\nwheel:", 1)[1].split("\n\n", 1)[0]
+    assert "$(BUILD_ENV)/.installed" in wheel.splitlines()[0]
+    builds = [line for line in wheel.splitlines() if "build" in line and "$(BUILD_ENV)/bin/" in line]
+    assert builds and all("hatchling build" in line or "--no-build-isolation" in line or "--no-isolation" in line
+                          for line in builds)
+    commands = "\n".join(line for line in makefile.splitlines() if line.startswith("\t"))
+    assert not re.search(r"-m build(?! --no-isolation)|pip wheel(?!.*--no-build-isolation)|uv build", commands), \
+        "an isolated build installs the backend from the index, unchecked"
+    assert "requirements-build.in -o requirements-build.txt" in makefile.split("\nlock:", 1)[1].split("\n\n", 1)[0]

@@ -28,6 +28,11 @@ which start as the platform starts them.
   checked by a JVM that loads it, then renamed: a partial archive is never used (a truncated
   one crashes the JVM that maps it). Building one removes the archives of other pyspark
   versions, Javas or collectors from the cache folder.
+* The archive is code the driver runs: it lives in an owner-only folder (``integrity.private_dir``,
+  like the code zip), with the SHA-256 of its bytes recorded beside it when it was built
+  (``<archive>.sha256``). Each launch checks it (``archive_problem``: hashed once per file identity,
+  a ``stat`` after): an archive altered, truncated, replaced or linked elsewhere, or in a folder
+  other users can write, is not used (a note says why), and ``class-archive`` builds it again.
 * A pipeline or platform that sets its own ``-XX:SharedArchiveFile`` / ``-XX:ArchiveClassesAtExit``
   or its own collector in ``spark.driver.extraJavaOptions`` keeps them.
 
@@ -41,12 +46,17 @@ import importlib.metadata
 import os
 import re
 import shutil
+import stat
+import sys
 
-from ..paths import cache_dir
+from ..paths import CHECKOUT, cache_dir
+from . import integrity
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 _OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 COLLECTOR = "-XX:+UseParallelGC"
+DIGEST_SUFFIX = ".sha256"  # beside the archive: the SHA-256 of its bytes, recorded when it was built
+BUILD_COMMAND = "make class-archive" if CHECKOUT else "eobatch class-archive"
 _A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")  # -XX:+UseG1GC, -XX:+UseZGC, -XX:+UseSerialGC, ...
 
 
@@ -104,6 +114,60 @@ def java_options(conf: dict, cache_dir: str | None = None) -> dict:
     own = conf.get(JAVA_OPTIONS) or platform_java_options()
     options = with_collector(own)
     path = archive_path(cache_dir)
-    if path is not None and os.path.exists(path) and not any(o in own for o in _OWN):
-        options = f"{options} -XX:SharedArchiveFile={path}"
+    if path is not None and os.path.lexists(path) and not any(o in own for o in _OWN):
+        problem = archive_problem(path)
+        if problem is None:
+            options = f"{options} -XX:SharedArchiveFile={path}"
+        else:
+            print(f"eobatch: the class-data archive {path} is not used: {problem}; `{BUILD_COMMAND}` builds it "
+                  f"again", file=sys.stderr)
     return {**conf, JAVA_OPTIONS: options}
+
+
+def _owned_file(path: str) -> str | None:
+    """Why ``path`` is not a regular file of this user that only this user can write, or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return "it is missing"
+    if not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        return "it is not a file only this user can write"
+    return None
+
+
+def archive_problem(path: str) -> str | None:
+    """Why the archive at ``path`` must not be used, or None: it and the SHA-256 recorded beside it
+    are files of this user in an owner-only folder, and its bytes have that SHA-256."""
+    folder = os.path.dirname(path)
+    if not integrity.is_private(folder):
+        return f"its folder {folder} is not a folder of this user that only this user can write"
+    why = _owned_file(path) or _owned_file(path + DIGEST_SUFFIX)
+    if why:
+        return why if _owned_file(path) else f"{path}{DIGEST_SUFFIX}: {why}"
+    with open(path + DIGEST_SUFFIX, encoding="ascii", errors="replace") as f:
+        recorded = f.read().strip()
+    try:
+        if integrity.sha256(path, folder) != recorded:
+            return "its bytes are not the ones recorded when it was built (altered, truncated or replaced)"
+    except OSError as e:
+        return f"it cannot be checked ({e})"
+    return None
+
+
+def install_archive(dump: str, target: str) -> str:
+    """Put the archive ``dump`` (one a JVM has loaded) at ``target``, in an owner-only folder, with
+    the SHA-256 of its bytes beside it; each under a temporary name first, then renamed (a partial
+    archive is never used: a truncated one crashes the JVM that maps it). Returns ``target``."""
+    integrity.private_dir(os.path.dirname(target))
+    part, digest_part = f"{target}.{os.getpid()}.tmp", f"{target}{DIGEST_SUFFIX}.{os.getpid()}.tmp"
+    shutil.copyfile(dump, part)
+    os.chmod(part, 0o644)
+    with open(part, "rb") as f:
+        digest = integrity._hash(f)
+    with open(os.open(digest_part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), "w", encoding="ascii") as f:
+        f.write(digest + "\n")
+    os.replace(digest_part, target + DIGEST_SUFFIX)
+    os.replace(part, target)
+    return target

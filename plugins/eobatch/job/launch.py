@@ -16,7 +16,6 @@ import marshal
 import os
 import py_compile
 import secrets
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,12 +27,13 @@ from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
 from ..core.protocol import Protocol
 from ..errors import RetryableError
-from ..paths import BUNDLED_JVM_JAR, CHECKOUT, JVM_EXTENSION, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
+from ..paths import CHECKOUT, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
 from ..storage.fs import storage_for
 from . import driver_jvm
+from . import jars as jar_check
 from .driver_jvm import default_cache_dir
 
 # Settings every stage job runs with: deterministic time zone, no speculative duplicate tasks
@@ -113,17 +113,11 @@ def uses_s3(cfg: PipelineConfig) -> bool:
 
 def jars(cfg: PipelineConfig | None = None) -> list[str]:
     """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location.
-    The stage job's own JVM jar is the jars folder's (a checkout's ``make jars``) or the one built
-    into the installed package."""
-    found = sorted(glob.glob(os.path.join(jars_dir(), "*.jar")))
-    if not found:
-        raise FileNotFoundError(f"no JVM jars in {jars_dir()}: run `{JARS_COMMAND}` (Maven resolves the Delta and "
-                                f"hadoop jars into it; EOBATCH_JARS_DIR names another folder)")
-    if not any(os.path.basename(j) == JVM_EXTENSION for j in found):
-        if not os.path.isfile(BUNDLED_JVM_JAR):
-            raise FileNotFoundError(f"{jars_dir()} has no {JVM_EXTENSION} (the stage job's own JVM code, "
-                                    f"include/jvm/): run `make jars`, which compiles it with a JDK's javac")
-        found.append(BUNDLED_JVM_JAR)
+    Checked at each launch (``jar_check.checked``): exactly the jars of the shipped SHA-256 list,
+    each with its listed SHA-256 (a stat per jar once a file is known), else JarsRefused naming what
+    is wrong and `eobatch jars` / `make jars`; then the stage job's own JVM jar, the one built into
+    the installed package, never a file of the jars folder (``jar_check.own_jvm_jar``)."""
+    found = [*jar_check.checked(), jar_check.own_jvm_jar()]
     if cfg is not None and not uses_s3(cfg):
         found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
     elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
@@ -375,8 +369,11 @@ def build_class_archive(master: str = "local[*]", cache_dir: str | None = None, 
     if target is None:
         raise FileNotFoundError("no java: set JAVA_HOME or put java on PATH")
     if os.path.exists(target) and not force:
-        log(f"class archive: {target} is up to date")
-        return target
+        problem = driver_jvm.archive_problem(target)
+        if problem is None:
+            log(f"class archive: {target} is up to date")
+            return target
+        log(f"class archive: {target} is built again: {problem}")
     with tempfile.TemporaryDirectory(prefix="eobatch-class-archive-") as tmp:
         landing, dump = os.path.join(tmp, "landing"), os.path.join(tmp, "classes.jsa")
         os.makedirs(landing)
@@ -407,13 +404,12 @@ def build_class_archive(master: str = "local[*]", cache_dir: str | None = None, 
                                capture_output=True, text=True, timeout=120)
         if check.returncode != 0:
             raise RuntimeError(f"a JVM cannot start from the new archive {dump}:\n{check.stderr[-2000:]}")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        part = f"{target}.{os.getpid()}.tmp"
-        shutil.copyfile(dump, part)
-        os.replace(part, target)
+        driver_jvm.install_archive(dump, target)  # owner-only, with its SHA-256 beside it
     for old in glob.glob(os.path.join(os.path.dirname(target), "stage-classes-*.jsa")):
         if old != target:  # made with another pyspark, Java or collector (a JVM mapping one keeps its mapping)
             os.remove(old)
+            if os.path.lexists(old + driver_jvm.DIGEST_SUFFIX):
+                os.remove(old + driver_jvm.DIGEST_SUFFIX)
             log(f"class archive: removed {old}, made for another pyspark, Java or collector")
     log(f"class archive: {target} ({os.path.getsize(target) >> 20} MiB)")
     return target

@@ -12,9 +12,13 @@ from eobatch.job.driver_jvm import COLLECTOR, JAVA_OPTIONS, archive_path, java_o
 
 
 def _archive(cache) -> str:
+    """An archive of this pyspark and Java in ``cache``, as ``class-archive`` installs it."""
     path = archive_path(str(cache))
     assert path is not None and path.startswith(str(cache))
-    open(path, "wb").close()
+    dump = os.path.join(os.path.dirname(str(cache)), "dump.jsa")
+    with open(dump, "wb") as f:
+        f.write(b"classes")
+    driver_jvm.install_archive(dump, path)
     return path
 
 
@@ -104,3 +108,38 @@ def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert archive_path(str(tmp_path)) is None
     assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b", JAVA_OPTIONS: COLLECTOR}
+
+
+def test_an_archive_is_installed_owner_only_with_its_sha256_beside_it(tmp_path):
+    import hashlib
+
+    cache = tmp_path / "cache"
+    path = _archive(cache)
+    assert cache.stat().st_mode & 0o077 == 0
+    with open(path + driver_jvm.DIGEST_SUFFIX) as f:
+        assert f.read().strip() == hashlib.sha256(b"classes").hexdigest()
+    assert driver_jvm.archive_problem(path) is None
+    os.remove(path + driver_jvm.DIGEST_SUFFIX)  # an archive of a version that recorded none
+    assert "missing" in (driver_jvm.archive_problem(path) or "")
+
+
+def test_class_archive_builds_again_an_archive_that_is_not_usable(tmp_path, monkeypatch):
+    """``class-archive`` keeps an intact archive and builds a refused one again."""
+    cache = tmp_path / "cache"
+    path = _archive(cache)
+    built = []
+
+    def load(_yaml):
+        built.append(True)
+        raise RuntimeError("builds")
+
+    monkeypatch.setattr(launch, "load_pipeline", load)
+    assert launch.build_class_archive(cache_dir=str(cache), log=lambda _m: None) == path
+    assert not built
+    with open(path, "ab") as f:
+        f.write(b"more")
+    try:
+        launch.build_class_archive(cache_dir=str(cache), log=lambda _m: None)
+    except RuntimeError:
+        pass
+    assert built

@@ -10,6 +10,7 @@ needs, and none of them may import Airflow.
 from __future__ import annotations
 
 import ast
+import hashlib
 import inspect
 import json
 import marshal
@@ -22,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from eobatch import paths
 from eobatch.config.loader import load_pipeline
+from eobatch.job import jars as jar_check
 from eobatch.job import launch
 from eobatch.sources import kind_names
 from support.pipeline_yaml import PINNED
@@ -339,12 +342,17 @@ def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
     assert not any(k.startswith("spark.hadoop.fs.s3a") for k in launch.spark_conf(cfg))
     jars_dir = tmp_path / "jars"
     jars_dir.mkdir()
-    for name in ("delta-spark_4.2_2.13-4.4.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar"):
-        (jars_dir / name).write_bytes(b"")
+    names = ("delta-spark_4.2_2.13-4.4.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.35.4.jar")
+    for name in names:
+        (jars_dir / name).write_bytes(name.encode())
+    listing = tmp_path / "spark.sha256"
+    listing.write_text("".join(f"{hashlib.sha256(n.encode()).hexdigest()}  {n}\n" for n in names))
+    monkeypatch.setattr(jar_check, "LIST_FILE", str(listing))
     monkeypatch.setenv("EOBATCH_JARS_DIR", str(jars_dir))
+    monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(FileNotFoundError, match="no eobatch-jvm.jar .*make jars"):
         launch.jars(cfg)
-    (jars_dir / launch.JVM_EXTENSION).write_bytes(b"")
+    (jars_dir / paths.JVM_EXTENSION).write_bytes(b"")
     assert [j.rsplit("/", 1)[1] for j in launch.jars(cfg)] == ["delta-spark_4.2_2.13-4.4.0.jar", "eobatch-jvm.jar"]
     assert len(launch.jars()) == 4
     monkeypatch.setenv("EOBATCH_JARS_ON_NODES", "1")
