@@ -369,10 +369,10 @@ class StageOperator(SparkSubmitOperator):
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}
         self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
-        self.jars = ",".join(launch.jars(cfg))
         self.py_files = launch.pyfiles_zip(cfg)
         self.name = launch.app_name(cfg, todo)
-        try:  # a source's connection is read here (e.g. Kafka's): a missing one is an operator's error
+        try:  # the jars (checked) and a source's connection (e.g. Kafka's): a platform operator's to fix
+            self.jars = ",".join(launch.jars(cfg))
             source_env = launch.job_env(cfg)
         except EobatchError as e:
             if e.kind == "terminal":

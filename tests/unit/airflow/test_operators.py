@@ -114,6 +114,13 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
     for name in ("delta-spark_2.13-4.0.0.jar", "hadoop-aws-3.5.0.jar", "bundle-2.29.52.jar", "eobatch-jvm.jar"):
         (jars / name).write_bytes(b"")
     monkeypatch.setenv("EOBATCH_JARS_DIR", str(jars))
+    # these tests look at the command line and the environment: the jars' own check has its tests
+    # (tests/security/test_supply_chain.py, tests/unit/job/test_jars.py)
+    from eobatch.job import jars as jar_check
+
+    monkeypatch.setattr(jar_check, "checked", lambda: sorted(str(j) for j in jars.glob("*.jar")
+                                                              if j.name != "eobatch-jvm.jar"))
+    monkeypatch.setattr(jar_check, "own_jvm_jar", lambda: str(jars / "eobatch-jvm.jar"))
     monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
     # unset, and restored after the test: the stage task exports the aws connection into os.environ
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "S3_ENDPOINT", "AWS_ENDPOINT_URL",
