@@ -14,13 +14,13 @@ the models ``json_schema``'s.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import os
 import re
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -62,24 +62,13 @@ from .pipeline import (
     Notifier,
     PipelineConfig,
     SparkConfig,
+    conceal,
 )
-from .policy import check_spark_conf, expand_vars
+from .policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
 from .schedule import check_schedule
+from .yamlfile import clip, read_mapping
 
 MODES = ("continuous", "interval")
-
-
-def _read_yaml(file: str) -> dict:
-    try:
-        with open(file, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ConfigError(file, "", f"invalid YAML: {e}") from None
-    except OSError as e:
-        raise ConfigError(file, "", f"cannot read: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
-    return raw
 
 
 # -- the YAML's sections as typed models (config.model): each checks its keys, in the order of the
@@ -731,10 +720,38 @@ def contract_roles() -> dict[str, str]:
 
 
 def load_pipeline(file: str) -> PipelineConfig:
-    """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
-    raw = _read_yaml(file)
-    expand_vars(raw, file)
-    return validate(PipelineFile, raw, file).value(file)
+    """The pipeline of YAML ``file``, validated section by section (the first error is raised).
+
+    The one door from a file to a pipeline: every caller (the DAG file, the ledger page, doctor, the
+    CLI, the tasks) gets a ``PipelineConfig`` or a ``ConfigError`` naming the file, whatever bytes it
+    holds. Reading is bounded (``yamlfile``); an error's text shows the ``${NAME}`` of a value that came
+    from the environment, never the value (``PipelineConfig.shown`` does the same for what is shown
+    of a loaded pipeline), and is cut at ``yamlfile.MAX_MESSAGE_CHARS``."""
+    raw = read_mapping(file)
+    concealed = environment_values(raw)
+    try:
+        expand_vars(raw, file)
+        cfg = validate(PipelineFile, raw, file).value(file)
+    except ConfigError as e:
+        raise ConfigError(e.file, e.key, clip(conceal(e.message, concealed))) from None
+    except Exception as e:  # noqa: BLE001 - not a refusal of ours (a bug, a library's error): still this file's
+        raise ConfigError(file, "", clip(conceal(f"cannot be loaded: {type(e).__name__}: {e}", concealed))) from None
+    return dataclasses.replace(cfg, concealed=concealed)
+
+
+def environment_values(raw: dict) -> tuple[tuple[str, str], ...]:
+    """(value, "${NAME}") of each variable named in the keys where ``policy`` expands them, whose
+    value comes from the environment (or the product's built-in defaults); a ``:-default`` written in
+    the file is the file's own text and is not hidden."""
+    out: dict[str, str] = {}
+    for key in EXPANDED_KEYS:
+        section, leaf = key.split(".")
+        text = raw.get(section, {}).get(leaf) if isinstance(raw.get(section), dict) else None
+        for m in VAR_RE.finditer(text if isinstance(text, str) else ""):
+            value = os.environ.get(m.group(1)) or BUILTIN_VARS.get(m.group(1))
+            if value:
+                out.setdefault(value, "${" + m.group(1) + "}")
+    return tuple(out.items())
 
 
 def pipelines_dir() -> str:
@@ -770,9 +787,10 @@ def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], d
         clash = next((g for g in good.values() if {g.sink_table, g.quarantine_table} &
                       {cfg.sink_table, cfg.quarantine_table}), None)
         if clash is not None:
-            errors[f] = str(ConfigError(f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already "
-                                        f"written by pipeline {clash.name!r} ({os.path.basename(clash.file)}); "
-                                        f"each table has exactly one pipeline (its ledger lives in the table)"))
+            errors[f] = cfg.shown(str(ConfigError(
+                f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already written by pipeline "
+                f"{clash.name!r} ({os.path.basename(clash.file)}); each table has exactly one pipeline (its ledger "
+                f"lives in the table)")))
             continue
         good[cfg.name] = cfg
     return good, errors
