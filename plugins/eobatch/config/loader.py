@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import hashlib
 import json
 import os
 import re
+import threading
+import time
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
@@ -767,17 +771,76 @@ def pipelines_dir() -> str:
     return found
 
 
-def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+class LoadCache:
+    """``load_pipeline``'s answers (a pipeline or its ConfigError) for a long-lived process that loads
+    the folder again and again (the ledger page, on every request): a file is loaded again only when
+    its identity changed (device, inode, size, modification and change times: an edit, a replacement,
+    a moved symlink), or its folder's ``transforms/`` or its own transform file did, or the
+    environment did, or after ``ttl`` seconds (what else a load reads, e.g. an Airflow setting)."""
+
+    def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.ttl, self.clock = ttl, clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[tuple, float, PipelineConfig | tuple[str, str]]] = {}
+
+    def load(self, file: str) -> PipelineConfig:
+        """``load_pipeline(file)``, or its last answer while nothing it read changed."""
+        with self._lock:
+            hit = self._entries.get(file)
+        if hit is not None and self.clock() - hit[1] < self.ttl and hit[0] == _identity(file, hit[2]):
+            return _answer(file, hit[2])
+        try:
+            result: PipelineConfig | tuple[str, str] = load_pipeline(file)
+        except ConfigError as e:
+            result = (e.key, e.message)
+        with self._lock:
+            self._entries[file] = (_identity(file, result), self.clock(), result)
+        return _answer(file, result)
+
+    def keep_only(self, files: Iterable[str]) -> None:
+        """Forget the files no longer in the folder."""
+        keep = set(files)
+        with self._lock:
+            for f in [f for f in self._entries if f not in keep]:
+                del self._entries[f]
+
+
+def _answer(file: str, result: PipelineConfig | tuple[str, str]) -> PipelineConfig:
+    if isinstance(result, PipelineConfig):
+        return result
+    raise ConfigError(file, *result)
+
+
+def _stat_key(path: str | None) -> tuple | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _identity(file: str, result: PipelineConfig | tuple[str, str]) -> tuple:
+    """What a cached load of ``file`` depends on, as it is now."""
+    own = result.transform_file if isinstance(result, PipelineConfig) else None
+    env = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()
+    return _stat_key(file), _stat_key(transforms.own_folder(file)), _stat_key(own), env
+
+
+def load_all(directory: str | None = None, cache: LoadCache | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
     """Every *.yaml of the pipelines folder: ({name: config}, {file: error}).
 
     A bad file never stops the others from loading; duplicate names are errors of the later file.
+    ``cache``: a long-lived process's (``LoadCache``): unchanged files are not loaded again.
     """
     directory = directory or pipelines_dir()
     good: dict[str, PipelineConfig] = {}
     errors: dict[str, str] = {}
-    for f in sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml"))):
+    files = sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml")))
+    if cache is not None:
+        cache.keep_only(files)
+    for f in files:
         try:
-            cfg = load_pipeline(f)
+            cfg = cache.load(f) if cache is not None else load_pipeline(f)
         except ConfigError as e:
             errors[f] = str(e)
             continue
