@@ -140,7 +140,8 @@ class _Open:
     __slots__ = ("node", "children", "start", "anchor")
 
     def __init__(self, node: Node, start: int, anchor: str | None):
-        self.node, self.children, self.start, self.anchor = node, [], start, anchor
+        self.node, self.start, self.anchor = node, start, anchor
+        self.children: list[Node] = []
 
 
 def compose_bounded(text: str, file: str) -> Node | None:
