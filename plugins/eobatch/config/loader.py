@@ -9,7 +9,8 @@ problem is raised), and ``load_pipeline`` turns the file into the ``PipelineConf
 be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
 contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
 ``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
-the models ``json_schema``'s.
+the models ``json_schema``'s, reading a file's bytes into a YAML mapping (every cost bounded, any
+bytes a ``ConfigError``) ``yamlfile``'s.
 """
 
 from __future__ import annotations
