@@ -83,7 +83,7 @@ def build_consumer(cfg: PipelineConfig) -> DAG:
     sink = assets.table_asset(cfg.sink_table)
     with DAG(
         dag_id=cfg.name + SUFFIX,
-        description=f"example consumer of {sink.uri}: reads exactly the Delta version of each batch of {cfg.name}",
+        description=cfg.shown(f"example consumer of {sink.uri}: reads exactly the Delta version of each batch of {cfg.name}"),
         schedule=[sink],
         start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,

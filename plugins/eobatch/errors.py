@@ -58,9 +58,20 @@ class ConfigError(UsageError):
     ``orders.yaml: source.path: must be ...``."""
 
     def __init__(self, file: str, key: str, message: str):
-        self.file, self.key = file, key
-        name = os.path.basename(file)
+        self.file, self.key, self.message = file, key, message
+        name = shown_name(os.path.basename(file))
         super().__init__(f"{name}: {key}: {message}" if key else f"{name}: {message}")
+
+
+def shown_name(name: str) -> str:
+    """A file name as text to show: bytes that are not UTF-8 (``\\xff``) and characters that are not
+    printable (a new line) escaped, so a name can neither break where an error is stored nor forge a line."""
+    try:
+        raw = os.fsencode(name)
+    except UnicodeError:
+        raw = name.encode("utf-8", "backslashreplace")
+    text = raw.decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 class Invalid(ValueError):

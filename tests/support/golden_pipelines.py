@@ -123,8 +123,9 @@ def sources() -> dict[str, str]:
 
 
 def attributes(cfg) -> dict:
-    """Every attribute of the loaded pipeline (but its file), as JSON: what load_pipeline returns."""
-    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k != "file"}
+    """Every attribute of the loaded pipeline (but its file, and which values came from the environment:
+    what is shown of it, not what it is), as JSON: what load_pipeline returns."""
+    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k not in ("file", "concealed")}
     for k in ("source", "sink", "spark", "alerts", "maintenance"):
         out[k] = {"type": type(out[k]).__name__, **dataclasses.asdict(out[k])}
     return json.loads(json.dumps(out, default=_json))

@@ -14,6 +14,7 @@ from airflow.sdk import DAG, Param
 from ..config.loader import ConfigError, PipelineConfig, load_all
 from ..config.model import NAME_RE
 from ..config.pipeline import MAX_BATCHES_PER_RUN
+from ..config.yamlfile import clip
 from . import alerts, assets
 from .operators import (
     AbortOperator,
@@ -125,7 +126,7 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
             default_args["on_failure_callback"] = alerts.OnFailure(cfg)
     with DAG(
         dag_id=cfg.name,
-        description=cfg.description or f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}",
+        description=cfg.description or cfg.shown(f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}"),
         schedule=timetable_for(cfg, pipelines),
         start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,  # no catch-up storm; past intervals are published with `airflow backfill create`
@@ -134,13 +135,13 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
         params=run_params(cfg.mode),
         deadline=alerts.deadline(cfg),  # alerts.run_deadline_minutes: Airflow's deadline alert
         tags=["eobatch", cfg.source.kind, cfg.mode],
-        doc_md=DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
+        doc_md=cfg.shown(DOC.format(name=cfg.name, source=cfg.source.describe(), sink=cfg.sink_table,
                           asset=assets.asset_uri(cfg.sink_table), alias=assets.alias_name(cfg.name),
                           quarantine=cfg.quarantine_table, transform=cfg.transform, mode=cfg.mode,
                           batches=cfg.max_batches_per_run,
                           schedule=f", schedule `{cfg.schedule}`" if cfg.schedule else
                           f", runs on the asset events of `{cfg.schedule_asset}`" if cfg.schedule_asset else
-                          ", manual triggers only"),
+                          ", manual triggers only")),
     ) as dag:
         f = cfg.file
         # The published tables are Airflow Assets (eobatch.airflow.assets): events are added through the
@@ -179,7 +180,7 @@ def build_maintenance_dag(cfg: PipelineConfig) -> DAG:
     m = cfg.maintenance
     with DAG(
         dag_id=cfg.name + MAINTENANCE_SUFFIX,
-        description=f"maintenance of {cfg.sink_table} and its quarantine: compaction, VACUUM, checkpoint",
+        description=cfg.shown(f"maintenance of {cfg.sink_table} and its quarantine: compaction, VACUUM, checkpoint"),
         schedule=m.schedule,
         start_date=dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc),
         catchup=False,
@@ -203,16 +204,23 @@ def pool_args(cfg: PipelineConfig) -> dict:
 
 
 def build_all(directory: str | None = None) -> tuple[dict[str, DAG], dict[str, str]]:
+    """Every pipeline's DAG and maintenance DAG, and {file: error} of the files that do not load or
+    whose DAG cannot be built: one file's error, whatever it is, never stops another file's DAGs."""
     configs, errors = load_all(directory)
     dags = {}
     for name, cfg in configs.items():
         try:
-            dags[name] = build_dag(cfg, configs)
+            built = {name: build_dag(cfg, configs)}
+            if name + MAINTENANCE_SUFFIX not in configs:
+                built[name + MAINTENANCE_SUFFIX] = build_maintenance_dag(cfg)
         except ConfigError as e:  # found when building (e.g. a notifier class): still one file's error
-            errors[cfg.file] = str(e)
+            errors[cfg.file] = clip(cfg.shown(str(e)))
             continue
-        if name + MAINTENANCE_SUFFIX not in configs:
-            dags[name + MAINTENANCE_SUFFIX] = build_maintenance_dag(cfg)
+        except Exception as e:  # noqa: BLE001 - Airflow refusing what the loader took: that file's error
+            errors[cfg.file] = clip(cfg.shown(str(ConfigError(cfg.file, "", f"its DAG cannot be built: "
+                                                                            f"{type(e).__name__}: {e}"))))
+            continue
+        dags.update(built)
     return dags, errors
 
 

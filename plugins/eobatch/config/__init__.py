@@ -1,7 +1,7 @@
 """eobatch.config: the pipeline file: what it may say and what a loaded pipeline is.
 
 ``loader`` reads and checks a pipeline YAML (pydantic and PyYAML), on the typed section models
-of ``model``; ``pipeline`` holds the loaded ``PipelineConfig``; ``policy`` the ``${VAR}`` and
+of ``model``, its bytes read by ``yamlfile`` (every cost bounded, whatever the file holds); ``pipeline`` holds the loaded ``PipelineConfig``; ``policy`` the ``${VAR}`` and
 spark-conf rules; ``schedule`` the cron and interval rules; ``json_schema`` writes the JSON
 Schema of the file (``make schema``). The Spark job's side of the configuration needs neither
 pydantic nor YAML: ``contract`` (the keys a batch depends on), ``ddl`` (the schema's DDL),

@@ -9,18 +9,23 @@ problem is raised), and ``load_pipeline`` turns the file into the ``PipelineConf
 be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
 contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
 ``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
-the models ``json_schema``'s.
+the models ``json_schema``'s, reading a file's bytes into a YAML mapping (every cost bounded, any
+bytes a ``ConfigError``) ``yamlfile``'s.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import hashlib
 import json
 import os
 import re
+import threading
+import time
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any
 
-import yaml
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
@@ -62,24 +67,13 @@ from .pipeline import (
     Notifier,
     PipelineConfig,
     SparkConfig,
+    conceal,
 )
-from .policy import check_spark_conf, expand_vars
+from .policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
 from .schedule import check_schedule
+from .yamlfile import clip, read_mapping
 
 MODES = ("continuous", "interval")
-
-
-def _read_yaml(file: str) -> dict:
-    try:
-        with open(file, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ConfigError(file, "", f"invalid YAML: {e}") from None
-    except OSError as e:
-        raise ConfigError(file, "", f"cannot read: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(file, "", "must be a YAML mapping of keys (name, mode, source, ...)")
-    return raw
 
 
 # -- the YAML's sections as typed models (config.model): each checks its keys, in the order of the
@@ -731,10 +725,38 @@ def contract_roles() -> dict[str, str]:
 
 
 def load_pipeline(file: str) -> PipelineConfig:
-    """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
-    raw = _read_yaml(file)
-    expand_vars(raw, file)
-    return validate(PipelineFile, raw, file).value(file)
+    """The pipeline of YAML ``file``, validated section by section (the first error is raised).
+
+    The one door from a file to a pipeline: every caller (the DAG file, the ledger page, doctor, the
+    CLI, the tasks) gets a ``PipelineConfig`` or a ``ConfigError`` naming the file, whatever bytes it
+    holds. Reading is bounded (``yamlfile``); an error's text shows the ``${NAME}`` of a value that came
+    from the environment, never the value (``PipelineConfig.shown`` does the same for what is shown
+    of a loaded pipeline), and is cut at ``yamlfile.MAX_MESSAGE_CHARS``."""
+    raw = read_mapping(file)
+    concealed = environment_values(raw)
+    try:
+        expand_vars(raw, file)
+        cfg = validate(PipelineFile, raw, file).value(file)
+    except ConfigError as e:
+        raise ConfigError(e.file, e.key, clip(conceal(e.message, concealed))) from None
+    except Exception as e:  # noqa: BLE001 - not a refusal of ours (a bug, a library's error): still this file's
+        raise ConfigError(file, "", clip(conceal(f"cannot be loaded: {type(e).__name__}: {e}", concealed))) from None
+    return dataclasses.replace(cfg, concealed=concealed)
+
+
+def environment_values(raw: dict) -> tuple[tuple[str, str], ...]:
+    """(value, "${NAME}") of each variable named in the keys where ``policy`` expands them, whose
+    value comes from the environment (or the product's built-in defaults); a ``:-default`` written in
+    the file is the file's own text and is not hidden."""
+    out: dict[str, str] = {}
+    for key in EXPANDED_KEYS:
+        section, leaf = key.split(".")
+        text = raw.get(section, {}).get(leaf) if isinstance(raw.get(section), dict) else None
+        for m in VAR_RE.finditer(text if isinstance(text, str) else ""):
+            value = os.environ.get(m.group(1)) or BUILTIN_VARS.get(m.group(1))
+            if value:
+                out.setdefault(value, "${" + m.group(1) + "}")
+    return tuple(out.items())
 
 
 def pipelines_dir() -> str:
@@ -750,17 +772,76 @@ def pipelines_dir() -> str:
     return found
 
 
-def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
+class LoadCache:
+    """``load_pipeline``'s answers (a pipeline or its ConfigError) for a long-lived process that loads
+    the folder again and again (the ledger page, on every request): a file is loaded again only when
+    its identity changed (device, inode, size, modification and change times: an edit, a replacement,
+    a moved symlink), or its folder's ``transforms/`` or its own transform file did, or the
+    environment did, or after ``ttl`` seconds (what else a load reads, e.g. an Airflow setting)."""
+
+    def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.ttl, self.clock = ttl, clock
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[tuple, float, PipelineConfig | tuple[str, str]]] = {}
+
+    def load(self, file: str) -> PipelineConfig:
+        """``load_pipeline(file)``, or its last answer while nothing it read changed."""
+        with self._lock:
+            hit = self._entries.get(file)
+        if hit is not None and self.clock() - hit[1] < self.ttl and hit[0] == _identity(file, hit[2]):
+            return _answer(file, hit[2])
+        try:
+            result: PipelineConfig | tuple[str, str] = load_pipeline(file)
+        except ConfigError as e:
+            result = (e.key, e.message)
+        with self._lock:
+            self._entries[file] = (_identity(file, result), self.clock(), result)
+        return _answer(file, result)
+
+    def keep_only(self, files: Iterable[str]) -> None:
+        """Forget the files no longer in the folder."""
+        keep = set(files)
+        with self._lock:
+            for f in [f for f in self._entries if f not in keep]:
+                del self._entries[f]
+
+
+def _answer(file: str, result: PipelineConfig | tuple[str, str]) -> PipelineConfig:
+    if isinstance(result, PipelineConfig):
+        return result
+    raise ConfigError(file, *result)
+
+
+def _stat_key(path: str | None) -> tuple | None:
+    try:
+        st = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _identity(file: str, result: PipelineConfig | tuple[str, str]) -> tuple:
+    """What a cached load of ``file`` depends on, as it is now."""
+    own = result.transform_file if isinstance(result, PipelineConfig) else None
+    env = hashlib.sha256(repr(sorted(os.environ.items())).encode()).hexdigest()
+    return _stat_key(file), _stat_key(transforms.own_folder(file)), _stat_key(own), env
+
+
+def load_all(directory: str | None = None, cache: LoadCache | None = None) -> tuple[dict[str, PipelineConfig], dict[str, str]]:
     """Every *.yaml of the pipelines folder: ({name: config}, {file: error}).
 
     A bad file never stops the others from loading; duplicate names are errors of the later file.
+    ``cache``: a long-lived process's (``LoadCache``): unchanged files are not loaded again.
     """
     directory = directory or pipelines_dir()
     good: dict[str, PipelineConfig] = {}
     errors: dict[str, str] = {}
-    for f in sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml"))):
+    files = sorted(glob.glob(os.path.join(directory, "*.yaml")) + glob.glob(os.path.join(directory, "*.yml")))
+    if cache is not None:
+        cache.keep_only(files)
+    for f in files:
         try:
-            cfg = load_pipeline(f)
+            cfg = cache.load(f) if cache is not None else load_pipeline(f)
         except ConfigError as e:
             errors[f] = str(e)
             continue
@@ -770,9 +851,10 @@ def load_all(directory: str | None = None) -> tuple[dict[str, PipelineConfig], d
         clash = next((g for g in good.values() if {g.sink_table, g.quarantine_table} &
                       {cfg.sink_table, cfg.quarantine_table}), None)
         if clash is not None:
-            errors[f] = str(ConfigError(f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already "
-                                        f"written by pipeline {clash.name!r} ({os.path.basename(clash.file)}); "
-                                        f"each table has exactly one pipeline (its ledger lives in the table)"))
+            errors[f] = cfg.shown(str(ConfigError(
+                f, "sink.table", f"{cfg.sink_table} or {cfg.quarantine_table} is already written by pipeline "
+                f"{clash.name!r} ({os.path.basename(clash.file)}); each table has exactly one pipeline (its ledger "
+                f"lives in the table)")))
             continue
         good[cfg.name] = cfg
     return good, errors

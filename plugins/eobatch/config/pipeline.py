@@ -8,6 +8,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from croniter import croniter
@@ -131,6 +134,14 @@ class PipelineConfig:
     schedule_asset: str | None = None
     transform_file: str | None = None  # the pipeline folder's own transform (config.transforms); None: shipped
     transform_code: str | None = None  # that file's SHA-256, recorded in each plan
+    # (value, "${NAME}") of each environment variable the file's locations name: what a DAG's doc, its
+    # description or an error shows is ``shown(text)``, the name in place of the value (never compared,
+    # never hashed: the locations themselves are the expanded values)
+    concealed: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def shown(self, text: str) -> str:
+        """``text`` for people: each value that came from the environment replaced by its ``${NAME}``."""
+        return conceal(text, self.concealed)
 
     @property
     def sink_mode(self) -> str:
@@ -193,3 +204,20 @@ class PipelineConfig:
     def app_id(self) -> str:
         """The Delta txn appId of this pipeline."""
         return self.name
+
+
+def conceal(text: str, values: Iterable[tuple[str, str]]) -> str:
+    """``text`` with each ``value`` of ``values`` ((value, "${NAME}") pairs) replaced by its name, in
+    every spelling a location gives it (a trailing ``/`` dropped, a path normalised, ``s3://`` as
+    ``s3a://`` and back), longest first, in one pass."""
+    names: dict[str, str] = {}
+    for value, name in values:
+        for v in (value, value.rstrip("/"), os.path.normpath(value) if value.startswith("/") else value,
+                  *(("s3a://" + value[5:],) if value.startswith("s3://") else ()),
+                  *(("s3://" + value[6:],) if value.startswith("s3a://") else ())):
+            if v:
+                names.setdefault(v, name)
+    if not names:
+        return text
+    pattern = re.compile("|".join(re.escape(v) for v in sorted(names, key=len, reverse=True)))
+    return pattern.sub(lambda m: names[m.group(0)], text)

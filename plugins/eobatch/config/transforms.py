@@ -20,12 +20,15 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from ..errors import ConfigError
 from ..paths import TRANSFORMS_DIR
 from .contract import OWN_TRANSFORMS, SHIPPED_TRANSFORMS
 from .model import NAME_RE, Invalid
+from .yamlfile import read_bytes
 
 FOLDER = "transforms"  # beside a pipeline's YAML file
 DESCRIPTION = f"{FOLDER}/<name>.py beside the pipeline file, or a transform shipped with eobatch"
+MAX_TRANSFORM_BYTES = 1 << 20  # a transform is one module of code, not data
 
 
 @dataclass(frozen=True)
@@ -72,8 +75,10 @@ def resolve(pipeline_file: str | None, name: object) -> TransformCode:
         return TransformCode(name)
     if is_shipped:
         raise Invalid(f"{shown} has the name of a transform shipped with eobatch: rename the file and the key")
-    with open(own, "rb") as f:
-        source = f.read()
+    try:  # a regular file of bounded size: a FIFO or a huge file in the folder never hangs a load
+        source = read_bytes(own, MAX_TRANSFORM_BYTES, "a transform file")
+    except ConfigError as e:
+        raise Invalid(f"{shown} {e.message}") from None
     check_source(source, shown)
     return TransformCode(name, own, hashlib.sha256(source).hexdigest())
 

@@ -7,6 +7,9 @@ names of other pipelines.
 
 What one request may cost is bounded, whatever a signed-in user asks for:
 
+* the pipeline files: each loaded again only when it changed (``PIPELINES``, a ``LoadCache``), each
+  load bounded whatever the file holds (``config.yamlfile``);
+
 * the JSON: at most ``JSON_LIMIT_MAX`` batches a request (``JSON_LIMIT_DEFAULT`` without ``limit``);
 * the page: at most ``MAX_PER_PAGE`` + ``CHART_BATCHES`` batches read;
 * the backlog (a landing listing and up to 64 MiB of line counting): computed at most once per
@@ -27,7 +30,7 @@ from typing import Any
 
 from ..airflow import pipelines_dir
 from ..cli import ledger_rows, rows_json
-from ..config.loader import PipelineConfig, load_all
+from ..config.loader import LoadCache, PipelineConfig, load_all
 from ..core.backlog import backlog
 from ..core.maintenance import last_report, summary_line
 from ..core.protocol import Protocol
@@ -44,6 +47,9 @@ BACKLOG_TTL_S = 30.0  # the page's backlog figures are this old at most
 BACKLOG_COUNT_FILES = 1000  # records are counted for at most this many files not yet planned
 
 
+PIPELINES = LoadCache()  # the pipeline files' loads, by file identity (every request looks a pipeline up)
+
+
 class UnknownPipeline(LookupError):
     def __init__(self, name: str):
         super().__init__(f"no pipeline named {name!r}")
@@ -52,7 +58,9 @@ class UnknownPipeline(LookupError):
 
 def find(name: str) -> PipelineConfig:
     """The pipeline called ``name`` (the DAG id); ``UnknownPipeline`` when there is none."""
-    good, _errors = load_all(pipelines_dir())  # the errors are the DAG file's import errors: not repeated here
+    # the errors are the DAG file's import errors: not repeated here; a file unchanged since the last
+    # request is not loaded again (PIPELINES)
+    good, _errors = load_all(pipelines_dir(), cache=PIPELINES)
     if not NAME.match(name) or name not in good:
         raise UnknownPipeline(name)
     return good[name]
