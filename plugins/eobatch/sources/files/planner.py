@@ -200,6 +200,8 @@ class FilesSource:
             total += n
             if total >= limit:
                 break
+        for path, why in getattr(read, "skipped_inputs", []):  # asking ``void`` found them (a replay lineage)
+            self.skip(path, why)
         notes += self._skip_notes(read)  # each link and skip in one plan's notes
         if not chosen:
             return None, 0, notes
