@@ -179,3 +179,20 @@ def test_a_lineage_swapped_for_a_fifo_after_the_listing_is_skipped_not_opened_fo
     monkeypatch.setattr(replay_mod, "storage_for", lambda _uri: _SwapToFifo())
     _plan, skipped = _plan_with(proto, landing, range(10, 11))
     assert "not a regular file" in skipped[str(lineage)]["reason"]
+
+
+# -- many empty landing files ----------------------------------------------------------------------
+
+def test_thousands_of_empty_landing_files_never_make_one_batch(make_cfg):
+    """Was: an empty file holds no record, so it never closed a batch: 20,000 of them were one batch
+    with a 4.1 MB plan record (and a 7.7 s ledger page). Files count toward the batch bounds."""
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    for i in range(2500):
+        (landing / f"e{i:05d}.jsonl").touch()
+    land_at(landing / "z.jsonl", range(3), T0 + 10**6)
+    proto = Protocol(cfg)
+    plans, _new = proto.plan_batches(max_batches=5)
+    assert [len(p.range["files"]) for p in plans] == [1000, 1000, 501]
+    assert sum(p.rows_in for p in plans) == 3
+    assert max(os.path.getsize(proto.layout.plan(p.batch_id)) for p in plans) < 400_000

@@ -129,6 +129,23 @@ def test_batches_end_at_version_boundaries_within_the_record_and_version_limits(
     assert [b[1] for b in one] == [3] * 5
 
 
+def test_files_count_toward_the_batch_bounds_at_version_boundaries(make_cfg, tmp_path):
+    """At most max_files_per_batch files a batch, whatever their records (an empty file counts), at
+    version boundaries: a version of more files is a batch of its own."""
+    t = _up(tmp_path)
+    write_deltalake(t, pa.table({"order_id": ["a", "b", "c"], "amount": [1.0, 2.0, 3.0],
+                                 "day": ["2026-01-01", "2026-01-02", "2026-01-03"]}), partition_by=["day"])
+    _append(t, range(1))
+    _append(t, range(1, 2))
+    _append(t, range(2, 3))
+    assert [len(r["files"]) for r, _n, _ in _plan_all(_cfg(make_cfg, tmp_path))] == [6]
+    two = _plan_all(_cfg(make_cfg, tmp_path, max_files_per_batch=2))
+    assert [(r["versions"], len(r["files"])) for r, _n, _ in two] == [([0, 1], 3), ([1, 3], 2), ([3, 4], 1)]
+    assert _cfg(make_cfg, tmp_path).source.max_files_per_batch == 1000
+    with pytest.raises(ConfigError, match="source.max_files_per_batch: must be at most 3000"):
+        _cfg(make_cfg, tmp_path, max_files_per_batch=5000)
+
+
 def test_compaction_upstream_is_never_read_again(make_cfg, tmp_path):
     t = _up(tmp_path)
     _append(t, [1, 2])

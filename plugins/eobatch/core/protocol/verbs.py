@@ -104,7 +104,7 @@ class Protocol(Repairs):
 
     def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
         versions = versions if versions is not None else self.committed_versions()
-        if self.ledger.plan(batch_id) is None:
+        if not self.ledger.has_plan(batch_id):
             return None
         facts = st.BatchFacts(
             planned=True, abandoned=self._is_abandoned(batch_id),

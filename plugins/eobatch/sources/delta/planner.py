@@ -22,7 +22,8 @@ what the job must read), and what it did not read and why:
   (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``).
 
 Batches end at version boundaries: at least one version with data, then versions while their
-records fit ``max_records_per_batch`` and there are at most ``max_versions_per_batch`` of them,
+records fit ``max_records_per_batch``, their files ``max_files_per_batch`` (empty files count) and
+there are at most ``max_versions_per_batch`` of them,
 and before a version that reads a file the batch already reads (a file added, then removed: its
 rows inserted, then deleted), so that each planned file of a batch is read once, as one kind.
 Every version of the upstream is a batch boundary of the upstream's pipeline (one commit per
@@ -160,6 +161,7 @@ class DeltaSource:
             entries = self._entries(c, table)
             n = sum(e["records"] for e in entries)
             if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch
+                              or len(files) + len(entries) > self.src.max_files_per_batch
                               or {e["path"] for e in entries} & {f["path"] for f in files}):
                 end = v
                 break
