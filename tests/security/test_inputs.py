@@ -13,6 +13,7 @@ import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import unit.conftest as _unit
@@ -196,3 +197,112 @@ def test_thousands_of_empty_landing_files_never_make_one_batch(make_cfg):
     assert [len(p.range["files"]) for p in plans] == [1000, 1000, 501]
     assert sum(p.rows_in for p in plans) == 3
     assert max(os.path.getsize(proto.layout.plan(p.batch_id)) for p in plans) < 400_000
+
+
+# -- a Delta upstream's log naming files outside its table -----------------------------------------
+
+def _upstream(tmp_path: Path, versions: int = 1) -> str:
+    """A real delta-rs table partitioned by day, ``versions`` appends of one record each."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    table = str(tmp_path / "upstream")
+    for i in range(versions):
+        write_deltalake(table, pa.table({"order_id": [f"u{i}"], "amount": [float(i)], "day": ["2026-01-01"]}),
+                        mode="append", partition_by=["day"])
+    return table
+
+
+def _another_teams_file(tmp_path: Path) -> Path:
+    """A Parquet file of another team, which the downstream's workers can read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "other_team" / "payroll.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.table({"order_id": ["SECRET-salary"], "amount": [250000.0]}), path)
+    return path
+
+
+def _forge(table: str, version: int, path_in_log: str, file: Path) -> None:
+    """Append an ``add`` action naming ``path_in_log`` to the upstream's commit ``version`` (a writer
+    of its _delta_log)."""
+    add = {"add": {"path": path_in_log, "partitionValues": {"day": "2026-01-01"}, "size": file.stat().st_size,
+                   "modificationTime": 1_767_225_600_000, "dataChange": True}}
+    commit = Path(table) / "_delta_log" / f"{version:020d}.json"
+    text = commit.read_text()
+    commit.write_text(text + ("" if text.endswith("\n") else "\n") + json.dumps(add) + "\n")
+
+
+@pytest.fixture
+def footers_read(monkeypatch) -> list[str]:
+    """The paths whose Parquet footer the delta planner opens."""
+    from eobatch.sources.delta import planner
+
+    seen: list[str] = []
+    real = planner.footer_rows
+    monkeypatch.setattr(planner, "footer_rows", lambda fs, path, root=None: seen.append(path) or real(fs, path, root))
+    return seen
+
+
+FORGED = {
+    "absolute path": lambda secret: str(secret),
+    "file URI": lambda secret: f"file://{secret}",
+    "file URI of localhost": lambda secret: f"file://localhost{secret}",
+    "file: without slashes": lambda secret: f"file:{secret}",
+    "../ relative path": lambda secret: "../other_team/payroll.parquet",
+    "../ below a partition folder": lambda secret: "day=2026-01-01/../../other_team/payroll.parquet",
+    "percent-encoded ../": lambda secret: "%2E%2E/other_team/payroll.parquet",
+    "percent-encoded slashes": lambda secret: "..%2Fother_team%2Fpayroll.parquet",
+    "another bucket": lambda secret: "s3a://other-team-bucket/payroll.parquet",
+    "another bucket, s3:": lambda secret: "S3://other-team-bucket/payroll.parquet",
+}
+
+
+@pytest.mark.parametrize("how", sorted(FORGED))
+def test_a_forged_add_outside_the_upstream_table_is_refused_at_plan_never_read(make_cfg, tmp_path, how, footers_read):
+    from eobatch.sources import source_for
+    from eobatch.sources.delta import UpstreamOutside
+
+    table = _upstream(tmp_path, 2)
+    secret = _another_teams_file(tmp_path)
+    forged = FORGED[how](secret)
+    _forge(table, 1, forged, secret)
+    src = source_for(make_cfg(source={"kind": "delta", "table": table}))
+    first, n, _notes = src.next_range([], 100)  # the versions before it are a batch
+    assert first["versions"] == [0, 1] and n == 1
+    read_before = list(footers_read)
+    with pytest.raises(UpstreamOutside) as e:
+        src.next_range([SimpleNamespace(range=first, notes=[], batch_id=1, source_kind="delta")], 100)
+    assert f"upstream version 1 (WRITE) of {table} names the file {forged!r}" in str(e.value)
+    assert "outside the table's root" in str(e.value) and "was not read" in str(e.value)
+    assert footers_read == read_before  # nothing of version 1 opened: not the good file, not the forged one
+    assert str(secret) not in footers_read
+
+
+def test_the_plan_of_a_pipeline_is_refused_and_records_nothing(make_cfg, tmp_path):
+    from eobatch.sources.delta import UpstreamOutside
+
+    table = _upstream(tmp_path, 1)
+    secret = _another_teams_file(tmp_path)
+    _forge(table, 0, "../other_team/payroll.parquet", secret)
+    proto = Protocol(make_cfg(source={"kind": "delta", "table": table}))
+    with pytest.raises(UpstreamOutside, match="upstream version 0 .* names the file '../other_team/payroll.parquet'"):
+        proto.plan()
+    assert proto.ledger.latest_batch_id() == 0
+
+
+def test_a_location_the_platform_allows_is_read(make_cfg, tmp_path, monkeypatch, footers_read):
+    """A shallow clone names its source table's files by absolute paths: the platform (the workers'
+    environment, never the YAML) may allow that location."""
+    from eobatch.sources import source_for
+
+    table = _upstream(tmp_path, 2)
+    secret = _another_teams_file(tmp_path)
+    _forge(table, 0, str(secret), secret)
+    monkeypatch.setenv("EOBATCH_ALLOW_DELTA_LOCATIONS", f"s3a://elsewhere/x, {secret.parent}")
+    rng, n, _notes = source_for(make_cfg(source={"kind": "delta", "table": table})).next_range([], 100)
+    assert n == 3 and str(secret) in {f["path"] for f in rng["files"]} and str(secret) in footers_read
+    monkeypatch.setenv("EOBATCH_ALLOW_DELTA_LOCATIONS", f"{secret.parent}-not")  # a prefix of the name is not a folder
+    with pytest.raises(Exception, match="outside the table's root"):
+        source_for(make_cfg(source={"kind": "delta", "table": table})).next_range([], 100)
