@@ -306,6 +306,9 @@ class ReadSoFar(Sequence[BatchPlan]):
         self.last = last
         self._consumed, self._reported, self._link_noted, self._full = consumed, reported, link_noted, full
         self._void = void
+        # landing inputs left out while ``void`` was answered (a replay lineage that cannot be read):
+        # (path, why), filled when ``void`` is first asked; the planner skips them (its notes, ``skipped``)
+        self.skipped_inputs: list[tuple[str, str]] = []
         self._all: list[BatchPlan] | None = None
 
     @classmethod

@@ -54,6 +54,10 @@ class Ledger:
     def plan(self, batch_id: int) -> BatchPlan | None:
         return self._read(self.layout.plan(batch_id), BatchPlan)
 
+    def has_plan(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id`` has a plan record (a stat: its record, which can be large, is not read)."""
+        return self.fs.stat(self.layout.plan(batch_id)) is not None
+
     def require_plan(self, batch_id: int) -> BatchPlan:
         """The plan of a batch the ledger lists; ProtocolError when its record is gone (archived by
         a concurrent reset-batch)."""

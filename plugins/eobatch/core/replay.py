@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from ..config.lines import RAW_CHARS
 from ..errors import UsageError
 from ..sources import kind_for
-from ..storage.fs import LinkRefused, join, link_refused, storage_for
+from ..storage.fs import LinkRefused, join, link_refused, printable, storage_for
 from . import faults
 from .checkpoint import RewindKey, undoing
 from .formats import JSON, QUARANTINE, Layout, bid
@@ -64,6 +64,9 @@ if TYPE_CHECKING:
     from .protocol import Protocol
 
 RECORD_NAME = re.compile(r"(\d{10})\.json")
+# a lineage beside a replay file of an earlier version is a landing input: read up to this many bytes
+# (a line of its records is about 200 bytes: some 80,000 records), a longer one is refused
+LINEAGE_MAX_BYTES = 16 << 20
 
 
 def quarantined(proto: Protocol, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
@@ -96,14 +99,15 @@ def recorded(layout: Layout) -> list[JSON]:
     return sorted(out, key=lambda r: r["replay"])
 
 
-def every_replay(cfg: PipelineConfig, layout: Layout, strict: bool = True) -> list[JSON]:
+def every_replay(cfg: PipelineConfig, layout: Layout, strict: bool = True,
+                 bad: list[tuple[str, str, str]] | None = None) -> list[JSON]:
     """Every replay, recorded (``recorded``) or of an earlier version (a lineage beside its file):
     ``label``, ``batch_id`` (its origin batch), ``file``, ``records`` and, recorded ones only, the
     rest of their record. ``strict``: a lineage that cannot be read is refused (UsageError), else
-    left out (a planner never halts on a landing input)."""
+    left out and appended to ``bad`` (``_legacy_replays``: a planner never halts on a landing input)."""
     out = [{**rec, "label": f"replay {rec['replay']}"} for rec in recorded(layout)]
     root = _landing(cfg)
-    return out + _legacy_replays(storage_for(root), join(root, REPLAY_DIR), strict)
+    return out + _legacy_replays(storage_for(root), root, strict, bad)
 
 
 def live(replays: list[JSON], rewinds: Sequence[RewindKey]) -> tuple[list[JSON], list[tuple[JSON, RewindKey]]]:
@@ -129,12 +133,27 @@ def void_text(replay: JSON, by: RewindKey) -> str:
             f"can be replayed from the batch that read it again)")
 
 
-def void_files(cfg: PipelineConfig, layout: Layout, rewinds: Sequence[RewindKey]) -> dict[str, str]:
+def void_files(cfg: PipelineConfig, layout: Layout, rewinds: Sequence[RewindKey],
+               held: list[tuple[str, str]] | None = None) -> dict[str, str]:
     """Landing file -> why it is never read: the files of the void replays (``live``), given the
-    rewinds in effect. What the plans ask (``ReadSoFar.void``); nothing is read without a rewind."""
+    rewinds in effect. What the plans ask (``ReadSoFar.void``); nothing is read without a rewind.
+
+    A replay file whose lineage cannot be read (``_legacy_replays``) is held back too: whether a
+    rewind voided it is not known, so it is not read while its lineage stays unreadable (removed,
+    the file is a landing file like any other). Each such lineage is appended to ``held`` as
+    (path, why): the plan skips it (``ReadSoFar.skipped_inputs``), it never fails the plan."""
     if not rewinds or not _replayable(cfg):
         return {}
-    return {r["file"]: void_text(r, by) for r, by in live(every_replay(cfg, layout, strict=False), rewinds)[1]}
+    bad: list[tuple[str, str, str]] = []
+    out = {r["file"]: void_text(r, by) for r, by in live(every_replay(cfg, layout, strict=False, bad=bad), rewinds)[1]}
+    for lineage, file, why in bad:
+        out.setdefault(file, f"its lineage {printable(lineage)} cannot be read, so whether a rewind voided this replay "
+                             f"is not known: held back, not read while the lineage stays unreadable (fix it, or "
+                             f"remove it to publish this file as a landing file)")
+        if held is not None:
+            held.append((lineage, f"not read as the lineage of a replay ({why}); its replay file "
+                                  f"{printable(file)} is held back until it can be read (fix it or remove it)"))
+    return out
 
 
 def _replayable(cfg: PipelineConfig) -> bool:
@@ -233,26 +252,57 @@ def replay(proto: Protocol, batch_id: int, reason: str | None = None) -> dict[st
             "already_in": [label for label, _file in by], "skipped": skipped, "finished": earlier}
 
 
-def _legacy_replays(landing: Storage, folder: str, strict: bool = True) -> list[dict[str, Any]]:
+def _legacy_replays(landing: Storage, root: str, strict: bool = True,
+                    bad: list[tuple[str, str, str]] | None = None) -> list[dict[str, Any]]:
     """The replays made before replays were recorded in the ledger: each such replay file has its
-    lineage beside it (``<file>.lineage.json``), as ``every_replay`` lists them."""
+    lineage beside it (``<file>.lineage.json``, in ``<root>/replay``), as ``every_replay`` lists them.
+
+    A lineage is a landing input like any other (anyone who lands files can write one): it is opened
+    as ``Storage.open_landing`` opens landing files (no link followed below ``root``, a regular file
+    only), at most ``LINEAGE_MAX_BYTES`` of it, and anything that does not parse as a lineage (any
+    exception of the parser: ``[`` 40,000 times is a RecursionError) is refused (``strict``:
+    UsageError) or left out and appended to ``bad`` as (lineage, its replay file, why)."""
+    folder = join(root, REPLAY_DIR)
+    if landing.is_link(folder):
+        return []  # never followed (the landing listing notes the link)
     out = []
     for f in landing.list_files(folder, recursive=False):
-        if f.path.endswith(".jsonl.lineage.json"):
-            file = f.path[:-len(".lineage.json")]
-            try:
-                records = json.loads(landing.read_bytes(f.path))["records"]
-                origin = min((int(r["batch_id"]) for r in records), default=0)  # one batch's records
-                for r in records:
-                    _key(r["source"], r["position"])  # each one names its source position
-                out.append({"label": "an earlier replay", "file": file, "records": records, "batch_id": origin})
-            except (ValueError, KeyError, TypeError) as e:
-                if not strict:
-                    continue
-                raise UsageError(f"{f.path} is not the lineage of a replay ({type(e).__name__}: {e}), so which "
-                                 f"records {file} replayed is unknown; nothing replayed. Fix it, or remove it if "
-                                 f"{file} was never a replay") from None
+        if not f.path.endswith(".jsonl.lineage.json"):
+            continue
+        file = f.path[:-len(".lineage.json")]
+        try:
+            out.append(_read_lineage(landing, f.path, root) | {"file": file})
+        except Exception as e:  # noqa: BLE001 - a landing input: whatever its bytes raise, it is refused
+            why = f"{type(e).__name__}: {str(e)[:300]}" if not isinstance(e, _BadLineage) else str(e)
+            if strict:
+                raise UsageError(f"{f.path} is not the lineage of a replay ({why}), so which records {file} "
+                                 f"replayed is unknown; nothing replayed. Fix it, or remove it if {file} was never "
+                                 f"a replay") from None
+            if bad is not None:
+                bad.append((f.path, file, why))
     return out
+
+
+class _BadLineage(ValueError):
+    """A lineage file that cannot be read as one (its message says why)."""
+
+
+def _read_lineage(landing: Storage, path: str, root: str) -> dict[str, Any]:
+    """``label``, ``records`` and ``batch_id`` (the origin) of the lineage at ``path`` (``_legacy_replays``)."""
+    reader, info = landing.open_landing(path, root)
+    with reader:
+        if info.size > LINEAGE_MAX_BYTES:
+            raise _BadLineage(f"{info.size} bytes, more than a lineage holds ({LINEAGE_MAX_BYTES}); not read")
+        data = reader.read(LINEAGE_MAX_BYTES + 1)
+    if len(data) > LINEAGE_MAX_BYTES:
+        raise _BadLineage(f"more than {LINEAGE_MAX_BYTES} bytes; not read")
+    records = json.loads(data)["records"]
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise _BadLineage("its records are not a list of records")
+    origin = min((int(r["batch_id"]) for r in records), default=0)  # one batch's records
+    for r in records:
+        _key(r["source"], r["position"])  # each one names its source position
+    return {"label": "an earlier replay", "records": records, "batch_id": origin}
 
 
 def _write_landing_files(proto: Protocol, records: list[JSON]) -> list[JSON]:

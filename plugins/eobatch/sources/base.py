@@ -49,6 +49,17 @@ class ConfigContext:
     schedule: str | None
 
 
+# files a batch of a file-reading kind (files, parquet, delta) reads at most (``max_files_per_batch``):
+# empty files count too, so a plan record, and the ledger page, stay small whatever lands. The stage
+# job holds one descriptor per local file it reads (``files.read.open_planned``): the cap stays well
+# under the open-file limits hosts give (a hard limit of 4096 is common; the job needs 256 more)
+DEFAULT_MAX_FILES_PER_BATCH = 1000
+MAX_FILES_PER_BATCH = 3000
+# keys that bound how a range is planned, not what it holds (a pending batch's range is in its plan):
+# not in the fingerprint, so a pipeline keeps its fingerprint when they came
+NOT_FINGERPRINTED = ("max_files_per_batch",)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SourceConfig:
     """Base of every kind's parsed ``source:`` mapping. ``path`` is the source's folder, or None for
@@ -68,7 +79,7 @@ class SourceConfig:
 
     def fingerprint_dict(self) -> dict:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k not in NOT_FINGERPRINTED}
 
     def bucket_connections(self) -> dict[str, str]:
         """S3 buckets this source reads with credentials of their own: bucket -> the Airflow
@@ -112,7 +123,7 @@ LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
 def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> dict:
     """``cfg`` over LEGACY_SOURCE_DEFAULTS; ``added``: fields newer than those, hashed only when
     set (not None), so a YAML that does not use them keeps its fingerprint."""
-    own = asdict(cfg)
+    own = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
     newer = {k: own.pop(k) for k in added}
     out = {**LEGACY_SOURCE_DEFAULTS, **own}
     if set(out) != set(LEGACY_SOURCE_DEFAULTS):

@@ -13,11 +13,26 @@ from typing import Annotated, Any, ClassVar
 
 from pydantic import ValidationInfo, model_validator
 
-from ..config.model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, validate
+from ..config.model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, pos_int, validate
 from ..config.schedule import ONLY_INTERVAL, check_interval_prefix
-from .base import ConfigContext, SourceConfig
+from .base import DEFAULT_MAX_FILES_PER_BATCH, MAX_FILES_PER_BATCH, ConfigContext, SourceConfig
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")
+
+
+def _max_files(v: Any) -> int:
+    n = pos_int(v)
+    if n > MAX_FILES_PER_BATCH:
+        raise Invalid(f"must be at most {MAX_FILES_PER_BATCH}, got {n} (the stage job holds one open file per "
+                      f"file it reads)")
+    return n
+
+
+# ``max_files_per_batch`` of the kinds that read files (files, parquet, delta)
+MaxFiles = Annotated[int, Check(_max_files, {
+    "type": "integer", "minimum": 1, "maximum": MAX_FILES_PER_BATCH, "default": DEFAULT_MAX_FILES_PER_BATCH,
+    "description": "files a batch reads at most, empty ones too (the plan record, the ledger page and the stage "
+                   "job's open files stay bounded)"})]
 
 
 class SourceSection(Section):
@@ -61,3 +76,4 @@ class LandingSection(SourceSection):
                                                 "sub-folder, with {ds}, {ds_nodash}, {hh}"})] = None
     late_files: Annotated[str, one_of(*LATE_FILE_POLICIES)] = "republish"  # interval mode: a file landing in a published interval
     late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are Check
+    max_files_per_batch: MaxFiles = DEFAULT_MAX_FILES_PER_BATCH

@@ -286,6 +286,9 @@ def _range_cell(r: dict, airflow_base: str = "") -> str:
         items.append(f'<li><span class="mono">{esc(f.get("path"))}</span> '
                      f'<span class="muted">({esc(fmt_int(f.get("records")))} records, '
                      f'{esc(fmt_bytes(f.get("size")))})</span></li>')
+    if isinstance(rng, dict) and rng.get("files_not_shown"):  # the page lists a few (eobatch.ui.view.PAGE_FILES)
+        items.append(f'<li class="muted">... and {esc(fmt_int(rng["files_not_shown"]))} more files (the JSON lists '
+                     f'them all)</li>')
     for p, span in sorted((rng.get("partitions") or {}).items()) if isinstance(rng, dict) else []:
         items.append(f'<li>topic <span class="mono">{esc(rng.get("topic"))}</span> partition {esc(p)}: '
                      f'offsets [{esc(span[0])}, {esc(span[1])})</li>')

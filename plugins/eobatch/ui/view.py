@@ -11,7 +11,10 @@ What one request may cost is bounded, whatever a signed-in user asks for:
   load bounded whatever the file holds (``config.yamlfile``);
 
 * the JSON: at most ``JSON_LIMIT_MAX`` batches a request (``JSON_LIMIT_DEFAULT`` without ``limit``);
-* the page: at most ``MAX_PER_PAGE`` + ``CHART_BATCHES`` batches read;
+* the page: at most ``MAX_PER_PAGE`` + ``CHART_BATCHES`` batches read, each batch's plan shown with
+  at most ``PAGE_FILES`` of its files and ``PAGE_NOTES`` of its notes (``PAGE_NOTE_CHARS`` each), and
+  parsed once per process (``PagePlans``, by the plan record's identity): a page load costs the
+  same whether a batch read 3 files or 20,000;
 * the backlog (a landing listing and up to 64 MiB of line counting): computed at most once per
   ``BACKLOG_TTL_S`` seconds per pipeline in this process, by one request at a time (the others get
   the last figures, or a note); records are counted for at most ``BACKLOG_COUNT_FILES`` files;
@@ -21,21 +24,27 @@ What one request may cost is bounded, whatever a signed-in user asks for:
 
 from __future__ import annotations
 
+import collections
+import dataclasses
+import hashlib
 import json
 import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..airflow import pipelines_dir
-from ..cli import ledger_rows, rows_json
+from ..cli import ledger_row, ledger_rows, rows_json
 from ..config.loader import LoadCache, PipelineConfig, load_all
 from ..core.backlog import backlog
+from ..core.formats import BatchPlan
+from ..core.ledger import Ledger
 from ..core.maintenance import last_report, summary_line
 from ..core.protocol import Protocol
 from ..core.stuck import find_stuck
 from ..errors import EobatchError
+from ..sources import range_summary
 from ..storage.credentials import scrub
 from .page import CHART_BATCHES, Pager, PageView
 
@@ -45,6 +54,10 @@ JSON_LIMIT_DEFAULT = 1000  # batches of one JSON answer without ``limit``
 JSON_LIMIT_MAX = 10000  # and with it
 BACKLOG_TTL_S = 30.0  # the page's backlog figures are this old at most
 BACKLOG_COUNT_FILES = 1000  # records are counted for at most this many files not yet planned
+PAGE_FILES = 20  # files of one batch's range the page lists (the JSON lists them all)
+PAGE_NOTES = 20  # notes of one batch the page shows, each cut at PAGE_NOTE_CHARS characters
+PAGE_NOTE_CHARS = 2000
+PAGE_PLANS = 1024  # plans kept as the page shows them, per process
 
 
 PIPELINES = LoadCache()  # the pipeline files' loads, by file identity (every request looks a pipeline up)
@@ -117,6 +130,70 @@ def page_backlog(proto: Protocol) -> dict:
     return BACKLOGS.get((cfg.file, cfg.name), compute, busy=BACKLOG_BUSY)
 
 
+def page_plan(plan: BatchPlan) -> tuple[BatchPlan, str]:
+    """(``plan`` as the page shows it, its range's summary): at most ``PAGE_FILES`` of its files
+    (``files_not_shown`` says how many more) and ``PAGE_NOTES`` of its notes, each cut short."""
+    rng = plan.range
+    small = dict(rng) if isinstance(rng, dict) else rng
+    files = rng.get("files") if isinstance(rng, dict) else None
+    if isinstance(files, list) and len(files) > PAGE_FILES:
+        small = {**rng, "files": files[:PAGE_FILES], "files_not_shown": len(files) - PAGE_FILES}
+    notes = [n if len(n) <= PAGE_NOTE_CHARS else n[:PAGE_NOTE_CHARS] + " [...]" for n in plan.notes[:PAGE_NOTES]]
+    if len(plan.notes) > PAGE_NOTES:
+        notes.append(f"... and {len(plan.notes) - PAGE_NOTES} more notes (the JSON and `make ledger` show them all)")
+    return dataclasses.replace(plan, range=small, notes=notes, late=[]), range_summary(plan)
+
+
+class PagePlans:
+    """Batch plans as the page shows them (``page_plan``) with their record's sha256, read once per
+    process: keyed by the plan record's identity (path, size, and inode and mtime, or ETag and
+    version on S3), so a batch that ``reset-batch`` forgot and planned again is read again. At
+    most ``PAGE_PLANS``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._plans: collections.OrderedDict[Any, tuple[BatchPlan, str, str]] = collections.OrderedDict()
+
+    def get(self, proto: Protocol, batch_id: int) -> tuple[BatchPlan, str, str] | None:
+        """(the plan as shown, its range's summary, its record's sha256), or None: no such plan."""
+        fs, path = proto.ledger.fs, proto.layout.plan(batch_id)
+        before = fs.stat(path)
+        if before is None:
+            return None
+        key = (path, before.size, before.mtime_ms, tuple(before.identity or ()))
+        with self._lock:
+            hit = self._plans.get(key)
+            if hit is not None:
+                self._plans.move_to_end(key)
+                return hit
+        try:
+            data = fs.read_bytes(path)
+        except FileNotFoundError:
+            return None
+        shown = (*page_plan(BatchPlan.from_json(data)), hashlib.sha256(data).hexdigest())
+        if fs.stat(path) == before:  # the record parsed is the one the key names
+            with self._lock:
+                self._plans[key] = shown
+                while len(self._plans) > PAGE_PLANS:
+                    self._plans.popitem(last=False)
+        return shown
+
+
+PLANS = PagePlans()
+
+
+def page_rows(proto: Protocol, batch_ids: list[int]) -> list[dict]:
+    """``ledger_rows`` of ``batch_ids`` as the page shows them: each plan from ``PLANS``."""
+    versions = proto.committed_versions()
+    rows = []
+    for b in batch_ids:
+        got = PLANS.get(proto, b)
+        if got is not None:
+            plan, summary, _digest = got
+            rows.append(ledger_row(proto, plan, versions) | {"source_range": summary})
+    return rows
+
+
 class RunIndex:
     """DAG run id -> the newest batch it planned, over the newest ``RUN_SEARCH_LIMIT`` plans of a
     pipeline's ledger: each plan is read once per process (the index is extended with the plans
@@ -167,7 +244,7 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
     pager = Pager.of(latest, page, per_page)
     page_ids = pager.batch_ids(latest)
     chart_ids = list(range(latest, max(0, latest - CHART_BATCHES), -1))
-    rows = {r["batch_id"]: r for r in ledger_rows(proto, sorted(set(page_ids) | set(chart_ids)))}
+    rows = {r["batch_id"]: r for r in page_rows(proto, sorted(set(page_ids) | set(chart_ids)))}
     return PageView(
         pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, pager=pager,
         schedule=cfg.schedule or (f"on the asset events of {cfg.schedule_asset}" if cfg.schedule_asset else None),
@@ -183,11 +260,30 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
            for k in sorted(proto.ledger.cancelled_rewinds())])
 
 
+class _PageLedger:
+    """``proto``'s ledger whose plans are read through ``PLANS`` (the stuck detector reads the
+    plan of the oldest open batch at every page load)."""
+
+    def __init__(self, proto: Protocol):
+        self._proto = proto
+
+    def plan(self, batch_id: int) -> BatchPlan | None:
+        got = PLANS.get(self._proto, batch_id)
+        return got[0] if got is not None else None
+
+    def plan_digest(self, batch_id: int) -> str | None:
+        got = PLANS.get(self._proto, batch_id)
+        return got[2] if got is not None else None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._proto.ledger, name)
+
+
 def page_stuck(proto: Protocol) -> dict | None:
     """The stuck detector's finding (``eobatch.core.stuck``) as the page and its JSON show it; a
     ledger that cannot be read now: a finding that says so (the page still shows the rest)."""
     try:
-        found = find_stuck(proto.ledger, proto.cfg)
+        found = find_stuck(cast(Ledger, _PageLedger(proto)), proto.cfg)
     except Exception as e:  # noqa: BLE001 - the page shows why
         return {"error": scrub(f"{type(e).__name__}: {e}")}
     return found.to_json() if found is not None else None

@@ -304,3 +304,21 @@ def test_a_replay_file_of_an_earlier_version_is_void_too_after_a_rewind_to_befor
     proto.rewind(1, run_id="ui")
     assert _publish_all(proto) == {"o1": 1, "anon1": 1, "anon2": 1}
     assert any(n.startswith(f"skipped {old}: an earlier replay is void: batch 1") for n in proto.ledger.plan(3).notes)
+
+
+def test_a_lineage_that_cannot_be_read_refuses_a_replay_whatever_its_bytes_raise(make_cfg):
+    """`make replay` reads the lineages strictly: 40 kB of ``[`` (a RecursionError of the parser) is
+    refused as a lineage naming its file, nothing replayed; a link is not one (never followed)."""
+    cfg, proto, _anon = _quarantine_batch_1(make_cfg)
+    folder = Path(cfg.source.path) / "replay"
+    folder.mkdir()
+    lineage = folder / "replay-b1-0123456789ab.jsonl.lineage.json"
+    lineage.write_bytes(b"[" * 40_000)
+    with pytest.raises(UsageError, match=r"replay-b1-0123456789ab.jsonl.lineage.json is not the lineage of a "
+                                         r"replay \(RecursionError"):
+        replay(proto, 1, "customer")
+    lineage.unlink()
+    outside = Path(cfg.source.path).parent / "elsewhere.json"
+    outside.write_bytes(b"[" * 40_000)
+    lineage.symlink_to(outside)
+    assert replay(proto, 1, "customer")["records"] == 2  # the link is no lineage: never read

@@ -129,6 +129,23 @@ def test_batches_end_at_version_boundaries_within_the_record_and_version_limits(
     assert [b[1] for b in one] == [3] * 5
 
 
+def test_files_count_toward_the_batch_bounds_at_version_boundaries(make_cfg, tmp_path):
+    """At most max_files_per_batch files a batch, whatever their records (an empty file counts), at
+    version boundaries: a version of more files is a batch of its own."""
+    t = _up(tmp_path)
+    write_deltalake(t, pa.table({"order_id": ["a", "b", "c"], "amount": [1.0, 2.0, 3.0],
+                                 "day": ["2026-01-01", "2026-01-02", "2026-01-03"]}), partition_by=["day"])
+    _append(t, range(1))
+    _append(t, range(1, 2))
+    _append(t, range(2, 3))
+    assert [len(r["files"]) for r, _n, _ in _plan_all(_cfg(make_cfg, tmp_path))] == [6]
+    two = _plan_all(_cfg(make_cfg, tmp_path, max_files_per_batch=2))
+    assert [(r["versions"], len(r["files"])) for r, _n, _ in two] == [([0, 1], 3), ([1, 3], 2), ([3, 4], 1)]
+    assert _cfg(make_cfg, tmp_path).source.max_files_per_batch == 1000
+    with pytest.raises(ConfigError, match="source.max_files_per_batch: must be at most 3000"):
+        _cfg(make_cfg, tmp_path, max_files_per_batch=5000)
+
+
 def test_compaction_upstream_is_never_read_again(make_cfg, tmp_path):
     t = _up(tmp_path)
     _append(t, [1, 2])
@@ -443,3 +460,31 @@ def test_the_batches_of_one_run_read_each_version_of_the_log_once(make_cfg, tmp_
     batches = _plan_all(_cfg(make_cfg, tmp_path, max_records_per_batch=2))
     assert [b[0]["versions"] for b in batches] == [[0, 2], [2, 4], [4, 6]]
     assert sorted(reads) == list(range(6))
+
+
+@pytest.mark.parametrize("table,path,resolved,inside", [
+    ("/t", "day=1/part%20a.parquet", "/t/day=1/part a.parquet", True),
+    ("/t", "sub/../part.parquet", "/t/part.parquet", True),
+    ("/t", "../u/part.parquet", "/u/part.parquet", False),
+    ("/t", "%2E%2E/u/part.parquet", "/u/part.parquet", False),
+    ("/t", "..%2Fu%2Fpart.parquet", "/u/part.parquet", False),
+    ("/t", "/t/part.parquet", "/t/part.parquet", True),
+    ("/t", "/tt/part.parquet", "/tt/part.parquet", False),  # a longer name is not below the folder
+    ("/t", "file:///t/part.parquet", "/t/part.parquet", True),
+    ("/t", "file:/t/x/../../u.parquet", "/u.parquet", False),
+    ("/t", "file://localhost/t/part.parquet", "/t/part.parquet", True),
+    ("/t", "file://otherhost/t/part.parquet", "file://otherhost/t/part.parquet", False),
+    ("/t", "s3a://b/t/part.parquet", "s3a://b/t/part.parquet", False),  # another store
+    ("s3a://b/t", "part.parquet", "s3a://b/t/part.parquet", True),
+    ("s3a://b/t", "s3://b/t/part.parquet", "s3a://b/t/part.parquet", True),
+    ("s3a://b/t", "S3N://b/t/part.parquet", "s3a://b/t/part.parquet", True),
+    ("s3a://b/t", "s3a://c/t/part.parquet", "s3a://c/t/part.parquet", False),  # another bucket
+    ("s3a://b/t", "/t/../u/part.parquet", "s3a://b/u/part.parquet", False),
+    ("s3a://b/t", "hdfs://nn/t/part.parquet", "hdfs://nn/t/part.parquet", False),
+])
+def test_log_paths_resolve_decoded_and_normalized_and_only_those_below_the_table_are_within(table, path, resolved,
+                                                                                              inside):
+    from eobatch.sources.delta.log import data_path, within
+
+    assert data_path(table, path) == resolved
+    assert within(data_path(table, path), table) is inside

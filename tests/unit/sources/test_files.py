@@ -591,3 +591,53 @@ def test_verify_refuses_a_batch_whose_job_read_another_file_than_planned(make_cf
     assert len(other) == 1 and "read another file" in other[0]
     gone = r.check_stage(summary({"files": {a: "FileNotFoundError: No such file"}}))
     assert len(gone) == 1 and a in gone[0]
+
+
+# -- max_files_per_batch -----------------------------------------------------------------
+
+
+def test_empty_files_count_toward_the_batch_bound_of_files(make_cfg):
+    """Was: an empty file adds no record, so 20,000 of them were one batch (a 4.1 MB plan record)."""
+    cfg = make_cfg(source={"kind": "files", "path": make_cfg().source.path, "max_files_per_batch": 10})
+    src = FilesSource(cfg)
+    root = Path(src.root)
+    for i in range(25):
+        _land(root, f"e{i:02d}.jsonl", 0, 100 + i)
+    _land(root, "z.jsonl", 3, 200)
+    plans, sizes = [], []
+    while True:
+        rng, n, _notes = src.next_range(plans, 100)
+        if rng is None:
+            break
+        plans.append(_plan(rng))
+        sizes.append((len(rng["files"]), n))
+    assert sizes == [(10, 0), (10, 0), (6, 3)]
+
+
+def test_max_files_per_batch_default_cap_and_fingerprint(make_cfg):
+    cfg = make_cfg()
+    assert cfg.source.max_files_per_batch == 1000
+    path = cfg.source.path
+    for kind in ("files", "parquet"):
+        with pytest.raises(Exception, match=r"source.max_files_per_batch: must be at most 3000"):
+            make_cfg(source={"kind": kind, "path": path, "max_files_per_batch": 3001})
+        with pytest.raises(Exception, match=r"source.max_files_per_batch: must be a positive integer"):
+            make_cfg(source={"kind": kind, "path": path, "max_files_per_batch": 0})
+    # a bound of how ranges are planned (each range is in its plan): the fingerprint stays
+    set_ = make_cfg(source={"kind": "files", "path": path, "max_records_per_batch": 100, "max_files_per_batch": 7})
+    assert set_.source.max_files_per_batch == 7 and set_.fingerprint() == cfg.fingerprint()
+
+
+def test_an_interval_of_more_files_than_the_bound_is_refused_before_any_is_opened(make_cfg, monkeypatch):
+    from eobatch.sources.kafka import IntervalTooLarge
+
+    cfg = make_cfg(mode="interval", schedule="@hourly", source={
+        "kind": "files", "path": str(Path(make_cfg().source.path)), "interval_prefix": "dt={ds}/hour={hh}",
+        "max_files_per_batch": 3})
+    s = FilesSource(cfg)
+    t = 1_767_247_200  # 2026-01-01T06:00:00Z
+    for i in range(4):
+        _land(Path(s.root), f"dt=2026-01-01/hour=06/e{i}.jsonl", 0, 1)
+    monkeypatch.setattr(FilesSource, "_entry", lambda *_: pytest.fail("a file was opened"))
+    with pytest.raises(IntervalTooLarge, match="holds 4 files, more than max_files_per_batch=3"):
+        s.interval_range(t * 1000, (t + 3600) * 1000, 100)

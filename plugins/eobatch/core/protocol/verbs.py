@@ -104,7 +104,7 @@ class Protocol(Repairs):
 
     def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
         versions = versions if versions is not None else self.committed_versions()
-        if self.ledger.plan(batch_id) is None:
+        if not self.ledger.has_plan(batch_id):
             return None
         facts = st.BatchFacts(
             planned=True, abandoned=self._is_abandoned(batch_id),
@@ -497,14 +497,17 @@ class Protocol(Repairs):
             return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
 
         void: dict[str, str] | None = None
+        held: list[tuple[str, str]] = []  # replay lineages that cannot be read: skipped by the plan
 
         def void_file(path: str) -> str | None:  # read once, when a landing-files planner first asks
             nonlocal void
             if void is None:
-                void = void_files(self.cfg, self.layout, self.rewinds_in_effect(hist=hist))
+                void = void_files(self.cfg, self.layout, self.rewinds_in_effect(hist=hist), held)
             return void.get(path)
 
-        return hist.read_so_far(self._start_marker, every_record, void_file)
+        reads = hist.read_so_far(self._start_marker, every_record, void_file)
+        reads.skipped_inputs = held
+        return reads
 
     def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:
         """Every rewind recorded (with the one being planned now, when ``hist`` counts it), and the

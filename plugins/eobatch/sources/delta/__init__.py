@@ -20,7 +20,7 @@ from ..files.planner import changed_since_plan
 from ..parquet import ParquetKind
 from .config import DeltaConfig
 from .log import DeltaLog, UndoneRead, effective_versions
-from .planner import DeltaSource, UpstreamChanged, UpstreamDataLoss, UpstreamRefused
+from .planner import DeltaSource, UpstreamChanged, UpstreamDataLoss, UpstreamOutside, UpstreamRefused
 from .range import DeltaRange
 from .read import read_lines
 
@@ -98,4 +98,4 @@ class DeltaKind(ParquetKind):
 KIND = DeltaKind()
 
 __all__ = ["KIND", "DeltaKind", "DeltaConfig", "DeltaSource", "DeltaRange", "DeltaLog", "UndoneRead",
-           "UpstreamChanged", "UpstreamDataLoss", "UpstreamRefused", "effective_versions"]
+           "UpstreamChanged", "UpstreamDataLoss", "UpstreamOutside", "UpstreamRefused", "effective_versions"]

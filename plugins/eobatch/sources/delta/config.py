@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from ...storage import s3conf
-from ..base import SourceConfig
+from ..base import DEFAULT_MAX_FILES_PER_BATCH, NOT_FINGERPRINTED, SourceConfig
 
 CHOICES = {"on_change_commit": ("fail", "skip"), "on_data_loss": ("fail", "accept")}  # the first is the default
 DEFAULT_MAX_VERSIONS = 100
@@ -16,6 +16,9 @@ class DeltaConfig(SourceConfig):
     table: str  # the upstream Delta table: an absolute local path or s3a://bucket/prefix
     starting_version: int = 0  # where a new pipeline starts: the first upstream version it reads
     max_versions_per_batch: int = DEFAULT_MAX_VERSIONS  # upstream versions with data a batch reads at most
+    # files a batch reads at most, at version boundaries (a version is never split: one version
+    # holding more files is a batch of its own)
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH
     # an upstream version that changes or deletes rows (MERGE, DELETE, UPDATE, a slice replaced):
     # fail (the plan says which version and what to do) | skip (recorded in the range and the notes)
     on_change_commit: str = "fail"
@@ -40,7 +43,7 @@ class DeltaConfig(SourceConfig):
         return f"delta table {self.table}"
 
     def fingerprint_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k != "conn_id"}
+        return {k: v for k, v in asdict(self).items() if k != "conn_id" and k not in NOT_FINGERPRINTED}
 
     def bucket_connections(self) -> dict[str, str]:
         """``SourceConfig.bucket_connections``: the table's bucket, served by ``conn_id``."""

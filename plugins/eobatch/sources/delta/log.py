@@ -18,12 +18,17 @@ What the kind makes of a version (``Commit.change``):
 
 The log is read with the product's storage (local, ``s3a://``), not with a Delta library: what a
 version did is in its own file, which no snapshot API hands out. Paths in the log are URIs
-relative to the table (percent-encoded) or absolute.
+relative to the table (percent-encoded) or absolute; ``data_path`` resolves them (decoded, ``..``
+and ``.`` resolved, ``s3:``/``s3n:`` as ``s3a:``) and ``within`` says whether one lies under a root:
+whoever can append to an upstream's ``_delta_log`` writes these paths (``planner``: a file outside
+the table's root is refused unless the platform allows its location, ``ALLOW_LOCATIONS_ENV``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,6 +38,12 @@ from ...errors import TerminalError
 from ...storage.fs import Storage, join
 
 LOG_DIR = "_delta_log"
+# the platform's locations (comma-separated local folders or s3a://bucket/prefix) whose files a Delta
+# source may read although they are outside its table's root (a shallow clone's source table): the
+# workers' environment, as EOBATCH_ALLOW_SPARK_CONF; a pipeline's YAML cannot widen it
+ALLOW_LOCATIONS_ENV = "EOBATCH_ALLOW_DELTA_LOCATIONS"
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(.*)\Z", re.S)
+S3_SCHEMES = ("s3a", "s3", "s3n")
 
 
 class UndoneRead(TerminalError):
@@ -52,6 +63,7 @@ class DataFile:
     size: int
     partition_values: Mapping[str, str | None]
     deletion_vector: bool = False  # some of its rows are deleted by a deletion vector
+    log_path: str = ""  # the path as the log spells it (before ``data_path``)
 
 
 @dataclass(frozen=True)
@@ -106,14 +118,53 @@ class Commit:
 
 def data_path(table: str, path: str) -> str:
     """The absolute path of a file the log names: a URI relative to the table, percent-encoded,
-    or an absolute URI (``file:``, ``s3a:``/``s3:``)."""
-    if "://" in path or path.startswith("file:"):
-        if path.startswith("file:"):
-            return unquote(re.sub(r"^file:(//)?", "", path))
-        if path.startswith("s3://"):
-            return "s3a://" + unquote(path[len("s3://"):])
-        return unquote(path)
-    return join(table, unquote(path))
+    or an absolute URI (``file:``, ``s3a:``/``s3:``/``s3n:``) or absolute path; decoded, with
+    ``.`` and ``..`` resolved (where a reader would find it), S3 as ``s3a://``. Whether it is under
+    the table is ``within``'s question."""
+    if _SCHEME.match(path) is None and not path.startswith("/"):  # relative to the table
+        store, root = _store_path(table)
+        return _spelled(store, root.rstrip("/") + "/" + unquote(path))
+    if path.startswith("/"):  # an absolute path of the table's own store
+        return _spelled(_store_path(table)[0], unquote(path))
+    return _spelled(*_store_path(unquote(path)))
+
+
+def _store_path(uri: str) -> tuple[str, str]:
+    """(store, absolute path with ``.``/``..`` resolved) of a decoded location: store ``file`` for a
+    local path (``file:``, ``file://localhost/``), ``s3a://<bucket>`` for S3 (s3a, s3, s3n),
+    ``<scheme>://<host>`` for anything else."""
+    m = _SCHEME.match(uri)
+    if m is None:
+        return "file", _norm(uri)
+    scheme, rest = m.group(1).lower(), m.group(2)
+    host, path = "", rest
+    if rest.startswith("//"):
+        host, _sep, path = rest[2:].partition("/")
+    if scheme == "file":
+        return ("file" if host in ("", "localhost") else f"file://{host}"), _norm(path)
+    return (f"s3a://{host}" if scheme in S3_SCHEMES else f"{scheme}://{host}"), _norm(path)
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+def _spelled(store: str, path: str) -> str:
+    return _norm(path) if store == "file" else store + _norm(path)
+
+
+def within(path: str, root: str) -> bool:
+    """Whether ``path`` (as ``data_path`` gives it) lies strictly below ``root`` (a table or an
+    allowed location): the same store (scheme, bucket) and, ``..`` resolved, below its folder."""
+    store, p = _store_path(path)
+    root_store, r = _store_path(root)
+    return store == root_store and p.startswith(r.rstrip("/") + "/")
+
+
+def allowed_locations(env: Mapping[str, str] | None = None) -> list[str]:
+    """The locations the platform lets Delta sources read outside their tables (``ALLOW_LOCATIONS_ENV``)."""
+    raw = (os.environ if env is None else env).get(ALLOW_LOCATIONS_ENV, "")
+    return [p.strip() for p in raw.split(",") if p.strip()]
 
 
 class DeltaLog:
@@ -151,19 +202,21 @@ def parse_commit(table: str, version: int, text: bytes) -> Commit:
             a = action["add"]
             if a.get("dataChange", True):
                 adds.append(DataFile(data_path(table, a["path"]), int(a["size"]), dict(a.get("partitionValues") or {}),
-                                     a.get("deletionVector") is not None))
+                                     a.get("deletionVector") is not None, a["path"]))
             else:
                 quiet += 1
         elif "remove" in action:
             a = action["remove"]
             if a.get("dataChange", True):
                 removes.append(DataFile(data_path(table, a["path"]), int(a.get("size") or 0),
-                                        dict(a.get("partitionValues") or {}), a.get("deletionVector") is not None))
+                                        dict(a.get("partitionValues") or {}), a.get("deletionVector") is not None,
+                                        a["path"]))
             else:
                 quiet += 1
         elif "cdc" in action:
             a = action["cdc"]
-            changes.append(DataFile(data_path(table, a["path"]), int(a["size"]), dict(a.get("partitionValues") or {})))
+            changes.append(DataFile(data_path(table, a["path"]), int(a["size"]), dict(a.get("partitionValues") or {}),
+                                    log_path=a["path"]))
         elif "metaData" in action:
             metadata = action["metaData"]
     operation = str(info.get("operation") or "?")

@@ -19,10 +19,16 @@ what the job must read), and what it did not read and why:
   without a condition, an overwrite). Without ``change_feed`` it is refused
   (``on_change_commit: fail``, the default) or passed over and recorded (``skip``);
 * versions or files removed before they were read (log cleanup, VACUUM) are refused
-  (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``).
+  (``on_data_loss: fail``) or passed over and recorded (``accept``, ``lost``);
+* a version that names a file to read outside the table's root (an absolute path or URI, ``..``,
+  percent-encoded or not, another bucket or store) is refused (``UpstreamOutside``), its files
+  never opened, unless the platform allows that location (``log.ALLOW_LOCATIONS_ENV``): whoever can
+  append to the upstream's ``_delta_log`` could otherwise publish any Parquet file this pipeline
+  can read (another team's) into its tables. The batch before it is planned as far as it goes.
 
 Batches end at version boundaries: at least one version with data, then versions while their
-records fit ``max_records_per_batch`` and there are at most ``max_versions_per_batch`` of them,
+records fit ``max_records_per_batch``, their files ``max_files_per_batch`` (empty files count) and
+there are at most ``max_versions_per_batch`` of them,
 and before a version that reads a file the batch already reads (a file added, then removed: its
 rows inserted, then deleted), so that each planned file of a batch is read once, as one kind.
 Every version of the upstream is a batch boundary of the upstream's pipeline (one commit per
@@ -41,7 +47,7 @@ from ...storage.fs import storage_for
 from ..base import BacklogAsk
 from ..files.planner import planned_file
 from ..parquet.planner import ForgedFooter, footer_rows
-from .log import Commit, DataFile, DeltaLog, UndoneRead, effective_versions
+from .log import ALLOW_LOCATIONS_ENV, Commit, DataFile, DeltaLog, UndoneRead, allowed_locations, effective_versions, within
 
 log = logging.getLogger(__name__)
 COLUMN_MAPPING = "delta.columnMapping.mode"
@@ -59,6 +65,10 @@ class UpstreamDataLoss(UpstreamRefused):
     """Upstream versions or files were removed before they were read (``on_data_loss: fail``)."""
 
 
+class UpstreamOutside(UpstreamRefused):
+    """An upstream version names a file outside the table's root that the platform does not allow."""
+
+
 class DeltaSource:
     kind = "delta"
 
@@ -70,6 +80,7 @@ class DeltaSource:
         # versions read so far by this planner (a version's commit file never changes): the batches of one
         # run each walk from their start to the newest version, the log is read once
         self._commits: dict[int, Commit | None] = {}
+        self.allowed = allowed_locations()  # the platform's (the workers' environment), never the YAML's
 
     def describe(self) -> str:
         return self.src.describe()
@@ -157,9 +168,15 @@ class DeltaSource:
                 notes.append(f"upstream {c.describe()} changed or deleted rows; passed over (on_change_commit: "
                              f"skip): those changes are not in this pipeline's tables")
                 continue
+            if (outside := self._outside(c)) is not None:  # refused; the versions before it are a batch
+                if with_data or lost or skipped:
+                    end = v
+                    break
+                raise UpstreamOutside(outside)
             entries = self._entries(c, table)
             n = sum(e["records"] for e in entries)
             if with_data and (records + n > limit or with_data >= self.src.max_versions_per_batch
+                              or len(files) + len(entries) > self.src.max_files_per_batch
                               or {e["path"] for e in entries} & {f["path"] for f in files}):
                 end = v
                 break
@@ -186,6 +203,30 @@ class DeltaSource:
                          f"tables")
         return notes + [f"{f['path']} (upstream version {f['version']}): {f['skipped']}"
                         + ("" if f.get("removed") else "; not published") for f in rng["files"] if f.get("skipped")]
+
+    def _read_set(self, c: Commit) -> list[DataFile]:
+        """The files of version ``c`` a batch would read (``_entries``)."""
+        if not self.src.change_feed:
+            return list(c.adds)
+        return list(c.changes) if c.changes else list(c.adds) + list(c.removes)
+
+    def _outside(self, c: Commit) -> str | None:
+        """Why version ``c`` is refused: a file it names to read lies outside the table's root and
+        outside every location the platform allows; None when every one is inside."""
+        table = self.src.table
+        bad = [f for f in self._read_set(c) if not within(f.path, table)
+               and not any(within(f.path, loc) for loc in self.allowed)]
+        if not bad:
+            return None
+        f = bad[0]
+        return (f"upstream {c.describe()} of {table} names the file {f.log_path!r} (at {f.path}"
+                f"{f', and {len(bad) - 1} more such file(s)' if len(bad) > 1 else ''}), outside the table's root "
+                f"{table}: a Delta source reads only files below its table, or whoever can append to the upstream's "
+                f"_delta_log could publish any file this pipeline can read into its tables. Nothing was planned "
+                f"from version {c.version} on and that file was not read. If the upstream keeps its files there on "
+                f"purpose (a shallow clone), the platform may allow the location in the workers' environment "
+                f"({ALLOW_LOCATIONS_ENV}); otherwise have the upstream's owner remove that version (RESTORE to "
+                f"before it: followed here), or start a new pipeline after it (source.starting_version)")
 
     def _entries(self, c: Commit, table: str) -> list[dict]:
         """The planned files of version ``c``, which has data: its added files; with ``change_feed``,

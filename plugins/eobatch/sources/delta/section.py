@@ -8,7 +8,8 @@ from pydantic import ValidationInfo, model_validator
 
 from ...config.model import Bool, ConnId, Invalid, NonNegativeInt, PosInt, TablePath, one_of
 from ...storage import s3conf
-from ..section import SourceSection
+from ..base import DEFAULT_MAX_FILES_PER_BATCH
+from ..section import MaxFiles, SourceSection
 from .config import CHOICES, DEFAULT_MAX_VERSIONS, DeltaConfig
 
 
@@ -17,6 +18,7 @@ class DeltaSection(SourceSection):
     table: TablePath
     starting_version: NonNegativeInt = 0
     max_versions_per_batch: PosInt = DEFAULT_MAX_VERSIONS
+    max_files_per_batch: MaxFiles = DEFAULT_MAX_FILES_PER_BATCH
     on_change_commit: Annotated[str, one_of(*CHOICES["on_change_commit"])] = CHOICES["on_change_commit"][0]
     on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]
     change_feed: Bool = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import SourceConfig, legacy_fingerprint_dict
+from ..base import DEFAULT_MAX_FILES_PER_BATCH, SourceConfig, legacy_fingerprint_dict
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +18,7 @@ class FilesConfig(SourceConfig):
     # optional: refuse landing files larger than this at plan time. None (the default): any size,
     # the stage job reads a file in pieces (spark.sql.files.maxPartitionBytes) with bounded memory
     max_file_bytes: int | None = None
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
 
     def fingerprint_dict(self) -> dict:
         return legacy_fingerprint_dict(self)

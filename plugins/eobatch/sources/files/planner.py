@@ -2,7 +2,8 @@
 
 Offsets are the landing objects consumed: (path, size, modification time). A batch takes
 whole files, oldest first (modification time, then path), at least one, up to the record
-limit. A file is consumed once, whenever it lands; a consumed file that later changes size
+limit and at most ``max_files_per_batch`` files (empty files count: 20,000 of them are 20 batches,
+not one batch whose plan record holds them all). A file is consumed once, whenever it lands; a consumed file that later changes size
 or modification time is reported (log and batch plan notes), never published again.
 
 Files whose name starts with ``.`` or ``_`` (and files in such folders) are ignored, as Spark
@@ -34,7 +35,7 @@ from ...core.checkpoint import SKIP_NOTE, ReadSoFar
 from ...core.formats import slice_name
 from ...errors import TerminalError
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
-from ..base import BacklogAsk, IntervalTooLarge, consumed_skip
+from ..base import MAX_FILES_PER_BATCH, BacklogAsk, IntervalTooLarge, consumed_skip
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,10 @@ class FilesSource:
         notes = []
         chosen: list[dict] = []
         total = 0
+        max_files = self.cfg.source.max_files_per_batch
         for f in self._landing_files():
+            if len(chosen) >= max_files:
+                break
             old = read.consumed(f.path)
             if old is not None:
                 if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):
@@ -200,6 +204,8 @@ class FilesSource:
             total += n
             if total >= limit:
                 break
+        for path, why in getattr(read, "skipped_inputs", []):  # asking ``void`` found them (a replay lineage)
+            self.skip(path, why)
         notes += self._skip_notes(read)  # each link and skip in one plan's notes
         if not chosen:
             return None, 0, notes
@@ -253,6 +259,12 @@ class FilesSource:
             log.warning("%s; the interval is published again, whole, by this batch", what)
             notes.append(what + f"; interval {_iso(lo)}/{_iso(hi)} re-published whole ({len(files)} files)")
             chosen += [(f, slice_name(lo)) for f in files]
+        if len(chosen) > self.cfg.source.max_files_per_batch:  # refused before any file is opened
+            raise IntervalTooLarge(f"the interval holds {len(chosen)} files"
+                                   f"{' (with re-published late intervals)' if len({s for _f, s in chosen}) > 1 else ''}"
+                                   f", more than max_files_per_batch={self.cfg.source.max_files_per_batch}; an "
+                                   f"interval is published as one batch: raise source.max_files_per_batch (at most "
+                                   f"{MAX_FILES_PER_BATCH}), or land fewer, larger files")
         entries, total = [], 0
         for f, slice_ in chosen:
             entry = self._entry_or_skip(f)

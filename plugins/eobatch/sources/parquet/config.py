@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..base import SourceConfig
+from ..base import DEFAULT_MAX_FILES_PER_BATCH, SourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -15,3 +15,4 @@ class ParquetConfig(SourceConfig):
     interval_prefix: str | None = None  # interval mode: the interval's sub-folder ({ds}, {ds_nodash}, {hh})
     late_files: str = "republish"  # interval mode: republish | fail | ignore (as kind: files)
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
+    max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
