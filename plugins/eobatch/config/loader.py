@@ -31,6 +31,7 @@ from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
 from . import transforms
+from .access import check_access
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
 from .model import (
@@ -734,7 +735,9 @@ def load_pipeline(file: str) -> PipelineConfig:
     """The pipeline of YAML ``file``, validated section by section (the first error is raised)."""
     raw = _read_yaml(file)
     expand_vars(raw, file)
-    return validate(PipelineFile, raw, file).value(file)
+    cfg = validate(PipelineFile, raw, file).value(file)
+    check_access(cfg)  # the platform's access policy: connections and locations (config.access)
+    return cfg
 
 
 def pipelines_dir() -> str:
