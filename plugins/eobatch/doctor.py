@@ -202,7 +202,7 @@ def _policy(folder: str | None) -> tuple[Check, access.Policy | None]:
 def _airflow_options() -> dict[str, str]:
     """The options of Airflow's [eobatch] section as this deployment's Airflow reads them ({} without Airflow)."""
     try:
-        from airflow.configuration import conf
+        from airflow.configuration import conf  # optional: only where Airflow is installed
     except ImportError:
         return {}
     return {str(k): str(v) for k, v in (conf.getsection(access.SECTION) or {}).items()}
@@ -243,8 +243,10 @@ def trust_checks(directory: str | None = None) -> list[Check]:
         folder: str | None = directory or pipelines_dir()
     except EobatchError:
         folder = None
-    try:  # Airflow's configuration: read here as the DAG processor and the tasks read it
-        import airflow.configuration  # noqa: F401
+    from . import airflow as _registers_the_option_reader  # noqa: F401 - [eobatch] access_policy
+
+    try:
+        import airflow.configuration  # noqa: F401 - optional: read here as the DAG processor and the tasks read it
     except ImportError:
         pass
     policy_check, policy = _policy(folder)

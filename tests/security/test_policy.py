@@ -249,3 +249,18 @@ def test_the_real_task_refuses_a_file_edited_after_parsing_and_a_connection_name
     assert "refused: team_a_edited.yaml: aws_conn_id: connection 'aws_admin' is not allowed" in log, log[-5000:]
     assert "refused: team_a_viavar.yaml: spark.conn_id: connection 'spark_admin_cluster' is not allowed" in log, \
         log[-5000:]
+
+
+def test_the_policy_is_read_from_airflow_cfg_as_airflow_reads_it(tmp_path):
+    """``[eobatch] access_policy`` in airflow.cfg (no environment variable): the DAG file's and the
+    tasks' loader reads it through Airflow's configuration."""
+    from support.harness import VENV_BIN, base_env
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "airflow.cfg").write_text(f"[eobatch]\naccess_policy = {tmp_path / 'policy.yaml'}\n")
+    env = {k: v for k, v in base_env({"AIRFLOW_HOME": str(home)}).items() if k != access.ENV}
+    r = subprocess.run([str(VENV_BIN / "python"), "-c", "import airflow, eobatch.airflow\n"
+                        "from eobatch.config import access\nprint('SOURCE', access.configured_source())"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert f"SOURCE {tmp_path / 'policy.yaml'}" in r.stdout, r.stdout + r.stderr[-3000:]

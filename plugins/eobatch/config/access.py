@@ -1,5 +1,5 @@
 """Which Airflow connections and which storage locations a pipeline may use: the platform's access
-policy (pure Python; Airflow's configuration is read only inside an Airflow process).
+policy (pure Python; Airflow's option is read through the reader ``eobatch.airflow`` registers).
 
 The policy is one platform-owned file, named by the Airflow option ``[eobatch] access_policy``
 (airflow.cfg, or ``AIRFLOW__EOBATCH__ACCESS_POLICY``; outside an Airflow process, e.g. the
@@ -34,9 +34,8 @@ from __future__ import annotations
 import contextvars
 import fnmatch
 import os
-import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -102,19 +101,23 @@ class Use:
 # -- where the policy is set, and reading it --------------------------------------------------------
 
 
+_option_reader: Callable[[], str | None] | None = None
+
+
+def register_option_reader(reader: Callable[[], str | None]) -> None:
+    """How this process reads Airflow's option ``[eobatch] access_policy`` (``eobatch.airflow``
+    registers Airflow's configuration on import; config/ imports nothing of Airflow)."""
+    global _option_reader
+    _option_reader = reader
+
+
 def configured_source() -> str | None:
-    """The policy file the platform set: ``AIRFLOW__EOBATCH__ACCESS_POLICY``, else (in a process that
-    has imported Airflow: the DAG processor, a task, the api-server, doctor) Airflow's option
-    ``[eobatch] access_policy`` (airflow.cfg, its ``_cmd`` / ``_secret`` forms too). None: not set."""
+    """The policy file the platform set: ``AIRFLOW__EOBATCH__ACCESS_POLICY``, else Airflow's option
+    ``[eobatch] access_policy`` (airflow.cfg, its ``_cmd`` / ``_secret`` forms too) in a process that
+    uses Airflow (the DAG processor, a task, the api-server, doctor). None: not set."""
     if ENV in os.environ:
         return os.environ[ENV].strip() or None
-    if "airflow" not in sys.modules:  # not an Airflow process: importing Airflow would configure it here
-        return None
-    try:
-        from airflow.configuration import conf
-    except ImportError:  # a Task SDK-only worker: the environment variable above is its setting
-        return None
-    value = str(conf.get(SECTION, OPTION, fallback=None) or "").strip()
+    value = str((_option_reader() if _option_reader is not None else None) or "").strip()
     return value or None
 
 
