@@ -39,11 +39,13 @@ def _open(table: str, version: int | None = None, aws_conn_id: str = "aws_defaul
 
     from eobatch.storage import s3conf
 
+    options = None
     if s3conf.is_s3(table):
-        from eobatch.airflow.hooks import export_aws_connection
+        from eobatch.airflow.hooks import aws_settings
 
-        export_aws_connection(aws_conn_id)  # the pipeline's connection, as its tasks use it
-    return DeltaTable(s3conf.table_uri(table), version=version, storage_options=s3conf.delta_storage_options(table))
+        # the pipeline's connection, as its tasks use it (the environment's settings without it)
+        options = s3conf.delta_storage_options(table, aws_settings(aws_conn_id) or s3conf.settings())
+    return DeltaTable(s3conf.table_uri(table), version=version, storage_options=options)
 
 
 def _adds(dtab) -> dict[str, int]:

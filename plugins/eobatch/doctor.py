@@ -5,7 +5,9 @@ Checks: Java (spark-submit's), Spark (``spark-submit`` of pyspark or ``SPARK_HOM
 (listed and unchanged, and the stage job's own), the folder of pipeline files (every file loads),
 the Airflow connections the pipelines name (when Airflow is installed and configured here), and
 write access to each pipeline's tables (a probe file under the table's ledger folder, removed
-again). Reads and writes nothing else.
+again), and the trust settings in force (``trust_checks``: the access policy, the allow-lists of
+the platform, what each pipeline uses and whether the policy allows it). Reads and writes
+nothing else.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import __version__, paths
+from .config import access
 from .config.loader import PipelineConfig, load_all, pipelines_dir
+from .config.policy import ALLOW_SPARK_CONF_ENV
 from .core.formats import Layout
 from .core.ledger import Ledger
 from .core.stuck import find_stuck
@@ -35,9 +39,10 @@ class Check:
     name: str
     ok: bool
     text: str
+    warn: bool = False  # passes, but says loudly what is open
 
     def line(self) -> str:
-        return f"{'ok  ' if self.ok else 'FAIL'} {self.name}: {self.text}"
+        return f"{'FAIL' if not self.ok else 'WARN' if self.warn else 'ok  '} {self.name}: {self.text}"
 
 
 def _java() -> Check:
@@ -160,14 +165,104 @@ def _progress(cfgs: dict[str, PipelineConfig]) -> list[Check]:
     return out
 
 
+# -- the trust settings in force (docs/site/security.md) ---------------------------------------------
+
+SECRET_WORDS = ("password", "secret", "token", "key", "credential")
+
+
+def _policy(folder: str | None) -> tuple[Check, access.Policy | None]:
+    """The access policy ([eobatch] access_policy): none (allowed, loudly), broken, or its rules."""
+    source = access.configured_source()
+    if source is None:
+        return Check("policy", True, "NO ACCESS POLICY: every pipeline file may name every Airflow connection of this "
+                                     "deployment and read or write every location its workers can reach. Fine for one "
+                                     "team; in a shared Airflow set [eobatch] access_policy (AIRFLOW__EOBATCH__"
+                                     "ACCESS_POLICY) to a platform-owned rules file (docs: security)", warn=True), None
+    try:
+        policy = access.policy_for(source)
+    except access.PolicyError as e:
+        return Check("policy", False, f"{e}: fix the file ([eobatch] access_policy names it)"), None
+    problems = []
+    if folder and access.below(os.path.realpath(source), os.path.realpath(folder)):
+        problems.append("it lies in the pipelines folder, which pipeline authors write: keep it where only the "
+                        "platform can write")
+    if os.stat(source).st_mode & 0o022:
+        problems.append("group or others may write it: chmod go-w")
+    rules = "; ".join(f"pipelines {'|'.join(r.pipelines)}" + (f" in {r.folder}" if r.folder else "")
+                      + f": connections [{', '.join(r.connections)}], locations [{', '.join(r.locations)}]"
+                      for r in policy.rules)
+    text = f"{source}: {len(policy.rules)} rule(s)" + (f": {rules}" if rules else " (every pipeline is refused)")
+    return Check("policy", not problems, text + ("" if not problems else ": " + "; ".join(problems))), policy
+
+
+def _airflow_options() -> dict[str, str]:
+    """The options of Airflow's [eobatch] section as this deployment's Airflow reads them ({} without Airflow)."""
+    try:
+        from airflow.configuration import conf  # optional: only where Airflow is installed
+    except ImportError:
+        return {}
+    return {str(k): str(v) for k, v in (conf.getsection(access.SECTION) or {}).items()}
+
+
+def _allow_lists() -> list[Check]:
+    """The platform's allow-lists and other trust settings doctor can read: ``EOBATCH_*ALLOW*`` of the
+    environment, and the options of Airflow's [eobatch] section (values of secret-looking names hidden)."""
+    found = {k: v for k, v in os.environ.items() if k.startswith("EOBATCH_") and "ALLOW" in k}
+    found.setdefault(ALLOW_SPARK_CONF_ENV, "")
+    found |= {f"[{access.SECTION}] {k}": v for k, v in _airflow_options().items()
+              if k not in ("pipelines_dir", access.OPTION)}
+    out = []
+    for k, v in sorted(found.items()):
+        shown = "(set, hidden)" if v and any(w in k.lower() for w in SECRET_WORDS) else (v or "(unset)")
+        note = ": no security Spark setting is a pipeline's to set" if k == ALLOW_SPARK_CONF_ENV and not v else ""
+        out.append(Check(f"trust {k}", True, shown + note))
+    return out
+
+
+def _uses(policy: access.Policy | None, cfg: PipelineConfig) -> Check:
+    """What pipeline ``cfg`` uses, each connection and location with the policy's answer."""
+    parts, refused = [], 0
+    for use in access.uses(cfg):
+        why = access.refusal(policy, cfg, use) if policy is not None else None
+        refused += bool(why)
+        verdict = "no policy" if policy is None else "NOT ALLOWED" if why else "allowed"
+        parts.append(f"{use.key} {use.value} ({verdict})")
+    return Check(f"access {cfg.name}", not refused, "; ".join(parts) + (
+        f": {refused} use(s) the policy refuses: the pipeline does not load (allow them in the policy, or change "
+        f"{os.path.basename(cfg.file)})" if refused else ""))
+
+
+def trust_checks(directory: str | None = None) -> list[Check]:
+    """The trust settings in force: the access policy, the allow-lists, and per pipeline of the folder
+    (the refused ones too) the connections and locations it uses, each with the policy's answer."""
+    try:
+        folder: str | None = directory or pipelines_dir()
+    except EobatchError:
+        folder = None
+    from . import airflow as _registers_the_option_reader  # noqa: F401 - [eobatch] access_policy
+
+    try:
+        import airflow.configuration  # noqa: F401 - optional: read here as the DAG processor and the tasks read it
+    except ImportError:
+        pass
+    policy_check, policy = _policy(folder)
+    out = [policy_check, *_allow_lists()]
+    if folder and os.path.isdir(folder) and (policy_check.ok or policy is not None):
+        with access.unchecked():  # every pipeline, the refused ones too: judged one use at a time below
+            cfgs, _errors = load_all(folder)
+        out += [_uses(policy, cfg) for _name, cfg in sorted(cfgs.items())]
+    return out
+
+
 def run(directory: str | None = None, log: Callable[[str], None] = print) -> int:
-    """Every check, one line each; 0 when all pass, else 1."""
+    """Every check, one line each; 0 when all pass (warnings included), else 1."""
     log(f"eobatch {__version__} ({'checkout ' + paths.CHECKOUT if paths.CHECKOUT else 'installed: ' + paths.PACKAGE})")
     checks = [_java(), _spark(), _jars()]
     pipelines, cfgs = _pipelines(directory)
-    checks += [pipelines, _connections(cfgs), *_tables(cfgs), *_progress(cfgs)]
+    checks += [pipelines, _connections(cfgs), *trust_checks(directory), *_tables(cfgs), *_progress(cfgs)]
     for c in checks:
         log(c.line())
     failed = [c for c in checks if not c.ok]
-    log(f"doctor: {len(checks) - len(failed)} ok, {len(failed)} to fix")
+    warned = sum(1 for c in checks if c.ok and c.warn)
+    log(f"doctor: {len(checks) - len(failed)} ok, {len(failed)} to fix" + (f", {warned} warning(s)" if warned else ""))
     return 1 if failed else 0

@@ -22,9 +22,24 @@ Airflow's configuration are imported only when these functions are called.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
+from ..config import access
 from .provider import OPTION, SECTION
+
+
+def access_policy_option() -> str | None:
+    """Airflow's option ``[eobatch] access_policy`` (``eobatch.config.access``), read in a process
+    that has imported Airflow (None elsewhere: importing it would configure Airflow here)."""
+    if "airflow" not in sys.modules:
+        return None
+    from airflow.configuration import conf  # only when asked (see the module docstring)
+
+    return conf.get(SECTION, access.OPTION, fallback=None)
+
+
+access.register_option_reader(access_policy_option)
 
 
 def pipelines_dir() -> str:

@@ -1,8 +1,9 @@
-"""Hooks: the AWS credentials of an Airflow connection, for a task process and its spark-submit.
+"""Hooks: the AWS credentials of an Airflow connection, for one pipeline's calls and its spark-submit.
 
 In Airflow's convention a hook does the I/O of a connection and an operator only declares what
 to do: the stage, plan and commit operators (``operators``) call these. They resolve the
-pipeline's ``aws_conn_id`` through the Amazon provider's own ``AwsBaseHook``, register every
+pipeline's ``aws_conn_id`` through the Amazon provider's own ``AwsBaseHook`` into the settings
+that travel with the pipeline's calls (``pipeline_s3``: never the process's environment), register every
 credential with Airflow's secrets masker, and ask the Spark provider's own ``SparkSubmitHook``
 whether credentials may travel as spark-submit's environment. The Kafka connection's reader is
 ``connections`` (registered with ``eobatch.storage.credentials``).
@@ -22,32 +23,63 @@ from ..storage import s3conf
 AWS_CONN_ID = "aws_default"
 
 
-def export_aws_connection(conn_id: str = AWS_CONN_ID) -> bool:
-    """S3 credentials for this task process (and its spark-submit) from the Airflow connection
-    ``conn_id`` when it exists, resolved by the Amazon provider's own hook: keys and session
-    token, ``profile_name``, ``role_arn`` (assumed), web identity, or the default chain, whatever
-    the connection says, become frozen credentials; with the connection's ``endpoint_url`` (its
-    ``service_config.s3`` one first) and ``region_name``. Without the connection, the environment
-    as it is. The values are registered with Airflow's secrets masker: never in task logs.
-    Assumed-role credentials are valid for the role's session length (one hour by default): a
-    stage job outlasting them fails and is retried with fresh ones."""
+def aws_settings(conn_id: str, base: s3conf.S3Settings | None = None) -> s3conf.S3Settings | None:
+    """The S3 settings of Airflow connection ``conn_id``, None when Airflow has no such
+    connection. Resolved by the Amazon provider's own hook: keys and session token,
+    ``profile_name``, ``role_arn`` (assumed), web identity, or the default chain, whatever the
+    connection says, become frozen credentials; with the connection's ``endpoint_url`` (its
+    ``service_config.s3`` one first) and ``region_name``; what the connection leaves unset comes
+    from ``base`` (default: the environment's settings), but never a session token (one of
+    another identity would not match these keys). The values are registered with Airflow's
+    secrets masker: never in task logs. Assumed-role credentials are valid for the role's session
+    length (one hour by default): a stage job outlasting them fails and is retried with fresh ones."""
     try:
         BaseHook.get_connection(conn_id)
-    except Exception:  # no such connection: credentials come from the environment (or nowhere)
-        mask_credentials()
-        return False
-    for k, v in aws_connection_settings(conn_id).items():
-        if v:
-            os.environ[k] = str(v)
-        elif k == "AWS_SESSION_TOKEN":
-            os.environ.pop(k, None)  # one of an earlier identity would not match these keys
-    mask_credentials()
-    return True
+    except Exception:  # noqa: BLE001 - no such connection: the caller decides
+        return None
+    base = base or s3conf.settings(os.environ)
+    v = aws_connection_settings(conn_id)
+    return s3conf.S3Settings(endpoint=v["S3_ENDPOINT"] or base.endpoint,
+                             access_key=v["AWS_ACCESS_KEY_ID"] or base.access_key,
+                             secret_key=v["AWS_SECRET_ACCESS_KEY"] or base.secret_key,
+                             session_token=v["AWS_SESSION_TOKEN"], region=v["AWS_REGION"] or base.region)
+
+
+def pipeline_store(cfg, *, buckets: bool = True) -> s3conf.Store:
+    """The S3 settings one pipeline's calls use (``s3conf.Store``), never the process's
+    environment changed: its ``aws_conn_id``'s when its locations are on S3 and Airflow has that
+    connection (else the environment's, which may be empty: the SDKs' default chains), and each
+    bucket its source reads with a connection of its own (``bucket_connections``: a delta
+    source's upstream in another store). A connection the source names that Airflow does not have
+    is an operator's error (``TerminalError``, naming it). ``buckets=False``: the pipeline's own
+    settings alone (what its tables need; a bucket of the source is then read with none)."""
+    from ..job.launch import uses_s3  # the one definition of "this pipeline touches S3"
+
+    env = s3conf.settings(os.environ)
+    default = (aws_settings(cfg.aws_conn_id, env) if uses_s3(cfg) else None) or env
+    own_buckets = []
+    for bucket, conn_id in sorted(cfg.source.bucket_connections().items() if buckets else ()):
+        own = aws_settings(conn_id, env)
+        if own is None:
+            raise TerminalError(f"source.conn_id {conn_id!r}: there is no Airflow connection of that id (an AWS "
+                                f"connection: its endpoint_url, region_name and credentials serve bucket "
+                                f"{bucket!r}); create it (`airflow connections add {conn_id} --conn-type aws "
+                                f"...`) or drop source.conn_id")
+        own_buckets.append((bucket, own))
+    store = s3conf.Store(default, tuple(own_buckets))
+    for secret in store.secrets():
+        mask_secret(secret)
+    return store
+
+
+def pipeline_s3(cfg):
+    """``with pipeline_s3(cfg):`` the calls inside use the pipeline's S3 settings (``pipeline_store``)."""
+    return s3conf.using(pipeline_store(cfg))
 
 
 def aws_connection_settings(conn_id: str) -> dict[str, str | None]:
     """The S3 settings of Airflow connection ``conn_id`` (``s3conf.ENV_KEYS`` -> value), resolved by
-    the Amazon provider's ``AwsBaseHook`` (see ``export_aws_connection``); the credentials are
+    the Amazon provider's ``AwsBaseHook`` (see ``aws_settings``); the credentials are
     registered with the secrets masker."""
     # the Amazon provider: needed only by a pipeline with s3:// locations that names a connection
     from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
@@ -64,26 +96,10 @@ def aws_connection_settings(conn_id: str) -> dict[str, str | None]:
     return values
 
 
-def export_bucket_connections(source) -> None:
-    """The buckets a source reads with a connection of their own (``bucket_connections``: a
-    delta source's upstream in another store), each served from now on by that connection's
-    settings, in this process and its spark-submit (``s3conf.use_bucket``). A connection that
-    does not exist is an operator's error (the pipeline names it)."""
-    for bucket, conn_id in source.bucket_connections().items():
-        try:
-            BaseHook.get_connection(conn_id)
-        except Exception:  # noqa: BLE001 - a missing connection is an operator's error
-            raise TerminalError(f"source.conn_id {conn_id!r}: there is no Airflow connection of that id (an AWS "
-                                f"connection: its endpoint_url, region_name and credentials serve bucket "
-                                f"{bucket!r}); create it (`airflow connections add {conn_id} --conn-type aws "
-                                f"...`) or drop source.conn_id") from None
-        s3conf.use_bucket(bucket, aws_connection_settings(conn_id))
-
-
 def mask_credentials() -> None:
     """Every S3 credential of this process's environment (access key id, secret, session
-    token; after ``export_aws_connection`` also the connection's) registered with Airflow's
-    secrets masker: whatever prints one (a command line, a child's output) shows ``***``."""
+    token; inside ``pipeline_s3`` also the pipeline's) registered with Airflow's secrets masker:
+    whatever prints one (a command line, a child's output) shows ``***``."""
     for v in s3conf.all_secrets():
         mask_secret(v)
 

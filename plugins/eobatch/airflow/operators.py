@@ -7,40 +7,83 @@ id travel between tasks by XCom; offsets never do (they live in the ledger and t
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import logging
+import os
 import time
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from ..config.loader import load_pipeline
+from ..config.access import Use, check_access
+from ..config.loader import PipelineConfig, load_pipeline
 from ..core import faults
 from ..core.backlog import backlog
 from ..core.batch_run import BatchRun, Report
 from ..core.maintenance import maintain, summary_line
 from ..core.protocol import Protocol, interval_of
 from ..core.stuck import find_stuck
-from ..errors import EobatchError, TerminalError
+from ..errors import ConfigError, EobatchError, TerminalError
 from ..job import driver_jvm, launch
 from ..storage import s3conf
 from . import alerts, assets, metrics
 from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
-from .hooks import credentials_travel_as_env, export_aws_connection, export_bucket_connections, mask_credentials
+from .hooks import credentials_travel_as_env, mask_credentials, pipeline_store
 from .params import ParamsError, check_params
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
 log = logging.getLogger(__name__)
 
 
-def _protocol(pipeline_file: str) -> Protocol:
-    cfg = load_pipeline(pipeline_file)
-    if launch.uses_s3(cfg):
-        export_aws_connection(cfg.aws_conn_id)
+_task_cfg: contextvars.ContextVar[PipelineConfig | None] = contextvars.ContextVar("eobatch_task_cfg", default=None)
+
+
+def _load(task: BaseOperator) -> PipelineConfig:
+    """The task's pipeline file as it is now, checked against the platform's access policy again
+    (``config.access``), with the task's own Spark connection: a file edited after the DAG was
+    parsed, or a connection named through a variable of this worker's environment, that the
+    policy does not allow fails the task without retries, naming the file and the key."""
+    spark = getattr(task, "spark_conn_id", None)
+    try:
+        cfg = load_pipeline(task.pipeline_file)  # type: ignore[attr-defined]
+        check_access(cfg, extra=[Use("spark.conn_id", "connection", spark)] if spark else [])
+    except ConfigError as e:
+        raise AirflowFailException(f"refused: {e}") from e
+    return cfg
+
+
+def pipeline_task(method):
+    """An ``execute`` or ``poke`` of a pipeline's task: runs with the pipeline's file read and
+    checked once (``_load``) and its S3 settings as the settings of the calls it makes
+    (``hooks.pipeline_s3``: never this process's environment, which the next task of another
+    pipeline, e.g. in ``airflow dags test`` or a DAG holding two pipelines' tasks, would inherit)."""
+    @functools.wraps(method)
+    def run(self, context):
+        cfg = _load(self)
         try:
-            export_bucket_connections(cfg.source)
+            store = pipeline_store(cfg) if launch.uses_s3(cfg) else None
         except TerminalError as e:  # a connection the YAML names and Airflow does not have
             raise AirflowFailException(str(e)) from e
+        token = _task_cfg.set(cfg)
+        try:
+            with s3conf.using(store) if store else contextlib.nullcontext():
+                return method(self, context)
+        finally:
+            _task_cfg.reset(token)
+    return run
+
+
+def _protocol(pipeline_file: str) -> Protocol:
+    """The protocol of the pipeline the running task loaded (``pipeline_task``), else of the file read now."""
+    cfg = _task_cfg.get()
+    if cfg is None or cfg.file != os.path.abspath(pipeline_file):
+        try:
+            cfg = load_pipeline(pipeline_file)
+        except ConfigError as e:
+            raise AirflowFailException(f"refused: {e}") from e
     return Protocol(cfg)
 
 
@@ -279,6 +322,7 @@ class RecoverOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def execute(self, context):
         run = _run(self.pipeline_file, context)
         try:
@@ -324,6 +368,7 @@ class PlanOperator(BaseSensorOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def poke(self, context):
         run = _run(self.pipeline_file, context)
         report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto, context))
@@ -353,6 +398,7 @@ class StageOperator(SparkSubmitOperator):
         self.spark_deploy_mode = kwargs.get("deploy_mode")
         self.spark_binary_name = kwargs.get("spark_binary")
 
+    @pipeline_task
     def execute(self, context):
         run = _run(self.pipeline_file, context)
         cfg = run.proto.cfg
@@ -392,8 +438,8 @@ class StageOperator(SparkSubmitOperator):
                 f"client where the job runs")
         self.env_vars |= source_env
         if launch.uses_s3(cfg):
-            if travels:
-                self.env_vars |= s3conf.credential_env()
+            if travels:  # the pipeline's (pipeline_task); no session token of another identity
+                self.env_vars |= {"AWS_SESSION_TOKEN": ""} | s3conf.credential_env()
             else:
                 self.log.info("stage: spark connection %r would put spark-submit's environment on its command "
                               "line (YARN/Kubernetes) or cannot take it: S3 credentials are not forwarded; the "
@@ -424,6 +470,7 @@ class VerifySensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def poke(self, context):
         report = _step(self, "verify", _run(self.pipeline_file, context).verify_run, run_attempts(context["ti"]))
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
@@ -447,6 +494,7 @@ class CommitOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def execute(self, context):
         ti = context["ti"]
         run = _run(self.pipeline_file, context)
@@ -477,6 +525,7 @@ class AbortOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def execute(self, context):
         ti = context["ti"]
         batches, attempts = run_batches(ti), run_attempts(ti)
@@ -498,6 +547,7 @@ class MaintainOperator(BaseOperator):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
 
+    @pipeline_task
     def execute(self, context):
         proto = _protocol(self.pipeline_file)
         report = maintain(proto)

@@ -1,7 +1,8 @@
 """eobatch as an Airflow provider package: what ``airflow providers list`` shows of it (the
 ``apache_airflow_provider`` entry point of the wheel), its plugin and its Airflow option
 ``[eobatch] pipelines_dir``. Every Airflow process that lists providers imports this module: it
-imports nothing heavy.
+imports nothing heavy. Its options: ``[eobatch] pipelines_dir`` and ``access_policy``
+(``eobatch.config.access``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,17 @@ def get_provider_info() -> dict[str, Any]:
                         "version_added": "0.2.0",
                         "type": "string",
                         "example": "/opt/airflow/pipelines",
+                        "default": None,
+                    },
+                    "access_policy": {
+                        "description": "A platform-owned file (YAML) of rules saying which Airflow connections and "
+                                       "which storage locations the pipelines of a folder or name pattern may use; "
+                                       "checked when a pipeline file is loaded and again by each of its tasks. "
+                                       "Unset: everything is allowed (eobatch doctor says so). See the docs' "
+                                       "security page.",
+                        "version_added": "0.3.0",
+                        "type": "string",
+                        "example": "/etc/eobatch/access-policy.yaml",
                         "default": None,
                     },
                 },

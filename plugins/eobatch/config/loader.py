@@ -36,6 +36,7 @@ from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
 from . import transforms
+from .access import check_access
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
 from .model import (
@@ -738,6 +739,7 @@ def load_pipeline(file: str) -> PipelineConfig:
     try:
         expand_vars(raw, file)
         cfg = validate(PipelineFile, raw, file).value(file)
+        check_access(cfg)  # the platform's access policy: connections and locations (config.access)
     except ConfigError as e:
         raise ConfigError(e.file, e.key, clip(conceal(e.message, concealed))) from None
     except Exception as e:  # noqa: BLE001 - not a refusal of ours (a bug, a library's error): still this file's

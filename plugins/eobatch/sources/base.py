@@ -83,7 +83,7 @@ class SourceConfig:
 
     def bucket_connections(self) -> dict[str, str]:
         """S3 buckets this source reads with credentials of their own: bucket -> the Airflow
-        connection (the Amazon provider's type) that serves it (``s3conf.use_bucket``)."""
+        connection (the Amazon provider's type) that serves it (``s3conf.Store.buckets``)."""
         return {}
 
     def bucket_shared_with(self, locations: dict[str, str]) -> tuple[str, str, str] | None:

@@ -21,24 +21,34 @@ key, delta-rs gets ``s3://bucket/key`` plus ``delta_storage_options``.
 
 A bucket in another store (a delta source's upstream table with its own ``conn_id``): its settings
 (endpoint, region, credentials) are in ``EOBATCH_S3_BUCKETS``, a JSON object of bucket -> the
-variables above, put there by the Airflow task that resolved the connection (``use_bucket``) and
-inherited by its spark-submit. ``settings_for(uri)`` picks a URI's settings: its bucket's when
-listed there, else the environment's. The stage job gives s3a the same per bucket
-(``bucket_hadoop_conf``: ``fs.s3a.bucket.<bucket>.*``, set on the running session, never on a
-command line).
+variables above, which the Airflow stage task gives its spark-submit (``bucket_env``).
+``settings_for(uri)`` picks a URI's settings: its bucket's when listed there, else the
+environment's. The stage job gives s3a the same per bucket (``bucket_hadoop_conf``:
+``fs.s3a.bucket.<bucket>.*``, set on the running session, never on a command line).
+
+One pipeline's settings in a process that serves many (the api-server's ledger page, the DAG
+processor, a task of a DAG holding several pipelines' tasks) are never written to the process's
+environment: they travel with the call, as a ``Store`` (the pipeline's own settings and its
+buckets' ones) that ``using(store)`` makes current for the calls made inside it (a context
+variable: this thread or asyncio task only, restored on exit; ``carried`` hands it to a worker
+thread). Inside it, ``settings()``, ``bucket_settings()`` and ``settings_for()`` answer from the
+store instead of the environment; ``storage_for`` and every S3 client the call makes follow.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 S3_SCHEMES = ("s3a://", "s3://")
 ENV_KEYS = ("S3_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
-BUCKETS_ENV = "EOBATCH_S3_BUCKETS"  # {bucket: {ENV_KEYS...}}: buckets in another store (``use_bucket``)
+BUCKETS_ENV = "EOBATCH_S3_BUCKETS"  # {bucket: {ENV_KEYS...}}: buckets in another store (``bucket_env``)
 
 
 def is_s3(uri: str) -> bool:
@@ -84,7 +94,55 @@ class S3Settings:
         return [s for s in (self.secret_key, self.session_token, self.access_key) if s]
 
 
+@dataclass(frozen=True)
+class Store:
+    """The S3 settings of one pipeline's calls: its own (``default``: its ``aws_conn_id``'s) and
+    those of each bucket served by a connection of its own (``buckets``)."""
+    default: S3Settings
+    buckets: tuple[tuple[str, S3Settings], ...] = ()
+
+    def secrets(self) -> list[str]:
+        return [x for s in (self.default, *(b for _, b in self.buckets)) for x in s.secrets()]
+
+
+_store: contextvars.ContextVar[Store | None] = contextvars.ContextVar("eobatch_s3_store", default=None)
+T = TypeVar("T")
+
+
+@contextmanager
+def using(store: Store) -> Iterator[Store]:
+    """The calls inside this block (this thread or asyncio task) use ``store``'s settings."""
+    token = _store.set(store)
+    try:
+        yield store
+    finally:
+        _store.reset(token)
+
+
+def current_store() -> Store | None:
+    """The store of ``using`` in force here (None: the environment's settings serve)."""
+    return _store.get()
+
+
+def carried(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` run with the store in force where ``carried`` is called (for a worker thread, which
+    does not inherit it)."""
+    store = _store.get()
+
+    def run(*args: Any, **kwargs: Any) -> T:
+        token = _store.set(store)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _store.reset(token)
+    return run
+
+
 def settings(env: Mapping[str, str] | None = None) -> S3Settings:
+    """The settings of ``env`` (a mapping of ``ENV_KEYS``); without it: the current store's
+    (``using``), else the process environment's."""
+    if env is None and (store := _store.get()) is not None:
+        return store.default
     env = os.environ if env is None else env
     return S3Settings(
         endpoint=(env.get("S3_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None),
@@ -99,7 +157,10 @@ _parsed: dict[str, dict[str, S3Settings]] = {}
 
 
 def bucket_settings(env: Mapping[str, str] | None = None) -> dict[str, S3Settings]:
-    """The buckets of ``EOBATCH_S3_BUCKETS`` and their settings (none when it is unset)."""
+    """The buckets of the current store (``using``), else of ``EOBATCH_S3_BUCKETS`` (of ``env``,
+    default the process environment), and their settings (none when it is unset)."""
+    if env is None and (store := _store.get()) is not None:
+        return dict(store.buckets)
     raw = (os.environ if env is None else env).get(BUCKETS_ENV) or ""
     if not raw:
         return {}
@@ -123,26 +184,20 @@ def settings_for(uri: str, env: Mapping[str, str] | None = None) -> S3Settings:
     return settings(env)
 
 
-def use_bucket(bucket: str, values: Mapping[str, str | None]) -> None:
-    """Serve ``bucket`` with these settings (``ENV_KEYS`` -> value) in this process and its
-    children from now on (``EOBATCH_S3_BUCKETS``)."""
-    raw = os.environ.get(BUCKETS_ENV)
-    buckets = dict(json.loads(raw)) if raw else {}
-    buckets[bucket] = {k: str(v) for k, v in values.items() if v and k in ENV_KEYS}
-    os.environ[BUCKETS_ENV] = json.dumps(buckets, sort_keys=True)
-
-
 def bucket_env(buckets, env: Mapping[str, str] | None = None) -> str:
-    """``EOBATCH_S3_BUCKETS`` holding only these buckets (of the ones listed now)."""
-    raw = (os.environ if env is None else env).get(BUCKETS_ENV) or "{}"
-    return json.dumps({b: v for b, v in dict(json.loads(raw)).items() if b in set(buckets)}, sort_keys=True)
+    """``EOBATCH_S3_BUCKETS`` holding only these buckets (of the ones ``bucket_settings`` knows)."""
+    wanted = set(buckets)
+    return json.dumps({b: credential_env(s) for b, s in bucket_settings(env).items() if b in wanted}, sort_keys=True)
 
 
 def all_secrets(env: Mapping[str, str] | None = None) -> list[str]:
-    """Every credential of the environment's settings and of each listed bucket's."""
+    """Every credential of the environment's settings and of each listed bucket's (and, without
+    ``env``, of the current store's)."""
     out = settings(env).secrets()
     for s in bucket_settings(env).values():
         out += s.secrets()
+    if env is None and _store.get() is not None:
+        out += all_secrets(os.environ)
     return out
 
 

@@ -1,5 +1,7 @@
 """What the ledger page and the JSON API read: the pipeline's ledger rows (``eobatch.cli.ledger_rows``,
-the function behind `make ledger`), its backlog, a page of batches. No Airflow, no pyspark.
+the function behind `make ledger`), its backlog, a page of batches, each with the pipeline's own
+S3 settings (``pipeline_scope``: its connections, resolved per request). No pyspark; Airflow only
+for the connections.
 
 Only what the ledger holds is shown (and the pipeline's name, mode, source kind and schedule):
 never the pipeline's connection settings, locations of its tables or any credential, nor the
@@ -31,7 +33,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 from ..airflow import pipelines_dir
@@ -45,6 +48,7 @@ from ..core.protocol import Protocol
 from ..core.stuck import find_stuck
 from ..errors import EobatchError
 from ..sources import range_summary
+from ..storage import s3conf
 from ..storage.credentials import scrub
 from .page import CHART_BATCHES, Pager, PageView
 
@@ -113,21 +117,33 @@ BACKLOGS = Memo(BACKLOG_TTL_S)
 BACKLOG_BUSY = {"error": "being computed for another page load just now: reload in a moment"}
 
 
-def page_backlog(proto: Protocol) -> dict:
-    """The backlog shown on the page (``BACKLOGS``: once per pipeline per ``BACKLOG_TTL_S``)."""
+def page_backlog(proto: Protocol, problem: str | None = None) -> dict:
+    """The backlog shown on the page (``BACKLOGS``: once per pipeline per ``BACKLOG_TTL_S``);
+    ``problem``: why the source cannot be read with its own settings (``pipeline_scope``)."""
+    if problem:
+        return {"error": problem}
     cfg = proto.cfg
+    return BACKLOGS.get((cfg.file, cfg.name), lambda: backlog(proto, count_files_limit=BACKLOG_COUNT_FILES),
+                        busy=BACKLOG_BUSY)
 
-    def compute() -> dict:
-        # the Airflow side's hooks: the UI runs in the api-server (an upstream in another store: its connection)
-        from ..airflow.hooks import export_bucket_connections
 
-        try:
-            export_bucket_connections(cfg.source)
-        except EobatchError as e:
-            return {"error": str(e)}
-        return backlog(proto, count_files_limit=BACKLOG_COUNT_FILES)
+@contextmanager
+def pipeline_scope(cfg: PipelineConfig) -> Iterator[str | None]:
+    """One request's calls for pipeline ``cfg`` with the pipeline's own S3 settings: its
+    ``aws_conn_id``'s and its source's own connection's, resolved in the api-server as its tasks
+    resolve them (``airflow.hooks.pipeline_store``), and never the process's environment (the next
+    request is another pipeline's). Yields None, or why the source's own connection cannot serve
+    (the backlog shows it; the ledger is read with the pipeline's own settings still)."""
+    # the Airflow side's hooks: the UI runs in the api-server
+    from ..airflow.hooks import pipeline_store
 
-    return BACKLOGS.get((cfg.file, cfg.name), compute, busy=BACKLOG_BUSY)
+    problem = None
+    try:
+        store = pipeline_store(cfg)
+    except EobatchError as e:
+        problem, store = str(e), pipeline_store(cfg, buckets=False)
+    with s3conf.using(store):
+        yield problem
 
 
 def page_plan(plan: BatchPlan) -> tuple[BatchPlan, str]:
@@ -233,7 +249,13 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
               airflow_base: str = "", batch: int | None = None) -> PageView:
     """One page of the ledger, newest first; with ``run_id`` the page holding that run's batch, with
     ``batch`` the page holding that batch (a downstream pipeline's link to a batch it read)."""
-    proto = Protocol(cfg)
+    with pipeline_scope(cfg) as problem:
+        return _page_view(Protocol(cfg), page, per_page, run_id, airflow_base, batch, problem)
+
+
+def _page_view(proto: Protocol, page: int, per_page: int, run_id: str | None, airflow_base: str,
+               batch: int | None, problem: str | None) -> PageView:
+    cfg = proto.cfg
     latest = proto.ledger.latest_batch_id()
     if batch is not None and 1 <= batch <= latest:
         page = Pager.page_of(latest, batch, per_page)
@@ -249,7 +271,7 @@ def page_view(cfg: PipelineConfig, page: int = 1, per_page: int = 25, run_id: st
         pipeline=cfg.name, mode=cfg.mode, source_kind=cfg.source.kind, pager=pager,
         schedule=cfg.schedule or (f"on the asset events of {cfg.schedule_asset}" if cfg.schedule_asset else None),
         rows=[rows[b] for b in page_ids if b in rows], chart_rows=[rows[b] for b in reversed(chart_ids) if b in rows],
-        backlog=page_backlog(proto), committed_versions=proto.committed_versions(), run_id=run_id, batch=batch,
+        backlog=page_backlog(proto, problem), committed_versions=proto.committed_versions(), run_id=run_id, batch=batch,
         airflow_base=airflow_base, description=cfg.description,
         maintenance=_maintenance_line(proto), stuck=page_stuck(proto),
         rewinds=[f"rewind at {r.requested_at} (run {r.run_id or '-'}): the tables back to before batch {r.to_batch}, "
@@ -292,7 +314,8 @@ def page_stuck(proto: Protocol) -> dict | None:
 def stuck_json(cfg: PipelineConfig) -> str:
     """``GET /eobatch/api/pipelines/<name>/stuck``: {"pipeline", "stuck"}, ``stuck`` the detector's
     finding (``eobatch.core.stuck.Stuck``) or null."""
-    return json.dumps({"pipeline": cfg.name, "stuck": page_stuck(Protocol(cfg))}, indent=1, default=str)
+    with pipeline_scope(cfg):
+        return json.dumps({"pipeline": cfg.name, "stuck": page_stuck(Protocol(cfg))}, indent=1, default=str)
 
 
 def _maintenance_line(proto) -> str | None:
@@ -306,9 +329,10 @@ def _maintenance_line(proto) -> str | None:
 def batches_json(cfg: PipelineConfig, limit: int = JSON_LIMIT_DEFAULT, offset: int = 0) -> str:
     """`make ledger FORMAT=json` of the pipeline: the same rows, the same encoding (oldest first);
     ``limit`` / ``offset``: a slice of that list, ``limit`` at most ``JSON_LIMIT_MAX``."""
-    proto = Protocol(cfg)
     limit = max(0, min(limit, JSON_LIMIT_MAX))
-    # batch ids are 1..latest without gaps: the slice [offset, offset + limit) is ids offset+1..
-    latest = proto.ledger.latest_batch_id()
-    end = min(latest, offset + limit)
-    return rows_json(ledger_rows(proto, range(offset + 1, end + 1)))
+    with pipeline_scope(cfg):
+        proto = Protocol(cfg)
+        # batch ids are 1..latest without gaps: the slice [offset, offset + limit) is ids offset+1..
+        latest = proto.ledger.latest_batch_id()
+        end = min(latest, offset + limit)
+        return rows_json(ledger_rows(proto, range(offset + 1, end + 1)))

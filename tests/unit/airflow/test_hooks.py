@@ -59,10 +59,13 @@ def test_a_hook_that_cannot_be_built_forwards_nothing(spark_conn, monkeypatch):
 def test_the_aws_connection_is_resolved_by_the_amazon_hook_from_a_profile(monkeypatch, tmp_path):
     """A connection naming a profile (no keys in it): the Amazon provider's hook resolves the
     profile's keys; endpoint from the connection's s3 service config; a stale session token of
-    the environment does not survive (it would not match these keys); the keys are masked."""
+    the environment does not survive (it would not match these keys); the keys are masked; the
+    process environment is left as it is (the settings travel with the pipeline's calls)."""
+    import os
+
     from airflow.sdk.log import redact
 
-    from eobatch.airflow.hooks import export_aws_connection
+    from eobatch.airflow.hooks import aws_settings
 
     key, secret = fake_secret("AKIA"), fake_secret("secret-")
     creds = tmp_path / "credentials"
@@ -76,12 +79,10 @@ def test_the_aws_connection_is_resolved_by_the_amazon_hook_from_a_profile(monkey
     monkeypatch.setenv("AIRFLOW_CONN_LAKE_S3", json.dumps({"conn_type": "aws", "extra": {
         "profile_name": "lake", "region_name": "eu-west-3",
         "service_config": {"s3": {"endpoint_url": "http://127.0.0.1:9999"}}}}))
-    assert export_aws_connection("lake_s3") is True
-    import os
-
-    assert (os.environ["AWS_ACCESS_KEY_ID"], os.environ["AWS_SECRET_ACCESS_KEY"]) == (key, secret)
-    assert (os.environ["S3_ENDPOINT"], os.environ["AWS_REGION"]) == ("http://127.0.0.1:9999", "eu-west-3")
-    assert "AWS_SESSION_TOKEN" not in os.environ
+    before = dict(os.environ)
+    s = aws_settings("lake_s3")
+    assert s is not None and (s.access_key, s.secret_key, s.session_token) == (key, secret, None)
+    assert (s.endpoint, s.region) == ("http://127.0.0.1:9999", "eu-west-3")
     assert redact(f"<{key}> <{secret}>") == "<***> <***>"
-    assert export_aws_connection("no_such_connection") is False  # the environment stays as it is
-    assert os.environ["AWS_ACCESS_KEY_ID"] == key
+    assert aws_settings("no_such_connection") is None
+    assert dict(os.environ) == before

@@ -4,6 +4,7 @@ handed on to a child process (the s3a conf of the stage job: test_launch.py)."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -45,35 +46,41 @@ def test_redact_and_lazy_storage(s3env):
 
 
 def test_a_bucket_in_another_store_is_served_by_its_own_settings(s3env, monkeypatch):
-    """``use_bucket`` (a delta source's conn_id): that bucket alone gets the other store's endpoint and
-    credentials, in delta-rs options, boto3 and pyarrow (``settings_for``), s3a's per-bucket keys and
-    redaction; every other bucket keeps the environment's."""
+    """A store's bucket (a delta source's conn_id, ``using``): that bucket alone gets the other
+    store's endpoint and credentials, in delta-rs options, boto3 and pyarrow (``settings_for``),
+    s3a's per-bucket keys and redaction; every other bucket keeps the store's own settings; the
+    process environment is never written, and outside the block nothing of the store is left."""
     monkeypatch.setenv(s3conf.BUCKETS_ENV, "")
+    before = dict(os.environ)
     other = {"S3_ENDPOINT": "https://s3.other.example", "AWS_ACCESS_KEY_ID": "AKIDOTHER999",
-             "AWS_SECRET_ACCESS_KEY": "other/secret+", "AWS_REGION": "ap-south-1", "AWS_SESSION_TOKEN": None}
-    s3conf.use_bucket("upstream", other)
-    up, own = s3conf.settings_for("s3a://upstream/lake/t"), s3conf.settings_for("s3a://bkt/lake/t")
-    assert (up.endpoint, up.access_key, up.region, up.http) == ("https://s3.other.example", "AKIDOTHER999",
-                                                                "ap-south-1", False)
-    assert own == s3conf.settings() and own.access_key == ENV["AWS_ACCESS_KEY_ID"]
-    assert s3conf.delta_storage_options("s3a://upstream/lake/t")["AWS_ACCESS_KEY_ID"] == "AKIDOTHER999"
-    assert s3conf.delta_storage_options("s3a://bkt/lake/t")["AWS_ACCESS_KEY_ID"] == ENV["AWS_ACCESS_KEY_ID"]
-    fs = storage_for("s3a://bkt/x")
-    assert fs.settings_for("s3a://upstream/a") == up and fs.settings_for("s3a://bkt/a") == own
-    conf = s3conf.bucket_hadoop_conf()
-    assert conf == {
-        "fs.s3a.bucket.upstream.endpoint.region": "ap-south-1",
-        "fs.s3a.bucket.upstream.endpoint": "https://s3.other.example",
-        "fs.s3a.bucket.upstream.path.style.access": "true",
-        "fs.s3a.bucket.upstream.connection.ssl.enabled": "true",
-        "fs.s3a.bucket.upstream.access.key": "AKIDOTHER999",
-        "fs.s3a.bucket.upstream.secret.key": "other/secret+",
-        "fs.s3a.bucket.upstream.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}
-    assert not any("secret" in v for v in s3conf.spark_hadoop_conf().values())  # never a --conf
-    assert s3conf.redact("keys AKIDOTHER999 other/secret+ and s3cr3t/+value") == "keys *** *** and ***"
-    s3conf.use_bucket("second", {"AWS_ACCESS_KEY_ID": "AKIDSECOND1", "AWS_SECRET_ACCESS_KEY": "x" * 8})
-    assert set(s3conf.bucket_settings()) == {"upstream", "second"}
-    assert json.loads(s3conf.bucket_env(["upstream"])) == {"upstream": {k: v for k, v in other.items() if v}}
+             "AWS_SECRET_ACCESS_KEY": "other/secret+", "AWS_REGION": "ap-south-1"}
+    second = s3conf.settings({"AWS_ACCESS_KEY_ID": "AKIDSECOND1", "AWS_SECRET_ACCESS_KEY": "x" * 8})
+    store = s3conf.Store(s3conf.settings(), (("upstream", s3conf.settings(other)), ("second", second)))
+    with s3conf.using(store):
+        up, own = s3conf.settings_for("s3a://upstream/lake/t"), s3conf.settings_for("s3a://bkt/lake/t")
+        assert (up.endpoint, up.access_key, up.region, up.http) == ("https://s3.other.example", "AKIDOTHER999",
+                                                                    "ap-south-1", False)
+        assert own == s3conf.settings() and own.access_key == ENV["AWS_ACCESS_KEY_ID"]
+        assert s3conf.delta_storage_options("s3a://upstream/lake/t")["AWS_ACCESS_KEY_ID"] == "AKIDOTHER999"
+        assert s3conf.delta_storage_options("s3a://bkt/lake/t")["AWS_ACCESS_KEY_ID"] == ENV["AWS_ACCESS_KEY_ID"]
+        fs = storage_for("s3a://bkt/x")
+        assert fs.settings_for("s3a://upstream/a") == up and fs.settings_for("s3a://bkt/a") == own
+        conf = s3conf.bucket_hadoop_conf()
+        assert {k: v for k, v in conf.items() if ".upstream." in k} == {
+            "fs.s3a.bucket.upstream.endpoint.region": "ap-south-1",
+            "fs.s3a.bucket.upstream.endpoint": "https://s3.other.example",
+            "fs.s3a.bucket.upstream.path.style.access": "true",
+            "fs.s3a.bucket.upstream.connection.ssl.enabled": "true",
+            "fs.s3a.bucket.upstream.access.key": "AKIDOTHER999",
+            "fs.s3a.bucket.upstream.secret.key": "other/secret+",
+            "fs.s3a.bucket.upstream.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"}
+        assert not any("secret" in v for v in s3conf.spark_hadoop_conf().values())  # never a --conf
+        assert s3conf.redact("keys AKIDOTHER999 other/secret+ and s3cr3t/+value") == "keys *** *** and ***"
+        assert set(s3conf.bucket_settings()) == {"upstream", "second"}
+        assert json.loads(s3conf.bucket_env(["upstream"])) == {"upstream": other}
+        assert s3conf.carried(lambda: s3conf.current_store())() is store
+    assert dict(os.environ) == before and s3conf.current_store() is None
+    assert s3conf.bucket_settings() == {} and s3conf.settings_for("s3a://upstream/x") == s3conf.settings()
     monkeypatch.setenv(s3conf.BUCKETS_ENV, "[1, 2]")
     with pytest.raises(ValueError, match="EOBATCH_S3_BUCKETS must be a JSON object"):
         s3conf.settings_for("s3a://upstream/x")

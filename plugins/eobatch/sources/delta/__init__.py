@@ -61,7 +61,7 @@ class DeltaKind(ParquetKind):
 
     def job_env(self, source: DeltaConfig) -> dict[str, str]:  # type: ignore[override]
         """An upstream in another store: its bucket's settings (``s3conf.BUCKETS_ENV``), which the
-        Airflow task resolved from ``source.conn_id`` (``airflow.hooks.export_bucket_connections``)."""
+        Airflow task resolved from ``source.conn_id`` (``airflow.hooks.pipeline_store``)."""
         buckets = source.bucket_connections()
         if not buckets:
             return {}

@@ -34,6 +34,7 @@ from ...config import lines
 from ...core.checkpoint import SKIP_NOTE, ReadSoFar
 from ...core.formats import slice_name
 from ...errors import TerminalError
+from ...storage import s3conf
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
 from ..base import MAX_FILES_PER_BATCH, BacklogAsk, IntervalTooLarge, consumed_skip
 
@@ -415,7 +416,7 @@ def files_now(files: Sequence[dict], root: str | None = None) -> dict[str, FileI
     if len(paths) < 2:
         return {p: one(p) for p in paths}
     with ThreadPoolExecutor(min(16, len(paths))) as pool:
-        return dict(zip(paths, pool.map(one, paths)))
+        return dict(zip(paths, pool.map(s3conf.carried(one), paths)))  # the pipeline's S3 settings too
 
 
 def changed_since_plan(rng: dict, root: str | None = None) -> list[str]:
