@@ -24,7 +24,19 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..config import notifiers
 from .provider import OPTION, SECTION
+
+
+def allowed_notifiers_option() -> str:
+    """The platform's ``[eobatch] allowed_notifiers`` (airflow.cfg or its environment variable):
+    the notifier classes a pipeline file may name (``eobatch.config.notifiers``)."""
+    from airflow.configuration import conf  # only when asked (see the module docstring)
+
+    return str(conf.get(notifiers.SECTION, notifiers.OPTION, fallback="") or "")
+
+
+notifiers.register(allowed_notifiers_option)  # the loader asks Airflow's configuration, not only the environment
 
 
 def pipelines_dir() -> str:
