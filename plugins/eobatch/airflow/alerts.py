@@ -55,7 +55,10 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 from ..config import notifiers
 from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
 from ..storage.credentials import scrub
+from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub
 
+# (imported for its registration: a deadline callback runs in the executor, where nothing else of
+# eobatch may have registered the masker, and an alert would carry what Airflow masks)
 log = logging.getLogger(__name__)
 SUBJECT_PREFIX = "[eobatch]"
 
