@@ -29,7 +29,9 @@ allowed_notifiers``, see ``eobatch.config.notifiers``) is built as a subclass wi
 fields, with its literal ``args`` and the alert's fields its ``alert_args`` name (``subject``,
 ``text``, ``html``, ``kind``, ``pipeline``, ``url``, ``run_id``). The context handed to a notifier
 holds no ``conn`` nor ``var``. An alert's text goes through Airflow's secrets masker first
-(``connections.scrub``: the values it knows, and any URI's password, as ``***``). Sending never
+(``connections.scrub``: the values it knows, and any URI's password, as ``***``; this module
+registers the masker itself, as a deadline callback runs in the executor where nothing else of
+eobatch may have). Sending never
 fails a task; a notifier that fails is logged.
 """
 
@@ -57,8 +59,6 @@ from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
 from ..storage.credentials import scrub
 from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub
 
-# (imported for its registration: a deadline callback runs in the executor, where nothing else of
-# eobatch may have registered the masker, and an alert would carry what Airflow masks)
 log = logging.getLogger(__name__)
 SUBJECT_PREFIX = "[eobatch]"
 
