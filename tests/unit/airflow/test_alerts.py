@@ -109,6 +109,26 @@ def test_a_kafka_backlog_age_alert_is_refused_with_the_reason(write_yaml, base_c
     assert ei.value.key == "alerts.backlog_max_age_minutes" and "not known" in str(ei.value)
 
 
+def test_the_allow_list_is_airflows_option_read_when_a_file_is_loaded(make_cfg, monkeypatch):
+    """``[eobatch] allowed_notifiers`` as airflow.cfg gives it (not only its environment variable):
+    read through Airflow's configuration each time a file is loaded."""
+    from airflow.configuration import conf
+
+    monkeypatch.delenv("AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS", raising=False)
+    section = {"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "ops@example.com"}}]}
+    with pytest.raises(ConfigError, match="none; only email: entries"):
+        make_cfg(alerts=section)
+    if not conf.has_section("eobatch"):
+        conf.add_section("eobatch")
+    conf.set("eobatch", "allowed_notifiers", f"some.other.Notifier,\n  {SMTP_NOTIFIER}")
+    try:
+        assert make_cfg(alerts=section).alerts.notify[0].notifier == SMTP_NOTIFIER
+    finally:
+        conf.remove_option("eobatch", "allowed_notifiers")
+    with pytest.raises(ConfigError):
+        make_cfg(alerts=section)
+
+
 # -- the DAG ---------------------------------------------------------------------------------------
 
 
