@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Any
 
-from ..config import access
+from ..config import access, notifiers
 from .provider import OPTION, SECTION
 
 
@@ -40,6 +40,17 @@ def access_policy_option() -> str | None:
 
 
 access.register_option_reader(access_policy_option)
+
+
+def allowed_notifiers_option() -> str:
+    """The platform's ``[eobatch] allowed_notifiers`` (airflow.cfg or its environment variable):
+    the notifier classes a pipeline file may name (``eobatch.config.notifiers``)."""
+    from airflow.configuration import conf  # only when asked (see the module docstring)
+
+    return str(conf.get(notifiers.SECTION, notifiers.OPTION, fallback="") or "")
+
+
+notifiers.register(allowed_notifiers_option)  # the loader asks Airflow's configuration, not only the environment
 
 
 def pipelines_dir() -> str:

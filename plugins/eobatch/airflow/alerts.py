@@ -21,13 +21,17 @@ Five conditions, each told to every notifier of ``alerts.notify``:
   remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
   notifier.
 
-Notifiers are built afresh for each alert (Airflow renders a notifier's templates in place).
-An alert's text reaches them in the template context as ``alert`` (``alert.subject``,
-``alert.text``, ``alert.html``, ``alert.kind``, ``alert.pipeline``, ``alert.url``,
-``alert.run_id``): the e-mail notifier is ``SmtpNotifier(subject="{{ alert.subject }}",
-html_content="{{ alert.html }}")``. The text itself is never evaluated as a template (an error
-message quoting a record cannot inject one), and it goes through Airflow's secrets masker first
-(``connections.scrub``: the values it knows, and any URI's password, as ``***``). Sending never
+Notifiers are built afresh for each alert, and nothing of a pipeline file or of an alert is ever
+a template: the e-mail notifier (``email:``) is the product's ``EmailNotifier``, which renders
+nothing (literal recipients, sender, subject and body: ``alert.subject``, ``alert.html``), and a
+notifier class (``notifier:``, imported only when the platform allows it in ``[eobatch]
+allowed_notifiers``, see ``eobatch.config.notifiers``) is built as a subclass without templated
+fields, with its literal ``args`` and the alert's fields its ``alert_args`` name (``subject``,
+``text``, ``html``, ``kind``, ``pipeline``, ``url``, ``run_id``). The context handed to a notifier
+holds no ``conn`` nor ``var``. An alert's text goes through Airflow's secrets masker first
+(``connections.scrub``: the values it knows, and any URI's password, as ``***``; this module
+registers the masker itself, as a deadline callback runs in the executor where nothing else of
+eobatch may have). Sending never
 fails a task; a notifier that fails is logged.
 """
 
@@ -40,17 +44,20 @@ import importlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from airflow.providers.common.compat.sdk import conf
-from airflow.sdk import Variable
+from airflow.sdk import BaseHook, Variable
 from airflow.sdk.bases.notifier import BaseNotifier
 from airflow.sdk.definitions.callback import SyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
+from ..config import notifiers
 from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
 from ..storage.credentials import scrub
+from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub
 
 log = logging.getLogger(__name__)
 SUBJECT_PREFIX = "[eobatch]"
@@ -94,26 +101,69 @@ def ledger_url(pipeline: str) -> str:
     return f"{base.rstrip('/')}/eobatch/pipelines/{pipeline}" if base else ""
 
 
-def notifier(spec: Notifier):
-    """A fresh Airflow notifier of one ``alerts.notify`` entry (raises when it cannot be built)."""
-    if spec.email:
-        # the SMTP provider: only for an e-mail notifier
-        from airflow.providers.smtp.notifications.smtp import SmtpNotifier
+class EmailNotifier(BaseNotifier):
+    """The product's e-mail notifier (``email:`` entries): the SMTP provider's hook, every field
+    literal text. It has no templated field, so nothing a pipeline file or an alert says is ever
+    rendered with the task context (which holds ``conn`` and ``var``); it attaches nothing, reads
+    no template file and sets no header but the mail's own. ``smtp_conn_id`` must name an SMTP
+    connection: another kind's host and password are never handed to an SMTP client."""
 
-        return SmtpNotifier(to=list(spec.email), from_email=spec.from_email, smtp_conn_id=spec.smtp_conn_id,
-                            subject="{{ alert.subject }}", html_content="{{ alert.html }}")
-    module, _, name = str(spec.notifier).rpartition(".")
+    template_fields: Sequence[str] = ()
+    template_ext: Sequence[str] = ()
+
+    def __init__(self, *, to: Sequence[str], subject: str, html_content: str, from_email: str | None = None,
+                 smtp_conn_id: str | None = None):
+        super().__init__()
+        self.to, self.subject, self.html_content, self.from_email = list(to), subject, html_content, from_email
+        self.smtp_conn_id = smtp_conn_id or conf.get("email", "email_conn_id", fallback="smtp_default")
+
+    def notify(self, context: Any) -> None:
+        # the SMTP provider: only when an e-mail is sent
+        from airflow.providers.smtp.hooks.smtp import SmtpHook
+
+        kind = BaseHook.get_connection(self.smtp_conn_id).conn_type
+        if kind not in SMTP_CONN_TYPES:
+            raise ValueError(f"connection {self.smtp_conn_id!r} is a {kind} connection, not an SMTP one")
+        with SmtpHook(smtp_conn_id=self.smtp_conn_id) as hook:
+            hook.send_email_smtp(to=self.to, from_email=self.from_email or hook.from_email, subject=self.subject,
+                                 html_content=self.html_content)
+
+
+SMTP_CONN_TYPES = ("smtp", "email")
+# what a notifier is handed of the task's context: never the accessors of connections and variables
+SECRET_CONTEXT_KEYS = ("conn", "var")
+
+
+def _literal(cls: type) -> type:
+    """``cls`` with no templated field and no template file: its arguments reach it as given."""
+    return type(cls.__name__, (cls,), {"template_fields": (), "template_ext": (), "__module__": cls.__module__,
+                                       "render_template_fields": lambda self, context, jinja_env=None: None})
+
+
+def notifier(spec: Notifier, alert: Alert):
+    """A fresh Airflow notifier of one ``alerts.notify`` entry for ``alert`` (raises when it cannot
+    be built). A class is imported only when the platform allows it (``[eobatch] allowed_notifiers``)."""
+    if spec.email:
+        return EmailNotifier(to=spec.email, from_email=spec.from_email, smtp_conn_id=spec.smtp_conn_id,
+                             subject=alert.subject, html_content=alert.html)
+    path = str(spec.notifier)
+    if path not in notifiers.allowed_notifiers():
+        raise PermissionError(f"{path} is not a notifier class the platform allows "
+                              f"([{notifiers.SECTION}] {notifiers.OPTION})")
+    module, _, name = path.rpartition(".")
     cls = getattr(importlib.import_module(module), name)
     if not (isinstance(cls, type) and issubclass(cls, BaseNotifier)):
         raise TypeError(f"{spec.notifier} is not an Airflow notifier class (a BaseNotifier subclass)")
-    return cls(**spec.args)
+    given = alert.template_value()
+    return _literal(cls)(**spec.args, **{k: given[field] for k, field in spec.alert_args.items()})
 
 
 def check_notifiers(cfg: PipelineConfig) -> None:
     """At DAG parse time: every notifier of the pipeline can be built (raises ConfigError)."""
+    sample = Alert("failure", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: check", ("check",))
     for i, spec in enumerate(cfg.alerts.notify):
         try:
-            notifier(spec)
+            notifier(spec, sample)
         except Exception as e:  # noqa: BLE001 - named in the pipeline's import error
             raise ConfigError(cfg.file, f"alerts.notify[{i}]", f"cannot build the notifier: {type(e).__name__}: {e}") \
                 from e
@@ -122,17 +172,17 @@ def check_notifiers(cfg: PipelineConfig) -> None:
 def send(cfg: PipelineConfig, alert: Alert, context: Any = None) -> int:
     """``alert`` to every notifier of ``cfg``, masked (``Alert.masked``); how many took it. Never raises."""
     alert = alert.masked()
-    ctx = dict(context or {})
+    ctx = {k: v for k, v in dict(context or {}).items() if k not in SECRET_CONTEXT_KEYS}
     ctx["alert"] = alert.template_value()
     log.warning("alert %s: %s", alert.kind, alert.subject)
     sent = 0
     for spec in cfg.alerts.notify:  # each on its own: one that fails does not silence the others
         try:
-            n = notifier(spec)
+            n = notifier(spec, alert)
             n(dict(ctx))
             sent += 1
         except Exception as e:  # noqa: BLE001 - alerts must not fail the task that sends them
-            log.error("alert %s not sent by %s (%s: %s)", alert.kind, spec.notifier or "SmtpNotifier",
+            log.error("alert %s not sent by %s (%s: %s)", alert.kind, spec.notifier or "EmailNotifier",
                       type(e).__name__, scrub(str(e)))
     return sent
 

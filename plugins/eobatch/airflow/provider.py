@@ -47,6 +47,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "/etc/eobatch/access-policy.yaml",
                         "default": None,
                     },
+                    "allowed_notifiers": {
+                        "description": "The Airflow notifier classes (dotted paths, comma separated) that a "
+                                       "pipeline file's alerts.notify may name with notifier:. Empty: only "
+                                       "email: entries (the product's own e-mail notifier). A class not "
+                                       "listed is refused when the file is loaded, and never imported.",
+                        "version_added": "0.3.0",
+                        "type": "string",
+                        "example": "airflow.providers.slack.notifications.slack.SlackNotifier",
+                        "default": "",
+                    },
                 },
             },
         },

@@ -35,7 +35,7 @@ from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
-from . import transforms
+from . import notifiers, transforms
 from .access import check_access
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
@@ -293,7 +293,7 @@ Minutes = Annotated[Any, Check(_positive_minutes, {"type": "number", "exclusiveM
 DOTTED_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 EMAIL_RE = re.compile(r"^[^@\s,;<>]+@[^@\s,;<>]+$")
 EMAIL_NOTIFIER_KEYS = frozenset({"email", "smtp_conn_id", "from_email"})
-CLASS_NOTIFIER_KEYS = frozenset({"notifier", "args"})
+CLASS_NOTIFIER_KEYS = frozenset({"notifier", "args", "alert_args"})
 
 
 def _emails(v: Any) -> tuple[str, ...]:
@@ -314,27 +314,55 @@ def _optional_conn_id(v: Any) -> str | None:
 
 
 def _notifier_class(v: Any) -> str:
+    """A dotted path the platform allows (``[eobatch] allowed_notifiers``); never imported here."""
     if not isinstance(v, str) or not DOTTED_RE.match(v):
         raise Invalid(f"must be the dotted path of a notifier class, e.g. "
                       f"airflow.providers.slack.notifications.slack.SlackNotifier; got {v!r}")
+    allowed = notifiers.allowed_notifiers()
+    if v not in allowed:
+        raise Invalid(f"{v} is not a notifier class the platform allows (the Airflow option [eobatch] "
+                      f"{notifiers.OPTION}: {', '.join(sorted(allowed)) or 'none; only email: entries'})")
     return v
 
 
 def _notifier_args(v: Any) -> dict:
+    """Keyword arguments, literal text; none that chooses a file, a template or the message."""
     v = v or {}
     if not isinstance(v, dict) or not all(isinstance(k, str) for k in v):
         raise Invalid("must be a mapping of the notifier's keyword arguments")
+    for k, x in v.items():
+        why = notifiers.refused_arg(k, x)
+        if why:
+            raise Invalid(f"refused: {why}", at=k)
+    return dict(v)
+
+
+def _alert_args(v: Any) -> dict:
+    """{keyword argument: alert field}: the product hands the notifier these fields of each alert."""
+    v = v or {}
+    if not isinstance(v, dict) or not all(isinstance(k, str) and k.isidentifier() for k in v):
+        raise Invalid("must be a mapping of the notifier's keyword arguments to fields of the alert "
+                      f"({', '.join(notifiers.ALERT_FIELDS)}), e.g. {{text: text}}")
+    for k, x in v.items():
+        if x not in notifiers.ALERT_FIELDS:
+            raise Invalid(f"must be a field of the alert ({', '.join(notifiers.ALERT_FIELDS)}), got {x!r}", at=k)
+        why = notifiers.refused_alert_arg(k)
+        if why:
+            raise Invalid(f"refused: {why}", at=k)
     return dict(v)
 
 
 class NotifierSection(Section):
     """One notifier of ``alerts.notify``: ``email`` (with ``smtp_conn_id``, ``from_email``) or
-    ``notifier`` (with ``args``)."""
+    ``notifier`` (with ``args`` and ``alert_args``). Every value is literal text, never a template
+    (``eobatch.config.notifiers``)."""
     email: Annotated[Any, Check(_emails, {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})] = ()
     smtp_conn_id: Annotated[Any, Check(_optional_conn_id, {"type": "string"})] = None
     from_email: Annotated[Any, Check(_email, {"type": "string"})] = None
     notifier: Annotated[Any, Check(_notifier_class, {"type": "string", "pattern": DOTTED_RE.pattern})] = None
     args: Annotated[Any, Check(_notifier_args, {"type": "object"})] = {}
+    alert_args: Annotated[Any, Check(_alert_args, {"type": "object", "additionalProperties": {
+        "enum": list(notifiers.ALERT_FIELDS)}})] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -346,11 +374,15 @@ class NotifierSection(Section):
         extra = sorted(set(data) - allowed)
         if extra:
             raise Invalid(f"unknown key (allowed: {', '.join(sorted(allowed))})", at=str(extra[0]))
+        both = sorted(set(data.get("args") or {}) & set(data.get("alert_args") or {})
+                      if isinstance(data.get("args"), dict) and isinstance(data.get("alert_args"), dict) else ())
+        if both:
+            raise Invalid("given both in args and in alert_args", at=f"args.{both[0]}")
         return data
 
     def value(self) -> Notifier:
         return Notifier(email=self.email, smtp_conn_id=self.smtp_conn_id, from_email=self.from_email,
-                        notifier=self.notifier, args=self.args)
+                        notifier=self.notifier, args=self.args, alert_args=self.alert_args)
 
 
 def _notify(v: Any) -> Any:

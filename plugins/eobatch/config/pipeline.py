@@ -69,12 +69,14 @@ class MaintenanceConfig:
 @dataclass(frozen=True)
 class Notifier:
     """One notifier of ``alerts.notify``: e-mail through the SMTP provider (``email``: the
-    recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``)."""
+    recipients) or an Airflow notifier class by its dotted path (``notifier``, ``args``: literal
+    keyword arguments; ``alert_args``: keyword arguments given fields of the alert)."""
     email: tuple[str, ...] = ()
     smtp_conn_id: str | None = None
     from_email: str | None = None
     notifier: str | None = None
     args: dict = field(default_factory=dict)
+    alert_args: dict = field(default_factory=dict)
 
 
 STUCK_AFTER_RUNS = 3  # a batch that this many runs tried without committing it is stuck (eobatch.core.stuck)

@@ -24,6 +24,17 @@ def smtp():
     sink.close()
 
 
+@pytest.fixture
+def allow(monkeypatch):
+    """allow(*classes): the platform's [eobatch] allowed_notifiers, as its environment variable."""
+    def _allow(*classes: str) -> None:
+        monkeypatch.setenv("AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS", ", ".join(classes))
+    return _allow
+
+
+SMTP_NOTIFIER = "airflow.providers.smtp.notifications.smtp.SmtpNotifier"
+
+
 def _alerts(**section):
     return {"notify": [{"email": ["ops@example.com"], "smtp_conn_id": CONN}], **section}
 
@@ -31,19 +42,20 @@ def _alerts(**section):
 # -- the YAML section ------------------------------------------------------------------------------
 
 
-def test_alerts_load_with_defaults_and_both_kinds_of_notifier(make_cfg):
+def test_alerts_load_with_defaults_and_both_kinds_of_notifier(make_cfg, allow):
+    allow(SMTP_NOTIFIER)
     assert make_cfg().alerts == AlertsConfig()  # no section: no notifier, nothing on
     cfg = make_cfg(alerts={"notify": [
         {"email": "ops@example.com"},
         {"email": ["a@example.com", "b@example.com"], "smtp_conn_id": "smtp_ops", "from_email": "etl@example.com"},
-        {"notifier": "airflow.providers.smtp.notifications.smtp.SmtpNotifier", "args": {"to": "c@example.com"}}],
+        {"notifier": SMTP_NOTIFIER, "args": {"to": "c@example.com"}, "alert_args": {"subject": "subject"}}],
         "run_deadline_minutes": 30, "backlog_max_age_minutes": 0.5})
     a = cfg.alerts
     assert a.notify == (Notifier(email=("ops@example.com",)),
                         Notifier(email=("a@example.com", "b@example.com"), smtp_conn_id="smtp_ops",
                                  from_email="etl@example.com"),
-                        Notifier(notifier="airflow.providers.smtp.notifications.smtp.SmtpNotifier",
-                                 args={"to": "c@example.com"}))
+                        Notifier(notifier=SMTP_NOTIFIER, args={"to": "c@example.com"},
+                                 alert_args={"subject": "subject"}))
     assert a.on_failure is True and a.run_deadline_minutes == 30.0 and a.backlog_max_age_minutes == 0.5
 
 
@@ -55,13 +67,33 @@ def test_alerts_load_with_defaults_and_both_kinds_of_notifier(make_cfg):
     ({"notify": [{"email": "a@b.c", "password": "s3cret"}]}, "alerts.notify[0].password", "unknown key"),
     ({"notify": [{"email": "a@b.c", "smtp_conn_id": "bad id"}]}, "alerts.notify[0].smtp_conn_id", "connection id"),
     ({"notify": [{"notifier": "SlackNotifier"}]}, "alerts.notify[0].notifier", "dotted path"),
-    ({"notify": [{"notifier": "a.B", "args": ["x"]}]}, "alerts.notify[0].args", "keyword arguments"),
+    ({"notify": [{"notifier": "a.B"}]}, "alerts.notify[0].notifier", "not a notifier class the platform allows"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": ["x"]}]}, "alerts.notify[0].args", "keyword arguments"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "files": ["/proc/self/environ"]}}]},
+     "alerts.notify[0].args.files", "attachments"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "template": "/etc/passwd"}}]},
+     "alerts.notify[0].args.template", "template file"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "subject": "{{ var.value.x }}"}}]},
+     "alerts.notify[0].args.subject", "the subject is the alert's"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "html_content": "<p>x</p>"}}]},
+     "alerts.notify[0].args.html_content", "the body is the alert's"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "body_template_path": "x.html"}}]},
+     "alerts.notify[0].args.body_template_path", "names a file"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c", "text": "{{ alert.text }}"}}]},
+     "alerts.notify[0].args.text", "alert_args: {text: text}"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "alert_args": {"to": "password"}}]},
+     "alerts.notify[0].alert_args.to", "field of the alert"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "alert_args": {"files": "text"}}]},
+     "alerts.notify[0].alert_args.files", "names a file"),
+    ({"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "a@b.c"}, "alert_args": {"to": "text"}}]},
+     "alerts.notify[0].args.to", "both in args and in alert_args"),
     (_alerts(on_failure="yes"), "alerts.on_failure", "true or false"),
     (_alerts(run_deadline_minutes=0), "alerts.run_deadline_minutes", "positive number"),
     (_alerts(backlog_max_age_minutes="1h"), "alerts.backlog_max_age_minutes", "positive number"),
     (_alerts(page_me=True), "alerts.page_me", "unknown key"),
 ])
-def test_a_bad_alerts_section_names_the_key(make_cfg, section, key, words):
+def test_a_bad_alerts_section_names_the_key(make_cfg, allow, section, key, words):
+    allow(SMTP_NOTIFIER)
     with pytest.raises(ConfigError) as ei:
         make_cfg(alerts=section)
     assert ei.value.key == key and words in str(ei.value), str(ei.value)
@@ -75,6 +107,26 @@ def test_a_kafka_backlog_age_alert_is_refused_with_the_reason(write_yaml, base_c
     with pytest.raises(ConfigError) as ei:
         load_pipeline(write_yaml(doc))
     assert ei.value.key == "alerts.backlog_max_age_minutes" and "not known" in str(ei.value)
+
+
+def test_the_allow_list_is_airflows_option_read_when_a_file_is_loaded(make_cfg, monkeypatch):
+    """``[eobatch] allowed_notifiers`` as airflow.cfg gives it (not only its environment variable):
+    read through Airflow's configuration each time a file is loaded."""
+    from airflow.configuration import conf
+
+    monkeypatch.delenv("AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS", raising=False)
+    section = {"notify": [{"notifier": SMTP_NOTIFIER, "args": {"to": "ops@example.com"}}]}
+    with pytest.raises(ConfigError, match="none; only email: entries"):
+        make_cfg(alerts=section)
+    if not conf.has_section("eobatch"):
+        conf.add_section("eobatch")
+    conf.set("eobatch", "allowed_notifiers", f"some.other.Notifier,\n  {SMTP_NOTIFIER}")
+    try:
+        assert make_cfg(alerts=section).alerts.notify[0].notifier == SMTP_NOTIFIER
+    finally:
+        conf.remove_option("eobatch", "allowed_notifiers")
+    with pytest.raises(ConfigError):
+        make_cfg(alerts=section)
 
 
 # -- the DAG ---------------------------------------------------------------------------------------
@@ -100,8 +152,10 @@ def test_the_dag_carries_failure_callbacks_and_a_deadline_alert(make_cfg):
     assert all(not t.on_failure_callback for t in plain.tasks) and not plain.deadline
 
 
-def test_a_notifier_class_that_cannot_be_built_is_an_error_of_its_file_only(write_yaml, base_cfg, tmp_path):
+def test_a_notifier_class_that_cannot_be_built_is_an_error_of_its_file_only(write_yaml, base_cfg, tmp_path, allow):
     from eobatch.airflow.dag_factory import build_all
+
+    allow("eobatch.config.loader.Column")  # allowed by the platform, yet not a notifier
 
     good = dict(base_cfg)
     write_yaml(good, "good.yaml")
@@ -183,7 +237,7 @@ def test_a_notifier_that_fails_is_logged_and_the_others_still_send(make_cfg, smt
     assert sent == 1
     (mail,) = smtp.wait_for(lambda m: True, timeout=30)
     assert mail["X-Rcpt-To"] == "b@example.com"
-    assert "not sent by SmtpNotifier" in caplog.text
+    assert "not sent by EmailNotifier" in caplog.text
 
 
 def test_a_plan_that_skips_a_forged_parquet_footer_mails_it_and_counts_it(make_cfg, smtp, tmp_path):
