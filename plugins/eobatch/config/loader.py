@@ -30,7 +30,7 @@ from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
-from . import transforms
+from . import sql_guard, transforms
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
 from .model import (
@@ -416,6 +416,9 @@ class AlertsSection(Section):
 def _expr(v: Any) -> str:
     if not isinstance(v, str) or not v.strip() or ";" in v:
         raise Invalid(f"must be one Spark SQL boolean expression, got {v!r}")
+    refused = sql_guard.refusal(v)
+    if refused:  # the stage job refuses it too, on Spark's own parse
+        raise Invalid(f"{v.strip()!r} {refused}")
     return v.strip()
 
 
