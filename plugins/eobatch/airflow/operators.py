@@ -416,7 +416,6 @@ class StageOperator(SparkSubmitOperator):
         self.log.info("stage: %s finished in %.1fs", what, time.time() - t0)
         return attempts
 
-
     def _get_hook(self):
         """The provider's hook, its spark-submit started with the stage job's environment only
         (``launch.spark_env``: an allow-list, then ``env_vars``), never the task's whole environment."""
