@@ -19,6 +19,8 @@ fast path never accepts a record that the full rule list rejects, and gives the 
 
 from __future__ import annotations
 
+from eobatch.config import sql_guard
+
 CORRUPT = "_corrupt_record"
 UNREADABLE = "_eo_unreadable"  # an optional column of the lines: why the source could not read the record
 # An optional column of the lines: the length of a record whose ``raw`` holds only its first bytes
@@ -251,6 +253,9 @@ def expect(classified, ddl: str, expectations: list[dict]):
     reason = F.col(f"_eo_o{outer.index('reason')}")  # the classification's: null for a valid record
     failed = []
     for e in expectations:
+        refused = sql_guard.job_refusal(scope, e["expr"])  # Spark's own parse: a spec past the loader too
+        if refused:
+            raise SystemExit(f"expectation {e['name']}: {e['expr']!r} {refused}; nothing of this batch is staged")
         try:
             verdict = F.expr(e["expr"])
         except Exception as err:  # a parse error: name the expectation

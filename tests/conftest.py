@@ -20,6 +20,10 @@ from support.harness import VENV_BIN, DagRun, Pipeline, airflow_env, write_pipel
 _JIT = os.environ.get("EOBATCH_TEST_JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
 if _JIT and "JAVA_TOOL_OPTIONS" not in os.environ:
     os.environ["JAVA_TOOL_OPTIONS"] = _JIT
+# ... the stage jobs of the DAG runs too: their environment is an allow-list (eobatch.job.launch.spark_env)
+# to which the platform, here the tests, adds names
+if _JIT:
+    os.environ.setdefault("EOBATCH_STAGE_ENV_ALLOW", "JAVA_TOOL_OPTIONS")
 
 
 def pytest_collection_modifyitems(config, items):

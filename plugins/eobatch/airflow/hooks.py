@@ -121,3 +121,40 @@ def credentials_travel_as_env(conn_id: str, *, deploy_mode: str | None = None,
     except Exception:  # e.g. a k8s master without the cncf.kubernetes provider: the stage fails anyway
         return False
     return not (hook._is_yarn or hook._is_kubernetes) and hook._connection["deploy_mode"] != "cluster"
+
+
+class StageSubmitHook(SparkSubmitHook):
+    """The Spark provider's hook, its spark-submit started with exactly ``child_env`` as its
+    environment (``eobatch.job.launch.spark_env``: an allow-list and the pipeline's own settings).
+
+    The provider's ``submit`` hands Popen a copy of the task's whole ``os.environ`` updated with
+    ``env_vars`` whenever it has any (its ``_env``): every secret of the Airflow worker would reach
+    the driver, a pipeline's transform and, in local mode, the Python workers. Here ``_env`` always
+    reads as unset (what the provider would have set is kept in ``requested_env``), so its ``submit``
+    passes our ``env`` to Popen as it is; everything else of the provider (command line, ``--conf``
+    of YARN or Kubernetes built from ``env_vars``, tracking, kill) is unchanged. The stage task's
+    test asserts the environment Popen receives, so a provider that changes this fails it."""
+
+    child_env: dict[str, str] = {}
+    requested_env: dict | None = None
+
+    @property
+    def _env(self) -> None:
+        return None
+
+    @_env.setter
+    def _env(self, value) -> None:
+        self.requested_env = value
+
+    @classmethod
+    def adopt(cls, hook: SparkSubmitHook, child_env: dict[str, str]) -> StageSubmitHook:
+        """``hook`` (built by the Spark operator with all its arguments), as this class."""
+        requested = hook.__dict__.pop("_env", None)
+        hook.__class__ = cls
+        assert isinstance(hook, cls)
+        hook.requested_env, hook.child_env = requested, dict(child_env)
+        return hook
+
+    def submit(self, application: str = "", **kwargs):
+        kwargs["env"] = dict(self.child_env)
+        return super().submit(application, **kwargs)

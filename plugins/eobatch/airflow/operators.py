@@ -31,7 +31,7 @@ from ..job import driver_jvm, launch
 from ..storage import s3conf
 from . import alerts, assets, metrics
 from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
-from .hooks import credentials_travel_as_env, mask_credentials, pipeline_store
+from .hooks import StageSubmitHook, credentials_travel_as_env, mask_credentials, pipeline_store
 from .params import ParamsError, check_params
 
 PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
@@ -424,7 +424,7 @@ class StageOperator(SparkSubmitOperator):
             if e.kind == "terminal":
                 raise AirflowFailException(str(e)) from e
             raise
-        env = launch.spark_env()
+        env = launch.spark_env()  # spark-submit's own environment: an allow-list (``_get_hook``)
         self.env_vars = {k: env[k] for k in ("PATH", "SPARK_LOCAL_IP", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
                          if k in env} | dict(self.env_vars or {})
         travels = credentials_travel_as_env(self.spark_conn_id, deploy_mode=self.spark_deploy_mode,
@@ -446,6 +446,8 @@ class StageOperator(SparkSubmitOperator):
                               "cluster's own identity (instance profile, IRSA, Kubernetes secrets) must serve",
                               self.spark_conn_id)
         mask_credentials()
+        self._hook = None  # built by ``_get_hook`` with this try's environment
+        self._stage_env = launch.spark_env(self.env_vars)
         self.application_args = launch.spec_args(cfg, todo)  # the spec: a file of the ledger, named with its hash
         what = ", ".join(f"batch {b} attempt {a}" for b, a in sorted(todo.items()))
         self.log.info("stage: %s via spark connection %r", what, self.spark_conn_id)
@@ -453,6 +455,11 @@ class StageOperator(SparkSubmitOperator):
         super().execute(context)
         self.log.info("stage: %s finished in %.1fs", what, time.time() - t0)
         return attempts
+
+    def _get_hook(self):
+        """The provider's hook, its spark-submit started with the stage job's environment only
+        (``launch.spark_env``: an allow-list, then ``env_vars``), never the task's whole environment."""
+        return StageSubmitHook.adopt(super()._get_hook(), getattr(self, "_stage_env", None) or launch.spark_env())
 
 
 class VerifySensor(BaseSensorOperator):

@@ -35,7 +35,7 @@ from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
 from . import model as cm
-from . import notifiers, transforms
+from . import notifiers, sql_guard, transforms
 from .access import check_access
 from .contract import PASSTHROUGH, Edit, contract_edits
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
@@ -443,6 +443,9 @@ class AlertsSection(Section):
 def _expr(v: Any) -> str:
     if not isinstance(v, str) or not v.strip() or ";" in v:
         raise Invalid(f"must be one Spark SQL boolean expression, got {v!r}")
+    refused = sql_guard.refusal(v)
+    if refused:  # the stage job refuses it too, on Spark's own parse
+        raise Invalid(f"{v.strip()!r} {refused}")
     return v.strip()
 
 

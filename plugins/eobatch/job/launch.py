@@ -7,6 +7,7 @@ so both run exactly the same command. No Airflow imports here.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import glob
 import hashlib
 import importlib.util
@@ -21,6 +22,7 @@ import sys
 import tempfile
 import textwrap
 import zipfile
+from collections.abc import Mapping
 
 from ..config import transforms
 from ..config.loader import PipelineConfig, config_values, load_pipeline
@@ -140,6 +142,8 @@ CODE_ROOTS = {"eobatch": PACKAGE, "spark_jobs": SPARK_JOBS}
 SHIPPED = (
     # the pipeline file as the job sees it: no pydantic, no YAML
     "eobatch.config.contract", "eobatch.config.ddl", "eobatch.config.lines", "eobatch.config.schemas",
+    # the refusal of YAML SQL that reaches the JVM (on Spark's own parse, in the job)
+    "eobatch.config.sql_guard",
     # named only inside the kinds' section() (their YAML models), which the job never calls
     "eobatch.config.model", "eobatch.config.schedule",
     # the ledger's records and the staged files' statistics (table_files -> verify, ledger -> checkpoint)
@@ -343,15 +347,49 @@ def app_name(cfg: PipelineConfig, attempts: dict[int, str]) -> str:
     return f"eobatch-{cfg.name}-{batches}-{attempts[ids[0]]}"
 
 
-def spark_env() -> dict:
-    """Environment for spark-submit: loopback for local mode, the venv's python for workers."""
-    env = dict(os.environ)
+# The stage job's environment (spark-submit, its driver, and in local mode every Python worker, which
+# inherits the JVM's): built from an allow-list, never a copy of the task's environment, which holds the
+# platform's secrets (AIRFLOW_CONN_*, AIRFLOW__DATABASE__SQL_ALCHEMY_CONN, other pipelines' keys) that a
+# pipeline's transform would read. Kept: what runs Java, Spark, Hadoop and Python and where they are
+# (no secret); the settings the job itself reads (``JOB_SETTINGS``); the names or globs the platform
+# lists in ``STAGE_ENV_ALLOW_ENV``. The pipeline's own settings (its S3 credentials, its source's
+# connection) are added by the caller, never inherited.
+STAGE_ENV_ALLOW_ENV = "EOBATCH_STAGE_ENV_ALLOW"
+STAGE_ENV = (
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+    "JAVA_HOME", "SPARK_HOME", "SPARK_CONF_DIR", "SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME", "SPARK_LOCAL_DIRS",
+    "SPARK_DIST_CLASSPATH", "HADOOP_HOME", "HADOOP_CONF_DIR", "YARN_CONF_DIR",
+    "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "AWS_CA_BUNDLE",
+)
+STAGE_ENV_GLOBS = ("LC_*",)
+# read by the job itself: its fault injection (eobatch.core.faults)
+JOB_SETTINGS = ("EOBATCH_FAIL", "EOBATCH_CRASH", "EOBATCH_PAUSE", "EOBATCH_CRASH_ONCE_DIR")
+
+
+def stage_env_allowed(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """May the variable ``name`` of the task's environment reach the stage job? (``STAGE_ENV``,
+    ``JOB_SETTINGS``, and the platform's ``EOBATCH_STAGE_ENV_ALLOW``: comma-separated names or
+    globs, matched case-sensitively.)"""
+    extra = (os.environ if environ is None else environ).get(STAGE_ENV_ALLOW_ENV, "")
+    globs = (*STAGE_ENV_GLOBS, *(p.strip() for p in extra.split(",") if p.strip()))
+    return name in STAGE_ENV or name in JOB_SETTINGS or any(fnmatch.fnmatchcase(name, g) for g in globs)
+
+
+def spark_env(job: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of the stage job's spark-submit: the variables of ``environ`` (default:
+    this process's) that ``stage_env_allowed`` keeps, loopback for local mode and this Python for
+    the workers unless set, then ``job`` (the pipeline's own settings: ``job_env``, its S3
+    credentials). Nothing else of the task's environment reaches the job."""
+    src = os.environ if environ is None else environ
+    env = {k: v for k, v in src.items() if stage_env_allowed(k, src)}
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     bindir = os.path.dirname(sys.executable)
     if bindir not in env.get("PATH", "").split(os.pathsep):
         env["PATH"] = bindir + os.pathsep + env.get("PATH", "")
+    env.update({str(k): str(v) for k, v in (job or {}).items()})
     return env
 
 

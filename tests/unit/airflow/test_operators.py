@@ -4,6 +4,7 @@ kind, in one place (``_step``); S3 credentials for spark-submit; the late-files 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,10 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
         from airflow.sdk.log import redact
 
         seen["cmd"] = self._build_spark_submit_command(application)
-        seen["env"] = dict(self._env or {})
+        # the environment of spark-submit's process, as the provider's submit gives it to Popen (a
+        # copy of os.environ updated with its ``_env`` when it has one; tests/security/test_stage_env.py
+        # runs the provider's own submit)
+        seen["env"] = {**os.environ, **self._env} if self._env else dict(kwargs.get("env") or os.environ)
         seen["masked"] = {v: redact(f"<{v}>") for v in seen.get("watch", ())}
 
     monkeypatch.setattr(SparkSubmitHook, "submit", fake_submit)

@@ -15,6 +15,8 @@ one Delta MERGE (``participants.MergeParticipant``).
 
 from __future__ import annotations
 
+from ...config import sql_guard
+
 DELETE_COL = "_eo_delete"  # the staged rows' column saying "this record deletes its key" (never published)
 KEEPS_ROWS = False  # one row per key (and slice): never the transform's row count
 
@@ -38,6 +40,9 @@ def latest_per_key(df, keys: list[str], sequence_by: str, delete_when: str | Non
     from pyspark.sql import functions as F
 
     _require(df, [*keys, sequence_by])
+    refused = sql_guard.job_refusal(df, delete_when) if delete_when else None
+    if refused:  # Spark's own parse: a spec past the loader too
+        raise SystemExit(f"sink.merge.delete_when {delete_when!r} {refused}; nothing of this batch is staged")
     try:
         flag = F.coalesce(F.expr(delete_when).cast("boolean"), F.lit(False)) if delete_when else F.lit(False)
         flagged = df.withColumn(DELETE_COL, flag)

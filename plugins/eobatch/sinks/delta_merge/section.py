@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import ValidationInfo, model_validator
 
+from ...config import sql_guard
 from ...config.model import Bool, Check, Invalid, Section, required, validate
 from ..base import SinkContext
 from .config import MergeConfig
@@ -44,6 +45,9 @@ def _delete_when(v: Any) -> str | None:
     if v is not None and (not isinstance(v, str) or not v.strip() or ";" in v):
         raise Invalid(f"must be one Spark SQL boolean expression over the published columns, e.g. \"op = 'd'\", "
                       f"got {v!r}")
+    refused = sql_guard.refusal(v or "")
+    if refused:  # the stage job refuses it too, on Spark's own parse
+        raise Invalid(f"{str(v).strip()!r} {refused}")
     text = re.sub(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"", "''", v or "")  # its string literals left out
     hidden = sorted(set(re.findall(r"(?<![\w.])`?(_\w+)", text)))
     if hidden:
