@@ -142,6 +142,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from chaos.side_runs import SIDE_KINDS, SideRuns  # noqa: E402
 from eobatch.config.lines import RAW_CHARS  # noqa: E402
 from eobatch.job import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
@@ -160,14 +161,15 @@ if TYPE_CHECKING:
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
 NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance", "long_records"]
-FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"]  # the files backend, continuous mode (the default)
+# issue 41's kinds: each drives a side pipeline of its own (chaos/side_runs.py), local whatever the backend
+FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"] + SIDE_KINDS  # the files backend, continuous mode (the default)
 KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
                               "maintenance", "long_records"]
 S3_FAULTS = BASE_FAULTS + NEW_FAULTS + ["s3_restart"]
 # the delta backend: the pipeline reads another Delta table (source kind: delta), which the harness appends
 # to (a version per landing), compacts and RESTOREs
 DELTA_FAULTS = BASE_FAULTS + ["verify_abort_race", "rewind_race", "foreign_writers", "maintenance",
-                              "upstream_compaction", "upstream_rewind"]
+                              "upstream_compaction", "upstream_rewind"] + SIDE_KINDS
 INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "long_records",
                                  "late_file",
                                  "maintenance"]
@@ -311,6 +313,7 @@ class Chaos:
         self.foreign_ids: list[str] = []  # order_id of every row a foreign writer appended
         self.vacuumed = False  # a foreign VACUUM ran (staged files of undecided batches may be gone)
         self.zombies: list[subprocess.Popen] = []
+        self.sides = SideRuns(self)  # the side pipelines of issue 41's kinds, made when first drawn
         self.runs = 0
         self.files = 0
         self.hostile: list[str] = []  # hostile_inputs: the paths (and linked folders) never to publish
@@ -805,6 +808,10 @@ class Chaos:
             if what:
                 self.faults[fault] += 1
             fault = None
+        elif fault in SIDE_KINDS:
+            pre.append(self.sides.inject(fault))
+            self.faults[fault] += 1
+            fault = None
         elif fault == "late_file":
             what = self.land_late()
             pre.append(what or "no published hour yet: no late file")
@@ -1225,6 +1232,7 @@ class Chaos:
                 self.say(f"drain: {out}")
                 if self.nothing_new:
                     break
+        self.sides.drain()
         for z in self.zombies:  # zombies finish (late) before the last recover and sweep
             z.wait(timeout=900)
         r = self.verb("recover")
@@ -1378,10 +1386,28 @@ class Chaos:
             tombstoned += sum(1 for f in staged if f in ever and f not in live)
         if orphan_files:
             problems.append(f"orphan staged files (never committed, not swept): {orphan_files[:5]}")
-        return {"batches": len(versions), "faults": sum(self.faults.values()), "duplicates": duplicates,
-                "lost": lost, "orphans": len(orphan_files), "problems": problems,
-                "records": sum(want.values()), "bad_records": sum(qwant.values()), "foreign": foreign_res,
-                "rewound": sorted(rewound), "tombstoned": tombstoned}
+        stuck = self.stuck()
+        if stuck:
+            problems.append(f"stuck: {stuck}")
+        side = self.sides.check()  # issue 41's side pipelines, checked the same way
+        problems += side["problems"]
+        return {"batches": len(versions), "faults": sum(self.faults.values()),
+                "duplicates": duplicates + side["duplicates"], "lost": lost + side["lost"],
+                "orphans": len(orphan_files) + side["orphans"], "stuck": int(bool(stuck)) + side["stuck"],
+                "problems": problems, "records": sum(want.values()), "bad_records": sum(qwant.values()),
+                "foreign": foreign_res, "rewound": sorted(rewound), "tombstoned": tombstoned,
+                "side_batches": side["batches"], "side": side["pipelines"]}
+
+    def stuck(self) -> str | None:
+        """What the product's stuck detector (``eobatch.core.stuck.find_stuck``, the recover task's
+        alert) says of the chaos pipeline at the end: None when no batch is stuck."""
+        from eobatch.config.loader import load_pipeline
+        from eobatch.core.protocol import Protocol
+        from eobatch.core.stuck import find_stuck
+
+        proto = Protocol(load_pipeline(str(self.p.yaml_path)))
+        found = find_stuck(proto.ledger, proto.cfg)
+        return None if found is None else " | ".join(found.lines())
 
     def check_merge(self, landed: list[dict]) -> tuple[int, int, list[str]]:
         """Merge sink: (duplicates, lost, problems). The sink must hold, per key, the landed record
@@ -1566,11 +1592,12 @@ def main(argv=None) -> int:
     print(f"chaos: mode={res.get('mode')} backend={res.get('backend')} sink={res.get('sink')} runs={res.get('runs')} "
           f"seconds={res.get('seconds')} problems={len(res['problems'])} rewound={len(res.get('rewound') or [])} "
           f"repairs={len(res.get('repairs') or [])} foreign_rows={f.get('present', 0)}/{f.get('appended', 0)} "
-          f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)}")
-    ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
+          f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)} "
+          f"side_pipelines={len(res.get('side') or {})} side_batches={res.get('side_batches', 0)}")
+    ok = (res["duplicates"] == res["lost"] == res["orphans"] == res.get("stuck", 0) == 0 and not res["problems"]
           and res["batches"] >= args.batches)
     print(f"chaos: batches={res['batches']} faults={res['faults']} duplicates={res['duplicates']} "
-          f"lost={res['lost']} orphans={res['orphans']}")
+          f"lost={res['lost']} orphans={res['orphans']} stuck={res.get('stuck', 0)}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
