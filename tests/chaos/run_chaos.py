@@ -75,6 +75,39 @@ for each run, at most one fault:
   broker_kill      (kafka) the broker is killed during the stage, started again after it failed
   s3_restart       (s3) the S3 server is killed after PREPARED; the commit fails until it is back
 
+Issue 41's kinds ("never stuck"; files and delta backends, continuous mode) each drive a side
+pipeline of their own next to the chaos pipeline (chaos/side_runs.py: same pipelines folder, its
+own landing, tables and ledger; the chaos pipeline's run goes on after it). A side run is one DAG
+run of several batches, each step a process calling ``BatchRun`` as its Airflow task does:
+recover, plan (up to the YAML's max_batches_per_run), the stage task's choice of attempts, ONE
+spark-submit staging every batch still to stage (``launch.spark_submit_argv(..., also=...)``),
+verify of each, commit of each in order, and the abort task (``fail_run``) when the job failed:
+
+  wide_schema      chaos_wide: the chaos schema plus 300 nullable columns (STRING, BIGINT, DOUBLE,
+                   BOOLEAN; each record sets 8 of them), max_batches_per_run 30: 2 to 30 files land,
+                   one batch each, all carried by one run. In 3 of 10 the job dies after staging
+                   the first batch (EOBATCH_CRASH=stage.between_batches): the abort keeps that
+                   STAGED attempt, the next run verifies it as it is and stages only the rest
+  many_files_low_limit  chaos_many: 1,124 to 1,524 one-record files land, 200 a batch, and one run
+                   stages them under RLIMIT_NOFILE=1024 for its spark-submit (more files than the
+                   limit in one application); the same crash between batches in 3 of 10
+  transform_action chaos_act: the pipeline's own transform (transforms/chaos_action.py) goes
+                   through df.rdd or calls isEmpty(), first() or count() on its input; each time
+                   one of the four is drawn, switched between batches; a batch left pending is
+                   planned again under the new code (the run param replan_pending)
+  upstream_partition_delete  chaos_cdf reads its own upstream Delta table (partitioned by customer,
+                   delta.enableChangeDataFeed) with change_feed: true, through change_rows into a
+                   merge sink (keys order_id, sequence_by change_seq, delete_when change_type =
+                   'delete'); each time the upstream gets new rows, then a DELETE of whole
+                   partitions, a DELETE without a condition (truncate), an overwrite (some keys
+                   written again) or an UPDATE (the one that writes change data)
+
+Each side pipeline is drained and swept at the end and checked like the chaos pipeline: rows =
+the records landed (wide: every column as landed; chaos_cdf: the sink equals the upstream, read
+with delta-rs, sorted, per key), quarantine = the bad lines, each landed file in exactly one
+committed batch (chaos_cdf: upstream versions read once, in order, up to the newest), ledger =
+tables, no orphan; its duplicates, losses and orphans count in the last line's.
+
 ``--sink merge``: the sink upserts by key (``sink.mode: merge``, keys ``order_id`` drawn from a
 pool of 60, a random ``seq`` per record so later files often hold older versions, 20 % with
 ``op = 'd'``, a delete); the check is then that the sink holds, per key, the landed record with the
@@ -114,9 +147,12 @@ commit will reference). A file a commit added and a later commit removed (OPTIMI
 RESTORE, an interval's slice replace) is not an orphan: it is VACUUM's to delete; those are
 counted as "tombstoned", for information.
 The line before the last: ``chaos: mode=.. backend=.. runs=.. seconds=.. problems=.. rewound=..
-repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=..``.
-Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o>`` (exit 0 only when
-d = l = o = 0, no problem was found and all n batches committed).
+repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=.. side_pipelines=..
+side_batches=..``.
+Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o> stuck=<s>`` (exit 0
+only when d = l = o = s = 0, no problem was found and all n batches committed); ``stuck``: the
+pipelines (the chaos pipeline and the side ones) whose batch the product's stuck detector
+(``eobatch.core.stuck.find_stuck``) names at the end.
 """
 
 from __future__ import annotations
