@@ -93,8 +93,9 @@ verify of each, commit of each in order, and the abort task (``fail_run``) when 
                    limit in one application); the same crash between batches in 3 of 10
   transform_action chaos_act: the pipeline's own transform (transforms/chaos_action.py) goes
                    through df.rdd or calls isEmpty(), first() or count() on its input; each time
-                   one of the four is drawn, switched between batches; a batch left pending is
-                   planned again under the new code (the run param replan_pending)
+                   one of the four is drawn, switched between batches; in 4 of 10 a run first
+                   plans and stops (its stage never ran), and a switch then plans that pending
+                   batch again under the new code (the run param replan_pending)
   upstream_partition_delete  chaos_cdf reads its own upstream Delta table (partitioned by customer,
                    delta.enableChangeDataFeed) with change_feed: true, through change_rows into a
                    merge sink (keys order_id, sequence_by change_seq, delete_when change_type =

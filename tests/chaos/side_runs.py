@@ -159,7 +159,8 @@ class SideRuns:
         elif kind == "transform_action":
             for _ in range(rnd.randint(1, 3)):
                 self._land(side, rnd.randint(5, 25))
-            what = self._switch_action(side)
+            left = self._plan_only(side) if rnd.random() < 0.4 else ""
+            what = left + self._switch_action(side)
         else:
             what = self._cdf_change(side)
         side.ops[kind] += 1
@@ -197,6 +198,16 @@ class SideRuns:
             out = self.step(side, "replan", f"replan-{side.runs}")
             return f"transform switched to {name} with batch {pending} pending: {'; '.join(out['lines'][1:2])}"
         return f"transform switched to {name} (through df.rdd or with an action on its input)"
+
+    def _plan_only(self, side: Side) -> str:
+        """A run that planned its batches and went no further (its stage task never ran: the run
+        was marked failed): they stay PLANNED, pinned to the transform's code of their plan."""
+        side.runs += 1
+        run_id = f"chaos__{side.p.name}__{side.runs}"
+        self.step(side, "recover", run_id)
+        batches = self.step(side, "plan", run_id)
+        side.ops["left_planned"] += 1
+        return f"a run planned batch(es) {batches} and stopped; " if batches else ""
 
     def _pending(self, side: Side) -> int | None:
         from eobatch.core.stuck import first_open
