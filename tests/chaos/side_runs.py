@@ -231,8 +231,11 @@ class SideRuns:
 
         schema = pa.schema([("order_id", pa.string()), ("customer", pa.string()), ("amount", pa.float64()),
                             ("ts", pa.timestamp("us", tz="UTC"))])
-        write_deltalake(str(side.upstream), pa.Table.from_pylist(rows, schema), mode=mode, partition_by=["customer"],
-                        configuration={"delta.enableChangeDataFeed": "true"})
+        data, conf = pa.Table.from_pylist(rows, schema), {"delta.enableChangeDataFeed": "true"}
+        if mode == "overwrite":
+            write_deltalake(str(side.upstream), data, mode="overwrite", partition_by=["customer"], configuration=conf)
+        else:
+            write_deltalake(str(side.upstream), data, mode="append", partition_by=["customer"], configuration=conf)
 
     def _cdf_change(self, side: Side) -> str:
         """New rows, then one change that writes no change data (a whole-partition DELETE, a DELETE
