@@ -150,9 +150,9 @@ class SideRuns:
             what = f"{n} files of {WIDE_COLUMNS + 4} columns landed (a run of {n} batches)"
         elif kind == "many_files_low_limit":
             n = rnd.randint(NOFILE_LIMIT + 100, NOFILE_LIMIT + 500)
-            side.files += 1
+            folder = f"m{side.ops[kind]:03d}"  # one folder per landing
             for i in range(n):
-                self._land(side, 1, name=f"m{side.files:03d}/f{i:05d}.jsonl")
+                self._land(side, 1, name=f"{folder}/f{i:05d}.jsonl")
             crash = rnd.random() < 0.3
             what = (f"{n} one-record files landed ({-(-n // MANY_PER_BATCH)} batches), spark-submit under "
                     f"RLIMIT_NOFILE={NOFILE_LIMIT}")
