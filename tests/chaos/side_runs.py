@@ -154,7 +154,7 @@ class SideRuns:
             for i in range(n):
                 self._land(side, 1, name=f"{folder}/f{i:05d}.jsonl")
             crash = rnd.random() < 0.3
-            what = (f"{n} one-record files landed ({-(-n // MANY_PER_BATCH)} batches), spark-submit under "
+            what = (f"{n} one-record files landed (at least {-(-n // MANY_PER_BATCH)} batches), spark-submit under "
                     f"RLIMIT_NOFILE={NOFILE_LIMIT}")
         elif kind == "transform_action":
             for _ in range(rnd.randint(1, 3)):
