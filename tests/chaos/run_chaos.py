@@ -75,6 +75,40 @@ for each run, at most one fault:
   broker_kill      (kafka) the broker is killed during the stage, started again after it failed
   s3_restart       (s3) the S3 server is killed after PREPARED; the commit fails until it is back
 
+Issue 41's kinds ("never stuck"; files and delta backends, continuous mode) each drive a side
+pipeline of their own next to the chaos pipeline (chaos/side_runs.py: same pipelines folder, its
+own landing, tables and ledger; the chaos pipeline's run goes on after it). A side run is one DAG
+run of several batches, each step a process calling ``BatchRun`` as its Airflow task does:
+recover, plan (up to the YAML's max_batches_per_run), the stage task's choice of attempts, ONE
+spark-submit staging every batch still to stage (``launch.spark_submit_argv(..., also=...)``),
+verify of each, commit of each in order, and the abort task (``fail_run``) when the job failed:
+
+  wide_schema      chaos_wide: the chaos schema plus 300 nullable columns (STRING, BIGINT, DOUBLE,
+                   BOOLEAN; each record sets 8 of them), max_batches_per_run 30: 2 to 30 files land,
+                   one batch each, all carried by one run. In 3 of 10 the job dies after staging
+                   the first batch (EOBATCH_CRASH=stage.between_batches): the abort keeps that
+                   STAGED attempt, the next run verifies it as it is and stages only the rest
+  many_files_low_limit  chaos_many: 1,124 to 1,524 one-record files land, 200 a batch, and one run
+                   stages them under RLIMIT_NOFILE=1024 for its spark-submit (more files than the
+                   limit in one application); the same crash between batches in 3 of 10
+  transform_action chaos_act: the pipeline's own transform (transforms/chaos_action.py) goes
+                   through df.rdd or calls isEmpty(), first() or count() on its input; each time
+                   one of the four is drawn, switched between batches; in 4 of 10 a run first
+                   plans and stops (its stage never ran), and a switch then plans that pending
+                   batch again under the new code (the run param replan_pending)
+  upstream_partition_delete  chaos_cdf reads its own upstream Delta table (partitioned by customer,
+                   delta.enableChangeDataFeed) with change_feed: true, through change_rows into a
+                   merge sink (keys order_id, sequence_by change_seq, delete_when change_type =
+                   'delete'); each time the upstream gets new rows, then a DELETE of whole
+                   partitions, a DELETE without a condition (truncate), an overwrite (some keys
+                   written again) or an UPDATE (the one that writes change data)
+
+Each side pipeline is drained and swept at the end and checked like the chaos pipeline: rows =
+the records landed (wide: every column as landed; chaos_cdf: the sink equals the upstream, read
+with delta-rs, sorted, per key), quarantine = the bad lines, each landed file in exactly one
+committed batch (chaos_cdf: upstream versions read once, in order, up to the newest), ledger =
+tables, no orphan; its duplicates, losses and orphans count in the last line's.
+
 ``--sink merge``: the sink upserts by key (``sink.mode: merge``, keys ``order_id`` drawn from a
 pool of 60, a random ``seq`` per record so later files often hold older versions, 20 % with
 ``op = 'd'``, a delete); the check is then that the sink holds, per key, the landed record with the
@@ -114,9 +148,12 @@ commit will reference). A file a commit added and a later commit removed (OPTIMI
 RESTORE, an interval's slice replace) is not an orphan: it is VACUUM's to delete; those are
 counted as "tombstoned", for information.
 The line before the last: ``chaos: mode=.. backend=.. runs=.. seconds=.. problems=.. rewound=..
-repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=..``.
-Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o>`` (exit 0 only when
-d = l = o = 0, no problem was found and all n batches committed).
+repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=.. side_pipelines=..
+side_batches=..``.
+Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o> stuck=<s>`` (exit 0
+only when d = l = o = s = 0, no problem was found and all n batches committed); ``stuck``: the
+pipelines (the chaos pipeline and the side ones) whose batch the product's stuck detector
+(``eobatch.core.stuck.find_stuck``) names at the end.
 """
 
 from __future__ import annotations
@@ -142,6 +179,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
+from chaos.side_runs import SIDE_KINDS, SideRuns  # noqa: E402
 from eobatch.config.lines import RAW_CHARS  # noqa: E402
 from eobatch.job import launch  # noqa: E402
 from support.checks import delta_log_commits  # noqa: E402
@@ -160,14 +198,15 @@ if TYPE_CHECKING:
 BASE_FAULTS = ["stage_crash", "stage_kill", "plan_crash", "verify_fail", "verify_crash", "commit_transient",
                "commit_crash", "ledger_crash", "zombie", "land_during"]
 NEW_FAULTS = ["verify_abort_race", "rewind_race", "foreign_writers", "odd_lines", "maintenance", "long_records"]
-FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"]  # the files backend, continuous mode (the default)
+# issue 41's kinds: each drives a side pipeline of its own (chaos/side_runs.py), local whatever the backend
+FAULTS = BASE_FAULTS + NEW_FAULTS + ["hostile_inputs"] + SIDE_KINDS  # the files backend, continuous mode (the default)
 KAFKA_FAULTS = BASE_FAULTS + ["broker_restart", "broker_kill", "verify_abort_race", "rewind_race", "foreign_writers",
                               "maintenance", "long_records"]
 S3_FAULTS = BASE_FAULTS + NEW_FAULTS + ["s3_restart"]
 # the delta backend: the pipeline reads another Delta table (source kind: delta), which the harness appends
 # to (a version per landing), compacts and RESTOREs
 DELTA_FAULTS = BASE_FAULTS + ["verify_abort_race", "rewind_race", "foreign_writers", "maintenance",
-                              "upstream_compaction", "upstream_rewind"]
+                              "upstream_compaction", "upstream_rewind"] + SIDE_KINDS
 INTERVAL_FAULTS = BASE_FAULTS + ["verify_abort_race", "foreign_writers", "odd_lines", "hostile_inputs", "long_records",
                                  "late_file",
                                  "maintenance"]
@@ -311,6 +350,7 @@ class Chaos:
         self.foreign_ids: list[str] = []  # order_id of every row a foreign writer appended
         self.vacuumed = False  # a foreign VACUUM ran (staged files of undecided batches may be gone)
         self.zombies: list[subprocess.Popen] = []
+        self.sides = SideRuns(self)  # the side pipelines of issue 41's kinds, made when first drawn
         self.runs = 0
         self.files = 0
         self.hostile: list[str] = []  # hostile_inputs: the paths (and linked folders) never to publish
@@ -805,6 +845,10 @@ class Chaos:
             if what:
                 self.faults[fault] += 1
             fault = None
+        elif fault in SIDE_KINDS:
+            pre.append(self.sides.inject(fault))
+            self.faults[fault] += 1
+            fault = None
         elif fault == "late_file":
             what = self.land_late()
             pre.append(what or "no published hour yet: no late file")
@@ -1225,6 +1269,7 @@ class Chaos:
                 self.say(f"drain: {out}")
                 if self.nothing_new:
                     break
+        self.sides.drain()
         for z in self.zombies:  # zombies finish (late) before the last recover and sweep
             z.wait(timeout=900)
         r = self.verb("recover")
@@ -1378,10 +1423,28 @@ class Chaos:
             tombstoned += sum(1 for f in staged if f in ever and f not in live)
         if orphan_files:
             problems.append(f"orphan staged files (never committed, not swept): {orphan_files[:5]}")
-        return {"batches": len(versions), "faults": sum(self.faults.values()), "duplicates": duplicates,
-                "lost": lost, "orphans": len(orphan_files), "problems": problems,
-                "records": sum(want.values()), "bad_records": sum(qwant.values()), "foreign": foreign_res,
-                "rewound": sorted(rewound), "tombstoned": tombstoned}
+        stuck = self.stuck()
+        if stuck:
+            problems.append(f"stuck: {stuck}")
+        side = self.sides.check()  # issue 41's side pipelines, checked the same way
+        problems += side["problems"]
+        return {"batches": len(versions), "faults": sum(self.faults.values()),
+                "duplicates": duplicates + side["duplicates"], "lost": lost + side["lost"],
+                "orphans": len(orphan_files) + side["orphans"], "stuck": int(bool(stuck)) + side["stuck"],
+                "problems": problems, "records": sum(want.values()), "bad_records": sum(qwant.values()),
+                "foreign": foreign_res, "rewound": sorted(rewound), "tombstoned": tombstoned,
+                "side_batches": side["batches"], "side": side["pipelines"]}
+
+    def stuck(self) -> str | None:
+        """What the product's stuck detector (``eobatch.core.stuck.find_stuck``, the recover task's
+        alert) says of the chaos pipeline at the end: None when no batch is stuck."""
+        from eobatch.config.loader import load_pipeline
+        from eobatch.core.protocol import Protocol
+        from eobatch.core.stuck import find_stuck
+
+        proto = Protocol(load_pipeline(str(self.p.yaml_path)))
+        found = find_stuck(proto.ledger, proto.cfg)
+        return None if found is None else " | ".join(found.lines())
 
     def check_merge(self, landed: list[dict]) -> tuple[int, int, list[str]]:
         """Merge sink: (duplicates, lost, problems). The sink must hold, per key, the landed record
@@ -1566,11 +1629,12 @@ def main(argv=None) -> int:
     print(f"chaos: mode={res.get('mode')} backend={res.get('backend')} sink={res.get('sink')} runs={res.get('runs')} "
           f"seconds={res.get('seconds')} problems={len(res['problems'])} rewound={len(res.get('rewound') or [])} "
           f"repairs={len(res.get('repairs') or [])} foreign_rows={f.get('present', 0)}/{f.get('appended', 0)} "
-          f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)}")
-    ok = (res["duplicates"] == res["lost"] == res["orphans"] == 0 and not res["problems"]
+          f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)} "
+          f"side_pipelines={len(res.get('side') or {})} side_batches={res.get('side_batches', 0)}")
+    ok = (res["duplicates"] == res["lost"] == res["orphans"] == res.get("stuck", 0) == 0 and not res["problems"]
           and res["batches"] >= args.batches)
     print(f"chaos: batches={res['batches']} faults={res['faults']} duplicates={res['duplicates']} "
-          f"lost={res['lost']} orphans={res['orphans']}")
+          f"lost={res['lost']} orphans={res['orphans']} stuck={res.get('stuck', 0)}")
     if not args.workdir:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1
