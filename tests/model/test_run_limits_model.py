@@ -109,32 +109,32 @@ class RunLimitsModel(ProtocolModel):
         self.zombie_jobs: list[dict] = []  # jobs that outlived their killed stage task
         self.range_checked: set[tuple[str, int]] = set()  # (participant, batch) whose published range was checked
         self.replans = 0
-        # Not explored at random: a verify and a replan_pending's reset interleaved (either one acting
-        # inside the other), the product bug of
-        # test_found_replan_pending_during_a_verify_in_flight_leaves_a_prepared_batch_without_plan_or_files;
-        # a verify that would start inside a replan's reset is killed there instead (Crash), a replan
-        # that would run inside a verify runs after it. The found test sets this False.
+        # Not explored at random: a verify or a plan and a replan_pending's reset interleaved (either one
+        # acting inside the other), the product bugs of the test_found_replan_pending_* tests: a verify
+        # or plan that would start inside a replan's reset is killed there instead (Crash), a replan
+        # that would run inside one of them runs after it. The found tests set this False.
         self.guard_found_bug = True
-        self.in_verify = 0
+        self.in_guarded = 0
         self.replanning: list[str] = []  # the replan_pending runs whose recover runs now
         super().__init__()
 
     def protocol(self, actor: str, cfg=None) -> Protocol:
         proto = super().protocol(actor, cfg)
-        real = proto.verify
+        for verb in ("verify", "plan_batches"):
+            setattr(proto, verb, self._guarded(verb, getattr(proto, verb)))
+        return proto
 
-        def verify(*args, **kwargs):
+    def _guarded(self, verb: str, real):
+        def call(*args, **kwargs):
             if self.guard_found_bug and self.replanning and self._current() not in self.replanning:
-                event("verify inside a replan_pending: killed (the found bug)")
-                raise Crash("a verify inside replan_pending's reset (not explored: the found bug)")
-            self.in_verify += 1
+                event(f"{verb} inside a replan_pending: killed (the found bugs)")
+                raise Crash(f"a {verb} inside replan_pending's reset (not explored: the found bugs)")
+            self.in_guarded += 1
             try:
                 return real(*args, **kwargs)
             finally:
-                self.in_verify -= 1
-
-        proto.verify = verify  # type: ignore[method-assign]
-        return proto
+                self.in_guarded -= 1
+        return call
 
     # -- actors ----------------------------------------------------------------------------------
     def _new_actor(self, slot: int) -> Actor:
@@ -156,7 +156,7 @@ class RunLimitsModel(ProtocolModel):
             "ready": ["plan"],
             "planned": ["stage", "stage", "stage_limit", "stage_killed"],
             "staged": ["verify"],
-            "failed": ["stage", "abort"] if a.stage_failed and a.tries < STAGE_TRIES else ["abort"],
+            "failed": ["abort", "stage"] if a.stage_failed and a.tries < STAGE_TRIES else ["abort"],
             "prepared": ["commit"],
         }[a.phase]
 
@@ -184,7 +184,16 @@ class RunLimitsModel(ProtocolModel):
             if a is not None:
                 self._drop(a, f"{verb} refused the configuration")
             return
-        super()._config_refused(a, e, verb)
+        try:
+            super()._config_refused(a, e, verb)
+        except ProtocolError as stale:
+            # two runs met the same refusal, one inside the other's step: the operator follows the
+            # second message after the first repair was made (the batch it names is forgotten already)
+            if "is not in the ledger" not in str(stale):
+                raise
+            event("config edit refused: the repair was made already")
+            if a is not None and self.actors[a.slot] is a:
+                self._drop(a, f"{verb} refused the configuration")
 
     def _blocked(self, a: Actor, e: CommitBlocked) -> None:
         if self.replanning:  # as above: the reset-batch it names waits for a run after the replan
@@ -198,9 +207,9 @@ class RunLimitsModel(ProtocolModel):
         if not self._dag(a):
             return super()._do_recover(a, pick)
         assert isinstance(a, RunActor)
-        if a.params.replan_pending and self.in_verify and self.guard_found_bug:
-            event("replan_pending inside a verify: deferred (the found bug)")
-            return  # it stays idle: its recover runs after the verify (replan_pending rule)
+        if a.params.replan_pending and self.in_guarded and self.guard_found_bug:
+            event("replan_pending inside a verify or plan: deferred (the found bugs)")
+            return  # it stays idle: its recover runs after that verb (replan_pending rule)
         if a.params.replan_pending:
             self.replanning.append(a.name)
         try:
@@ -231,7 +240,7 @@ class RunLimitsModel(ProtocolModel):
             return super()._do_plan(a, pick)
         assert isinstance(a, RunActor)
         run = BatchRun(a.proto, run_id=a.run_id,
-                       params=RunParams(max_batches_per_run=a.params.max_batches_per_run or 1 + pick % 3))
+                       params=RunParams(max_batches_per_run=a.params.max_batches_per_run or 3 - pick % 3))
         try:
             r = run.plan()
         except (ConcurrentPlan, BatchInFlight) as e:
@@ -281,9 +290,9 @@ class RunLimitsModel(ProtocolModel):
             a.attempt = a.attempts[a.batch]
         for b, att in a.attempts.items():  # (8) a kept attempt is STAGED with no decision
             if b not in todo:
-                assert self._raw_summary(b, att) and self._raw_decision(b, att) is None, \
-                    f"(8) stage_attempts kept batch {b} attempt {att}: summary {self._raw_summary(b, att)}, " \
-                    f"decision {self._raw_decision(b, att)}"
+                d = self._raw_decision(b, att)
+                assert self._raw_summary(b, att) and (d is None or d["decision"] == "prepare"), \
+                    f"(8) stage_attempts kept batch {b} attempt {att}: summary {self._raw_summary(b, att)}, decision {d}"
                 event("dag stage: a kept STAGED attempt taken as it is")
         note(f"  try {a.tries}: attempts {a.attempts}, job stages {sorted(todo)}")
         order = list(todo)
@@ -484,6 +493,13 @@ class RunLimitsModel(ProtocolModel):
     def check_now(self) -> None:
         super().check_now()
         self.published_batches_are_their_planned_range()
+        self.plans_have_no_gap()
+
+    @invariant()
+    def plans_have_no_gap(self):
+        """(10) the raw plan records are batches 1..latest, none missing (a reset forgets a tail)."""
+        ids = sorted(_read_json_dir(self.sink / "_eo_ledger" / "plans"))
+        assert ids == list(range(1, len(ids) + 1)), f"(10) the ledger's plan records have a gap: {ids}"
 
     @invariant()
     def published_batches_are_their_planned_range(self):
@@ -602,7 +618,7 @@ def test_a_run_whose_job_met_a_limit_keeps_what_it_staged_and_the_next_run_publi
     for _ in range(3):
         m.land(MAX_RECORDS, 0, False)
     m.step(1, 0)  # recover
-    m.step(1, 2)  # plan: 3 batches
+    m.step(1, 0)  # plan: 3 batches
     assert m.actors[1].batches == [1, 2, 3]
     a = m.actors[1]
     m._advance(a, 2, verb="stage_limit")  # the job stops in batch 2 (pick // 2 % 3 == 1), mid-batch
@@ -611,7 +627,7 @@ def test_a_run_whose_job_met_a_limit_keeps_what_it_staged_and_the_next_run_publi
     m._advance(a, 0, verb="abort")
     assert (1, kept) in m.kept
     m.check_now()
-    m.run(2, [0, 2, 0, 0, 0])  # recover, plan 1..3, stage (1 kept), verify, commit
+    m.run(2, [0, 0, 0, 0, 0])  # recover, plan 1..3, stage (1 kept), verify, commit
     m.check_now()
     assert m._views()["sink"].txn == 3 and ("sink", 1) in m.range_checked
     assert _read_json_dir(m.sink / "_eo_ledger" / "prepared")[1]["attempt"] == kept
@@ -651,5 +667,32 @@ def test_found_replan_pending_during_a_verify_in_flight_leaves_a_prepared_batch_
         # r1's verify; at its first ledger write (A's decision) the replan_pending run's recover runs
         m.replan_pending(slot=2, batches=1, during="replan-at-other", other=1, at=1, pick=0)
         m.check_now()
+    finally:
+        m._release()
+
+
+@pytest.mark.xfail(strict=True, reason="replan_pending's reset and a plan of several batches in flight: the plan "
+                                       "writes batch 2 after the reset forgot batch 1, and every later recover fails")
+def test_found_replan_pending_during_a_plan_of_several_batches_leaves_a_gap_no_run_gets_past(quiet):
+    """Found by this model (the CI profile, shrunk by hand): run r1 plans a run of three batches
+    (``plan_batches``: put-if-absent plan 1, then plan 2 from where plan 1 ends, ...). Between its
+    record of plan 1 and that of plan 2, an operator's run with replan_pending=true starts (the plan
+    task of a run still in flight, a zombie): batch 1 is not PREPARED, so ``Protocol.reset(1)``
+    archives plan 1; then r1 writes plans 2 and 3. The ledger holds plans 2 and 3 and no plan 1:
+    every later run's recover fails with "batch 1 has no plan" (a ProtocolError that names no
+    repair), ``find_stuck`` says nothing (``first_open`` reads the missing plan as one forgotten
+    while it looked), and a later replan_pending or reset-batch fails with a raw FileNotFoundError.
+    Invariant (10) fails: the plan records have a gap."""
+    m = RunLimitsModel()
+    m.guard_found_bug = False
+    try:
+        for _ in range(3):
+            m.land(3, 0, False)  # three batches of one file each
+        m.step(1, 0)  # r1: recover
+        # r1 plans three batches; at its third interleave point (before the put-if-absent of plan 2)
+        # the replan_pending run's recover runs
+        m.replan_pending(slot=2, batches=1, during="replan-at-other", other=1, at=3, pick=0)
+        m.check_now()
+        BatchRun(Protocol(m.cfg), run_id="next").recover()
     finally:
         m._release()
