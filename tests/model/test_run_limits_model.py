@@ -54,6 +54,7 @@ import os
 import sys
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pyarrow.parquet as pq
 import pytest
@@ -257,7 +258,7 @@ class RunLimitsModel(ProtocolModel):
         if r.skip:
             self._drop(a, "nothing new: the run ends")
             return
-        a.batches = list(r.value)
+        a.batches = list(cast(list, r.value))
         a.batch, a.attempt, a.attempts, a.group = a.batches[0], None, {}, []
         a.phase = "planned"
         event(f"dag plan: {len(a.batches)} batch(es)" + ("" if r.detail.get("new") else " handed back"))
@@ -283,7 +284,7 @@ class RunLimitsModel(ProtocolModel):
         a.tries += 1
         a.attempts = {}  # a new try: the XCom of the last one is gone
         chosen = a.run().stage_attempts(a.batches, lambda: f"t{a.tries}-{uuid.uuid4().hex[:12]}")
-        a.attempts = dict(chosen.value)
+        a.attempts = dict(cast(dict, chosen.value))
         todo = dict(sorted(chosen.detail["stage"].items()))
         if a.attempts:  # what the rules of one batch take (a third party's abort of "the run's attempt")
             a.batch = min(a.attempts)
