@@ -298,7 +298,8 @@ class RunLimitsModel(ProtocolModel):
         note(f"  try {a.tries}: attempts {a.attempts}, job stages {sorted(todo)}")
         order = list(todo)
         parts = 1 + pick % 2
-        stop = len(order) if how == "full" else 0 if how == "dies" else (pick // 2) % max(len(order), 1)
+        stop = (len(order) if how == "full" else 0 if how == "dies"
+                else max(len(order) - 1 - (pick // 2) % max(len(order), 1), 0))  # most often: all but the last
         if how != "full" and not order:
             how = "full"  # no job: nothing to kill
         cfg = self.cfg
@@ -411,6 +412,22 @@ class RunLimitsModel(ProtocolModel):
             self.kept[(b, att)] = self._plan_digest(b)
             event("abort: kept a STAGED attempt")
         self._drop(a, "the run failed after its abort")
+
+    @rule(slot=st.sampled_from(DAG_SLOTS), pick=st.integers(0, 11), killed=st.booleans())
+    def limit_run(self, slot, pick, killed):
+        """A DAG run of several batches whose job meets its limit (or its task's time bound), then its
+        abort task: the run in ``slot`` goes on from where it is (recover, a plan of up to three
+        batches) to a stage that dies, then ``fail_run``; invariants after each verb."""
+        for verb in ("recover", "plan", "stage_killed" if killed else "stage_limit", "abort"):
+            a = self.actors[slot]
+            if not self._dag(a):
+                return
+            if verb not in self._verbs(a) and not (verb == "abort" and a.phase == "failed"):
+                if verb in ("recover", "plan"):
+                    continue
+                return
+            self._advance(a, 0 if verb == "plan" else pick, verb=verb)
+            self.check_now()
 
     # -- the operator's replan_pending and the zombie jobs ------------------------------------------
     def _replan_actor(self, slot: int, batches: int) -> RunActor:
@@ -622,7 +639,7 @@ def test_a_run_whose_job_met_a_limit_keeps_what_it_staged_and_the_next_run_publi
     m.step(1, 0)  # plan: 3 batches
     assert m.actors[1].batches == [1, 2, 3]
     a = m.actors[1]
-    m._advance(a, 2, verb="stage_limit")  # the job stops in batch 2 (pick // 2 % 3 == 1), mid-batch
+    m._advance(a, 2, verb="stage_limit")  # the job stops in batch 2 (3 - 1 - pick // 2 % 3 == 1), mid-batch
     assert a.phase == "failed" and m._raw_summary(1, a.attempts[1]) and not m._raw_summary(2, a.attempts[2])
     kept = a.attempts[1]
     m._advance(a, 0, verb="abort")
