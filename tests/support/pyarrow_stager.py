@@ -162,6 +162,8 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
     attempt = attempt or f"t1-{uuid.uuid4().hex[:12]}"
     digest = proto.ledger.plan_digest(batch_id)
     plan = proto.ledger.plan(batch_id)
+    if plan is None or digest is None:  # as the job: a batch a reset forgot since the task chose it
+        raise JobRefused(f"batch {batch_id} has no plan at {proto.layout.plan(batch_id)}")
     cfg = proto.cfg
     contract = config_values(cfg)
     refused = contract_refusal(plan, contract, attempt) if checks else None

@@ -185,6 +185,9 @@ def bid(batch_id: int) -> str:
     return f"{check_batch_id(batch_id):010d}"
 
 
+DECISION_FILE = "decision.json"  # an attempt's one decision (prepare or abort), put-if-absent
+
+
 @dataclass(frozen=True)
 class Layout:
     sink_table: str
@@ -242,7 +245,7 @@ class Layout:
         return join(self.attempt_dir(batch_id, attempt), "aborted.json")
 
     def decision(self, batch_id: int, attempt: str) -> str:
-        return join(self.attempt_dir(batch_id, attempt), "decision.json")
+        return join(self.attempt_dir(batch_id, attempt), DECISION_FILE)
 
     def manifest(self, batch_id: int, attempt: str, participant: str, partition: int) -> str:
         return join(self.attempt_dir(batch_id, attempt), "manifests", participant, f"part-{partition:05d}.json")

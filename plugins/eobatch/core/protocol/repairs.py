@@ -18,7 +18,7 @@ from ...sources import kind_for, range_summary, source_for
 from ...storage.fs import join, relpath
 from .. import faults
 from ..checkpoint import RewindKey
-from ..formats import STAGED, BatchPlan, RewindRecord, utcnow
+from ..formats import DECISION_FILE, STAGED, BatchPlan, RewindRecord, utcnow
 from ..replay import void_files
 from . import state as st
 
@@ -297,6 +297,7 @@ class Repairs:
         forgotten = list(range(from_batch, latest + 1))
         lost = self._gone(forgotten, "reset-batch", accept_loss, f"BATCH={from_batch}",
                           "the next plan would not find them, and their records would never be published")
+        self._decide_forgotten(forgotten)
         if lost:
             self._record_loss("reset-batch", forgotten, lost, None)
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
@@ -316,7 +317,8 @@ class Repairs:
             for folder in (self.layout.attempts_dir(b), self.layout.run_tries_dir(b)):
                 for f in list(fs.list_files(folder)):
                     fs.write_atomic(join(archive, relpath(f.path, self.layout.ledger)), fs.read_bytes(f.path))
-                    fs.delete(f.path)
+                    if f.path.rsplit("/", 1)[-1] != DECISION_FILE:  # an attempt's decision stays: see below
+                        fs.delete(f.path)
                 fs.remove_empty_dirs(folder)
             plan = self.layout.plan(b)
             fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
@@ -327,6 +329,22 @@ class Repairs:
                 self._sweep_batch(b, everything=True)
         self.sweep(recent=None)
         return sorted(moved)
+
+    def _decide_forgotten(self, batches: list[int]) -> None:
+        """Before a reset forgets ``batches``: win the decision of each of their attempts ("abort",
+        put-if-absent), so that a verify still in flight (a zombie poke, a run's sensor) can never
+        PREPARE an attempt of a forgotten plan, and keep those decisions where they are (a late
+        verify of the attempt finds "abort"; a batch planned again under the same id has attempts
+        of other ids). Refused when a verify won an attempt first and has not written PREPARED yet:
+        that batch is being committed (the next recover finishes a verify that died there)."""
+        for b in batches:
+            for attempt in self.ledger.attempts(b):
+                held = self.ledger.decide(b, attempt, "abort", {"reason": "reset-batch: the batch is forgotten",
+                                                                "aborted_at": utcnow()})
+                if held["decision"] == "prepare" and self.ledger.prepared(b) is None:
+                    raise ProtocolError(f"cannot reset to batch {batches[0]}: batch {b} attempt {attempt} was "
+                                        f"decided for PREPARE by a verify that has not written PREPARED yet; it "
+                                        f"is committed first (a run's recover finishes it). Nothing was forgotten")
 
     # -- a repair over expired landing files -------------------------------------------
     def _gone(self, batches: list[int], verb: str, accept: bool, args: str, consequence: str,
