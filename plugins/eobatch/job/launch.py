@@ -37,6 +37,7 @@ from ..storage.fs import storage_for
 from . import driver_jvm
 from . import jars as jar_check
 from .driver_jvm import default_cache_dir
+from .integrity import private_dir
 
 # Settings every stage job runs with: deterministic time zone, no speculative duplicate tasks
 # (one manifest per partition), no UI port on shared CI machines, loopback for local mode.
@@ -247,7 +248,7 @@ def pyfiles_zip(cfg: PipelineConfig | None = None, cache_dir: str | None = None)
     h = hashlib.sha256(sys.implementation.cache_tag.encode())
     for arc, source in sorted(expected.items()):
         h.update(arc.encode() + b"\0" + hashlib.sha256(source).digest())
-    cache_dir = _private_dir(cache_dir or default_cache_dir())
+    cache_dir = private_dir(cache_dir or default_cache_dir())  # a cached zip is code: owner-only
     target = os.path.join(cache_dir, f"eobatch-{h.hexdigest()[:16]}.zip")
     if os.path.exists(target):
         if _zip_holds(target, expected):
@@ -263,20 +264,6 @@ def pyfiles_zip(cfg: PipelineConfig | None = None, cache_dir: str | None = None)
         f.write(buf.getvalue())
     os.replace(part, target)
     return target
-
-
-def _private_dir(path: str) -> str:
-    """``path``, created owner-only if new. Another user could replace the cached code zip
-    between its check and Spark's read: a folder of another owner is refused, and the product's
-    own folder loses any group or world write bit (a umask of 002 gives them)."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
-    if st.st_uid != os.geteuid():
-        raise PermissionError(f"the code cache folder {path} belongs to uid {st.st_uid}, not to this user: "
-                              f"set EOBATCH_CACHE_DIR to a folder of your own")
-    if st.st_mode & 0o022:
-        os.chmod(path, st.st_mode & 0o755)
-    return path
 
 
 # PEP 552: a hash-based .pyc whose source is not checked on import (bit 0 set, bit 1 clear)
