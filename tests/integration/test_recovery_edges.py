@@ -94,7 +94,9 @@ def test_a_schema_edit_between_plan_and_stage_is_never_staged_nor_published(pipe
     out = r.stdout + r.stderr
     assert r.returncode != 0 and "is not staged" in out and "note9" in out, out[-3000:]
     assert "when batch 1 was planned and the job has" in out, out[-3000:]
-    assert not list(p.sink.rglob(f"*{attempt}*")) and not list(p.quarantine.rglob(f"*{attempt}*"))
+    # nothing staged (the ledger holds the run's job spec, _eo_ledger/attempts/<batch>/<attempt>/job.json)
+    assert not [f for f in p.sink.rglob(f"*{attempt}*") if "_eo_ledger" not in f.parts]
+    assert not list(p.quarantine.rglob(f"*{attempt}*"))
     p.yaml_path.write_text(text)  # the old schema back
     proto = p.protocol()
     proto.abort(1, attempt, "the stage task failed")
