@@ -272,16 +272,7 @@ def test_the_run_spec_is_a_ledger_file_and_the_command_line_does_not_grow_with_t
     from eobatch.job.launch import job_spec, spec_args
     from spark_jobs import stage_batch as job
 
-    wide = ", ".join(f"column_{i:04d} STRING" for i in range(2000))
-    y = tmp_path / "p.yaml"
-    y.write_text(textwrap.dedent(f"""\
-        name: p
-        source: {{kind: files, path: {tmp_path}/landing}}
-        schema: "{wide}"
-        sink: {{table: {tmp_path}/lake/p}}
-        quarantine: {{table: {tmp_path}/lake/p_bad}}
-        """))
-    cfg = load_pipeline(str(y))
+    cfg = _local_pipeline(tmp_path, ", ".join(f"column_{i:04d} STRING" for i in range(2000)))
     one, run = spec_args(cfg, {1: "t1-a"}), spec_args(cfg, {b: f"t1-{b:04x}" for b in range(7, 1007)})
     assert len(" ".join(one)) == len(" ".join(run)) - len("0007") + len("a")  # only the first attempt id differs
     assert max(len(a) for a in run) < 400 and run[0] == "--spec-file" and run[2] == "--spec-sha256"
@@ -329,16 +320,21 @@ def test_spark_conf_of_an_s3_pipeline_holds_no_secret(s3env, tmp_path):
     assert re.search(conf["spark.redaction.regex"], "spark.executorEnv.AWS_SECRET_ACCESS_KEY")
 
 
-def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
+def _local_pipeline(tmp_path, schema: str):
+    """Pipeline ``p`` of ``schema``: a landing folder and its tables under ``tmp_path``."""
     y = tmp_path / "p.yaml"
     y.write_text(textwrap.dedent(f"""\
         name: p
         source: {{kind: files, path: {tmp_path}/landing}}
-        schema: "a STRING"
+        schema: "{schema}"
         sink: {{table: {tmp_path}/lake/p}}
         quarantine: {{table: {tmp_path}/lake/p_bad}}
         """))
-    cfg = load_pipeline(str(y))
+    return load_pipeline(str(y))
+
+
+def test_local_pipelines_get_no_s3a_conf_nor_jars(tmp_path, monkeypatch):
+    cfg = _local_pipeline(tmp_path, "a STRING")
     assert not any(k.startswith("spark.hadoop.fs.s3a") for k in launch.spark_conf(cfg))
     jars_dir = tmp_path / "jars"
     jars_dir.mkdir()
