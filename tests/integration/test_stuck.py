@@ -24,4 +24,5 @@ def test_a_run_refused_on_a_stuck_batch_says_so_in_its_recover_log(pipeline, air
     assert f"stuck: pipeline {p.name} is STUCK: batch 1 is PLANNED since" in r.log, r.log[-4000:]
     assert "3 runs tried it and none committed it (limit 3 runs)" in r.log
     assert "repair (configuration edit refused while the batch is pending)" in r.log
-    assert f"command: make reset-batch PIPELINE={p.name} BATCH=1" in r.log
+    # the refusal's first repair command: a run that plans the pending batch again under the edit
+    assert f"command: make run PIPELINE={p.name} CONF='{{\"replan_pending\": true}}'" in r.log, r.log[-4000:]

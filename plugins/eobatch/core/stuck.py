@@ -204,11 +204,16 @@ def _epoch(iso: Any) -> float:
     return (d if d.tzinfo else d.replace(tzinfo=dt.timezone.utc)).timestamp()
 
 
-def command(verb: str, pipeline: str, *args: object) -> str:
+def command(verb: str, pipeline: str, *args: object, conf: str | None = None) -> str:
     """A repair command as this deployment runs it: a checkout's make target (``make reset-batch
-    PIPELINE=orders BATCH=7``), else the installed console command (``eobatch reset-batch orders 7``)."""
+    PIPELINE=orders BATCH=7``, ``make run PIPELINE=orders CONF='{...}'``), else the installed console
+    command (``eobatch reset-batch orders 7``, ``eobatch run orders --conf '{...}'``)."""
     if verb == "reset-batch" and paths.CHECKOUT:
         return f"make reset-batch PIPELINE={pipeline} BATCH={args[0]}"
+    if verb == "run":
+        if paths.CHECKOUT:
+            return f"make run PIPELINE={pipeline}" + (f" CONF='{conf}'" if conf else "")
+        return f"eobatch run {pipeline}" + (f" --conf '{conf}'" if conf else "")
     return " ".join(["eobatch", verb, pipeline, *map(str, args)])
 
 

@@ -8,6 +8,7 @@ it decided put-if-absent (see the package's docstring for the state machine). Th
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -55,6 +56,7 @@ from ..formats import (
 )
 from ..ledger import Ledger
 from ..replay import void_files
+from ..stuck import command
 from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 from . import state as st
 from .repairs import Repairs
@@ -218,6 +220,14 @@ class Protocol(Repairs):
         committed = min(self.committed_versions().values()) if latest else 0
         return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
                         in_flight=in_flight, pending_batches=[b for b in undecided if pending and b >= pending])
+
+    def _prepare_decided(self, batch_id: int) -> str | None:
+        """The attempt of ``batch_id`` that a verify decided for PREPARE (put-if-absent), if any."""
+        for attempt in self.ledger.attempts(batch_id):
+            d = self.ledger.decision(batch_id, attempt)
+            if d is not None and d["decision"] == "prepare":
+                return attempt
+        return None
 
     def _finish_decided_prepare(self, batch_id: int, actions: list[str]) -> PreparedBatch | None:
         """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
@@ -417,10 +427,15 @@ class Protocol(Repairs):
                  f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
         if held:
             return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
+        deciding = self._prepare_decided(b)
+        if deciding is not None and self.ledger.prepared(b) is None:  # reset refuses it (Repairs._decide_forgotten)
+            return text + (f" (a verify decided attempt {deciding} for PREPARE and has not written PREPARED: the "
+                           f"batch is being committed and cannot be planned again; a run's recover finishes it "
+                           f"under the old values)")
         return text + (f"; or plan it again under the new configuration (nothing of it is published): trigger a run "
-                       f"with the param replan_pending=true (`make run PIPELINE={self.app_id} "
-                       f"CONF='{{\"replan_pending\": true}}'`), or `make reset-batch PIPELINE={self.app_id} BATCH={b}` "
-                       f"and the next run plans its range again")
+                       f"with the param replan_pending=true "
+                       f"(`{command('run', self.app_id, conf=json.dumps({'replan_pending': True}))}`), or "
+                       f"`{command('reset-batch', self.app_id, b)}` and the next run plans its range again")
 
     def _check_sink(self, plan: BatchPlan) -> None:
         """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the

@@ -98,6 +98,31 @@ def test_an_abort_after_verify_won_the_decision_removes_nothing_and_recover_prep
     assert rec.committed == plan.batch_id and _published(proto) == sorted(f"o{i}" for i in range(4))
 
 
+def test_an_edit_while_a_verify_decided_prepare_offers_only_the_repair_that_works(make_cfg):
+    """Found by the protocol model (CI): a verify won an attempt's "prepare" decision and died before
+    PREPARED; then a PENDING key changed. The refusal offered replan_pending and reset-batch, which
+    refuse a batch a verify decided for PREPARE (its late PREPARED could publish a forgotten plan):
+    every repair the message named failed. Now it names the one that works (the old value back,
+    then a run's recover finishes the PREPARE and commits)."""
+    cfg = make_cfg()
+    _land(cfg, "a.jsonl", range(4))
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    attempt = stage(proto, plan.batch_id)
+    assert proto.ledger.decide(plan.batch_id, attempt, "prepare", {})["decision"] == "prepare"
+    edited = make_cfg(max_record_bytes=4096)
+    with pytest.raises(ConfigChanged) as e:
+        Protocol(edited).recover()
+    msg = str(e.value)
+    assert "max_record_bytes was 1048576 when batch 1 was planned and is now 4096" in msg, msg
+    assert f"a verify decided attempt {attempt} for PREPARE" in msg and "Repair: put the old value(s) back" in msg
+    assert "reset-batch" not in msg and "replan_pending" not in msg, msg
+    with pytest.raises(ProtocolError, match="decided for PREPARE by a verify that has not written PREPARED"):
+        Protocol(edited).reset(plan.batch_id)  # what the message no longer offers
+    rec = Protocol(cfg).recover()  # the old value back
+    assert rec.committed == plan.batch_id and _published(proto) == sorted(f"o{i}" for i in range(4))
+
+
 def test_a_verify_after_the_abort_won_fails_and_prepares_nothing(make_cfg):
     cfg = make_cfg()
     _land(cfg, "a.jsonl", range(3))
