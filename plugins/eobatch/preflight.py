@@ -53,17 +53,18 @@ def java_check(environ: Mapping[str, str] | None = None) -> Check:
     return Check("java", True, f"{found}: {said[0] if said else 'runs'}")
 
 
-def spark_check(environ: Mapping[str, str] | None = None) -> Check:
-    """``spark-submit`` (of SPARK_HOME, else on PATH), which the Spark provider runs."""
+def spark_check(environ: Mapping[str, str] | None = None, binary: str | None = None) -> Check:
+    """``spark-submit`` (or the stage operator's ``spark_binary``; of SPARK_HOME, else on PATH), which
+    the Spark provider runs."""
     env = _env(environ)
-    home = env.get("SPARK_HOME")
-    submit = os.path.join(home, "bin", "spark-submit") if home else shutil.which("spark-submit", path=env.get("PATH"))
+    home, binary = env.get("SPARK_HOME"), binary or "spark-submit"
+    submit = os.path.join(home, "bin", binary) if home else shutil.which(binary, path=env.get("PATH"))
     if not submit or not os.path.exists(submit):
         beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
         fix = (f"put {os.path.dirname(beside)} on the PATH of the Airflow workers" if os.path.exists(beside) else
                "install pyspark in this environment (`pip install eobatch` brings it) or set SPARK_HOME")
-        return Check("spark", False, f"no spark-submit on PATH nor in SPARK_HOME (the Spark provider runs "
-                                     f"`spark-submit`): {fix}")
+        return Check("spark", False, f"no {binary} on PATH nor in SPARK_HOME (the Spark provider runs "
+                                     f"`{binary}`): {fix}")
     try:
         import pyspark  # the job's side of the version check: the JVM jar is built for this Spark
         version = pyspark.__version__
@@ -131,11 +132,12 @@ def spark_connection_sentence(conn_id: str, problem: tuple[str, str]) -> str:
     return text
 
 
-def stage_problems(sets: tuple[str, ...], conn_id: str, environ: Mapping[str, str] | None = None) -> list[Check]:
-    """The checks of a stage task, before it launches: Java, spark-submit, the jars of ``sets`` and the
-    Spark connection ``conn_id``; the failed ones ([] when it may launch)."""
+def stage_problems(sets: tuple[str, ...], conn_id: str, environ: Mapping[str, str] | None = None,
+                   spark_binary: str | None = None) -> list[Check]:
+    """The checks of a stage task, before it launches: Java, spark-submit (``spark_binary``), the jars
+    of ``sets`` and the Spark connection ``conn_id``; the failed ones ([] when it may launch)."""
     env = _env(environ)
-    checks = [java_check(env), spark_check(env), jars_check(sets)]
+    checks = [java_check(env), spark_check(env, spark_binary), jars_check(sets)]
     problem = spark_connection_problem(conn_id, env)
     if problem is not None:
         checks.append(Check("connections", False, spark_connection_sentence(conn_id, problem)))

@@ -414,7 +414,7 @@ class StageOperator(SparkSubmitOperator):
             return attempts
         # what `eobatch doctor` checks, before spark-submit starts: a setup error is said as such, no retries
         failed = preflight.stage_problems(launch.jar_sets(cfg), self.spark_conn_id,
-                                          launch.spark_env(dict(self.env_vars or {})))
+                                          launch.spark_env(dict(self.env_vars or {})), self.spark_binary_name)
         if failed:
             raise AirflowFailException(f"stage: pipeline {cfg.name}: not launched, this worker cannot run its Spark "
                                        f"job: " + " | ".join(c.line() for c in failed)

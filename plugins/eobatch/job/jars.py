@@ -256,6 +256,7 @@ def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[st
     SHA-256 list from what Maven resolved (every set) instead of checking against it."""
     folder = folder or jars_dir()
     chosen = SETS if write_list is not None else _sets(tuple(sets or ("core",)) + held_sets(folder))
+    settings_file, why = maven_settings(settings)  # a file named but missing is said even when nothing is fetched
     if write_list is None and not problems(folder, sets=chosen):
         log(f"jars: {folder} already holds the {len(listed(sets=chosen))} listed jars of the set(s) "
             f"{', '.join(chosen)}")
@@ -265,7 +266,6 @@ def resolve(folder: str | None = None, mvn: str | None = None, log: Callable[[st
         raise UsageError("eobatch jars needs Maven (`mvn` on PATH, e.g. `apt-get install maven`), or put the listed "
                          f"jars ({LIST_FILE}) in {folder} yourself, or point EOBATCH_JARS_DIR at a pre-built folder "
                          "of them (checked against the list at each launch; no Maven needed there)")
-    settings_file, why = maven_settings(settings)
     parent = os.path.dirname(os.path.abspath(folder))
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(prefix=".jars-", dir=parent)
