@@ -60,12 +60,13 @@ MVN := mvn --batch-mode --quiet --strict-checksums -s include/maven-settings.xml
 # `dependency:` prefix runs the installed Maven's default); eobatch/job/jars.py names the same.
 DEPENDENCY_PLUGIN := org.apache.maven.plugins:maven-dependency-plugin:3.11.0
 
-# JVM jars of the Spark jobs, resolved from Maven Central by mvn into .jars/ (git-ignored):
-# Delta, and hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares (s3a://). The same command
-# as an installed product's `eobatch jars` (eobatch/job/jars.py: the mvn call and the check).
+# JVM jars of the Spark jobs, resolved by mvn into .jars/ (git-ignored): both sets, the core one
+# (Delta) and the s3 one (hadoop-aws 3.5.0 with the AWS SDK v2 bundle it declares, s3a://), which
+# the tests need. The same command as an installed product's `eobatch jars --with s3`
+# (eobatch/job/jars.py: the mvn call, the Maven settings it runs with, and the check).
 jars: .jars/.resolved .jars/eobatch-jvm.jar
 .jars/.resolved: include/pom.xml $(VENV)/.installed
-	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.cli jars --dir .jars \
+	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.cli jars --dir .jars --with s3 \
 	    $${JAR_LOCK_WRITE:+--write-list include/jars/spark.sha256}
 	@touch $@
 

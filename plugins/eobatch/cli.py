@@ -1,7 +1,7 @@
 """Command line of the product, ``eobatch`` once installed (``python -m eobatch.cli`` in a checkout);
 no Airflow needed but for ``run`` (and ``doctor``'s check of connections).
 
-    eobatch jars                                    # the JVM jars, into ~/.cache/eobatch/jars (EOBATCH_JARS_DIR)
+    eobatch jars [--with s3] [--maven-settings FILE] # the JVM jars, into ~/.cache/eobatch/jars (EOBATCH_JARS_DIR)
     eobatch doctor [--pipelines DIR]                # what this deployment lacks, and how to fix it
     eobatch run orders [--runs N] [--conf JSON]     # `make run`: N runs with `airflow dags test`
     python -m eobatch.cli ledger orders [--format table|json]   # `make ledger`
@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 from .airflow.runs import run_dags_test, run_date
-from .config.loader import find_pipeline, load_all
+from .config.loader import find_pipeline, load_all, pipelines_dir
 from .core.batch_run import BatchRun
 from .core.formats import BatchPlan
 from .core.maintenance import last_report, maintain, summary_line
@@ -41,8 +42,8 @@ from .core.replay import replay
 from .core.stuck import find_stuck
 from .doctor import run as doctor
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
-from .job.jars import resolve
-from .job.launch import build_class_archive
+from .job.jars import SETTINGS_ENV, resolve
+from .job.launch import build_class_archive, uses_s3
 from .sources import kind_for, range_summary
 from .storage import s3conf
 
@@ -247,6 +248,14 @@ def main(argv=None) -> int:
                                      "folder (EOBATCH_JARS_DIR, default ~/.cache/eobatch/jars), checked against "
                                      "their SHA-256 list")
     jp.add_argument("--dir", default=None, help="another folder (then set EOBATCH_JARS_DIR to it for the tasks)")
+    jp.add_argument("--with", dest="sets", action="append", choices=["s3"], default=None,
+                    help="also the s3 set (hadoop-aws and the AWS SDK bundle, about 660 MB) for s3a:// locations; "
+                         "unset: only when a pipeline of the pipelines folder has one (the core set, Delta, always)")
+    jp.add_argument("--pipelines", default=None, help="the folder of pipeline files whose needs choose the sets "
+                                                       "(default: PIPELINES_DIR or [eobatch] pipelines_dir)")
+    jp.add_argument("--maven-settings", default=None,
+                    help=f"the Maven settings file (your repository manager; default: {SETTINGS_ENV}, else "
+                         "~/.m2/settings.xml, else Maven Central only)")
     jp.add_argument("--write-list", default=None, help=argparse.SUPPRESS)  # `make jar-lock`: after a pom change
     dop = sub.add_parser("doctor", help="check this deployment: Java, Spark, jars, the pipelines folder, the "
                                         "connections the pipelines name, write access to their tables")
@@ -263,7 +272,9 @@ def main(argv=None) -> int:
         if args.cmd == "pools":
             return _pools()
         if args.cmd == "jars":
-            resolve(args.dir, log=lambda m: print(m, file=sys.stderr), write_list=args.write_list)
+            say = lambda m: print(m, file=sys.stderr)  # noqa: E731
+            resolve(args.dir, log=say, write_list=args.write_list, sets=_jar_sets(args.sets, args.pipelines, say),
+                    settings=args.maven_settings)
             return 0
         if args.cmd == "doctor":
             return doctor(args.pipelines)
@@ -279,6 +290,30 @@ def main(argv=None) -> int:
     except EobatchError as e:  # the one table: eobatch.errors.exit_code
         print(f"{'not ready' if e.kind == 'wait' else 'error'}: {e}", file=sys.stderr)
         return exit_code(e)
+
+
+def _jar_sets(asked: list[str] | None, folder: str | None, log) -> tuple[str, ...]:
+    """The sets of jars `eobatch jars` fetches: ``core`` and those of ``--with``; without it, ``s3``
+    too when a pipeline of the pipelines folder has an s3a:// location (``launch.uses_s3``)."""
+    if asked:
+        return ("core", *asked)
+    try:
+        folder = folder or pipelines_dir()
+    except EobatchError:
+        folder = None
+    if not folder or not os.path.isdir(folder):
+        log("jars: no pipelines folder to look at: the core set only (`eobatch jars --with s3` for s3a:// pipelines)")
+        return ("core",)
+    cfgs, errors = load_all(folder)
+    on_s3 = sorted(name for name, cfg in cfgs.items() if uses_s3(cfg))
+    if errors:
+        log(f"jars: {len(errors)} pipeline file(s) of {folder} do not load and are not counted "
+            f"(`eobatch doctor` says why)")
+    if on_s3:
+        log(f"jars: the core and s3 sets: pipeline(s) {', '.join(on_s3)} of {folder} use s3a:// locations")
+        return ("core", "s3")
+    log(f"jars: the core set only: no pipeline of {folder} uses s3a:// (`eobatch jars --with s3` adds the s3 set)")
+    return ("core",)
 
 
 def _pools() -> int:

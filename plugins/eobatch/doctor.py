@@ -13,14 +13,10 @@ nothing else.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from . import __version__, paths
+from . import __version__, paths, preflight
 from .config import access
 from .config.loader import PipelineConfig, load_all, pipelines_dir
 from .config.policy import ALLOW_SPARK_CONF_ENV
@@ -29,58 +25,26 @@ from .core.ledger import Ledger
 from .core.stuck import find_stuck
 from .errors import EobatchError
 from .job import jars
-from .job.driver_jvm import java
+from .job.launch import uses_s3
+from .preflight import Check
 from .storage.credentials import scrub
 from .storage.fs import join, storage_for
 
 
-@dataclass(frozen=True)
-class Check:
-    name: str
-    ok: bool
-    text: str
-    warn: bool = False  # passes, but says loudly what is open
-
-    def line(self) -> str:
-        return f"{'FAIL' if not self.ok else 'WARN' if self.warn else 'ok  '} {self.name}: {self.text}"
-
-
 def _java() -> Check:
-    found = java()
-    if found is None:
-        return Check("java", False, "no java (JAVA_HOME or PATH): install a Java 17 runtime, e.g. "
-                                    "`apt-get install openjdk-17-jre-headless`, or set JAVA_HOME")
-    r = subprocess.run([found, "-version"], capture_output=True, text=True)
-    said = [ln for ln in (r.stderr + r.stdout).splitlines() if " version " in ln]
-    return Check("java", r.returncode == 0, f"{found}: {said[0] if said and r.returncode == 0 else 'does not run'}")
+    return preflight.java_check()
 
 
 def _spark() -> Check:
-    home = os.environ.get("SPARK_HOME")
-    submit = os.path.join(home, "bin", "spark-submit") if home else shutil.which("spark-submit")
-    if not submit or not os.path.exists(submit):
-        beside = os.path.join(os.path.dirname(sys.executable), "spark-submit")
-        fix = (f"put {os.path.dirname(beside)} on the PATH of the Airflow workers" if os.path.exists(beside) else
-               "install pyspark in this environment (`pip install eobatch` brings it) or set SPARK_HOME")
-        return Check("spark", False, f"no spark-submit on PATH nor in SPARK_HOME (the Spark provider runs "
-                                     f"`spark-submit`): {fix}")
-    try:
-        import pyspark  # the job's side of the version check: the JVM jar is built for this Spark
-        version = pyspark.__version__
-    except ImportError:
-        version = "unknown (pyspark not importable)"
-    return Check("spark", True, f"{submit} (pyspark {version})")
+    return preflight.spark_check()
 
 
-def _jars() -> Check:
-    """The check every launch makes (``jars.checked``, ``jars.own_jvm_jar``), made now."""
-    folder = paths.jars_dir()
-    try:
-        jars.checked(folder)
-        own = jars.own_jvm_jar(folder)
-    except (jars.JarsRefused, FileNotFoundError) as e:
-        return Check("jars", False, str(e))
-    return Check("jars", True, f"{folder}: the {len(jars.listed())} listed jars, unchanged, and {own}")
+def _jars(cfgs: dict[str, PipelineConfig] | None = None) -> Check:
+    """The check every launch makes, for the sets of jars the pipelines need (every set when no
+    pipeline is known)."""
+    if not cfgs:
+        return preflight.jars_check()
+    return preflight.jars_check(jars.sets_for(any(uses_s3(c) for c in cfgs.values())))
 
 
 def _pipelines(directory: str | None) -> tuple[Check, dict[str, PipelineConfig]]:
@@ -113,20 +77,28 @@ def _connections(cfgs: dict[str, PipelineConfig]) -> Check:
         for conn_id in named - {None}:
             wanted.setdefault(str(conn_id), []).append(cfg.name)
     spark = {str(cfg.spark.conn_id) for cfg in cfgs.values()}
-    missing = []
+    missing, unusable = [], []
     for conn_id, names in sorted(wanted.items()):
+        who = f"{conn_id} (pipelines {', '.join(sorted(names))})"
+        if conn_id in spark:  # the stage task's own check (preflight), its sentence
+            problem = preflight.spark_connection_problem(conn_id)
+            if problem is None:
+                continue
+            if problem[0] == "missing":
+                missing.append(f"{who} {problem[1]}")
+            else:
+                unusable.append(f"{who}: {problem[1]}")
+            continue
         try:
             BaseHook.get_connection(conn_id)
         except Exception:  # noqa: BLE001 - any failure: the task would fail the same way
             if conn_id == "aws_default":  # unset: boto3 finds the credentials of the environment
                 continue
-            why = (" (without it spark-submit falls back to the Spark provider's default, master 'yarn'; e.g. "
-                   f"AIRFLOW_CONN_{conn_id.upper()}='{{\"conn_type\": \"spark\", \"host\": \"local[*]\"}}' for "
-                   "local mode, or spark://<master>:7077)") if conn_id in spark else ""
-            missing.append(f"{conn_id} (pipelines {', '.join(sorted(names))}){why}")
-    if missing:
-        return Check("connections", False, "not defined: " + "; ".join(missing) + ": add them (Admin > "
-                                           "Connections, `airflow connections add`, or AIRFLOW_CONN_<ID>)")
+            missing.append(who)
+    if missing or unusable:
+        said = ["not defined: " + "; ".join(missing) + f": {preflight.HOW_TO_ADD.replace('add it', 'add them')}"] \
+            if missing else []
+        return Check("connections", False, "; ".join(said + unusable))
     return Check("connections", True, f"{len(wanted)} named, each defined" if wanted else "none named")
 
 
@@ -257,9 +229,8 @@ def trust_checks(directory: str | None = None) -> list[Check]:
 def run(directory: str | None = None, log: Callable[[str], None] = print) -> int:
     """Every check, one line each; 0 when all pass (warnings included), else 1."""
     log(f"eobatch {__version__} ({'checkout ' + paths.CHECKOUT if paths.CHECKOUT else 'installed: ' + paths.PACKAGE})")
-    checks = [_java(), _spark(), _jars()]
     pipelines, cfgs = _pipelines(directory)
-    checks += [pipelines, _connections(cfgs), *trust_checks(directory), *_tables(cfgs), *_progress(cfgs)]
+    checks = [_java(), _spark(), _jars(cfgs), pipelines, _connections(cfgs), *trust_checks(directory), *_tables(cfgs), *_progress(cfgs)]
     for c in checks:
         log(c.line())
     failed = [c for c in checks if not c.ok]

@@ -104,8 +104,18 @@ def test_the_stage_task_starts_spark_submit_with_the_stage_environment_only(tmp_
     p.land("a.jsonl", orders("a", 3))
     plan, _ = Protocol(p.cfg).plan()
     assert plan is not None
+    if master == "yarn":  # the task's check before it launches (preflight): YARN needs the cluster's configuration
+        monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "hadoop-conf"))
     popen = []
-    monkeypatch.setattr(hook_module.subprocess, "Popen", lambda argv, **kw: popen.append((argv, kw)) or _Done())
+    real_popen = subprocess.Popen  # the preflight's `java -version` runs; spark-submit is recorded
+
+    def fake_popen(argv, **kw):
+        if os.path.basename(str(argv[0])) != "spark-submit":
+            return real_popen(argv, **kw)
+        popen.append((argv, kw))
+        return _Done()
+
+    monkeypatch.setattr(hook_module.subprocess, "Popen", fake_popen)
     op = StageOperator(task_id="stage", pipeline_file=str(p.yaml_path), conn_id="eo_spark_env")
     op.execute({"ti": _TI(), "params": {}, "dag_run": None, "run_id": "r1"})
     [(argv, kw)] = popen

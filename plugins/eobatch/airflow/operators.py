@@ -18,6 +18,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import BaseOperator, BaseSensorOperator, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from .. import preflight
 from ..config.access import Use, check_access
 from ..config.loader import PipelineConfig, load_pipeline
 from ..core import faults
@@ -411,6 +412,13 @@ class StageOperator(SparkSubmitOperator):
         if not todo:
             self.log.info("stage: every batch of the run is STAGED or PREPARED already: no job to run")
             return attempts
+        # what `eobatch doctor` checks, before spark-submit starts: a setup error is said as such, no retries
+        failed = preflight.stage_problems(launch.jar_sets(cfg), self.spark_conn_id,
+                                          launch.spark_env(dict(self.env_vars or {})), self.spark_binary_name)
+        if failed:
+            raise AirflowFailException(f"stage: pipeline {cfg.name}: not launched, this worker cannot run its Spark "
+                                       f"job: " + " | ".join(c.line() for c in failed)
+                                       + " (`eobatch doctor` makes the same checks)")
         ti.xcom_push(key="attempt", value=todo[min(todo)])
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}

@@ -70,10 +70,12 @@ def default_cache_dir() -> str:
     return cache_dir()
 
 
-def java() -> str | None:
-    """The java spark-submit runs: $JAVA_HOME/bin/java, else the first on PATH."""
-    home = os.environ.get("JAVA_HOME")
-    found = os.path.join(home, "bin", "java") if home else shutil.which("java")
+def java(environ=None) -> str | None:
+    """The java spark-submit runs: $JAVA_HOME/bin/java, else the first on PATH (of ``environ``,
+    default this process's environment)."""
+    env = os.environ if environ is None else environ
+    home = env.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java", path=env.get("PATH"))
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 

@@ -29,7 +29,7 @@ from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
 from ..core.protocol import Protocol
 from ..errors import RetryableError
-from ..paths import CHECKOUT, PACKAGE, SPARK_JOBS, STAGE_APP, jars_dir
+from ..paths import PACKAGE, SPARK_JOBS, STAGE_APP
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
@@ -59,9 +59,7 @@ SPARK_DEFAULTS = {
     "spark.redaction.regex": "(?i)secret|password|token|access[._]?key",
 }
 # The command that fills the jars folder: the Makefile's in a checkout, the console command's installed.
-JARS_COMMAND = "make jars" if CHECKOUT else "eobatch jars"
-# Jars only a pipeline with s3a:// locations needs (hadoop-aws and the AWS SDK bundle it declares).
-S3A_JARS = ("hadoop-aws-", "bundle-", "analyticsaccelerator-s3-")
+JARS_COMMAND = jar_check.JARS_COMMAND
 
 
 def new_attempt_id(try_number: int | None = None) -> str:
@@ -114,18 +112,20 @@ def uses_s3(cfg: PipelineConfig) -> bool:
     return any(s3conf.is_s3(p or "") for p in (cfg.source.path, cfg.sink_table, cfg.quarantine_table))
 
 
+def jar_sets(cfg: PipelineConfig | None) -> tuple[str, ...]:
+    """The sets of jars (``jars.SETS``) the stage job of ``cfg`` needs; every set when no ``cfg``."""
+    return jar_check.SETS if cfg is None else jar_check.sets_for(uses_s3(cfg))
+
+
 def jars(cfg: PipelineConfig | None = None) -> list[str]:
-    """The jars for ``--jars``; the s3a ones only when ``cfg`` (if given) has an s3a:// location.
-    Checked at each launch (``jar_check.checked``): exactly the jars of the shipped SHA-256 list,
-    each with its listed SHA-256 (a stat per jar once a file is known), else JarsRefused naming what
-    is wrong and `eobatch jars` / `make jars`; then the stage job's own JVM jar, the one built into
-    the installed package, never a file of the jars folder (``jar_check.own_jvm_jar``)."""
-    found = [*jar_check.checked(), jar_check.own_jvm_jar()]
-    if cfg is not None and not uses_s3(cfg):
-        found = [j for j in found if not os.path.basename(j).startswith(S3A_JARS)]
-    elif cfg is not None and not any(os.path.basename(j).startswith("hadoop-aws-") for j in found):
-        raise FileNotFoundError(f"pipeline {cfg.name} uses s3a:// but {jars_dir()} has no hadoop-aws jar: "
-                                f"run `{JARS_COMMAND}`")
+    """The jars for ``--jars``: the ``core`` set, and the ``s3`` set (hadoop-aws, the AWS SDK bundle)
+    only when ``cfg`` (if given) has an s3a:// location (``jar_sets``). Checked at each launch
+    (``jar_check.checked``): exactly the listed jars of those sets, each with its listed SHA-256 (a
+    stat per jar once a file is known), no jar the list does not name, else JarsRefused naming what
+    is wrong and the command that fetches them (`eobatch jars --with s3` for the s3 set); then the
+    stage job's own JVM jar, the one built into the installed package, never a file of the jars
+    folder (``jar_check.own_jvm_jar``)."""
+    found = [*jar_check.checked(sets=jar_sets(cfg)), jar_check.own_jvm_jar()]
     if os.environ.get("EOBATCH_JARS_ON_NODES", "").lower() in ("1", "true", "yes"):
         # the same jars are installed at the same path on every node: `local:` URIs are not
         # shipped to each executor (the AWS SDK bundle alone is ~690 MB)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.core.ledger import Ledger
 from eobatch.core.protocol import Protocol
 from eobatch.job import launch
+from eobatch.job.jars import checked as REAL_CHECKED
 from support.protocol_runs import land, run
 from support.spark_hook import MASTERS, fake_secret
 
@@ -119,9 +122,11 @@ def s3_stage(tmp_path, monkeypatch, write_yaml, base_cfg):
     # (tests/security/test_supply_chain.py, tests/unit/job/test_jars.py)
     from eobatch.job import jars as jar_check
 
-    monkeypatch.setattr(jar_check, "checked", lambda: sorted(str(j) for j in jars.glob("*.jar")
-                                                              if j.name != "eobatch-jvm.jar"))
-    monkeypatch.setattr(jar_check, "own_jvm_jar", lambda: str(jars / "eobatch-jvm.jar"))
+    monkeypatch.setattr(jar_check, "checked", lambda *_a, **_kw: sorted(str(j) for j in jars.glob("*.jar")
+                                                                         if j.name != "eobatch-jvm.jar"))
+    monkeypatch.setattr(jar_check, "own_jvm_jar", lambda *_a: str(jars / "eobatch-jvm.jar"))
+    # a YARN master needs the cluster's configuration folder where the stage task runs (preflight)
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path / "hadoop-conf"))
     monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
     # unset, and restored after the test: the stage task exports the aws connection into os.environ
     for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "S3_ENDPOINT", "AWS_ENDPOINT_URL",
@@ -198,6 +203,105 @@ def test_the_stage_task_refuses_a_file_edited_since_the_plan_before_it_builds_th
     StageOperator(task_id="stage", pipeline_file=cfg.file, conn_id=spark_conn("local[*]")).execute(
         {"ti": ti, "params": {}, "dag_run": None, "run_id": "r1"})
     assert len(submitted) == 1 and ti.pushed["attempt"]
+
+
+# ---- the stage task checks what `eobatch doctor` checks before it launches (eobatch.preflight) ----
+
+
+@pytest.fixture
+def local_stage(spark_conn, monkeypatch, make_cfg, tmp_path):
+    """stage(conn_id=None) -> what was submitted: the real stage task of a planned local pipeline,
+    with the checkout's real jars; spark-submit's start recorded, never run."""
+    from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+    from eobatch.airflow.operators import StageOperator
+
+    submitted: list[str] = []
+    monkeypatch.setattr(SparkSubmitHook, "submit", lambda self, application="", **_kw: submitted.append(application))
+    monkeypatch.setenv("EOBATCH_CACHE_DIR", str(tmp_path / "cache"))
+    cfg = make_cfg()
+    land(cfg, "a.jsonl", ["o1", "o2"])
+    assert Protocol(cfg).plan()[0] is not None
+
+    def _stage(conn_id: str | None = None) -> list[str]:
+        op = StageOperator(task_id="stage", pipeline_file=cfg.file, conn_id=conn_id or spark_conn("local[*]"))
+        op.execute({"ti": _TI(), "params": {}, "dag_run": None, "run_id": "r1"})
+        return submitted
+
+    _stage.submitted = submitted
+    return _stage
+
+
+def test_a_worker_without_java_fails_the_stage_with_doctors_sentence_not_sparks(local_stage, monkeypatch, tmp_path):
+    """JAVA_HOME naming a folder with no java, and no java on PATH: the task fails terminally (no
+    retry) with doctor's sentence, and spark-submit never starts (no `spark-class: ... No such file`)."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch import preflight
+
+    empty = tmp_path / "no-jdk"
+    empty.mkdir()
+    monkeypatch.setenv("JAVA_HOME", str(empty))
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent))  # spark-submit and python, no java
+    sentence = preflight.java_check().text
+    assert sentence.startswith("no java (JAVA_HOME or PATH): install a Java 17 runtime")
+    with pytest.raises(AirflowFailException, match=r"not launched, this worker cannot run its Spark job: FAIL java: "
+                                                   + re.escape(sentence)) as e:
+        local_stage()
+    assert "`eobatch doctor` makes the same checks" in str(e.value)
+    assert not local_stage.submitted
+
+
+def test_a_missing_spark_connection_fails_the_stage_naming_it_and_how_to_define_it(local_stage, spark_conn):
+    """No such Airflow connection: the Spark provider would fall back to YARN and fail with "either
+    HADOOP_CONF_DIR or YARN_CONF_DIR must be set"; the task says what is missing instead."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    conn_id = spark_conn(None)  # named, never defined
+    with pytest.raises(AirflowFailException, match=rf"FAIL connections: the pipeline's Spark connection '{conn_id}' "
+                                                   rf"\(spark.conn_id\) is not defined in Airflow .*master 'yarn'.*"
+                                                   rf"AIRFLOW_CONN_{conn_id.upper()}=.*: add it"):
+        local_stage(conn_id)
+    assert not local_stage.submitted
+
+
+def test_a_yarn_connection_without_the_clusters_configuration_fails_the_stage_naming_both(local_stage, spark_conn,
+                                                                                        monkeypatch, tmp_path):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    monkeypatch.delenv("YARN_CONF_DIR", raising=False)
+    conn_id = spark_conn("yarn")
+    with pytest.raises(AirflowFailException, match=rf"the Spark connection '{conn_id}' has master 'yarn' \(YARN\), "
+                                                   r"and neither HADOOP_CONF_DIR nor YARN_CONF_DIR is set"):
+        local_stage(conn_id)
+    assert not local_stage.submitted
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))  # the cluster's configuration: launched
+    assert local_stage(conn_id)
+
+
+def test_an_s3_pipeline_with_only_the_core_jars_fails_the_stage_naming_the_command(spark_conn, s3_stage,
+                                                                                   monkeypatch, tmp_path):
+    """The jars folder holds the core set (Delta, checked against the list); the pipeline has s3a://
+    locations: refused before spark-submit, naming the command that fetches the s3 set."""
+    import shutil
+
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from eobatch import paths
+    from eobatch.job import jars as jar_check
+
+    monkeypatch.setattr(jar_check, "checked", REAL_CHECKED)  # the real jar check, not the fixture's
+    core = tmp_path / "core-jars"
+    core.mkdir()
+    for name in jar_check.listed(sets=("core",)):
+        shutil.copy2(Path(paths.CHECKOUT) / ".jars" / name, core / name)
+    monkeypatch.setattr(jar_check, "own_jvm_jar", lambda *_a: str(Path(paths.CHECKOUT) / ".jars" / paths.JVM_EXTENSION))
+    monkeypatch.setenv("EOBATCH_JARS_DIR", str(core))
+    monkeypatch.setattr(paths, "CHECKOUT", None)  # as installed: the console command is named
+    with pytest.raises(AirflowFailException, match=r"FAIL jars: the jars folder .*core-jars holds only the core jars "
+                                                   r".*run `eobatch jars --with s3`"):
+        s3_stage(spark_conn("local[*]"))
 
 
 @pytest.mark.parametrize("host,forwarded", MASTERS)
