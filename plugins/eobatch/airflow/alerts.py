@@ -56,6 +56,7 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from ..config import notifiers
 from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
+from ..sources.base import skipped_count
 from ..storage.credentials import scrub
 from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub
 
@@ -287,10 +288,11 @@ def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None,
 
 
 def skipped_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
-    lines = (f"Pipeline {cfg.name}: the plan skipped {len(skipped)} landing input(s); the rest was planned.",
+    n = skipped_count(skipped)  # files not taken: each counted, named in one bounded note
+    lines = (f"Pipeline {cfg.name}: the plan skipped {n} landing input(s); the rest was planned.",
              *[s["note"] for s in skipped[:20]],
              *([f"... and {len(skipped) - 20} more (the plan task's log names each)"] if len(skipped) > 20 else []))
-    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing input(s) skipped",
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {n} landing input(s) skipped",
                  lines, ledger_url(cfg.name))
 
 
