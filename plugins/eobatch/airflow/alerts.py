@@ -17,7 +17,8 @@ Five conditions, each told to every notifier of ``alerts.notify``:
   recovered;
 * ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
   folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
-  cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
+  cannot be true, files whose names ``source.include`` does not take: one input, the landing
+  folder, named once while any is there): sent by that plan for the inputs no earlier alert named (an Airflow Variable
   remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
   notifier.
 

@@ -7,9 +7,17 @@ not one batch whose plan record holds them all). A file is consumed once, whenev
 or modification time is reported (log and batch plan notes), never published again.
 
 Files whose name starts with ``.`` or ``_`` (and files in such folders) are ignored, as Spark
-does: producers should write under such a name and rename into place when complete.
+does: producers should write under such a name and rename into place when complete. Of the
+other files it reads those whose name ``source.include`` takes (``takes``: globs of the name,
+default the kind's ``*.jsonl`` / ``*.parquet``); the others are reported on every plan while they
+are there, bounded (``sources.base.not_taken_skip``: one entry of ``skipped``, one note).
 
-A landing input the planner cannot take never fails the plan: a file whose name is not UTF-8,
+The landing folder itself must be one that can be listed (``check_landing``): a folder that does
+not exist, is not a folder, or cannot be read fails the plan (``LandingUnreadable``, terminal),
+because its listing would be empty and every run would say "nothing new". An empty folder is
+nothing new.
+
+A landing input below it that the planner cannot take never fails the plan: a file whose name is not UTF-8,
 a visible folder or a file it cannot read, a file that is no longer a regular file when it is
 opened (swapped for a link, a FIFO) is skipped, the rest is planned. Each skip is logged, noted
 once in the notes of a plan (``SKIP_NOTE``), and listed in ``skipped`` (the plan task's metric
