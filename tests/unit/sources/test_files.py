@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -187,6 +188,18 @@ def test_files_whose_names_are_not_taken_are_named_and_counted_on_every_plan_whi
     assert "files not taken (names)" in _backlog_html(left) and "part-0004.json" in _backlog_html(left)
     os.remove(stray)
     assert backlog(Protocol(cfg))["not_taken"] == 0
+
+
+def test_interval_mode_a_missing_interval_folder_is_nothing_a_missing_landing_folder_fails(by_prefix):
+    s = source_for(by_prefix)
+    landing = Path(by_prefix.source.path)
+    assert s.interval_range(T0_MS, T0_MS + H_MS, 100) == (None, 0, [])  # dt=.../hour=00 not there: empty
+    land_at(landing / "dt=2026-01-01" / "hour=00" / "a.json", range(1))
+    _rng, _n, notes = s.interval_range(T0_MS, T0_MS + H_MS, 100)
+    assert [n for n in notes if n.startswith("not taken: 1 landing file(s)") and "a.json" in n]
+    shutil.rmtree(landing)
+    with pytest.raises(LandingUnreadable, match="does not exist"):
+        s.interval_range(T0_MS, T0_MS + H_MS, 100)
 
 
 def test_many_files_not_taken_are_one_bounded_note(make_cfg):
