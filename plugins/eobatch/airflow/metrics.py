@@ -24,7 +24,7 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
                                                            does not take (never read)
 ``eobatch.<pipeline>.landing_unreadable``         gauge    1: the plan failed, the landing folder
                                                            cannot be read (missing, not a folder,
-                                                           denied); 0 after a plan that read it
+                                                           denied); 0 after a plan task that succeeded
 ``eobatch.<pipeline>.stuck_runs``                 gauge    runs that tried the stuck batch (0: nothing
                                                            is stuck; ``eobatch.core.stuck``)
 ================================================  =======  ========================================
@@ -99,7 +99,7 @@ def late_file_metrics(pipeline: str, late: list[dict]) -> list[Metric]:
 def skipped_metrics(pipeline: str, skipped: list[dict]) -> list[Metric]:
     """The gauges of the landing inputs a plan skipped (``Protocol.last_skipped``, each file of an
     entry of files not taken counted: ``sources.base.skipped_count``) and of the files not taken
-    among them; 0 when none. A plan that ran read its landing folder: ``landing_unreadable`` 0."""
+    among them; 0 when none. After a plan task that succeeded: ``landing_unreadable`` 0."""
     not_taken = sum(int(s.get("count", 1)) for s in skipped if s.get("not_taken"))
     return [Metric("gauge", _name(pipeline, "landing_skipped"), skipped_count(skipped)),
             Metric("gauge", _name(pipeline, "landing_not_taken"), not_taken),
