@@ -5,7 +5,8 @@ Checks: Java (spark-submit's), Spark (``spark-submit`` of pyspark or ``SPARK_HOM
 (listed and unchanged, and the stage job's own), the folder of pipeline files (every file loads),
 the Airflow connections the pipelines name (when Airflow is installed and configured here), and
 write access to each pipeline's tables (a probe file under the table's ledger folder, removed
-again), and the trust settings in force (``trust_checks``: the access policy, the allow-lists of
+again), that each landing folder can be listed (``source.path``: it exists, is a folder, is
+readable; the plan fails on it otherwise), and the trust settings in force (``trust_checks``: the access policy, the allow-lists of
 the platform, what each pipeline uses and whether the policy allows it). Reads and writes
 nothing else.
 """
@@ -23,10 +24,11 @@ from .config.policy import ALLOW_SPARK_CONF_ENV
 from .core.formats import Layout
 from .core.ledger import Ledger
 from .core.stuck import find_stuck
-from .errors import EobatchError
+from .errors import EobatchError, TerminalError
 from .job import jars
 from .job.launch import uses_s3
 from .preflight import Check
+from .sources import source_for
 from .storage.credentials import scrub
 from .storage.fs import join, storage_for
 
@@ -117,6 +119,30 @@ def _tables(cfgs: dict[str, PipelineConfig]) -> list[Check]:
             except Exception as e:  # noqa: BLE001 - the reason is the answer
                 out.append(Check(f"write {name}", False, f"{table}: {type(e).__name__}: {e}: give this "
                                                          f"deployment write access to it"))
+    return out
+
+
+def _sources(cfgs: dict[str, PipelineConfig]) -> list[Check]:
+    """Per pipeline of a landing kind: can its landing folder be read (the plan's own check,
+    ``FilesSource.check_landing``)? A folder that exists and is empty is fine; on S3 a prefix
+    without objects too (S3 has no folders), a bucket that does not exist or that is denied is not."""
+    out = []
+    for name, cfg in sorted(cfgs.items()):
+        try:
+            source = source_for(cfg)
+            check = getattr(source, "check_landing", None)  # landing kinds (files, parquet)
+            if check is None:
+                continue
+            check()
+        except TerminalError as e:
+            out.append(Check(f"source {name}", False, scrub(str(e))))
+            continue
+        except Exception as e:  # noqa: BLE001 - the reason is the answer
+            out.append(Check(f"source {name}", False, f"{cfg.source.path}: {type(e).__name__}: {scrub(str(e))}"))
+            continue
+        include = ", ".join(getattr(cfg.source, "include", ()))
+        out.append(Check(f"source {name}", True, f"{cfg.source.path}: a folder it can list (it reads the files "
+                                                 f"named [{include}])"))
     return out
 
 
@@ -230,7 +256,8 @@ def run(directory: str | None = None, log: Callable[[str], None] = print) -> int
     """Every check, one line each; 0 when all pass (warnings included), else 1."""
     log(f"eobatch {__version__} ({'checkout ' + paths.CHECKOUT if paths.CHECKOUT else 'installed: ' + paths.PACKAGE})")
     pipelines, cfgs = _pipelines(directory)
-    checks = [_java(), _spark(), _jars(cfgs), pipelines, _connections(cfgs), *trust_checks(directory), *_tables(cfgs), *_progress(cfgs)]
+    checks = [_java(), _spark(), _jars(cfgs), pipelines, _connections(cfgs), *trust_checks(directory), *_tables(cfgs),
+              *_sources(cfgs), *_progress(cfgs)]
     for c in checks:
         log(c.line())
     failed = [c for c in checks if not c.ok]

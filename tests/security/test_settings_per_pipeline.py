@@ -95,3 +95,35 @@ def test_each_ledger_page_reads_its_own_bucket_with_its_own_keys(servers, tmp_pa
     for t in threads:
         t.join()
     assert seen == {"alpha": [2] * 4, "beta": [3] * 4}  # at the same time, in two threads of one process
+
+
+def test_an_s3_landing_bucket_that_is_missing_or_denied_fails_the_plan_an_empty_prefix_is_nothing_new(
+        servers, tmp_path, monkeypatch):
+    """S3 has no folders: a prefix without objects is an empty landing folder (nothing new). A bucket
+    that does not exist, or that the pipeline's credentials may not list, fails the plan naming it
+    (it used to list as empty: NoSuchBucket was "nothing new")."""
+    from eobatch.config.loader import load_pipeline
+    from eobatch.core.protocol import Protocol
+    from eobatch.sources.base import LandingUnreadable
+
+    one, _two = servers
+    for k in (*s3conf.ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION", s3conf.BUCKETS_ENV):
+        monkeypatch.delenv(k, raising=False)
+
+    def plan(landing: str, secret: str = one.secret_key):
+        path = tmp_path / f"p{abs(hash((landing, secret)))}.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "orders", "schema": "order_id STRING NOT NULL", "source": {"kind": "files", "path": landing},
+            "sink": {"table": str(tmp_path / "lake" / "orders")}, "quarantine": {"table": str(tmp_path / "lake" / "bad")}}))
+        settings = s3conf.S3Settings(one.endpoint, one.access_key, secret, None, "us-east-1")
+        with s3conf.using(s3conf.Store(settings)):
+            return Protocol(load_pipeline(str(path))).plan()
+
+    assert plan("s3a://lake/never-written/landing") == (None, False)  # an empty prefix: nothing new, no error
+    with pytest.raises(LandingUnreadable) as e:
+        plan("s3a://no-such-bucket/landing")
+    assert ("the landing folder s3a://no-such-bucket/landing (source.path of" in str(e.value)
+            and "which does not exist (NoSuchBucket)" in str(e.value) and "create the bucket" in str(e.value)), e.value
+    with pytest.raises(LandingUnreadable) as e:
+        plan("s3a://lake/alpha/landing", secret="not-" + one.secret_key)
+    assert "cannot be listed: access denied (" in str(e.value) and one.secret_key not in str(e.value), e.value

@@ -24,11 +24,12 @@ def test_a_working_deployment_passes_and_each_missing_part_is_named_with_its_fix
     monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])  # the venv's spark-submit
     folder = tmp_path / "pipelines"
     _pipeline(folder, "orders", str(tmp_path / "lake" / "orders"))
+    (tmp_path / "landing").mkdir()
     lines: list[str] = []
     assert doctor.run(str(folder), log=lines.append) == 0, lines
     assert [ln.split(":")[0] for ln in lines[1:-1] if " trust " not in ln] == [
         "ok   java", "ok   spark", "ok   jars", "ok   pipelines", "ok   connections", "WARN policy", "ok   access orders",
-        "ok   write orders", "ok   write orders", "ok   progress orders"]
+        "ok   write orders", "ok   write orders", "ok   source orders", "ok   progress orders"]
     assert not (tmp_path / "lake" / "orders" / "_eo_ledger").exists()  # the probe is removed, and its folder
     (tmp_path / "a-file").write_text("x")
     _pipeline(folder, "blocked", str(tmp_path / "a-file" / "blocked"))  # under a file: cannot be written
@@ -41,6 +42,30 @@ def test_a_working_deployment_passes_and_each_missing_part_is_named_with_its_fix
     assert "FAIL write blocked: " in text and "give this deployment write access to it" in text, text
     assert "FAIL connections: not defined: spark_default (pipelines blocked, orders)" in text, text
     assert lines[-1].startswith("doctor: ") and lines[-1].endswith(" ok, 4 to fix, 1 warning(s)"), lines
+
+
+def test_a_landing_folder_that_cannot_be_read_fails_its_pipelines_source_check_with_the_fix(tmp_path):
+    """A landing path that does not exist used to pass the doctor ("ok"): the plan lists nothing
+    there and says "nothing new" for ever. Doctor runs the plan's own check of the folder."""
+    folder = tmp_path / "pipelines"
+    _pipeline(folder, "orders", str(tmp_path / "lake" / "orders"))  # its landing folder: tmp_path/landing
+    lines: list[str] = []
+    assert doctor.run(str(folder), log=lines.append) == 1
+    (line,) = [ln for ln in lines if " source orders" in ln]
+    landing = tmp_path / "landing"
+    assert line.startswith(f"FAIL source orders: the landing folder {landing} (source.path of "
+                           f"{folder / 'orders.yaml'}) does not exist"), line
+    assert "create the folder" in line
+    landing.write_text("")  # a file, not a folder
+    lines.clear()
+    doctor.run(str(folder), log=lines.append)
+    assert "is not a folder" in next(ln for ln in lines if " source orders" in ln)
+    landing.unlink()
+    landing.mkdir()  # exists, empty: fine (nothing new is not an error)
+    lines.clear()
+    doctor.run(str(folder), log=lines.append)
+    assert next(ln for ln in lines if " source orders" in ln) == (
+        f"ok   source orders: {landing}: a folder it can list (it reads the files named [*.jsonl])")
 
 
 def test_a_stuck_pipeline_is_named_with_its_batch_its_last_error_and_the_repair_command(tmp_path):

@@ -17,7 +17,8 @@ Five conditions, each told to every notifier of ``alerts.notify``:
   recovered;
 * ``skipped_input``: a plan skipped landing inputs (a name that is not UTF-8, an unreadable
   folder or file, a file that is no longer a regular file, a Parquet footer whose row counts
-  cannot be true): sent by that plan for the inputs no earlier alert named (an Airflow Variable
+  cannot be true, files whose names ``source.include`` does not take: one input, the landing
+  folder, named once while any is there): sent by that plan for the inputs no earlier alert named (an Airflow Variable
   remembers which), whether ``alerts.on_failure`` is set or not, whenever ``alerts.notify`` has a
   notifier.
 
@@ -56,6 +57,7 @@ from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from ..config import notifiers
 from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
+from ..sources.base import skipped_count
 from ..storage.credentials import scrub
 from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub
 
@@ -287,10 +289,11 @@ def check_skipped(cfg: PipelineConfig, skipped: list[dict], context: Any = None,
 
 
 def skipped_alert(cfg: PipelineConfig, skipped: list[dict]) -> Alert:
-    lines = (f"Pipeline {cfg.name}: the plan skipped {len(skipped)} landing input(s); the rest was planned.",
+    n = skipped_count(skipped)  # files not taken: each counted, named in one bounded note
+    lines = (f"Pipeline {cfg.name}: the plan skipped {n} landing input(s); the rest was planned.",
              *[s["note"] for s in skipped[:20]],
              *([f"... and {len(skipped) - 20} more (the plan task's log names each)"] if len(skipped) > 20 else []))
-    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {len(skipped)} landing input(s) skipped",
+    return Alert("skipped_input", cfg.name, f"{SUBJECT_PREFIX} {cfg.name}: {n} landing input(s) skipped",
                  lines, ledger_url(cfg.name))
 
 

@@ -19,7 +19,12 @@ One definition of the names (Airflow adds its ``statsd_prefix``, ``airflow.`` by
 ``eobatch.<pipeline>.late_files``                 counter  files a plan found late (interval mode)
 ``eobatch.<pipeline>.late_files_<action>``        counter  the same, by what was done with them
 ``eobatch.<pipeline>.landing_skipped``            gauge    landing inputs the plan skipped (bad name,
-                                                           unreadable, not a regular file)
+                                                           unreadable, not a regular file, not taken)
+``eobatch.<pipeline>.landing_not_taken``          gauge    landing files whose names ``source.include``
+                                                           does not take (never read)
+``eobatch.<pipeline>.landing_unreadable``         gauge    1: the plan failed, the landing folder
+                                                           cannot be read (missing, not a folder,
+                                                           denied); 0 after a plan task that succeeded
 ``eobatch.<pipeline>.stuck_runs``                 gauge    runs that tried the stuck batch (0: nothing
                                                            is stuck; ``eobatch.core.stuck``)
 ================================================  =======  ========================================
@@ -34,6 +39,8 @@ from __future__ import annotations
 
 import logging
 from typing import Any, NamedTuple
+
+from ..sources.base import skipped_count
 
 log = logging.getLogger(__name__)
 PHASES = ("plan", "stage", "verify", "commit")
@@ -90,8 +97,18 @@ def late_file_metrics(pipeline: str, late: list[dict]) -> list[Metric]:
 
 
 def skipped_metrics(pipeline: str, skipped: list[dict]) -> list[Metric]:
-    """The gauge of the landing inputs a plan skipped (``Protocol.last_skipped``); 0 when none."""
-    return [Metric("gauge", _name(pipeline, "landing_skipped"), len(skipped))]
+    """The gauges of the landing inputs a plan skipped (``Protocol.last_skipped``, each file of an
+    entry of files not taken counted: ``sources.base.skipped_count``) and of the files not taken
+    among them; 0 when none. After a plan task that succeeded: ``landing_unreadable`` 0."""
+    not_taken = sum(int(s.get("count", 1)) for s in skipped if s.get("not_taken"))
+    return [Metric("gauge", _name(pipeline, "landing_skipped"), skipped_count(skipped)),
+            Metric("gauge", _name(pipeline, "landing_not_taken"), not_taken),
+            Metric("gauge", _name(pipeline, "landing_unreadable"), 0)]
+
+
+def unreadable_metrics(pipeline: str) -> list[Metric]:
+    """The gauge of a plan that failed because the landing folder cannot be read (``LandingUnreadable``)."""
+    return [Metric("gauge", _name(pipeline, "landing_unreadable"), 1)]
 
 
 def stuck_metrics(pipeline: str, found: Any) -> list[Metric]:

@@ -29,6 +29,7 @@ from ..core.protocol import Protocol, interval_of
 from ..core.stuck import find_stuck
 from ..errors import ConfigError, EobatchError, TerminalError
 from ..job import driver_jvm, launch
+from ..sources.base import LandingUnreadable
 from ..storage import s3conf
 from . import alerts, assets, metrics
 from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
@@ -372,7 +373,12 @@ class PlanOperator(BaseSensorOperator):
     @pipeline_task
     def poke(self, context):
         run = _run(self.pipeline_file, context)
-        report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto, context))
+        try:
+            report = _step(self, "plan", run.plan, _interval(context), on_done=lambda: _after_plan(run.proto, context))
+        except AirflowFailException as e:
+            if isinstance(e.__cause__, LandingUnreadable):  # the task's failure says it; a dashboard too
+                metrics.send(metrics.unreadable_metrics(run.proto.cfg.name))
+            raise
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 

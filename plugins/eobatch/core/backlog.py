@@ -51,13 +51,14 @@ def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | No
     Kafka broker: after ``kafka_timeout`` seconds). ``count_records=False``: a files-like source's
     records are not counted at all (no line counting, no Parquet footer read): the listing only;
     ``count_files_limit``: nor when more files than that are not yet planned (a footer or a line
-    count each). The figures are the source kind's (``Planner.backlog``).
+    count each). ``not_taken``: landing files whose names ``source.include`` does not take (never
+    read; a note names them); a landing folder that cannot be read is an ``error``. The figures are the source kind's (``Planner.backlog``).
     """
     cfg = proto.cfg
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     out: dict[str, Any] = {"kind": cfg.source.kind, "files": None, "bytes": None, "records": None,
                            "partitions": None, "oldest_unpublished_at": None, "oldest_unpublished_age_s": None,
-                           "unpublished": None, "notes": [], "error": None}
+                           "unpublished": None, "not_taken": None, "notes": [], "error": None}
     ask = BacklogAsk(count_records=count_records, count_bytes_limit=count_bytes_limit,
                      count_files_limit=count_files_limit, timeout=kafka_timeout)
     try:

@@ -41,6 +41,7 @@ an interval still to run (copy the lines there yourself).
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import re
@@ -51,12 +52,13 @@ from typing import TYPE_CHECKING, Any
 from ..config.lines import RAW_CHARS
 from ..errors import UsageError
 from ..sources import kind_for
+from ..sources.files.planner import REPLAY_DIR, REPLAY_LINEAGE
 from ..storage.fs import LinkRefused, join, link_refused, printable, storage_for
 from . import faults
 from .checkpoint import RewindKey, undoing
 from .formats import JSON, QUARANTINE, Layout, bid
 
-REPLAY_DIR = "replay"
+REPLAY_NAME = "replay-<n>-b<batch>-<nonce>.jsonl"  # the name of a replay's landing file (``replay``)
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
 if TYPE_CHECKING:
     from ..config.pipeline import PipelineConfig
@@ -175,6 +177,10 @@ def _check_source(cfg: PipelineConfig) -> None:
                          f"interval still to run; copy the records there yourself (`make replay` does not guess it)")
     if not kind_for(cfg.source.kind).replayable:
         raise UsageError(f"replay writes JSON lines; pipeline {cfg.name} reads {cfg.source.kind} files")
+    include = tuple(getattr(cfg.source, "include", ()))
+    if include and not any(fnmatch.fnmatchcase(REPLAY_NAME, g) for g in include):
+        raise UsageError(f"replay lands files named {REPLAY_NAME} and source.include [{', '.join(include)}] of "
+                         f"{cfg.file} does not take that name (they would never be read): add '*.jsonl' to it")
 
 
 def replay(proto: Protocol, batch_id: int, reason: str | None = None) -> dict[str, Any]:
@@ -267,7 +273,7 @@ def _legacy_replays(landing: Storage, root: str, strict: bool = True,
         return []  # never followed (the landing listing notes the link)
     out = []
     for f in landing.list_files(folder, recursive=False):
-        if not f.path.endswith(".jsonl.lineage.json"):
+        if not f.path.endswith(REPLAY_LINEAGE):
             continue
         file = f.path[:-len(".lineage.json")]
         try:

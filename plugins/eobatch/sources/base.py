@@ -30,9 +30,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import TerminalError
 from ..storage import s3conf
+from ..storage.fs import printable
 
 if TYPE_CHECKING:
     from ..core.formats import StageSummary
+
+
+class LandingUnreadable(TerminalError):
+    """The landing folder of a landing kind (``source.path``) does not exist, is not a folder, or
+    cannot be listed (permission denied; on S3 a bucket that does not exist, access denied)."""
 
 
 class IntervalTooLarge(TerminalError):
@@ -77,9 +83,13 @@ class SourceConfig:
     def describe(self) -> str:
         return str(self.path)
 
+    # keys newer than the kind, hashed only when they differ from these defaults: a YAML that does not
+    # set them (or sets the default) keeps the fingerprint it always had
+    HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {}
+
     def fingerprint_dict(self) -> dict:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
-        return {k: v for k, v in asdict(self).items() if k not in NOT_FINGERPRINTED}
+        return unless_default(self, {k: v for k, v in asdict(self).items() if k not in NOT_FINGERPRINTED})
 
     def bucket_connections(self) -> dict[str, str]:
         """S3 buckets this source reads with credentials of their own: bucket -> the Airflow
@@ -120,16 +130,28 @@ LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 
+def unless_default(cfg: SourceConfig, d: dict) -> dict:
+    """``d`` (a fingerprint dict of ``cfg``) without the keys of ``HASHED_UNLESS_DEFAULT`` whose value
+    is the default; the others as JSON has them (a tuple as a list)."""
+    out = {k: v for k, v in d.items() if k not in cfg.HASHED_UNLESS_DEFAULT}
+    for k, default in cfg.HASHED_UNLESS_DEFAULT.items():
+        v = getattr(cfg, k)
+        if v != default:
+            out[k] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
 def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> dict:
     """``cfg`` over LEGACY_SOURCE_DEFAULTS; ``added``: fields newer than those, hashed only when
-    set (not None), so a YAML that does not use them keeps its fingerprint."""
-    own = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED}
+    set (not None), so a YAML that does not use them keeps its fingerprint; ``HASHED_UNLESS_DEFAULT``
+    ones only when not their default (``unless_default``)."""
+    own = {k: v for k, v in asdict(cfg).items() if k not in NOT_FINGERPRINTED and k not in cfg.HASHED_UNLESS_DEFAULT}
     newer = {k: own.pop(k) for k in added}
     out = {**LEGACY_SOURCE_DEFAULTS, **own}
     if set(out) != set(LEGACY_SOURCE_DEFAULTS):
         raise AssertionError(f"{type(cfg).__name__} has fields the legacy fingerprint never hashed: "
                              f"{sorted(set(out) - set(LEGACY_SOURCE_DEFAULTS))}")
-    return out | {k: v for k, v in newer.items() if v is not None}
+    return unless_default(cfg, out | {k: v for k, v in newer.items() if v is not None})
 
 
 @dataclass(frozen=True)
@@ -267,6 +289,32 @@ def consumed_skip(entry: dict) -> dict:
     note = (f"skipped {entry['path']} ({entry['size']} bytes): {entry['skipped']}; not published. Land a corrected "
             f"file under a new name (a consumed file is never read again)")
     return {"path": entry["path"], "reason": entry["skipped"], "retried": False, "note": note}
+
+
+NOT_TAKEN_NOTE = "not taken: "  # a plan's note of the landing files whose names the source does not take
+NOT_TAKEN_SHOWN = 10  # names a note, a log line and an alert name at most (the count says the rest)
+
+
+def not_taken_skip(folder: str, paths: Sequence[str], include: Sequence[str]) -> dict:
+    """The landing files below ``folder`` a landing kind sees but whose names ``source.include``
+    does not take, as ONE of ``Protocol.last_skipped``'s landing inputs (its ``count``: how many
+    files; ``not_taken``: True): logged, in every plan's notes while they are there (``NOT_TAKEN_NOTE``,
+    bounded: the first ``NOT_TAKEN_SHOWN`` names and the count), the plan task's gauges and alert."""
+    n, names = len(paths), sorted(printable(p) for p in paths)
+    shown = ", ".join(names[:NOT_TAKEN_SHOWN]) + (f" and {n - NOT_TAKEN_SHOWN} more" if n > NOT_TAKEN_SHOWN else "")
+    globs = ", ".join(include)
+    reason = f"{n} file(s) whose names source.include [{globs}] does not take"
+    note = (f"{NOT_TAKEN_NOTE}{n} landing file(s) below {printable(folder)} are never read: their names do not match "
+            f"source.include [{globs}]: {shown}. Rename them to a name it takes, add their pattern to "
+            f"source.include, or move them out of the landing folder (names starting with . or _ are ignored "
+            f"without a word: land in-progress files under such a name)")
+    return {"path": printable(folder), "reason": reason, "retried": True, "note": note, "count": n, "not_taken": True}
+
+
+def skipped_count(skipped: Sequence[dict]) -> int:
+    """The landing inputs ``skipped`` (``Protocol.last_skipped``) stands for: an entry of files not
+    taken counts each of its files."""
+    return sum(int(s.get("count", 1)) for s in skipped)
 
 
 def local_frame(spark, ddl: str, rows: list[tuple]):

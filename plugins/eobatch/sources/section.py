@@ -35,6 +35,31 @@ MaxFiles = Annotated[int, Check(_max_files, {
                    "job's open files stay bounded)"})]
 
 
+def _include(v: Any) -> tuple[str, ...]:
+    """``source.include``: one glob or a list of globs of a landing file's name (not its folder)."""
+    globs = [v] if isinstance(v, str) else v
+    if not isinstance(globs, list) or not globs or not all(isinstance(g, str) and g.strip() for g in globs):
+        raise Invalid(f"must be a glob of file names or a non-empty list of them (e.g. ['*.jsonl', '*.json']), got {v!r}")
+    for g in globs:
+        if "/" in g:
+            raise Invalid(f"{g!r}: a glob of a file's name, not of its folder (it is matched against the name "
+                          f"of each file below source.path, in any sub-folder); drop the '/'")
+        if g.startswith((".", "_")):
+            raise Invalid(f"{g!r}: names starting with . or _ are never read (in-progress files, as Spark does); "
+                          f"land the files under a visible name")
+    return tuple(globs)
+
+
+def include_field(default: str) -> Any:
+    """The ``include`` key of a landing kind whose files are named ``default`` unless it says otherwise."""
+    return Annotated[tuple[str, ...], Check(_include, {
+        "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "minItems": 1}],
+        "default": [default],
+        "description": "the landing files it reads: globs (*, ?, [abc]) of a file's name, matched case-sensitively "
+                       "in every sub-folder of path; a visible file no glob takes is never read and is reported "
+                       "(the plan's log and notes, the ledger page, a metric)"})]
+
+
 class SourceSection(Section):
     INTERVAL_ONLY: ClassVar[tuple[str, ...]] = ("settle_seconds",)  # keys refused outside interval mode
     kind: Annotated[Any, Check(str, {"type": "string"})]

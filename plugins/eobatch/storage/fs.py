@@ -90,6 +90,7 @@ class Storage(Protocol):
     def list_files(self, prefix: str, recursive: bool = True, *, links: list[str] | None = None,
                    unreadable: list[tuple[str, str]] | None = None) -> Iterator[FileInfo]: ...
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]: ...
+    def folder_problem(self, path: str) -> str | None: ...
     def remove_empty_dirs(self, prefix: str) -> None: ...
     def makedirs(self, path: str) -> None: ...
     def arrow_fs(self): ...
@@ -399,6 +400,27 @@ class LocalStorage:
                 if st_mode.S_ISREG(st.st_mode):
                     yield _info(e.path, st)
 
+    def folder_problem(self, path: str) -> str | None:
+        """Why ``path`` is not a folder that can be listed (it does not exist, is a link to nothing,
+        is a file, cannot be looked at or read), or None when it is one. ``list_files`` lists nothing
+        of such a path; a caller for which that is not "empty" asks this first. ``path`` itself may
+        be a link to a folder (a configured folder is trusted)."""
+        p = self._p(path)
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            return "is a symbolic link to nothing (its target does not exist)" if os.path.islink(p) else "does not exist"
+        except OSError as e:
+            return f"cannot be looked at ({type(e).__name__}: {e.strerror or e})"
+        if not st_mode.S_ISDIR(st.st_mode):
+            return "is not a folder (a file is there)" if st_mode.S_ISREG(st.st_mode) else "is not a folder"
+        try:
+            with os.scandir(p) as entries:
+                next(entries, None)
+        except OSError as e:
+            return f"cannot be read ({type(e).__name__}: {e.strerror or e})"
+        return None
+
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
         """Sub-folders of ``prefix``, sorted; with ``start_after``, only those whose name sorts
         after it (S3: a StartAfter listing; here the folder is still read whole, names are
@@ -428,6 +450,11 @@ class LocalStorage:
 
     def makedirs(self, path: str) -> None:
         os.makedirs(self._p(path), exist_ok=True)
+
+
+# the codes of an S3 request its credentials may not make (or that names credentials S3 does not know)
+ACCESS_DENIED = ("AccessDenied", "403", "Forbidden", "AllAccessDisabled", "InvalidAccessKeyId",
+                 "SignatureDoesNotMatch")
 
 
 class S3StorageError(RetryableError, OSError):
@@ -593,6 +620,23 @@ class S3Storage:
             if "NoSuchBucket" in str(e):
                 return {}
             raise
+
+    def folder_problem(self, path: str) -> str | None:
+        """Why the prefix ``path`` cannot be listed (its bucket does not exist, access is denied), or
+        None when it can. A prefix with no object under it is not a problem: S3 has no folders, so
+        it cannot be told from an empty folder. Other failures (the store is down) raise
+        S3StorageError, as a listing would."""
+        b, p = self._prefix(path)
+        try:
+            self.client(path).list_objects_v2(Bucket=b, Prefix=p, MaxKeys=1)
+        except Exception as e:  # noqa: BLE001 - the code is the answer; re-raised without credentials
+            code = _code(e)
+            if code == "NoSuchBucket":
+                return f"is in bucket {b!r}, which does not exist (NoSuchBucket)"
+            if code in ACCESS_DENIED:
+                return f"cannot be listed: access denied ({code}) with the credentials this pipeline uses"
+            raise self._error("LIST", path, e) from None
+        return None
 
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]:
         """Common prefixes under ``prefix``; with ``start_after``, a ListObjectsV2 StartAfter

@@ -358,6 +358,8 @@ def _backlog_html(b: dict) -> str:
         cards.append(("bytes not yet planned", fmt_bytes(b.get("bytes"))))
     cards.append(("records not yet planned", fmt_int(b.get("records")) if b.get("records") is not None
                   else "not counted"))
+    if b.get("not_taken"):  # visible landing files never read: their names source.include does not take
+        cards.append(("files not taken (names)", fmt_int(b["not_taken"])))
     if b.get("partitions"):
         cards.append(("partitions", ", ".join(f"{p}: {n:,}" for p, n in sorted(b["partitions"].items()))))
     age = b.get("oldest_unpublished_age_s")

@@ -663,3 +663,40 @@ def test_operators_without_outlets_commit_and_emit_nothing(make_cfg):
     batch_id, attempt = _prepared_batch(proto, range(2), "a.jsonl")
     assert _run_task(CommitOperator(task_id="commit", pipeline_file=cfg.file), batch_id, attempt) == []
     assert proto.ledger.committed(batch_id) is not None
+
+
+# -- the plan task and its landing folder ---------------------------------------------------------
+
+
+def test_the_plan_task_fails_on_a_missing_landing_folder_and_reports_files_not_taken_through_statsd(make_cfg, tmp_path):
+    """The plan task (its poke, as Airflow runs it, in a process with StatsD on): a landing folder
+    that does not exist fails it without retries (AirflowFailException naming the folder and the
+    setting; gauge ``landing_unreadable`` 1); once the folder is there, a plan reports the file whose
+    name it does not take (gauges ``landing_not_taken`` 1, ``landing_unreadable`` 0)."""
+    from support.statsd_sink import received_by_statsd
+
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    landing.rmdir()
+    code = f"""
+import os, pathlib
+from airflow.sdk.exceptions import AirflowFailException
+from eobatch.airflow.operators import PlanOperator
+ctx = {{"params": {{}}, "dag_run": None, "run_id": "r1"}}
+op = PlanOperator(task_id="plan", pipeline_file={cfg.file!r})
+try:
+    op.poke(ctx)
+    raise SystemExit("the plan of a missing landing folder did not fail")
+except AirflowFailException as e:
+    assert "the landing folder {landing} (source.path of {cfg.file}) does not exist" in str(e), e
+landing = pathlib.Path({str(landing)!r})
+landing.mkdir()
+(landing / "a.jsonl").write_text('{{"order_id": "a"}}\\n')
+(landing / "part-0004.json").write_text('{{"order_id": "b"}}\\n')
+assert op.poke(ctx).is_done
+"""
+    want = {"airflow.eobatch.orders.landing_unreadable:1|g", "airflow.eobatch.orders.landing_not_taken:1|g",
+            "airflow.eobatch.orders.landing_unreadable:0|g", "airflow.eobatch.orders.landing_skipped:1|g"}
+    assert want <= received_by_statsd(tmp_path, code, want)
+    plan = Protocol(cfg).ledger.plan(1)
+    assert [n for n in plan.notes if n.startswith("not taken: 1 landing file(s)") and "part-0004.json" in n]

@@ -70,6 +70,9 @@ def test_replay_refuses_what_it_cannot_do_exactly(make_cfg, by_prefix):
         replay(Protocol(cfg), 1)
     with pytest.raises(UsageError, match="interval mode"):
         replay(Protocol(by_prefix), 1)
+    json_only = make_cfg(source={"kind": "files", "path": cfg.source.path, "include": ["*.json"]})
+    with pytest.raises(UsageError, match=r"does not take that name \(they would never be read\): add '\*.jsonl'"):
+        replay(Protocol(json_only), 1)  # its landing file would never be read
 
 
 # -- at most once, whatever the selections (issue 27) -------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ import pytest
 from eobatch.core.formats import slice_name
 from eobatch.core.protocol import Protocol
 from eobatch.sources import source_for
-from eobatch.sources.files import FilesSource, changed_since_plan
+from eobatch.sources.files import FilesSource, LandingUnreadable, changed_since_plan
 from support.counting import Counting
 from support.landing import T0, land_at
 from support.landing import links_of as _links
@@ -59,10 +60,189 @@ def test_empty_folder_has_nothing(src, landing):
     assert src.next_range([], 100) == (None, 0, [])
 
 
-def test_missing_folder_has_nothing(make_cfg, tmp_path):
+# -- a landing folder that cannot be read; names the source does not take ----------------------------
+# A missing landing folder used to list as empty: "nothing new", a green run, for ever. It fails the
+# plan (terminal), naming the folder, the setting and the file; an empty folder is still "nothing new".
+
+
+@pytest.mark.parametrize("make_bad", ["missing", "a_file", "dangling_link", "below_a_file"])
+def test_a_landing_folder_that_cannot_be_listed_fails_the_plan_naming_it_and_the_setting(make_cfg, tmp_path,
+                                                                                          make_bad):
     cfg = make_cfg()
-    os.rmdir(cfg.source.path)
-    assert FilesSource(cfg).next_range([], 100) == (None, 0, [])
+    landing = cfg.source.path
+    os.rmdir(landing)
+    if make_bad == "a_file":
+        Path(landing).write_text('{"order_id": "x"}\n')
+    elif make_bad == "dangling_link":
+        os.symlink(str(tmp_path / "nowhere"), landing)
+    elif make_bad == "below_a_file":
+        (tmp_path / "afile").write_text("")
+        cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "afile" / "inner")})
+        os.rmdir(landing)
+    proto = Protocol(cfg)
+    with pytest.raises(LandingUnreadable) as e:
+        proto.plan()
+    text = str(e.value)
+    assert e.value.kind == "terminal" and cfg.source.path in text and f"source.path of {cfg.file}" in text, text
+    assert {"missing": "does not exist", "a_file": "is not a folder (a file is there)",
+            "dangling_link": "symbolic link to nothing",
+            "below_a_file": "cannot be looked at (NotADirectoryError"}[make_bad] in text, text
+    assert "create the folder" in text and not proto.ledger.latest_batch_id()  # nothing recorded
+
+
+def test_an_empty_landing_folder_is_nothing_new_without_a_word(make_cfg, caplog):
+    proto = Protocol(make_cfg())
+    with caplog.at_level(logging.WARNING):
+        assert proto.plan() == (None, False)
+    assert proto.last_skipped == [] and "not taken" not in caplog.text
+
+
+def _plan_as_nobody(cfg) -> str:
+    """What the planner of ``cfg`` says, run in a forked child as user nobody (uid 65534): the
+    message of LandingUnreadable, or "planned"."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: no exec (the venv's interpreter may not be nobody's to run)
+        try:
+            os.close(r)
+            os.setuid(65534)
+            try:
+                source_for(cfg).next_range([], 100)
+                said = "planned"
+            except LandingUnreadable as e:
+                said = str(e)
+            os.write(w, said.encode())
+        except BaseException as e:  # noqa: BLE001 - said to the parent, which fails on it
+            os.write(w, f"{type(e).__name__}: {e}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        said = f.read().decode()
+    os.waitpid(pid, 0)
+    return said
+
+
+def test_a_landing_folder_the_workers_may_not_read_fails_the_plan(make_cfg):
+    """Permission denied. Tests run as root here, for whom a chmod changes nothing: the planner runs
+    in a child as user nobody, as an Airflow worker without the right would (else: chmod 000)."""
+    import shutil
+    import tempfile
+
+    top = tempfile.mkdtemp(prefix="eobatch-denied-")  # a folder nobody may enter, not list
+    landing = os.path.join(top, "landing")
+    try:
+        os.chmod(top, 0o711)
+        os.mkdir(landing, 0o700)
+        land_at(Path(landing) / "a.jsonl", range(2))
+        cfg = make_cfg(source={"kind": "files", "path": landing})
+        if os.geteuid() == 0:
+            said = _plan_as_nobody(cfg)
+        else:
+            os.chmod(landing, 0)
+            with pytest.raises(LandingUnreadable) as e:
+                source_for(cfg).next_range([], 100)
+            said = str(e.value)
+        assert f"the landing folder {landing} (source.path of {cfg.file}) cannot be read (PermissionError" in said, said
+        assert "make it readable by the Airflow workers" in said
+    finally:
+        os.chmod(top, 0o700)
+        if os.path.isdir(landing):
+            os.chmod(landing, 0o700)
+        shutil.rmtree(top)
+
+
+def test_files_whose_names_are_not_taken_are_named_and_counted_on_every_plan_while_there(make_cfg, caplog):
+    """``part-0004.json`` beside ``.jsonl`` files used to be skipped without a word: each plan says it
+    (log, plan notes, ``last_skipped`` for the gauge and the alert), and the ledger page's backlog."""
+    from eobatch.airflow import metrics
+    from eobatch.core.backlog import backlog
+    from eobatch.ui.page import _backlog_html
+
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    a = land_at(landing / "a.jsonl", range(2))
+    stray = land_at(landing / "sub" / "part-0004.json", range(3), T0 + 1)
+    land_at(landing / "_tmp" / "part-0005.json", range(1))  # hidden: ignored without a word, as Spark does
+    land_at(landing / ".part-0006.json.crc", range(1))
+    proto = Protocol(cfg)
+    with caplog.at_level(logging.WARNING):
+        plan, _ = proto.plan()
+    assert _paths(plan.range) == [a] and plan.rows_in == 2
+    (note,) = [n for n in plan.notes if n.startswith("not taken: ")]
+    assert f"1 landing file(s) below {landing} are never read" in note and stray in note, note
+    assert "source.include [*.jsonl]" in note and "part-0005" not in note and "part-0006" not in note
+    assert note in caplog.text
+    assert proto.ledger.plan(1).notes == plan.notes  # the ledger's record holds it
+    (entry,) = proto.last_skipped
+    assert (entry["path"], entry["count"], entry["not_taken"]) == (str(landing), 1, True)
+    assert metrics.skipped_metrics("orders", proto.last_skipped) == [
+        metrics.Metric("gauge", "eobatch.orders.landing_skipped", 1),
+        metrics.Metric("gauge", "eobatch.orders.landing_not_taken", 1),
+        metrics.Metric("gauge", "eobatch.orders.landing_unreadable", 0)]
+    b = land_at(landing / "b.jsonl", range(1), T0 + 2)
+    rng2, _n, notes2 = FilesSource(cfg).next_range([plan], 100)  # the next plan says it again: still there
+    assert _paths(rng2) == [b] and [n for n in notes2 if n.startswith("not taken: ")] == [note]
+    left = backlog(Protocol(cfg))  # the ledger page's backlog: counted and named
+    assert left["not_taken"] == 1 and note in left["notes"], left
+    assert "files not taken (names)" in _backlog_html(left) and "part-0004.json" in _backlog_html(left)
+    os.remove(stray)
+    assert backlog(Protocol(cfg))["not_taken"] == 0
+
+
+def test_interval_mode_a_missing_interval_folder_is_nothing_a_missing_landing_folder_fails(by_prefix):
+    s = source_for(by_prefix)
+    landing = Path(by_prefix.source.path)
+    assert s.interval_range(T0_MS, T0_MS + H_MS, 100) == (None, 0, [])  # dt=.../hour=00 not there: empty
+    land_at(landing / "dt=2026-01-01" / "hour=00" / "a.json", range(1))
+    _rng, _n, notes = s.interval_range(T0_MS, T0_MS + H_MS, 100)
+    assert [n for n in notes if n.startswith("not taken: 1 landing file(s)") and "a.json" in n]
+    shutil.rmtree(landing)
+    with pytest.raises(LandingUnreadable, match="does not exist"):
+        s.interval_range(T0_MS, T0_MS + H_MS, 100)
+
+
+def test_many_files_not_taken_are_one_bounded_note(make_cfg):
+    cfg = make_cfg()
+    landing = Path(cfg.source.path)
+    for i in range(25):
+        land_at(landing / f"x-{i:02d}.csv", range(1))
+    proto = Protocol(cfg)
+    assert proto.plan() == (None, False)  # nothing it takes: nothing new, and it says why
+    (entry,) = proto.last_skipped
+    assert entry["count"] == 25 and "x-09.csv and 15 more" in entry["note"] and "x-10.csv" not in entry["note"]
+
+
+def test_source_include_takes_the_names_it_says_and_reports_the_others(make_cfg):
+    cfg = make_cfg()
+    landing = cfg.source.path
+    cfg = make_cfg(source={"kind": "files", "path": landing, "include": ["*.json", "*.ndjson"]})
+    a = land_at(Path(landing) / "part-0004.json", range(2))
+    b = land_at(Path(landing) / "c.ndjson", range(1), T0 + 1)
+    old = land_at(Path(landing) / "old.jsonl", range(5), T0 + 2)
+    proto = Protocol(cfg)
+    plan, _ = proto.plan()
+    assert _paths(plan.range) == [a, b] and plan.rows_in == 3
+    (note,) = [n for n in plan.notes if n.startswith("not taken: ")]
+    assert old in note and "source.include [*.json, *.ndjson]" in note
+    one = make_cfg(source={"kind": "files", "path": landing, "include": "*.json"})
+    assert one.source.include == ("*.json",)
+
+
+def test_source_include_is_checked_and_its_default_keeps_the_fingerprint(make_cfg):
+    from eobatch.errors import ConfigError
+
+    landing = make_cfg().source.path
+    cfg = make_cfg(source={"kind": "files", "path": landing})
+    same = make_cfg(source={"kind": "files", "path": landing, "include": ["*.jsonl"]})
+    assert same.fingerprint() == cfg.fingerprint() and cfg.source.include == ("*.jsonl",)
+    other = make_cfg(source={"kind": "files", "path": landing, "include": ["*.json"]})
+    assert other.fingerprint() != cfg.fingerprint()
+    for bad, said in ((["sub/*.json"], "not of its folder"), ([".*"], "never read"), ([], "non-empty list"),
+                      (7, "a glob of file names")):
+        with pytest.raises(ConfigError) as e:
+            make_cfg(source={"kind": "files", "path": landing, "include": bad})
+        assert "source.include" in str(e.value) and said in str(e.value), str(e.value)
 
 
 def test_oldest_mtime_first_and_whole_files_up_to_the_limit(src, landing):

@@ -92,12 +92,15 @@ def test_whole_parquet_files_oldest_first_counted_from_their_footers(src):
     c = _land(root, "c.parquet", 3, T0 + 1, row_group_size=2)  # two row groups: the footer adds them up
     a = _land(root, "sub/a.parquet", 4, T0 + 3)
     b = _land(root, "b.parquet", 2, T0 + 2)
-    (root / "notes.jsonl").write_text('{"order_id": "x"}\n')  # another kind's files are not read
+    (root / "notes.jsonl").write_text('{"order_id": "x"}\n')  # another kind's files are not read: said so
     _land(root, "_tmp/d.parquet", 5, T0)  # hidden: being written
     _land(root, ".e.parquet", 5, T0)
 
     rng, n, notes = src.next_range([], 100)
-    assert _paths(rng) == [c, b, a] and n == 9 and notes == []
+    assert _paths(rng) == [c, b, a] and n == 9
+    (note,) = notes
+    assert note.startswith("not taken: 1 landing file(s)") and "source.include [*.parquet]" in note
+    assert str(root / "notes.jsonl") in note and "d.parquet" not in note and ".e.parquet" not in note
     st = os.stat(c)
     assert rng["files"][0] == {"path": c, "size": st.st_size, "mtime_ms": (T0 + 1) * 1000, "records": 3,
                                "identity": [st.st_dev, st.st_ino, (T0 + 1) * 10**9]}  # of the file its footer was read from
@@ -108,7 +111,7 @@ def test_whole_parquet_files_oldest_first_counted_from_their_footers(src):
     assert _paths(rng) == [c] and n == 3
     rng2, n, _ = src.next_range([_Plan(rng)], 100)  # what was planned is not planned again
     assert _paths(rng2) == [b, a] and n == 6
-    assert src.next_range([_Plan({"files": rng["files"] + rng2["files"]})], 100) == (None, 0, [])
+    assert src.next_range([_Plan({"files": rng["files"] + rng2["files"]})], 100) == (None, 0, [note])  # still there
 
 
 def test_an_empty_parquet_file_is_planned_with_zero_records(src):

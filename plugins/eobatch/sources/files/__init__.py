@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
+from ..base import ConfigContext, IntervalTooLarge, LandingUnreadable, SourceConfig, fields_as_keys
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
@@ -87,4 +87,4 @@ class FilesKind:
 KIND = FilesKind()
 
 __all__ = ["KIND", "FilesKind", "FilesConfig", "FilesSource", "FilesRange", "PlannedFile", "LateFiles",
-           "FileTooLarge", "IntervalTooLarge", "changed_since_plan", "count_records"]
+           "FileTooLarge", "IntervalTooLarge", "LandingUnreadable", "changed_since_plan", "count_records"]

@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ..base import DEFAULT_MAX_FILES_PER_BATCH, SourceConfig, legacy_fingerprint_dict
 
 
 @dataclass(frozen=True, kw_only=True)
 class FilesConfig(SourceConfig):
-    path: str  # every *.jsonl below it, sub-folders included
+    path: str  # every file below it whose name ``include`` takes, sub-folders included
+    include: tuple[str, ...] = ("*.jsonl",)  # the names it reads (globs of the file's name); others are reported
     interval_prefix: str | None = None  # interval mode: the interval's sub-folder ({ds}, {ds_nodash}, {hh})
     late_files: str = "republish"  # interval mode: a file landing in a published interval:
     #                                republish (the interval again, whole) | fail | ignore (logged)
@@ -19,6 +21,8 @@ class FilesConfig(SourceConfig):
     # the stage job reads a file in pieces (spark.sql.files.maxPartitionBytes) with bounded memory
     max_file_bytes: int | None = None
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
+
+    HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {"include": ("*.jsonl",)}
 
     def fingerprint_dict(self) -> dict:
         return legacy_fingerprint_dict(self)

@@ -7,9 +7,17 @@ not one batch whose plan record holds them all). A file is consumed once, whenev
 or modification time is reported (log and batch plan notes), never published again.
 
 Files whose name starts with ``.`` or ``_`` (and files in such folders) are ignored, as Spark
-does: producers should write under such a name and rename into place when complete.
+does: producers should write under such a name and rename into place when complete. Of the
+other files it reads those whose name ``source.include`` takes (``takes``: globs of the name,
+default the kind's ``*.jsonl`` / ``*.parquet``); the others are reported on every plan while they
+are there, bounded (``sources.base.not_taken_skip``: one entry of ``skipped``, one note).
 
-A landing input the planner cannot take never fails the plan: a file whose name is not UTF-8,
+The landing folder itself must be one that can be listed (``check_landing``): a folder that does
+not exist, is not a folder, or cannot be read fails the plan (``LandingUnreadable``, terminal),
+because its listing would be empty and every run would say "nothing new". An empty folder is
+nothing new.
+
+A landing input below it that the planner cannot take never fails the plan: a file whose name is not UTF-8,
 a visible folder or a file it cannot read, a file that is no longer a regular file when it is
 opened (swapped for a link, a FIFO) is skipped, the rest is planned. Each skip is logged, noted
 once in the notes of a plan (``SKIP_NOTE``), and listed in ``skipped`` (the plan task's metric
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import fnmatch
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +45,14 @@ from ...core.formats import slice_name
 from ...errors import TerminalError
 from ...storage import s3conf
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
-from ..base import MAX_FILES_PER_BATCH, BacklogAsk, IntervalTooLarge, consumed_skip
+from ..base import (
+    MAX_FILES_PER_BATCH,
+    BacklogAsk,
+    IntervalTooLarge,
+    LandingUnreadable,
+    consumed_skip,
+    not_taken_skip,
+)
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +93,15 @@ def count_records(fs, path: str, root: str | None = None) -> int:
     return counted(fs, path, root)[0]
 
 
+REPLAY_DIR = "replay"  # the sub-folder of the landing folder replays land in (``core.replay``)
+REPLAY_LINEAGE = ".jsonl.lineage.json"  # the lineage of an older version's replay file, beside it (``core.replay``)
+
+
+def _own_file(root: str, path: str) -> bool:
+    """A file eobatch itself keeps in the landing folder (a replay's lineage), never data to report."""
+    return path.endswith(REPLAY_LINEAGE) and path.startswith(join(root, REPLAY_DIR) + "/")
+
+
 def _visible(root: str, path: str) -> bool:
     rel = path[len(root.rstrip("/")) + 1:]
     return not any(part.startswith((".", "_")) for part in rel.split("/"))
@@ -84,12 +109,13 @@ def _visible(root: str, path: str) -> bool:
 
 class FilesSource:
     kind = "files"
-    suffix = ".jsonl"  # the landing files this kind reads
 
     def __init__(self, cfg):
         self.cfg = cfg
         self.root = cfg.source.path
         self.fs = storage_for(self.root)
+        self.include: tuple[str, ...] = tuple(cfg.source.include)  # the names it reads (``takes``)
+        self.not_taken: list[str] = []  # ``list_landing``: the visible files whose names it does not take
         self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``
         self._one_listing = False
 
@@ -106,9 +132,16 @@ class FilesSource:
         links: list[str] = []
         unreadable: list[tuple[str, str]] = []
         self.skipped: list[dict] = []
-        listed = [f for folder in (folders if folders is not None else [self.root])
-                  for f in self.fs.list_files(folder, links=links, unreadable=unreadable)
-                  if f.path.endswith(self.suffix) and _visible(self.root, f.path)]
+        self.check_landing()
+        visible = [f for folder in (folders if folders is not None else [self.root])
+                   for f in self.fs.list_files(folder, links=links, unreadable=unreadable)
+                   if _visible(self.root, f.path)]
+        listed = [f for f in visible if self.takes(f.path)]
+        self.not_taken = [f.path for f in visible if not self.takes(f.path) and not _own_file(self.root, f.path)]
+        if self.not_taken:
+            entry = not_taken_skip(self.root, self.not_taken, self.include)
+            log.warning(entry["note"])
+            self.skipped.append(entry)
         files = []
         for f in listed:
             if is_utf8(f.path):
@@ -126,6 +159,29 @@ class FilesSource:
         for msg in self.link_notes:
             log.warning(msg)
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
+
+    def takes(self, path: str) -> bool:
+        """Whether this source reads a landing file of this name: ``source.include``, globs of the
+        file's name (not its folder), case-sensitive (``*.jsonl`` is what ``.jsonl`` always meant)."""
+        name = path.rsplit("/", 1)[-1]
+        return any(fnmatch.fnmatchcase(name, g) for g in self.include)
+
+    def check_landing(self) -> None:
+        """LandingUnreadable (terminal) when the landing folder (``source.path``) does not exist, is
+        not a folder or cannot be listed, naming it, the setting and the fix: a listing of it would be
+        empty, and a run would say "nothing new" for ever. A folder that exists and is empty is fine;
+        on S3 a prefix with no object is an empty folder (S3 has no folders), a bucket that does not
+        exist or that the credentials may not list is not."""
+        why = self.fs.folder_problem(self.root)
+        if why is None:
+            return
+        where = getattr(self.cfg, "file", None) or "the pipeline file"
+        fix = ("create the bucket or give this deployment's credentials (aws_conn_id, the bucket's connection) the "
+               "right to list it" if self.fs.scheme == "s3" else
+               "create the folder (the producer lands files in it), make it readable by the Airflow workers, or "
+               "correct source.path")
+        raise LandingUnreadable(f"the landing folder {printable(self.root)} (source.path of {where}) {why}: nothing "
+                                f"can be planned from it, so this plan fails rather than report \"nothing new\"; {fix}")
 
     def begin_run(self) -> None:
         """The ``next_range`` calls from now on plan the batches of one run (``sources.base.Planner``):
@@ -346,6 +402,8 @@ class FilesSource:
             notes.append("nothing unpublished: every landing file is in a committed batch")
         if self.links:
             notes.append(f"{len(self.links)} symbolic link(s) in the landing zone are never read")
+        notes += [s["note"] for s in self.skipped if s.get("not_taken")]  # said while they are there
+        out["not_taken"] = len(self.not_taken)
         return out | {"notes": notes}
 
 

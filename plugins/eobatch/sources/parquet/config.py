@@ -5,14 +5,18 @@ file has to fit one task)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from ..base import DEFAULT_MAX_FILES_PER_BATCH, SourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
 class ParquetConfig(SourceConfig):
-    path: str  # every *.parquet below it, sub-folders included
+    path: str  # every file below it whose name ``include`` takes, sub-folders included
+    include: tuple[str, ...] = ("*.parquet",)  # the names it reads (globs of the file's name); others are reported
     interval_prefix: str | None = None  # interval mode: the interval's sub-folder ({ds}, {ds_nodash}, {hh})
     late_files: str = "republish"  # interval mode: republish | fail | ignore (as kind: files)
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
+
+    HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {"include": ("*.parquet",)}

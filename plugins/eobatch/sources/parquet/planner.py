@@ -73,7 +73,6 @@ def footer_rows(fs, path: str, root: str | None = None) -> tuple[int, FileInfo]:
 
 class ParquetSource(FilesSource):
     kind = "parquet"
-    suffix = ".parquet"
     counts_cheaply = True  # a footer each
 
     def _entry(self, f: FileInfo) -> dict:

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from ..section import LandingSection
+from ..section import LandingSection, include_field
 from .config import ParquetConfig
 
 
 class ParquetSection(LandingSection):
     CONFIG = ParquetConfig
+    include: include_field("*.parquet") = ("*.parquet",)  # type: ignore[valid-type]
