@@ -265,7 +265,7 @@ def test_doctor_names_the_hostile_file_and_checks_the_other_pipelines(folder, mo
     from eobatch import doctor
 
     for check in ("_java", "_spark", "_jars"):  # the deployment's own checks: not what this test is about
-        monkeypatch.setattr(doctor, check, lambda: doctor.Check("skipped", True, "-"))
+        monkeypatch.setattr(doctor, check, lambda *_a: doctor.Check("skipped", True, "-"))
     for case in ("not_utf8", "key_not_text", "deep_nesting", "recursive_alias"):
         (folder / BAD).write_bytes(HOSTILE[case])
         lines: list[str] = []
