@@ -20,7 +20,7 @@ from eobatch.core.protocol import Protocol
 from eobatch.sources import kind_for
 from eobatch.storage.lineage import MAX_FILES_LISTED, dataset_at
 from support.harness import REPO
-from support.protocol_runs import land_and_run
+from support.protocol_runs import land_and_run, run_next
 from support.pyarrow_stager import stage
 
 
@@ -112,6 +112,23 @@ class NotInstalled:
 
 sys.meta_path[:] = [NotInstalled(f) for f in sys.meta_path]
 """
+
+
+def test_a_merge_sink_s_own_tables_are_outputs_at_the_version_holding_the_batch(make_cfg, tmp_path):
+    cfg = make_cfg(schema="order_id STRING NOT NULL, seq BIGINT NOT NULL, op STRING",
+                   sink={"table": str(tmp_path / "lake" / "orders"), "mode": "merge",
+                         "merge": {"keys": ["order_id"], "sequence_by": "seq", "delete_when": "op = 'd'"}})
+    proto = Protocol(cfg)
+    assert "tombstones" in proto.names
+    (tmp_path / "landing" / "a.jsonl").write_text('{"order_id": "k1", "seq": 1, "op": "u"}\n'
+                                                  '{"order_id": "k2", "seq": 2, "op": "d"}\n')
+    batch = run_next(proto)
+    run = lineage.committed(proto, [batch])
+    versions = proto.ledger.committed(batch).delta_versions
+    got = {ds.name: (ds.version, ds.detail["batches"][str(batch)]["participant"]) for ds in run.outputs}
+    assert got == {proto.layout.table(p): (str(versions[p]), p) for p in proto.names}
+    for p in proto.names:  # the version named is the table's commit of the batch (its log says so)
+        assert proto.participants[p].find_batch_commit(proto.app_id, batch)[0] == versions[p]
 
 
 def test_the_operators_import_and_report_nothing_without_the_openlineage_provider():
