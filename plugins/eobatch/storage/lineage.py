@@ -3,8 +3,8 @@ plain data, no OpenLineage import (``eobatch.airflow.lineage`` turns it into the
 
 * ``dataset_at(location)``: the one mapping of a location (a landing folder, a Delta table's
   folder) to (namespace, name): a local path -> ``("file", "/abs/path")``; ``s3a://b/k`` or
-  ``s3://b/k`` -> ``("s3://b", "k")``. The asset URIs of the tables (``airflow.assets.asset_uri``)
-  name the same places.
+  ``s3://b/k`` -> ``("s3://b", "k")``. The tables' Airflow asset URIs (``airflow.assets.asset_uri``)
+  are built from it: ``file://`` + the path, ``s3://b/k``.
 * ``LineageDataset``: one dataset of a batch's lineage, with what OpenLineage has a standard facet for
   (the version, the storage layer, row/byte/file counts) and the kind's own facts (``detail``: JSON,
   bounded by the kind: a files range lists at most ``MAX_FILES_LISTED`` paths).
@@ -25,12 +25,15 @@ MAX_FILES_LISTED = 100  # a files range names at most this many files in a datas
 def dataset_at(location: str) -> tuple[str, str]:
     """(namespace, name) of the folder or table at ``location`` (OpenLineage's naming: local file
     system ``file`` + the absolute path; S3 ``s3://<bucket>`` + the key, no trailing slash)."""
-    if s3conf.is_s3(location):
-        bucket, key = s3conf.split(location)
+    if "://" in location:
+        scheme, rest = location.split("://", 1)
+        if scheme.lower() not in ("s3a", "s3"):
+            raise ValueError(f"no dataset name for {location!r}: a table or folder is a local path or an s3a:// URI")
+        bucket, key = s3conf.split("s3://" + rest)
+        if not bucket:
+            raise ValueError(f"no bucket in {location!r}")
         key = posixpath.normpath(key).strip("/") if key.strip("/") else ""
         return f"s3://{bucket}", key
-    if "://" in location:
-        raise ValueError(f"no OpenLineage dataset name for {location!r}: a local path or an s3a:// URI")
     path = os.path.normpath(os.path.abspath(location))
     return "file", path.rstrip("/") or "/"
 
