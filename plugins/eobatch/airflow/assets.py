@@ -18,13 +18,12 @@ No I/O here; Airflow is imported only by ``table_asset`` and ``batch_alias``.
 
 from __future__ import annotations
 
-import os
-import posixpath
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
 from ..sources import range_summary
+from ..storage import lineage
 
 if TYPE_CHECKING:
     from ..core.formats import BatchPlan, CommittedBatch, PreparedBatch
@@ -35,18 +34,12 @@ MAX_FILES_IN_EXTRA = 100  # a files range lists at most this many paths in an ev
 
 def asset_uri(location: str) -> str:
     """The asset URI of a table at ``location``: ``s3a://b/k`` and ``s3://b/k`` -> ``s3://b/k``; a
-    local path -> ``file://`` + its absolute, normalised path. No trailing slash (Airflow drops it)."""
-    if "://" in location:
-        scheme, rest = location.split("://", 1)
-        if scheme.lower() not in ("s3a", "s3"):
-            raise ValueError(f"no asset URI for {location!r}: a table is a local path or an s3a:// URI")
-        bucket, _, key = rest.partition("/")
-        key = posixpath.normpath(key).strip("/") if key.strip("/") else ""
-        if not bucket:
-            raise ValueError(f"no bucket in {location!r}")
-        return f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
-    path = os.path.normpath(os.path.abspath(location))
-    return "file://" + path.rstrip("/") if path != "/" else "file:///"
+    local path -> ``file://`` + its absolute, normalised path. No trailing slash (Airflow drops it).
+    The place is named as its OpenLineage dataset is (``storage.lineage.dataset_at``, the one mapping)."""
+    namespace, name = lineage.dataset_at(location)
+    if namespace == "file":
+        return "file://" + name
+    return f"{namespace}/{name}" if name else namespace
 
 
 def alias_name(pipeline: str) -> str:

@@ -22,6 +22,7 @@ from .. import preflight
 from ..config.access import Use, check_access
 from ..config.loader import PipelineConfig, load_pipeline
 from ..core import faults
+from ..core import lineage as batch_lineage
 from ..core.backlog import backlog
 from ..core.batch_run import BatchRun, Report
 from ..core.maintenance import maintain, summary_line
@@ -31,7 +32,7 @@ from ..errors import ConfigError, EobatchError, TerminalError
 from ..job import driver_jvm, launch
 from ..sources.base import LandingUnreadable
 from ..storage import s3conf
-from . import alerts, assets, metrics
+from . import alerts, assets, lineage, metrics
 from . import connections as airflow_conn  # noqa: F401 - registers Airflow's reader of connections
 from .hooks import StageSubmitHook, credentials_travel_as_env, mask_credentials, pipeline_store
 from .params import ParamsError, check_params
@@ -310,7 +311,26 @@ def emit_missing_events(task: BaseOperator, context, proto: Protocol, batch_id: 
     return emit_batch_events(task, context, cfg, plan, prepared, committed, only=missing, late=True)
 
 
-class RecoverOperator(BaseOperator):
+class ReportsLineage:
+    """A task that reports its batches' lineage to OpenLineage (``eobatch.airflow.lineage``): what its
+    run collected (``_lineage``, set while it runs) as the provider's ``OperatorLineage``, for the
+    provider's listener after the task (on failure too: the batches it committed before failing).
+    None when nothing was collected (no batch, or the provider not installed or disabled)."""
+
+    _lineage = None
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        return lineage.operator_lineage(self._lineage)
+
+
+def _ids(value) -> list[int]:
+    """The batch ids of a step's XCom value (a list, or one id)."""
+    if value is None:
+        return []
+    return [int(b) for b in value] if isinstance(value, list) else [int(value)]
+
+
+class RecoverOperator(ReportsLineage, BaseOperator):
     """Start of every run: ledger and tables agree; PREPARED is committed; orphans are swept.
 
     A batch whose commit this task completes (PREPARED by an earlier run that did not commit it, or
@@ -340,9 +360,11 @@ class RecoverOperator(BaseOperator):
         held = min(run.proto.committed_versions().values()) if latest else 0
         open_before = [b for b in range(max(held + 1, first), latest + 1) if _uncommitted(run.proto, b)]
         report = _step(self, "recover", run.recover)
-        for b in open_before:
-            if not _uncommitted(run.proto, b):
-                _published(self, context, run.proto, b)
+        done = [b for b in open_before if not _uncommitted(run.proto, b)]
+        for b in done:
+            _published(self, context, run.proto, b)
+        if done:  # the batches this call committed: their lineage is this task's
+            self._lineage = lineage.collect("recover", batch_lineage.committed, run.proto, done, by_this_task=set(done))
         if (not open_before and latest and not run.params.dry_run and run.params.rewind_to_batch is None
                 and run.proto.ledger.committed(latest)):
             # every batch of the newest run (a commit task that died after its commits lost the events of all)
@@ -354,7 +376,7 @@ class RecoverOperator(BaseOperator):
         return report.value
 
 
-class PlanOperator(BaseSensorOperator):
+class PlanOperator(ReportsLineage, BaseSensorOperator):
     """begin: record the next batch's exact source range before any data is written.
 
     A sensor in reschedule mode: in interval mode, while another run's batch is being staged
@@ -379,7 +401,10 @@ class PlanOperator(BaseSensorOperator):
             if isinstance(e.__cause__, LandingUnreadable):  # the task's failure says it; a dashboard too
                 metrics.send(metrics.unreadable_metrics(run.proto.cfg.name))
             raise
-        return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
+        if report is None:
+            return False
+        self._lineage = lineage.collect("plan", batch_lineage.planned, run.proto, _ids(report.value))
+        return PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
 class StageOperator(SparkSubmitOperator):
@@ -497,7 +522,7 @@ class VerifySensor(BaseSensorOperator):
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
-class CommitOperator(BaseOperator):
+class CommitOperator(ReportsLineage, BaseOperator):
     """commit: one Delta transaction per participant; retried until it succeeds (never aborted).
 
     A commit that writes the batch's COMMITTED ledger record sends the batch's metrics
@@ -521,17 +546,24 @@ class CommitOperator(BaseOperator):
         run = _run(self.pipeline_file, context)
         batches, attempts = run_batches(ti), run_attempts(ti)
         verified = run_verified(ti, batches)
-        values = []
-        for batch_id in batches:  # strictly in order, each its own Delta commit
-            open_before = _uncommitted(run.proto, batch_id)
-            report = _step(self, "commit", run.commit, batch_id, verified=verified.get(batch_id),
-                           attempt=attempts.get(batch_id))
-            if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
-                _published(self, context, run.proto, batch_id)
-            elif not open_before and not run.params.dry_run:
-                self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
-                emit_missing_events(self, context, run.proto, batch_id, newer=batches[-1] - batch_id)
-            values.append(report.value)
+        values, mine, done = [], set(), []
+        try:
+            for batch_id in batches:  # strictly in order, each its own Delta commit
+                open_before = _uncommitted(run.proto, batch_id)
+                report = _step(self, "commit", run.commit, batch_id, verified=verified.get(batch_id),
+                               attempt=attempts.get(batch_id))
+                if open_before and not run.params.dry_run and not _uncommitted(run.proto, batch_id):
+                    mine.add(batch_id)
+                    _published(self, context, run.proto, batch_id)
+                elif not open_before and not run.params.dry_run:
+                    self.log.info("commit: batch %s was already COMMITTED before this task", batch_id)
+                    emit_missing_events(self, context, run.proto, batch_id, newer=batches[-1] - batch_id)
+                if not run.params.dry_run:
+                    done.append(batch_id)
+                values.append(report.value)
+        finally:  # the run's batches committed (this call's or an earlier one's): on failure, those before it
+            if done:
+                self._lineage = lineage.collect("commit", batch_lineage.committed, run.proto, done, attempts, mine)
         faults.crash_point("commit.before_task_success")
         return values[0] if len(values) == 1 else values
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...errors import TerminalError
-from ...storage import s3conf
+from ...storage import lineage, s3conf
+from ...storage.lineage import LineageDataset
 from ..base import fields_as_keys
 from ..files.planner import changed_since_plan
 from ..parquet import ParquetKind
@@ -71,6 +72,19 @@ class DeltaKind(ParquetKind):
             raise TerminalError(f"source.conn_id {source.conn_id!r}: the settings of bucket {missing[0]!r} were not "
                                 f"resolved in this process (the pipeline's Airflow tasks resolve the connection)")
         return {s3conf.BUCKETS_ENV: s3conf.bucket_env(buckets)}
+
+    def lineage_inputs(self, source: DeltaConfig, rng: dict) -> list[LineageDataset]:  # type: ignore[override]
+        """The upstream table at the newest version the range read (``versions`` ``[from, to)``: ``to - 1``;
+        none for a range at a version, which read nothing), the files it read, and the upstream
+        pipelines' batches those versions carried (``upstream``)."""
+        r = DeltaRange.from_json(rng)
+        f, t = r.versions
+        files = rng.get("files") or []
+        detail: dict = {"kind": self.name, "versions": [f, t], "file_count": len(files)}
+        detail.update({k: rng[k] for k in ("table_id", "upstream", "lost", "skipped", "change_feed") if rng.get(k)})
+        records = None if any(x.get("records") is None for x in files) else sum(int(x["records"]) for x in files)
+        return [lineage.at(rng["table"], version=str(t - 1) if t > f else None, storage="delta", rows=records,
+                           bytes=sum(int(x.get("size") or 0) for x in files), files=len(files), detail=detail)]
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         problems = changed_since_plan(rng, job.get("path"))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ...storage import lineage
+from ...storage.lineage import MAX_FILES_LISTED, LineageDataset
 from ..base import ConfigContext, IntervalTooLarge, LandingUnreadable, SourceConfig, fields_as_keys
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
@@ -54,6 +56,21 @@ class FilesKind:
 
     def job_env(self, source: FilesConfig) -> dict[str, str]:
         return {}  # storage credentials travel on their own (s3conf)
+
+    def lineage_inputs(self, source: FilesConfig, rng: dict) -> list[LineageDataset]:
+        """The landing folder (one dataset, whatever the number of files): the files the range reads
+        (at most ``MAX_FILES_LISTED`` paths, the count always), their records and bytes; planned files
+        it will not read (``skipped``) are counted apart."""
+        files = FilesRange.from_json(rng).files
+        read = [f for f in files if not f.skipped]
+        paths = [f.path for f in read]
+        detail: dict = {"kind": self.name, "file_count": len(paths), "files": paths[:MAX_FILES_LISTED]}
+        if len(paths) > MAX_FILES_LISTED:
+            detail["truncated"] = True
+        if len(read) < len(files):
+            detail["skipped"] = [f.path for f in files if f.skipped][:MAX_FILES_LISTED]
+        records = None if any(f.records is None for f in read) else sum(f.records or 0 for f in read)
+        return [lineage.at(source.path, rows=records, bytes=sum(f.size for f in read), files=len(read), detail=detail)]
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return changed_since_plan(rng, job.get("path"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...core.formats import SLICE_COL
+from ...storage.lineage import LineageDataset, kafka_namespace
 from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
 from .client import for_job, job_env, settings
 from .config import KafkaConfig
@@ -65,6 +66,17 @@ class KafkaKind:
 
     def job_env(self, source: KafkaConfig) -> dict[str, str]:
         return job_env(settings(source)) if source.conn_id else {}
+
+    def lineage_inputs(self, source: KafkaConfig, rng: dict) -> list[LineageDataset]:
+        """The topic (namespace ``kafka://<first bootstrap server>``), its offsets ``[from, to)`` per
+        partition (and what ``on_data_loss: accept`` skipped, ``lost``)."""
+        r = KafkaRange.from_json(rng)
+        servers = settings(source)["bootstrap.servers"]
+        detail: dict = {"kind": self.name, "topic": r.topic,
+                        "partitions": {p: [f, t] for p, (f, t) in r.partitions.items()}}
+        if r.lost:
+            detail["lost"] = {p: [f, t] for p, (f, t) in r.lost.items()}
+        return [LineageDataset(kafka_namespace(servers), r.topic, detail=detail)]
 
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return [] if job.get("bootstrap_servers") else ["the job spec names no Kafka bootstrap servers"]
