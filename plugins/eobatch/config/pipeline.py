@@ -37,6 +37,11 @@ class SparkConfig:
     conf: dict = field(default_factory=dict)
     driver_memory: str | None = None
     executor_memory: str | None = None
+    log_level: str | None = None  # Spark's log level in the stage job (eobatch.job.driver_jvm.log_level)
+
+
+# log4j's levels: ``spark.log_level`` and EOBATCH_SPARK_LOG_LEVEL (the stage job's Spark log level)
+LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 
 
 @dataclass(frozen=True)
