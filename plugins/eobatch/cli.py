@@ -34,7 +34,7 @@ from typing import Any
 from .airflow.runs import run_dags_test, run_date
 from .config.loader import find_pipeline, load_all
 from .core.batch_run import BatchRun
-from .core.formats import BatchPlan
+from .core.formats import BatchPlan, changes_text
 from .core.maintenance import last_report, maintain, summary_line
 from .core.protocol import Protocol, utcnow
 from .core.replay import replay
@@ -88,6 +88,8 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "verify_s": prepared.verify_seconds if prepared else None,
         "commit_s": committed.commit_seconds if committed else None,
         "recovered": committed.recovered if committed else None,
+        # what the commit did to the sink table per kind of change (a merge sink), else None
+        "changes": dict(committed.changes) if committed and committed.changes else None,
         "planned_at": plan.planned_at,
         "committed_at": committed.committed_at if committed else None,
         "interval": plan.interval,
@@ -125,8 +127,9 @@ def render_table(rows: list[dict]) -> str:
             return f"{v:.2f}"
         return str(v)
 
-    header = [h for _, h in TABLE_COLS]
-    body = [[cell(r[k]) for k, _ in TABLE_COLS] for r in rows]
+    cols = TABLE_COLS + ([("changes", "changes to the sink")] if any(r.get("changes") for r in rows) else [])
+    header = [h for _, h in cols]
+    body = [[changes_text(r[k]) or "-" if k == "changes" else cell(r[k]) for k, _ in cols] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body)] if body else [len(h) for h in header]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.formats import changes_text
+
 PHASES = (("plan_s", "plan", "#8e7cc3"), ("stage_s", "stage", "#3d85c6"), ("verify_s", "verify", "#e69138"),
           ("commit_s", "commit", "#6aa84f"))
 STATE_COLOURS = {"COMMITTED": "#2e7d32", "PREPARED": "#1565c0", "STAGED": "#ef6c00", "PLANNED": "#f9a825",
@@ -311,6 +313,13 @@ def _run_link(view: PageView, run_id: str | None) -> str:
             f'{esc(run_id)}</a>')
 
 
+def _changes_html(changes: dict | None) -> str:
+    """What a batch's commit did to the sink table per kind of change (a merge sink), under its
+    published count."""
+    text = changes_text(changes)
+    return f'<div class="small muted changes">{esc(text)}</div>' if text else ""
+
+
 def _row_html(view: PageView, r: dict) -> str:
     cut = r.get("delta_versions") or {}  # every table's version: the pipeline as of this batch (`eobatch as-of`)
     versions = "-" if r.get("delta_version") is None else (
@@ -339,7 +348,8 @@ def _row_html(view: PageView, r: dict) -> str:
     return (f'<tr id="batch-{esc(r["batch_id"])}"{mark} data-batch="{esc(r["batch_id"])}" data-state="{esc(r.get("state"))}">'
             f'<td class="num"><b>{esc(r["batch_id"])}</b></td><td>{_state(r.get("state"))}</td>'
             f'<td>{_range_cell(r, view.airflow_base)}</td>'
-            f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}</td>'
+            f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}'
+            f'{_changes_html(r.get("changes"))}</td>'
             f'<td class="num">{fmt_int(r.get("rows_quarantined"))}</td>'
             f'<td class="num">{versions}</td>'
             f'<td><span class="mono" title="{esc(fp)}">{esc(fp[:8] if fp else None)}</span></td>'

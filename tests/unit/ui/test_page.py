@@ -92,6 +92,13 @@ def test_a_batchs_dropped_records_and_failed_expectations_are_shown():
     assert "expectations failed: known_customer 1,200, positive_amount 3" in text and "zero_rule" not in text
 
 
+def test_a_merge_batchs_changes_to_the_sink_are_shown_per_kind_and_an_appends_are_not():
+    merged = row(1, changes={"inserted": 100, "updated": 200, "deleted": 1, "ignored": 1})
+    text = render_page(view([merged, row(2, changes=None), row(3)]))
+    assert text.count('class="small muted changes"') == 1
+    assert "100 inserted, 200 updated, 1 deleted, 1 ignored" in text
+
+
 def test_the_last_maintenance_is_shown_or_how_to_run_one():
     text = "".join(Tags(render_page(view([row(1)], maintenance="last maintenance t (1 s): sink 9 -> 1 files"))).text)
     assert "last maintenance t (1 s): sink 9 -> 1 files" in text
