@@ -489,12 +489,16 @@ def render_message(title: str, message: str, link: tuple[str, str] | None = None
             f'<script>{TOP_LINKS_JS}</script></body></html>\n')
 
 
+NOT_A_PIPELINE = "Not an eobatch pipeline"
+
+
 def render_not_found(name: str, airflow_base: str = "") -> str:
-    """The page of a DAG that is not a pipeline. It names no other pipeline: the user may read
-    only this DAG."""
+    """The page of a DAG that is not a pipeline: Airflow shows the "Batch ledger" tab on every DAG
+    (its plugins' tabs have no per-DAG condition, ``plugin``), so the tab of any other DAG lands
+    here. It says so, names no other pipeline (the user may read only this DAG) and no folder of
+    the deployment."""
     return render_message(
-        "No such pipeline",
-        f"There is no pipeline named {name!r} here. A pipeline is a YAML file of the pipelines folder "
-        f"(include/pipelines/ or $PIPELINES_DIR) and its DAG id is its name; a DAG that is not a pipeline "
-        f"has no batch ledger.",
+        NOT_A_PIPELINE,
+        f"The DAG {name!r} is not an eobatch pipeline, so it has no batch ledger. Airflow shows the "
+        f"Batch ledger tab on every DAG; on the DAG of an eobatch pipeline it shows the pipeline's batches.",
         (f"{airflow_base}/dags", "All DAGs"))

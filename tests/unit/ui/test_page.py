@@ -117,6 +117,8 @@ def test_not_found_and_message_pages_escape_the_name():
     out = render_not_found(EVIL)
     assert EVIL not in out and out.count("<script") == 1 and "&lt;script&gt;" in out
     assert "orders" not in out  # no other pipeline is named
+    assert "is not an eobatch pipeline" in out and "Not an eobatch pipeline" in out
+    assert "include/pipelines" not in out and "PIPELINES_DIR" not in out  # no folder of a checkout or deployment
     assert 'href="/dags"' in out
     assert "&lt;b&gt;" in render_message("t", "<b>", ("/auth/login?next=%2F", "Log in"))
     assert esc(None) == "-"
