@@ -239,3 +239,20 @@ def test_a_stage_past_its_bound_is_killed_aborted_and_the_next_run_publishes(tmp
     _ok(airflow(p))
     assert_exactly_once(p, batches=1)
 
+
+def test_eobatch_pools_create_creates_the_pools_the_pipelines_name_in_airflow(tmp_path, airflow):
+    """`eobatch pools` printed the pools' names and left creating them to a checkout's `make pools`;
+    `eobatch pools --create` creates them in the Airflow of its environment, one slot each."""
+    p = write_pipeline(tmp_path, extra="maintenance:\n  pool: eo_commit_pool\n")
+    env = airflow.env(p)
+    listed = subprocess.run([str(VENV_BIN / "python"), "-m", "eobatch.cli", "pools"], env=env, capture_output=True,
+                            text=True)
+    assert listed.stdout == "eo_commit_pool orders\n", listed.stdout + listed.stderr
+    made = subprocess.run([str(VENV_BIN / "python"), "-m", "eobatch.cli", "pools", "--create"], env=env,
+                          capture_output=True, text=True)
+    assert made.returncode == 0 and made.stdout == "pool eo_commit_pool: 1 slot (orders)\n", made.stdout + made.stderr
+    got = subprocess.run([str(VENV_BIN / "airflow"), "pools", "get", "eo_commit_pool", "-o", "json"], env=env,
+                         capture_output=True, text=True)
+    pool, = json.loads(got.stdout[got.stdout.index("["):])
+    assert (pool["pool"], int(pool["slots"])) == ("eo_commit_pool", 1), got.stdout
+    assert "orders" in pool["description"]

@@ -468,7 +468,7 @@ Spark job writes its files (stage), they are checked (verify) and published in o
 (commit). A batch's records reach the tables exactly once, whatever fails.</p>
 <h2>Backlog</h2>
 {_backlog_html(view.backlog)}
-<p class="small">{esc(view.maintenance or "No maintenance pass yet (the DAG " + view.pipeline + "_maintenance, or make maintain).")}</p>
+<p class="small">{esc(view.maintenance or "No maintenance pass yet (the DAG " + view.pipeline + "_maintenance, or eobatch maintain " + view.pipeline + ").")}</p>
 <h2>Timeline of the last {len(view.chart_rows)} batches</h2>
 {timeline_svg(view.chart_rows)}
 <h2>Batches</h2>

@@ -102,7 +102,7 @@ def test_a_merge_batchs_changes_to_the_sink_are_shown_per_kind_and_an_appends_ar
 def test_the_last_maintenance_is_shown_or_how_to_run_one():
     text = "".join(Tags(render_page(view([row(1)], maintenance="last maintenance t (1 s): sink 9 -> 1 files"))).text)
     assert "last maintenance t (1 s): sink 9 -> 1 files" in text
-    assert "No maintenance pass yet (the DAG orders_maintenance, or make maintain)" in "".join(
+    assert "No maintenance pass yet (the DAG orders_maintenance, or eobatch maintain orders)" in "".join(
         Tags(render_page(view([row(1)]))).text)
 
 
