@@ -787,9 +787,11 @@ def load_pipeline(file: str) -> PipelineConfig:
         expand_vars(raw, file)
         cfg = validate(PipelineFile, raw, file).value(file)
         check_access(cfg)  # the platform's access policy: connections and locations (config.access)
-    except ConfigError as e:  # each problem of the file, shown without the environment's values
-        raise ConfigError.of([ConfigError(p.file, p.key, clip(conceal(p.message, concealed)))
-                              for p in e.problems]) from None
+    except ConfigError as e:  # each problem of the file, shown without the environment's values; all of them short
+        found = ConfigError.of([ConfigError(p.file, p.key, clip(conceal(p.message, concealed))) for p in e.problems])
+        if len(found.problems) > 1:
+            found = ConfigError(found.file, "", clip(found.message), found.problems)
+        raise found from None
     except Exception as e:  # noqa: BLE001 - not a refusal of ours (a bug, a library's error): still this file's
         raise ConfigError(file, "", clip(conceal(f"cannot be loaded: {type(e).__name__}: {e}", concealed))) from None
     return dataclasses.replace(cfg, concealed=concealed)
