@@ -222,9 +222,7 @@ maintain: venv
 # the one-slot Airflow pools that pipelines name in maintenance.pool (their commit and maintenance
 # tasks take a slot of it), created or reset in the Airflow home of include/env.sh
 pools: venv
-	@source include/env.sh && airflow_init && python -m eobatch.cli pools | while read -r pool names; do \
-	    airflow pools set "$$pool" 1 "eobatch: the commit and maintenance tasks of $$names" >/dev/null && \
-	    echo "pool $$pool: 1 slot ($$names)"; done
+	@source include/env.sh && airflow_init && python -m eobatch.cli pools --create
 
 replay: venv
 	@test -n "$$PIPELINE" -a -n "$$BATCH" || { echo "usage: make replay PIPELINE=<name> BATCH=<id> [REASON=<text>]" >&2; exit 2; }

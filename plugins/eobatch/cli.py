@@ -28,14 +28,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterable
 from typing import Any
 
-from .airflow.runs import run_dags_test, run_date
+from .airflow.runs import airflow_bin, run_dags_test, run_date
 from .config.loader import find_pipeline, load_all, pipelines_dir
 from .core.batch_run import BatchRun
-from .core.formats import BatchPlan
+from .core.formats import BatchPlan, changes_text
 from .core.maintenance import last_report, maintain, summary_line
 from .core.protocol import Protocol, utcnow
 from .core.replay import replay
@@ -89,6 +90,8 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "verify_s": prepared.verify_seconds if prepared else None,
         "commit_s": committed.commit_seconds if committed else None,
         "recovered": committed.recovered if committed else None,
+        # what the commit did to the sink table per kind of change (a merge sink), else None
+        "changes": dict(committed.changes) if committed and committed.changes else None,
         "planned_at": plan.planned_at,
         "committed_at": committed.committed_at if committed else None,
         "interval": plan.interval,
@@ -126,8 +129,9 @@ def render_table(rows: list[dict]) -> str:
             return f"{v:.2f}"
         return str(v)
 
-    header = [h for _, h in TABLE_COLS]
-    body = [[cell(r[k]) for k, _ in TABLE_COLS] for r in rows]
+    cols = TABLE_COLS + ([("changes", "changes to the sink")] if any(r.get("changes") for r in rows) else [])
+    header = [h for _, h in cols]
+    body = [[changes_text(r[k]) or "-" if k == "changes" else cell(r[k]) for k, _ in cols] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(header, *body)] if body else [len(h) for h in header]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)),
              "  ".join("-" * w for w in widths)]
@@ -242,8 +246,10 @@ def main(argv=None) -> int:
                                               "one small stage job, a faster start for every later one")
     ap_.add_argument("--master", default="local[*]")
     ap_.add_argument("--force", action="store_true", help="build it again even if it is there")
-    sub.add_parser("pools", help="the Airflow pools the pipelines name (maintenance.pool): one line each, "
-                                 "<pool> <pipelines, comma-separated> (make pools creates them with one slot)")
+    pp = sub.add_parser("pools", help="the Airflow pools the pipelines name (maintenance.pool): one line each, "
+                                      "<pool> <pipelines, comma-separated>; --create creates them")
+    pp.add_argument("--create", action="store_true", help="create (or reset) each pool in this Airflow with one "
+                                                          "slot, with `airflow pools set`")
     jp = sub.add_parser("jars", help="resolve the stage job's JVM jars (Delta, hadoop-aws) with Maven into the jars "
                                      "folder (EOBATCH_JARS_DIR, default ~/.cache/eobatch/jars), checked against "
                                      "their SHA-256 list")
@@ -270,7 +276,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "pools":
-            return _pools()
+            return _pools(create=args.create)
         if args.cmd == "jars":
             say = lambda m: print(m, file=sys.stderr)  # noqa: E731
             resolve(args.dir, log=say, write_list=args.write_list, sets=_jar_sets(args.sets, args.pipelines, say),
@@ -316,7 +322,13 @@ def _jar_sets(asked: list[str] | None, folder: str | None, log) -> tuple[str, ..
     return ("core",)
 
 
-def _pools() -> int:
+POOL_SLOTS = 1  # a pool's commit and maintenance tasks take turns (maintenance.pool)
+
+
+def _pools(create: bool = False) -> int:
+    """The pools the pipelines name, one line each; ``create``: each created (or reset) in this
+    Airflow with POOL_SLOTS slot, by `airflow pools set` (the Airflow of this environment, its
+    AIRFLOW_HOME or its database settings)."""
     cfgs, errors = load_all()
     for name, err in sorted(errors.items()):
         print(f"warning: {name}: {err}", file=sys.stderr)
@@ -324,8 +336,20 @@ def _pools() -> int:
     for cfg in cfgs.values():
         if cfg.maintenance.pool:
             pools.setdefault(cfg.maintenance.pool, []).append(cfg.name)
+    if create and not pools:
+        print("no pipeline names a pool (maintenance.pool): nothing to create", file=sys.stderr)
     for pool, names in sorted(pools.items()):
-        print(f"{pool} {','.join(sorted(names))}")
+        if not create:
+            print(f"{pool} {','.join(sorted(names))}")
+            continue
+        what = f"eobatch: the commit and maintenance tasks of {','.join(sorted(names))}"
+        r = subprocess.run([airflow_bin(), "pools", "set", pool, str(POOL_SLOTS), what],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"error: `airflow pools set {pool} {POOL_SLOTS} ...` failed (exit {r.returncode}): "
+                  f"{(r.stderr or r.stdout).strip()[-1500:]}", file=sys.stderr)
+            return 1
+        print(f"pool {pool}: {POOL_SLOTS} slot ({','.join(sorted(names))})")
     return 0
 
 

@@ -55,12 +55,27 @@ class UsageError(TerminalError, ValueError):
 
 class ConfigError(UsageError):
     """A pipeline YAML that cannot be loaded: names the file (its base name) and the key path, e.g.
-    ``orders.yaml: source.path: must be ...``."""
+    ``orders.yaml: source.path: must be ...``. One error may carry all of a file's problems
+    (``problems``, each a ConfigError of one key; ``of``): ``orders.yaml: 4 problems: source.path:
+    must be ...; schema: ...``, so that a file with four mistakes takes one run to fix, not four."""
 
-    def __init__(self, file: str, key: str, message: str):
+    def __init__(self, file: str, key: str, message: str, problems: tuple[ConfigError, ...] = ()):
         self.file, self.key, self.message = file, key, message
+        self.problems: tuple[ConfigError, ...] = problems or (self,)
         name = shown_name(os.path.basename(file))
         super().__init__(f"{name}: {key}: {message}" if key else f"{name}: {message}")
+
+    @classmethod
+    def of(cls, errors: list[ConfigError]) -> ConfigError:
+        """One ConfigError of every problem of ``errors`` (of one file), in their order, each once:
+        the one problem itself, or an error listing them all."""
+        problems: list[ConfigError] = []
+        for e in errors:
+            problems += [p for p in e.problems if not any(str(p) == str(q) for q in problems)]
+        if len(problems) == 1:
+            return problems[0]
+        text = "; ".join(f"{p.key}: {p.message}" if p.key else p.message for p in problems)
+        return cls(problems[0].file, "", f"{len(problems)} problems: {text}", tuple(problems))
 
 
 def shown_name(name: str) -> str:

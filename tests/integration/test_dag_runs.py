@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -12,6 +13,10 @@ from support.checks import assert_exactly_once, delta_log_commits, live_files, o
 from support.harness import VENV_BIN, orders, write_pipeline
 
 pytestmark = pytest.mark.integration
+
+
+# a line of Spark's log4j layout at INFO ("26/11/28 16:19:01 INFO SparkContext: ...")
+SPARK_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO \w+: .*")
 
 
 def _ok(run):
@@ -26,10 +31,18 @@ def test_three_batches_through_the_dag_exactly_once(pipeline, airflow):
     _ok(r1)
     assert any("plan: batch 1 PLANNED: 2 files" in line for line in r1.log.splitlines()), r1.log[-3000:]
     assert "verify: batch 1 PREPARED" in r1.log and "commit: batch 1 COMMITTED" in r1.log
+    # a readable task log: the stage job's progress line per batch (batch, rows, seconds), and Spark
+    # at WARN (a first run's log held ~140 Spark INFO lines around 5 of the product's)
+    assert re.search(r"\[eobatch\] orders batch 1 attempt \S+ \+[\d.]+s: STAGED in [\d.]+s: 200 rows to publish, "
+                     r"2 quarantined", r1.log), r1.log[-6000:]
+    assert not SPARK_INFO.findall(r1.log), SPARK_INFO.findall(r1.log)[:5]
 
-    # a file that lands late, with an older modification time than what was consumed
+    # a file that lands late, with an older modification time than what was consumed; the
+    # deployment's EOBATCH_SPARK_LOG_LEVEL brings Spark's INFO lines back
     p.land("day0/late.jsonl", orders("late", 30), mtime=time.time() - 86400)
-    _ok(airflow(p))
+    r2 = airflow(p, extra_env={"EOBATCH_SPARK_LOG_LEVEL": "INFO"})
+    _ok(r2)
+    assert "INFO SparkContext: Running Spark version" in r2.log, r2.log[-6000:]
 
     # nothing new: the run is skipped after plan and the tables do not change
     versions = [c["version"] for c in delta_log_commits(p.sink)]
@@ -225,3 +238,21 @@ def test_a_stage_past_its_bound_is_killed_aborted_and_the_next_run_publishes(tmp
     slow.unlink()
     _ok(airflow(p))
     assert_exactly_once(p, batches=1)
+
+
+def test_eobatch_pools_create_creates_the_pools_the_pipelines_name_in_airflow(tmp_path, airflow):
+    """`eobatch pools` printed the pools' names and left creating them to a checkout's `make pools`;
+    `eobatch pools --create` creates them in the Airflow of its environment, one slot each."""
+    p = write_pipeline(tmp_path, extra="maintenance:\n  pool: eo_commit_pool\n")
+    env = airflow.env(p)
+    listed = subprocess.run([str(VENV_BIN / "python"), "-m", "eobatch.cli", "pools"], env=env, capture_output=True,
+                            text=True)
+    assert listed.stdout == "eo_commit_pool orders\n", listed.stdout + listed.stderr
+    made = subprocess.run([str(VENV_BIN / "python"), "-m", "eobatch.cli", "pools", "--create"], env=env,
+                          capture_output=True, text=True)
+    assert made.returncode == 0 and made.stdout == "pool eo_commit_pool: 1 slot (orders)\n", made.stdout + made.stderr
+    got = subprocess.run([str(VENV_BIN / "airflow"), "pools", "get", "eo_commit_pool", "-o", "json"], env=env,
+                         capture_output=True, text=True)
+    pool, = json.loads(got.stdout[got.stdout.index("["):])
+    assert (pool["pool"], int(pool["slots"])) == ("eo_commit_pool", 1), got.stdout
+    assert "orders" in pool["description"]

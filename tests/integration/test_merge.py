@@ -9,6 +9,7 @@ import json
 import pytest
 from deltalake import DeltaTable
 
+from eobatch import cli
 from support.checks import read_rows
 from support.harness import run_batch, spark_read, write_pipeline
 
@@ -79,6 +80,18 @@ def test_a_partitioned_merge_sink_publishes_the_latest_record_of_each_key_to_del
     assert all(json.loads(h["eo.offsets"]) for h in merges)
     # the staged rows were the MERGE's input: swept once every table held the batch
     assert not list((p.sink / "eo_batches").rglob("*.parquet"))
+
+    # what each batch did to the table, per kind of change (its published count alone hid it): batch 2
+    # inserted o5, updated o2, deleted o4, and changed nothing with o1 (older than its row), o3 (older
+    # than its delete) and o6 (a delete of a key the table does not hold)
+    assert [proto.ledger.committed(b).changes for b in (1, 2)] == [
+        {"inserted": 3, "updated": 0, "deleted": 0, "ignored": 1},  # o3's delete of a key not yet there
+        {"inserted": 1, "updated": 1, "deleted": 1, "ignored": 3}]
+    rows = cli.ledger_rows(proto)
+    assert [r["changes"] for r in rows] == [proto.ledger.committed(b).changes for b in (1, 2)]
+    table = cli.render_table(rows).splitlines()
+    assert "changes to the sink" in table[0] and table[3].rstrip().endswith(
+        "1 inserted, 1 updated, 1 deleted, 3 ignored"), table
 
     # a retried commit finds the txn, checks the fingerprint and changes nothing
     before = {t: DeltaTable(proto.layout.table(t)).version() for t in proto.names}

@@ -225,7 +225,7 @@ def test_html_page_shows_batches_backlog_and_timeline(ui):
     status, page = ui.get(f"/eobatch/pipelines/orders?run_id={urllib.parse.quote(ui.run_ids[1])}", tok)
     assert '<tr id="batch-2" class="mark"' in page
     status, page = ui.get("/eobatch/pipelines/nope", tok)
-    assert status == 404 and "No such pipeline" in page
+    assert status == 404 and "is not an eobatch pipeline" in page
 
 
 def test_browser_logs_in_opens_the_dag_and_its_ledger_tab(ui):
@@ -469,7 +469,7 @@ def test_a_dag_that_is_no_pipeline_gets_a_404_naming_no_pipeline(api):
     status, body = _get(url, "/eobatch/api/pipelines/some_other_dag/batches", tokens["admin"])
     assert status == 404 and json.loads(body) == {"detail": "no pipeline named 'some_other_dag'"}
     status, page = _get(url, "/eobatch/pipelines/some_other_dag", tokens["admin"])
-    assert status == 404 and "No such pipeline" in page and "orders" not in page
+    assert status == 404 and "is not an eobatch pipeline" in page and "orders" not in page
 
 
 def test_one_request_costs_a_bounded_amount(api):

@@ -453,7 +453,8 @@ class StageOperator(SparkSubmitOperator):
         ti.xcom_push(key="attempt", value=todo[min(todo)])
         memory = {k: v for k, v in (("spark.driver.memory", cfg.spark.driver_memory),
                                     ("spark.executor.memory", cfg.spark.executor_memory)) if v}
-        self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})})
+        self.conf = driver_jvm.java_options({**launch.spark_conf(cfg), **memory, **(self.conf or {})},
+                                            log_level=launch.log_level(cfg))
         self.py_files = launch.pyfiles_zip(cfg)
         self.name = launch.app_name(cfg, todo)
         try:  # the jars (checked) and a source's connection (e.g. Kafka's): a platform operator's to fix

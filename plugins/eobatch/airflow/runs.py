@@ -33,6 +33,11 @@ def run_date(cfg: PipelineConfig, date: str) -> str:
     return end.isoformat()
 
 
+def airflow_bin() -> str:
+    """The ``airflow`` command of this environment: on PATH, else beside this Python."""
+    return shutil.which("airflow") or os.path.join(os.path.dirname(sys.executable), "airflow")
+
+
 def run_dags_test(pipeline: str, runs: int = 1, conf: str | None = None, date: str | None = None) -> int:
     if runs < 1:
         print(f"error: RUNS must be a positive integer, got {runs}", file=sys.stderr)
@@ -43,7 +48,7 @@ def run_dags_test(pipeline: str, runs: int = 1, conf: str | None = None, date: s
         except ValueError as e:
             print(f"error: --conf is not JSON: {e}", file=sys.stderr)
             return 2
-    airflow = shutil.which("airflow") or os.path.join(os.path.dirname(sys.executable), "airflow")
+    airflow = airflow_bin()
     cfg = find_pipeline(pipeline)  # the pipeline exists and loads (KeyError, ConfigError otherwise)
     try:
         when = run_date(cfg, date) if date else None

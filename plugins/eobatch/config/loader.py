@@ -3,8 +3,8 @@
 A pipeline file is a typed model (pydantic v2): ``PipelineFile``, one model per section below
 (``SparkSection``, ``RetriesSection``, ...), the ``source:`` section of each source kind and the
 keys each sink kind adds under ``sink:`` from the kind's own model (``KIND.config_model``). The
-models check each key with the product's wording, in the order of the file's keys (the first
-problem is raised), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
+models check each key with the product's wording (every problem of a file is reported at once, in
+the order of the file's keys: ``ConfigError.problems``), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
 ``pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
 be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
 contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
@@ -58,6 +58,7 @@ from .model import (
 from .pipeline import (
     DEFAULT_BATCHES_PER_RUN,
     EXPECTATION_ACTIONS,
+    LOG_LEVELS,
     MAX_BATCHES_PER_RUN,
     SCHEMA_EVOLUTION,
     STUCK_AFTER_RUNS,
@@ -250,15 +251,25 @@ def _spark_conf(v: Any, info: ValidationInfo) -> dict[str, str]:
     return check_spark_conf(v, context_file(info))
 
 
+def _log_level(v: Any) -> str | None:
+    if v is None:
+        return None
+    if not isinstance(v, str) or v.upper() not in LOG_LEVELS:
+        raise Invalid(f"must be one of {', '.join(LOG_LEVELS)} (Spark's log level in the stage job), got {v!r}")
+    return v.upper()
+
+
 class SparkSection(Section):
     conn_id: Annotated[Any, Check(str, {"type": "string"})] = "spark_default"
     conf: Annotated[Any, Check(_spark_conf, {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}})] = {}
     driver_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
     executor_memory: Annotated[Any, Check(lambda v: v, {"type": "string"})] = None
+    # Spark's log level in the stage job: WARN unless this, or the deployment's EOBATCH_SPARK_LOG_LEVEL
+    log_level: Annotated[Any, Check(_log_level, {"type": "string", "enum": [*LOG_LEVELS, *map(str.lower, LOG_LEVELS)]})] = None
 
     def value(self) -> SparkConfig:
         return SparkConfig(conn_id=self.conn_id, conf=self.conf, driver_memory=self.driver_memory,
-                           executor_memory=self.executor_memory)
+                           executor_memory=self.executor_memory, log_level=self.log_level)
 
 
 def _non_negative_number(v: Any) -> float:
@@ -762,7 +773,8 @@ def contract_roles() -> dict[str, str]:
 
 
 def load_pipeline(file: str) -> PipelineConfig:
-    """The pipeline of YAML ``file``, validated section by section (the first error is raised).
+    """The pipeline of YAML ``file``, validated section by section: one ConfigError lists every problem
+    found (``ConfigError.problems``).
 
     The one door from a file to a pipeline: every caller (the DAG file, the ledger page, doctor, the
     CLI, the tasks) gets a ``PipelineConfig`` or a ``ConfigError`` naming the file, whatever bytes it
@@ -775,8 +787,11 @@ def load_pipeline(file: str) -> PipelineConfig:
         expand_vars(raw, file)
         cfg = validate(PipelineFile, raw, file).value(file)
         check_access(cfg)  # the platform's access policy: connections and locations (config.access)
-    except ConfigError as e:
-        raise ConfigError(e.file, e.key, clip(conceal(e.message, concealed))) from None
+    except ConfigError as e:  # each problem of the file, shown without the environment's values; all of them short
+        found = ConfigError.of([ConfigError(p.file, p.key, clip(conceal(p.message, concealed))) for p in e.problems])
+        if len(found.problems) > 1:
+            found = ConfigError(found.file, "", clip(found.message), found.problems)
+        raise found from None
     except Exception as e:  # noqa: BLE001 - not a refusal of ours (a bug, a library's error): still this file's
         raise ConfigError(file, "", clip(conceal(f"cannot be loaded: {type(e).__name__}: {e}", concealed))) from None
     return dataclasses.replace(cfg, concealed=concealed)

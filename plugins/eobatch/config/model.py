@@ -61,9 +61,19 @@ class Section(BaseModel):
             raise Invalid(cls.NOT_A_MAPPING)
         allowed = cls.yaml_keys()
         extra = sorted(set(data) - allowed)
+        if extra and cls.model_config.get("extra") == "forbid":  # each one an error, with the section's others
+            return {**data, **{k: Unknown(allowed) for k in extra}}
         if extra:
             raise Invalid(f"unknown key (allowed: {', '.join(sorted(allowed))})", at=str(extra[0]))
         return data
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The value of an unknown key of a section (``Section._known_keys``): pydantic reports it as an
+    extra key beside the section's other errors; ``config_error`` names the keys it allows."""
+
+    allowed: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -97,17 +107,30 @@ def context_file(info: ValidationInfo) -> str:
 
 
 def validate(model: type[M], data: Any, file: str, prefix: str = "", context: dict | None = None) -> M:
-    """``data`` (the YAML's mapping at key ``prefix``) as ``model``; the first problem raises a
-    ConfigError naming ``file`` and the key path."""
+    """``data`` (the YAML's mapping at key ``prefix``) as ``model``; its problems, all of them, raise
+    one ConfigError naming ``file`` and each key path (``ConfigError.problems``), in the order of
+    the mapping's keys."""
     try:
         return model.model_validate(data, context={**(context or {}), "file": file})
     except ValidationError as e:
-        raise config_error(e, file, prefix) from None
+        raise config_error(e, file, prefix, order=list(data) if isinstance(data, dict) else ()) from None
 
 
-def config_error(e: ValidationError, file: str, prefix: str = "") -> ConfigError:
-    """The first error of ``e`` as a ConfigError of ``file``, its location below ``prefix``."""
-    err = e.errors()[0]
+def config_error(e: ValidationError, file: str, prefix: str = "", order: list | tuple = ()) -> ConfigError:
+    """Every error of ``e`` as one ConfigError of ``file`` (``ConfigError.of``), each located below
+    ``prefix``, in the order of the keys ``order`` (the YAML mapping's) where they are among them."""
+    errors = [one_error(err, file, prefix) for err in e.errors()]
+    rank = {str(k): i for i, k in enumerate(order)}
+
+    def place(p: ConfigError) -> int:
+        top = p.key.removeprefix(prefix).lstrip(".").split(".")[0].split("[")[0]
+        return rank.get(top, len(rank))
+
+    return ConfigError.of(sorted((p for x in errors for p in x.problems), key=place))
+
+
+def one_error(err: Any, file: str, prefix: str = "") -> ConfigError:
+    """One error of a ValidationError (``errors()``) as a ConfigError of ``file``."""
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, ConfigError):
         return cause
@@ -118,6 +141,8 @@ def config_error(e: ValidationError, file: str, prefix: str = "") -> ConfigError
         return ConfigError(file, key_path(key, (cause.at,)) if cause.at else key, cause.message)
     if err["type"] == "missing":
         return ConfigError(file, key, "is required")
+    if err["type"] == "extra_forbidden" and isinstance(err.get("input"), Unknown):
+        return ConfigError(file, key, f"unknown key (allowed: {', '.join(sorted(err['input'].allowed))})")
     return ConfigError(file, key, f"{err['msg']}, got {err.get('input')!r}")
 
 

@@ -37,6 +37,11 @@ class SparkConfig:
     conf: dict = field(default_factory=dict)
     driver_memory: str | None = None
     executor_memory: str | None = None
+    log_level: str | None = None  # Spark's log level in the stage job (eobatch.job.driver_jvm.log_level)
+
+
+# log4j's levels: ``spark.log_level`` and EOBATCH_SPARK_LOG_LEVEL (the stage job's Spark log level)
+LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 
 
 @dataclass(frozen=True)
@@ -56,11 +61,11 @@ SCHEMA_EVOLUTION = ("add_columns", "fail")  # what verify and commit do with a n
 @dataclass(frozen=True)
 class MaintenanceConfig:
     """``maintenance``: the ``<name>_maintenance`` DAG's schedule and what a pass does."""
-    schedule: str | None = None  # None: run it from the UI or with `make maintain`
+    schedule: str | None = None  # None: run it from the UI or with `eobatch maintain` (`make maintain`)
     compact: bool = True  # interval mode: slice by slice (eobatch.sinks.delta.compaction)
     target_file_bytes: int = 128 << 20
     vacuum_retention_hours: float = 168.0
-    # an Airflow pool (create it with one slot: `make pools`) that the commit task and the
+    # an Airflow pool (create it with one slot: `eobatch pools --create`) that the commit task and the
     # maintenance task take, so that they do not run at the same time on purpose (correctness
     # does not depend on it: eobatch.sinks.delta.compaction, eobatch.core.maintenance); None: no pool
     pool: str | None = None

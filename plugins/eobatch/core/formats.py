@@ -477,7 +477,21 @@ class CommittedBatch(Record):
     committed_at: str
     commit_seconds: float
     recovered: bool = False  # completed by recovery rather than by the batch's own commit task
+    # what the commit did to the sink table per kind of change, when its published count does not say
+    # it (a merge sink: inserted, updated, deleted, ignored; ``SinkKind.changes``); {}: an append, or
+    # a record written before this field
+    changes: dict[str, int] = field(default_factory=dict)
     format: int = FORMAT_VERSION
+
+
+CHANGE_KINDS = ("inserted", "updated", "deleted", "ignored")  # CommittedBatch.changes, in the order shown
+
+
+def changes_text(changes: dict[str, int] | None) -> str:
+    """A batch's changes to the sink table as the ledger shows them: "100 inserted, 200 updated,
+    1 deleted, 1 ignored"; "" when none are recorded."""
+    got = changes or {}
+    return ", ".join(f"{got[k]:,} {k}" for k in CHANGE_KINDS if k in got)
 
 
 @dataclass

@@ -49,7 +49,8 @@ import shutil
 import stat
 import sys
 
-from ..paths import CHECKOUT, cache_dir
+from ..config.pipeline import LOG_LEVELS
+from ..paths import CHECKOUT, SPARK_JOBS, cache_dir
 from . import integrity
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
@@ -57,6 +58,12 @@ _OWN = ("-XX:SharedArchiveFile", "-XX:ArchiveClassesAtExit")
 COLLECTOR = "-XX:+UseParallelGC"
 DIGEST_SUFFIX = ".sha256"  # beside the archive: the SHA-256 of its bytes, recorded when it was built
 BUILD_COMMAND = "make class-archive" if CHECKOUT else "eobatch class-archive"
+# The stage job's log4j2 configuration, shipped with the job (spark_jobs/): Spark at WARN unless
+# asked otherwise (``log_level``), so that a task's log holds the product's lines, not Spark's INFO.
+LOG_CONFIG = os.path.join(SPARK_JOBS, "log4j2.properties")
+LOG_LEVEL_ENV = "EOBATCH_SPARK_LOG_LEVEL"  # the deployment's level (a pipeline's spark.log_level first)
+DEFAULT_LOG_LEVEL = "WARN"
+_LOG_CONFIGURED = re.compile(r"-Dlog4j2?\.configuration(File)?=")
 _A_COLLECTOR = re.compile(r"-XX:\+Use\w+GC\b")  # -XX:+UseG1GC, -XX:+UseZGC, -XX:+UseSerialGC, ...
 
 
@@ -110,11 +117,34 @@ def platform_java_options() -> str:
     return ""
 
 
-def java_options(conf: dict, cache_dir: str | None = None) -> dict:
+def log_level(pipeline_level: str | None = None, environ=None) -> str:
+    """The stage job's Spark log level: the pipeline's ``spark.log_level``, else the deployment's
+    EOBATCH_SPARK_LOG_LEVEL, else WARN; ValueError naming the setting when it is no log4j level."""
+    env = os.environ if environ is None else environ
+    level, where = ((pipeline_level, "spark.log_level") if pipeline_level
+                    else (env.get(LOG_LEVEL_ENV, "").strip(), LOG_LEVEL_ENV))
+    if not level:
+        return DEFAULT_LOG_LEVEL
+    if level.upper() not in LOG_LEVELS:
+        raise ValueError(f"{where}={level!r} is no log level: use one of {', '.join(LOG_LEVELS)} (e.g. INFO)")
+    return level.upper()
+
+
+def log_options(own: str, level: str | None = None) -> str:
+    """The driver's Java options that give the stage job its log configuration (``LOG_CONFIG``) at
+    ``level`` (default: ``log_level()``); none when ``own`` (the pipeline's or the platform's Java
+    options) names a log4j configuration already: theirs is kept."""
+    if _LOG_CONFIGURED.search(own):
+        return ""
+    return f"-Dlog4j2.configurationFile=file:{LOG_CONFIG} -Deobatch.spark.logLevel={level or log_level()}"
+
+
+def java_options(conf: dict, cache_dir: str | None = None, log_level: str | None = None) -> dict:
     """``conf`` with the stage driver's Java options: the ones there (the given ones, else the
-    platform's), then COLLECTOR unless they choose one, then the archive when there is one."""
+    platform's), then COLLECTOR unless they choose one, then the job's log configuration at
+    ``log_level`` (``log_options``), then the archive when there is one."""
     own = conf.get(JAVA_OPTIONS) or platform_java_options()
-    options = with_collector(own)
+    options = f"{with_collector(own)} {log_options(own, log_level)}".strip()
     path = archive_path(cache_dir)
     if path is not None and os.path.lexists(path) and not any(o in own for o in _OWN):
         problem = archive_problem(path)

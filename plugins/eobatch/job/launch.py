@@ -300,6 +300,12 @@ def spark_conf(cfg: PipelineConfig) -> dict:
     return conf
 
 
+def log_level(cfg: PipelineConfig) -> str:
+    """Spark's log level in the stage job of ``cfg``: its ``spark.log_level``, else the deployment's
+    EOBATCH_SPARK_LOG_LEVEL, else WARN (``driver_jvm.log_level``)."""
+    return driver_jvm.log_level(cfg.spark.log_level)
+
+
 def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: str = "local[*]",
                       conf: dict | None = None, also: dict[int, str] | None = None) -> list[str]:
     """The spark-submit command line (for tests and benchmarks; Airflow uses its hook), the
@@ -308,7 +314,7 @@ def spark_submit_argv(cfg: PipelineConfig, batch_id: int, attempt: str, master: 
     attempts = {batch_id: attempt, **(also or {})}
     argv = ["spark-submit", "--master", master, "--name", app_name(cfg, attempts),
             "--jars", ",".join(jars(cfg)), "--py-files", pyfiles_zip(cfg)]
-    for k, v in {**driver_jvm.java_options(spark_conf(cfg)), **(conf or {})}.items():
+    for k, v in {**driver_jvm.java_options(spark_conf(cfg), log_level=log_level(cfg)), **(conf or {})}.items():
         argv += ["--conf", f"{k}={v}"]
     if cfg.spark.driver_memory:
         argv += ["--driver-memory", cfg.spark.driver_memory]

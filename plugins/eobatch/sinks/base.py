@@ -169,6 +169,11 @@ class SinkKind(Protocol):
     def job_spec(self, cfg) -> dict:
         """What the Spark job needs of the sink (the job spec's ``sink``), ``kind`` included."""
 
+    def changes(self, commit_info: dict, staged_rows: int | None) -> dict[str, int]:
+        """What a batch's commit did to the sink table, per kind of change ({"inserted": n, ...}),
+        from the commit's Delta ``commit_info`` and the rows the batch staged (``staged_rows``);
+        {} when its published count says it all (an append inserts every staged row)."""
+
     def maintain_table(self, proto, participant: str, *, compact: bool, retention_hours: float,
                        checkpoint: bool) -> tuple[dict | None, list[str]]:
         """One maintenance pass over one table: (its report entry, None when there is no table; notes)."""

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.formats import changes_text
+
 PHASES = (("plan_s", "plan", "#8e7cc3"), ("stage_s", "stage", "#3d85c6"), ("verify_s", "verify", "#e69138"),
           ("commit_s", "commit", "#6aa84f"))
 STATE_COLOURS = {"COMMITTED": "#2e7d32", "PREPARED": "#1565c0", "STAGED": "#ef6c00", "PLANNED": "#f9a825",
@@ -311,6 +313,13 @@ def _run_link(view: PageView, run_id: str | None) -> str:
             f'{esc(run_id)}</a>')
 
 
+def _changes_html(changes: dict | None) -> str:
+    """What a batch's commit did to the sink table per kind of change (a merge sink), under its
+    published count."""
+    text = changes_text(changes)
+    return f'<div class="small muted changes">{esc(text)}</div>' if text else ""
+
+
 def _row_html(view: PageView, r: dict) -> str:
     cut = r.get("delta_versions") or {}  # every table's version: the pipeline as of this batch (`eobatch as-of`)
     versions = "-" if r.get("delta_version") is None else (
@@ -339,7 +348,8 @@ def _row_html(view: PageView, r: dict) -> str:
     return (f'<tr id="batch-{esc(r["batch_id"])}"{mark} data-batch="{esc(r["batch_id"])}" data-state="{esc(r.get("state"))}">'
             f'<td class="num"><b>{esc(r["batch_id"])}</b></td><td>{_state(r.get("state"))}</td>'
             f'<td>{_range_cell(r, view.airflow_base)}</td>'
-            f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}</td>'
+            f'<td class="num">{fmt_int(r.get("rows_in"))}</td><td class="num">{fmt_int(r.get("rows_published"))}'
+            f'{_changes_html(r.get("changes"))}</td>'
             f'<td class="num">{fmt_int(r.get("rows_quarantined"))}</td>'
             f'<td class="num">{versions}</td>'
             f'<td><span class="mono" title="{esc(fp)}">{esc(fp[:8] if fp else None)}</span></td>'
@@ -460,7 +470,7 @@ Spark job writes its files (stage), they are checked (verify) and published in o
 (commit). A batch's records reach the tables exactly once, whatever fails.</p>
 <h2>Backlog</h2>
 {_backlog_html(view.backlog)}
-<p class="small">{esc(view.maintenance or "No maintenance pass yet (the DAG " + view.pipeline + "_maintenance, or make maintain).")}</p>
+<p class="small">{esc(view.maintenance or "No maintenance pass yet (the DAG " + view.pipeline + "_maintenance, or eobatch maintain " + view.pipeline + ").")}</p>
 <h2>Timeline of the last {len(view.chart_rows)} batches</h2>
 {timeline_svg(view.chart_rows)}
 <h2>Batches</h2>
@@ -481,12 +491,16 @@ def render_message(title: str, message: str, link: tuple[str, str] | None = None
             f'<script>{TOP_LINKS_JS}</script></body></html>\n')
 
 
+NOT_A_PIPELINE = "Not an eobatch pipeline"
+
+
 def render_not_found(name: str, airflow_base: str = "") -> str:
-    """The page of a DAG that is not a pipeline. It names no other pipeline: the user may read
-    only this DAG."""
+    """The page of a DAG that is not a pipeline: Airflow shows the "Batch ledger" tab on every DAG
+    (its plugins' tabs have no per-DAG condition, ``plugin``), so the tab of any other DAG lands
+    here. It says so, names no other pipeline (the user may read only this DAG) and no folder of
+    the deployment."""
     return render_message(
-        "No such pipeline",
-        f"There is no pipeline named {name!r} here. A pipeline is a YAML file of the pipelines folder "
-        f"(include/pipelines/ or $PIPELINES_DIR) and its DAG id is its name; a DAG that is not a pipeline "
-        f"has no batch ledger.",
+        NOT_A_PIPELINE,
+        f"The DAG {name!r} is not an eobatch pipeline, so it has no batch ledger. Airflow shows the "
+        f"Batch ledger tab on every DAG; on the DAG of an eobatch pipeline it shows the pipeline's batches.",
         (f"{airflow_base}/dags", "All DAGs"))

@@ -6,6 +6,10 @@ page and on the DAG-run page (the run's batch highlighted). Registered by the wh
 ``airflow.plugins`` entry point, and in a checkout by ``plugins/eobatch_ui.py`` (Airflow's plugins
 folder).
 
+The tabs are on every DAG's page: Airflow 3.3's external views have a destination ("dag",
+"dag_run") and no per-DAG condition or filter (its UI lists every view of a destination), so the
+page of a DAG that is not a pipeline says that it is not one (``page.render_not_found``).
+
 Every Airflow process loads plugins, task processes included: the app (Airflow's API security,
 the ledger reader) is built on the api-server's first request to it, not at import.
 """

@@ -156,7 +156,7 @@ def page_plan(plan: BatchPlan) -> tuple[BatchPlan, str]:
         small = {**rng, "files": files[:PAGE_FILES], "files_not_shown": len(files) - PAGE_FILES}
     notes = [n if len(n) <= PAGE_NOTE_CHARS else n[:PAGE_NOTE_CHARS] + " [...]" for n in plan.notes[:PAGE_NOTES]]
     if len(plan.notes) > PAGE_NOTES:
-        notes.append(f"... and {len(plan.notes) - PAGE_NOTES} more notes (the JSON and `make ledger` show them all)")
+        notes.append(f"... and {len(plan.notes) - PAGE_NOTES} more notes (the JSON and `eobatch ledger` show them all)")
     return dataclasses.replace(plan, range=small, notes=notes, late=[]), range_summary(plan)
 
 

@@ -540,7 +540,7 @@ def test_a_timeout_must_be_a_positive_integer(write_yaml, base_cfg, key, value):
     doc["retries"] = {key: value}
     with pytest.raises(ConfigError) as ei:
         load_pipeline(write_yaml(doc))
-    assert ei.value.key == f"retries.{key}"
+    assert ei.value.key == f"retries.{key}", str(ei.value)
     assert "must be a positive integer" in str(ei.value)
 
 
@@ -1009,3 +1009,35 @@ def test_pipeline_loads_as_recorded(golden_now, label):
         recorded = json.load(f)[label]
     assert golden_now[label]["fingerprint"] == recorded["fingerprint"]
     assert golden_now[label] == recorded
+
+
+# -- every mistake of a file at once ------------------------------------------------
+
+
+def test_a_file_with_four_mistakes_names_all_four_in_one_error(write_yaml, base_cfg):
+    """A file with four independent mistakes took four runs to fix, one error each: one ConfigError
+    lists them all (in the file's order), and so do the DAG folder's import error and doctor."""
+    from eobatch import doctor
+    from eobatch.airflow.dag_factory import build_all, invalid_pipelines_dag
+
+    doc = {**base_cfg, "colour": "red", "retries": {"stage": -1}, "spark": {"log_level": "loud"}}
+    doc["source"] = {**doc["source"], "path": "relative/landing"}
+    path = write_yaml(doc, "orders.yaml")
+    with pytest.raises(ConfigError) as ei:
+        load_pipeline(path)
+    mistakes = ["source.path: 'relative/landing' must be an absolute path",
+                "colour: unknown key (allowed: alerts, aws_conn_id, ",
+                "retries.stage: must be a non-negative integer, got -1",
+                "spark.log_level: must be one of OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE, ALL"]
+    assert str(ei.value).startswith("orders.yaml: 4 problems: "), str(ei.value)
+    keys = [p.key for p in ei.value.problems]  # each a ConfigError of its key, in the file's order
+    assert sorted(keys) == ["colour", "retries.stage", "source.path", "spark.log_level"]
+    text = open(path, encoding="utf-8").read()
+    assert keys == sorted(keys, key=lambda k: text.index(k.split(".")[0] + ":")), keys
+    folder = os.path.dirname(path)
+    dags, errors = build_all(folder)
+    import_error = invalid_pipelines_dag(errors).doc_md or ""
+    check, _ = doctor._pipelines(folder)
+    for shown in (str(ei.value), import_error, check.text):
+        assert all(m in shown for m in mistakes), shown
+    assert "orders" not in dags and not check.ok

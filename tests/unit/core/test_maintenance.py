@@ -97,7 +97,7 @@ def test_a_pool_named_by_the_pipeline_is_taken_by_its_commit_and_maintenance_tas
     assert {t.task_id for t in dags["orders"].tasks if t.pool == "eobatch_orders"} == {"commit"}
     monkeypatch.setenv("PIPELINES_DIR", str(Path(cfg.file).parent))
     assert cli.main(["pools"]) == 0
-    assert capsys.readouterr().out == "eobatch_orders orders\n"  # what `make pools` creates, one slot each
+    assert capsys.readouterr().out == "eobatch_orders orders\n"  # what `eobatch pools --create` creates, one slot each
     for bad in ("", "a pool", 7, "x" * 257):
         with pytest.raises(ConfigError, match="maintenance.pool"):
             make_cfg(maintenance={"pool": bad})

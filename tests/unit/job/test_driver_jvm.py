@@ -1,14 +1,34 @@
-"""The stage driver's Java options: the collector unless one is chosen already, and the class-data
-archive only when the archive of this pyspark and Java exists, after the options already there
-(the platform's spark-defaults.conf included), never over a pipeline's or platform's own."""
+"""The stage driver's Java options: the collector unless one is chosen already, the job's log
+configuration (Spark at WARN unless asked), and the class-data archive only when the archive of
+this pyspark and Java exists, after the options already there (the platform's spark-defaults.conf
+included), never over a pipeline's or platform's own."""
 
 from __future__ import annotations
 
 import os
 import stat
 
+import pytest
+
 from eobatch.job import driver_jvm, launch
-from eobatch.job.driver_jvm import COLLECTOR, JAVA_OPTIONS, archive_path, java_options, platform_java_options
+from eobatch.job.driver_jvm import (
+    COLLECTOR,
+    JAVA_OPTIONS,
+    LOG_CONFIG,
+    LOG_LEVEL_ENV,
+    archive_path,
+    java_options,
+    log_level,
+    log_options,
+    platform_java_options,
+)
+
+LOG = f"-Dlog4j2.configurationFile=file:{LOG_CONFIG} -Deobatch.spark.logLevel=WARN"
+
+
+@pytest.fixture(autouse=True)
+def _no_level(monkeypatch):
+    monkeypatch.delenv(LOG_LEVEL_ENV, raising=False)
 
 
 def _archive(cache) -> str:
@@ -25,23 +45,23 @@ def _archive(cache) -> str:
 def test_no_archive_no_archive_option(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     conf = {"spark.ui.enabled": "false"}
-    assert java_options(conf, str(tmp_path)) == {**conf, JAVA_OPTIONS: COLLECTOR}
+    assert java_options(conf, str(tmp_path)) == {**conf, JAVA_OPTIONS: f"{COLLECTOR} {LOG}"}
 
 
 def test_a_collector_chosen_already_is_kept(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     for own in ("-XX:+UseG1GC", "-Da=b -XX:+UseZGC -Xlog:gc", "-XX:+UseParallelGC"):
-        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: own}
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: f"{own} {LOG}"}
     for not_one in ("-XX:-UseParallelGC", "-XX:+UseGCOverheadLimit", "-XX:+UseStringDeduplication"):
-        assert java_options({JAVA_OPTIONS: not_one}, str(tmp_path)) == {JAVA_OPTIONS: f"{not_one} {COLLECTOR}"}
+        assert java_options({JAVA_OPTIONS: not_one}, str(tmp_path)) == {JAVA_OPTIONS: f"{not_one} {COLLECTOR} {LOG}"}
 
 
 def test_the_archive_goes_after_the_options_there(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     path = _archive(tmp_path)
-    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == f"{COLLECTOR} -XX:SharedArchiveFile={path}"
+    assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == f"{COLLECTOR} {LOG} -XX:SharedArchiveFile={path}"
     got = java_options({JAVA_OPTIONS: "-Dx=1"}, str(tmp_path))
-    assert got[JAVA_OPTIONS] == f"-Dx=1 {COLLECTOR} -XX:SharedArchiveFile={path}"
+    assert got[JAVA_OPTIONS] == f"-Dx=1 {COLLECTOR} {LOG} -XX:SharedArchiveFile={path}"
 
 
 def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
@@ -59,14 +79,14 @@ def test_the_platforms_spark_defaults_options_are_kept(tmp_path, monkeypatch):
         "spark.driver.extraJavaOptions   -Djava.security.krb5.conf=/etc/krb5.conf -Da=b\n")
     path = _archive(tmp_path)
     assert java_options({}, str(tmp_path))[JAVA_OPTIONS] == (
-        f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b {COLLECTOR} -XX:SharedArchiveFile={path}")
+        f"-Djava.security.krb5.conf=/etc/krb5.conf -Da=b {COLLECTOR} {LOG} -XX:SharedArchiveFile={path}")
 
 
 def test_an_archive_option_of_its_own_is_left_alone(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
     _archive(tmp_path)
     for own in ("-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:ArchiveClassesAtExit=/tmp/new.jsa"):
-        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: f"{own} {COLLECTOR}"}
+        assert java_options({JAVA_OPTIONS: own}, str(tmp_path)) == {JAVA_OPTIONS: f"{own} {COLLECTOR} {LOG}"}
 
 
 def test_another_java_has_another_archive(tmp_path, monkeypatch):
@@ -78,7 +98,7 @@ def test_another_java_has_another_archive(tmp_path, monkeypatch):
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "jdk"))
     assert archive_path(str(tmp_path)) != ours
-    assert java_options({}, str(tmp_path)) == {JAVA_OPTIONS: COLLECTOR}  # no archive was built for that java
+    assert java_options({}, str(tmp_path)) == {JAVA_OPTIONS: f"{COLLECTOR} {LOG}"}  # no archive was built for that java
 
 
 def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path, monkeypatch):
@@ -92,9 +112,27 @@ def test_the_stage_command_line_carries_it_and_the_peers_conf_does_not(tmp_path,
     path = _archive(tmp_path / "cache")
     cfg = write_pipeline(tmp_path, name="o").cfg
     argv = launch.spark_submit_argv(cfg, 1, "a1")
-    assert f"{JAVA_OPTIONS}={COLLECTOR} -XX:SharedArchiveFile={path}" in argv
+    assert f"{JAVA_OPTIONS}={COLLECTOR} {LOG} -XX:SharedArchiveFile={path}" in argv
     assert JAVA_OPTIONS not in launch.spark_conf(cfg)
     assert driver_jvm.archive_path() == path
+
+
+def test_the_log_level_is_the_pipelines_else_the_deployments_else_warn(monkeypatch):
+    assert log_level() == "WARN" and log_level("info") == "INFO"
+    monkeypatch.setenv(LOG_LEVEL_ENV, "debug")
+    assert log_level() == "DEBUG" and log_level("ERROR") == "ERROR"
+    assert log_options("", "INFO") == f"-Dlog4j2.configurationFile=file:{LOG_CONFIG} -Deobatch.spark.logLevel=INFO"
+    monkeypatch.setenv(LOG_LEVEL_ENV, "loud")
+    with pytest.raises(ValueError, match=f"{LOG_LEVEL_ENV}='loud' is no log level: use one of OFF, .*INFO"):
+        log_level()
+
+
+def test_a_log_configuration_of_its_own_is_kept(monkeypatch):
+    """A pipeline's or platform's own log4j configuration in the driver's Java options wins."""
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    for own in ("-Dlog4j2.configurationFile=/etc/spark/log4j2.xml", "-Dlog4j.configuration=file:/x.properties"):
+        assert java_options({JAVA_OPTIONS: own}, "/nonexistent")[JAVA_OPTIONS] == f"{own} {COLLECTOR}"
+    assert os.path.isfile(LOG_CONFIG)  # shipped with the job
 
 
 def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
@@ -107,7 +145,7 @@ def test_a_pyspark_that_is_not_installed_has_no_archive(tmp_path, monkeypatch):
 
     monkeypatch.setattr(importlib.metadata, "version", missing)
     assert archive_path(str(tmp_path)) is None
-    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b", JAVA_OPTIONS: COLLECTOR}
+    assert java_options({"a": "b"}, str(tmp_path)) == {"a": "b", JAVA_OPTIONS: f"{COLLECTOR} {LOG}"}
 
 
 def test_an_archive_is_installed_owner_only_with_its_sha256_beside_it(tmp_path):

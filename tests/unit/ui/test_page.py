@@ -92,10 +92,17 @@ def test_a_batchs_dropped_records_and_failed_expectations_are_shown():
     assert "expectations failed: known_customer 1,200, positive_amount 3" in text and "zero_rule" not in text
 
 
+def test_a_merge_batchs_changes_to_the_sink_are_shown_per_kind_and_an_appends_are_not():
+    merged = row(1, changes={"inserted": 100, "updated": 200, "deleted": 1, "ignored": 1})
+    text = render_page(view([merged, row(2, changes=None), row(3)]))
+    assert text.count('class="small muted changes"') == 1
+    assert "100 inserted, 200 updated, 1 deleted, 1 ignored" in text
+
+
 def test_the_last_maintenance_is_shown_or_how_to_run_one():
     text = "".join(Tags(render_page(view([row(1)], maintenance="last maintenance t (1 s): sink 9 -> 1 files"))).text)
     assert "last maintenance t (1 s): sink 9 -> 1 files" in text
-    assert "No maintenance pass yet (the DAG orders_maintenance, or make maintain)" in "".join(
+    assert "No maintenance pass yet (the DAG orders_maintenance, or eobatch maintain orders)" in "".join(
         Tags(render_page(view([row(1)]))).text)
 
 
@@ -110,6 +117,8 @@ def test_not_found_and_message_pages_escape_the_name():
     out = render_not_found(EVIL)
     assert EVIL not in out and out.count("<script") == 1 and "&lt;script&gt;" in out
     assert "orders" not in out  # no other pipeline is named
+    assert "is not an eobatch pipeline" in out and "Not an eobatch pipeline" in out
+    assert "include/pipelines" not in out and "PIPELINES_DIR" not in out  # no folder of a checkout or deployment
     assert 'href="/dags"' in out
     assert "&lt;b&gt;" in render_message("t", "<b>", ("/auth/login?next=%2F", "Log in"))
     assert esc(None) == "-"

@@ -790,9 +790,12 @@ class Protocol(Repairs):
             log.warning("%s", note)
             if actions is not None:
                 actions.append(note)
+        sink_commit = self.participants[SINK].find_batch_commit(self.app_id, batch_id)
+        changes = sink_for(self.cfg).changes(sink_commit[1], prepared.rows_published if prepared else None) \
+            if sink_commit else {}
         rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=fingerprint,
                              delta_versions=versions, committed_at=utcnow(),
-                             commit_seconds=round(seconds, 3), recovered=recovered)
+                             commit_seconds=round(seconds, 3), recovered=recovered, changes=changes)
         if not self.ledger.put_committed(rec):
             first = self.ledger.committed(batch_id)
             if first is None:

@@ -32,6 +32,9 @@ class DeltaKind:
     job_module = "eobatch.sinks.delta.job"
     contract_keys: dict = {}
 
+    def changes(self, commit_info: dict, staged_rows: int | None) -> dict[str, int]:
+        return {}  # an append inserts every staged row: the batch's rows_published
+
     def parse_config(self, section: dict, ctx: SinkContext) -> SinkConfig:
         return DeltaConfig()
 

@@ -206,7 +206,7 @@ class DeltaParticipant:
             log.error("%s: batch %s replaced %s in version %s, but a commit between version %s and it (another "
                       "writer's OPTIMIZE?) had already rewritten %d of those files (e.g. %s): the interval's old rows "
                       "may now be published twice, in that commit's files. Inspect the table's history; repair with "
-                      "`make rewind` to before the compaction's version, and never compact interval-mode tables "
+                      "`eobatch rewind` (`make rewind` in a checkout) to before the compaction's version, and never compact interval-mode tables "
                       "with another tool (documentation: Operations, Maintenance)", self.name, batch_id, replace.describe(), version,
                       dt.version(), len(gone), min(gone))
 

@@ -89,6 +89,17 @@ class DeltaMergeKind(DeltaKind):
     def job_spec(self, cfg) -> dict:
         return {"kind": self.name, **cfg.sink.job()}
 
+    def changes(self, commit_info: dict, staged_rows: int | None) -> dict[str, int]:
+        """The batch's MERGE by its Delta operationMetrics: keys inserted, updated (or folded),
+        deleted, and the staged rows that changed nothing ("ignored": older than the key's row or
+        than its delete, a delete of a key the table does not hold). A batch whose MERGE changed
+        nothing has an empty commit of its own (not a MERGE): every staged row was ignored."""
+        m = commit_info.get("operationMetrics") or {} if commit_info.get("operation") == "MERGE" else {}
+        out = {k: int(m.get(f"num_target_rows_{k}") or 0) for k in ("inserted", "updated", "deleted")}
+        if staged_rows is not None:
+            out["ignored"] = max(0, staged_rows - sum(out.values()))
+        return out
+
 
 KIND = DeltaMergeKind()
 
