@@ -10,7 +10,8 @@ keys or in a ``ConfigError`` naming the file, never another exception:
 * the YAML: one document, nested at most ``MAX_DEPTH`` deep, at most ``MAX_NODES`` values once every
   alias is expanded (``&a`` / ``*a``: an alias counts as everything it stands for, so a "billion
   laughs" file is refused at its first alias past the bound; an alias inside its own anchor is
-  refused), parsed within ``MAX_PARSE_SECONDS``;
+  refused), parsed within ``MAX_PARSE_SECONDS`` of this thread's CPU time (a busy machine never
+  refuses a good file: a wall clock would);
 * the values: YAML's plain types only (text, numbers, booleans, null, dates, lists, mappings; no
   ``!!binary``, ``!!set``, ``!!python/...`` or other tags), mapping keys text only (``1:`` or
   ``null:`` is refused naming its line).
@@ -116,7 +117,7 @@ def read_bytes(file: str, limit: int, what: str) -> bytes:
 class _Bounds:
     """The running counts of one parse: refuses the first event past a bound, naming it."""
 
-    def __init__(self, file: str, clock=time.monotonic):
+    def __init__(self, file: str, clock=time.thread_time):  # CPU time, not a busy machine's wall clock
         self.file, self.clock = file, clock
         self.deadline = clock() + MAX_PARSE_SECONDS
         self.nodes = 0
