@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -96,18 +97,21 @@ def test_the_wheel_installs_into_an_existing_airflow_without_changing_airflow_or
     # the platform's Airflow, every Airflow distribution pinned
     pins = platform_pins()
     assert any(p.startswith("apache-airflow==") for p in pins) and any("providers-apache-spark==" in p for p in pins), pins
+    t0 = time.monotonic()
     _run([REPO / ".venv" / "bin" / "uv", "pip", "install", "--quiet", "--python", py, *pins], env, work)
+    t1 = time.monotonic()
     before = _freeze(py, env, work)
     airflow = {n: v for n, v in before.items() if n == "apache-airflow" or n.startswith("apache-airflow-")}
     assert {p.split("==")[0] for p in pins} <= set(airflow), (pins, airflow)
 
     _run([venv / "bin" / "pip", "install", "--quiet", wheel], env, work)  # the documented install
+    t2 = time.monotonic()
     after = _freeze(py, env, work)
     changed = {n: (v, after.get(n)) for n, v in airflow.items() if after.get(n) != v}
     others = {n: (v, after.get(n)) for n, v in before.items() if n not in airflow and after.get(n) != v}
     assert changed == {}, f"installing eobatch changed Airflow or a provider: {changed} (and else: {others})"
     print(f"python {version}: eobatch's install changed none of the {len(airflow)} Airflow distributions; "
-          f"other packages it changed: {others or 'none'}")
+          f"other packages it changed: {others or 'none'} (installing Airflow {t1 - t0:.0f} s, eobatch {t2 - t1:.0f} s)")
 
     expected = wheel.name.split("-")[1]
     assert _run(["eobatch", "--version"], env, work).stdout.strip() == f"eobatch {expected}"
