@@ -23,17 +23,17 @@ TEST_WORKERS ?= 2
 # stays a character of the value. `override VAR := $(value VAR)` keeps make from expanding a `$`
 # in a value given on the command line: CONF='{"note": "$5"}' arrives as it was typed.
 # (PYTEST_ARGS is meant to be split into words: it stays pasted into the command.)
-USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND MASTER BATCH DRY_RUN SIZES SINGLE_FILE_GB PLAN_LATE_BATCHES KAFKA_RECORDS MERGE_RECORDS DRIVER_MEMORY SINK
+USER_VARS := PIPELINE RUNS CONF DATE FORMAT BATCHES SEED BACKEND MASTER BATCH DRY_RUN PYTHONS SIZES SINGLE_FILE_GB PLAN_LATE_BATCHES KAFKA_RECORDS MERGE_RECORDS DRIVER_MEMORY SINK
 define verbatim_env
 override $(1) := $$(value $(1))
 export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain chain-check test test-unit run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain chain-check test test-unit install-check run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | demo-chain | chain-check | test | lint | schema | docs | wheel | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | demo-chain | chain-check | test | lint | schema | docs | wheel | install-check [PYTHONS=\"3.11 3.12\"] | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3|delta] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
 
@@ -163,6 +163,13 @@ wheel: venv .jars/eobatch-jvm.jar $(BUILD_ENV)/.installed
 lint: venv
 	$(VENV)/bin/ruff check dags spark_jobs plugins tests include
 	$(VENV)/bin/mypy
+
+# The wheel installed into a fresh Airflow (Airflow and its providers pinned) on each Python of PYTHONS
+# (default "3.11 3.12", which `make test` runs too): it changes neither Airflow nor a provider, and its
+# command, DAG factory and provider work. tests/integration/test_install_beside_airflow.py
+install-check: venv .jars/eobatch-jvm.jar
+	@EOBATCH_INSTALL_PYTHONS="$${PYTHONS:-3.11 3.12}" $(VENV)/bin/python -m pytest tests/integration/test_install_beside_airflow.py \
+	    -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/python -m pytest -m "not integration" $(PYTEST_ARGS)

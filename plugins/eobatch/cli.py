@@ -30,9 +30,12 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from collections.abc import Iterable
 from typing import Any
 
+from . import __version__
+from . import airflow as _reads_airflow_cfg  # noqa: F401 - the settings as the DAG file reads them
 from .airflow.runs import airflow_bin, run_dags_test, run_date
 from .config.loader import find_pipeline, load_all, pipelines_dir
 from .core.batch_run import BatchRun
@@ -188,26 +191,68 @@ def run_verb(proto: Protocol, args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="eobatch", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    lp = sub.add_parser("ledger", help="the batches of a pipeline: state, range, counts, versions, timings")
+DESCRIPTION = ("Exactly-once micro-batch pipelines into Delta Lake, orchestrated by Apache Airflow, computed by "
+               "PySpark: each batch is planned, staged, verified and committed (a two-phase commit per batch).")
+# the groups of `eobatch --help`, in this order: (title, the commands of the group, in this order)
+GROUPS = (
+    ("commands", ("doctor", "jars", "run", "ledger", "show", "as-of", "maintain", "sweep", "pools")),
+    ("repairs (the docs' operations page says when)", ("rewind", "replay", "reset-batch")),
+    ("protocol steps (internal: one step of a batch in one process, exactly what the pipeline's Airflow task runs; "
+     "for finishing a batch by hand and for `make chaos`)", ("recover", "plan", "verify", "commit", "abort")),
+    ("helpers of the Makefile", ("run-date", "class-archive")),
+)
+EPILOG = ("`eobatch <command> --help` gives a command's arguments. Exit status: 0 done, 2 bad input (config, ids), "
+          "3 wait (not staged yet, another run's batch first), 4 verification failed, 5 a repair is needed (the "
+          "message says which), 6 nothing new to plan, 7 transient (retry later), 1 anything else (a traceback).")
+
+
+def _overview(helps: dict[str, str], width: int = 100) -> str:
+    """The description of `eobatch --help`: DESCRIPTION, then each group of GROUPS with its commands."""
+    assert sorted(helps) == sorted(c for _t, cmds in GROUPS for c in cmds), "every command in one group of GROUPS"
+    out = [textwrap.fill(DESCRIPTION, width)]
+    for title, cmds in GROUPS:
+        lines = textwrap.wrap(title + ":", width)
+        for c in cmds:
+            lines += textwrap.wrap(helps[c], width, initial_indent=f"    {c:<15}", subsequent_indent=" " * 19)
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: each command's parser under the subparsers of ``cmd``; `eobatch --help` lists
+    them by GROUPS (the user's commands first, the protocol's internal steps last), each still callable."""
+    helps: dict[str, str] = {}
+    ap = argparse.ArgumentParser(prog="eobatch", usage="%(prog)s [-h] [--version] <command> [<arguments>]",
+                                 epilog=textwrap.fill(EPILOG, 100), formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"eobatch {__version__}",
+                    help="print the version of eobatch and exit")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="<command>", help=argparse.SUPPRESS, prog="eobatch")
+
+    def add_parser(name: str, help: str) -> argparse.ArgumentParser:
+        helps[name] = help
+        return sub.add_parser(name, description=help, help=help)
+
+    lp = add_parser("ledger", "the batches of a pipeline: state, range, counts, versions, timings")
     lp.add_argument("pipeline")
     lp.add_argument("--format", choices=["table", "json"], default="table")
-    shp = sub.add_parser("show", help="what the pipeline's tables publish (read with delta-rs)")
+    shp = add_parser("show", "what the pipeline's tables publish (read with delta-rs)")
     shp.add_argument("pipeline")
     shp.add_argument("--limit", type=int, default=5)
-    op = sub.add_parser("as-of", help="the pipeline as of a committed batch: each table's version at the commit "
+    op = add_parser("as-of", "the pipeline as of a committed batch: each table's version at the commit "
                                       "that carried it (one consistent cut of all its tables)")
     op.add_argument("pipeline")
     op.add_argument("batch", type=int)
     op.add_argument("--format", choices=["table", "json"], default="table")
-    sp = sub.add_parser("sweep", help="delete staged files no commit will use (only of decided batches)")
+    sp = add_parser("sweep", "delete staged files no commit will use (only of decided batches)")
     sp.add_argument("pipeline")
     sp.add_argument("--all", action="store_true", help="every batch, not only the newest ones")
-    for verb, extra in (("recover", ()), ("plan", ()), ("verify", ("batch", "attempt")), ("commit", ("batch",)),
-                        ("abort", ("batch", "attempt"))):
-        vp = sub.add_parser(verb, help=f"the protocol's {verb} step, as the Airflow task runs it")
+    for verb, extra, what in (
+            ("recover", (), "settle what an earlier run left undecided (the first task of every run)"),
+            ("plan", (), "plan the next batch and print it (exit 6: nothing new)"),
+            ("verify", ("batch", "attempt"), "check a staged attempt and record its PREPARE decision"),
+            ("commit", ("batch",), "commit a verified batch to every table of the pipeline"),
+            ("abort", ("batch", "attempt"), "abort an attempt (interval mode: the batch is abandoned too)")):
+        vp = add_parser(verb, what)
         vp.add_argument("pipeline")
         for a in extra:
             vp.add_argument(a, type=int if a == "batch" else str)
@@ -216,11 +261,11 @@ def main(argv=None) -> int:
             vp.add_argument("--interval", nargs=2, metavar=("START", "END"),
                             help="interval mode: the data interval (ISO times, UTC)")
             vp.add_argument("--run-id", default=None, help="interval mode: the owner of the batch")
-    dp = sub.add_parser("run-date", help="the logical date `airflow dags test` needs so that the run covers "
+    dp = add_parser("run-date", "the logical date `airflow dags test` needs so that the run covers "
                                          "DATE's interval (interval mode) or DATE (continuous mode)")
     dp.add_argument("pipeline")
     dp.add_argument("date")
-    wp = sub.add_parser("rewind", help="restore the tables to before BATCH and read again from its start")
+    wp = add_parser("rewind", "restore the tables to before BATCH and read again from its start")
     wp.add_argument("pipeline")
     wp.add_argument("batch", type=int, nargs="?")
     wp.add_argument("--upstream-version", type=int, default=None, metavar="V",
@@ -229,28 +274,28 @@ def main(argv=None) -> int:
     wp.add_argument("--dry-run", action="store_true", help="say what would happen, change nothing")
     wp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the rewound "
                                                                "batches are gone (the ledger records the loss)")
-    mp = sub.add_parser("maintain", help="one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
+    mp = add_parser("maintain", "one maintenance pass: compaction, VACUUM, Delta checkpoint (as the "
                                           "<name>_maintenance DAG)")
     mp.add_argument("pipeline")
-    qp = sub.add_parser("replay", help="write a batch's quarantined records not replayed yet back as a new landing "
+    qp = add_parser("replay", "write a batch's quarantined records not replayed yet back as a new landing "
                                         "file (each record at most once, whatever the selections)")
     qp.add_argument("pipeline")
     qp.add_argument("batch", type=int)
     qp.add_argument("--reason", default=None, help="only records whose reason contains this text")
-    rp = sub.add_parser("reset-batch", help="forget batches BATCH.. that no table holds (repair), re-plan them")
+    rp = add_parser("reset-batch", "forget batches BATCH.. that no table holds (repair), re-plan them")
     rp.add_argument("pipeline")
     rp.add_argument("batch", type=int)
     rp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the forgotten "
                                                                "batches are gone (the ledger records the loss)")
-    ap_ = sub.add_parser("class-archive", help="build the stage job's JVM class-data archive (make setup runs it): "
+    ap_ = add_parser("class-archive", "build the stage job's JVM class-data archive (make setup runs it): "
                                               "one small stage job, a faster start for every later one")
     ap_.add_argument("--master", default="local[*]")
     ap_.add_argument("--force", action="store_true", help="build it again even if it is there")
-    pp = sub.add_parser("pools", help="the Airflow pools the pipelines name (maintenance.pool): one line each, "
-                                      "<pool> <pipelines, comma-separated>; --create creates them")
+    pp = add_parser("pools", "the Airflow pools the pipelines name (maintenance.pool): one line each, "
+                             "<pool> <pipelines, comma-separated>; --create creates them")
     pp.add_argument("--create", action="store_true", help="create (or reset) each pool in this Airflow with one "
                                                           "slot, with `airflow pools set`")
-    jp = sub.add_parser("jars", help="resolve the stage job's JVM jars (Delta, hadoop-aws) with Maven into the jars "
+    jp = add_parser("jars", "resolve the stage job's JVM jars (Delta, hadoop-aws) with Maven into the jars "
                                      "folder (EOBATCH_JARS_DIR, default ~/.cache/eobatch/jars), checked against "
                                      "their SHA-256 list")
     jp.add_argument("--dir", default=None, help="another folder (then set EOBATCH_JARS_DIR to it for the tasks)")
@@ -263,17 +308,22 @@ def main(argv=None) -> int:
                     help=f"the Maven settings file (your repository manager; default: {SETTINGS_ENV}, else "
                          "~/.m2/settings.xml, else Maven Central only)")
     jp.add_argument("--write-list", default=None, help=argparse.SUPPRESS)  # `make jar-lock`: after a pom change
-    dop = sub.add_parser("doctor", help="check this deployment: Java, Spark, jars, the pipelines folder, the "
+    dop = add_parser("doctor", "check this deployment: Java, Spark, jars, the pipelines folder, the "
                                         "connections the pipelines name, write access to their tables")
     dop.add_argument("--pipelines", default=None, help="the folder of pipeline files (default: PIPELINES_DIR or "
                                                        "the Airflow option [eobatch] pipelines_dir)")
-    rnp = sub.add_parser("run", help="RUNS runs of a pipeline's DAG, one after another, each with `airflow dags "
+    rnp = add_parser("run", "RUNS runs of a pipeline's DAG, one after another, each with `airflow dags "
                                      "test` (the Airflow of this environment, whose DAG folder builds the pipeline)")
     rnp.add_argument("pipeline")
     rnp.add_argument("--runs", type=int, default=1)
     rnp.add_argument("--conf", default=None, help="the run's params, as JSON")
     rnp.add_argument("--date", default=None, help="interval mode: the start of the interval to run")
-    args = ap.parse_args(argv)
+    ap.description = _overview(helps)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     try:
         if args.cmd == "pools":
             return _pools(create=args.create)

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable
 
 from . import __version__, paths, preflight
+from . import airflow as _reads_airflow_cfg  # noqa: F401 - the settings as the DAG file reads them
 from .config import access
 from .config.loader import PipelineConfig, load_all, pipelines_dir
 from .config.policy import ALLOW_SPARK_CONF_ENV
@@ -237,12 +238,6 @@ def trust_checks(directory: str | None = None) -> list[Check]:
         folder: str | None = directory or pipelines_dir()
     except EobatchError:
         folder = None
-    from . import airflow as _registers_the_option_reader  # noqa: F401 - [eobatch] access_policy
-
-    try:
-        import airflow.configuration  # noqa: F401 - optional: read here as the DAG processor and the tasks read it
-    except ImportError:
-        pass
     policy_check, policy = _policy(folder)
     out = [policy_check, *_allow_lists()]
     if folder and os.path.isdir(folder) and (policy_check.ok or policy is not None):

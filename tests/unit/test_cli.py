@@ -226,3 +226,54 @@ def test_rewind_by_upstream_version_is_for_a_delta_source_and_wants_one_target(m
     assert r.returncode == 2 and "give BATCH or --upstream-version, not both" in r.stderr, r.stderr
     r = _cli(cfg, "rewind", cfg.name)
     assert r.returncode == 2 and "give BATCH (or, for a delta source, --upstream-version V)" in r.stderr, r.stderr
+
+
+# -- the platform's settings: read as Airflow reads them, by the CLI as by the DAG file -------------
+
+
+def _airflow_home_cli(tmp_path: Path, cfg_text: str, *args: str) -> subprocess.CompletedProcess:
+    """``python -m eobatch.cli ARGS`` (or ``-c``) with an AIRFLOW_HOME whose airflow.cfg is
+    ``cfg_text``, and no eobatch variable in the environment."""
+    home = tmp_path / "airflow-home"
+    home.mkdir(exist_ok=True)
+    (home / "airflow.cfg").write_text(cfg_text)
+    env = {"AIRFLOW_HOME": str(home), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(Path(eobatch.__file__).parents[1])}
+    return subprocess.run([sys.executable, *(args if args[0] == "-c" else ("-m", "eobatch.cli", *args))],
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_the_cli_finds_the_pipelines_folder_that_airflow_cfg_names_as_the_dag_file_does(make_cfg, tmp_path):
+    """``[eobatch] pipelines_dir`` in airflow.cfg, no PIPELINES_DIR nor AIRFLOW__EOBATCH__PIPELINES_DIR:
+    ``ledger`` and ``doctor`` read the folder it names (the one the DAG file and the UI read), not
+    the checkout's demo folder."""
+    cfg = make_cfg(name="named_in_airflow_cfg")
+    folder = str(Path(cfg.file).parent)
+    text = f"[eobatch]\npipelines_dir = {folder}\n"
+    r = _airflow_home_cli(tmp_path, text, "ledger", cfg.name)
+    assert r.returncode == 0 and "(no batches yet)" in r.stdout, r.stdout + r.stderr[-3000:]
+    r = _airflow_home_cli(tmp_path, text, "doctor")
+    assert f"ok   pipelines: {folder}: 1 pipeline(s): {cfg.name}" in r.stdout, r.stdout + r.stderr[-3000:]
+    r = _airflow_home_cli(tmp_path, text, "-c", "from eobatch.airflow import pipelines_dir; print(pipelines_dir())")
+    assert r.stdout.strip() == folder, r.stdout + r.stderr[-3000:]
+
+
+def test_version_and_help_say_what_the_command_is_with_the_users_commands_before_the_protocols_steps():
+    env = {"PYTHONPATH": str(Path(eobatch.__file__).parents[1]), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "eobatch.cli", "--version"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == f"eobatch {eobatch.__version__}", r.stdout + r.stderr
+    r = subprocess.run([sys.executable, "-m", "eobatch.cli", "--help"], env=env, capture_output=True, text=True,
+                       timeout=300)
+    out = r.stdout
+    assert r.returncode == 0 and out.startswith("usage: eobatch "), out + r.stderr
+    description = out.split("\n\n")[1]  # the paragraph after the usage: whole sentences, none cut off
+    assert description.rstrip().endswith(".") and "Exactly-once" in description, description
+    users, steps = out.index("commands:"), out.index("protocol steps")
+    for command in ("doctor", "run", "ledger", "show", "jars", "rewind", "replay", "maintain"):
+        assert users < out.index(f"\n    {command} ") < steps, (command, out)
+    for step in ("recover", "plan", "verify", "commit", "abort"):
+        assert out.index(f"\n    {step} ") > steps, (step, out)
+    r = subprocess.run([sys.executable, "-m", "eobatch.cli", "plan", "--help"], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0 and "--max-records" in r.stdout, r.stdout + r.stderr  # the steps stay callable

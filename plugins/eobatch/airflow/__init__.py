@@ -21,50 +21,28 @@ Airflow's configuration are imported only when these functions are called.
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
-from ..config import access, notifiers
-from .provider import OPTION, SECTION
+from .. import settings
 
 
-def access_policy_option() -> str | None:
-    """Airflow's option ``[eobatch] access_policy`` (``eobatch.config.access``), read in a process
-    that has imported Airflow (None elsewhere: importing it would configure Airflow here)."""
-    if "airflow" not in sys.modules:
-        return None
+def airflow_option(section: str, option: str) -> str | None:
+    """An option as Airflow reads it (airflow.cfg, the environment, the ``_cmd`` and ``_secret``
+    forms): the reader of ``eobatch.settings`` in every process that imports this package."""
     from airflow.configuration import conf  # only when asked (see the module docstring)
 
-    return conf.get(SECTION, access.OPTION, fallback=None)
+    found = conf.get(section, option, fallback=None)
+    return None if found is None else str(found)
 
 
-access.register_option_reader(access_policy_option)
-
-
-def allowed_notifiers_option() -> str:
-    """The platform's ``[eobatch] allowed_notifiers`` (airflow.cfg or its environment variable):
-    the notifier classes a pipeline file may name (``eobatch.config.notifiers``)."""
-    from airflow.configuration import conf  # only when asked (see the module docstring)
-
-    return str(conf.get(notifiers.SECTION, notifiers.OPTION, fallback="") or "")
-
-
-notifiers.register(allowed_notifiers_option)  # the loader asks Airflow's configuration, not only the environment
+settings.register_reader(airflow_option)
 
 
 def pipelines_dir() -> str:
-    """The folder of pipeline files: ``PIPELINES_DIR``, else the Airflow option ``[eobatch]
-    pipelines_dir`` (airflow.cfg, or ``AIRFLOW__EOBATCH__PIPELINES_DIR``), else a checkout's demo
-    folder; UsageError naming them when none is set."""
-    from airflow.configuration import conf  # only when asked (see the module docstring)
+    """The folder of pipeline files (``eobatch.config.loader.pipelines_dir``: the setting
+    ``[eobatch] pipelines_dir`` of ``eobatch.settings``, else a checkout's demo folder)."""
+    from ..config.loader import pipelines_dir as loader_pipelines_dir  # pydantic: only when asked (the module docstring)
 
-    from ..config.loader import pipelines_dir as loader_pipelines_dir
-
-    if not os.environ.get("PIPELINES_DIR"):
-        configured = conf.get(SECTION, OPTION, fallback=None)
-        if configured:
-            return str(configured)
     return loader_pipelines_dir()
 
 

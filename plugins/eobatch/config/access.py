@@ -1,9 +1,9 @@
 """Which Airflow connections and which storage locations a pipeline may use: the platform's access
-policy (pure Python; Airflow's option is read through the reader ``eobatch.airflow`` registers).
+policy (pure Python; the setting is read by ``eobatch.settings``, as every setting of eobatch).
 
 The policy is one platform-owned file, named by the Airflow option ``[eobatch] access_policy``
-(airflow.cfg, or ``AIRFLOW__EOBATCH__ACCESS_POLICY``; outside an Airflow process, e.g. the
-``eobatch`` command, only that environment variable). A YAML (or JSON) mapping::
+(airflow.cfg, or ``AIRFLOW__EOBATCH__ACCESS_POLICY``; read the same way by the DAG file, the tasks,
+the ``eobatch`` command and doctor: ``eobatch.settings``). A YAML (or JSON) mapping::
 
     rules:
       - pipelines: "team_a_*"                 # a glob on the pipeline name (or a list); default "*"
@@ -35,20 +35,21 @@ import contextvars
 import fnmatch
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from .. import settings
 from ..errors import ConfigError, UsageError
 
 if TYPE_CHECKING:
     from .pipeline import PipelineConfig
 
-SECTION, OPTION = "eobatch", "access_policy"
-ENV = "AIRFLOW__EOBATCH__ACCESS_POLICY"
+SECTION, OPTION = settings.SECTION, settings.ACCESS_POLICY.option
+ENV = settings.ACCESS_POLICY.env
 RULE_KEYS = frozenset({"pipelines", "folder", "connections", "locations"})
 S3_PREFIXES = ("s3a://", "s3://", "s3n://")
 
@@ -101,24 +102,12 @@ class Use:
 # -- where the policy is set, and reading it --------------------------------------------------------
 
 
-_option_reader: Callable[[], str | None] | None = None
-
-
-def register_option_reader(reader: Callable[[], str | None]) -> None:
-    """How this process reads Airflow's option ``[eobatch] access_policy`` (``eobatch.airflow``
-    registers Airflow's configuration on import; config/ imports nothing of Airflow)."""
-    global _option_reader
-    _option_reader = reader
-
-
 def configured_source() -> str | None:
     """The policy file the platform set: ``AIRFLOW__EOBATCH__ACCESS_POLICY``, else Airflow's option
     ``[eobatch] access_policy`` (airflow.cfg, its ``_cmd`` / ``_secret`` forms too) in a process that
-    uses Airflow (the DAG processor, a task, the api-server, doctor). None: not set."""
-    if ENV in os.environ:
-        return os.environ[ENV].strip() or None
-    value = str((_option_reader() if _option_reader is not None else None) or "").strip()
-    return value or None
+    imported ``eobatch.airflow`` (the DAG processor, a task, the api-server, the eobatch command,
+    doctor): ``eobatch.settings``. None: not set."""
+    return settings.value(settings.ACCESS_POLICY)
 
 
 _cache: dict[tuple, Policy] = {}

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import SkipJsonSchema
 
-from .. import sinks
+from .. import settings, sinks
 from ..errors import ConfigError, UsageError
 from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
@@ -813,15 +813,13 @@ def environment_values(raw: dict) -> tuple[tuple[str, str], ...]:
 
 
 def pipelines_dir() -> str:
-    """``PIPELINES_DIR``, else ``AIRFLOW__EOBATCH__PIPELINES_DIR`` (the Airflow option ``[eobatch]
-    pipelines_dir`` given in the environment; ``eobatch.airflow.pipelines_dir`` reads airflow.cfg
-    too), else a checkout's ``include/pipelines``."""
-    found = (os.environ.get("PIPELINES_DIR") or os.environ.get("AIRFLOW__EOBATCH__PIPELINES_DIR")
-             or default_pipelines_dir())
+    """The folder of pipeline files: the setting ``[eobatch] pipelines_dir`` (``PIPELINES_DIR``, else
+    Airflow's option from the environment or airflow.cfg: ``eobatch.settings``), else a checkout's
+    ``include/pipelines``; UsageError naming where to set it when none is set."""
+    found = settings.value(settings.PIPELINES_DIR) or default_pipelines_dir()
     if not found:
-        raise UsageError("no folder of pipeline files: set PIPELINES_DIR, or the Airflow option [eobatch] "
-                         "pipelines_dir (AIRFLOW__EOBATCH__PIPELINES_DIR), or give the folder to "
-                         "pipeline_dags(globals(), folder) in the DAG file")
+        raise UsageError(f"no folder of pipeline files: set {settings.PIPELINES_DIR.where}, or give the folder "
+                         f"to pipeline_dags(globals(), folder) in the DAG file")
     return found
 
 

@@ -4,9 +4,9 @@ platform's rules, not a pipeline's (pure Python: no Airflow, no pydantic).
 * ``email:`` entries use the product's own e-mail notifier (``EMAIL_NOTIFIER``): always allowed.
 * ``notifier:`` entries name a class by its dotted path: allowed only when the platform lists it in
   the Airflow option ``[eobatch] allowed_notifiers`` (airflow.cfg, or
-  ``AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS``; comma or whitespace separated; empty by default). The
-  Airflow side registers the reader of Airflow's configuration here (``register``); elsewhere the
-  environment variable is read. A class not listed is refused at load and never imported.
+  ``AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS``; comma or whitespace separated; empty by default), read by
+  ``eobatch.settings`` as every setting of eobatch. A class not listed is refused at load and never
+  imported.
 * ``args`` and the e-mail fields are literal text: the notifier never renders them as templates
   (``eobatch.airflow.alerts`` builds every notifier with no templated field). The arguments that
   choose files or templates (an attachment, a template file, the message's subject or body) are
@@ -15,13 +15,13 @@ platform's rules, not a pipeline's (pure Python: no Airflow, no pydantic).
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
+
+from .. import settings
 
 EMAIL_NOTIFIER = "eobatch.airflow.alerts.EmailNotifier"  # the product's e-mail notifier (``email:``)
-SECTION, OPTION = "eobatch", "allowed_notifiers"
-ALLOWED_NOTIFIERS_ENV = "AIRFLOW__EOBATCH__ALLOWED_NOTIFIERS"
+SECTION, OPTION = settings.SECTION, settings.ALLOWED_NOTIFIERS.option
+ALLOWED_NOTIFIERS_ENV = settings.ALLOWED_NOTIFIERS.env
 
 # what the product hands a notifier class: the alert's fields, by the keyword argument named in
 # ``alert_args`` (e.g. {text: text} gives SlackNotifier(text=<the alert's text>))
@@ -40,18 +40,9 @@ _REFUSED_WORDS = re.compile(r"file|template|attach|path", re.IGNORECASE)
 # the form the docs showed before notifier arguments became literal text
 _OLD_ALERT_TEMPLATE = re.compile(r"\{\{-?\s*alert\.(\w+)\s*-?\}\}")
 
-_reader: Callable[[], str] | None = None
-
-
-def register(reader: Callable[[], str] | None) -> None:
-    """``reader()``: the platform's ``[eobatch] allowed_notifiers`` as text (Airflow's conf)."""
-    global _reader
-    _reader = reader
-
-
 def allowed_notifiers() -> frozenset[str]:
     """The dotted paths of the notifier classes the platform allows (``email:`` needs none)."""
-    raw = _reader() if _reader is not None else os.environ.get(ALLOWED_NOTIFIERS_ENV, "")
+    raw = settings.value(settings.ALLOWED_NOTIFIERS)
     return frozenset(p for p in re.split(r"[\s,]+", raw or "") if p)
 
 
