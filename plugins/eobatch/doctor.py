@@ -141,7 +141,7 @@ def _sources(cfgs: dict[str, PipelineConfig]) -> list[Check]:
         except Exception as e:  # noqa: BLE001 - the reason is the answer
             out.append(Check(f"source {name}", False, f"{cfg.source.path}: {type(e).__name__}: {scrub(str(e))}"))
             continue
-        include = ", ".join(getattr(cfg.source, "include", ()))
+        include = ", ".join(cfg.source.include)
         out.append(Check(f"source {name}", True, f"{cfg.source.path}: a folder it can list (it reads the files "
                                                  f"named [{include}])"))
     return out

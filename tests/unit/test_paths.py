@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from eobatch import paths
@@ -31,7 +32,9 @@ def test_nothing_else_in_eobatch_names_a_repository_folder():
         if p.name == "paths.py":
             continue
         text = p.read_text()
-        for needle in ("REPO", '"include"', '".jars"', '".cache"', "os.path.dirname(os.path.dirname(os.path.dirname"):
+        for needle in ("REPO", '".jars"', '".cache"', "os.path.dirname(os.path.dirname(os.path.dirname"):
             if needle in text:
                 found.append(f"{p.relative_to(REPO)}: {needle}")
+        # the checkout's include/ folder in a path (not the pipeline key ``source.include``)
+        found += [f"{p.relative_to(REPO)}: {m.group(0)}" for m in re.finditer(r'(join|Path)\([^)\n]*"include"|"include/', text)]
     assert found == []

@@ -186,6 +186,8 @@ def bid(batch_id: int) -> str:
 
 
 DECISION_FILE = "decision.json"  # an attempt's one decision (prepare or abort), put-if-absent
+REPLAY_DIR = "replay"  # the sub-folder of a landing folder that replays land in (``core.replay``)
+REPLAY_LINEAGE = ".jsonl.lineage.json"  # the lineage of an older version's replay file, beside it
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,6 @@ an interval still to run (copy the lines there yourself).
 
 from __future__ import annotations
 
-import fnmatch
 import hashlib
 import json
 import re
@@ -52,11 +51,10 @@ from typing import TYPE_CHECKING, Any
 from ..config.lines import RAW_CHARS
 from ..errors import UsageError
 from ..sources import kind_for
-from ..sources.files.planner import REPLAY_DIR, REPLAY_LINEAGE
 from ..storage.fs import LinkRefused, join, link_refused, printable, storage_for
 from . import faults
 from .checkpoint import RewindKey, undoing
-from .formats import JSON, QUARANTINE, Layout, bid
+from .formats import JSON, QUARANTINE, REPLAY_DIR, REPLAY_LINEAGE, Layout, bid
 
 REPLAY_NAME = "replay-<n>-b<batch>-<nonce>.jsonl"  # the name of a replay's landing file (``replay``)
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
@@ -177,9 +175,8 @@ def _check_source(cfg: PipelineConfig) -> None:
                          f"interval still to run; copy the records there yourself (`make replay` does not guess it)")
     if not kind_for(cfg.source.kind).replayable:
         raise UsageError(f"replay writes JSON lines; pipeline {cfg.name} reads {cfg.source.kind} files")
-    include = tuple(getattr(cfg.source, "include", ()))
-    if include and not any(fnmatch.fnmatchcase(REPLAY_NAME, g) for g in include):
-        raise UsageError(f"replay lands files named {REPLAY_NAME} and source.include [{', '.join(include)}] of "
+    if not cfg.source.takes_name(REPLAY_NAME):
+        raise UsageError(f"replay lands files named {REPLAY_NAME} and source.include [{', '.join(cfg.source.include)}] of "
                          f"{cfg.file} does not take that name (they would never be read): add '*.jsonl' to it")
 
 

@@ -24,6 +24,7 @@ No pyspark and no Airflow at module level, here and in every kind's package.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -77,11 +78,22 @@ class SourceConfig:
     if TYPE_CHECKING:  # read-only to callers: a kind with a folder makes it a field (files, parquet)
         @property
         def path(self) -> str | None: ...
+
+        @property
+        def include(self) -> tuple[str, ...]: ...
     else:
         path: ClassVar[str | None] = None
+        include: ClassVar[tuple[str, ...]] = ()  # a landing kind makes it a field: the names it reads
 
     def describe(self) -> str:
         return str(self.path)
+
+    def takes_name(self, path: str) -> bool:
+        """Whether this source reads a landing file of this name: ``source.include``, globs of the
+        file's name (not its folder), case-sensitive (``*.jsonl`` is what ``.jsonl`` always meant);
+        every name for a kind without landing files."""
+        name = path.rsplit("/", 1)[-1]
+        return not self.include or any(fnmatch.fnmatchcase(name, g) for g in self.include)
 
     # keys newer than the kind, hashed only when they differ from these defaults: a YAML that does not
     # set them (or sets the default) keeps the fingerprint it always had

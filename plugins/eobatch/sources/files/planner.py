@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import fnmatch
 import logging
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -41,7 +40,7 @@ from typing import Any
 
 from ...config import lines
 from ...core.checkpoint import SKIP_NOTE, ReadSoFar
-from ...core.formats import slice_name
+from ...core.formats import REPLAY_DIR, REPLAY_LINEAGE, slice_name
 from ...errors import TerminalError
 from ...storage import s3conf
 from ...storage.fs import FileInfo, NotARegularFile, is_utf8, join, printable, storage_for
@@ -93,8 +92,6 @@ def count_records(fs, path: str, root: str | None = None) -> int:
     return counted(fs, path, root)[0]
 
 
-REPLAY_DIR = "replay"  # the sub-folder of the landing folder replays land in (``core.replay``)
-REPLAY_LINEAGE = ".jsonl.lineage.json"  # the lineage of an older version's replay file, beside it (``core.replay``)
 
 
 def _own_file(root: str, path: str) -> bool:
@@ -161,10 +158,8 @@ class FilesSource:
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
     def takes(self, path: str) -> bool:
-        """Whether this source reads a landing file of this name: ``source.include``, globs of the
-        file's name (not its folder), case-sensitive (``*.jsonl`` is what ``.jsonl`` always meant)."""
-        name = path.rsplit("/", 1)[-1]
-        return any(fnmatch.fnmatchcase(name, g) for g in self.include)
+        """Whether this source reads a landing file of this name (``SourceConfig.takes_name``)."""
+        return self.cfg.source.takes_name(path)
 
     def check_landing(self) -> None:
         """LandingUnreadable (terminal) when the landing folder (``source.path``) does not exist, is
