@@ -88,27 +88,37 @@ def pipeline_dags(namespace: dict[str, Any], directory: str | None = None) -> di
     return dags
 
 
-def pipeline_tasks(pipeline: str, group_id: str | None = None, **kwargs: Any) -> Any:
+def _folder(pipeline: str, directory: str | None) -> str | None:
+    """The folder in which a pipeline given by name is looked up: ``directory``, else ``pipelines_dir()``
+    (a path needs none)."""
+    from .dag_factory import names_a_file  # the DAG factory: a DAG file only (module docstring)
+
+    if directory or names_a_file(pipeline):
+        return directory
+    return pipelines_dir()
+
+
+def pipeline_tasks(pipeline: str, group_id: str | None = None, *, directory: str | None = None, **kwargs: Any) -> Any:
     """A pipeline's tasks (recover >> plan >> stage >> verify >> commit, abort on failure) as a TaskGroup
     of the DAG or group being defined: ``pipeline`` is its file's path or its name in ``pipelines_dir()``
     (``directory=`` another folder); ``group_id`` default the pipeline's name. The generated DAGs are
-    built of the same group's tasks (``dag_factory.add_pipeline_tasks``)."""
-    from .dag_factory import pipeline_tasks as build  # Airflow's DAG classes: a DAG file only
+    built of the same group's tasks (``dag_factory.add_pipeline_tasks``). docs/site/compose.md."""
+    from .dag_factory import pipeline_tasks as build  # Airflow's DAG classes: a DAG file only (module docstring)
 
-    return build(pipeline, group_id, **kwargs)
+    return build(pipeline, group_id, directory=_folder(pipeline, directory), **kwargs)
 
 
 def pipeline_params(pipeline: str, directory: str | None = None) -> dict[str, Any]:
     """The params of the pipeline's trigger form (its generated DAG's ``params``), for a DAG of your own:
     ``params={**pipeline_params("orders"), "region": "eu"}``. A run of a DAG that declares none of them
     still takes them from the trigger's conf; a key neither the pipeline nor the DAG declares is refused."""
-    from .dag_factory import resolve_pipeline, run_params
+    from .dag_factory import resolve_pipeline, run_params  # Airflow's Param: a DAG file only (module docstring)
 
-    return run_params(resolve_pipeline(pipeline, directory).mode)
+    return run_params(resolve_pipeline(pipeline, _folder(pipeline, directory)).mode)
 
 
 def pipeline_schedule(pipeline: str, directory: str | None = None) -> Any:
     """The pipeline's own schedule (its generated DAG's: cron, data-interval timetable, or Asset)."""
-    from .dag_factory import pipeline_schedule as schedule
+    from .dag_factory import pipeline_schedule as schedule  # Airflow's timetables: a DAG file only (docstring)
 
-    return schedule(pipeline, directory)
+    return schedule(pipeline, _folder(pipeline, directory))

@@ -13,6 +13,7 @@ from typing import Any
 from airflow.sdk import DAG, BaseOperator, Param, TaskGroup
 
 from ..config.loader import ConfigError, PipelineConfig, load_all, load_pipeline
+from ..config.loader import pipelines_dir as loader_pipelines_dir
 from ..config.model import NAME_RE
 from ..config.pipeline import MAX_BATCHES_PER_RUN
 from ..config.yamlfile import clip
@@ -206,19 +207,22 @@ def pipeline_schedule(pipeline: str | PipelineConfig, directory: str | None = No
     return timetable_for(cfg, folder)
 
 
+def names_a_file(pipeline: str) -> bool:
+    """Does ``pipeline`` (``pipeline_tasks``' argument) name a file (a path) rather than a pipeline's name?"""
+    return os.sep in pipeline or "/" in pipeline or pipeline.endswith((".yaml", ".yml"))
+
+
 def resolve_pipeline(pipeline: str | PipelineConfig, directory: str | None = None) -> PipelineConfig:
     """A pipeline given by its file (a path: it has a ``/`` or ends ``.yaml``/``.yml``) or by its name in
-    ``directory`` (default: ``eobatch.airflow.pipelines_dir()``). ConfigError naming the file, or the
+    ``directory`` (default: ``PIPELINES_DIR`` or a checkout's folder; ``eobatch.airflow``'s functions pass
+    ``pipelines_dir()``, which reads Airflow's option too). ConfigError naming the file, or the
     folder and the names it holds."""
     if isinstance(pipeline, PipelineConfig):
         return pipeline
     text = str(pipeline)
-    if os.sep in text or "/" in text or text.endswith((".yaml", ".yml")):
+    if names_a_file(text):
         return load_pipeline(text)
-    if directory is None:
-        from . import pipelines_dir  # Airflow's option [eobatch] pipelines_dir, read only here
-
-        directory = pipelines_dir()
+    directory = directory or loader_pipelines_dir()  # eobatch.airflow's functions give Airflow's option's folder
     configs, errors = load_all(directory)
     if text in configs:
         return configs[text]
