@@ -15,6 +15,11 @@ A DAG folder needs one file of two lines to build a DAG per pipeline file of a f
     from eobatch.airflow import pipeline_dags
     pipeline_dags(globals(), "/path/to/pipelines")
 
+A DAG of your own holds a pipeline's tasks as a TaskGroup (``pipeline_tasks``; docs/site/compose.md)::
+
+    with DAG("my_etl", schedule=pipeline_schedule("orders"), params=pipeline_params("orders")):
+        extract() >> pipeline_tasks("orders") >> report()
+
 Airflow imports this package whenever it lists providers (``provider``): the DAG factory and
 Airflow's configuration are imported only when these functions are called.
 """
@@ -59,3 +64,39 @@ def pipeline_dags(namespace: dict[str, Any], directory: str | None = None) -> di
     if errors:
         namespace["dag_invalid_pipelines"] = invalid_pipelines_dag(errors)
     return dags
+
+
+def _folder(pipeline: str, directory: str | None) -> str | None:
+    """The folder in which a pipeline given by name is looked up: ``directory``, else ``pipelines_dir()``
+    (a path needs none)."""
+    from .dag_factory import names_a_file  # the DAG factory: a DAG file only (module docstring)
+
+    if directory or names_a_file(pipeline):
+        return directory
+    return pipelines_dir()
+
+
+def pipeline_tasks(pipeline: str, group_id: str | None = None, *, directory: str | None = None, **kwargs: Any) -> Any:
+    """A pipeline's tasks (recover >> plan >> stage >> verify >> commit, abort on failure) as a TaskGroup
+    of the DAG or group being defined: ``pipeline`` is its file's path or its name in ``pipelines_dir()``
+    (``directory=`` another folder); ``group_id`` default the pipeline's name. The generated DAGs are
+    built of the same group's tasks (``dag_factory.add_pipeline_tasks``). docs/site/compose.md."""
+    from .dag_factory import pipeline_tasks as build  # Airflow's DAG classes: a DAG file only (module docstring)
+
+    return build(pipeline, group_id, directory=_folder(pipeline, directory), **kwargs)
+
+
+def pipeline_params(pipeline: str, directory: str | None = None) -> dict[str, Any]:
+    """The params of the pipeline's trigger form (its generated DAG's ``params``), for a DAG of your own:
+    ``params={**pipeline_params("orders"), "region": "eu"}``. A run of a DAG that declares none of them
+    still takes them from the trigger's conf; a key neither the pipeline nor the DAG declares is refused."""
+    from .dag_factory import resolve_pipeline, run_params  # Airflow's Param: a DAG file only (module docstring)
+
+    return run_params(resolve_pipeline(pipeline, _folder(pipeline, directory)).mode)
+
+
+def pipeline_schedule(pipeline: str, directory: str | None = None) -> Any:
+    """The pipeline's own schedule (its generated DAG's: cron, data-interval timetable, or Asset)."""
+    from .dag_factory import pipeline_schedule as schedule  # Airflow's timetables: a DAG file only (docstring)
+
+    return schedule(pipeline, _folder(pipeline, directory))

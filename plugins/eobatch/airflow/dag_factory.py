@@ -7,16 +7,24 @@ the Airflow UI and in `airflow dags list-import-errors`); every other pipeline s
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, BaseOperator, Param, TaskGroup
 
-from ..config.loader import ConfigError, PipelineConfig, load_all
+from ..config.loader import ConfigError, PipelineConfig, load_all, load_pipeline
+from ..config.loader import pipelines_dir as loader_pipelines_dir
 from ..config.model import NAME_RE
 from ..config.pipeline import MAX_BATCHES_PER_RUN
 from ..config.yamlfile import clip
 from . import alerts, assets
 from .operators import (
+    ABORT_TASK,
+    COMMIT_TASK,
+    PLAN_TASK,
+    RECOVER_TASK,
+    STAGE_TASK,
+    VERIFY_TASK,
     AbortOperator,
     CommitOperator,
     MaintainOperator,
@@ -122,8 +130,6 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
     }
     if cfg.alerts.notify:
         alerts.check_notifiers(cfg)  # a notifier that cannot be built is an error of this pipeline's file
-        if cfg.alerts.on_failure:
-            default_args["on_failure_callback"] = alerts.OnFailure(cfg)
     with DAG(
         dag_id=cfg.name,
         description=cfg.description or cfg.shown(f"exactly-once {cfg.source.kind} -> Delta: {cfg.sink_table}"),
@@ -143,32 +149,109 @@ def build_dag(cfg: PipelineConfig, pipelines: dict[str, PipelineConfig] | None =
                           f", runs on the asset events of `{cfg.schedule_asset}`" if cfg.schedule_asset else
                           ", manual triggers only")),
     ) as dag:
-        f = cfg.file
-        # The published tables are Airflow Assets (eobatch.airflow.assets): events are added through the
-        # pipeline's alias by the tasks that can commit a batch, once per committed batch.
-        published = assets.batch_alias(cfg.name)
-        # recover may finish a commit (a PREPARED batch): it retries what the commit task retries
-        # (a lost race with maintenance, a store that is down), rather than fail the run for it
-        commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
-                            max_retry_delay=dt.timedelta(minutes=10), execution_timeout=STEP_TIMEOUT)
-        # both read the alias's events too (inlet): a batch whose events a killed task lost is announced once
-        recover = RecoverOperator(task_id="recover", pipeline_file=f, outlets=[published], inlets=[published],
-                                  **commit_retry)
-        plan = PlanOperator(task_id="plan", pipeline_file=f, retries=cfg.plan_retries,
-                            timeout=cfg.plan_wait_seconds)
-        # Backfills run with their own max_active_runs: commits of one table are serialised here
-        # too (one commit task instance of this pipeline at a time), though correctness holds
-        # without it (txn conflicts and strictly ordered batches).
-        stage = StageOperator(task_id="stage", pipeline_file=f, conn_id=cfg.spark.conn_id,
-                              retries=cfg.stage_retries,
-                              execution_timeout=dt.timedelta(seconds=cfg.stage_timeout_seconds))
-        verify = VerifySensor(task_id="verify", pipeline_file=f, timeout=cfg.verify_timeout_seconds)
-        commit = CommitOperator(task_id="commit", pipeline_file=f, outlets=[published], inlets=[published],
-                                max_active_tis_per_dag=1, **commit_retry, **pool_args(cfg))
-        abort = AbortOperator(task_id="abort", pipeline_file=f, execution_timeout=STEP_TIMEOUT)
-        recover >> plan >> stage >> verify >> commit
-        [stage, verify] >> abort
+        add_pipeline_tasks(cfg)  # in the DAG's root: the task ids are the labels ("plan", ...)
     return dag
+
+
+def add_pipeline_tasks(cfg: PipelineConfig) -> dict[str, BaseOperator]:
+    """The one definition of a pipeline's task graph, added to the DAG or TaskGroup being defined
+    (``with DAG(...)``, ``with TaskGroup(...)``): recover >> plan >> stage >> verify >> commit, and
+    abort after a failed stage or verify (then commit does not run). The first task is recover, the
+    last one commit. Each task is labelled with its step (``operators.STEPS``;
+    its id is the label with its group's prefix) and finds its siblings through its group. Every
+    setting a task needs is its own (retries, delay, bounds, XCom push, failure alert): the same
+    whatever the surrounding DAG's default_args say. Returns the tasks by label."""
+    f = cfg.file
+    # The published tables are Airflow Assets (eobatch.airflow.assets): events are added through the
+    # pipeline's alias by the tasks that can commit a batch, once per committed batch.
+    published = assets.batch_alias(cfg.name)
+    own: dict[str, Any] = {"retry_delay": dt.timedelta(seconds=cfg.retry_delay_seconds), "do_xcom_push": True}
+    if cfg.alerts.notify and cfg.alerts.on_failure:
+        own["on_failure_callback"] = alerts.OnFailure(cfg)
+    # recover may finish a commit (a PREPARED batch): it retries what the commit task retries
+    # (a lost race with maintenance, a store that is down), rather than fail the run for it
+    commit_retry = dict(retries=cfg.commit_retries, retry_exponential_backoff=True,
+                        max_retry_delay=dt.timedelta(minutes=10), execution_timeout=STEP_TIMEOUT)
+    # both read the alias's events too (inlet): a batch whose events a killed task lost is announced once
+    recover = RecoverOperator(task_id=RECOVER_TASK, pipeline_file=f, outlets=[published], inlets=[published],
+                              **commit_retry, **own)
+    plan = PlanOperator(task_id=PLAN_TASK, pipeline_file=f, retries=cfg.plan_retries,
+                        timeout=cfg.plan_wait_seconds, **own)
+    # Backfills run with their own max_active_runs: commits of one table are serialised here
+    # too (one commit task instance of this pipeline at a time), though correctness holds
+    # without it (txn conflicts and strictly ordered batches).
+    stage = StageOperator(task_id=STAGE_TASK, pipeline_file=f, conn_id=cfg.spark.conn_id,
+                          retries=cfg.stage_retries,
+                          execution_timeout=dt.timedelta(seconds=cfg.stage_timeout_seconds), **own)
+    verify = VerifySensor(task_id=VERIFY_TASK, pipeline_file=f, timeout=cfg.verify_timeout_seconds, retries=0,
+                          **own)
+    # commit comes after abort too, which is skipped when nothing failed: commit is the graph's one last
+    # task (a TaskGroup's leaves are its tasks without a downstream in it), so a task of the user's after
+    # the group waits for the commit, and a run that succeeded never skips it for the skipped abort
+    commit = CommitOperator(task_id=COMMIT_TASK, pipeline_file=f, outlets=[published], inlets=[published],
+                            max_active_tis_per_dag=1, trigger_rule="none_failed_min_one_success",
+                            **commit_retry, **pool_args(cfg), **own)
+    abort = AbortOperator(task_id=ABORT_TASK, pipeline_file=f, execution_timeout=STEP_TIMEOUT, retries=0, **own)
+    recover >> plan >> stage >> verify >> commit
+    [stage, verify] >> abort >> commit  # commit: none of them failed (verify succeeded, abort skipped)
+    return {RECOVER_TASK: recover, PLAN_TASK: plan, STAGE_TASK: stage, VERIFY_TASK: verify, COMMIT_TASK: commit,
+            ABORT_TASK: abort}
+
+
+def pipeline_schedule(pipeline: str | PipelineConfig, directory: str | None = None):
+    """The schedule the pipeline's generated DAG has (``timetable_for``: its cron, an interval-mode
+    pipeline's data-interval timetable, or the Asset it runs on), for a user's DAG that holds its tasks."""
+    cfg = resolve_pipeline(pipeline, directory)
+    folder = load_all(os.path.dirname(cfg.file))[0] if cfg.schedule_asset and NAME_RE.fullmatch(cfg.schedule_asset) \
+        else None
+    return timetable_for(cfg, folder)
+
+
+def names_a_file(pipeline: str) -> bool:
+    """Does ``pipeline`` (``pipeline_tasks``' argument) name a file (a path) rather than a pipeline's name?"""
+    return os.sep in pipeline or "/" in pipeline or pipeline.endswith((".yaml", ".yml"))
+
+
+def resolve_pipeline(pipeline: str | PipelineConfig, directory: str | None = None) -> PipelineConfig:
+    """A pipeline given by its file (a path: it has a ``/`` or ends ``.yaml``/``.yml``) or by its name in
+    ``directory`` (default: ``PIPELINES_DIR`` or a checkout's folder; ``eobatch.airflow``'s functions pass
+    ``pipelines_dir()``, which reads Airflow's option too). ConfigError naming the file, or the
+    folder and the names it holds."""
+    if isinstance(pipeline, PipelineConfig):
+        return pipeline
+    text = str(pipeline)
+    if names_a_file(text):
+        return load_pipeline(text)
+    directory = directory or loader_pipelines_dir()  # eobatch.airflow's functions give Airflow's option's folder
+    configs, errors = load_all(directory)
+    if text in configs:
+        return configs[text]
+    bad = "; ".join(errors[f] for f in sorted(errors))
+    raise ConfigError(directory, "name", f"no pipeline named {text!r} in this folder (it has "
+                      f"{', '.join(sorted(configs)) or 'none that loads'}){f'; errors: {bad}' if bad else ''}; "
+                      f"give a pipeline's name or its file's path")
+
+
+def pipeline_tasks(pipeline: str | PipelineConfig, group_id: str | None = None, *, directory: str | None = None,
+                   **group_args: Any) -> TaskGroup:
+    """A pipeline's tasks as a TaskGroup of the DAG (or group) being defined: recover >> plan >> stage
+    >> verify >> commit, abort on failure (``add_pipeline_tasks``, the graph of the generated DAGs).
+    ``pipeline``: its file's path or its name (``resolve_pipeline``); ``group_id``: default the
+    pipeline's name; ``group_args``: more arguments of the TaskGroup (``tooltip``, ``prefix_group_id``...).
+
+    Usable in any DAG and any (nested) group, upstream or downstream of the DAG's own tasks
+    (``extract >> pipeline_tasks("orders") >> report``: the group's first task is recover, its
+    last ones commit and abort). What the generated DAG sets on the DAG itself is the user's DAG's
+    to choose: its schedule (``pipeline_schedule``), params (``pipeline_params``: the trigger form's
+    fields), ``max_active_runs`` (1 is advised; correctness does not rely on it) and the run deadline."""
+    cfg = resolve_pipeline(pipeline, directory)
+    if cfg.alerts.notify:
+        alerts.check_notifiers(cfg)  # a notifier that cannot be built is an error of this pipeline's file
+    group_args.setdefault("tooltip", cfg.shown(f"eobatch pipeline {cfg.name}: {cfg.source.describe()} -> "
+                                               f"{cfg.sink_table}"))
+    with TaskGroup(group_id=group_id or cfg.name, **group_args) as group:
+        add_pipeline_tasks(cfg)
+    return group
 
 
 MAINTENANCE_SUFFIX = "_maintenance"

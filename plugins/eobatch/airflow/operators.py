@@ -37,8 +37,71 @@ from . import connections as airflow_conn  # noqa: F401 - registers Airflow's re
 from .hooks import StageSubmitHook, credentials_travel_as_env, mask_credentials, pipeline_store
 from .params import ParamsError, check_params
 
-PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK = "plan", "stage", "verify", "commit"
+# The labels of a pipeline's tasks within their group (``dag_factory.add_pipeline_tasks``): a task's id
+# is its group's prefix and its label (``orders.plan`` in group ``orders``; ``plan`` in a generated DAG)
+RECOVER_TASK, PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK, ABORT_TASK = (
+    "recover", "plan", "stage", "verify", "commit", "abort")
+STEPS = (PLAN_TASK, STAGE_TASK, VERIFY_TASK, COMMIT_TASK)  # each upstream of the next, in one group
+HOW_TO_COMPOSE = ("a pipeline's tasks work only together, as `eobatch.airflow.pipeline_tasks(<pipeline file or "
+                  "name>)` builds them: a TaskGroup to put in your DAG, beside and between your own tasks "
+                  "(e.g. `extract >> pipeline_tasks(\"orders\") >> report`); see the page \"Pipelines in your own "
+                  "DAG\" of the docs (docs/site/compose.md)")
 log = logging.getLogger(__name__)
+
+
+def sibling_ids(task_group) -> dict[str, str]:
+    """The task ids of the pipeline's steps in ``task_group`` (a task's own group; None: a task of no
+    DAG): each step's label with the group's prefix, as Airflow names the group's tasks (``TaskGroup.
+    child_id``: ``outer.orders.plan`` in group ``orders`` of group ``outer``, ``plan`` in a DAG's root)."""
+    return {step: task_group.child_id(step) if task_group is not None else step for step in STEPS}
+
+
+class PipelineStep:
+    """What the tasks of one pipeline share: each knows its siblings' task ids (``siblings``, taken
+    from its own group when it is built, never fixed ids), reads their XComs through them
+    (``sibling_xcom``), and refuses to run when they are not wired as ``pipeline_tasks`` wires them
+    (``check_wiring``): a task that cannot find its siblings fails, it never reports "nothing to do"."""
+
+    siblings: dict[str, str]
+    needs: tuple[str, ...] = ()  # the steps that must be upstream of this task (their XComs it reads)
+
+    def _find_siblings(self) -> None:
+        self.siblings = sibling_ids(getattr(self, "task_group", None))
+
+    def misuse(self, what: str) -> AirflowFailException:
+        dag = f" of DAG {self.dag_id!r}" if self.has_dag() else ""  # type: ignore[attr-defined]
+        return AirflowFailException(f"task {self.task_id!r}{dag}: {what}; {HOW_TO_COMPOSE}")  # type: ignore[attr-defined]
+
+    def check_wiring(self) -> None:
+        """The pipeline's plan, stage, verify and commit tasks beside this one are in its DAG, each
+        upstream of the next, and the steps this task reads are upstream of it; else the task fails
+        (AirflowFailException, no retries) saying how to use ``pipeline_tasks``. Not checked for a
+        task of no DAG (called directly, not by Airflow)."""
+        if not self.has_dag():  # type: ignore[attr-defined]
+            return
+        dag, ids = self.dag, self.siblings  # type: ignore[attr-defined]
+        absent = [f"{step} task {ids[step]!r}" for step in STEPS if not dag.has_task(ids[step])]
+        if absent:
+            raise self.misuse(f"its pipeline's {', '.join(absent)} {'is' if len(absent) == 1 else 'are'} not in "
+                              f"the DAG")
+        for before, after in zip(STEPS, STEPS[1:]):
+            if ids[before] not in dag.get_task(ids[after]).get_flat_relative_ids(upstream=True):
+                raise self.misuse(f"its pipeline's {before} task {ids[before]!r} is not upstream of its {after} "
+                                  f"task {ids[after]!r}")
+        mine = self.get_flat_relative_ids(upstream=True)  # type: ignore[attr-defined]
+        for step in self.needs:
+            if ids[step] not in mine:
+                raise self.misuse(f"its pipeline's {step} task {ids[step]!r} is not upstream of it")
+
+    def sibling_xcom(self, ti, step: str, key: str = "return_value", required: bool = True):
+        """The XCom ``key`` of this run's ``step`` task; a None where a value must exist (``required``)
+        fails the task: a step that ran leaves its value, and a plan that found nothing new skips
+        the run's remaining tasks, which then never run."""
+        value = ti.xcom_pull(task_ids=self.siblings[step], key=key)
+        if value is None and required:
+            raise self.misuse(f"no XCom {key!r} of its pipeline's {step} task {self.siblings[step]!r} in this run "
+                              f"(that task did not run before it, or did not succeed, or pushes no XComs)")
+        return value
 
 
 _task_cfg: contextvars.ContextVar[PipelineConfig | None] = contextvars.ContextVar("eobatch_task_cfg", default=None)
@@ -65,6 +128,8 @@ def pipeline_task(method):
     pipeline, e.g. in ``airflow dags test`` or a DAG holding two pipelines' tasks, would inherit)."""
     @functools.wraps(method)
     def run(self, context):
+        if isinstance(self, PipelineStep):  # its siblings first: a task wired wrong fails before it reads anything
+            self.check_wiring()
         cfg = _load(self)
         try:
             store = pipeline_store(cfg) if launch.uses_s3(cfg) else None
@@ -96,8 +161,9 @@ def _run(pipeline_file: str, context) -> BatchRun:
     proto = _protocol(pipeline_file)
     dag_run = context.get("dag_run")
     conf = getattr(dag_run, "conf", None) or {}
+    declared = getattr(context.get("dag"), "params", None) or {}  # a user's DAG may declare its own
     try:
-        params = check_params(conf, dict(context.get("params") or {}), proto.cfg.mode)
+        params = check_params(conf, dict(context.get("params") or {}), proto.cfg.mode, declared=list(declared))
     except ParamsError as e:
         raise AirflowFailException(f"params refused: {e}") from e
     return BatchRun(proto, run_id=context.get("run_id"), params=params)
@@ -133,29 +199,34 @@ def _step(task: BaseOperator, step: str, fn, *args, on_done=None, **kwargs) -> R
     return report
 
 
-def run_batches(ti) -> list[int]:
+def run_batches(task: PipelineStep, ti, required: bool = True) -> list[int]:
     """The run's batch ids, in order, from the plan task's XCom (a list; one id from a run of an
-    earlier version)."""
-    planned = ti.xcom_pull(task_ids=PLAN_TASK)
+    earlier version). ``required=False``: [] when the plan left none (the abort of a failed plan)."""
+    planned = task.sibling_xcom(ti, PLAN_TASK, required=required)
     if planned is None:
         return []
     return [int(b) for b in planned] if isinstance(planned, list) else [int(planned)]
 
 
-def run_attempts(ti) -> dict[int, str]:
-    """{batch: attempt} the stage task chose (XCom ``attempts``; ``attempt``: one batch of an
-    earlier version's run)."""
-    chosen = ti.xcom_pull(task_ids=STAGE_TASK, key="attempts")
-    if chosen:
+def run_attempts(task: PipelineStep, ti, required: bool = True) -> dict[int, str]:
+    """{batch: attempt} the stage task chose (XCom ``attempts``, {} when every batch was PREPARED
+    already; ``attempt``: one batch of an earlier version's run). ``required=False``: {} when the
+    stage task left none (the abort of a stage that failed before it chose)."""
+    chosen = task.sibling_xcom(ti, STAGE_TASK, key="attempts", required=False)
+    if chosen is not None:
         return {int(b): a for b, a in chosen.items()}
-    one, batches = ti.xcom_pull(task_ids=STAGE_TASK, key="attempt"), run_batches(ti)
-    return {batches[0]: one} if one and batches else {}
+    one = task.sibling_xcom(ti, STAGE_TASK, key="attempt", required=False)
+    if one is None:
+        task.sibling_xcom(ti, STAGE_TASK, key="attempts", required=required)  # fails when required
+        return {}
+    batches = run_batches(task, ti, required=required)
+    return {batches[0]: one} if batches else {}
 
 
-def run_verified(ti, batches: list[int]) -> dict[int, dict]:
+def run_verified(task: PipelineStep, ti, batches: list[int]) -> dict[int, dict]:
     """{batch: what verify reported} from the verify sensor's XCom (one batch's report from a run
     of an earlier version)."""
-    got = ti.xcom_pull(task_ids=VERIFY_TASK) or {}
+    got = task.sibling_xcom(ti, VERIFY_TASK)
     if "attempt" in got:
         return {batches[0]: got} if batches else {}
     return {int(b): v for b, v in got.items()}
@@ -376,7 +447,7 @@ class RecoverOperator(ReportsLineage, BaseOperator):
         return report.value
 
 
-class PlanOperator(ReportsLineage, BaseSensorOperator):
+class PlanOperator(ReportsLineage, BaseSensorOperator, PipelineStep):
     """begin: record the next batch's exact source range before any data is written.
 
     A sensor in reschedule mode: in interval mode, while another run's batch is being staged
@@ -391,6 +462,7 @@ class PlanOperator(ReportsLineage, BaseSensorOperator):
         kwargs.setdefault("timeout", 3600)
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
+        self._find_siblings()
 
     @pipeline_task
     def poke(self, context):
@@ -407,7 +479,7 @@ class PlanOperator(ReportsLineage, BaseSensorOperator):
         return PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
-class StageOperator(SparkSubmitOperator):
+class StageOperator(SparkSubmitOperator, PipelineStep):
     """stage: spark-submit of spark_jobs/stage_batch.py for the planned batch, new attempt id.
 
     The attempt id is pushed to XCom *before* the job starts so that abort can find and
@@ -421,6 +493,7 @@ class StageOperator(SparkSubmitOperator):
     """
 
     ui_color = "#fff3e0"
+    needs = (PLAN_TASK,)
 
     def __init__(self, *, pipeline_file: str, conn_id: str = "spark_default", **kwargs):
         kwargs["durable"] = False
@@ -429,6 +502,7 @@ class StageOperator(SparkSubmitOperator):
         self.spark_conn_id = conn_id
         self.spark_deploy_mode = kwargs.get("deploy_mode")
         self.spark_binary_name = kwargs.get("spark_binary")
+        self._find_siblings()
 
     @pipeline_task
     def execute(self, context):
@@ -436,7 +510,7 @@ class StageOperator(SparkSubmitOperator):
         cfg = run.proto.cfg
         ti = context["ti"]
         # the job is built from the file read now: only when it says what each batch's plan recorded
-        chosen = _step(self, "stage", run.stage_attempts, run_batches(ti),
+        chosen = _step(self, "stage", run.stage_attempts, run_batches(self, ti),
                        lambda: launch.new_attempt_id(ti.try_number))
         attempts, todo = chosen.value, chosen.detail["stage"]
         ti.xcom_push(key="attempts", value={str(b): a for b, a in attempts.items()})
@@ -502,7 +576,7 @@ class StageOperator(SparkSubmitOperator):
         return StageSubmitHook.adopt(super()._get_hook(), getattr(self, "_stage_env", None) or launch.spark_env())
 
 
-class VerifySensor(BaseSensorOperator):
+class VerifySensor(BaseSensorOperator, PipelineStep):
     """pre-commit: verify every partition of the staged attempt; success = PREPARED.
 
     Runs in reschedule mode: between pokes it holds no worker slot. A missing stage summary
@@ -510,20 +584,22 @@ class VerifySensor(BaseSensorOperator):
     """
 
     ui_color = "#e8f5e9"
+    needs = (STAGE_TASK,)
 
     def __init__(self, *, pipeline_file: str, **kwargs):
         kwargs.setdefault("mode", "reschedule")
         kwargs.setdefault("poke_interval", 5)
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
+        self._find_siblings()
 
     @pipeline_task
     def poke(self, context):
-        report = _step(self, "verify", _run(self.pipeline_file, context).verify_run, run_attempts(context["ti"]))
+        report = _step(self, "verify", _run(self.pipeline_file, context).verify_run, run_attempts(self, context["ti"]))
         return False if report is None else PokeReturnValue(is_done=True, xcom_value=report.value)
 
 
-class CommitOperator(ReportsLineage, BaseOperator):
+class CommitOperator(ReportsLineage, BaseOperator, PipelineStep):
     """commit: one Delta transaction per participant; retried until it succeeds (never aborted).
 
     A commit that writes the batch's COMMITTED ledger record sends the batch's metrics
@@ -536,17 +612,19 @@ class CommitOperator(ReportsLineage, BaseOperator):
     the asset events Airflow holds)."""
 
     ui_color = "#c8e6c9"
+    needs = (VERIFY_TASK,)
 
     def __init__(self, *, pipeline_file: str, **kwargs):
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
+        self._find_siblings()
 
     @pipeline_task
     def execute(self, context):
         ti = context["ti"]
         run = _run(self.pipeline_file, context)
-        batches, attempts = run_batches(ti), run_attempts(ti)
-        verified = run_verified(ti, batches)
+        batches, attempts = run_batches(self, ti), run_attempts(self, ti)
+        verified = run_verified(self, ti, batches)
         values, mine, done = [], set(), []
         try:
             for batch_id in batches:  # strictly in order, each its own Delta commit
@@ -569,20 +647,24 @@ class CommitOperator(ReportsLineage, BaseOperator):
         return values[0] if len(values) == 1 else values
 
 
-class AbortOperator(BaseOperator):
-    """abort: a failed attempt's staged files are removed (never those of a PREPARED batch)."""
+class AbortOperator(BaseOperator, PipelineStep):
+    """abort: a failed attempt's staged files are removed (never those of a PREPARED batch). Runs when
+    stage or verify failed, also when an earlier task did (recover, plan): then no XCom of the plan
+    or of the stage task is there, and nothing was started."""
 
     ui_color = "#ffebee"
+    needs = (STAGE_TASK,)
 
     def __init__(self, *, pipeline_file: str, **kwargs):
         kwargs.setdefault("trigger_rule", "one_failed")
         super().__init__(**kwargs)
         self.pipeline_file = pipeline_file
+        self._find_siblings()
 
     @pipeline_task
     def execute(self, context):
         ti = context["ti"]
-        batches, attempts = run_batches(ti), run_attempts(ti)
+        batches, attempts = run_batches(self, ti, required=False), run_attempts(self, ti, required=False)
         run = _run(self.pipeline_file, context)
         if len(batches) <= 1:
             return _step(self, "abort", run.fail, batches[0] if batches else None, attempts.get(batches[0])

@@ -7,6 +7,8 @@ is refused with one clear message before anything is planned or staged. No Airfl
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ..config.pipeline import MAX_BATCHES_PER_RUN
 from ..core.batch_run import RunParams
 from ..errors import UsageError
@@ -76,9 +78,13 @@ def _bool(key: str, v) -> bool:
     return v
 
 
-def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams:
-    """``conf``: what the trigger sent (unknown keys are refused); ``params``: the run's params."""
+def check_params(conf: dict | None, params: dict | None, mode: str, declared: Iterable[str] = ()) -> RunParams:
+    """``conf``: what the trigger sent (unknown keys are refused); ``params``: the run's params;
+    ``declared``: the params the DAG declares. A DAG of the user's that holds the pipeline's tasks
+    (``pipeline_tasks``) may declare params of its own: a key it declares is its own, not refused;
+    any other key the pipeline does not know is (a misspelt ``dry_run`` never runs for real)."""
     conf = dict(conf or {})
+    theirs = set(declared) - set(PARAMS_DOC)
     if mode != "continuous" and conf.get("max_batches_per_run") not in (None, 1):
         raise ParamsError("param 'max_batches_per_run' is for continuous mode; in interval mode a run's batch is "
                           "its data interval (a backfill runs several intervals)")
@@ -88,9 +94,10 @@ def check_params(conf: dict | None, params: dict | None, mode: str) -> RunParams
     if mode != "continuous" and any(conf.get(k) not in (None, False) for k in REWIND_PARAMS):
         raise ParamsError("param 'rewind_to_batch' is for continuous mode; in interval mode run the interval "
                           "again (a manual run with its logical date, or a backfill with reprocessing)")
-    unknown = sorted(set(conf) - set(PARAMS_DOC))  # a null rewind key in interval mode is harmless
+    unknown = sorted(set(conf) - set(PARAMS_DOC) - theirs)  # a null rewind key in interval mode is harmless
     if unknown:
-        raise ParamsError(f"unknown param(s) {unknown}; this pipeline accepts {sorted(params_for_mode(mode))}")
+        raise ParamsError(f"unknown param(s) {unknown}; this pipeline accepts {sorted(params_for_mode(mode))}"
+                          + (f" and its DAG declares {sorted(theirs)}" if theirs else ""))
     merged = {**(params or {}), **conf}
     out = RunParams(
         max_records_per_batch=_pos_int("max_records_per_batch", merged.get("max_records_per_batch")),

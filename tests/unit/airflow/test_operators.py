@@ -97,7 +97,9 @@ def test_commit_of_a_prepared_batch_whose_files_are_gone_fails_without_retry(mak
         fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,
         bytes=10, files=1, prepared_at="t", verify_seconds=0.0, stage_seconds=0.0))
     op = CommitOperator(task_id="commit", pipeline_file=cfg.file)
-    ctx = {"ti": _TI({("plan", "return_value"): 1}), "params": {}, "dag_run": None, "run_id": "r1"}
+    xcoms = {("plan", "return_value"): [1], ("stage", "attempts"): {"1": "a1"},  # what the run's tasks left
+             ("verify", "return_value"): {"1": {"attempt": "a1", "fingerprint": fingerprint_of(adds)}}}
+    ctx = {"ti": _TI(xcoms), "params": {}, "dag_run": None, "run_id": "r1"}
     with pytest.raises(AirflowFailException, match="PREPARED batch 1 cannot be committed.*is gone"):
         op.execute(ctx)
 

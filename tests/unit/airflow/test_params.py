@@ -73,3 +73,13 @@ def test_interval_mode_offers_no_rewind_and_refuses_one_clearly():
     with pytest.raises(ParamsError) as ei:
         check_params({"colour": "red"}, {}, "interval")
     assert "rewind_to_batch" not in str(ei.value)
+
+
+def test_a_users_dag_may_declare_params_of_its_own_and_a_key_no_one_declares_is_still_refused():
+    """The pipeline's tasks in a user's DAG (``pipeline_tasks``): a key the DAG declares is the DAG's own."""
+    declared = ["region", *params_for_mode("continuous")]
+    got = check_params({"region": "us", "dry_run": True}, {"region": "us"}, "continuous", declared=declared)
+    assert got == RunParams(dry_run=True)
+    with pytest.raises(ParamsError, match=r"unknown param\(s\) \['dryrun'\]; this pipeline accepts .* and its DAG "
+                                          r"declares \['region'\]"):
+        check_params({"dryrun": True}, {}, "continuous", declared=declared)
