@@ -107,7 +107,9 @@ def spark_connection_problem(conn_id: str, environ: Mapping[str, str] | None = N
 
     try:
         BaseHook.get_connection(conn_id)
-    except Exception:  # noqa: BLE001 - any failure: the hook would fall back to yarn the same way
+    except Exception as e:
+        if "NotFound" not in type(e).__name__:  # a database or secrets backend that is down: the task retries
+            raise
         return "missing", missing_spark_connection(conn_id)
     try:
         hook = SparkSubmitHook(conn_id=conn_id, keytab="")  # keytab="": no file written
