@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -322,8 +323,21 @@ def parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _log_to_stderr() -> None:
+    """The product's log lines go to stderr: stdout is the command's answer (JSON for `plan`, the
+    ledger's table), whatever logging importing Airflow set up (it may write to stdout)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for name in ("eobatch", "py4j"):
+        lg = logging.getLogger(name)
+        lg.handlers[:] = [handler]
+        lg.propagate = False
+        lg.setLevel(logging.WARNING)  # as before Airflow was imported: warnings and errors
+
+
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    _log_to_stderr()
     try:
         if args.cmd == "pools":
             return _pools(create=args.create)
