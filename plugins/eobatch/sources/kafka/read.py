@@ -17,6 +17,11 @@ ends and the job records the accounts for verify.
   a row (a batch larger than ``receive.message.max.bytes``, a failed CRC) makes that offset
   unreadable: one row with a null value and the reason, quarantined at its position, and the
   read goes on after it. Any other error at an offset of the range fails the task (retried).
+  A response too large says nothing of the offset it was fetched at, and the client fetches
+  ahead of what it delivers (past markers and aborted records its position may not show yet):
+  before an offset is called unreadable, a fresh consumer that can receive any record reads from
+  it (``_View.first_delivered``); when the first offset it delivers is later, the offsets
+  between are skipped ones (markers, aborted records), never rows of their own.
 * ``auto.offset.reset=error``: an offset deleted by retention is an error, never a silent jump;
   the earliest available offset is also checked before reading (data loss fails the batch).
 * a range that makes no progress for ``timeout`` seconds (broker down) fails the task, so
@@ -50,6 +55,8 @@ SPARK_SCHEMA = ("raw BINARY, _kafka_partition INT, _kafka_offset BIGINT, _kafka_
 DEFAULT_READ_BATCH_BYTES = 16 << 20  # source.read_batch_bytes: far below the heap and Arrow's 2 GiB per array
 REPEATS = 3  # the same error at the same offset this many reads in a row: that record cannot be read
 GAP_SPAN = 10_000  # skipped offsets this close together are read again in one pass, not one seek each
+PROBE_RECEIVE_BYTES = 1 << 30  # a probe's receive limit: librdkafka's is 2 GiB; a batch is bounded by the topic's
+PROBE_SECONDS = 10.0  # how long a probe waits for a first record
 
 
 class KafkaReadError(RetryableError):
@@ -87,16 +94,46 @@ class _View:
         from confluent_kafka import Consumer
 
         self.topic, self.partition, self.timeout, self.batch = topic, partition, timeout, batch
+        self.client, self.isolation_level = client, isolation_level
         self.servers = servers_of(client)
         self.errors: list = []  # the client's own error reports (a response too large to receive is one)
-        self.c = Consumer({
-            **consumer_settings(
-                client,
-                **{"group.id": f"eobatch-reader-{topic}",  # never committed: offsets live in the ledger
-                   "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "check.crcs": True,
-                   "client.id": f"eobatch-stage-{topic}-{partition}"}),
-            "isolation.level": isolation_level, "error_cb": self.errors.append,
-        })
+        self.c = Consumer(self._settings())
+
+    def _settings(self, **over) -> dict:
+        return {**consumer_settings(
+                    self.client,
+                    **{"group.id": f"eobatch-reader-{self.topic}",  # never committed: offsets live in the ledger
+                       "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760, "check.crcs": True,
+                       "client.id": f"eobatch-stage-{self.topic}-{self.partition}"}),
+                "isolation.level": self.isolation_level, "error_cb": self.errors.append, **over}
+
+    def first_delivered(self, at: int, seconds: float = PROBE_SECONDS) -> int | None:
+        """The first offset at or after ``at`` that a fresh consumer of this isolation level
+        delivers when it can receive any record the broker holds (its receive limit raised to
+        ``PROBE_RECEIVE_BYTES``, one batch a fetch), or the partition's end when it reaches that
+        first; None when it gets nothing in ``seconds`` (the offset cannot be read even so)."""
+        # confluent-kafka: a Kafka source only
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        probe = Consumer(self._settings(**{"receive.message.max.bytes": PROBE_RECEIVE_BYTES,
+                                           "max.partition.fetch.bytes": 1, "error_cb": lambda _e: None,
+                                           "client.id": f"eobatch-probe-{self.topic}-{self.partition}"}))
+        tp = TopicPartition(self.topic, self.partition)
+        try:
+            probe.assign([TopicPartition(self.topic, self.partition, at)])
+            until = time.monotonic() + seconds
+            while time.monotonic() < until:
+                for m in probe.consume(num_messages=1, timeout=0.5):
+                    err, off = m.error(), m.offset()
+                    if err is None and off is not None and off >= at:
+                        return int(off)
+                    if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                        p = probe.position([tp])[0].offset
+                        if p is not None and p > at:
+                            return int(p)
+            return None
+        finally:
+            probe.close()
 
     def where(self) -> str:
         return f"kafka {self.servers}: {self.topic}/{self.partition}"
@@ -178,10 +215,17 @@ class _View:
                 at, why = failed
                 strikes = (at, strikes[1] + 1 if strikes[0] == at else 1)
                 if strikes[1] >= REPEATS:
-                    yield at, (f"unreadable: {self.topic}/{self.partition} offset {at} could not be read "
-                               f"{REPEATS} times in a row: {why}")
-                    pos = at + 1
-                    self.c.assign([TopicPartition(self.topic, self.partition, pos)])
+                    first = self.first_delivered(at)
+                    if first is not None and first > at:
+                        # the error was of a fetch past ``at``: [at, first) holds only offsets this
+                        # view never delivers (the gap view tells markers from aborted records)
+                        pos = min(first, end)
+                    else:
+                        yield at, (f"unreadable: {self.topic}/{self.partition} offset {at} could not be read "
+                                   f"{REPEATS} times in a row: {why}")
+                        pos = at + 1
+                    if pos < end:
+                        self.c.assign([TopicPartition(self.topic, self.partition, pos)])
                     strikes = (-1, 0)
             if pos > before:
                 last_progress = time.time()
