@@ -201,7 +201,8 @@ run: setup
 # [SINK=append|merge|totals] (merge: the sink upserts by key; totals: running totals per customer)
 chaos: setup
 	@source include/env.sh && python tests/chaos/run_chaos.py --batches "$$BATCHES" --seed "$$SEED" --backend "$$BACKEND" \
-	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"} $${SINK:+--sink "$$SINK"}
+	    $${MASTER:+--master "$$MASTER"} $${MODE:+--mode "$$MODE"} $${FAULTS:+--faults "$$FAULTS"} $${SINK:+--sink "$$SINK"} \
+	    $${MINUTES:+--minutes "$$MINUTES"}
 
 # The product against Spark Structured Streaming (availableNow) and a plain delta-spark append on
 # the same generated data, plus the protocol's own costs, in one run: .bench/results.json, a table,

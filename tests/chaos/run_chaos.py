@@ -2,7 +2,7 @@
 
     python tests/chaos/run_chaos.py --batches N --seed S [--backend files|kafka|s3|delta] [--mode continuous|interval]
                                       [--sink append|merge|totals]
-                                      [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R]
+                                      [--master M] [--workdir DIR] [--faults k1,k2] [--distinct] [--fault-rate R] [--minutes M]
 
 Each "run" does what one DAG run does (recover -> plan -> stage -> verify -> commit, abort on
 failure before PREPARED), every step in its own process exactly as the Airflow tasks call it
@@ -151,7 +151,8 @@ The line before the last: ``chaos: mode=.. backend=.. runs=.. seconds=.. problem
 repairs=.. foreign_rows=<present>/<appended> foreign_duplicates=.. foreign_lost=.. side_pipelines=..
 side_batches=..``.
 Last line: ``chaos: batches=<n> faults=<f> duplicates=<d> lost=<l> orphans=<o> stuck=<s>`` (exit 0
-only when d = l = o = s = 0, no problem was found and all n batches committed); ``stuck``: the
+only when d = l = o = s = 0, no problem was found and all n batches committed, or, with ``--minutes
+M``, every batch landed before the time budget ran out); ``stuck``: the
 pipelines (the chaos pipeline and the side ones) whose batch the product's stuck detector
 (``eobatch.core.stuck.find_stuck``) names at the end.
 """
@@ -261,7 +262,8 @@ sys.exit(5 if out["prepared_first"] else 0)
 class Chaos:
     def __init__(self, batches: int, seed: int, workdir: Path, fault_rate: float = 0.6, quiet: bool = False,
                  backend: str = "files", master: str = "local[*]", only: list[str] | None = None,
-                 distinct: bool = False, mode: str = "continuous", sink: str = "append"):
+                 distinct: bool = False, mode: str = "continuous", sink: str = "append",
+                 minutes: float | None = None):
         if mode not in ("continuous", "interval"):
             raise ValueError(f"mode {mode!r}: continuous or interval")
         if sink not in SINKS:
@@ -273,6 +275,8 @@ class Chaos:
         if mode == "interval" and backend != "files":
             raise ValueError("interval mode runs with the files backend only")
         self.n, self.seed, self.rnd = batches, seed, random.Random(seed)
+        self.minutes = minutes  # a time budget: no run starts after it (the drain and the check still do)
+        self.out_of_time = False
         self.distinct = distinct  # each kind once before any repeats
         self.deck: list[str] = []
         self.root = workdir
@@ -1238,6 +1242,7 @@ class Chaos:
         if stopped:
             result["problems"].insert(0, stopped)
         result.update(runs=self.runs, seconds=round(time.time() - t0, 1), faults_by_kind=dict(self.faults),
+                      out_of_time=self.out_of_time,
                       backend=self.backend, mode=self.mode, outcomes=dict(self.outcomes), repairs=self.repairs,
                       sink=self.sink)
         return result
@@ -1245,7 +1250,12 @@ class Chaos:
     def drive(self) -> None:
         """The runs, then the drain (clean runs until every landed file is committed), recover and sweep."""
         kinds = self.only or kinds_for(self.backend, self.mode)
+        until = time.time() + self.minutes * 60 if self.minutes else None
         while self.progress() < self.n and self.runs < self.n * 4:
+            if until is not None and time.time() > until:
+                self.out_of_time = True
+                self.say(f"--minutes {self.minutes:g}: no run starts after {self.runs} runs; drain and check")
+                break
             self.runs += 1
             label = ""
             if self.mode == "interval":
@@ -1600,6 +1610,10 @@ def main(argv=None) -> int:
     ap.add_argument("--fault-rate", type=float, default=0.6)
     ap.add_argument("--faults", default=None, help="comma-separated fault kinds to draw from (default: all "
                                                    "of the backend and mode)")
+    ap.add_argument("--minutes", type=float, default=None,
+                    help="a time budget: no run starts after it; the batches landed are drained and checked as "
+                         "usual, and --batches is then the most it would have run (the long runs: make chaos "
+                         "BATCHES=300 MINUTES=100)")
     ap.add_argument("--distinct", action="store_true", help="draw each fault kind once before any repeats")
     args = ap.parse_args(argv)
     if args.batches < 1:
@@ -1617,7 +1631,7 @@ def main(argv=None) -> int:
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="eobatch-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     chaos = Chaos(args.batches, args.seed, work, args.fault_rate, backend=args.backend, master=args.master,
-                  only=only, distinct=args.distinct, mode=args.mode, sink=args.sink)
+                  only=only, distinct=args.distinct, mode=args.mode, sink=args.sink, minutes=args.minutes)
     try:
         res = chaos.run()
     finally:  # never leave a broker or an S3 server behind, whatever failed
@@ -1632,7 +1646,7 @@ def main(argv=None) -> int:
           f"foreign_duplicates={f.get('duplicates', 0)} foreign_lost={f.get('lost', 0)} "
           f"side_pipelines={len(res.get('side') or {})} side_batches={res.get('side_batches', 0)}")
     ok = (res["duplicates"] == res["lost"] == res["orphans"] == res.get("stuck", 0) == 0 and not res["problems"]
-          and res["batches"] >= args.batches)
+          and (res["batches"] >= args.batches or res.get("out_of_time")))
     print(f"chaos: batches={res['batches']} faults={res['faults']} duplicates={res['duplicates']} "
           f"lost={res['lost']} orphans={res['orphans']} stuck={res.get('stuck', 0)}")
     if not args.workdir:
