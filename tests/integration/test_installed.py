@@ -79,7 +79,9 @@ def installed(tmp_path_factory) -> Installed:
                      dict(os.environ), REPO).stdout.strip())
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", inst.venv], inst.env, inst.work)
-    _run([inst.bin / "pip", "install", "--quiet", "-r", reqs.name], inst.env, dist, timeout=1800)
+    # --no-compile: the same files installed; bytecode is written when a module is first imported (the
+    # few of Airflow's thousands that the test imports) instead of for every file at install time
+    _run([inst.bin / "pip", "install", "--quiet", "--no-compile", "-r", reqs.name], inst.env, dist, timeout=1800)
     # the Delta and hadoop jars `eobatch jars` resolves, already resolved by `make setup` (no Maven
     # here): linked one by one, without the checkout's own JVM jar, which the wheel brings
     for jar in (REPO / ".jars").glob("*.jar"):
