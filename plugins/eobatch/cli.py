@@ -49,6 +49,7 @@ from .doctor import run as doctor
 from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import SETTINGS_ENV, resolve
 from .job.launch import build_class_archive, uses_s3
+from .paths import DOCS
 from .sources import kind_for, range_summary
 from .storage import s3conf
 
@@ -196,7 +197,7 @@ DESCRIPTION = ("Exactly-once micro-batch pipelines into Delta Lake, orchestrated
                "PySpark: each batch is planned, staged, verified and committed (a two-phase commit per batch).")
 # the groups of `eobatch --help`, in this order: (title, the commands of the group, in this order)
 GROUPS = (
-    ("commands", ("doctor", "jars", "run", "ledger", "show", "as-of", "maintain", "sweep", "pools")),
+    ("commands", ("doctor", "jars", "run", "ledger", "show", "as-of", "maintain", "sweep", "pools", "docs")),
     ("repairs (the docs' operations page says when)", ("rewind", "replay", "reset-batch")),
     ("protocol steps (internal: one step of a batch in one process, exactly what the pipeline's Airflow task runs; "
      "for finishing a batch by hand and for `make chaos`)", ("recover", "plan", "verify", "commit", "abort")),
@@ -319,6 +320,9 @@ def parser() -> argparse.ArgumentParser:
     rnp.add_argument("--runs", type=int, default=1)
     rnp.add_argument("--conf", default=None, help="the run's params, as JSON")
     rnp.add_argument("--date", default=None, help="interval mode: the start of the interval to run")
+    dcp = add_parser("docs", "the documentation of this version, installed with it: its pages (title and file), "
+                             "or where PAGE is")
+    dcp.add_argument("page", nargs="?", default=None, help="a page's name, e.g. getting-started or operations")
     ap.description = _overview(helps)
     return ap
 
@@ -348,6 +352,8 @@ def main(argv=None) -> int:
             return 0
         if args.cmd == "doctor":
             return doctor(args.pipelines)
+        if args.cmd == "docs":
+            return _docs(args.page)
         if args.cmd == "run":
             return run_dags_test(args.pipeline, args.runs, args.conf, args.date)
         if args.cmd == "class-archive":
@@ -384,6 +390,28 @@ def _jar_sets(asked: list[str] | None, folder: str | None, log) -> tuple[str, ..
         return ("core", "s3")
     log(f"jars: the core set only: no pipeline of {folder} uses s3a:// (`eobatch jars --with s3` adds the s3 set)")
     return ("core",)
+
+
+def _docs(page: str | None) -> int:
+    """The pages of the documentation installed with this version (``paths.DOCS``): each page's
+    title and file, or the file of ``page`` (a page's name, with or without ``.md``)."""
+    pages = sorted(f for f in os.listdir(DOCS) if f.endswith(".md")) if os.path.isdir(DOCS) else []
+    if not pages:
+        print(f"error: no documentation pages in {DOCS}", file=sys.stderr)
+        return 1
+    if page is not None:
+        name = page.removesuffix(".md") + ".md"
+        if name not in pages:
+            print(f"error: no page {page!r}: one of {', '.join(p.removesuffix('.md') for p in pages)}", file=sys.stderr)
+            return 2
+        print(os.path.join(DOCS, name))
+        return 0
+    print(f"the documentation of eobatch {__version__}, in {DOCS} (Markdown; `eobatch docs PAGE` prints a page's file):")
+    for name in pages:
+        with open(os.path.join(DOCS, name), encoding="utf-8") as f:
+            title = next((line.lstrip("#").strip() for line in f if line.startswith("# ")), name)
+        print(f"    {name.removesuffix('.md'):<18} {title}")
+    return 0
 
 
 POOL_SLOTS = 1  # a pool's commit and maintenance tasks take turns (maintenance.pool)

@@ -38,6 +38,8 @@ TRANSFORMS_DIR = os.path.join(SPARK_JOBS, "transforms")
 RESOURCES = os.path.join(CHECKOUT, "include") if CHECKOUT else os.path.join(PACKAGE, "job", "resources")
 # the JVM jar built into the wheel (a checkout builds it into .jars/ with the rest)
 BUNDLED_JVM_JAR = os.path.join(PACKAGE, "job", JVM_EXTENSION)
+# the documentation pages (docs/site/ of the checkout; in the wheel, eobatch/docs: `eobatch docs`)
+DOCS = os.path.join(CHECKOUT, "docs", "site") if CHECKOUT else os.path.join(PACKAGE, "docs")
 
 
 def user_cache() -> str:

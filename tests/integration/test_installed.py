@@ -5,11 +5,15 @@ dependency ranges resolved against the lock's pins), in a folder outside the rep
 checkout on ``sys.path`` and nothing of the checkout named in the environment but the resolved
 Delta jars (what `eobatch jars` puts in place; the stage job's own JVM jar comes from the wheel).
 
-From there: a DAG folder of one two-line file and a folder of one pipeline YAML with its own
-transform (transforms/<name>.py beside it, shipped to Spark in the job's code zip); `eobatch jars`,
-`eobatch doctor`; `eobatch run` (``airflow dags test``) publishes each record exactly once, judged
-by an independent reader (delta-rs); `airflow providers list` and `airflow plugins` show the
-package; the real api-server serves the ledger API of the plugin.
+It walks the getting-started page's "Install into your Airflow" (docs/site/getting-started.md):
+the install, the jars, the DAG file, the pipeline YAML and the last step's commands are the page's
+own code blocks (``support.docs_walk``: a page that changes changes what this test runs), with
+the page's example paths replaced by the test's folders. The YAML gets its own transform
+(transforms/<name>.py beside it, shipped to Spark in the job's code zip); `eobatch doctor`
+says what is missing until the Spark connection exists; `airflow dags test` and `eobatch run`
+publish each record exactly once, judged by an independent reader (delta-rs); `airflow
+providers list` and `airflow plugins` show the package; the real api-server serves the ledger API
+of the plugin.
 """
 
 from __future__ import annotations
@@ -25,10 +29,12 @@ import pytest
 from deltalake import DeltaTable
 
 from support.airflow_stack import AirflowStack
+from support.docs_walk import block, commands
 
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
+GUIDE, SECTION = "getting-started.md", "Install into your Airflow"
 PYTHON_TAG = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
@@ -79,9 +85,14 @@ def installed(tmp_path_factory) -> Installed:
                      dict(os.environ), REPO).stdout.strip())
     base = getattr(sys, "_base_executable", sys.executable)
     _run([base, "-m", "venv", inst.venv], inst.env, inst.work)
-    # --no-compile: the same files installed; bytecode is written when a module is first imported (the
-    # few of Airflow's thousands that the test imports) instead of for every file at install time
-    _run([inst.bin / "pip", "install", "--quiet", "--no-compile", "-r", reqs.name], inst.env, dist, timeout=1800)
+    # the page's install of the hash-locked lock, from the folder that holds dist/; --no-compile: the
+    # same files, bytecode written when a module is first imported (the few of Airflow's thousands
+    # that the test imports) instead of for every file at install time
+    [install] = [c for c in commands(block(GUIDE, SECTION, "pip install -r eobatch-")) if "pip install" in c]
+    version = wheel.name.split("-")[1]
+    assert reqs.name == f"eobatch-{version}-requirements.txt", reqs
+    _run(["bash", "-c", install.replace("<version>", version) + " --quiet --no-compile"], inst.env, inst.root,
+         timeout=1800)
     # the Delta and hadoop jars `eobatch jars` resolves, already resolved by `make setup` (no Maven
     # here): linked one by one, without the checkout's own JVM jar, which the wheel brings
     for jar in (REPO / ".jars").glob("*.jar"):
@@ -106,17 +117,15 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
     where, path = json.loads(r.stdout)
     assert where.startswith(str(inst.venv / "lib" / PYTHON_TAG / "site-packages" / "eobatch")), where
     assert not [p for p in path if p.startswith(str(REPO))], path
-    (inst.dags / "pipelines.py").write_text(f'from eobatch.airflow import pipeline_dags\n'
-                                            f'pipeline_dags(globals(), "{inst.pipelines}")\n')
-    (inst.pipelines / "orders.yaml").write_text(textwrap.dedent(f"""\
-        name: orders
-        source: {{kind: files, path: {inst.landing}}}
-        schema: "order_id STRING NOT NULL, customer STRING, amount DOUBLE"
-        transform: {{name: in_cents, options: {{factor: 100}}}}
-        sink: {{table: {inst.lake / 'orders'}}}
-        quarantine: {{table: {inst.lake / 'orders_bad'}}}
-        retries: {{stage: 0, commit: 2, delay_seconds: 1}}
-        """))
+    # the page's DAG file and pipeline YAML, its example paths replaced by this test's folders
+    dag_file = block(GUIDE, SECTION, "pipeline_dags(globals()")
+    assert "/path/to/pipelines" in dag_file, dag_file
+    (inst.dags / "pipelines.py").write_text(dag_file.replace("/path/to/pipelines", str(inst.pipelines)))
+    yaml_text = block(GUIDE, SECTION, "name: orders")
+    assert "/data/landing/orders" in yaml_text and "/data/lake/" in yaml_text, yaml_text
+    (inst.pipelines / "orders.yaml").write_text(
+        yaml_text.replace("/data/landing/orders", str(inst.landing)).replace("/data/lake", str(inst.lake))
+        + "transform: {name: in_cents, options: {factor: 100}}\nretries: {stage: 0, commit: 2, delay_seconds: 1}\n")
     (inst.pipelines / "transforms").mkdir()
     (inst.pipelines / "transforms" / "in_cents.py").write_text(textwrap.dedent("""\
         from pyspark.sql import functions as F
@@ -127,10 +136,15 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
         def transform(df, ctx):
             return df.withColumn("cents", (F.col("amount") * ctx.options["factor"]).cast("long"))
         """))
-    jars = inst.run("eobatch", "jars")
+    jars_cmd = commands(block(GUIDE, SECTION, "eobatch jars --with s3"))[0]
+    assert jars_cmd == "eobatch jars", jars_cmd
+    jars = inst.run("bash", "-c", jars_cmd)
     assert "already holds the" in jars.stderr, jars.stderr
-    inst.run("airflow", "db", "migrate", timeout=900)
-    doctor = inst.run("eobatch", "doctor", check=False)  # no Spark connection yet: said, with the fix
+    inst.run("airflow", "db", "migrate", timeout=900)  # the Airflow the platform already runs
+    doctor_cmd, dags_test, runs = commands(block(GUIDE, SECTION, "eobatch doctor"))
+    assert (doctor_cmd, dags_test, runs) == ("eobatch doctor", "airflow dags test orders",
+                                             "eobatch run orders --runs 2"), (doctor_cmd, dags_test, runs)
+    doctor = inst.run("bash", "-c", doctor_cmd, check=False)  # no Spark connection yet: said, with the fix
     assert doctor.returncode == 1 and "FAIL connections: not defined: spark_default (pipelines orders)" in doctor.stdout \
         and "master 'yarn'" in doctor.stdout and "AIRFLOW_CONN_SPARK_DEFAULT=" in doctor.stdout, doctor.stdout
     inst.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps({"conn_type": "spark", "host": "local[*]"})
@@ -140,9 +154,9 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
     assert "installed: " + str(inst.venv) in doctor.stdout and "eobatch-jvm.jar" in doctor.stdout, doctor.stdout
 
     _land(inst, "a.jsonl", _records("a", 5) + [{"order_id": None}])  # one bad record: quarantined
-    inst.run("eobatch", "run", "orders", timeout=900)
+    inst.run("bash", "-c", dags_test, timeout=900)
     _land(inst, "b.jsonl", _records("b", 3))
-    inst.run("eobatch", "run", "orders", "--runs", "2", timeout=900)  # the second run finds nothing new
+    inst.run("bash", "-c", runs, timeout=900)  # the second run finds nothing new
     published = DeltaTable(str(inst.lake / "orders")).to_pyarrow_table().select(["order_id", "cents"]).to_pylist()
     assert sorted(published, key=lambda r: r["order_id"]) == sorted(
         ({"order_id": r["order_id"], "cents": int(r["amount"] * 100)} for r in _records("a", 5) + _records("b", 3)),

@@ -277,3 +277,36 @@ def test_version_and_help_say_what_the_command_is_with_the_users_commands_before
     r = subprocess.run([sys.executable, "-m", "eobatch.cli", "plan", "--help"], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0 and "--max-records" in r.stdout, r.stdout + r.stderr  # the steps stay callable
+
+
+def test_docs_lists_the_pages_installed_with_this_version_and_prints_a_pages_file(capsys):
+    """Issue 43: the README's links into docs/site/ break off the repository; the pages come with the
+    wheel (eobatch/docs) and `eobatch docs` names them (here, a checkout: docs/site)."""
+    assert cli.main(["docs"]) == 0
+    out = capsys.readouterr().out
+    assert f"eobatch {eobatch.__version__}" in out
+    assert "    getting-started    Getting started" in out.splitlines()
+    assert cli.main(["docs", "operations"]) == 0
+    path = Path(capsys.readouterr().out.strip())
+    assert path.name == "operations.md" and path.read_text().startswith("# ")
+    assert cli.main(["docs", "no-such-page"]) == 2
+    assert "one of" in capsys.readouterr().err
+
+
+def test_the_wheels_description_has_no_link_that_breaks_off_the_repository():
+    """README.md as the wheel's description (include/hatch_build.py): each link into docs/site/
+    names the installed page instead, images become their alt text, and any other relative link
+    fails the build."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "include"))
+    try:
+        import hatch_build  # type: ignore[import-not-found]  # include/, put on the path above
+    finally:
+        sys.path.pop(0)
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    text = hatch_build.description(readme)
+    assert "](docs/" not in text and "](./" not in text and readme.count("](docs/site/") > 10
+    assert "(`eobatch docs getting-started`" in text
+    assert hatch_build.description("[a](docs/site/x.md#two-words) ![shot](docs/site/s.png)") == (
+        "a (`eobatch docs x`, section two words) *shot*")
+    with pytest.raises(ValueError, match="LICENSE"):
+        hatch_build.description("see [the licence](LICENSE)")
