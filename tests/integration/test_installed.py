@@ -169,6 +169,13 @@ def test_the_installed_wheel_publishes_a_pipeline_exactly_once_with_no_checkout(
     assert "eobatch" in {p["package_name"] for p in json.loads(providers.stdout)}, providers.stdout[-2000:]
     plugins = inst.run("airflow", "plugins", "-o", "json")
     assert "eobatch_ledger" in {p["name"] for p in json.loads(plugins.stdout)}, plugins.stdout[-2000:]
+    # the documentation of this version came with it, and the description names its pages (no link
+    # into a checkout's docs/site/)
+    page = Path(inst.run("eobatch", "docs", "getting-started").stdout.strip())
+    assert str(page).startswith(str(inst.venv)) and page.read_text() == (REPO / "docs" / "site" / page.name).read_text()
+    described = inst.run(inst.bin / "python", "-c",
+                         "import importlib.metadata as m; print(m.metadata('eobatch').get_payload())").stdout
+    assert "(`eobatch docs getting-started`" in described and "](docs/" not in described, described[:2000]
 
 
 def test_the_real_api_server_serves_the_ledger_api_of_the_installed_plugin(installed):
