@@ -5,8 +5,9 @@ Checks: Java (spark-submit's), Spark (``spark-submit`` of pyspark or ``SPARK_HOM
 (listed and unchanged, and the stage job's own), the folder of pipeline files (every file loads),
 the Airflow connections the pipelines name (when Airflow is installed and configured here), and
 write access to each pipeline's tables (a probe file under the table's ledger folder, removed
-again), that each landing folder can be listed (``source.path``: it exists, is a folder, is
-readable; the plan fails on it otherwise), and the trust settings in force (``trust_checks``: the access policy, the allow-lists of
+again), that each pipeline's source can be read (``Planner.check_readable``, the plan's own checks,
+metadata only: a landing folder exists, is a folder and can be listed; a Kafka topic exists, with
+its partitions' offsets; an upstream Delta table's version), and the trust settings in force (``trust_checks``: the access policy, the allow-lists of
 the platform, what each pipeline uses and whether the policy allows it). Reads and writes
 nothing else.
 """
@@ -124,26 +125,21 @@ def _tables(cfgs: dict[str, PipelineConfig]) -> list[Check]:
 
 
 def _sources(cfgs: dict[str, PipelineConfig]) -> list[Check]:
-    """Per pipeline of a landing kind: can its landing folder be read (the plan's own check,
-    ``FilesSource.check_landing``)? A folder that exists and is empty is fine; on S3 a prefix
-    without objects too (S3 has no folders), a bucket that does not exist or that is denied is not."""
+    """Per pipeline: can its source be read (``Planner.check_readable``, the plan's own checks, metadata
+    only)? A landing folder that exists and is empty is fine (on S3 a prefix without objects too, S3
+    has no folders; a bucket that does not exist or that is denied is not); a Kafka topic that exists
+    with its partitions' offsets; an upstream Delta table, or none yet."""
     out = []
     for name, cfg in sorted(cfgs.items()):
         try:
-            source = source_for(cfg)
-            check = getattr(source, "check_landing", None)  # landing kinds (files, parquet)
-            if check is None:
-                continue
-            check()
+            found = source_for(cfg).check_readable()
         except TerminalError as e:
             out.append(Check(f"source {name}", False, scrub(str(e))))
             continue
         except Exception as e:  # noqa: BLE001 - the reason is the answer
-            out.append(Check(f"source {name}", False, f"{cfg.source.path}: {type(e).__name__}: {scrub(str(e))}"))
+            out.append(Check(f"source {name}", False, scrub(f"{cfg.source.describe()}: {type(e).__name__}: {e}")))
             continue
-        include = ", ".join(cfg.source.include)
-        out.append(Check(f"source {name}", True, f"{cfg.source.path}: a folder it can list (it reads the files "
-                                                 f"named [{include}])"))
+        out.append(Check(f"source {name}", True, scrub(found)))
     return out
 
 

@@ -791,3 +791,19 @@ def test_transactions_and_a_record_too_large_to_receive_publish_with_every_offse
     entry = proto.ledger.stage_summary(plan.batch_id, attempt).source_positions["0"]
     assert {k: entry[k] for k in ("records", "delivered", "aborted", "control", "unreadable", "slices")} == {
         "records": 10, "delivered": 9, "aborted": 3, "control": 2, "unreadable": 1, "slices": [[0, 15]]}
+
+
+def test_doctor_says_a_topics_partitions_or_that_it_is_not_there(tmp_path, broker):
+    """Issue 43: doctor checked landing folders only; a Kafka pipeline's check is the plan's own
+    read of the topic's offsets: its partitions and what they hold, or the topic named as missing."""
+    from eobatch import doctor
+
+    create_topic(broker, "doctor_t", 2)
+    produce(broker, "doctor_t", [(0, b"a"), (1, b"b"), (1, b"c")])
+    there = write_kafka_pipeline(tmp_path / "a", broker.bootstrap, "doctor_t", name="doctor_there")
+    missing = write_kafka_pipeline(tmp_path / "b", broker.bootstrap, "doctor_no_such_topic", name="doctor_missing")
+    checks = {c.name: c for c in doctor._sources({"there": there.cfg, "missing": missing.cfg})}
+    assert (checks["source there"].ok, checks["source there"].text) == (
+        True, f"kafka {broker.bootstrap}: topic 'doctor_t', 2 partition(s), 3 offset(s) held (read_committed)")
+    assert not checks["source missing"].ok and "'doctor_no_such_topic' is not available" in checks["source missing"].text, \
+        checks["source missing"].text

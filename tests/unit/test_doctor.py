@@ -86,3 +86,23 @@ def test_a_stuck_pipeline_is_named_with_its_batch_its_last_error_and_the_repair_
     assert line.startswith("FAIL progress orders: pipeline orders is STUCK: batch 1 is PLANNED since "), line
     assert "last error" in line and "run scheduled__3 failed" in line
     assert "command: make reset-batch PIPELINE=orders BATCH=1" in line
+
+
+def test_a_delta_source_says_its_upstream_version_or_that_there_is_none_yet(tmp_path):
+    """Issue 43: doctor checked landing folders only; every source kind now answers the plan's own
+    check (``check_readable``): an upstream Delta table's version, or none yet (fine: the plan waits)."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from eobatch.config.loader import load_pipeline
+    from support.harness import write_delta_pipeline
+
+    upstream = tmp_path / "lake" / "orders"
+    p = write_delta_pipeline(tmp_path, "silver", upstream)
+    cfgs = {"silver": load_pipeline(str(p.yaml_path))}
+    [check] = doctor._sources(cfgs)
+    assert (check.ok, check.text) == (True, f"no Delta table at {upstream} yet: the plans wait for its first version")
+    write_deltalake(str(upstream), pa.table({"order_id": ["a"]}))
+    write_deltalake(str(upstream), pa.table({"order_id": ["b"]}), mode="append")
+    [check] = doctor._sources(cfgs)
+    assert (check.ok, check.text) == (True, f"Delta table {upstream}: version 1")

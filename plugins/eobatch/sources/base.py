@@ -197,6 +197,13 @@ class Planner(Protocol):
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        **late_files) -> tuple[dict | None, int | None, list[str]]: ...
 
+    def check_readable(self) -> str:
+        """What ``eobatch doctor`` says of this source when it can be read (a landing folder that can
+        be listed, a topic's partitions, a Delta table's version): one line naming what was found;
+        an exception (a TerminalError saying the fix, for the cases a plan refuses too) when it
+        cannot be read. Reads no data: metadata only, bounded in time."""
+        ...
+
     def begin_run(self) -> None:
         """Optional: the ``next_range`` calls from now on plan the batches of one run, each after
         the one before it (the protocol calls it when a run plans several); a planner may read its

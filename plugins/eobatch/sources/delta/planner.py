@@ -43,7 +43,7 @@ from typing import Any
 
 from ...errors import TerminalError
 from ...storage import s3conf
-from ...storage.fs import storage_for
+from ...storage.fs import printable, storage_for
 from ..base import BacklogAsk
 from ..files.planner import planned_file
 from ..parquet.planner import ForgedFooter, footer_rows
@@ -99,6 +99,14 @@ class DeltaSource:
                     or "no log files" in str(e).lower():
                 return None
             raise
+
+    def check_readable(self) -> str:
+        """``Planner.check_readable``: the upstream table's version, as a plan reads it (none yet is
+        fine: the plan waits for the table's first version)."""
+        snap = self._snapshot()
+        if snap is None:
+            return f"no Delta table at {printable(self.src.table)} yet: the plans wait for its first version"
+        return f"Delta table {printable(self.src.table)}: version {snap.version()}"
 
     def _start(self, prev: dict | None, table_id: str) -> int:
         name = self.cfg.name

@@ -178,6 +178,11 @@ class FilesSource:
         raise LandingUnreadable(f"the landing folder {printable(self.root)} (source.path of {where}) {why}: nothing "
                                 f"can be planned from it, so this plan fails rather than report \"nothing new\"; {fix}")
 
+    def check_readable(self) -> str:
+        """``Planner.check_readable``: the plan's own check of the landing folder (``check_landing``)."""
+        self.check_landing()
+        return f"{printable(self.root)}: a folder it can list (it reads the files named [{', '.join(self.include)}])"
+
     def begin_run(self) -> None:
         """The ``next_range`` calls from now on plan the batches of one run (``sources.base.Planner``):
         they all plan from one listing of the landing folder (each would list it whole)."""

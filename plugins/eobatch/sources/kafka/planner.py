@@ -22,7 +22,7 @@ from typing import Any
 
 from ..base import BacklogAsk
 from . import intervals  # intervals.Broker, looked up at each plan (the topic model stands in for it)
-from .client import settings
+from .client import servers_of, settings
 from .offsets import DataLossError, partition_offsets, spread, start_offsets
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,13 @@ class KafkaSource:
 
     def describe(self) -> str:
         return self.src.describe()
+
+    def check_readable(self, timeout: float = 10.0) -> str:
+        """``Planner.check_readable``: the topic's partitions and offsets, as a plan reads them."""
+        offsets = partition_offsets(self.client, self.src.topic, self.src.isolation_level, timeout=timeout)
+        held = sum(end - low for low, end in offsets.values())
+        return (f"kafka {servers_of(self.client)}: topic {self.src.topic!r}, {len(offsets)} partition(s), "
+                f"{held:,} offset(s) held ({self.src.isolation_level})")
 
     def next_range(self, previous_plans, limit: int) -> tuple[dict | None, int | None, list[str]]:
         topic = self.src.topic
