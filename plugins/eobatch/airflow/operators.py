@@ -249,8 +249,9 @@ def _after_plan(proto: Protocol, context) -> None:
     except Exception as e:  # noqa: BLE001 - an alert is never a reason to fail the plan
         log.warning("skipped-input alert not sent (%s: %s)", type(e).__name__, e)
     try:
-        # the listing only: counting records would read every pending file (or footer) on each plan
-        left = backlog(proto, count_records=False)
+        # the listing only: counting records would read every pending file (or footer) on each plan; the
+        # plan's own listing (its planner's), not a second one
+        left = backlog(proto, count_records=False, planner=proto.last_planner)
         sent += metrics.backlog_metrics(proto.cfg.name, left)
         alerts.check_backlog(proto.cfg, left, context)
     except Exception as e:  # noqa: BLE001 - the backlog is a metric, never a reason to fail the plan

@@ -25,7 +25,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..sources import source_for
-from ..sources.base import BacklogAsk
+from ..sources.base import BacklogAsk, Planner
 from ..storage.credentials import scrub
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def _iso(ms: int) -> str:
 
 def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
             kafka_timeout: float = 5.0, count_records: bool = True,
-            count_files_limit: int | None = None) -> dict[str, Any]:
+            count_files_limit: int | None = None, planner: Planner | None = None) -> dict[str, Any]:
     """The backlog of ``proto``'s pipeline, as a JSON-able dict:
 
     ``kind``; ``files`` and ``bytes`` (files-like kinds); ``records`` (None when not counted);
@@ -53,6 +53,8 @@ def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | No
     ``count_files_limit``: nor when more files than that are not yet planned (a footer or a line
     count each). ``not_taken``: landing files whose names ``source.include`` does not take (never
     read; a note names them); a landing folder that cannot be read is an ``error``. The figures are the source kind's (``Planner.backlog``).
+    ``planner``: the one a plan just planned with (``Protocol.last_planner``), which answers from the
+    run's own read of its source (a landing folder listed once per plan task); else a new one.
     """
     cfg = proto.cfg
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
@@ -62,10 +64,7 @@ def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | No
     ask = BacklogAsk(count_records=count_records, count_bytes_limit=count_bytes_limit,
                      count_files_limit=count_files_limit, timeout=kafka_timeout)
     try:
-        source = source_for(cfg)
-        if not hasattr(source, "backlog"):  # optional for a kind (sources.base.Planner)
-            out["notes"].append(f"the backlog of a {cfg.source.kind!r} source is not known to this page")
-            return out
+        source = planner or source_for(cfg)
         read = proto.read_so_far()  # what the next plan would start from (the planner's own view)
         latest = proto.ledger.latest_batch_id()
         versions = proto.committed_versions()

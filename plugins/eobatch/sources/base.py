@@ -205,9 +205,9 @@ class Planner(Protocol):
         ...
 
     def begin_run(self) -> None:
-        """Optional: the ``next_range`` calls from now on plan the batches of one run, each after
-        the one before it (the protocol calls it when a run plans several); a planner may read its
-        source once for all of them (a landing folder's listing)."""
+        """The ``next_range`` calls from now on plan the batches of one run, each after the one
+        before it (the protocol calls it before each run's plans); a planner may read its source
+        once for all of them and for the ``backlog`` after them (a landing folder's listing)."""
 
     def backlog(self, previous_plans: Sequence, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
         """What waits to be read after ``previous_plans`` (as for ``next_range``), for the backlog

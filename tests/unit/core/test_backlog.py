@@ -101,3 +101,30 @@ def test_the_plan_tasks_backlog_lists_only_and_reads_no_pending_file(make_cfg, t
     listed = backlog(Protocol(cfg), count_records=False)
     assert (listed["files"], listed["bytes"], listed["records"], listed["error"]) == (1, 18, None, None)
     assert listed["notes"][0] == "records not counted (not asked)"
+
+
+def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, tmp_path, monkeypatch):
+    """Issue 44: the plan task listed the whole landing folder twice, the plan and then the backlog
+    count (19.7 s of a plan task at 1M files). The backlog after a plan asks the plan's own planner
+    (``Protocol.last_planner``), which answers from the run's one listing; a plan of one batch too."""
+    from eobatch.sources.files.planner import FilesSource
+
+    listings: list[str] = []
+    real = FilesSource.list_landing
+    monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a, **kw: listings.append("x") or real(self, *a, **kw))
+    for max_batches in (1, 2):
+        own = tmp_path / f"p{max_batches}"
+        cfg = make_cfg(name=f"p{max_batches}", source={"kind": "files", "path": str(own / "landing"),
+                                                       "max_records_per_batch": 5},
+                       sink={"table": str(own / "sink")}, quarantine={"table": str(own / "quarantine")})
+        for i in range(3):
+            land(cfg, f"f{i}.jsonl", 5, T - 600 + i)  # one file a batch
+        proto = Protocol(cfg)
+        proto.recover()
+        listings.clear()
+        plans, _ = proto.plan_batches(max_batches=max_batches)
+        left = backlog(proto, count_records=False, planner=proto.last_planner, now_ms=T * 1000)
+        assert len(listings) == 1 and len(plans) == max_batches, (listings, plans)
+        assert (left["files"], left["unpublished"], left["oldest_unpublished_age_s"]) == (3 - max_batches, True, 600.0)
+        listings.clear()
+        assert backlog(proto, count_records=False)["files"] == 3 - max_batches and len(listings) == 1  # the page's own

@@ -93,6 +93,9 @@ class Protocol(Repairs):
         self.last_late: list[JSON] = []  # late files the last plan() found (interval mode)
         self.last_skipped: list[JSON] = []  # landing inputs the last plan() skipped, and planned files it will not read
         self.last_warnings: list[str] = []  # why the last plan_batches() carries fewer batches than it could
+        # the planner of the last plan_batches(): after a plan, the backlog asks it (a landing folder is
+        # listed once per plan task, not again for the count)
+        self.last_planner: Planner | None = None
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -304,9 +307,8 @@ class Protocol(Repairs):
         self.last_late, self.last_skipped, self.last_warnings = [], [], []
         plans: list[BatchPlan] = []
         reading = hist
-        source = source_for(self.cfg)
-        if max_batches > 1 and hasattr(source, "begin_run"):  # optional for a kind (sources.base.Planner)
-            source.begin_run()  # it may read its source once for the run's batches
+        source = self.last_planner = source_for(self.cfg)
+        source.begin_run()  # it may read its source once for the run's batches, and the backlog after them
         while len(plans) < max_batches:
             try:
                 plan = self._plan_next(source, reading, held, max_records, interval, run_id, t0,

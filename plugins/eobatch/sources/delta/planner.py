@@ -100,6 +100,9 @@ class DeltaSource:
                 return None
             raise
 
+    def begin_run(self) -> None:
+        """``Planner.begin_run``: nothing to read once for a run (each plan asks the source again)."""
+
     def check_readable(self) -> str:
         """``Planner.check_readable``: the upstream table's version, as a plan reads it (none yet is
         fine: the plan waits for the table's first version)."""

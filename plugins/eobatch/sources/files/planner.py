@@ -373,9 +373,10 @@ class FilesSource:
     def backlog(self, previous_plans: ReadSoFar, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
         """``Planner.backlog``: the landing files no plan read yet (count, bytes; records when
         counting them is cheap enough) and the oldest modification time among them and among the
-        files of ``unpublished``: a file's records are at least that old."""
+        files of ``unpublished``: a file's records are at least that old. After ``begin_run`` and the
+        run's plans, the run's one listing (files landed since are counted by the next plan task)."""
         read = previous_plans
-        pending = [f for f in self.list_landing() if read.consumed(f.path) is None and read.void(f.path) is None]
+        pending = [f for f in self._landing_files() if read.consumed(f.path) is None and read.void(f.path) is None]
         out: dict[str, Any] = {"files": len(pending), "bytes": sum(f.size for f in pending), "records": None}
         notes: list[str] = []
         if not ask.count_records:

@@ -44,6 +44,9 @@ class KafkaSource:
     def describe(self) -> str:
         return self.src.describe()
 
+    def begin_run(self) -> None:
+        """``Planner.begin_run``: nothing to read once for a run (each plan asks the source again)."""
+
     def check_readable(self, timeout: float = 10.0) -> str:
         """``Planner.check_readable``: the topic's partitions and offsets, as a plan reads them."""
         offsets = partition_offsets(self.client, self.src.topic, self.src.isolation_level, timeout=timeout)
