@@ -592,6 +592,10 @@ class S3Storage:
     def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000,
                    links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
+        A recursive listing asks for each next page with ``StartAfter`` = the last key of the page
+        before, never with the continuation token: S3Proxy (and S3-compatible stores like it) hand
+        back a token URL-encoded under boto3's ``EncodingType=url`` and read it back as a key, so a
+        key holding ``=`` (``dt=2026-01-01/``) sent the next page back to the prefix's start, for ever.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""
         b, p = self._prefix(prefix)
@@ -609,7 +613,11 @@ class S3Storage:
                                _mtime_ms(o["LastModified"]))
             if not r.get("IsTruncated"):
                 return
-            kw["ContinuationToken"] = r["NextContinuationToken"]
+            contents = r.get("Contents", [])
+            if recursive and contents:
+                kw["StartAfter"] = contents[-1]["Key"]  # keys come in UTF-8 byte order: the next page's start
+            else:
+                kw["ContinuationToken"] = r["NextContinuationToken"]
 
     def _list(self, prefix: str, kw: dict) -> dict:
         try:
