@@ -148,6 +148,13 @@ def test_s3_listing_of_keys_holding_an_equals_sign_lists_each_once_page_by_page(
         fs.write_atomic(path, b"x")
     got = list(itertools.islice(fs.list_files(root, page_size=2), 50))  # bounded: a loop fails, never hangs
     assert [f.path for f in got] == want
+    # a listing of one level (Delimiter): pages of files and folders; each next page starts above the
+    # last folder's keys
+    for name in ("a.jsonl", "dt=00x.jsonl", "z.jsonl"):
+        fs.write_atomic(f"{root}/{name}", b"x")
+    flat = list(itertools.islice(fs.list_files(root, recursive=False, page_size=2), 50))
+    assert [f.path.rsplit("/", 1)[1] for f in flat] == ["a.jsonl", "dt=00x.jsonl", "z.jsonl"]
+    assert fs.list_dirs(root) == ["dt=00", "dt=01", "dt=02"]
 
 
 def test_s3_errors_never_show_credentials(s3, monkeypatch):
