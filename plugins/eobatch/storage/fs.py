@@ -141,6 +141,24 @@ def relpath(path: str, root: str) -> str:
     return path[len(root):]
 
 
+# above every key that starts with a common prefix (U+10FFFF: the highest code point, 4 bytes in UTF-8)
+_PAST_PREFIX = "\U0010ffff"
+
+
+def _next_page_after(page: dict) -> str:
+    """``StartAfter`` of the ListObjectsV2 page after ``page`` (a truncated one): its last key, or
+    when a common prefix (a folder, ``Delimiter``) ends the page, a key above all of that folder's.
+    Not the continuation token: S3Proxy (and S3-compatible stores like it) hand the token back
+    URL-encoded under boto3's ``EncodingType=url`` and read it back as a key, so a key holding
+    ``=`` (``dt=2026-01-01/``) sent every next page back to the prefix's start, for ever. Keys and
+    common prefixes come in UTF-8 byte order, which is Python's str order."""
+    last = [o["Key"] for o in page.get("Contents", [])[-1:]]
+    last += [c["Prefix"] + _PAST_PREFIX for c in page.get("CommonPrefixes", [])[-1:]]
+    if not last:
+        raise S3StorageError(f"a truncated ListObjectsV2 page with no key and no prefix: {sorted(page)}")
+    return max(last)
+
+
 class LocalStorage:
     """A local (or mounted) file system. Paths are absolute; ``file://`` is accepted."""
 
@@ -609,7 +627,8 @@ class S3Storage:
                    after: str | None = None) -> Iterator[FileInfo]:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
         ``after``: only the objects whose path sorts after it, from S3 itself (``StartAfter``: the
-        calls are those of the objects listed, not of the prefix).
+        calls are those of the objects listed, not of the prefix). Each next page is asked for after
+        the page before (``_next_page_after``), never with the continuation token.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""
         b, p = self._prefix(prefix)
@@ -631,7 +650,7 @@ class S3Storage:
                                _mtime_ms(o["LastModified"]))
             if not r.get("IsTruncated"):
                 return
-            kw["ContinuationToken"] = r["NextContinuationToken"]
+            kw["StartAfter"] = _next_page_after(r)
 
     def _list(self, prefix: str, kw: dict) -> dict:
         try:
@@ -673,7 +692,7 @@ class S3Storage:
             out += [c["Prefix"][len(p):].rstrip("/") for c in r.get("CommonPrefixes", [])]
             if not r.get("IsTruncated"):
                 break
-            kw["ContinuationToken"] = r["NextContinuationToken"]
+            kw["StartAfter"] = _next_page_after(r)
         # StartAfter=<p><name> still lists <p><name>/... (a longer key): the folder itself is not "after"
         return sorted(d for d in out if start_after is None or d > start_after)
 
