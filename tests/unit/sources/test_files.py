@@ -877,3 +877,18 @@ def test_lexical_discovery_lists_after_the_last_position_and_a_full_listing_find
     assert _paths(plan.range) == [late] and plan.range["full_listing_ms"] == full + 3_601_000
     assert any(n.startswith("full listing of the landing folder") for n in plan.notes)
     assert plan.range["listed_after"] == str(landing / "dt=01/hour=02/a.jsonl")  # back where it was
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    proto.commit(plan.batch_id)
+    # a replay's folder sorts after the layout's: listed whole at each plan, it never moves the position
+    h3 = land_at(landing / "dt=01/hour=03/a.jsonl", range(2), T0 + 30)
+    replayed = land_at(landing / "replay" / "r1.jsonl", range(1), T0 + 31)
+    got = []
+    for _ in range(2):
+        plan, _new = proto.plan()
+        got.append((_paths(plan.range), plan.range["listed_after"]))
+        proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+        proto.commit(plan.batch_id)
+    assert got == [([h3], h3), ([replayed], h3)]
+    h4 = land_at(landing / "dt=01/hour=04/a.jsonl", range(1), T0 + 40)
+    plan, _new = proto.plan()
+    assert _paths(plan.range) == [h4]

@@ -131,9 +131,12 @@ class FilesSource:
         unreadable: list[tuple[str, str]] = []
         self.skipped: list[dict] = []
         self.check_landing()
-        visible = [f for folder in (folders if folders is not None else [self.root])
-                   for f in self.fs.list_files(folder, links=links, unreadable=unreadable, after=after)
-                   if _visible(self.root, f.path)]
+        sources = [(folder, None) for folder in folders] if folders is not None else [(self.root, after)]
+        if folders is None and after is not None:  # discovery lexical: a replay's names do not grow with the layout's
+            sources.append((join(self.root, REPLAY_DIR), None))
+        visible = list({f.path: f for folder, start in sources
+                        for f in self.fs.list_files(folder, links=links, unreadable=unreadable, after=start)
+                        if _visible(self.root, f.path)}.values())
         listed = [f for f in visible if self.takes(f.path)]
         self.not_taken = [f.path for f in visible if not self.takes(f.path) and not _own_file(self.root, f.path)]
         if self.not_taken:
@@ -150,7 +153,7 @@ class FilesSource:
         for d, why in sorted(unreadable):
             if _visible(self.root, d):
                 self.skip(d, f"the folder cannot be read ({why}); its files are planned once it can be read")
-        self.links = sorted(p for p in links if _visible(self.root, p))
+        self.links = sorted({p for p in links if _visible(self.root, p)})
         self.link_notes = [f"ignored symbolic link {printable(p)} in the landing zone: links are never followed "
                            f"(a link can point outside the landing zone, e.g. at a credentials file); land a "
                            f"regular file instead" for p in self.links]
@@ -257,12 +260,12 @@ class FilesSource:
                     log.warning(msg)
                     if not read.reported(f.path):
                         notes.append(msg)
-                position = position if held else f.path
+                position = _advanced(self.root, position, f.path, held)
                 continue
             void = read.void(f.path)
             if void is not None:  # a void replay's file: never read, said once (an alert, the gauge)
                 self.skip(f.path, void, retried=False)
-                position = position if held else f.path
+                position = _advanced(self.root, position, f.path, held)
                 continue
             entry = self._entry_or_skip(f)
             if entry is None:
@@ -272,7 +275,7 @@ class FilesSource:
             if chosen and total + n > limit:
                 break
             chosen.append(entry)
-            position = position if held else f.path
+            position = _advanced(self.root, position, f.path, held)
             total += n
             if total >= limit:
                 break
@@ -444,6 +447,15 @@ class FilesSource:
         notes += [s["note"] for s in self.skipped if s.get("not_taken")]  # said while they are there
         out["not_taken"] = len(self.not_taken)
         return out | {"notes": notes}
+
+
+def _advanced(root: str, position: str | None, path: str, held: bool) -> str | None:
+    """``source.discovery: lexical``: the position after ``path`` was taken or passed: ``path``,
+    unless a file before it is held for a later plan or it is a replay's (the replay folder is
+    listed whole at each plan: its names do not grow with the layout's)."""
+    if held or path.startswith(join(root, REPLAY_DIR) + "/"):
+        return position
+    return path
 
 
 def skip_notes(entries: list[dict]) -> list[str]:
