@@ -136,6 +136,25 @@ def test_s3_listing_stat_delete(s3):
     assert fs.arrow_path(f"{root}/d0/f0.jsonl") == f"{root[len('s3a://'):]}/d0/f0.jsonl"
 
 
+def test_s3_listing_after_a_path_is_the_objects_after_it_and_its_list_calls_are_theirs(s3, monkeypatch):
+    """Issue 44: listing from a position on is S3's own StartAfter: the objects whose key sorts
+    after it, in as many LIST calls as pages of those objects (not of the prefix)."""
+    fs = S3Storage()
+    root = f"s3a://{BUCKET}/after/{uuid.uuid4().hex}"
+    for d in range(3):
+        for i in range(4):
+            fs.write_atomic(f"{root}/dt=0{d}/f{i}.jsonl", b"x")
+    calls: list[dict] = []
+    real = fs._list
+    monkeypatch.setattr(fs, "_list", lambda prefix, kw: calls.append(dict(kw)) or real(prefix, kw))
+    after = f"{root}/dt=01/f2.jsonl"
+    got = [f.path for f in fs.list_files(root, page_size=2, after=after)]
+    assert got == [f"{root}/dt=01/f3.jsonl", *(f"{root}/dt=02/f{i}.jsonl" for i in range(4))]
+    assert len(calls) == 3 and calls[0]["StartAfter"] == after.split(f"{BUCKET}/", 1)[1], calls
+    calls.clear()
+    assert len(list(fs.list_files(root, page_size=2))) == 12 and len(calls) == 6
+
+
 def test_s3_listing_of_keys_holding_an_equals_sign_lists_each_once_page_by_page(s3):
     """Date-partitioned landing keys (``dt=.../``) over more than one page: with the continuation
     token, S3Proxy sent every next page back to the prefix's start (the token comes back URL-encoded,

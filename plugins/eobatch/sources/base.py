@@ -64,7 +64,11 @@ DEFAULT_MAX_FILES_PER_BATCH = 1000
 MAX_FILES_PER_BATCH = 3000
 # keys that bound how a range is planned, not what it holds (a pending batch's range is in its plan):
 # not in the fingerprint, so a pipeline keeps its fingerprint when they came
-NOT_FINGERPRINTED = ("max_files_per_batch",)
+NOT_FINGERPRINTED = ("max_files_per_batch", "discovery", "full_listing_hours")
+# ``source.discovery`` of the landing kinds: list the whole folder at each plan, or (names that grow in
+# byte order) only the paths after the last one a plan passed, with a full listing every
+# ``full_listing_hours`` for the late names
+DISCOVERY_MODES = ("full", "lexical")
 
 
 @dataclass(frozen=True, kw_only=True)

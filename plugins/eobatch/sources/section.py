@@ -15,7 +15,7 @@ from pydantic import ValidationInfo, model_validator
 
 from ..config.model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, pos_int, validate
 from ..config.schedule import ONLY_INTERVAL, check_interval_prefix
-from .base import DEFAULT_MAX_FILES_PER_BATCH, MAX_FILES_PER_BATCH, ConfigContext, SourceConfig
+from .base import DEFAULT_MAX_FILES_PER_BATCH, DISCOVERY_MODES, MAX_FILES_PER_BATCH, ConfigContext, SourceConfig
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")
 
@@ -102,3 +102,12 @@ class LandingSection(SourceSection):
     late_files: Annotated[str, one_of(*LATE_FILE_POLICIES)] = "republish"  # interval mode: a file landing in a published interval
     late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are Check
     max_files_per_batch: MaxFiles = DEFAULT_MAX_FILES_PER_BATCH
+    discovery: Annotated[str, one_of(*DISCOVERY_MODES)] = "full"  # continuous mode: how a plan finds new files
+    full_listing_hours: PosInt = 24  # discovery: lexical: hours between two plans that list the whole folder
+
+    @model_validator(mode="after")
+    def _discovery_of_continuous_mode(self, info: ValidationInfo) -> LandingSection:
+        if self.discovery != "full" and (info.context or {}).get("mode") == "interval":
+            raise Invalid("interval mode lists the interval's own folders (interval_prefix); discovery: lexical is "
+                          "for continuous mode", at="discovery")
+        return self

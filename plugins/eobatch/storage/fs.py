@@ -88,7 +88,7 @@ class Storage(Protocol):
     def put_if_absent(self, path: str, data: bytes, *, within: str | None = None) -> bool: ...
     def delete(self, path: str) -> None: ...
     def list_files(self, prefix: str, recursive: bool = True, *, links: list[str] | None = None,
-                   unreadable: list[tuple[str, str]] | None = None) -> Iterator[FileInfo]: ...
+                   unreadable: list[tuple[str, str]] | None = None, after: str | None = None) -> Iterator[FileInfo]: ...
     def list_dirs(self, prefix: str, start_after: str | None = None) -> list[str]: ...
     def folder_problem(self, path: str) -> str | None: ...
     def remove_empty_dirs(self, prefix: str) -> None: ...
@@ -113,6 +113,16 @@ def _below(path: str, root: str) -> list[str]:
     if any(p in ("", ".", "..") for p in parts):
         raise ValueError(f"{path} is not a plain path below {root}")
     return parts
+
+
+def sorts_after(path: str, after: str, folder: bool = False) -> bool:
+    """Whether ``path`` sorts after ``after`` in the order S3 lists keys (UTF-8 bytes, which is
+    the order of Python's str for any name in UTF-8); ``folder``: whether any path below the folder
+    ``path`` can."""
+    if not folder:
+        return path > after
+    below = path.rstrip("/") + "/"
+    return after.startswith(below) or below > after
 
 
 def join(base: str, *parts: str) -> str:
@@ -372,8 +382,11 @@ class LocalStorage:
             pass
 
     def list_files(self, prefix: str, recursive: bool = True,
-                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None,
+                   after: str | None = None) -> Iterator[FileInfo]:
         """Regular files under ``prefix`` (a folder). Temp files of ``write_atomic`` are skipped.
+        ``after``: only the files whose path sorts after it (``sorts_after``, the order of S3's
+        keys), without reading the folders that sort wholly before it.
 
         Symbolic links are never followed, to files or to folders: a link can point anywhere (a
         credentials file, a folder outside ``prefix``). Each one found (dangling ones too) is
@@ -397,6 +410,8 @@ class LocalStorage:
                 unreadable.append((d, f"{type(err).__name__}: {err.strerror or err}"))
                 continue
             for e in entries:
+                if after is not None and not sorts_after(e.path, after, folder=e.is_dir(follow_symlinks=False)):
+                    continue  # this file, or every path below this folder, sorts before ``after``
                 if e.is_symlink():
                     if links is not None:
                         links.append(e.path)
@@ -608,15 +623,21 @@ class S3Storage:
         return b, (k + "/") if k else ""
 
     def list_files(self, prefix: str, recursive: bool = True, page_size: int = 1000,
-                   links: list | None = None, unreadable: list | None = None) -> Iterator[FileInfo]:
+                   links: list | None = None, unreadable: list | None = None,
+                   after: str | None = None) -> Iterator[FileInfo]:
         """Objects under ``prefix`` (a folder): ListObjectsV2, paginated. Temp names are skipped.
-        Each next page is asked for after the page before (``_next_page_after``), never with the
-        continuation token.
+        ``after``: only the objects whose path sorts after it, from S3 itself (``StartAfter``: the
+        calls are those of the objects listed, not of the prefix). Each next page is asked for after
+        the page before (``_next_page_after``), never with the continuation token.
 
         S3 has no symbolic links: ``links`` (see LocalStorage.list_files) is accepted and left as is."""
         b, p = self._prefix(prefix)
         scheme = prefix.split("://", 1)[0] + "://"  # listed paths keep the caller's spelling
         kw = {"Bucket": b, "Prefix": p, "MaxKeys": page_size}
+        if after is not None:
+            ab, ak = self._split(after)
+            if ab == b and ak > p:
+                kw["StartAfter"] = ak
         if not recursive:
             kw["Delimiter"] = "/"
         while True:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -665,8 +666,8 @@ class _SwapAfterListing(FilesSource):
         super().__init__(cfg)
         self.swap = swap
 
-    def list_landing(self, folders=None):
-        out = super().list_landing(folders)
+    def list_landing(self, folders=None, after=None):
+        out = super().list_landing(folders, after)
         for f in out:
             self.swap(f.path)
         return out
@@ -838,3 +839,56 @@ def test_an_interval_of_more_files_than_the_bound_is_refused_before_any_is_opene
     monkeypatch.setattr(FilesSource, "_entry", lambda *_: pytest.fail("a file was opened"))
     with pytest.raises(IntervalTooLarge, match="holds 4 files, more than max_files_per_batch=3"):
         s.interval_range(t * 1000, (t + 3600) * 1000, 100)
+
+
+def test_lexical_discovery_lists_after_the_last_position_and_a_full_listing_finds_the_late_name(make_cfg, monkeypatch):
+    """Issue 44: ``source.discovery: lexical`` (names that grow in byte order): a plan lists only the
+    paths after the position the last plan recorded (``listed_after``), in path order; a file landed
+    under a name before it is found by the full listing, once ``full_listing_hours`` have passed
+    since the last one, and published once."""
+    from eobatch.storage.fs import LocalStorage
+    from support.pyarrow_stager import stage
+
+    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 2,
+                           "discovery": "lexical", "full_listing_hours": 1})
+    landing = Path(cfg.source.path)
+    afters: list = []
+    real = LocalStorage.list_files
+    monkeypatch.setattr(LocalStorage, "list_files", lambda self, prefix, *a, **kw: (
+        prefix == str(landing) and afters.append(kw.get("after"))) or real(self, prefix, *a, **kw))
+    for h in range(3):
+        land_at(landing / f"dt=01/hour=0{h}/a.jsonl", range(2), T0 + 10 - h)  # mtimes in the other order
+    proto = Protocol(cfg)
+    plans = []
+    for _ in range(3):
+        plan, _new = proto.plan()
+        plans.append(plan)
+        proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+        proto.commit(plan.batch_id)
+    assert [_paths(p.range) for p in plans] == [[str(landing / f"dt=01/hour=0{h}/a.jsonl")] for h in range(3)]
+    assert afters == [None, str(landing / "dt=01/hour=00/a.jsonl"), str(landing / "dt=01/hour=01/a.jsonl")]
+    assert [p.range["listed_after"] for p in plans] == [str(landing / f"dt=01/hour=0{h}/a.jsonl") for h in range(3)]
+    full = plans[0].range["full_listing_ms"]
+    assert {p.range["full_listing_ms"] for p in plans} == {full}
+    late = land_at(landing / "dt=01/hour=00/late.jsonl", range(1), T0 + 20)  # a name before the position
+    assert proto.plan() == (None, False)  # not seen: the listing starts after hour=02
+    monkeypatch.setattr(time, "time", lambda: full / 1000 + 3601)  # an hour after the full listing
+    plan, _new = proto.plan()
+    assert _paths(plan.range) == [late] and plan.range["full_listing_ms"] == full + 3_601_000
+    assert any(n.startswith("full listing of the landing folder") for n in plan.notes)
+    assert plan.range["listed_after"] == str(landing / "dt=01/hour=02/a.jsonl")  # back where it was
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    proto.commit(plan.batch_id)
+    # a replay's folder sorts after the layout's: listed whole at each plan, it never moves the position
+    h3 = land_at(landing / "dt=01/hour=03/a.jsonl", range(2), T0 + 30)
+    replayed = land_at(landing / "replay" / "r1.jsonl", range(1), T0 + 31)
+    got = []
+    for _ in range(2):
+        plan, _new = proto.plan()
+        got.append((_paths(plan.range), plan.range["listed_after"]))
+        proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+        proto.commit(plan.batch_id)
+    assert got == [([h3], h3), ([replayed], h3)]
+    h4 = land_at(landing / "dt=01/hour=04/a.jsonl", range(1), T0 + 40)
+    plan, _new = proto.plan()
+    assert _paths(plan.range) == [h4]

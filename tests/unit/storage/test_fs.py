@@ -394,3 +394,28 @@ def test_put_if_absent_retries_a_conditional_conflict_then_loses(s3env, monkeypa
     with pytest.raises(S3StorageError, match="AccessDenied") as e:
         S3Storage().put_if_absent("s3a://bkt/plans/1.json", b"x")
     assert ENV["AWS_SECRET_ACCESS_KEY"] not in str(e.value)
+
+
+def test_list_files_after_a_path_skips_what_sorts_before_it_without_reading_those_folders(tmp_path, monkeypatch):
+    """Issue 44: a landing zone whose names grow in order is listed from a position on: the files
+    whose path sorts after it (S3's key order), and no folder that sorts wholly before it is read."""
+    from eobatch.storage.fs import sorts_after
+
+    fs = LocalStorage()
+    for rel in ("dt=2026-01-01/hour=00/a.jsonl", "dt=2026-01-01/hour=01/a.jsonl", "dt=2026-01-01/hour=01/b.jsonl",
+                "dt=2026-01-02/hour=00/a.jsonl", "dt=2026-01-0x/z.jsonl", "dt=2026-01-01-late/c.jsonl", "top.jsonl"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("{}\n")
+    read: list[str] = []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda d: read.append(str(d)) or real(d))
+    after = str(tmp_path / "dt=2026-01-01/hour=01/a.jsonl")
+    got = sorted(relpath(f.path, str(tmp_path)) for f in fs.list_files(str(tmp_path), after=after))
+    assert got == ["dt=2026-01-01/hour=01/b.jsonl", "dt=2026-01-02/hour=00/a.jsonl", "dt=2026-01-0x/z.jsonl",
+                   "top.jsonl"]  # "-late" sorts before "/": a late name, found by a full listing only
+    assert str(tmp_path / "dt=2026-01-01/hour=00") not in read and str(tmp_path / "dt=2026-01-01-late") not in read
+    assert sorted(relpath(f.path, str(tmp_path)) for f in fs.list_files(str(tmp_path))) == sorted(
+        [*got, "dt=2026-01-01/hour=00/a.jsonl", "dt=2026-01-01/hour=01/a.jsonl", "dt=2026-01-01-late/c.jsonl"])
+    # the order is S3's: every listed path sorts after the position, every other one before it
+    assert sorts_after("/l/a/x", "/l/a-b/y") and sorts_after("/l/a", "/l/a-b/y", folder=True)
+    assert not sorts_after("/l/a-a", "/l/a-b/y", folder=True) and sorts_after("/l/a-b", "/l/a-b/y", folder=True)

@@ -21,6 +21,8 @@ class FilesConfig(SourceConfig):
     # the stage job reads a file in pieces (spark.sql.files.maxPartitionBytes) with bounded memory
     max_file_bytes: int | None = None
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
+    discovery: str = "full"  # full: every plan lists the folder; lexical: only the paths after the last one passed
+    full_listing_hours: int = 24  # discovery lexical: a plan lists the whole folder when the last full listing is older
 
     HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {"include": ("*.jsonl",)}
 

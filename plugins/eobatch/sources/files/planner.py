@@ -34,6 +34,7 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import logging
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -116,7 +117,7 @@ class FilesSource:
         self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``
         self._one_listing = False
 
-    def list_landing(self, folders: Sequence[str] | None = None) -> list[FileInfo]:
+    def list_landing(self, folders: Sequence[str] | None = None, after: str | None = None) -> list[FileInfo]:
         """The landing files to read, oldest first: of the whole landing folder, or only of
         ``folders`` (sub-folders of it, interval mode with ``interval_prefix``).
 
@@ -130,9 +131,12 @@ class FilesSource:
         unreadable: list[tuple[str, str]] = []
         self.skipped: list[dict] = []
         self.check_landing()
-        visible = [f for folder in (folders if folders is not None else [self.root])
-                   for f in self.fs.list_files(folder, links=links, unreadable=unreadable)
-                   if _visible(self.root, f.path)]
+        sources = [(folder, None) for folder in folders] if folders is not None else [(self.root, after)]
+        if folders is None and after is not None:  # discovery lexical: a replay's names do not grow with the layout's
+            sources.append((join(self.root, REPLAY_DIR), None))
+        visible = list({f.path: f for folder, start in sources
+                        for f in self.fs.list_files(folder, links=links, unreadable=unreadable, after=start)
+                        if _visible(self.root, f.path)}.values())
         listed = [f for f in visible if self.takes(f.path)]
         self.not_taken = [f.path for f in visible if not self.takes(f.path) and not _own_file(self.root, f.path)]
         if self.not_taken:
@@ -149,7 +153,7 @@ class FilesSource:
         for d, why in sorted(unreadable):
             if _visible(self.root, d):
                 self.skip(d, f"the folder cannot be read ({why}); its files are planned once it can be read")
-        self.links = sorted(p for p in links if _visible(self.root, p))
+        self.links = sorted({p for p in links if _visible(self.root, p)})
         self.link_notes = [f"ignored symbolic link {printable(p)} in the landing zone: links are never followed "
                            f"(a link can point outside the landing zone, e.g. at a credentials file); land a "
                            f"regular file instead" for p in self.links]
@@ -188,13 +192,14 @@ class FilesSource:
         they all plan from one listing of the landing folder (each would list it whole)."""
         self._run_listing, self._one_listing = None, True
 
-    def _landing_files(self) -> list[FileInfo]:
-        """``list_landing()`` of the whole folder; after ``begin_run``, the run's one listing (each
-        call starting its skips from the listing's)."""
+    def _landing_files(self, after: str | None = None) -> list[FileInfo]:
+        """``list_landing(after=after)`` of the whole folder; after ``begin_run``, the run's one listing
+        (each call starting its skips from the listing's; the first call's ``after`` holds for the run:
+        its later plans start after an earlier plan of the same run)."""
         if not self._one_listing:
-            return self.list_landing()
+            return self.list_landing(after=after)
         if self._run_listing is None:
-            self._run_listing = (self.list_landing(), list(self.skipped))
+            self._run_listing = (self.list_landing(after=after), list(self.skipped))
         files, skipped = self._run_listing
         self.skipped = list(skipped)
         return files
@@ -234,7 +239,16 @@ class FilesSource:
         chosen: list[dict] = []
         total = 0
         max_files = self.cfg.source.max_files_per_batch
-        for f in self._landing_files():
+        after, full_at = self._discovery(read)
+        lexical = full_at is not None
+        listed = self._landing_files(after=after)
+        if lexical:  # in path order: the position never passes a file it did not take
+            listed = sorted(listed, key=lambda f: f.path)
+            if after is None:
+                notes.append(f"full listing of the landing folder (discovery: lexical, every "
+                             f"{self.cfg.source.full_listing_hours} h): {len(listed)} files")
+        position, held = after, False  # held: a file that could not be taken now stops the position
+        for f in listed:
             if len(chosen) >= max_files:
                 break
             old = read.consumed(f.path)
@@ -246,18 +260,22 @@ class FilesSource:
                     log.warning(msg)
                     if not read.reported(f.path):
                         notes.append(msg)
+                position = _advanced(self.root, position, f.path, held)
                 continue
             void = read.void(f.path)
             if void is not None:  # a void replay's file: never read, said once (an alert, the gauge)
                 self.skip(f.path, void, retried=False)
+                position = _advanced(self.root, position, f.path, held)
                 continue
             entry = self._entry_or_skip(f)
             if entry is None:
+                held = True  # retried by the next plan: the position stays before it
                 continue
             n = entry["records"]
             if chosen and total + n > limit:
                 break
             chosen.append(entry)
+            position = _advanced(self.root, position, f.path, held)
             total += n
             if total >= limit:
                 break
@@ -266,7 +284,25 @@ class FilesSource:
         notes += self._skip_notes(read)  # each link and skip in one plan's notes
         if not chosen:
             return None, 0, notes
-        return {"files": chosen}, total, notes + skip_notes(chosen)
+        rng: dict[str, Any] = {"files": chosen}
+        if lexical:
+            rng |= {"listed_after": position, "full_listing_ms": full_at}
+        return rng, total, notes + skip_notes(chosen)
+
+    def _discovery(self, read) -> tuple[str | None, int | None]:
+        """(after, full listing time) of the next plan: ``source.discovery: lexical`` lists the paths
+        after the last plan's ``listed_after`` and keeps its full listing time, or, when there is none
+        or it is ``full_listing_hours`` old, lists the whole folder (after None, now); (None, None)
+        for ``full`` discovery."""
+        src = self.cfg.source
+        if getattr(src, "discovery", "full") != "lexical":
+            return None, None
+        prev = read[-1].range if read else None
+        now = int(time.time() * 1000)
+        after, full_at = (prev.get("listed_after"), prev.get("full_listing_ms")) if prev else (None, None)
+        if after is None or full_at is None or now - int(full_at) >= src.full_listing_hours * 3_600_000:
+            return None, now
+        return after, int(full_at)
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        lookback: Sequence[tuple[int, int]] = (), published: dict | None = None,
@@ -376,9 +412,14 @@ class FilesSource:
         files of ``unpublished``: a file's records are at least that old. After ``begin_run`` and the
         run's plans, the run's one listing (files landed since are counted by the next plan task)."""
         read = previous_plans
-        pending = [f for f in self._landing_files() if read.consumed(f.path) is None and read.void(f.path) is None]
+        after, full_at = self._discovery(read)
+        pending = [f for f in self._landing_files(after=after)
+                   if read.consumed(f.path) is None and read.void(f.path) is None]
         out: dict[str, Any] = {"files": len(pending), "bytes": sum(f.size for f in pending), "records": None}
         notes: list[str] = []
+        if after is not None:
+            notes.append(f"discovery lexical: the files after {printable(after)} (a late name before it is found by "
+                         f"the next full listing)")
         if not ask.count_records:
             notes.append("records not counted (not asked)")
         elif ask.count_files_limit is not None and len(pending) > ask.count_files_limit:
@@ -406,6 +447,15 @@ class FilesSource:
         notes += [s["note"] for s in self.skipped if s.get("not_taken")]  # said while they are there
         out["not_taken"] = len(self.not_taken)
         return out | {"notes": notes}
+
+
+def _advanced(root: str, position: str | None, path: str, held: bool) -> str | None:
+    """``source.discovery: lexical``: the position after ``path`` was taken or passed: ``path``,
+    unless a file before it is held for a later plan or it is a replay's (the replay folder is
+    listed whole at each plan: its names do not grow with the layout's)."""
+    if held or path.startswith(join(root, REPLAY_DIR) + "/"):
+        return position
+    return path
 
 
 def skip_notes(entries: list[dict]) -> list[str]:

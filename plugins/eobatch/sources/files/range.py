@@ -1,7 +1,8 @@
 """The recorded range of a landing-files kind (files, parquet): whole files, each with its size,
 modification time, record count and (interval mode) its interval slice.
 
-Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?, "identity"?}]}``;
+Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?, "identity"?}],
+"listed_after"?, "full_listing_ms"?}`` (the last two: ``source.discovery: lexical``);
 identity: [device, inode, mtime in ns] of a local file, [ETag, VersionId, LastModified in ms] of an S3
 object (plans written before them have none: checked by size and mtime only).
 """
@@ -41,15 +42,23 @@ class PlannedFile:
 @dataclass(frozen=True)
 class FilesRange:
     files: tuple[PlannedFile, ...]
+    # ``source.discovery: lexical``: the path the next plan lists after (every path up to it was
+    # consumed, left void or planned) and when the last full listing was made (ms)
+    listed_after: str | None = None
+    full_listing_ms: int | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
         return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"), f.get("skipped"),
                                      tuple(f["identity"]) if f.get("identity") is not None else None)
-                         for f in data.get("files", [])))
+                         for f in data.get("files", [])), data.get("listed_after"), data.get("full_listing_ms"))
 
     def to_json(self) -> dict:
-        return {"files": [f.to_json() for f in self.files]}
+        d: dict[str, Any] = {"files": [f.to_json() for f in self.files]}
+        if self.full_listing_ms is not None:
+            d["listed_after"] = self.listed_after
+            d["full_listing_ms"] = self.full_listing_ms
+        return d
 
     def summary(self) -> str:
         if not self.files:

@@ -18,5 +18,7 @@ class ParquetConfig(SourceConfig):
     late_files: str = "republish"  # interval mode: republish | fail | ignore (as kind: files)
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
+    discovery: str = "full"  # full: every plan lists the folder; lexical: only the paths after the last one passed
+    full_listing_hours: int = 24  # discovery lexical: a plan lists the whole folder when the last full listing is older
 
     HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {"include": ("*.parquet",)}

@@ -847,7 +847,7 @@ def test_a_run_of_several_batches_lists_the_landing_folder_once_and_says_each_sk
     os.close(fd)
     listings = []
     real = FilesSource.list_landing
-    monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a: listings.append(a) or real(self, *a))
+    monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a, **kw: listings.append(a) or real(self, *a, **kw))
     proto = Protocol(cfg)
     plans, _ = proto.plan_batches(max_batches=3)
     assert [p.batch_id for p in plans] == [1, 2, 3] and len(listings) == 1
