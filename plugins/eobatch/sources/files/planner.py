@@ -453,8 +453,8 @@ def _advanced(root: str, position: str | None, path: str, held: bool) -> str | N
     """``source.discovery: lexical``: the position after ``path`` was taken or passed: ``path``,
     unless a file before it is held for a later plan or it is a replay's (the replay folder is
     listed whole at each plan: its names do not grow with the layout's)."""
-    if held or path.startswith(join(root, REPLAY_DIR) + "/"):
-        return position
+    if held or path.startswith(join(root, REPLAY_DIR) + "/") or (position is not None and path <= position):
+        return position  # (a later plan of a run reads the run's listing, which began before the position)
     return path
 
 
