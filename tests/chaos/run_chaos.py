@@ -30,7 +30,9 @@ for each run, at most one fault:
                    either can be first on a fast or a loaded machine). Exactly one wins the
                    attempt's decision: the verify (PREPARED; the abort exits 5 "decided for
                    PREPARE first") or the abort (the verify exits 4 "ABORTED while it was
-                   verified"). Then the run goes on as a DAG run would: PREPARED is committed, an
+                   verified"); in continuous mode an abort that finds the attempt STAGED with no
+                   decision keeps it for the next run (exit 0, nothing removed) and the verify
+                   decides alone. Then the run goes on as a DAG run would: PREPARED is committed, an
                    aborted batch is re-staged by the next run (interval mode: the abort task also
                    abandons the batch, and the hour runs again later)
   rewind_race      (continuous) with at least 2 committed batches and none pending, `cli rewind
@@ -1051,7 +1053,14 @@ class Chaos:
         if v.returncode == 0:
             won = "verify"
             said = a.stdout + a.stderr
-            ok = is_prepared and a.returncode == 5 and ("decided for PREPARE first" in said or "is PREPARED" in said)
+            # the abort lost the decision (5), or, continuous mode, found the attempt STAGED with no
+            # decision and kept it for the next run (exit 0, nothing removed: BatchRun.fail), so that
+            # the verify decided alone
+            kept = (self.mode != "interval" and a.returncode == 0 and "no verify rejected it: kept" in said
+                    and '"removed": 0' in said)
+            ok = is_prepared and (kept or (a.returncode == 5 and ("decided for PREPARE first" in said
+                                                                  or "is PREPARED" in said)))
+            won = "verify (the abort kept the STAGED attempt)" if kept else won
         elif v.returncode == 4 and self.mode == "interval" and abandoned and (decision or {}).get("decision") == "prepare":
             won = "verify (decision), abandon (record)"  # the abort task lost the attempt, then abandoned the batch
             ok = a.returncode == 5 and "ABANDONED" in v.stderr
