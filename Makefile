@@ -35,7 +35,7 @@ $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call 
 help:
 	@echo "make setup | demo | demo-chain | chain-check | test | lint | schema | docs | wheel | install-check [PYTHONS=\"3.11 3.12\"] | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
-	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3|delta] [SINK=append|merge|totals] | sweep PIPELINE=<name>"
+	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3|delta] [SINK=append|merge|totals] [MINUTES=<m>] | sweep PIPELINE=<name>"
 
 setup: venv jars kafka-jars s3-jars class-archive
 
