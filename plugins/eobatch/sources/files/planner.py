@@ -118,7 +118,8 @@ class FilesSource:
         self._one_listing = False
 
     def list_landing(self, folders: Sequence[str] | None = None, after: str | None = None) -> list[FileInfo]:
-        """The landing files to read, oldest first: of the whole landing folder, or only of
+        """The landing files to read, oldest first (``discovery: lexical``: in path order), of the whole
+        landing folder (``after``: only the paths after it, and the replay folder whole), or only of
         ``folders`` (sub-folders of it, interval mode with ``interval_prefix``).
 
         Symbolic links are never followed (a link can point outside the landing zone, e.g. at a
@@ -159,6 +160,8 @@ class FilesSource:
                            f"regular file instead" for p in self.links]
         for msg in self.link_notes:
             log.warning(msg)
+        if folders is None and self.cfg.source.discovery == "lexical":
+            return sorted(files, key=lambda f: f.path)  # path order: a plan's position never passes a file it left
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
     def takes(self, path: str) -> bool:
@@ -242,11 +245,9 @@ class FilesSource:
         after, full_at = self._discovery(read)
         lexical = full_at is not None
         listed = self._landing_files(after=after)
-        if lexical:  # in path order: the position never passes a file it did not take
-            listed = sorted(listed, key=lambda f: f.path)
-            if after is None:
-                notes.append(f"full listing of the landing folder (discovery: lexical, every "
-                             f"{self.cfg.source.full_listing_hours} h): {len(listed)} files")
+        if lexical and after is None:  # listed in path order (``list_landing``)
+            notes.append(f"full listing of the landing folder (discovery: lexical, every "
+                         f"{self.cfg.source.full_listing_hours} h): {len(listed)} files")
         position, held = after, False  # held: a file that could not be taken now stops the position
         for f in listed:
             if len(chosen) >= max_files:
@@ -295,7 +296,7 @@ class FilesSource:
         or it is ``full_listing_hours`` old, lists the whole folder (after None, now); (None, None)
         for ``full`` discovery."""
         src = self.cfg.source
-        if getattr(src, "discovery", "full") != "lexical":
+        if src.discovery != "lexical":
             return None, None
         prev = read[-1].range if read else None
         now = int(time.time() * 1000)
