@@ -310,6 +310,10 @@ class ReadSoFar(Sequence[BatchPlan]):
         # (path, why), filled when ``void`` is first asked; the planner skips them (its notes, ``skipped``)
         self.skipped_inputs: list[tuple[str, str]] = []
         self._all: list[BatchPlan] | None = None
+        # the discovery state an idle plan kept after the newest plan (``Planner.discovered``), set by
+        # the protocol: read when a planner first asks
+        self.kept_discovery: Callable[[], JSON | None] = lambda: None
+        self._kept: list[JSON | None] | None = None
 
     @classmethod
     def from_plans(cls, plans: Sequence[BatchPlan]) -> ReadSoFar:
@@ -335,6 +339,13 @@ class ReadSoFar(Sequence[BatchPlan]):
         """Why the landing file ``path`` must never be read (the file of a void quarantine replay,
         ``eobatch.core.replay``), or None."""
         return self._void(path) if self._void is not None else None
+
+    def discovery(self) -> JSON | None:
+        """``{"listed_after", "full_listing_ms"}`` that a plan which planned nothing kept after the
+        newest plan (``Ledger.discovery``), or None."""
+        if self._kept is None:
+            self._kept = [self.kept_discovery()]
+        return self._kept[0]
 
     def reported(self, path: str) -> bool:
         """Whether a plan's notes already reported ``path`` as changed after it was consumed."""
@@ -427,6 +438,17 @@ class History:
     @property
     def rewinds(self) -> list[RewindKey]:
         return self.recorded + ([self.pending] if self.pending else [])
+
+    @property
+    def newest_digest(self) -> str | None:
+        """sha256 of the newest plan's record (None: no plan yet): what names "after the newest plan"
+        for a record kept beside the plans (``Ledger.discovery``): any plan, rewind or reset since
+        changes it."""
+        if not self.latest:
+            return None
+        if self.base is not None and self.base.batch_id == self.latest:
+            return self.base.plan_digest
+        return self.digests.get(self.latest)
 
     def gone(self, batch_id: int) -> bool:
         return any(r.to_batch <= batch_id <= r.after_batch for r in self.rewinds)

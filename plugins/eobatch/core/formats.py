@@ -24,6 +24,9 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            mean for planning, with the <n> rewinds it
                                                            applied (put-if-absent; see eobatch.core.checkpoint)
     T/_eo_ledger/checkpoints/index/<sha256>.json           a chunk of a checkpoint's sorted index (content-addressed)
+    T/_eo_ledger/discovery.json                            advisory: where the discovery of an idle plan got
+                                                           to after the newest plan (``source.discovery:
+                                                           lexical``; overwritten; never a range)
     T/_eo_ledger/replays/<n>.json                          replay <n> of quarantined records (put-if-absent;
                                                            see eobatch.core.replay): which records, its landing file
     T/_eo_ledger/replays/data/<n>-<nonce>.jsonl            the raw lines of replay <n>, written before it
@@ -277,6 +280,10 @@ class Layout:
     def replay(self, n: int) -> str:
         """The record of quarantine replay ``n`` (numbered from 1, like batches)."""
         return join(self.replays_dir(), bid(n) + ".json")
+
+    @property
+    def discovery(self) -> str:
+        return join(self.ledger, "discovery.json")
 
     def checkpoints_dir(self) -> str:
         return join(self.ledger, "checkpoints")

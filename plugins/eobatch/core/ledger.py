@@ -399,6 +399,31 @@ class Ledger:
         return self.fs.put_if_absent(self.layout.attempt_started(batch_id, attempt),
                                      json.dumps(body, sort_keys=True).encode())
 
+    def discovery(self, after: str | None) -> JSON | None:
+        """The discovery state an idle plan kept (``put_discovery``) when it was kept after the plan
+        whose record's digest is ``after`` (``History.newest_digest``; None: before any plan), else
+        None: a plan, rewind or reset since then makes it stale. Advisory: one that cannot be read
+        is None (the plan starts from the newest plan's range, as it would without it)."""
+        try:
+            d = json.loads(self.fs.read_bytes(self.layout.discovery))
+        except FileNotFoundError:
+            return None
+        except Exception as e:  # noqa: BLE001 - advisory: never a reason to fail a plan
+            log.warning("ledger discovery state %s not used (%s: %s)", self.layout.discovery, type(e).__name__, e)
+            return None
+        state = d.get("state") if isinstance(d, dict) and d.get("after") == after else None
+        if (not isinstance(state, dict) or type(state.get("full_listing_ms")) is not int
+                or not isinstance(state.get("listed_after"), str | None)):
+            return None
+        return state
+
+    def put_discovery(self, after: str | None, state: JSON) -> None:
+        """Keep where an idle plan's discovery got to (``Planner.discovered``) after the plan whose
+        record's digest is ``after``: overwritten by the next idle plan, ignored once any plan
+        follows. Advisory, never a range: a lost or stale one costs a plan a longer listing (or
+        a late file waits for the next full listing), never a record."""
+        self.fs.write_atomic(self.layout.discovery, json.dumps({"after": after, "state": state}, sort_keys=True).encode())
+
     def put_run_try(self, batch_id: int, run_id: str, error: str | None = None, error_type: str | None = None) -> bool:
         """Record, once per run (put-if-absent), that run ``run_id`` took up batch ``batch_id``, which
         another run planned, or was refused while it was pending (``error``: why, ``error_type``: its class). The

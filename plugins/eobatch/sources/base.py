@@ -213,6 +213,13 @@ class Planner(Protocol):
         before it (the protocol calls it before each run's plans); a planner may read its source
         once for all of them and for the ``backlog`` after them (a landing folder's listing)."""
 
+    def discovered(self) -> dict | None:
+        """After a ``next_range`` that planned nothing: where its discovery got to, for the next plan
+        to start from (the ledger keeps it, advisory: ``Ledger.put_discovery``), or None when there is
+        nothing to keep (``source.discovery: lexical`` keeps its position and full listing time, so an
+        idle pipeline does not list its whole landing zone at every plan once a full listing is due)."""
+        ...
+
     def backlog(self, previous_plans: Sequence, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
         """What waits to be read after ``previous_plans`` (as for ``next_range``), for the backlog
         page and the plan task's alert; ``unpublished``: the range of the newest batch when it is

@@ -892,3 +892,51 @@ def test_lexical_discovery_lists_after_the_last_position_and_a_full_listing_find
     h4 = land_at(landing / "dt=01/hour=04/a.jsonl", range(1), T0 + 40)
     plan, _new = proto.plan()
     assert _paths(plan.range) == [h4]
+
+
+def test_lexical_discovery_of_an_idle_pipeline_lists_the_whole_folder_once_per_due_full_listing(make_cfg, monkeypatch):
+    """Issue 44: a plan that planned nothing after a full listing keeps where it got to (the ledger's
+    advisory discovery state): the next idle plans list after that position, not the whole folder
+    again, until the next full listing is due; any plan since makes the state stale; a damaged one
+    is ignored (a full listing again, never a failed plan)."""
+    from eobatch.storage.fs import LocalStorage
+    from support.pyarrow_stager import stage
+
+    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 10,
+                           "discovery": "lexical", "full_listing_hours": 1})
+    landing = Path(cfg.source.path)
+    afters: list = []
+    real = LocalStorage.list_files
+    monkeypatch.setattr(LocalStorage, "list_files", lambda self, prefix, *a, **kw: (
+        prefix == str(landing) and afters.append(kw.get("after"))) or real(self, prefix, *a, **kw))
+    a = land_at(landing / "dt=01/a.jsonl", range(2), T0)
+    proto = Protocol(cfg)
+    plan, _new = proto.plan()
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    proto.commit(plan.batch_id)
+    full = plan.range["full_listing_ms"]
+    now = full / 1000 + 3601  # the full listing is due
+    monkeypatch.setattr(time, "time", lambda: now)
+    afters.clear()
+    for _ in range(3):
+        assert proto.plan() == (None, False)
+    assert afters == [None, a, a]  # one full listing, then after the position it kept
+    state = json.loads(Path(proto.layout.discovery).read_bytes())["state"]
+    assert state == {"listed_after": a, "full_listing_ms": int(now * 1000)}
+    # a late name before the position waits for the next full listing, then is planned once
+    late = land_at(landing / "dt=00/late.jsonl", range(1), T0 + 5)
+    assert proto.plan() == (None, False)
+    now += 3601
+    plan, _new = proto.plan()
+    assert _paths(plan.range) == [late] and plan.range["full_listing_ms"] == int(now * 1000)
+    assert plan.range["listed_after"] == a
+    proto.verify(plan.batch_id, stage(proto, plan.batch_id))
+    proto.commit(plan.batch_id)
+    afters.clear()
+    assert proto.plan() == (None, False)
+    assert afters == [a]  # the plan's own full listing time holds: the old state is stale, unused
+    Path(proto.layout.discovery).write_bytes(b"{not json")  # damaged: ignored, never a failed plan
+    now += 3601
+    afters.clear()
+    assert proto.plan() == (None, False) and proto.plan() == (None, False)
+    assert afters == [None, a]

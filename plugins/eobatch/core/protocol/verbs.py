@@ -332,10 +332,23 @@ class Protocol(Repairs):
             plans.append(plan)
             reading = reading.with_plan(plan)
             t0 = time.time()
+        if not plans:
+            self._keep_discovery(source, hist)
         self._checkpoint(hist, held)
         # each batch's planning says what it left out: the run's inputs skipped, each once
         self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
         return plans, bool(plans)
+
+    def _keep_discovery(self, source: Planner, hist: History) -> None:
+        """A plan that planned nothing keeps where its discovery got to, when it moved
+        (``Planner.discovered``): the next plan starts there (``Ledger.discovery``)."""
+        state = source.discovered()
+        if state is None:
+            return
+        try:
+            self.ledger.put_discovery(hist.newest_digest, state)
+        except Exception as e:  # noqa: BLE001 - advisory: the next plan lists from the newest plan's range
+            log.warning("discovery state not kept (%s: %s)", type(e).__name__, e)
 
     @staticmethod
     def _stopped_text(batch_id: int, plans: list[BatchPlan], e: EobatchError) -> str:
@@ -524,6 +537,7 @@ class Protocol(Repairs):
 
         reads = hist.read_so_far(self._start_marker, every_record, void_file)
         reads.skipped_inputs = held
+        reads.kept_discovery = lambda: self.ledger.discovery(hist.newest_digest)
         return reads
 
     def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:

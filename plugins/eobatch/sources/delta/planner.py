@@ -103,6 +103,10 @@ class DeltaSource:
     def begin_run(self) -> None:
         """``Planner.begin_run``: nothing to read once for a run (each plan asks the source again)."""
 
+    def discovered(self) -> dict | None:
+        """``Planner.discovered``: nothing (each plan starts from the newest plan's range)."""
+        return None
+
     def check_readable(self) -> str:
         """``Planner.check_readable``: the upstream table's version, as a plan reads it (none yet is
         fine: the plan waits for the table's first version)."""

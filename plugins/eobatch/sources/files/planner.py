@@ -116,6 +116,7 @@ class FilesSource:
         self.not_taken: list[str] = []  # ``list_landing``: the visible files whose names it does not take
         self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``
         self._one_listing = False
+        self._discovered: dict | None = None  # ``discovered``
 
     def list_landing(self, folders: Sequence[str] | None = None, after: str | None = None) -> list[FileInfo]:
         """The landing files to read, oldest first (``discovery: lexical``: in path order), of the whole
@@ -195,6 +196,11 @@ class FilesSource:
         they all plan from one listing of the landing folder (each would list it whole)."""
         self._run_listing, self._one_listing = None, True
 
+    def discovered(self) -> dict | None:
+        """``Planner.discovered``: after a lexical plan that planned nothing, its position and full
+        listing time when they moved (a full listing made, consumed or void files passed)."""
+        return self._discovered
+
     def _landing_files(self, after: str | None = None) -> list[FileInfo]:
         """``list_landing(after=after)`` of the whole folder; after ``begin_run``, the run's one listing
         (each call starting its skips from the listing's; the first call's ``after`` holds for the run:
@@ -242,6 +248,7 @@ class FilesSource:
         chosen: list[dict] = []
         total = 0
         max_files = self.cfg.source.max_files_per_batch
+        self._discovered = None
         after, full_at = self._discovery(read)
         lexical = full_at is not None
         listed = self._landing_files(after=after)
@@ -284,6 +291,9 @@ class FilesSource:
             self.skip(path, why)
         notes += self._skip_notes(read)  # each link and skip in one plan's notes
         if not chosen:
+            prev = read[-1].range if read else {}
+            if lexical and (position, full_at) != (prev.get("listed_after"), prev.get("full_listing_ms")):
+                self._discovered = {"listed_after": position, "full_listing_ms": full_at}
             return None, 0, notes
         rng: dict[str, Any] = {"files": chosen}
         if lexical:
@@ -301,6 +311,9 @@ class FilesSource:
         prev = read[-1].range if read else None
         now = int(time.time() * 1000)
         after, full_at = (prev.get("listed_after"), prev.get("full_listing_ms")) if prev else (None, None)
+        kept = read.discovery() if isinstance(read, ReadSoFar) else None  # an idle plan's, after the newest plan
+        if kept is not None and (full_at is None or int(kept["full_listing_ms"]) > int(full_at)):
+            after, full_at = kept["listed_after"], int(kept["full_listing_ms"])
         if after is None or full_at is None or now - int(full_at) >= src.full_listing_hours * 3_600_000:
             return None, now
         return after, int(full_at)

@@ -47,6 +47,10 @@ class KafkaSource:
     def begin_run(self) -> None:
         """``Planner.begin_run``: nothing to read once for a run (each plan asks the source again)."""
 
+    def discovered(self) -> dict | None:
+        """``Planner.discovered``: nothing (each plan starts from the newest plan's range)."""
+        return None
+
     def check_readable(self, timeout: float = 10.0) -> str:
         """``Planner.check_readable``: the topic's partitions and offsets, as a plan reads them."""
         offsets = partition_offsets(self.client, self.src.topic, self.src.isolation_level, timeout=timeout)
