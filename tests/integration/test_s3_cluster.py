@@ -23,7 +23,6 @@ from eobatch.job import launch
 from eobatch.sinks import CommitConflict
 from eobatch.sinks.delta import DeltaParticipant
 from eobatch.storage.fs import S3Storage, S3StorageError
-from eobatch.storage.s3conf import ENV_KEYS
 from support.delta_races import race_first_commit
 from support.harness import REPO, base_env, kill_group, orders, stage, wait_for
 from support.protocol_runs import run_next
@@ -45,15 +44,8 @@ def s3(tmp_path_factory):
     `source .services/env` would put them) for the product code and the child processes."""
     srv = S3Server(str(tmp_path_factory.mktemp("s3"))).start()
     srv.create_bucket(BUCKET)
-    saved = {k: os.environ.get(k) for k in (*ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")}
-    for k in saved:
-        os.environ.pop(k, None)
-    os.environ.update(srv.env())
-    yield srv
-    for k, v in saved.items():
-        os.environ.pop(k, None)
-        if v is not None:
-            os.environ[k] = v
+    with srv.in_environment():
+        yield srv
     srv.stop(kill=True)
 
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import glob
 import os
 import signal
@@ -280,6 +281,25 @@ class S3Server(_Service):
     def env(self) -> dict:
         return {"S3_ENDPOINT": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": self.region}
+
+    @contextlib.contextmanager
+    def in_environment(self):
+        """While it runs: its endpoint and credentials in this process's environment (as `source
+        .services/env` would put them), for the product's code and the child processes; the
+        environment as it was after."""
+        from eobatch.storage.s3conf import ENV_KEYS
+
+        saved = {k: os.environ.get(k) for k in (*ENV_KEYS, "AWS_ENDPOINT_URL", "AWS_DEFAULT_REGION")}
+        for k in saved:
+            os.environ.pop(k, None)
+        os.environ.update(self.env())
+        try:
+            yield self
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None)
+                if v is not None:
+                    os.environ[k] = v
 
     def _jar(self) -> str:
         found = sorted(glob.glob(os.path.join(S3PROXY_JARS, "s3proxy-*.jar")))

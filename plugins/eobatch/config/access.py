@@ -231,6 +231,9 @@ def connections(cfg: PipelineConfig) -> list[Use]:
     source_conn = getattr(cfg.source, "conn_id", None)
     if source_conn:
         out.append(Use("source.conn_id", "connection", str(source_conn)))
+    notified = getattr(cfg.source, "notifications", None)
+    if notified is not None and notified.conn_id:
+        out.append(Use("source.notifications.conn_id", "connection", str(notified.conn_id)))
     for i, n in enumerate(cfg.alerts.notify):
         if n.email:
             out.append(Use(f"alerts.notify[{i}].smtp_conn_id", "connection", n.smtp_conn_id or "smtp_default"))

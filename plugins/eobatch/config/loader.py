@@ -727,7 +727,7 @@ HARMLESS: dict[str, str] = {
     **{f"source.{k}": "read when the next range is planned; a pending batch's range is in its plan" for k in
        ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
         "starting_offsets", "max_file_bytes", "isolation_level", "starting_version", "max_versions_per_batch",
-        "max_files_per_batch", "include", "discovery", "full_listing_hours")},
+        "max_files_per_batch", "include", "discovery", "full_listing_hours", "notifications")},
     "source.on_change_commit": "the policy for upstream versions that change rows, read when a range is planned",
     "source.change_feed": "whether a range reads the upstream's change data; each range records it",
     "sink.merge.change_data_feed": "whether the sink's commits also write change data; its rows are the same",

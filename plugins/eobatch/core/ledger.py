@@ -413,7 +413,8 @@ class Ledger:
             return None
         state = d.get("state") if isinstance(d, dict) and d.get("after") == after else None
         if (not isinstance(state, dict) or type(state.get("full_listing_ms")) is not int
-                or not isinstance(state.get("listed_after"), str | None)):
+                or not isinstance(state.get("listed_after"), str | None)
+                or not isinstance(state.get("events"), dict | None)):
             return None
         return state
 

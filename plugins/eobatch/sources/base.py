@@ -25,6 +25,7 @@ No pyspark and no Airflow at module level, here and in every kind's package.
 from __future__ import annotations
 
 import fnmatch
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
@@ -60,15 +61,27 @@ class ConfigContext:
 # empty files count too, so a plan record, and the ledger page, stay small whatever lands. The stage
 # job holds one descriptor per local file it reads (``files.read.open_planned``): the cap stays well
 # under the open-file limits hosts give (a hard limit of 4096 is common; the job needs 256 more)
+TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")  # a Kafka topic's name
 DEFAULT_MAX_FILES_PER_BATCH = 1000
 MAX_FILES_PER_BATCH = 3000
 # keys that bound how a range is planned, not what it holds (a pending batch's range is in its plan):
 # not in the fingerprint, so a pipeline keeps its fingerprint when they came
-NOT_FINGERPRINTED = ("max_files_per_batch", "discovery", "full_listing_hours")
+NOT_FINGERPRINTED = ("max_files_per_batch", "discovery", "full_listing_hours", "notifications")
 # ``source.discovery`` of the landing kinds: list the whole folder at each plan, or (names that grow in
-# byte order) only the paths after the last one a plan passed, with a full listing every
-# ``full_listing_hours`` for the late names
-DISCOVERY_MODES = ("full", "lexical")
+# byte order) only the paths after the last one a plan passed, or the objects the store's event
+# notifications name (``source.notifications``), each with a full listing every ``full_listing_hours``
+# for the late names and the lost events
+DISCOVERY_MODES = ("full", "lexical", "notification")
+
+
+@dataclass(frozen=True)
+class NotificationsConfig:
+    """``source.notifications`` of the landing kinds (``discovery: notification``): the Kafka topic of
+    the landing zone's new-object events (``sources.files.notifications``)."""
+
+    topic: str
+    bootstrap_servers: str | None = None
+    conn_id: str | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,13 +9,35 @@ validation context) and returns the kind's config (``SourceConfig``).
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar
 
 from pydantic import ValidationInfo, model_validator
 
-from ..config.model import Check, Invalid, NonNegativeInt, PosInt, Section, TablePath, one_of, pos_int, validate
+from ..config.model import (
+    Check,
+    ConnId,
+    Invalid,
+    NonNegativeInt,
+    PosInt,
+    Section,
+    TablePath,
+    one_of,
+    pos_int,
+    required,
+    validate,
+)
 from ..config.schedule import ONLY_INTERVAL, check_interval_prefix
-from .base import DEFAULT_MAX_FILES_PER_BATCH, DISCOVERY_MODES, MAX_FILES_PER_BATCH, ConfigContext, SourceConfig
+from .base import (
+    DEFAULT_MAX_FILES_PER_BATCH,
+    DISCOVERY_MODES,
+    MAX_FILES_PER_BATCH,
+    TOPIC_RE,
+    ConfigContext,
+    NotificationsConfig,
+    SourceConfig,
+)
 
 LATE_FILE_POLICIES = ("republish", "fail", "ignore")
 
@@ -93,6 +115,44 @@ def _interval_prefix(v: Any, info: ValidationInfo) -> str | None:
     return check_interval_prefix(v, context.get("mode", "continuous"), context.get("schedule"))
 
 
+def kafka_servers(v: Any) -> str | None:
+    """A Kafka cluster's ``bootstrap_servers`` (kafka sources, discovery notifications)."""
+    if v is None:
+        return None
+    if not isinstance(v, str) or not all(re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in v.split(",")):
+        raise Invalid(f"{v!r} must be host:port[,host:port...]")
+    return v.strip()
+
+
+def kafka_topic(v: Any) -> str:
+    if not isinstance(v, str) or not TOPIC_RE.fullmatch(v):
+        raise Invalid(f"{v!r} is not a valid Kafka topic name")
+    return v
+
+
+class NotificationsSection(Section):
+    """``source.notifications`` (``discovery: notification``): the Kafka topic that carries the landing
+    zone's new-object events (S3 event notifications, MinIO or Ceph bucket notifications, EventBridge)."""
+    NULL = "invalid"
+    NOT_A_MAPPING = ("source.notifications needs a mapping {topic: <Kafka topic>, bootstrap_servers: host:port} "
+                     "(or conn_id: an Airflow Kafka connection instead of bootstrap_servers)")
+    topic: Annotated[Any, Check(required(kafka_topic), {"type": "string", "pattern": TOPIC_RE.pattern,
+                                                  "description": "the topic of the new-object events"})]
+    bootstrap_servers: Annotated[Any, Check(kafka_servers, {"type": "string", "description": "host:port[,host:port...]; "
+                                                       "or conn_id"})] = None
+    conn_id: ConnId | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
+
+    @model_validator(mode="after")
+    def _servers_or_connection(self) -> NotificationsSection:
+        if (self.conn_id is None) == (self.bootstrap_servers is None):
+            raise Invalid("give either bootstrap_servers or conn_id (an Airflow Kafka connection whose extra holds "
+                          "bootstrap.servers)", at="bootstrap_servers")
+        return self
+
+    def value(self) -> NotificationsConfig:
+        return NotificationsConfig(topic=self.topic, bootstrap_servers=self.bootstrap_servers, conn_id=self.conn_id)
+
+
 class LandingSection(SourceSection):
     """The keys of the kinds that read landing files below a folder."""
     INTERVAL_ONLY = ("settle_seconds", "late_files", "late_lookback_intervals")
@@ -103,11 +163,28 @@ class LandingSection(SourceSection):
     late_lookback_intervals: NonNegativeInt = 24  # interval mode: how many earlier intervals are Check
     max_files_per_batch: MaxFiles = DEFAULT_MAX_FILES_PER_BATCH
     discovery: Annotated[str, one_of(*DISCOVERY_MODES)] = "full"  # continuous mode: how a plan finds new files
-    full_listing_hours: PosInt = 24  # discovery: lexical: hours between two plans that list the whole folder
+    full_listing_hours: PosInt = 24  # discovery: lexical, notification: hours between two full listings
+    notifications: NotificationsSection | None = None  # discovery: notification
 
     @model_validator(mode="after")
     def _discovery_of_continuous_mode(self, info: ValidationInfo) -> LandingSection:
         if self.discovery != "full" and (info.context or {}).get("mode") == "interval":
-            raise Invalid("interval mode lists the interval's own folders (interval_prefix); discovery: lexical is "
-                          "for continuous mode", at="discovery")
+            raise Invalid(f"interval mode lists the interval's own folders (interval_prefix); discovery: "
+                          f"{self.discovery} is for continuous mode", at="discovery")
+        if self.discovery == "notification":
+            if self.notifications is None:
+                raise Invalid("discovery: notification needs source.notifications: {topic: ..., bootstrap_servers: "
+                              "...} (the Kafka topic of the landing zone's new-object events)", at="notifications")
+            if not str(self.path).startswith(("s3a://", "s3://")):
+                raise Invalid("discovery: notification reads S3 event notifications, which name objects of a "
+                              "bucket: source.path must be an s3a:// location (a local folder: discovery lexical "
+                              "or full)", at="discovery")
+        elif self.notifications is not None:
+            raise Invalid("is read only with discovery: notification", at="notifications")
         return self
+
+    def value(self) -> SourceConfig:
+        cfg = super().value()
+        if self.notifications is None:
+            return cfg
+        return replace(cfg, notifications=self.notifications.value())  # type: ignore[call-arg]

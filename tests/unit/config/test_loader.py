@@ -359,7 +359,7 @@ def test_bad_values_name_file_and_key(write_yaml, base_cfg, dotted, value, key, 
                     "max_record_bytes, mode, name, "
                     "quarantine, retries, schedule, schema, schema_evolution, sink, source, spark, transform"),
     ("source", "max_record_per_batch", "discovery, full_listing_hours, include, interval_prefix, kind, late_files, late_lookback_intervals, max_file_bytes, "
-                                       "max_files_per_batch, max_records_per_batch, path, settle_seconds"),
+                                       "max_files_per_batch, max_records_per_batch, notifications, path, settle_seconds"),
     ("retries", "comit", "commit, delay_seconds, plan, plan_wait_seconds, stage, stage_timeout_seconds, verify_timeout_seconds"),
     ("alerts.notify[0]", "smtp", "email, from_email, smtp_conn_id"),
 ])

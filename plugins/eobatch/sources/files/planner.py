@@ -53,6 +53,7 @@ from ..base import (
     consumed_skip,
     not_taken_skip,
 )
+from .notifications import Event, EventReader, same_object
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,35 @@ def _own_file(root: str, path: str) -> bool:
     return path.endswith(REPLAY_LINEAGE) and path.startswith(join(root, REPLAY_DIR) + "/")
 
 
+# the range keys that say where a plan's discovery got to (``source.discovery`` lexical, notification)
+DISCOVERY_KEYS = ("listed_after", "full_listing_ms", "listing_done", "events")
+
+
+class _Batch:
+    """The files a plan takes, within its bounds: the record limit (a first file over it is taken
+    alone) and ``max_files_per_batch``."""
+
+    def __init__(self, limit: int, max_files: int):
+        self.limit, self.max_files = limit, max_files
+        self.chosen: list[dict] = []
+        self.paths: set[str] = set()
+        self.total = 0
+
+    @property
+    def full(self) -> bool:
+        return len(self.chosen) >= self.max_files or self.total >= self.limit
+
+    def add(self, entry: dict) -> bool:
+        """Take ``entry`` unless the batch would pass its record limit with it (False)."""
+        n = entry["records"]
+        if self.chosen and self.total + n > self.limit:
+            return False
+        self.chosen.append(entry)
+        self.paths.add(entry["path"])
+        self.total += n
+        return True
+
+
 def _visible(root: str, path: str) -> bool:
     rel = path[len(root.rstrip("/")) + 1:]
     return not any(part.startswith((".", "_")) for part in rel.split("/"))
@@ -114,9 +144,13 @@ class FilesSource:
         self.fs = storage_for(self.root)
         self.include: tuple[str, ...] = tuple(cfg.source.include)  # the names it reads (``takes``)
         self.not_taken: list[str] = []  # ``list_landing``: the visible files whose names it does not take
+        self.skipped: list[dict] = []  # ``skip``: the landing inputs a plan left out (``list_landing`` starts them)
+        self.links: list[str] = []  # ``list_landing``: the symbolic links it saw
+        self.link_notes: list[str] = []
         self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``
         self._one_listing = False
         self._discovered: dict | None = None  # ``discovered``
+        self._run_events: tuple[list[Event], dict[int, int], bool] | None = None  # ``begin_run``: the run's one read
 
     def list_landing(self, folders: Sequence[str] | None = None, after: str | None = None) -> list[FileInfo]:
         """The landing files to read, oldest first (``discovery: lexical``: in path order), of the whole
@@ -131,7 +165,7 @@ class FilesSource:
         (``skip``); ``_entry`` adds the files that cannot be opened."""
         links: list[str] = []
         unreadable: list[tuple[str, str]] = []
-        self.skipped: list[dict] = []
+        self.skipped = []
         self.check_landing()
         sources = [(folder, None) for folder in folders] if folders is not None else [(self.root, after)]
         if folders is None and after is not None:  # discovery lexical: a replay's names do not grow with the layout's
@@ -161,7 +195,7 @@ class FilesSource:
                            f"regular file instead" for p in self.links]
         for msg in self.link_notes:
             log.warning(msg)
-        if folders is None and self.cfg.source.discovery == "lexical":
+        if folders is None and self.cfg.source.discovery != "full":
             return sorted(files, key=lambda f: f.path)  # path order: a plan's position never passes a file it left
         return sorted(files, key=lambda f: (f.mtime_ms, f.path))
 
@@ -189,12 +223,15 @@ class FilesSource:
     def check_readable(self) -> str:
         """``Planner.check_readable``: the plan's own check of the landing folder (``check_landing``)."""
         self.check_landing()
-        return f"{printable(self.root)}: a folder it can list (it reads the files named [{', '.join(self.include)}])"
+        line = f"{printable(self.root)}: a folder it can list (it reads the files named [{', '.join(self.include)}])"
+        if self.cfg.source.discovery == "notification":
+            line += "; " + EventReader(self.cfg.source.notifications).check()
+        return line
 
     def begin_run(self) -> None:
         """The ``next_range`` calls from now on plan the batches of one run (``sources.base.Planner``):
         they all plan from one listing of the landing folder (each would list it whole)."""
-        self._run_listing, self._one_listing = None, True
+        self._run_listing, self._run_events, self._one_listing = None, None, True
 
     def discovered(self) -> dict | None:
         """``Planner.discovered``: after a lexical plan that planned nothing, its position and full
@@ -244,61 +281,80 @@ class FilesSource:
         the ledger checkpoint's file index and the plans after it, so the ledger's age does not
         matter; a plain list of plans is read whole)."""
         read = previous_plans if isinstance(previous_plans, ReadSoFar) else ReadSoFar.from_plans(previous_plans)
-        notes = []
-        chosen: list[dict] = []
-        total = 0
-        max_files = self.cfg.source.max_files_per_batch
+        notes: list[str] = []
+        batch = _Batch(limit, self.cfg.source.max_files_per_batch)
         self._discovered = None
-        after, full_at = self._discovery(read)
-        lexical = full_at is not None
-        listed = self._landing_files(after=after)
-        if lexical and after is None:  # listed in path order (``list_landing``)
-            notes.append(f"full listing of the landing folder (discovery: lexical, every "
-                         f"{self.cfg.source.full_listing_hours} h): {len(listed)} files")
-        position, held = after, False  # held: a file that could not be taken now stops the position
-        for f in listed:
-            if len(chosen) >= max_files:
-                break
-            old = read.consumed(f.path)
-            if old is not None:
-                if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):
-                    msg = (f"changed {f.path} after it was consumed in an earlier batch "
-                           f"(size {old['size']} -> {f.size}, mtime {old['mtime_ms']} -> {f.mtime_ms}); "
-                           f"not published again")
-                    log.warning(msg)
-                    if not read.reported(f.path):
-                        notes.append(msg)
-                position = _advanced(self.root, position, f.path, held)
-                continue
-            void = read.void(f.path)
-            if void is not None:  # a void replay's file: never read, said once (an alert, the gauge)
-                self.skip(f.path, void, retried=False)
-                position = _advanced(self.root, position, f.path, held)
-                continue
-            entry = self._entry_or_skip(f)
-            if entry is None:
-                held = True  # retried by the next plan: the position stays before it
-                continue
-            n = entry["records"]
-            if chosen and total + n > limit:
-                break
-            chosen.append(entry)
-            position = _advanced(self.root, position, f.path, held)
-            total += n
-            if total >= limit:
-                break
+        state = self._discovery_state(read)
+        if self.cfg.source.discovery == "notification":
+            disc = self._notified(read, batch, state, notes)
+        else:
+            after, full_at = self._discovery(read)
+            listed = self._landing_files(after=after)
+            if full_at is not None and after is None:  # listed in path order (``list_landing``)
+                notes.append(f"full listing of the landing folder (discovery: lexical, every "
+                             f"{self.cfg.source.full_listing_hours} h): {len(listed)} files")
+            position, _stopped = self._walk(listed, read, batch, notes, after)
+            disc = {"listed_after": position, "full_listing_ms": full_at} if full_at is not None else {}
         for path, why in getattr(read, "skipped_inputs", []):  # asking ``void`` found them (a replay lineage)
             self.skip(path, why)
         notes += self._skip_notes(read)  # each link and skip in one plan's notes
-        if not chosen:
-            prev = read[-1].range if read else {}
-            if lexical and (position, full_at) != (prev.get("listed_after"), prev.get("full_listing_ms")):
-                self._discovered = {"listed_after": position, "full_listing_ms": full_at}
+        if not batch.chosen:
+            if disc and disc != {k: state.get(k) for k in disc}:
+                self._discovered = disc
             return None, 0, notes
-        rng: dict[str, Any] = {"files": chosen}
-        if lexical:
-            rng |= {"listed_after": position, "full_listing_ms": full_at}
-        return rng, total, notes + skip_notes(chosen)
+        return {"files": batch.chosen, **disc}, batch.total, notes + skip_notes(batch.chosen)
+
+    def _consider(self, f: FileInfo, read: ReadSoFar, batch: _Batch, notes: list[str]) -> str:
+        """What a plan does with the landing file ``f`` it found: ``passed`` (consumed before, left
+        void, or already in this batch), ``taken`` (into ``batch``), ``held`` (it cannot be read now:
+        the next plan tries again) or ``stop`` (the batch is full without it)."""
+        if batch.full:
+            return "stop"
+        if f.path in batch.paths:  # a second event of the same object
+            return "passed"
+        old = read.consumed(f.path)
+        if old is not None:
+            if (old["size"], old["mtime_ms"]) != (f.size, f.mtime_ms):
+                msg = (f"changed {f.path} after it was consumed in an earlier batch "
+                       f"(size {old['size']} -> {f.size}, mtime {old['mtime_ms']} -> {f.mtime_ms}); "
+                       f"not published again")
+                log.warning(msg)
+                if not read.reported(f.path):
+                    notes.append(msg)
+            return "passed"
+        void = read.void(f.path)
+        if void is not None:  # a void replay's file: never read, said once (an alert, the gauge)
+            self.skip(f.path, void, retried=False)
+            return "passed"
+        entry = self._entry_or_skip(f)
+        if entry is None:
+            return "held"
+        return "taken" if batch.add(entry) else "stop"
+
+    def _walk(self, listed: Sequence[FileInfo], read: ReadSoFar, batch: _Batch, notes: list[str],
+              position: str | None) -> tuple[str | None, bool]:
+        """Take the new files of a listing into ``batch``, in the listing's order: (the position in
+        path order that the next listing may start after (``_advanced``), whether the batch filled
+        before the listing's end)."""
+        held = False  # a file that could not be taken now stops the position
+        for f in listed:
+            got = self._consider(f, read, batch, notes)
+            if got == "stop":
+                return position, True
+            if got == "held":
+                held = True
+                continue
+            position = _advanced(self.root, position, f.path, held)
+        return position, False
+
+    def _discovery_state(self, read) -> dict:
+        """Where the newest plan's discovery got to (its range's ``DISCOVERY_KEYS``), or what a plan
+        that planned nothing after it kept (``ReadSoFar.discovery``: newer)."""
+        kept = read.discovery() if isinstance(read, ReadSoFar) else None
+        if kept is not None:
+            return kept
+        prev = read[-1].range if read else {}
+        return {k: prev.get(k) for k in DISCOVERY_KEYS}
 
     def _discovery(self, read) -> tuple[str | None, int | None]:
         """(after, full listing time) of the next plan: ``source.discovery: lexical`` lists the paths
@@ -308,15 +364,111 @@ class FilesSource:
         src = self.cfg.source
         if src.discovery != "lexical":
             return None, None
-        prev = read[-1].range if read else None
+        state = self._discovery_state(read)
         now = int(time.time() * 1000)
-        after, full_at = (prev.get("listed_after"), prev.get("full_listing_ms")) if prev else (None, None)
-        kept = read.discovery() if isinstance(read, ReadSoFar) else None  # an idle plan's, after the newest plan
-        if kept is not None and (full_at is None or int(kept["full_listing_ms"]) > int(full_at)):
-            after, full_at = kept["listed_after"], int(kept["full_listing_ms"])
+        after, full_at = state.get("listed_after"), state.get("full_listing_ms")
         if after is None or full_at is None or now - int(full_at) >= src.full_listing_hours * 3_600_000:
             return None, now
         return after, int(full_at)
+
+    # -- source.discovery: notification ------------------------------------------------------------
+    def _notified(self, read: ReadSoFar, batch: _Batch, state: dict, notes: list[str]) -> dict:
+        """A plan of ``discovery: notification`` (``notifications``): the reconciliation listing when
+        one is due or under way (in path order, over as many plans as it takes), then, when the batch
+        has room, the objects the notification topic names after the newest plan's positions. The
+        range's ``DISCOVERY_KEYS`` it returns say where both got to."""
+        src = self.cfg.source
+        topic = src.notifications.topic
+        now = int(time.time() * 1000)
+        full_at, after, done = state.get("full_listing_ms"), state.get("listed_after"), bool(state.get("listing_done"))
+        events = state.get("events") or {}
+        positions = {int(p): int(o) for p, o in (events.get("positions") or {}).items()}
+        if events and events.get("topic") != topic:
+            notes.append(f"source.notifications.topic changed from {events.get('topic')!r} to {topic!r}: the new topic is "
+                         f"read from its first offset kept (objects consumed before are never read again)")
+            positions = {}
+        if full_at is None or now - int(full_at) >= src.full_listing_hours * 3_600_000:
+            full_at, after, done = now, None, False
+        if not done:
+            listed = self._landing_files(after=after)
+            if after is None:
+                notes.append(f"reconciliation listing of the landing folder (discovery: notification, every "
+                             f"{src.full_listing_hours} h): {len(listed)} files")
+            after, stopped = self._walk(listed, read, batch, notes, after)
+            done = not stopped
+        else:  # a replay's file has no event
+            self._walk(self.list_landing(folders=[join(self.root, REPLAY_DIR)]), read, batch, notes, None)
+        if done and not batch.full:
+            positions, lost = self._walk_events(read, batch, notes, positions)
+            if lost:  # retention removed events before they were read: the next plan lists the folder
+                full_at = 0
+        return {"listed_after": after, "full_listing_ms": int(full_at), "listing_done": done,
+                "events": {"topic": topic, "positions": {str(p): o for p, o in sorted(positions.items())}}}
+
+    def _walk_events(self, read: ReadSoFar, batch: _Batch, notes: list[str],
+                     positions: dict[int, int]) -> tuple[dict[int, int], bool]:
+        """Take the objects the notification topic names after ``positions`` into ``batch``: (the
+        positions after the events passed, whether events were lost to retention). An event's
+        position is passed when each object it names is taken, consumed before, gone, outside the
+        landing folder or not one it reads; an object that cannot be read now holds its partition
+        there, and a full batch stops every partition at its first event not passed."""
+        events, ends, lost = self._events(positions)
+        topic = self.cfg.source.notifications.topic
+        out = dict(ends)
+        for i, e in enumerate(events):
+            if e.problem is not None:
+                self.skip(f"{topic}[{e.partition}]@{e.offset}", f"a message of the notification topic that names no "
+                          f"object: {e.problem}; passed over (the reconciliation listing finds any object it was "
+                          f"about)", retried=False)
+            for path in e.paths:
+                local = same_object(path, self.root)
+                if local is None or not _visible(self.root, local) or not self.takes(local):
+                    continue  # another prefix, a hidden name, a name it does not read
+                f = self.fs.stat(local)
+                if f is None:
+                    continue  # gone since (or a link): nothing to read
+                got = self._consider(f, read, batch, notes)
+                if got == "stop":
+                    for later in events[i:]:
+                        out[later.partition] = min(out[later.partition], later.offset)
+                    return out, lost
+                if got == "held":
+                    out[e.partition] = min(out[e.partition], e.offset)
+        return out, lost
+
+    def _notified_pending(self, read: ReadSoFar, notes: list[str], most: int = 1000) -> list[FileInfo]:
+        """``backlog`` of ``discovery: notification``: the objects that the events after the newest
+        plan's positions name and no plan read (at most ``most`` asked of the store)."""
+        state = self._discovery_state(read)
+        events = state.get("events") or {}
+        same_topic = events.get("topic") == self.cfg.source.notifications.topic
+        positions = {int(p): int(o) for p, o in (events.get("positions") or {}).items()} if same_topic else {}
+        paths = {local for e in self._events(positions)[0] for path in e.paths
+                 if (local := same_object(path, self.root)) is not None and _visible(self.root, local)
+                 and self.takes(local) and read.consumed(local) is None and read.void(local) is None}
+        pending = [f for path in sorted(paths)[:most] if (f := self.fs.stat(path)) is not None]
+        notes.append("discovery notification: the objects named by the events not yet planned"
+                     + (f" (the first {most} of {len(paths)} asked of the store)" if len(paths) > most else "")
+                     + ("; a reconciliation listing is under way: files whose events were lost are not counted"
+                        if not state.get("listing_done") else ""))
+        return pending
+
+    def _events(self, positions: dict[int, int]) -> tuple[list[Event], dict[int, int], bool]:
+        """The notification topic's messages after ``positions`` (``EventReader.read``), the position
+        after each partition's last one, and whether retention removed unread ones; after
+        ``begin_run``, the run's one read (a later plan of the run starts where the one before stopped)."""
+        if self._one_listing and self._run_events is not None:
+            events, ends, lost = self._run_events
+            return [e for e in events if e.offset >= positions.get(e.partition, 0)], ends, lost
+        src = self.cfg.source.notifications
+        reader = EventReader(src)
+        events, ends, read_notes = reader.read(positions)
+        for n in read_notes:
+            log.warning(n)
+        got = (events, ends, bool(reader.lost))
+        if self._one_listing:
+            self._run_events = got
+        return got
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
                        lookback: Sequence[tuple[int, int]] = (), published: dict | None = None,
@@ -426,11 +578,15 @@ class FilesSource:
         files of ``unpublished``: a file's records are at least that old. After ``begin_run`` and the
         run's plans, the run's one listing (files landed since are counted by the next plan task)."""
         read = previous_plans
-        after, full_at = self._discovery(read)
-        pending = [f for f in self._landing_files(after=after)
-                   if read.consumed(f.path) is None and read.void(f.path) is None]
-        out: dict[str, Any] = {"files": len(pending), "bytes": sum(f.size for f in pending), "records": None}
         notes: list[str] = []
+        after = None
+        if self.cfg.source.discovery == "notification":
+            pending = self._notified_pending(read, notes)
+        else:
+            after, _full_at = self._discovery(read)
+            pending = [f for f in self._landing_files(after=after)
+                       if read.consumed(f.path) is None and read.void(f.path) is None]
+        out: dict[str, Any] = {"files": len(pending), "bytes": sum(f.size for f in pending), "records": None}
         if after is not None:
             notes.append(f"discovery lexical: the files after {printable(after)} (a late name before it is found by "
                          f"the next full listing)")

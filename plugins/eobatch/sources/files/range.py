@@ -2,7 +2,8 @@
 modification time, record count and (interval mode) its interval slice.
 
 Ledger JSON: ``{"files": [{"path", "size", "mtime_ms", "records", "slice"?, "skipped"?, "identity"?}],
-"listed_after"?, "full_listing_ms"?}`` (the last two: ``source.discovery: lexical``);
+"listed_after"?, "full_listing_ms"?, "listing_done"?, "events"?}`` (``source.discovery``: lexical records the
+first two, notification all four, ``events`` being ``{"topic", "positions": {partition: next offset}}``);
 identity: [device, inode, mtime in ns] of a local file, [ETag, VersionId, LastModified in ms] of an S3
 object (plans written before them have none: checked by size and mtime only).
 """
@@ -46,18 +47,26 @@ class FilesRange:
     # consumed, left void or planned) and when the last full listing was made (ms)
     listed_after: str | None = None
     full_listing_ms: int | None = None
+    # ``source.discovery: notification``: whether the reconciliation listing is done, and the positions
+    # of the notification topic after the events this range passed
+    listing_done: bool | None = None
+    events: dict | None = None
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
         return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"), f.get("skipped"),
                                      tuple(f["identity"]) if f.get("identity") is not None else None)
-                         for f in data.get("files", [])), data.get("listed_after"), data.get("full_listing_ms"))
+                         for f in data.get("files", [])), data.get("listed_after"), data.get("full_listing_ms"),
+                   data.get("listing_done"), data.get("events"))
 
     def to_json(self) -> dict:
         d: dict[str, Any] = {"files": [f.to_json() for f in self.files]}
         if self.full_listing_ms is not None:
             d["listed_after"] = self.listed_after
             d["full_listing_ms"] = self.full_listing_ms
+        if self.events is not None:
+            d["listing_done"] = self.listing_done
+            d["events"] = self.events
         return d
 
     def summary(self) -> str:
@@ -67,8 +76,11 @@ class FilesRange:
         shown = ", ".join(names[:3]) + (f", +{len(names) - 3}" if len(names) > 3 else "")
         return f"{len(self.files)} files [{shown}]"
 
-    def commit_offsets(self) -> list:
-        return [[f.path, f.size, f.mtime_ms] for f in self.files]
+    def commit_offsets(self) -> list | dict:
+        """``[[path, size, mtime_ms], ...]``; with notification discovery ``{"files": that, "events":
+        {"topic", "positions"}}``: the topic's positions in the same commit as the data."""
+        files = [[f.path, f.size, f.mtime_ms] for f in self.files]
+        return files if self.events is None else {"files": files, "events": self.events}
 
     def locations(self) -> list[str]:
         return [f.path for f in self.files]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from ..base import SourceConfig, legacy_fingerprint_dict
 
-TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")
 CHOICES = {"starting_offsets": ("earliest", "latest"), "isolation_level": ("read_committed", "read_uncommitted"),
            "on_data_loss": ("fail", "accept")}  # the first is the default
 OPEN_TRANSACTION_WAIT = 3600  # s: longer than a Flink exactly-once sink's checkpoint interval

@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import model_validator
 
 from ...config.model import Check, ConnId, Invalid, NonNegativeInt, PosInt, one_of, required
-from ..section import SourceSection
-from .config import CHOICES, TOPIC_RE, KafkaConfig
-
-
-def _servers(v: Any) -> str | None:
-    if v is None:
-        return None
-    if not isinstance(v, str) or not all(re.fullmatch(r"[A-Za-z0-9.\-\[\]:]+:\d{1,5}", s.strip()) for s in v.split(",")):
-        raise Invalid(f"{v!r} must be host:port[,host:port...]")
-    return v.strip()
-
-
-def _topic(v: Any) -> str:
-    if not isinstance(v, str) or not TOPIC_RE.fullmatch(v):
-        raise Invalid(f"{v!r} is not a valid Kafka topic name")
-    return v
+from ..base import TOPIC_RE
+from ..section import SourceSection, kafka_servers, kafka_topic
+from .config import CHOICES, KafkaConfig
 
 
 class KafkaSection(SourceSection):
     CONFIG = KafkaConfig
     INTERVAL_ONLY = ("settle_seconds", "open_transaction_wait_seconds")
-    bootstrap_servers: Annotated[Any, Check(_servers, {"type": "string", "description": "host:port[,host:port...]; "
+    bootstrap_servers: Annotated[Any, Check(kafka_servers, {"type": "string", "description": "host:port[,host:port...]; "
                                           "or conn_id"})] = None
     conn_id: ConnId | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
-    topic: Annotated[Any, Check(required(_topic), {"type": "string", "pattern": TOPIC_RE.pattern})]
+    topic: Annotated[Any, Check(required(kafka_topic), {"type": "string", "pattern": TOPIC_RE.pattern})]
     starting_offsets: Annotated[str, one_of(*CHOICES["starting_offsets"])] = CHOICES["starting_offsets"][0]
     isolation_level: Annotated[str, one_of(*CHOICES["isolation_level"])] = CHOICES["isolation_level"][0]
     on_data_loss: Annotated[str, one_of(*CHOICES["on_data_loss"])] = CHOICES["on_data_loss"][0]

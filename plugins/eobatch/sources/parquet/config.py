@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..base import DEFAULT_MAX_FILES_PER_BATCH, SourceConfig
+from ..base import DEFAULT_MAX_FILES_PER_BATCH, NotificationsConfig, SourceConfig
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,6 +19,7 @@ class ParquetConfig(SourceConfig):
     late_lookback_intervals: int = 24  # interval mode: how many earlier intervals are checked
     max_files_per_batch: int = DEFAULT_MAX_FILES_PER_BATCH  # a batch reads at most this many files (empty ones too)
     discovery: str = "full"  # full: every plan lists the folder; lexical: only the paths after the last one passed
-    full_listing_hours: int = 24  # discovery lexical: a plan lists the whole folder when the last full listing is older
+    full_listing_hours: int = 24  # discovery lexical, notification: a plan lists the whole folder when the last full listing is older
+    notifications: NotificationsConfig | None = None  # discovery notification: the topic of the store's events
 
     HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {"include": ("*.parquet",)}
