@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 PIPELINE ?= orders
+# `make workers-check` runs 6 runs unless RUNS is given (`make run`'s default is 1)
+WORKERS_CHECK_RUNS := $(if $(filter undefined,$(origin RUNS)),6,)
 RUNS ?= 1
 CONF ?=
 DATE ?=
@@ -30,10 +32,10 @@ export $(1)
 endef
 $(foreach v,$(USER_VARS),$(if $(filter undefined,$(origin $(v))),,$(eval $(call verbatim_env,$(v)))))
 
-.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain chain-check test test-unit install-check run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
+.PHONY: wheel lint schema docs help setup venv jars kafka-jars s3-jars class-archive cluster-up cluster-down ui-up ui-down demo demo-chain chain-check workers-check test test-unit install-check run ledger maintain pools replay sweep lock jar-lock clean up down chaos reset-batch rewind bench model-check history-check
 
 help:
-	@echo "make setup | demo | demo-chain | chain-check | test | lint | schema | docs | wheel | install-check [PYTHONS=\"3.11 3.12\"] | up | down | cluster-up | cluster-down | ui-up | ui-down"
+	@echo "make setup | demo | demo-chain | chain-check | workers-check [RUNS=n] | test | lint | schema | docs | wheel | install-check [PYTHONS=\"3.11 3.12\"] | up | down | cluster-up | cluster-down | ui-up | ui-down"
 	@echo "make run PIPELINE=<name> [RUNS=n] [CONF=json] [DATE=date] | ledger PIPELINE=<name> [FORMAT=json] | maintain PIPELINE=<name> | pools"
 	@echo "make chaos BATCHES=<n> SEED=<s> [BACKEND=files|kafka|s3|delta] [SINK=append|merge|totals] [MINUTES=<m>] | sweep PIPELINE=<name>"
 
@@ -185,6 +187,15 @@ model-check: venv
 # maintenance, a killed downstream stage): tests/chain/test_chain_scheduler.py, several minutes
 chain-check: setup
 	@source include/env.sh && EOBATCH_CHAIN_CHECK=1 python -m pytest tests/chain -q -p no:cacheprovider $(PYTEST_ARGS)
+
+# RUNS runs (default 6; `make test` runs 2) of a pipeline under Airflow's Celery executor on two workers
+# (Redis from Debian as the broker), each with its own caches, the tasks of every run alternating between
+# them: tests/integration/test_many_workers.py
+workers-check: setup
+	@runs="$$RUNS"; $(if $(WORKERS_CHECK_RUNS),runs=$(WORKERS_CHECK_RUNS);) \
+	[[ "$$runs" =~ ^[0-9]+$$ ]] && [ "$$runs" -ge 2 ] || { echo "usage: make workers-check [RUNS=<n>, at least 2]" >&2; exit 2; }; \
+	source include/env.sh && EOBATCH_MANY_WORKERS_RUNS="$$runs" python -m pytest tests/integration/test_many_workers.py \
+	    -q -s -p no:cacheprovider $(PYTEST_ARGS)
 
 # a long history (many small batches, maintenance passes, late files, re-runs) in both modes;
 # make test runs 40 batches of it

@@ -1,8 +1,11 @@
 """A real Airflow on loopback for tests: api-server, scheduler and dag-processor processes
-(LocalExecutor) on a PostgreSQL server started from Debian's packages, driven through the
-REST API and the CLI. (SQLite is not made for several Airflow processes writing at once: under
-a busy scheduler, `airflow backfill create` failed with "database is locked" and left a
-half-created backfill behind.)
+on a PostgreSQL server started from Debian's packages, driven through the REST API and the CLI.
+(SQLite is not made for several Airflow processes writing at once: under a busy scheduler,
+`airflow backfill create` failed with "database is locked" and left a half-created backfill
+behind.) The executor is a parameter: the LocalExecutor (tasks run by the scheduler's own
+processes), or the Celery executor with a Redis server (Debian's ``redis-server``) as the broker,
+PostgreSQL as the result backend, and ``airflow celery worker`` processes (``CeleryWorker``: each
+its own name, queues and environment, as if on a machine of its own).
 
 Nothing is mocked: runs are created by the scheduler, by `airflow backfill create`, by
 `airflow dags trigger` and by POST /api/v2/dags/{id}/dagRuns, and executed by the executor.
@@ -21,10 +24,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
+import textwrap
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 TERMINAL = {"success", "failed"}
@@ -48,8 +55,6 @@ class Postgres:
     """A throw-away PostgreSQL server on a loopback port (run as user postgres when we are root)."""
 
     def __init__(self):
-        import tempfile
-
         self.bin = pg_bin()
         self.dir = tempfile.mkdtemp(prefix="eobatch-pg-")
         self.port = free_port()
@@ -78,12 +83,100 @@ class Postgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class Redis:
+    """A throw-away Redis server (Debian's ``redis-server``) on a loopback port, nothing persisted
+    (no RDB snapshot, no append-only file): the Celery executor's broker."""
+
+    def __init__(self):
+        found = shutil.which("redis-server") or shutil.which("redis-server", path="/usr/bin:/usr/sbin")
+        if found is None:
+            raise RuntimeError("redis-server not found: install Debian's redis-server package (.ci/run does)")
+        self.bin = found
+        self.dir = tempfile.mkdtemp(prefix="eobatch-redis-")
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 30) -> str:
+        """Start it, wait until it answers PING, return its URL (database 0)."""
+        log = os.path.join(self.dir, "redis.log")
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [self.bin, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", self.dir, "--daemonize", "no"],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.dir)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                with open(log, "rb") as f:
+                    raise RuntimeError(f"redis-server exited with {self.proc.returncode}: "
+                                       f"{f.read()[-2000:].decode(errors='replace')}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=2) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(64).startswith(b"+PONG"):
+                        return self.url
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError(f"redis-server did not answer on port {self.port} within {timeout}s")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=10)
+            except ProcessLookupError:
+                pass
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+            self.proc = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class CeleryWorker:
+    """One ``airflow celery worker`` of a stack, as if on a machine of its own: ``name`` is its
+    Celery hostname and the hostname its task instances report (Airflow's ``hostname_callable``,
+    set for it alone); ``queues`` the Celery queues it consumes; ``env`` what its environment adds
+    to the stack's (its own caches, say); ``concurrency`` the task slots it runs at once."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    queues: tuple[str, ...] = ("default",)
+    concurrency: int = 1
+
+    @property
+    def process(self) -> str:
+        """Its name among the stack's processes (log and pid files)."""
+        return f"worker-{self.name}"
+
+
+# Airflow's ``[core] hostname_callable`` of a stack's workers: the hostname a task instance
+# reports is the worker's name, not this machine's (they all run here). In the Airflow home's
+# config/ folder, which Airflow puts on sys.path.
+WORKER_HOSTNAME_MODULE = "stack_worker_hostname"
+WORKER_NAME_ENV = "AIRFLOW_STACK_WORKER_NAME"
+
+
+def _names(root: Path, procs: dict[str, subprocess.Popen] | None) -> list[str]:
+    """The processes a stack under ``root`` may have: the three of every stack, those of ``procs``,
+    and the workers whose pid files are there."""
+    workers = sorted(p.name.removesuffix(".pid") for p in root.glob("worker-*.pid"))
+    return list(dict.fromkeys([*AirflowStack.PROCESSES, *(procs or {}), *workers]))
+
+
 def stop_processes(root: Path, procs: dict[str, subprocess.Popen] | None = None, grace: float = 30) -> list[str]:
-    """SIGTERM to each process group of ``AirflowStack.PROCESSES`` (from ``procs``, or from the pid
-    files in ``root``: `make ui-down` is another process), SIGKILL after ``grace`` seconds; the pid
-    files are removed. Returns the names of the processes that were running."""
+    """SIGTERM to each process group of ``AirflowStack.PROCESSES`` and of its Celery workers (from
+    ``procs``, or from the pid files in ``root``: `make ui-down` is another process), SIGKILL after
+    ``grace`` seconds; the pid files are removed. Returns the names of the processes that were running."""
     pids: dict[str, int] = {}
-    for name in AirflowStack.PROCESSES:
+    for name in _names(root, procs):
         p = (procs or {}).get(name)
         pid_file = root / f"{name}.pid"
         if p is not None:
@@ -136,7 +229,7 @@ def _is_airflow(pid: int) -> bool:
 def running(root: Path) -> dict[str, int]:
     """The processes of a stack under ``root`` that are still running ({name: pid}, from pid files)."""
     out = {}
-    for name in AirflowStack.PROCESSES:
+    for name in _names(root, None):
         try:
             pid = int((root / f"{name}.pid").read_text().strip())
         except (OSError, ValueError):
@@ -167,10 +260,28 @@ class AirflowStack:
     ``airflow.db``, or ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` of ``env``). ``users``: {name:
     password} of Airflow's simple auth manager (role admin); None: every request is an admin
     (``simple_auth_manager_all_admins``). With users, ``login()`` gets a JWT that ``rest`` sends.
+
+    ``executor``: "local" (Airflow's default, the LocalExecutor), or "celery": the CeleryExecutor,
+    a ``Redis`` broker, PostgreSQL as Celery's result backend, and one ``airflow celery worker``
+    per ``workers`` entry (``CeleryWorker``), started with the rest and stopped with it.
     """
 
+    EXECUTORS = {"local": None, "celery": "CeleryExecutor"}
+
     def __init__(self, root: Path, env: dict, *, home: Path | None = None, database: str = "postgres",
-                 users: dict[str, str] | None = None, port: int | None = None):
+                 users: dict[str, str] | None = None, port: int | None = None, executor: str = "local",
+                 workers: Sequence[CeleryWorker] = ()):
+        if executor not in self.EXECUTORS:
+            raise ValueError(f"executor {executor!r}: one of {sorted(self.EXECUTORS)}")
+        if executor == "celery" and (database != "postgres" or not workers):
+            raise ValueError("the Celery executor needs PostgreSQL (its result backend too) and at least one worker")
+        if executor != "celery" and workers:
+            raise ValueError("workers are the Celery executor's")
+        if len({w.name for w in workers}) != len(workers):
+            raise ValueError(f"two workers of one name: {[w.name for w in workers]}")
+        self.executor = executor
+        self.workers = tuple(workers)
+        self.redis = Redis() if executor == "celery" else None
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         self.home = home or root / "airflow"
@@ -204,6 +315,8 @@ class AirflowStack:
         }
         if database == "sqlite":
             self.env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{self.home / 'airflow.db'}")
+        if self.EXECUTORS[executor]:
+            self.env["AIRFLOW__CORE__EXECUTOR"] = self.EXECUTORS[executor]
         if users:
             self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] = ",".join(f"{u}:admin" for u in users)
             self.env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] = str(self.passwords_file)
@@ -233,27 +346,71 @@ class AirflowStack:
     PROCESSES = ("api-server", "scheduler", "dag-processor")
 
     def start(self, dag_ids: list[str], timeout: float = 180) -> None:
-        """Migrate the database, start the three processes (each in its own session, its pid in
-        ``root/<name>.pid``) and wait until the API lists ``dag_ids`` (logging in first when the
-        stack has users)."""
+        """Migrate the database, start the three processes and the Celery workers (each in its own
+        session, its pid in ``root/<name>.pid``) and wait until the API lists ``dag_ids`` (logging
+        in first when the stack has users) and every worker is ready."""
         airflow = self.airflow_bin()
-        if self.pg is not None:
-            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
-        if self.users:
-            self._write_passwords()
-        r = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise RuntimeError(f"airflow db migrate failed: {r.stderr[-3000:]}")
         try:
+            if self.pg is not None:
+                self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.pg.start()
+            if self.redis is not None:
+                self.env["AIRFLOW__CELERY__BROKER_URL"] = self.redis.start()
+                self.env["AIRFLOW__CELERY__RESULT_BACKEND"] = "db+" + self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+            if self.users:
+                self._write_passwords()
+            r = subprocess.run([airflow, "db", "migrate"], env=self.env, capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise RuntimeError(f"airflow db migrate failed: {r.stderr[-3000:]}")
             for name in self.PROCESSES:
-                out = open(self.root / f"{name}.log", "wb")
-                self.procs[name] = subprocess.Popen([airflow, name], env=self.env, stdout=out,
-                                                    stderr=subprocess.STDOUT, start_new_session=True)
-                (self.root / f"{name}.pid").write_text(str(self.procs[name].pid))
+                self._spawn(name, [airflow, name], self.env)
+            if self.workers:
+                self._write_worker_hostname()
+            for w in self.workers:
+                self._spawn(w.process, [airflow, "celery", "worker", "--celery-hostname", w.name, "--queues",
+                                        ",".join(w.queues), "--concurrency", str(w.concurrency), "--skip-serve-logs"],
+                            {**self.env, **w.env, "AIRFLOW__CORE__HOSTNAME_CALLABLE":
+                             f"{WORKER_HOSTNAME_MODULE}.hostname", WORKER_NAME_ENV: w.name})
             self._wait_listed(dag_ids, timeout)
+            self._wait_workers(timeout)
         except BaseException:
             self.stop()
             raise
+
+    def _spawn(self, name: str, argv: list[str], env: dict) -> None:
+        with open(self.root / f"{name}.log", "wb") as out:
+            self.procs[name] = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                                start_new_session=True)
+        (self.root / f"{name}.pid").write_text(str(self.procs[name].pid))
+
+    def _write_worker_hostname(self) -> None:
+        config = self.home / "config"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / f"{WORKER_HOSTNAME_MODULE}.py").write_text(textwrap.dedent(f"""\
+            # [core] hostname_callable of the test stack's Celery workers (tests/support/airflow_stack.py)
+            import os
+
+
+            def hostname() -> str:
+                return os.environ["{WORKER_NAME_ENV}"]
+            """))
+
+    def _wait_workers(self, timeout: float) -> None:
+        """Until each worker's log says it is ready (connected to the broker, consuming its queues)."""
+        deadline = time.time() + timeout
+        waiting = list(self.workers)
+        while waiting and time.time() < deadline:
+            for w in list(waiting):
+                p = self.procs[w.process]
+                if p.poll() is not None:
+                    raise RuntimeError(f"airflow celery worker {w.name} exited with {p.returncode}:\n"
+                                       f"{self.log_tail(w.process)}")
+                if f"@{w.name} ready." in self.log_tail(w.process, 200_000):  # celery@<name> ready.
+                    waiting.remove(w)
+            if waiting:
+                time.sleep(1)
+        if waiting:
+            raise TimeoutError(f"Celery workers {[w.name for w in waiting]} not ready within {timeout}s:\n"
+                               + "\n".join(self.log_tail(w.process) for w in waiting))
 
     def _wait_listed(self, dag_ids: list[str], timeout: float) -> None:
         deadline = time.time() + timeout
@@ -287,6 +444,8 @@ class AirflowStack:
     def stop(self) -> None:
         stop_processes(self.root, self.procs)
         self.procs = {}
+        if self.redis is not None:
+            self.redis.stop()
         if self.pg is not None:
             self.pg.stop()
 
@@ -311,8 +470,11 @@ class AirflowStack:
             except ValueError:
                 return e.code, {"detail": text.decode(errors="replace")}
 
-    def trigger(self, dag_id: str, conf: dict | None = None) -> tuple[int, dict]:
-        return self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf or {}})
+    def trigger(self, dag_id: str, conf: dict | None = None, run_id: str | None = None) -> tuple[int, dict]:
+        body: dict = {"logical_date": None, "conf": conf or {}}
+        if run_id is not None:
+            body["dag_run_id"] = run_id
+        return self.rest("POST", f"/api/v2/dags/{dag_id}/dagRuns", body)
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         airflow = self.airflow_bin()
