@@ -6,6 +6,8 @@ PIPELINE ?= orders
 # `make workers-check` runs 6 runs unless RUNS is given (`make run`'s default is 1)
 WORKERS_CHECK_RUNS := $(if $(filter undefined,$(origin RUNS)),6,)
 RUNS ?= 1
+# `make history-check` runs 2000 batches unless BATCHES is given (`make chaos`'s default is 20)
+HISTORY_CHECK_BATCHES := $(if $(filter undefined,$(origin BATCHES)),2000,)
 CONF ?=
 DATE ?=
 FORMAT ?= table
@@ -200,7 +202,7 @@ workers-check: setup
 # a long history (many small batches, maintenance passes, late files, re-runs) in both modes;
 # make test runs 40 batches of it
 history-check: venv
-	@batches="$${BATCHES:-2000}"; [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
+	@batches="$$BATCHES"; $(if $(HISTORY_CHECK_BATCHES),batches=$(HISTORY_CHECK_BATCHES);) [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
 	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/core/test_maintenance.py \
 	    tests/unit/sinks/delta/test_compaction.py -k "long and history" -q -p no:cacheprovider $(PYTEST_ARGS)
 
