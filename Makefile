@@ -261,7 +261,7 @@ lock: venv
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements.in -o requirements.txt
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
-	    --custom-compile-command "make lock" requirements-dev.in -o requirements-dev.txt
+	    --no-strip-extras --custom-compile-command "make lock" requirements-dev.in -o requirements-dev.txt
 	$(VENV)/bin/uv pip compile --quiet --generate-hashes --python-version $(LOCK_PY) \
 	    --custom-compile-command "make lock" requirements-build.in -o requirements-build.txt
 
