@@ -24,7 +24,8 @@ def _locked(lock: str) -> dict[str, list[str]]:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        m = re.fullmatch(r"([A-Za-z0-9._-]+)==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line)
+        # a name, its extras (kept: pip's hash mode needs the extras a dependency asks for), the version
+        m = re.fullmatch(r"([A-Za-z0-9._-]+)(?:\[[A-Za-z0-9._,-]+\])?==(\S+)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line)
         assert m, f"{lock}: not a pinned requirement with hashes: {line[:120]}"
         out[m.group(1).lower().replace("_", "-")] = re.findall(r"sha256:([0-9a-f]{64})", m.group(3))
     return out
