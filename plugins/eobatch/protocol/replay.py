@@ -49,19 +49,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..config.lines import RAW_CHARS
+from ..core import faults
+from ..core.checkpoint import RewindKey, undoing
+from ..core.formats import JSON, QUARANTINE, REPLAY_DIR, REPLAY_LINEAGE, Layout, bid
 from ..errors import UsageError
 from ..sources import kind_for
 from ..storage.fs import LinkRefused, join, link_refused, printable, storage_for
-from . import faults
-from .checkpoint import RewindKey, undoing
-from .formats import JSON, QUARANTINE, REPLAY_DIR, REPLAY_LINEAGE, Layout, bid
 
 REPLAY_NAME = "replay-<n>-b<batch>-<nonce>.jsonl"  # the name of a replay's landing file (``replay``)
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
 if TYPE_CHECKING:
     from ..config.pipeline import PipelineConfig
     from ..storage.fs import Storage
-    from .protocol import Protocol
+    from .verbs import Protocol
 
 RECORD_NAME = re.compile(r"(\d{10})\.json")
 # a lineage beside a replay file of an earlier version is a landing input: read up to this many bytes
