@@ -203,7 +203,7 @@ workers-check: setup
 # make test runs 40 batches of it
 history-check: venv
 	@batches="$$BATCHES"; $(if $(HISTORY_CHECK_BATCHES),batches=$(HISTORY_CHECK_BATCHES);) [[ "$$batches" =~ ^[0-9]+$$ ]] || { echo "usage: make history-check [BATCHES=<n>]" >&2; exit 2; }; \
-	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/core/test_maintenance.py \
+	EOBATCH_HISTORY_BATCHES="$$batches" $(VENV)/bin/python -m pytest tests/unit/protocol/test_maintenance.py \
 	    tests/unit/sinks/delta/test_compaction.py -k "long and history" -q -p no:cacheprovider $(PYTEST_ARGS)
 
 run: setup

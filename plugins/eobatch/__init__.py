@@ -5,11 +5,13 @@ must not; tests/unit/test_packages.py checks every import statement):
 
 * ``errors``: the one error taxonomy (wait, retry, terminal) that every layer raises; imports
   nothing of eobatch.
-* ``core``: the protocol (``protocol/``, the ledger, checkpoints, verify): plain Python,
-  pyarrow and deltalake; no Airflow, no pyspark.
+* ``core``: the vocabulary (the ledger, its records and checkpoints, table files, the kinds'
+  registry): plain Python, pyarrow and deltalake; no Airflow, no pyspark.
 * ``config``: the pipeline file (loader and typed models; the job's side of it without pydantic).
 * ``storage``: local and S3 files, S3 settings, connection credentials without Airflow.
 * ``sources``, ``sinks``: the plug-in kinds, each one package (planner, Spark reader or step).
+* ``protocol``: the exactly-once protocol above the kinds (verbs, repairs, verify, a run's
+  batches, replay, backlog, maintenance); no Airflow, no pyspark.
 * ``job``: what builds and launches the Spark job (``launch.SHIPPED``: the code it ships).
 * ``airflow``: operators, DAG factory, hooks, assets, alerts, metrics, params.
 * ``ui``: the ledger page; ``cli``: the command line (``python -m eobatch.cli``).

@@ -104,7 +104,7 @@ def kind_of(e: BaseException) -> Kind | None:
     return e.kind if isinstance(e, EobatchError) else None
 
 
-# -- the protocol's own errors (eobatch.core.protocol) ---------------------------------------------
+# -- the protocol's own errors (eobatch.protocol) ---------------------------------------------
 class ProtocolError(TerminalError):
     """A state the protocol cannot resolve by itself; the message says how to repair."""
 

@@ -70,7 +70,7 @@ def build(root: Path, name: str, files: int, new: int, per_batch: int, discovery
 
     from eobatch.config.schemas import schema_to_b64
     from eobatch.core.formats import QUARANTINE, SINK, BatchPlan, CommittedBatch, PreparedBatch
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from eobatch.sinks.delta import DeltaParticipant
     from support.harness import write_pipeline
 
@@ -122,9 +122,9 @@ def build(root: Path, name: str, files: int, new: int, per_batch: int, discovery
 def child(task: str, pipeline_file: str) -> dict:
     sys.path[:0] = [str(REPO / "plugins")]
     from eobatch.config.loader import load_pipeline
-    from eobatch.core.backlog import backlog
-    from eobatch.core.batch_run import BatchRun
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
+    from eobatch.protocol.backlog import backlog
+    from eobatch.protocol.batch_run import BatchRun
 
     cfg = load_pipeline(pipeline_file)
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -159,7 +159,7 @@ def plan_task(pipeline_file: Path, repeat: int) -> list[dict]:
     """``repeat`` plan tasks of the same batch (each one's record removed after it)."""
     sys.path[:0] = [str(REPO / "plugins")]
     from eobatch.config.loader import load_pipeline
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     lay = Protocol(load_pipeline(str(pipeline_file))).layout
     out = []

@@ -42,7 +42,7 @@ from eobatch.core.formats import (
     StagedFile,
     StageSummary,
 )
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from eobatch.sinks.delta import DeltaParticipant
 from support.harness import write_pipeline
 

@@ -76,8 +76,8 @@ import protocol_costs  # noqa: E402
 from bench_data import DDL, backlog, dataset, single_file  # noqa: E402
 from procwatch import Jvm, JvmWatch  # noqa: E402
 
-from eobatch.core.protocol import Protocol  # noqa: E402
 from eobatch.job import launch  # noqa: E402
+from eobatch.protocol import Protocol  # noqa: E402
 from support.harness import VENV_BIN, airflow_env, write_pipeline  # noqa: E402
 
 PEER_SSS = BENCH / "peer_sss.py"

@@ -245,7 +245,7 @@ def kinds_for(backend: str, mode: str) -> list[str]:
 ABORT_TASK = r"""
 import json, sys
 from eobatch.config.loader import find_pipeline
-from eobatch.core.protocol import AttemptPrepared, Protocol
+from eobatch.protocol import AttemptPrepared, Protocol
 proto = Protocol(find_pipeline(sys.argv[1]))
 batch, attempt = int(sys.argv[2]), sys.argv[3]
 out = {"removed": None, "prepared_first": None, "abandoned": None}
@@ -1458,8 +1458,8 @@ class Chaos:
         """What the product's stuck detector (``eobatch.core.stuck.find_stuck``, the recover task's
         alert) says of the chaos pipeline at the end: None when no batch is stuck."""
         from eobatch.config.loader import load_pipeline
-        from eobatch.core.protocol import Protocol
         from eobatch.core.stuck import find_stuck
+        from eobatch.protocol import Protocol
 
         proto = Protocol(load_pipeline(str(self.p.yaml_path)))
         found = find_stuck(proto.ledger, proto.cfg)

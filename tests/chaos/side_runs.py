@@ -54,8 +54,8 @@ CDF_OPS = ("partition_delete", "truncate", "overwrite", "update")
 SIDE_TASK = r"""
 import json, sys
 from eobatch.config.loader import find_pipeline
-from eobatch.core.batch_run import BatchRun, RunParams
-from eobatch.core.protocol import Protocol
+from eobatch.protocol.batch_run import BatchRun, RunParams
+from eobatch.protocol import Protocol
 from eobatch.job import launch
 name, run_id, step = sys.argv[1:4]
 arg = json.loads(sys.argv[4]) if len(sys.argv) > 4 else None

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 
-from eobatch.core.protocol import LedgerMismatch
-from eobatch.core.verify import VerifyFailed
 from eobatch.job import launch
+from eobatch.protocol import LedgerMismatch
+from eobatch.protocol.verify import VerifyFailed
 from eobatch.sinks import FingerprintMismatch
 from support.checks import assert_exactly_once, delta_log_commits, orphans, txn_version
 from support.harness import REPO, base_env, kill_group, orders, run_batch, stage, wait_for
@@ -131,7 +131,7 @@ def test_two_attempts_of_one_batch_racing_to_commit(pipeline):
 
     # two committers in two processes at once
     script = ("import sys; sys.path.insert(0, sys.argv[1]);"
-              "from eobatch.config.loader import load_pipeline; from eobatch.core.protocol import Protocol;"
+              "from eobatch.config.loader import load_pipeline; from eobatch.protocol import Protocol;"
               "print(Protocol(load_pipeline(sys.argv[2])).commit(1).delta_versions)")
     cmds = [subprocess.Popen([sys.executable, "-c", script, str(REPO / "plugins"), str(p.yaml_path)],
                              env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

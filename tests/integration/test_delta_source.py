@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from eobatch.core.maintenance import maintain
+from eobatch.protocol.maintenance import maintain
 from support.checks import read_rows
 from support.harness import Pipeline, base_env, orders, run_batch, write_delta_pipeline, write_pipeline
 

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from eobatch.core.protocol import BatchInFlight, ProtocolError
 from eobatch.job import launch
+from eobatch.protocol import BatchInFlight, ProtocolError
 from support.checks import delta_log_commits, live_files, read_rows, txn_version
 from support.harness import base_env, orders, run_batch, stage, write_pipeline
 

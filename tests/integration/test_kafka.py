@@ -281,7 +281,7 @@ def test_interval_plan_is_the_covering_offsets_of_the_interval_records(broker, t
     in the run's data interval, read from the records (no Spark needed to check the plan itself)."""
     from confluent_kafka import Producer
 
-    from eobatch.core.protocol import IntervalNotSettled, Protocol
+    from eobatch.protocol import IntervalNotSettled, Protocol
     from eobatch.sources.kafka import IntervalTooLarge
 
     topic = "interval_events"
@@ -345,7 +345,7 @@ def test_a_rewind_racing_a_scheduled_plan_loses_no_record(broker, tmp_path, monk
     batch 2 from the old position. The rewind must then do nothing (it lost the reservation of
     batch 2), never restore the tables under a batch read from the old position: that dropped the
     restart marker and the offsets of batch 1 were never read again (8 of 10 records lost)."""
-    from eobatch.core.protocol import ConcurrentPlan
+    from eobatch.protocol import ConcurrentPlan
 
     topic = "rewind_race"
     create_topic(broker, topic, partitions=2)
@@ -528,8 +528,8 @@ def test_kafka_interval_open_transaction_across_the_interval_end_waits_then_publ
     sensor reschedules) instead of cutting the range at the last stable offset; past the bound it
     fails naming the partition and the transaction's first offset; once committed, every record
     of the interval is published."""
-    from eobatch.core.protocol import IntervalNotSettled
     from eobatch.errors import TerminalError
+    from eobatch.protocol import IntervalNotSettled
 
     topic = "iv_open_txn"
     create_topic(broker, topic, partitions=2)

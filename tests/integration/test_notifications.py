@@ -16,8 +16,8 @@ from urllib.parse import quote_plus
 import pytest
 
 from eobatch.config.loader import load_pipeline
-from eobatch.core.protocol import Protocol
 from eobatch.errors import TerminalError
+from eobatch.protocol import Protocol
 from eobatch.sources import source_for
 from eobatch.storage.fs import S3Storage
 from support.checks import delta_log_commits, read_rows

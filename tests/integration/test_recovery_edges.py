@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from eobatch.core.protocol import CommitBlocked, LedgerMismatch
 from eobatch.job import launch
+from eobatch.protocol import CommitBlocked, LedgerMismatch
 from support.checks import assert_exactly_once, read_rows
 from support.harness import base_env, orders, run_batch, stage
 

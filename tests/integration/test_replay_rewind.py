@@ -40,7 +40,7 @@ def test_a_rewind_to_before_a_replayed_records_batch_publishes_it_once_and_voids
     """Was: batch 1 quarantined the refund and replay 1 wrote it back; the rule was fixed and the
     pipeline rewound to batch 1: batch 2 read a.jsonl (the refund passes now) AND the replay
     file, and published the refund twice (the same when a batch had published the replay file
-    before the rewind: ``tests/unit/core/test_replay.py``). Two Spark stages."""
+    before the rewind: ``tests/unit/protocol/test_replay.py``). Two Spark stages."""
     p = write_pipeline(tmp_path, extra=RULE)
     good, refund = orders("g", 3), dict(orders("refund", 1)[0], amount=-4.0)
     p.land("a.jsonl", good + [refund])

@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from eobatch.core.batch_run import BatchRun
 from eobatch.job import launch
+from eobatch.protocol.batch_run import BatchRun
 from support.checks import assert_exactly_once
 from support.harness import base_env, orders, write_pipeline
 

@@ -1,4 +1,4 @@
-"""Delta AddFile stats (verify.footer_stats) as readers use them: no file may be skipped that holds
+"""Delta AddFile stats (table_files.footer_stats) as readers use them: no file may be skipped that holds
 a matching row. No Spark: pyarrow writes the files, DeltaParticipant commits them the way the
 product does (metadata-only delta-rs transaction), then delta-rs and DuckDB query with filters.
 
@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, QueryBuilder
 
-from eobatch.core.verify import footer_stats
+from eobatch.core.table_files import footer_stats
 from eobatch.sinks.delta import DeltaParticipant
 
 D = decimal.Decimal
@@ -173,7 +173,7 @@ def test_footer_statistics_themselves_hide_nan_so_the_writer_keeps_none_for_floa
     """delta-rs prunes Parquet row groups by the footer's own min/max, which Arrow's writer
     computes ignoring NaN: with them the NaN row is lost for ``x > 20``. The stage writer keeps
     no footer statistics for float columns (``writer_statistics``), and the row is found."""
-    from eobatch.core.verify import writer_statistics
+    from eobatch.core.table_files import writer_statistics
 
     table = pa.table({"order_id": ["a", "b", "c"], "x": pa.array([1.0, float("nan"), 10.0])})
     lossy = delta_table(tmp_path / "lossy", table, lambda m: footer_stats(m, table.schema, nan_free=[]))
@@ -249,7 +249,7 @@ def test_spark_and_delta_rs_find_every_match_before_and_after_maintenance_and_af
     pyarrow stager (the stage job's own stats are tested above)."""
     import shutil
 
-    from eobatch.core.maintenance import maintain
+    from eobatch.protocol.maintenance import maintain
     from support.harness import spark_read, write_pipeline
     from support.protocol_runs import run_next
     from support.stats_promise import BIG, SCHEMA, WHERES, check_reads, expected, land_rows

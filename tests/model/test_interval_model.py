@@ -35,8 +35,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from eobatch.config.loader import load_pipeline
 from eobatch.core import faults
-from eobatch.core.maintenance import maintain
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol.maintenance import maintain
 from eobatch.sinks import CommitConflict
 from eobatch.sinks.delta import DeltaParticipant, compaction
 from support.protocol_runs import T0, H, iv, land, published

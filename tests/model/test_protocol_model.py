@@ -1,5 +1,5 @@
 """A model-based test of the exactly-once protocol: hypothesis explores interleavings of the
-REAL verbs of ``eobatch.core.protocol.Protocol`` on REAL local storage and REAL delta-rs tables,
+REAL verbs of ``eobatch.protocol.Protocol`` on REAL local storage and REAL delta-rs tables,
 without Spark (the stage job is ``tests/support/pyarrow_stager.py``, which writes the job's layout).
 
 Actors
@@ -121,7 +121,8 @@ from eobatch.config.loader import load_pipeline
 from eobatch.core import checkpoint as ckpt
 from eobatch.core import faults
 from eobatch.core.formats import BatchPlan
-from eobatch.core.protocol import (
+from eobatch.errors import UsageError
+from eobatch.protocol import (
     AttemptPrepared,
     BatchInFlight,
     CommitBlocked,
@@ -130,9 +131,8 @@ from eobatch.core.protocol import (
     Protocol,
     ProtocolError,
 )
-from eobatch.core.replay import replay as replay_records
-from eobatch.core.verify import NotReady, VerifyFailed
-from eobatch.errors import UsageError
+from eobatch.protocol.replay import replay as replay_records
+from eobatch.protocol.verify import NotReady, VerifyFailed
 from support.pyarrow_stager import JobRefused, stage
 
 APP = "orders"

@@ -1,7 +1,7 @@
 """Issue 41 ("never stuck") in the model-based test: the machine of ``test_protocol_model.py`` (the
 REAL verbs on REAL local storage and delta-rs tables, every rule, race, crash, zombie and foreign
 writer of it) with DAG RUNS among its actors, driven the way the Airflow tasks drive them: through
-``eobatch.core.batch_run.BatchRun``.
+``eobatch.protocol.batch_run.BatchRun``.
 
 DAG runs (slots r1 and r2; r0 stays the plain actor of ``ProtocolModel``, with its rewinds and
 ``stage_ahead``)
@@ -71,10 +71,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import invariant, precondition, rule
 
 from eobatch.core import faults
-from eobatch.core.batch_run import BatchRun, RunParams
-from eobatch.core.protocol import BatchInFlight, CommitBlocked, ConcurrentPlan, ConfigChanged, Protocol, ProtocolError
 from eobatch.core.stuck import find_stuck
-from eobatch.core.verify import NotReady, VerifyFailed
+from eobatch.protocol import BatchInFlight, CommitBlocked, ConcurrentPlan, ConfigChanged, Protocol, ProtocolError
+from eobatch.protocol.batch_run import BatchRun, RunParams
+from eobatch.protocol.verify import NotReady, VerifyFailed
 from model.test_protocol_model import (
     APP,
     MAX_RECORDS,

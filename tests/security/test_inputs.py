@@ -18,8 +18,8 @@ from types import SimpleNamespace
 import pytest
 import unit.conftest as _unit
 
-from eobatch.core import replay as replay_mod
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol import replay as replay_mod
 from eobatch.storage.fs import LocalStorage
 from support.landing import T0, land_at
 from support.protocol_runs import published_ids, run_next

@@ -103,7 +103,7 @@ def test_an_s3_landing_bucket_that_is_missing_or_denied_fails_the_plan_an_empty_
     that does not exist, or that the pipeline's credentials may not list, fails the plan naming it
     (it used to list as empty: NoSuchBucket was "nothing new")."""
     from eobatch.config.loader import load_pipeline
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from eobatch.sources.base import LandingUnreadable
 
     one, _two = servers

@@ -92,7 +92,7 @@ def test_the_stage_task_starts_spark_submit_with_the_stage_environment_only(tmp_
     from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
     from eobatch.airflow.operators import StageOperator
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     hook_module = importlib.import_module(SparkSubmitHook.__module__)
     secret = _secret()
@@ -239,7 +239,7 @@ def test_the_job_refuses_on_sparks_own_parse_what_the_loader_did_not_see(local_s
 def test_an_expectation_written_into_the_spec_past_the_loader_is_refused_by_the_stage_job(tmp_path):
     """A spec crafted by hand (the loader never saw its expectation): the stage job refuses it on
     Spark's own parse before anything is read, staged or evaluated."""
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     p = write_pipeline(tmp_path, extra='expectations:\n  - {name: probe, expr: "amount >= 0"}\n')
     p.land("a.jsonl", orders("a", 5))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
 from eobatch.core.ledger import Ledger
-from eobatch.core.protocol import state as st
+from eobatch.protocol import state as st
 from eobatch.storage.fs import LocalStorage
 
 H = 3_600_000

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from support.pyarrow_stager import stage
 
 
@@ -59,7 +59,7 @@ def failing_run(proto: Protocol, run_id: str, dry_run: bool = False) -> int:
     """A run whose stage job fails, as the DAG runs it (``BatchRun``): recover, plan, the stage task
     starts an attempt (its ledger record) and its job dies before the stage summary, then the abort
     task aborts it. The batch id (it stays PLANNED)."""
-    from eobatch.core.batch_run import BatchRun, RunParams
+    from eobatch.protocol.batch_run import BatchRun, RunParams
 
     run = BatchRun(proto, run_id=run_id, params=RunParams(dry_run=dry_run))
     run.recover()

@@ -125,7 +125,7 @@ class S3Pipeline:
         return load_pipeline(str(self.yaml_path))
 
     def protocol(self):
-        from eobatch.core.protocol import Protocol
+        from eobatch.protocol import Protocol
 
         return Protocol(self.cfg)
 

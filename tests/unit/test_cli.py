@@ -12,7 +12,7 @@ import pytest
 import eobatch
 from eobatch import cli
 from eobatch.cli import TABLE_COLS, render_table
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from eobatch.sources import range_summary
 from support.protocol_runs import iv, land
 from support.protocol_runs import land_and_run as _run_batch
@@ -193,7 +193,7 @@ def test_show_opens_tables_with_the_participants_storage_options(make_cfg, monke
     from deltalake import write_deltalake
 
     from eobatch.cli import show
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     cfg = make_cfg()
     write_deltalake(cfg.sink_table, pa.table({"order_id": ["o1", "o2"], "amount": [1.0, 2.0]}))

@@ -70,7 +70,7 @@ def test_a_landing_folder_that_cannot_be_read_fails_its_pipelines_source_check_w
 
 def test_a_stuck_pipeline_is_named_with_its_batch_its_last_error_and_the_repair_command(tmp_path):
     from eobatch.config.loader import load_pipeline
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from support.protocol_runs import failing_run, land_ids
 
     folder = tmp_path / "pipelines"

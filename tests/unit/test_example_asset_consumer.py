@@ -38,7 +38,7 @@ def test_one_consumer_per_pipeline_that_opted_in_scheduled_on_its_sink_asset(con
 
 
 def test_reads_exactly_the_version_of_each_batch(consumer, make_cfg):
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from support.protocol_runs import land_and_run
 
     cfg = make_cfg()

@@ -2,15 +2,15 @@
 mirror the product's packages. A newcomer changing a module finds its tests in one place:
 
 * ``tests/unit/core/test_ledger.py`` tests ``plugins/eobatch/core/ledger.py``;
-* ``tests/unit/core/protocol/test_verbs.py`` tests ``plugins/eobatch/core/protocol/verbs.py``;
+* ``tests/unit/protocol/test_verbs.py`` tests ``plugins/eobatch/protocol/verbs.py``;
 * ``tests/unit/sources/test_kafka.py`` tests the package ``plugins/eobatch/sources/kafka/`` (all
   of it), ``tests/unit/test_sources.py`` the registry in ``plugins/eobatch/sources/__init__.py``;
 * a module of ``spark_jobs/`` or ``dags/`` alike (``spark_jobs/classify.py``: ``test_classify.py``),
   and an Airflow plugin module of ``plugins/`` (``plugins/eobatch_ui.py``, which only re-exports ``eobatch.ui.plugin``: ``ui/test_plugin.py``).
 
 A test goes to the module of what it exercises (the function or class under test), however it
-got there: a scenario of plan, verify, commit, abort or recover to ``core/protocol/test_verbs.py``, one
-of rewind, reset or sweep to ``core/protocol/test_repairs.py``. Never a file named after a behaviour.
+got there: a scenario of plan, verify, commit, abort or recover to ``protocol/test_verbs.py``, one
+of rewind, reset or sweep to ``protocol/test_repairs.py``. Never a file named after a behaviour.
 Helpers and fixtures shared by several test modules live in ``tests/unit/conftest.py`` or in
 ``tests/support/`` (``from support.<module> import ...``).
 """
@@ -51,7 +51,7 @@ def _test_modules() -> list[Path]:
 
 
 def test_every_test_module_is_named_after_a_product_module():
-    assert product_module(UNIT / "core" / "protocol" / "test_verbs.py") == REPO / "plugins/eobatch/core/protocol/verbs.py"
+    assert product_module(UNIT / "protocol" / "test_verbs.py") == REPO / "plugins/eobatch/protocol/verbs.py"
     assert product_module(UNIT / "sources" / "test_kafka.py") == REPO / "plugins/eobatch/sources/kafka/__init__.py"
     assert product_module(UNIT / "test_some_behaviour.py") is None  # what this test refuses
     unnamed = [str(p.relative_to(REPO)) for p in _test_modules()

@@ -2,7 +2,7 @@
 ``apache-airflow-providers-openlineage`` listener (the wheel's optional extra ``openlineage``).
 
 The tasks collect their batches' lineage while they run (``collect``: the ledger's records, read
-with the pipeline's storage settings, ``eobatch.core.lineage``) only when the provider is installed
+with the pipeline's storage settings, ``eobatch.protocol.lineage``) only when the provider is installed
 and enabled (``wanted``); the listener calls the operator's ``get_openlineage_facets_on_complete``
 (and ``_on_failure``, which falls back to it) after the task, and ``operator_lineage`` turns what
 was collected into the provider's ``OperatorLineage``:
@@ -27,7 +27,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..core.lineage import RunLineage
+    from ..protocol.lineage import RunLineage
     from ..storage.lineage import LineageDataset
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def wanted() -> bool:
 
 
 def collect(what: str, fn, *args, **kwargs) -> RunLineage | None:
-    """``fn(*args, **kwargs)`` (``core.lineage.planned`` or ``committed``) when lineage is ``wanted``;
+    """``fn(*args, **kwargs)`` (``protocol.lineage.planned`` or ``committed``) when lineage is ``wanted``;
     None otherwise, or when it fails: lineage is never a reason to fail a task (the task log says why)."""
     if not wanted():
         return None

@@ -74,7 +74,7 @@ def batch_metrics(pipeline: str, plan, prepared, committed) -> list[Metric]:
 
 
 def backlog_metrics(pipeline: str, backlog: dict[str, Any]) -> list[Metric]:
-    """Gauges of a backlog (``eobatch.core.backlog.backlog``); a figure that is not known is not sent."""
+    """Gauges of a backlog (``eobatch.protocol.backlog.backlog``); a figure that is not known is not sent."""
     if backlog.get("error"):
         return []
     out = []

@@ -1,4 +1,4 @@
-"""Airflow operators and sensor: thin declarations over ``eobatch.core.protocol``.
+"""Airflow operators and sensor: thin declarations over ``eobatch.protocol``.
 
 No I/O at construction (DAG parse time): each task keeps only the pipeline file's path and
 loads the config, the protocol and its clients when it runs. The batch id and the attempt
@@ -22,14 +22,14 @@ from .. import preflight
 from ..config.access import Use, check_access
 from ..config.loader import PipelineConfig, load_pipeline
 from ..core import faults
-from ..core import lineage as batch_lineage
-from ..core.backlog import backlog
-from ..core.batch_run import BatchRun, Report
-from ..core.maintenance import maintain, summary_line
-from ..core.protocol import Protocol, interval_of
 from ..core.stuck import find_stuck
 from ..errors import ConfigError, EobatchError, TerminalError
 from ..job import driver_jvm, launch
+from ..protocol import Protocol, interval_of
+from ..protocol import lineage as batch_lineage
+from ..protocol.backlog import backlog
+from ..protocol.batch_run import BatchRun, Report
+from ..protocol.maintenance import maintain, summary_line
 from ..sources.base import LandingUnreadable
 from ..storage import s3conf
 from . import alerts, assets, lineage, metrics
@@ -674,7 +674,7 @@ class AbortOperator(BaseOperator, PipelineStep):
 
 
 class MaintainOperator(BaseOperator):
-    """The ``<name>_maintenance`` DAG's task: one maintenance pass (``eobatch.core.maintenance``) over
+    """The ``<name>_maintenance`` DAG's task: one maintenance pass (``eobatch.protocol.maintenance``) over
     the pipeline's tables: compaction (continuous mode), lite VACUUM, Delta checkpoint. A batch
     commit running at the same time stays correct (see the module); it is retried on a conflict."""
 

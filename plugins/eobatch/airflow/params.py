@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..config.pipeline import MAX_BATCHES_PER_RUN
-from ..core.batch_run import RunParams
 from ..errors import UsageError
+from ..protocol.batch_run import RunParams
 
 PARAMS_DOC = {
     "max_records_per_batch": "Upper bound of records for a new batch (default: the YAML's value). "

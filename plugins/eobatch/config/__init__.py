@@ -13,6 +13,6 @@ This ``__init__`` imports nothing: the Spark job imports ``config.contract``, ``
 May import: ``eobatch.errors`` (the exception types),
 ``eobatch.sources`` and ``eobatch.sinks`` (the kinds contribute their own sections).
 Must not import: Apache Airflow, pyspark, the rest of ``eobatch.core``, ``eobatch.storage``,
-``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli``
+``eobatch.protocol``, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli``
 (tests/unit/test_packages.py checks every import statement).
 """

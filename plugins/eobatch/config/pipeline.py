@@ -67,7 +67,7 @@ class MaintenanceConfig:
     vacuum_retention_hours: float = 168.0
     # an Airflow pool (create it with one slot: `eobatch pools --create`) that the commit task and the
     # maintenance task take, so that they do not run at the same time on purpose (correctness
-    # does not depend on it: eobatch.sinks.delta.compaction, eobatch.core.maintenance); None: no pool
+    # does not depend on it: eobatch.sinks.delta.compaction, eobatch.protocol.maintenance); None: no pool
     pool: str | None = None
 
 

@@ -87,7 +87,7 @@ def undoing(batch_id: int, rewinds: Iterable[RewindKey]) -> RewindKey | None:
     """The rewind (after, to) that undid batch ``batch_id`` (the oldest such), or None while the
     batch counts. Batch ids are never reused (a rewind's batches go on with new ids), so an id
     names one incarnation of a range: a quarantine replay whose origin batch a rewind undid is
-    void (``eobatch.core.replay``): the records it took are read again, from their own landing files,
+    void (``eobatch.protocol.replay``): the records it took are read again, from their own landing files,
     by the batches after the rewind, and its file is never read."""
     return min((r for r in rewinds if r.to_batch <= batch_id <= r.after_batch), default=None)
 
@@ -337,7 +337,7 @@ class ReadSoFar(Sequence[BatchPlan]):
 
     def void(self, path: str) -> str | None:
         """Why the landing file ``path`` must never be read (the file of a void quarantine replay,
-        ``eobatch.core.replay``), or None."""
+        ``eobatch.protocol.replay``), or None."""
         return self._void(path) if self._void is not None else None
 
     def discovery(self) -> JSON | None:

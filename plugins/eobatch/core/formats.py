@@ -28,7 +28,7 @@ Layout, for a pipeline whose sink table is ``T`` and quarantine table ``Q``::
                                                            to after the newest plan (``source.discovery:
                                                            lexical``; overwritten; never a range)
     T/_eo_ledger/replays/<n>.json                          replay <n> of quarantined records (put-if-absent;
-                                                           see eobatch.core.replay): which records, its landing file
+                                                           see eobatch.protocol.replay): which records, its landing file
     T/_eo_ledger/replays/data/<n>-<nonce>.jsonl            the raw lines of replay <n>, written before it
     T/eo_batches/b<batch>/<attempt>/...parquet             staged data of the sink
     Q/eo_batches/b<batch>/<attempt>/...parquet             staged data of the quarantine table
@@ -189,7 +189,7 @@ def bid(batch_id: int) -> str:
 
 
 DECISION_FILE = "decision.json"  # an attempt's one decision (prepare or abort), put-if-absent
-REPLAY_DIR = "replay"  # the sub-folder of a landing folder that replays land in (``core.replay``)
+REPLAY_DIR = "replay"  # the sub-folder of a landing folder that replays land in (``protocol.replay``)
 REPLAY_LINEAGE = ".jsonl.lineage.json"  # the lineage of an older version's replay file, beside it
 
 

@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from ..config import transforms
 from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
-from ..core.protocol import Protocol
 from ..errors import RetryableError
 from ..paths import PACKAGE, SPARK_JOBS, STAGE_APP
+from ..protocol import Protocol
 from ..sinks import sink_for
 from ..sources import kind_for
 from ..storage import s3conf
@@ -147,9 +147,9 @@ SHIPPED = (
     "eobatch.config.sql_guard",
     # named only inside the kinds' section() (their YAML models), which the job never calls
     "eobatch.config.model", "eobatch.config.schedule",
-    # the ledger's records and the staged files' statistics (table_files -> verify, ledger -> checkpoint)
+    # the ledger's records and the staged files' statistics (table_files, ledger -> checkpoint)
     "eobatch.errors", "eobatch.core.faults", "eobatch.core.formats", "eobatch.core.ledger",
-    "eobatch.core.checkpoint", "eobatch.core.registry", "eobatch.core.table_files", "eobatch.core.verify",
+    "eobatch.core.checkpoint", "eobatch.core.registry", "eobatch.core.table_files",
     "eobatch.job.jvm",
     # whole packages: local and S3 files; every source and sink kind (the spec names one at run time)
     "eobatch.storage", "eobatch.sources", "eobatch.sinks",

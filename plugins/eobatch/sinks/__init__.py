@@ -13,8 +13,8 @@ model (``KIND.config_model``, pydantic) only where pipeline files are loaded. An
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, pyarrow; deltalake and
 pyspark inside functions.
-Must not import: Apache Airflow, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
-``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
+Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``,
+``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ job finds it by the same name when the package is shipped with the job's code.
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage`` (``storage.lineage``: the OpenLineage names of
 a range's datasets), ``eobatch.job.jvm`` (the
 Spark side's JVM classes), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
-Must not import: Apache Airflow, ``eobatch.airflow``, the rest of ``eobatch.job``, ``eobatch.ui``,
-``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
+Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``, the rest
+of ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ class SourceKind(Protocol):
     Optional: ``lineage_inputs(source, rng) -> list[LineageDataset]``, the datasets a recorded
     range read, named the OpenLineage way (``eobatch.storage.lineage``), each with the range's own
     facts in ``detail`` (bounded: never one dataset per file); the Airflow tasks report them
-    (``eobatch.core.lineage``). A kind without it is reported by its ``source.path``, when it has one.
+    (``eobatch.protocol.lineage``). A kind without it is reported by its ``source.path``, when it has one.
 
     Optional: ``reads_alike = True``, a kind whose ``read`` of a range gives the same rows,
     numbered the same way, every time it runs. The stage job writes the sink of such a kind

@@ -1,7 +1,7 @@
 """HTML of the ledger page and its timeline chart (inline SVG drawn here: no JavaScript build; one
 inline script, ``TOP_LINKS_JS``, lets links leave Airflow's iframe).
 
-Pure functions of ledger rows (``eobatch.cli.ledger_rows``), the backlog (``eobatch.core.backlog``)
+Pure functions of ledger rows (``eobatch.cli.ledger_rows``), the backlog (``eobatch.protocol.backlog``)
 and a few facts about the pipeline. Every string that comes from the ledger, the landing zone
 or the request (file names, notes, run ids) is escaped here, once, with ``esc``.
 """
@@ -227,7 +227,7 @@ class PageView:
     airflow_base: str = ""
     description: str | None = None
     rewinds: list[str] = field(default_factory=list)  # one line per rewind of the ledger
-    maintenance: str | None = None  # the last maintenance pass, one line (eobatch.core.maintenance.summary_line)
+    maintenance: str | None = None  # the last maintenance pass, one line (eobatch.protocol.maintenance.summary_line)
     stuck: dict | None = None  # the stuck detector's finding (eobatch.core.stuck.Stuck.to_json), or None
 
 

@@ -40,13 +40,13 @@ from typing import Any, cast
 from ..airflow import pipelines_dir
 from ..cli import ledger_row, ledger_rows, rows_json
 from ..config.loader import LoadCache, PipelineConfig, load_all
-from ..core.backlog import backlog
 from ..core.formats import BatchPlan
 from ..core.ledger import Ledger
-from ..core.maintenance import last_report, summary_line
-from ..core.protocol import Protocol
 from ..core.stuck import find_stuck
 from ..errors import EobatchError
+from ..protocol import Protocol
+from ..protocol.backlog import backlog
+from ..protocol.maintenance import last_report, summary_line
 from ..sources import range_summary
 from ..storage import s3conf
 from ..storage.credentials import scrub

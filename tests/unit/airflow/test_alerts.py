@@ -248,7 +248,7 @@ def test_a_plan_that_skips_a_forged_parquet_footer_mails_it_and_counts_it(make_c
     import pyarrow.parquet as pq
 
     from eobatch.airflow.operators import _after_plan
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from support.parquet_forge import forge_rows
     from support.statsd_sink import received_by_statsd
 
@@ -325,8 +325,8 @@ def test_a_connection_that_cannot_be_read_never_quotes_its_password():
 
 
 def test_a_stuck_batch_mails_its_repair_once_again_a_day_and_at_once_after_it_recovered(make_cfg, smtp):
-    from eobatch.core.protocol import Protocol
     from eobatch.core.stuck import find_stuck
+    from eobatch.protocol import Protocol
     from support.protocol_runs import failing_run, land_ids, run_next
 
     cfg = make_cfg(alerts=_alerts())
@@ -356,10 +356,10 @@ def test_a_stuck_batch_mails_its_repair_once_again_a_day_and_at_once_after_it_re
 def test_the_recover_task_logs_alerts_and_gauges_a_stuck_batch_even_when_its_recover_is_refused(
         make_cfg, smtp, caplog, tmp_path):
     from eobatch.airflow.operators import _check_stuck
-    from eobatch.core.batch_run import BatchRun
-    from eobatch.core.protocol import Protocol
     from eobatch.core.stuck import find_stuck
     from eobatch.errors import ConfigChanged
+    from eobatch.protocol import Protocol
+    from eobatch.protocol.batch_run import BatchRun
     from support.protocol_runs import failing_run, land_ids
     from support.statsd_sink import received_by_statsd
 

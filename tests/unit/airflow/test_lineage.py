@@ -1,4 +1,4 @@
-"""Each batch's lineage for OpenLineage (``eobatch.core.lineage``, ``eobatch.airflow.lineage``): the
+"""Each batch's lineage for OpenLineage (``eobatch.protocol.lineage``, ``eobatch.airflow.lineage``): the
 datasets each source kind names, a committed run's inputs and tables from a real ledger and real
 delta-rs tables (no Spark: the pyarrow stager), the provider's objects built from them, and the
 operators without the provider installed."""
@@ -15,8 +15,7 @@ from deltalake import DeltaTable
 from openlineage.client.serde import Serde
 
 from eobatch.airflow import lineage as ol
-from eobatch.core import lineage
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol, lineage
 from eobatch.sources import kind_for
 from eobatch.storage.lineage import MAX_FILES_LISTED, dataset_at
 from support.harness import REPO
@@ -134,7 +133,7 @@ def test_a_merge_sink_s_own_tables_are_outputs_at_the_version_holding_the_batch(
 def test_the_operators_import_and_report_nothing_without_the_openlineage_provider():
     code = NOT_INSTALLED + (
         "from eobatch.airflow import dag_factory, lineage, operators\n"
-        "from eobatch.core.lineage import RunLineage\n"
+        "from eobatch.protocol.lineage import RunLineage\n"
         "try:\n"
         "    import airflow.providers.openlineage\n"
         "    raise AssertionError('the provider is importable')\n"

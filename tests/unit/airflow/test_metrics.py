@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eobatch.airflow import metrics
 from eobatch.airflow.metrics import Metric
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from support.protocol_runs import land_and_run
 from support.statsd_sink import received_by_statsd
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 
 from eobatch import errors
-from eobatch.core.batch_run import BatchRun, Report
 from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
 from eobatch.core.ledger import Ledger
-from eobatch.core.protocol import Protocol
 from eobatch.job import launch
 from eobatch.job.jars import checked as REAL_CHECKED
+from eobatch.protocol import Protocol
+from eobatch.protocol.batch_run import BatchRun, Report
 from support.protocol_runs import land, run
 from support.spark_hook import MASTERS, fake_secret
 
@@ -84,7 +84,7 @@ def test_commit_of_a_prepared_batch_whose_files_are_gone_fails_without_retry(mak
     from airflow.sdk.exceptions import AirflowFailException
 
     from eobatch.airflow.operators import CommitOperator
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     cfg = make_cfg()
     proto = Protocol(cfg)

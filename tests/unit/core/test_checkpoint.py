@@ -23,7 +23,7 @@ from hypothesis import strategies as hst
 
 from eobatch.core import checkpoint as ckpt
 from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
-from eobatch.core.protocol import state as st
+from eobatch.protocol import state as st
 from support.counting import Counting
 from support.ledger_book import STARTS, T0, Book, H
 from support.ledger_book import commit_batches as _committed
@@ -339,7 +339,7 @@ def test_retention_keeps_the_newest_and_a_few_far_back_and_drops_unnamed_chunks(
 # -- the protocol with checkpoints: real batches, real Delta tables ---------------------------------
 def test_runs_write_checkpoints_and_a_rewind_and_a_reset_across_them_publish_each_record_once(
         make_cfg, tmp_path, monkeypatch):
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from support.pyarrow_stager import stage
 
     monkeypatch.setattr(ckpt, "INTERVAL", 3)
@@ -423,7 +423,7 @@ def plan_reads(p, drop_plan: bool = True) -> tuple[dict, float, int]:
     """(calls by name, seconds, checkpoint batch) of one ``Protocol.plan()`` of the pipeline."""
     import time
 
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     proto = Protocol(p.cfg)
     fs = proto.ledger.fs = Counting(proto.ledger.fs)

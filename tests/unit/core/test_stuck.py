@@ -7,10 +7,10 @@ import os
 import time
 
 from eobatch import cli
-from eobatch.core.batch_run import BatchRun, RunParams
-from eobatch.core.protocol import Protocol
 from eobatch.core.stuck import find_stuck, first_open
 from eobatch.errors import ConfigChanged
+from eobatch.protocol import Protocol
+from eobatch.protocol.batch_run import BatchRun, RunParams
 from support.protocol_runs import failing_run, land_ids, run_next
 from support.pyarrow_stager import stage
 

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[3]
 NOT_SHIPPED = ("eobatch/airflow/operators.py", "eobatch/airflow/dag_factory.py", "eobatch/cli.py", "eobatch/job/launch.py")
 # What the job imports besides the source kinds (named here, independently of launch.SHIPPED).
 JOB_NEEDS = ["eobatch.core.formats", "eobatch.storage.fs", "eobatch.core.faults", "eobatch.storage.s3conf", "eobatch.core.ledger",
-             "eobatch.config.schemas", "eobatch.core.verify", "eobatch.config.lines", "spark_jobs.transforms.passthrough",
+             "eobatch.config.schemas", "eobatch.core.table_files", "eobatch.config.lines", "spark_jobs.transforms.passthrough",
              "spark_jobs.transforms.color_counts"]
 
 
@@ -85,7 +85,7 @@ def test_the_zip_leaves_out_the_airflow_side_and_the_protocol(code_zip):
     assert "eobatch/__init__.py" in names and "spark_jobs/transforms/passthrough.py" in names
     for name in NOT_SHIPPED:
         assert name not in names
-    assert not [n for n in names if n.startswith("eobatch/core/protocol/")]
+    assert not [n for n in names if n.startswith("eobatch/protocol/")]
     sources = {n for n in names if n.endswith(".py")}
     assert {n for n in names if n not in sources} == {n + "c" for n in sources}  # and each one compiled
 
@@ -181,7 +181,7 @@ for kind in KINDS:
     importlib.import_module(f"eobatch.sources.{kind}.read")
 for m in NEEDS:
     importlib.import_module(m)
-from eobatch.core.verify import writer_statistics  # noqa: F401
+from eobatch.core.table_files import writer_statistics  # noqa: F401
 
 wanted = {m for m in _imports(open(JOB).read(), "spark_jobs.stage_batch", False) if ours(m)}
 with zipfile.ZipFile(ZIP) as z:
@@ -219,7 +219,7 @@ def test_the_zip_alone_imports_everything_the_stage_job_imports(code_zip, tmp_pa
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["outside_zip"] == []
     assert out["airflow"] == [], "the Spark job's code imports Airflow"
-    assert {"eobatch.sources.kafka.read", "eobatch.sources.parquet.read", "eobatch.core.verify"} <= set(out["loaded"])
+    assert {"eobatch.sources.kafka.read", "eobatch.sources.parquet.read", "eobatch.core.table_files"} <= set(out["loaded"])
     assert out["compiled"] == [], "a module of the zip was compiled again instead of loaded from its .pyc"
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from eobatch.core import faults
-from eobatch.core.protocol import Protocol, ProtocolError
+from eobatch.protocol import Protocol, ProtocolError
 from eobatch.sinks.delta_merge.job import DELETE_COL
 from support.protocol_runs import iv, run_next
 from support.pyarrow_stager import stage
@@ -165,7 +165,7 @@ def test_a_crash_between_the_sink_and_the_tombstones_is_finished_by_recover(merg
 
 
 def test_verify_refuses_staged_rows_with_a_key_twice(merge_proto):
-    from eobatch.core.verify import VerifyFailed
+    from eobatch.protocol.verify import VerifyFailed
     from support import pyarrow_stager
 
     proto = merge_proto()
@@ -372,7 +372,7 @@ def test_interval_running_totals_re_run_an_interval_by_replacing_its_partials_ne
     assert totals(proto) == totals_model(list(files.values()))
     # a maintenance pass compacts the partials and the sink (their batches are rows, slices a
     # column) and the quarantine (slice by slice: its slices are files); the next re-runs stay exact
-    from eobatch.core.maintenance import maintain
+    from eobatch.protocol.maintenance import maintain
 
     report = maintain(proto, vacuum_retention_hours=0)
     assert [p for p, e in report["tables"].items() if "compacted" in e] == ["partials", "sink", "quarantine"]
@@ -565,7 +565,7 @@ def test_merges_and_their_maintenance_keep_the_statistics_promise_for_a_decimal_
     through a double, float bounds that ignore NaN), so `n = 9007199254740993` and `x > 5` lost
     rows after a merge. Those files keep no float or decimal bounds now; maintenance rewrites them
     with exact ones. The same rows are found after every merge and after maintenance."""
-    from eobatch.core.maintenance import maintain
+    from eobatch.protocol.maintenance import maintain
     from support.stats_promise import BIG, check_reads, land_rows
 
     nan = float("nan")

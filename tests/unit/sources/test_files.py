@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from eobatch.core.formats import slice_name
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from eobatch.sources import source_for
 from eobatch.sources.files import FilesSource, LandingUnreadable, changed_since_plan
 from support.counting import Counting
@@ -174,7 +174,7 @@ def test_files_whose_names_are_not_taken_are_named_and_counted_on_every_plan_whi
     """``part-0004.json`` beside ``.jsonl`` files used to be skipped without a word: each plan says it
     (log, plan notes, ``last_skipped`` for the gauge and the alert), and the ledger page's backlog."""
     from eobatch.airflow import metrics
-    from eobatch.core.backlog import backlog
+    from eobatch.protocol.backlog import backlog
     from eobatch.ui.page import _backlog_html
 
     cfg = make_cfg()
@@ -458,7 +458,7 @@ def test_interval_mode_with_a_prefix_lists_only_the_folders_of_the_interval_and_
 
 def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_time(make_cfg, tmp_path):
     """max_file_bytes is the user's own limit (none by default): refused at plan time, with what to do."""
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from eobatch.sources.files import FileTooLarge
 
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing"), "max_file_bytes": 1000})
@@ -473,7 +473,7 @@ def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_t
 
 def test_a_file_of_any_size_is_planned_by_default_and_max_file_bytes_must_be_positive(make_cfg, tmp_path):
     from eobatch.config.loader import ConfigError
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})
     assert cfg.source.max_file_bytes is None

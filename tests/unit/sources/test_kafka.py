@@ -301,7 +301,7 @@ def test_the_reported_backfill_is_published_by_record_time(tmp_path):
     import yaml
 
     from eobatch.config.loader import load_pipeline
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
     from support.kafka_model import Log, model_broker, stage_kafka
     from support.protocol_runs import T0, H, iv, published
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from eobatch import cli
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
 from eobatch.ui.view import UnknownPipeline, batches_json, find, page_view
 from support.pyarrow_stager import stage
 
@@ -112,7 +112,7 @@ def test_a_rewind_is_shown_with_its_rewound_batches(make_cfg, monkeypatch, tmp_p
 
 
 def test_the_page_shows_the_last_maintenance_pass_and_make_ledger_too(three, capsys):
-    from eobatch.core.maintenance import maintain
+    from eobatch.protocol.maintenance import maintain
 
     assert page_view(three).maintenance is None
     maintain(Protocol(three), vacuum_retention_hours=0)  # batch 3 is planned, not staged: nothing of it touched

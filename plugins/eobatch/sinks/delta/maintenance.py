@@ -1,5 +1,5 @@
 """One maintenance pass over one Delta table of a pipeline: compaction, lite VACUUM, a Delta
-checkpoint and log cleanup (why each keeps exactly-once: ``eobatch.core.maintenance``)."""
+checkpoint and log cleanup (why each keeps exactly-once: ``eobatch.protocol.maintenance``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from . import compaction
 
-log = logging.getLogger("eobatch.core.maintenance")
+log = logging.getLogger("eobatch.protocol.maintenance")
 
 
 def _snapshot(dt) -> tuple[int, int]:

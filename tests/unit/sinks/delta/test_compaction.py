@@ -10,8 +10,8 @@ import datetime as dt
 import os
 from pathlib import Path
 
-from eobatch.core.maintenance import last_report, maintain, summary_line
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol.maintenance import last_report, maintain, summary_line
 from support.checks import delta_log_commits, live_files, txn_version
 from support.protocol_runs import T0, H, land, published, run
 from support.pyarrow_stager import stage

@@ -1,4 +1,4 @@
-"""The exactly-once protocol of one pipeline: one state machine, five verbs.
+"""eobatch.protocol: the exactly-once protocol of one pipeline: one state machine, five verbs.
 
 ::
 
@@ -40,11 +40,26 @@ The tables' txn version is the source of truth for "which batch committed"; the 
 the truth for "what that batch contained". Nothing lives only in Airflow's database.
 
 Where it lives: ``state`` holds the decisions as pure functions (no I/O); ``verbs`` the
-Protocol class with plan, verify, commit, abort, recover; ``repairs`` rewind, reset and sweep.
+Protocol class with plan, verify, commit, abort, recover; ``repairs`` rewind, reset and sweep;
+``verify`` verify's checks of a staged attempt; ``batch_run`` one DAG run's batches, step by
+step (what the Airflow tasks and the CLI verbs drive); ``replay`` quarantined records back into
+the landing zone; ``backlog`` what a pipeline has not published yet; ``maintenance`` a pass over
+each table by its sink kind; ``lineage`` a run's batches as lineage datasets.
 The errors are the taxonomy of ``eobatch.errors`` (wait, retry, terminal).
+
+The layer above the kinds: the protocol drives ``eobatch.sources`` and ``eobatch.sinks``, which
+build on the vocabulary of ``eobatch.core`` (the ledger and its records, checkpoints, table
+files) and never import this package.
+
+May import: ``eobatch.errors``, ``eobatch.config``, ``eobatch.storage``, ``eobatch.core``,
+``eobatch.sources``, ``eobatch.sinks`` (the kinds, through their registries), pyarrow and
+deltalake (deltalake inside functions).
+Must not import: Apache Airflow, pyspark, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
+``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
-from ...errors import (
+from ..core.formats import utcnow
+from ..errors import (
     AttemptPrepared,
     BatchInFlight,
     CommitBlocked,
@@ -54,11 +69,10 @@ from ...errors import (
     LedgerMismatch,
     ProtocolError,
 )
-from ...sinks import FingerprintMismatch
-from ..formats import utcnow
-from ..verify import NotReady, VerifyFailed
+from ..sinks import FingerprintMismatch
 from .state import interval_of
 from .verbs import Protocol, Recovery
+from .verify import NotReady, VerifyFailed
 
 __all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared",
            "LedgerMismatch", "ConcurrentPlan", "ConfigChanged", "CommitBlocked", "FingerprintMismatch", "NotReady", "VerifyFailed",

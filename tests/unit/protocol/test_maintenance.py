@@ -1,4 +1,4 @@
-"""eobatch.core.maintenance on real delta-rs tables (the pyarrow stager, no Spark): many small batches
+"""eobatch.protocol.maintenance on real delta-rs tables (the pyarrow stager, no Spark): many small batches
 compacted and vacuumed with the rows unchanged and later batches still exactly once; a PREPARED
 batch's staged files survive a VACUUM of retention 0 and its commit still lands; interval mode
 is compacted slice by slice (test_compaction.py); a long history; the report reaches the ledger,
@@ -10,8 +10,8 @@ import collections
 import os
 from pathlib import Path
 
-from eobatch.core.maintenance import last_report, maintain, summary_line
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol.maintenance import last_report, maintain, summary_line
 from support.checks import delta_log_commits, live_files, read_rows, txn_version
 from support.protocol_runs import land_and_run, land_ids, published_ids, run_next
 from support.pyarrow_stager import stage

@@ -37,12 +37,12 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..core.formats import JSON, utcnow
 from ..sinks import sink_for
 from ..storage.fs import join, storage_for
-from .formats import JSON, utcnow
 
 if TYPE_CHECKING:
-    from .protocol import Protocol
+    from .verbs import Protocol
 
 log = logging.getLogger(__name__)
 TARGET_FILE_BYTES = 128 << 20

@@ -1,4 +1,4 @@
-"""eobatch.core.protocol.verbs: plan, verify, commit, abort and recover, as scenarios of batches on real
+"""eobatch.protocol.verbs: plan, verify, commit, abort and recover, as scenarios of batches on real
 local storage and real delta-rs tables; the stage job is the pyarrow stager (it writes the same
 per-slice folders the Spark job writes)."""
 
@@ -17,7 +17,8 @@ from deltalake import DeltaTable
 import eobatch
 from eobatch.config.loader import config_values
 from eobatch.core.formats import InvalidId
-from eobatch.core.protocol import (
+from eobatch.errors import ConfigChanged, ConfigError, SliceRewritten, TerminalError
+from eobatch.protocol import (
     AttemptPrepared,
     BatchInFlight,
     FingerprintMismatch,
@@ -26,9 +27,8 @@ from eobatch.core.protocol import (
     Protocol,
     ProtocolError,
 )
-from eobatch.core.protocol import verbs as protocol_module
-from eobatch.core.verify import VerifyFailed
-from eobatch.errors import ConfigChanged, ConfigError, SliceRewritten, TerminalError
+from eobatch.protocol import verbs as protocol_module
+from eobatch.protocol.verify import VerifyFailed
 from eobatch.sources.files import LateFiles
 from support.protocol_runs import T0, H, iv, land, land_ids, published, published_ids, run, run_next
 from support.protocol_runs import empty_plan as _plan
@@ -308,13 +308,13 @@ def test_an_interval_emptied_after_it_was_published_plans_nothing_and_says_its_r
     land(by_prefix, "dt=2026-01-01/hour=00/a.jsonl", ["a1", "a2"])
     run(proto, 0)
     (Path(by_prefix.source.path) / "dt=2026-01-01/hour=00/a.jsonl").unlink()
-    with caplog.at_level(logging.WARNING, logger="eobatch.core.protocol.verbs"):
+    with caplog.at_level(logging.WARNING, logger="eobatch.protocol.verbs"):
         assert run(proto, 0, run_id="again") is None
     assert published(proto) == collections.Counter(["a1", "a2"])  # the documented limit (docs/site/concepts.md)
     assert "was published with 1 file(s) and none is in the landing zone now" in caplog.text
     assert "make rewind" in caplog.text
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="eobatch.core.protocol.verbs"):
+    with caplog.at_level(logging.WARNING, logger="eobatch.protocol.verbs"):
         assert run(proto, 1) is None  # an hour never published and empty: nothing to say
     assert "none is in the landing zone" not in caplog.text
 
@@ -877,7 +877,7 @@ def test_a_refusal_while_planning_a_later_batch_of_a_run_keeps_the_batches_plann
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from eobatch.core.batch_run import BatchRun, RunParams
+    from eobatch.protocol.batch_run import BatchRun, RunParams
     from eobatch.sources.delta import UpstreamChanged
 
     up = str(tmp_path / "upstream")

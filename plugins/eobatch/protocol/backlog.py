@@ -29,7 +29,7 @@ from ..sources.base import BacklogAsk, Planner
 from ..storage.credentials import scrub
 
 if TYPE_CHECKING:
-    from .protocol import Protocol
+    from .verbs import Protocol
 
 UNPUBLISHED = ("PLANNED", "STAGED", "PREPARED")
 

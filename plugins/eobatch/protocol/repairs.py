@@ -12,25 +12,25 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from ...config.loader import config_values
-from ...errors import ConcurrentPlan, LedgerMismatch, ProtocolError
-from ...sources import kind_for, range_summary, source_for
-from ...storage.fs import join, relpath
-from .. import faults
-from ..checkpoint import RewindKey
-from ..formats import DECISION_FILE, STAGED, BatchPlan, RewindRecord, utcnow
-from ..replay import void_files
+from ..config.loader import config_values
+from ..core import faults
+from ..core.checkpoint import RewindKey
+from ..core.formats import DECISION_FILE, STAGED, BatchPlan, RewindRecord, utcnow
+from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
+from ..sources import kind_for, range_summary, source_for
+from ..storage.fs import join, relpath
 from . import state as st
+from .replay import void_files
 
 log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
-    from ...config.pipeline import PipelineConfig
-    from ...sinks import Participant
-    from ...storage.fs import Storage
-    from ..checkpoint import History, ReadSoFar
-    from ..formats import BatchState, Layout
-    from ..ledger import Ledger
+    from ..config.pipeline import PipelineConfig
+    from ..core.checkpoint import History, ReadSoFar
+    from ..core.formats import BatchState, Layout
+    from ..core.ledger import Ledger
+    from ..sinks import Participant
+    from ..storage.fs import Storage
 
 
 def rewind_mark(app_id: str, key: str) -> str:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 from croniter import croniter
 
-from ...errors import LedgerMismatch
-from ..checkpoint import ms  # one definition, shared with the ledger's checkpoints
-from ..formats import JSON, BatchPlan, BatchState, PreparedBatch, PublishedFile, RewindRecord, slice_of
+from ..core.checkpoint import ms  # one definition, shared with the ledger's checkpoints
+from ..core.formats import JSON, BatchPlan, BatchState, PreparedBatch, PublishedFile, RewindRecord, slice_of
+from ..errors import LedgerMismatch
 
 
 def interval_of(start: str | _dt.datetime, end: str | _dt.datetime) -> dict[str, str]:

@@ -1,12 +1,12 @@
-"""eobatch.core.backlog: what a pipeline has not published yet, read like the planner reads it."""
+"""eobatch.protocol.backlog: what a pipeline has not published yet, read like the planner reads it."""
 
 from __future__ import annotations
 
 import json
 import os
 
-from eobatch.core.backlog import backlog
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol.backlog import backlog
 from support.pyarrow_stager import stage
 
 T = 1_700_000_000  # seconds

@@ -1,12 +1,12 @@
-"""eobatch.core.batch_run: one run's batch (``BatchRun``), which the Airflow tasks and the CLI verbs both
+"""eobatch.protocol.batch_run: one run's batch (``BatchRun``), which the Airflow tasks and the CLI verbs both
 drive (how each translates its outcome: airflow/test_operators.py, test_cli.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from eobatch.core.batch_run import BatchRun, RunParams
-from eobatch.core.protocol import Protocol
+from eobatch.protocol import Protocol
+from eobatch.protocol.batch_run import BatchRun, RunParams
 from support.protocol_runs import land
 from support.pyarrow_stager import stage
 
@@ -71,7 +71,7 @@ def test_an_attempt_verify_rejected_is_decided_for_abort_and_removed_by_the_runs
     by every next run): verify decides "abort" for it, and the run's abort removes its files."""
     import pytest
 
-    from eobatch.core.verify import VerifyFailed
+    from eobatch.protocol.verify import VerifyFailed
 
     cfg = make_cfg()
     proto = Protocol(cfg)

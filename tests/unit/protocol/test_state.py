@@ -1,4 +1,4 @@
-"""eobatch.core.protocol.state: every decision of the protocol, as tables of plain values.
+"""eobatch.protocol.state: every decision of the protocol, as tables of plain values.
 
 Each row is a situation of the ledger and the tables (plain data, no I/O), the decision
 expected, and why (the row's test id). The verbs (``protocol/verbs.py``) and the repairs read
@@ -16,8 +16,8 @@ import pytest
 
 from eobatch.core import checkpoint as ckpt
 from eobatch.core.formats import BatchPlan, PreparedBatch, RewindRecord, slice_name
-from eobatch.core.protocol import state as st
 from eobatch.errors import LedgerMismatch
+from eobatch.protocol import state as st
 
 H = 3_600_000
 T0 = 1_767_225_600_000  # 2026-01-01T00:00Z

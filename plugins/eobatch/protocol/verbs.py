@@ -15,30 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...config.contract import Edit, edits_text
-from ...config.loader import TABLE, config_edits, config_values
-from ...config.pipeline import PipelineConfig
-from ...config.schemas import schema_from_b64
-from ...errors import (
-    AttemptPrepared,
-    BatchInFlight,
-    CommitBlocked,
-    ConcurrentPlan,
-    ConfigChanged,
-    EobatchError,
-    IntervalNotSettled,
-    LedgerMismatch,
-    ProtocolError,
-    SliceRewritten,
-)
-from ...sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
-from ...sources import compact_offsets, kind_for, source_for
-from ...sources.base import LateFilesConfig, Planner, consumed_skip
-from ...storage.fs import Storage, join, storage_for
-from .. import faults
-from ..checkpoint import History, ReadSoFar, RewindKey
-from ..checkpoint import ms as _ms
-from ..formats import (
+from ..config.contract import Edit, edits_text
+from ..config.loader import TABLE, config_edits, config_values
+from ..config.pipeline import PipelineConfig
+from ..config.schemas import schema_from_b64
+from ..core import faults
+from ..core.checkpoint import History, ReadSoFar, RewindKey
+from ..core.checkpoint import ms as _ms
+from ..core.formats import (
     JSON,
     SINK,
     STAGED,
@@ -54,12 +38,28 @@ from ..formats import (
     slice_name,
     utcnow,
 )
-from ..ledger import Ledger
-from ..replay import void_files
-from ..stuck import command
-from ..verify import NotReady, VerifyFailed, recheck_files, verify_attempt
+from ..core.ledger import Ledger
+from ..core.stuck import command
+from ..errors import (
+    AttemptPrepared,
+    BatchInFlight,
+    CommitBlocked,
+    ConcurrentPlan,
+    ConfigChanged,
+    EobatchError,
+    IntervalNotSettled,
+    LedgerMismatch,
+    ProtocolError,
+    SliceRewritten,
+)
+from ..sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
+from ..sources import compact_offsets, kind_for, source_for
+from ..sources.base import LateFilesConfig, Planner, consumed_skip
+from ..storage.fs import Storage, join, storage_for
 from . import state as st
 from .repairs import Repairs
+from .replay import void_files
+from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 
 log = logging.getLogger("eobatch")
 SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)

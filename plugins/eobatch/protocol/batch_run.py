@@ -16,12 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..core import stuck
+from ..core.formats import JSON, BatchPlan, PreparedBatch
 from ..errors import AttemptPrepared, ProtocolError, kind_of
 from ..sources import range_summary
 from ..storage.credentials import scrub
-from . import stuck
-from .formats import JSON, BatchPlan, PreparedBatch
-from .protocol import Protocol
+from .verbs import Protocol
 
 log = logging.getLogger("eobatch")
 

@@ -46,22 +46,23 @@ import json
 import re
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config.lines import RAW_CHARS
+from ..core import faults
+from ..core.checkpoint import RewindKey, undoing
+from ..core.formats import JSON, QUARANTINE, REPLAY_DIR, REPLAY_LINEAGE, Layout, bid
 from ..errors import UsageError
 from ..sources import kind_for
 from ..storage.fs import LinkRefused, join, link_refused, printable, storage_for
-from . import faults
-from .checkpoint import RewindKey, undoing
-from .formats import JSON, QUARANTINE, REPLAY_DIR, REPLAY_LINEAGE, Layout, bid
 
 REPLAY_NAME = "replay-<n>-b<batch>-<nonce>.jsonl"  # the name of a replay's landing file (``replay``)
 RAW_LIMIT = RAW_CHARS  # the quarantine keeps at most this many characters of a record
 if TYPE_CHECKING:
     from ..config.pipeline import PipelineConfig
+    from ..core.checkpoint import ReadSoFar
+    from ..sinks import Participant
     from ..storage.fs import Storage
-    from .protocol import Protocol
 
 RECORD_NAME = re.compile(r"(\d{10})\.json")
 # a lineage beside a replay file of an earlier version is a landing input: read up to this many bytes
@@ -69,7 +70,21 @@ RECORD_NAME = re.compile(r"(\d{10})\.json")
 LINEAGE_MAX_BYTES = 16 << 20
 
 
-def quarantined(proto: Protocol, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
+class Pipeline(Protocol):
+    """What a replay reads of the pipeline's protocol (``verbs.Protocol`` is one): its configuration,
+    ledger layout and tables, the rewinds in effect and what its batches read so far. A structural
+    type: the verbs import this module (``void_files``), and it imports nothing of them."""
+
+    cfg: PipelineConfig
+    layout: Layout
+    participants: dict[str, Participant]
+
+    def rewinds_in_effect(self) -> list[RewindKey]: ...
+
+    def read_so_far(self) -> ReadSoFar: ...
+
+
+def quarantined(proto: Pipeline, batch_id: int, reason: str | None = None) -> list[dict[str, Any]]:
     """The quarantine rows of ``batch_id`` (reason containing ``reason``), in source order."""
     import pyarrow.compute as pc  # pyarrow: only where the quarantine table is read
 
@@ -180,7 +195,7 @@ def _check_source(cfg: PipelineConfig) -> None:
                          f"{cfg.file} does not take that name (they would never be read): add '*.jsonl' to it")
 
 
-def replay(proto: Protocol, batch_id: int, reason: str | None = None) -> dict[str, Any]:
+def replay(proto: Pipeline, batch_id: int, reason: str | None = None) -> dict[str, Any]:
     """Replay the selected records that no replay took yet, as one new landing file; and write the
     landing file of any recorded replay that has none yet (a crash, or a replay running now).
 
@@ -308,7 +323,7 @@ def _read_lineage(landing: Storage, path: str, root: str) -> dict[str, Any]:
     return {"label": "an earlier replay", "records": records, "batch_id": origin}
 
 
-def _write_landing_files(proto: Protocol, records: list[JSON]) -> list[JSON]:
+def _write_landing_files(proto: Pipeline, records: list[JSON]) -> list[JSON]:
     """Write the landing file of each recorded replay that no batch read and that is not there
     (put-if-absent from its data, no link followed); the ones this call wrote. A file there is the
     replay's own (its name has a nonce nobody knew before the record), edited or not."""

@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..core.formats import QUARANTINE, SINK
 from ..sources import lineage_inputs, range_summary
 from ..storage import lineage
 from ..storage.lineage import LineageDataset
-from .formats import QUARANTINE, SINK
 
 if TYPE_CHECKING:
-    from .formats import BatchPlan, CommittedBatch, PreparedBatch
-    from .protocol import Protocol
+    from ..core.formats import BatchPlan, CommittedBatch, PreparedBatch
+    from .verbs import Protocol
 
 
 @dataclass

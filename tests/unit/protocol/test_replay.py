@@ -1,4 +1,4 @@
-"""eobatch.core.replay on real delta-rs tables (the pyarrow stager): a batch's quarantined records
+"""eobatch.protocol.replay on real delta-rs tables (the pyarrow stager): a batch's quarantined records
 written back as one landing file with their lineage, published once by the next batch after the
 rule that refused them changed; a second replay of the same selection is refused."""
 
@@ -16,10 +16,10 @@ import pytest
 
 import eobatch
 from eobatch import cli
-from eobatch.core.backlog import backlog
-from eobatch.core.protocol import Protocol
-from eobatch.core.replay import replay
 from eobatch.errors import UsageError
+from eobatch.protocol import Protocol
+from eobatch.protocol.backlog import backlog
+from eobatch.protocol.replay import replay
 from eobatch.storage.fs import LocalStorage
 from support.checks import read_rows
 from support.protocol_runs import published_ids, run_next

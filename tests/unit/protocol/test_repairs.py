@@ -1,4 +1,4 @@
-"""eobatch.core.protocol.repairs: rewind, reset and sweep, on real local storage; where batches are
+"""eobatch.protocol.repairs: rewind, reset and sweep, on real local storage; where batches are
 published, real delta-rs tables and the pyarrow stager as the stage job."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eobatch.core import checkpoint as ckpt
-from eobatch.core.protocol import ConcurrentPlan, Protocol, ProtocolError
+from eobatch.protocol import ConcurrentPlan, Protocol, ProtocolError
 from support.protocol_runs import empty_plan as _plan
 from support.protocol_runs import land_ids as _land
 from support.protocol_runs import prepare_by_hand as _prepare
@@ -159,7 +159,7 @@ def test_reset_removes_the_staged_files_of_the_batches_it_forgets(make_cfg):
 
 
 def test_sweep_lists_the_staging_folders_of_the_newest_batches_only(make_cfg):
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     proto = Protocol(make_cfg())
     for b in range(1, 13):
@@ -175,7 +175,7 @@ def test_a_reset_after_the_tables_were_recreated_removes_the_checkpoints_of_the_
         make_cfg, monkeypatch):
     import shutil
 
-    from eobatch.core.protocol import Protocol
+    from eobatch.protocol import Protocol
 
     monkeypatch.setattr(ckpt, "INTERVAL", 2)
     cfg = make_cfg()
