@@ -841,21 +841,29 @@ def test_an_interval_of_more_files_than_the_bound_is_refused_before_any_is_opene
         s.interval_range(t * 1000, (t + 3600) * 1000, 100)
 
 
-def test_lexical_discovery_lists_after_the_last_position_and_a_full_listing_finds_the_late_name(make_cfg, monkeypatch):
-    """Issue 44: ``source.discovery: lexical`` (names that grow in byte order): a plan lists only the
-    paths after the position the last plan recorded (``listed_after``), in path order; a file landed
-    under a name before it is found by the full listing, once ``full_listing_hours`` have passed
-    since the last one, and published once."""
+def lexical_pipeline(make_cfg, monkeypatch, max_records: int):
+    """A ``discovery: lexical`` pipeline (a full listing every hour), its landing folder, and the
+    ``after`` of each listing of that folder (None: a full listing), as the plans make them."""
     from eobatch.storage.fs import LocalStorage
-    from support.pyarrow_stager import stage
 
-    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 2,
-                           "discovery": "lexical", "full_listing_hours": 1})
+    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)),
+                           "max_records_per_batch": max_records, "discovery": "lexical", "full_listing_hours": 1})
     landing = Path(cfg.source.path)
     afters: list = []
     real = LocalStorage.list_files
     monkeypatch.setattr(LocalStorage, "list_files", lambda self, prefix, *a, **kw: (
         prefix == str(landing) and afters.append(kw.get("after"))) or real(self, prefix, *a, **kw))
+    return cfg, landing, afters
+
+
+def test_lexical_discovery_lists_after_the_last_position_and_a_full_listing_finds_the_late_name(make_cfg, monkeypatch):
+    """Issue 44: ``source.discovery: lexical`` (names that grow in byte order): a plan lists only the
+    paths after the position the last plan recorded (``listed_after``), in path order; a file landed
+    under a name before it is found by the full listing, once ``full_listing_hours`` have passed
+    since the last one, and published once."""
+    from support.pyarrow_stager import stage
+
+    cfg, landing, afters = lexical_pipeline(make_cfg, monkeypatch, max_records=2)
     for h in range(3):
         land_at(landing / f"dt=01/hour=0{h}/a.jsonl", range(2), T0 + 10 - h)  # mtimes in the other order
     proto = Protocol(cfg)
@@ -899,16 +907,9 @@ def test_lexical_discovery_of_an_idle_pipeline_lists_the_whole_folder_once_per_d
     advisory discovery state): the next idle plans list after that position, not the whole folder
     again, until the next full listing is due; any plan since makes the state stale; a damaged one
     is ignored (a full listing again, never a failed plan)."""
-    from eobatch.storage.fs import LocalStorage
     from support.pyarrow_stager import stage
 
-    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 10,
-                           "discovery": "lexical", "full_listing_hours": 1})
-    landing = Path(cfg.source.path)
-    afters: list = []
-    real = LocalStorage.list_files
-    monkeypatch.setattr(LocalStorage, "list_files", lambda self, prefix, *a, **kw: (
-        prefix == str(landing) and afters.append(kw.get("after"))) or real(self, prefix, *a, **kw))
+    cfg, landing, afters = lexical_pipeline(make_cfg, monkeypatch, max_records=10)
     a = land_at(landing / "dt=01/a.jsonl", range(2), T0)
     proto = Protocol(cfg)
     plan, _new = proto.plan()
