@@ -276,10 +276,12 @@ class FilesSource:
     def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int, list[str]]:
         """(range, records, notes) of the next batch; range None when nothing is new.
 
-        Every landing file is listed (a file may land late, anywhere in the folder); whether it
-        was consumed is asked of ``previous_plans`` (a ``checkpoint.ReadSoFar`` from the protocol:
-        the ledger checkpoint's file index and the plans after it, so the ledger's age does not
-        matter; a plain list of plans is read whole)."""
+        ``source.discovery`` finds the candidates: every landing file (full: a file may land late,
+        anywhere in the folder), the paths after the last position passed (lexical), or the objects
+        the notification topic names (notification), each of the last two with a full listing every
+        ``full_listing_hours``. Whether a candidate was consumed is asked of ``previous_plans`` (a
+        ``checkpoint.ReadSoFar`` from the protocol: the ledger checkpoint's file index and the plans
+        after it, so the ledger's age does not matter; a plain list of plans is read whole)."""
         read = previous_plans if isinstance(previous_plans, ReadSoFar) else ReadSoFar.from_plans(previous_plans)
         notes: list[str] = []
         batch = _Batch(limit, self.cfg.source.max_files_per_batch)
