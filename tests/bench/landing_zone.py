@@ -67,7 +67,8 @@ and a Delta table the query's id has written), then the file source's log
 ``{"path", "timestamp", "batchId"}`` under a ``v1`` line; every 10th batch a ``<id>.compact`` file
 holding every entry before it) is written for the N - 10 consumed files, ``--per-batch`` files a
 micro-batch, each with its path as Spark writes it and its modification time, the latest
-compaction and the batches after it; ``offsets/`` and ``commits/`` get the last batch's records. Up
+compaction and the batches after it; ``offsets/`` and ``commits/`` get the records of the last two
+batches (a restarted query reads the offsets of the one before the last as its committed ones). Up
 to ``--sss-real-up-to`` files the peer is also measured on a checkpoint its own queries built
 (a query over the N - 10 files, then the 10 new ones landed): ``sss_real_trigger_seconds``, which
 checks the synthetic one.
@@ -497,8 +498,11 @@ def sss_synthetic_checkpoint(cfg, master: str, work: Path, landing: Path, consum
             (sources / str(b)).write_text("\n".join(["v1", *lines]))
         if b >= compact:
             lines = []
-    (offsets / str(last)).write_text("\n".join([*head[:2], json.dumps({"logOffset": last})]))
-    (commits / str(last)).write_text(commit)
+    # the last two batches' offsets (a restarted query reads the one before the last as its committed
+    # offsets) and commits
+    for b in range(max(0, last - 1), last + 1):
+        (offsets / str(b)).write_text("\n".join([*head[:2], json.dumps({"logOffset": b})]))
+        (commits / str(b)).write_text(commit)
     shutil.rmtree(boot)
     return ck, table, took
 
