@@ -4,7 +4,7 @@ the local disk and on the S3 server, against Structured Streaming's file source 
 
     .venv/bin/python tests/bench/landing_zone.py [--sizes 1000,1000000] [--s3-sizes 1000,100000]
         [--sss-sizes 1000,1000000] [--sss-real-up-to 10000] [--new 10] [--per-batch 1000]
-        [--full-up-to 100000] [--repeat 3] [--master 'local[*]'] [--work DIR] [--out FILE.json]
+        [--full-up-to 100000] [--repeat 3] [--master 'local[*]'] [--driver-memory 1g] [--work DIR] [--out FILE.json]
 
 (``--s3-sizes 0`` or ``--sss-sizes 0`` skips that part; ``--sss-sizes`` defaults to ``--sizes``.)
 
@@ -150,7 +150,7 @@ def land_local(landing: Path, files: int) -> list[dict]:
 
 def land_s3(client, bucket: str, prefix: str, files: int, threads: int = UPLOAD_THREADS) -> list[dict]:
     """The same files as objects under ``s3a://bucket/prefix`` (PUTs from ``threads`` threads), then
-    one listing for their sizes and LastModified, as the planner lists them."""
+    one listing for their sizes and LastModified, the planner's."""
     def put(lo: int, hi: int) -> None:
         for i in range(lo, hi):
             client.put_object(Bucket=bucket, Key=f"{prefix}/{rel_path(i)}", Body=BODY)
@@ -159,11 +159,12 @@ def land_s3(client, bucket: str, prefix: str, files: int, threads: int = UPLOAD_
     with ThreadPoolExecutor(threads) as pool:
         for f in [pool.submit(put, lo, min(files, lo + step)) for lo in range(0, files, step)]:
             f.result()
-    out: list[dict] = []
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-        for o in page.get("Contents", []):
-            out.append({"path": f"s3a://{bucket}/{o['Key']}", "size": int(o["Size"]),
-                        "mtime_ms": int(o["LastModified"].timestamp() * 1000)})
+    from eobatch.storage.fs import storage_for
+
+    # the product's own listing (its S3 settings are the server's: ``s3_figures``), so the ledger records
+    # what the planner lists; not boto3's paginator, whose continuation token S3Proxy reads back as a key
+    root = f"s3a://{bucket}/{prefix}"
+    out = [{"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms} for f in storage_for(root).list_files(root)]
     out.sort(key=lambda e: str(e["path"]))
     if len(out) != files:
         raise RuntimeError(f"s3a://{bucket}/{prefix}: {len(out)} objects listed after {files} uploads")
@@ -436,16 +437,19 @@ def _upload_client(server):
 
 
 # -- the peer: Structured Streaming's file source -------------------------------------------------
-def _spark_run(cfg, master: str, name: str, args: list[str], log: Path) -> tuple[int, float, object]:
-    """``peer_sss.py`` with ``args``, submitted like the other peers (``run_bench.spark_argv``):
-    (exit code, wall seconds, its driver JVM or None)."""
+def _spark_run(cfg, master: str, name: str, args: list[str], log: Path,
+               driver_memory: str | None = None) -> tuple[int, float, object]:
+    """``peer_sss.py`` with ``args``, submitted like the other peers (``run_bench.spark_argv``; with
+    ``driver_memory``, as ``DRIVER_MEMORY`` gives it to them): (exit code, wall seconds, its driver JVM or None)."""
     _paths()
     import run_bench
 
     from eobatch.job import launch
 
-    rc, took, drivers = run_bench.run_watched(run_bench.spark_argv(cfg, master, name, run_bench.PEER_SSS, args),
-                                              launch.spark_env(), log)
+    argv = run_bench.spark_argv(cfg, master, name, run_bench.PEER_SSS, args)
+    if driver_memory:
+        argv[1:1] = ["--driver-memory", driver_memory]
+    rc, took, drivers = run_bench.run_watched(argv, launch.spark_env(), log)
     return rc, took, (drivers[0] if drivers else None)
 
 
@@ -464,14 +468,15 @@ def _sss_failed(what: str, rc: int, log: Path) -> RuntimeError:
 
 
 def sss_synthetic_checkpoint(cfg, master: str, work: Path, landing: Path, consumed: list[Path],
-                             per_batch: int) -> tuple[Path, Path, float]:
+                             per_batch: int, driver_memory: str | None = None) -> tuple[Path, Path, float]:
     """A checkpoint (and its Delta table) of a file-source query that has read ``consumed``
     (see the module): (checkpoint, table, seconds of the bootstrap query)."""
     boot, ck, table = work / "boot", work / "checkpoint", work / "table"
     first = boot / consumed[0].relative_to(landing)
     first.parent.mkdir(parents=True)
     shutil.copy2(consumed[0], first)
-    rc, took, _ = _spark_run(cfg, master, "bench-sss-bootstrap", _sss_args(boot, table, ck), work / "bootstrap.log")
+    rc, took, _ = _spark_run(cfg, master, "bench-sss-bootstrap", _sss_args(boot, table, ck), work / "bootstrap.log",
+                             driver_memory)
     if rc != 0:
         raise _sss_failed("bootstrap", rc, work / "bootstrap.log")
     sources, offsets, commits = ck / "sources" / "0", ck / "offsets", ck / "commits"
@@ -507,7 +512,8 @@ def sss_synthetic_checkpoint(cfg, master: str, work: Path, landing: Path, consum
     return ck, table, took
 
 
-def sss_real_checkpoint(cfg, master: str, work: Path, landing: Path, new: list[Path]) -> tuple[Path, Path, float]:
+def sss_real_checkpoint(cfg, master: str, work: Path, landing: Path, new: list[Path],
+                        driver_memory: str | None = None) -> tuple[Path, Path, float]:
     """A checkpoint its own query built: a query over the landing folder without the ``new`` files
     (moved aside, then back with their times): (checkpoint, table, seconds of that query)."""
     aside, ck, table = work / "aside", work / "checkpoint-real", work / "table-real"
@@ -518,7 +524,8 @@ def sss_real_checkpoint(cfg, master: str, work: Path, landing: Path, new: list[P
         os.rename(p, to)
         moved.append((to, p))
     try:
-        rc, took, _ = _spark_run(cfg, master, "bench-sss-build", _sss_args(landing, table, ck), work / "build.log")
+        rc, took, _ = _spark_run(cfg, master, "bench-sss-build", _sss_args(landing, table, ck), work / "build.log",
+                                 driver_memory)
     finally:
         for to, p in moved:
             os.rename(to, p)
@@ -527,10 +534,12 @@ def sss_real_checkpoint(cfg, master: str, work: Path, landing: Path, new: list[P
     return ck, table, took
 
 
-def sss_trigger(cfg, master: str, work: Path, landing: Path, ck: Path, table: Path, tag: str) -> dict:
+def sss_trigger(cfg, master: str, work: Path, landing: Path, ck: Path, table: Path, tag: str,
+                driver_memory: str | None = None) -> dict:
     """One ``availableNow`` trigger of the peer on ``landing`` from checkpoint ``ck``."""
     progress, log = work / f"progress-{tag}.json", work / f"trigger-{tag}.log"
-    rc, took, jvm = _spark_run(cfg, master, f"bench-sss-trigger-{tag}", _sss_args(landing, table, ck, progress), log)
+    rc, took, jvm = _spark_run(cfg, master, f"bench-sss-trigger-{tag}", _sss_args(landing, table, ck, progress), log,
+                               driver_memory)
     if rc != 0:
         raise _sss_failed("trigger", rc, log)
     got = json.loads(progress.read_text())
@@ -542,7 +551,7 @@ def sss_trigger(cfg, master: str, work: Path, landing: Path, ck: Path, table: Pa
 
 
 def sss_figures(work: Path, yaml: Path, landing: Path, files: int, new: int, per_batch: int,
-                master: str = "local[*]", real_up_to: int = 10_000) -> dict:
+                master: str = "local[*]", real_up_to: int = 10_000, driver_memory: str | None = None) -> dict:
     """The peer at ``files`` landing files (see the module); a failure is the row's ``sss_error``."""
     _paths()
     from eobatch.config.loader import load_pipeline
@@ -553,17 +562,18 @@ def sss_figures(work: Path, yaml: Path, landing: Path, files: int, new: int, per
     out: dict = {}
     try:
         t = time.perf_counter()
-        ck, table, boot = sss_synthetic_checkpoint(cfg, master, work, landing, paths[:files - new], per_batch)
+        ck, table, boot = sss_synthetic_checkpoint(cfg, master, work, landing, paths[:files - new], per_batch,
+                                                   driver_memory)
         out["sss_checkpoint_seconds"] = round(time.perf_counter() - t, 1)
         out["sss_bootstrap_seconds"] = round(boot, 1)
-        got = sss_trigger(cfg, master, work, landing, ck, table, "synthetic")
+        got = sss_trigger(cfg, master, work, landing, ck, table, "synthetic", driver_memory)
         if got["rows"] != new:
             raise RuntimeError(f"the trigger read {got['rows']} rows, not the {new} new files' ({got})")
         out |= {f"sss_{k}": v for k, v in got.items()}
         if files <= real_up_to:
-            ck, table, build = sss_real_checkpoint(cfg, master, work, landing, paths[files - new:])
+            ck, table, build = sss_real_checkpoint(cfg, master, work, landing, paths[files - new:], driver_memory)
             out["sss_real_checkpoint_build_seconds"] = round(build, 1)
-            real = sss_trigger(cfg, master, work, landing, ck, table, "real")
+            real = sss_trigger(cfg, master, work, landing, ck, table, "real", driver_memory)
             if real["rows"] != new:
                 raise RuntimeError(f"the trigger read {real['rows']} rows, not the {new} new files' ({real})")
             out["sss_real_trigger_seconds"] = real["trigger_seconds"]
@@ -586,7 +596,7 @@ def _clean(work: Path) -> None:
 
 def figures(work: Path, sizes: list[int], new: int = 10, per_batch: int = 1000, repeat: int = 3,
             full_up_to: int = 100_000, keep: bool = False, sss_sizes: list[int] | None = None,
-            master: str = "local[*]", sss_real_up_to: int = 10_000) -> dict:
+            master: str = "local[*]", sss_real_up_to: int = 10_000, driver_memory: str | None = None) -> dict:
     """The local figures (``landing_zone``), the peer at ``sss_sizes`` (default: every size) and
     ``plan_1m_over_1k``."""
     rows = []
@@ -594,7 +604,8 @@ def figures(work: Path, sizes: list[int], new: int = 10, per_batch: int = 1000, 
     work.mkdir(parents=True, exist_ok=True)
     for n in sizes:
         _log(f"{n:,} local files ({new} new)")
-        sss = {"master": master, "real_up_to": sss_real_up_to} if n in sss_sizes else None
+        sss = ({"master": master, "real_up_to": sss_real_up_to, "driver_memory": driver_memory}
+               if n in sss_sizes else None)
         rows.append(measure(work, n, new, per_batch, repeat, full=n <= full_up_to, sss=sss))
         _log(json.dumps(rows[-1]))
         if not keep:
@@ -655,6 +666,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sss-sizes", default=None, help="sizes the peer runs at (default: --sizes; 0: none)")
     ap.add_argument("--sss-real-up-to", type=int, default=10_000)
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--driver-memory", default=None, help="the peer's driver memory (default: Spark's, 1g)")
     ap.add_argument("--new", type=int, default=10)
     ap.add_argument("--per-batch", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
@@ -673,7 +685,8 @@ def main(argv=None) -> int:
     res: dict = {}
     if sizes:
         res |= figures(work / "local", sizes, args.new, args.per_batch, args.repeat, args.full_up_to, args.keep,
-                       sss_sizes=sss_sizes, master=args.master, sss_real_up_to=args.sss_real_up_to)
+                       sss_sizes=sss_sizes, master=args.master, sss_real_up_to=args.sss_real_up_to,
+                       driver_memory=args.driver_memory)
     if s3_sizes:
         res |= s3_figures(work / "s3", s3_sizes, args.new, args.per_batch, args.repeat, args.full_up_to)
     text = json.dumps(res, indent=2)

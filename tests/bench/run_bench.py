@@ -736,7 +736,7 @@ def landing_figures(res: dict, args, work: Path) -> None:
              f"and recover task; Structured Streaming at {args.landing_sss_sizes or 'no size'}")
         lz = _guarded(res, "plan_1m_over_1k", lambda: landing_zone.figures(
             work / "landing", args.landing_sizes, sss_sizes=args.landing_sss_sizes, master=args.master,
-            sss_real_up_to=args.landing_sss_real_up_to))
+            sss_real_up_to=args.landing_sss_real_up_to, driver_memory=args.driver_memory))
         shutil.rmtree(work / "landing", ignore_errors=True)
     else:
         lz = None
