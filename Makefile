@@ -221,7 +221,9 @@ chaos: setup
 # the same generated data, plus the protocol's own costs, in one run: .bench/results.json, a table,
 # .bench/bench.png. [SIZES=1000,1000000,5000000] [SINGLE_FILE_GB=1] [MASTER=local[*]]
 # [PLAN_LATE_BATCHES=100000] [KAFKA_RECORDS=1000000] [MERGE_RECORDS=1000000] [DRIVER_MEMORY=<size>]
-# [CATCHUP=10x500000] [CATCHUP_ONE_PER_RUN=1] [SCHEDULER_RUNS=3] [DELTA_RECORDS=1000000] (read from the environment)
+# [CATCHUP=10x500000] [CATCHUP_ONE_PER_RUN=1] [SCHEDULER_RUNS=3] [DELTA_RECORDS=1000000]
+# [LANDING_SIZES=1000,1000000] [LANDING_S3_SIZES=1000,100000] [LANDING_SSS_SIZES=<LANDING_SIZES>]
+# [LANDING_SSS_REAL_UP_TO=10000] (read from the environment; 0 skips a figure)
 bench: setup
 	@source include/env.sh && python tests/bench/run_bench.py
 

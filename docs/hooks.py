@@ -7,7 +7,9 @@ time, so that they cannot drift from what they describe.
   typed models; a unit test fails when it is not current).
 * ``benchmarks.md``: the marker ``<!-- eobatch:bench -->`` becomes the figures of the last
   ``make bench`` (``.bench/results.json``, or ``$EOBATCH_BENCH_DIR/results.json``) with its plot
-  (``bench.png`` beside it), or, when there is no such file (a clean checkout), how to produce it.
+  (``bench.png`` beside it), or, when there is no such file (a clean checkout), how to produce it;
+  ``<!-- eobatch:bench-landing -->`` the landing-zone figures of the same file (``landing_zone``,
+  ``landing_zone_s3``), or that the last run has none.
 
 The site also serves the schema itself (``pipeline.schema.json``), for editors that take a URL.
 """
@@ -24,6 +26,7 @@ from mkdocs.structure.files import File, Files
 
 REFERENCE_MARKER = "<!-- eobatch:reference -->"
 BENCH_MARKER = "<!-- eobatch:bench -->"
+LANDING_MARKER = "<!-- eobatch:bench-landing -->"
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
 SCHEMA = DOCS / "pipeline.schema.json"
@@ -48,6 +51,8 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
         markdown = markdown.replace(REFERENCE_MARKER, render_reference(json.loads(SCHEMA.read_text())))
     if BENCH_MARKER in markdown:
         markdown = markdown.replace(BENCH_MARKER, render_bench(bench_dir()))
+    if LANDING_MARKER in markdown:
+        markdown = markdown.replace(LANDING_MARKER, render_landing(bench_dir()))
     return markdown
 
 
@@ -247,7 +252,8 @@ _SIZE_COLUMNS = [("records", "records"), ("files", "files"), ("this product, DAG
                  ("stage / sss", "stage_over_sss"), ("driver peak RSS (MiB)", "driver_peak_rss_mib")]
 _SCALARS = ["commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
             "plan_late_over_early", "kafka_stage_over_consume_floor", "kafka_read_over_consume_floor",
-            "merge_over_append", "catchup_over_sss", "eo_scheduler_seconds", "delta_source_over_sss"]
+            "merge_over_append", "catchup_over_sss", "eo_scheduler_seconds", "delta_source_over_sss",
+            "plan_1m_over_1k", "plan_task_over_sss_trigger"]
 _CATCHUP_ROWS = [("this product, one DAG run", "eo"), ("Structured Streaming, maxFilesPerTrigger=1", "sss"),
                  ("this product, one batch per DAG run", "eo_one_per_run"),
                  ("this product, all of it as one batch", "eo_one_batch")]
@@ -258,7 +264,7 @@ def render_bench(folder: Path) -> str:
     if not results.is_file():
         return ("No benchmark results in this build: `.bench/results.json` does not exist. Run `make bench` "
                 "(see [Run it](#run-it-make-bench) below; `SIZES=1000 SINGLE_FILE_GB=0 KAFKA_RECORDS=0 MERGE_RECORDS=0 CATCHUP=0 SCHEDULER_RUNS=0 "
-                "DELTA_RECORDS=0 PLAN_LATE_BATCHES=1000` takes about two minutes), then `make docs`: this section then shows "
+                "DELTA_RECORDS=0 PLAN_LATE_BATCHES=1000 LANDING_SIZES=0 LANDING_S3_SIZES=0` takes about two minutes), then `make docs`: this section then shows "
                 "its figures and its plot.")
     res = json.loads(results.read_text())
     env = res.get("environment") or {}
@@ -300,12 +306,56 @@ def render_bench(folder: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+_LANDING_COLUMNS = [("files", "files"), ("plan task (s)", "plan_task_seconds"), ("plan max RSS (MiB)", "plan_max_rss_mib"),
+                    ("recover task (s)", "recover_task_seconds"), ("recover max RSS (MiB)", "recover_max_rss_mib"),
+                    ("plan, discovery full (s)", "plan_full_seconds"),
+                    ("Structured Streaming trigger (s)", "sss_trigger_seconds"),
+                    ("its latestOffset (s)", "sss_latest_offset_seconds"), ("plan / trigger", "plan_task_over_sss_trigger")]
+_LANDING_S3_COLUMNS = [("objects", "files"), ("plan task (s)", "plan_task_seconds"), ("plan max RSS (MiB)", "plan_max_rss_mib"),
+                       ("LIST calls a plan", "list_calls_per_plan"), ("recover task (s)", "recover_task_seconds"),
+                       ("plan, discovery full (s)", "plan_full_seconds"),
+                       ("LIST calls a plan, discovery full", "list_calls_per_plan_full"), ("upload (s)", "upload_seconds")]
+
+
+def render_landing(folder: Path) -> str:
+    """The landing-zone figures of ``folder/results.json`` (``tests/bench/landing_zone.py``)."""
+    results = folder / "results.json"
+    res = json.loads(results.read_text()) if results.is_file() else {}
+    if not res.get("landing_zone") and not res.get("landing_zone_s3"):
+        why = res.get("plan_1m_over_1k_note") or ("no `.bench/results.json`" if not res else "")
+        return ("The last `make bench` of this checkout has no landing-zone figures"
+                + (f" ({_cell(str(why))})" if why else "") + ": see the recorded run below.\n")
+    env = res.get("environment") or {}
+    where = results.relative_to(REPO) if results.is_relative_to(REPO) else results
+    lines = [f"From `{where}`" + (f", run started {env['started_at']}" if env.get("started_at") else "")
+             + (f", {env['cpus']} CPUs" if env.get("cpus") else "") + ".", ""]
+    for key, title, columns in (("landing_zone", "On the local disk", _LANDING_COLUMNS),
+                                ("landing_zone_s3", "On the S3 server", _LANDING_S3_COLUMNS)):
+        rows = res.get(key) or []
+        if not rows:
+            note = res.get(f"{key}_note")
+            lines += [f"{title}: no figures" + (f" ({_cell(str(note))})" if note else "") + ".", ""]
+            continue
+        lines += [f"{title}:", "", "| " + " | ".join(h for h, _ in columns) + " |", "|" + "---|" * len(columns)]
+        lines += ["| " + " | ".join(_fmt(r.get(k)) for _, k in columns) + " |" for r in rows]
+        lines += [""] + [f"- {_fmt(r.get('files'))} files, `{k}`: {_cell(str(r[k]))}"
+                         for r in rows for k in sorted(r) if k.endswith("_error")]
+        lines.append("")
+    lines += ["| figure | value | note |", "|---|---|---|"]
+    for k in ("plan_1m_over_1k", "plan_task_over_sss_trigger"):
+        note = res.get(f"{k}_note") or ""
+        lines.append(f"| `{k}` | {_fmt(res.get(k))} | {_cell(str(note))} |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "—"
     if isinstance(v, bool):
         return str(v)
     if isinstance(v, float):
+        if 0 < abs(v) < 0.1:  # a ratio or seconds far below one: its first digits
+            return f"{v:.2g}"
         return f"{v:.2f}" if v < 1000 else f"{v:,.0f}"
     if isinstance(v, int):
         return f"{v:,}"

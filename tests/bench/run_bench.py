@@ -3,12 +3,13 @@
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
         [--merge-records 1000000] [--delta-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
-        [--scheduler-runs 3]
+        [--scheduler-runs 3] [--landing-sizes 1000,1000000] [--landing-s3-sizes 1000,100000]
+        [--landing-sss-sizes <landing sizes>] [--landing-sss-real-up-to 10000]
         [--out .bench/results.json] [--plot .bench/bench.png]
 
 (every option also reads its environment variable: SIZES, SINGLE_FILE_GB, MASTER,
 PLAN_LATE_BATCHES, KAFKA_RECORDS, MERGE_RECORDS, DRIVER_MEMORY, CATCHUP, CATCHUP_ONE_PER_RUN,
-SCHEDULER_RUNS; `make bench`
+SCHEDULER_RUNS, LANDING_SIZES, LANDING_S3_SIZES, LANDING_SSS_SIZES, LANDING_SSS_REAL_UP_TO; `make bench`
 passes them through.)
 
 For each size, on the same generated JSON-lines orders (``bench_data``: ~0.1 % bad lines,
@@ -42,6 +43,13 @@ and a batch upserted into a merge sink over the same batch appended (``merge_bat
 reading another pipeline's table against Structured Streaming reading it as a Delta stream
 (``delta_source_batch``: ``delta_source_over_sss``; DELTA_RECORDS=0 skips it).
 
+Last, landing zones of any size (``landing_zone``, issue 44): the plan task and the recover task of a
+10-file batch in a landing folder of LANDING_SIZES files, all consumed but those 10 (``landing_zone``
+rows, ``plan_1m_over_1k``: plan seconds at the largest size over the smallest), against one
+``availableNow`` trigger of Structured Streaming's file source on the same folder
+(``plan_task_over_sss_trigger``, at LANDING_SSS_SIZES), and the same on the S3 server at
+LANDING_S3_SIZES objects (``landing_zone_s3`` rows, with the LIST calls of a plan); 0 skips each.
+
 A contender that fails (e.g. OutOfMemoryError) gets null seconds and an ``*_error`` text; the
 run goes on. Writes .bench/results.json (keys: ../shared/contracts.md "Benchmarks"), prints
 a table and draws seconds against records (.bench/bench.png).
@@ -71,6 +79,7 @@ for _p in (REPO / "plugins", REPO / "tests", BENCH):
 
 import delta_source_batch  # noqa: E402
 import kafka_batch  # noqa: E402
+import landing_zone  # noqa: E402
 import merge_batch  # noqa: E402
 import protocol_costs  # noqa: E402
 from bench_data import DDL, backlog, dataset, single_file  # noqa: E402
@@ -387,13 +396,25 @@ CONTRACT_SINGLE_KEYS = ("bytes", "records", "eo_seconds", "sss_seconds", "eo_ove
 CONTRACT_SCALARS = ("commit_large_over_small", "verify_seconds_per_1000_files", "fixed_overhead_seconds",
                     "plan_late_over_early", "kafka_stage_over_consume_floor", "merge_over_append", "catchup_over_sss")
 # printed with them, beside the contract's keys
-REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor", "eo_scheduler_seconds", "delta_source_over_sss")
+REPORTED_SCALARS = CONTRACT_SCALARS + ("kafka_read_over_consume_floor", "eo_scheduler_seconds", "delta_source_over_sss",
+                                       "plan_1m_over_1k", "plan_task_over_sss_trigger")
+# the landing zone rows printed (key, heading), local and on S3
+LANDING_COLUMNS = (("files", "files"), ("plan_task_seconds", "plan s"), ("plan_max_rss_mib", "plan MiB"),
+                   ("recover_task_seconds", "recover s"), ("recover_max_rss_mib", "recover MiB"),
+                   ("plan_full_seconds", "plan full s"), ("sss_trigger_seconds", "sss trigger s"),
+                   ("sss_latest_offset_seconds", "sss latestOffset s"), ("plan_task_over_sss_trigger", "plan/sss"))
+LANDING_S3_COLUMNS = (("files", "objects"), ("plan_task_seconds", "plan s"), ("plan_max_rss_mib", "plan MiB"),
+                      ("list_calls_per_plan", "LISTs/plan"), ("recover_task_seconds", "recover s"),
+                      ("plan_full_seconds", "plan full s"), ("list_calls_per_plan_full", "LISTs/plan full"),
+                      ("upload_seconds", "upload s"))
 
 
 def _fmt(v) -> str:
     if v is None:
         return "—"
     if isinstance(v, float):
+        if 0 < abs(v) < 0.1:  # a ratio or seconds far below one: its first digits
+            return f"{v:.2g}"
         return f"{v:.2f}" if v < 1000 else f"{v:,.0f}"
     if isinstance(v, int):
         return f"{v:,}"
@@ -429,11 +450,24 @@ def table(res: dict) -> str:
             if f"{key}_seconds" in c:
                 lines.append(f"  {label:<44} {_fmt(c.get(f'{key}_seconds')):>8}  {_fmt(c.get(f'{key}_seconds_per_batch')):>6}"
                              + (f"   {c[key + '_error']}" if c.get(f"{key}_error") else ""))
+    for key, label, columns in (("landing_zone", "landing zone: a 10-file batch among N local files", LANDING_COLUMNS),
+                                ("landing_zone_s3", "landing zone on the S3 server", LANDING_S3_COLUMNS)):
+        if res.get(key):
+            lines += ["", label] + _columns(res[key], columns)
+            lines += [f"  {r['files']:,} files, {k}: {r[k]}" for r in res[key] for k in sorted(r) if k.endswith("_error")]
     lines.append("")
     for k in REPORTED_SCALARS:
         note = res.get(f"{k}_note")
         lines.append(f"{k:<32} {_fmt(res.get(k))}" + (f"   ({note})" if note else ""))
     return "\n".join(lines)
+
+
+def _columns(rows: list[dict], columns) -> list[str]:
+    cells = [[h for _, h in columns]] + [[_fmt(r.get(k)) for k, _ in columns] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    out = ["  " + "  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells]
+    out.insert(1, "  " + "  ".join("-" * w for w in widths))
+    return out
 
 
 def plot(res: dict, path: Path) -> None:
@@ -514,6 +548,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="also drain it one batch per DAG run (1) or not (0)")
     ap.add_argument("--scheduler-runs", type=int, default=int(_env("SCHEDULER_RUNS", "3")),
                     help="DAG runs triggered through the REST API of a running Airflow (0: skipped)")
+    ap.add_argument("--landing-sizes", default=_env("LANDING_SIZES", "1000,1000000"),
+                    help="landing zones of that many files, all consumed but 10: plan and recover task (0: skipped)")
+    ap.add_argument("--landing-s3-sizes", default=_env("LANDING_S3_SIZES", "1000,100000"),
+                    help="the same on the S3 server, objects uploaded first (0: skipped)")
+    ap.add_argument("--landing-sss-sizes", default=_env("LANDING_SSS_SIZES", ""),
+                    help="landing sizes at which Structured Streaming's file source runs too (default: every "
+                         "landing size; 0: none)")
+    ap.add_argument("--landing-sss-real-up-to", type=int, default=int(_env("LANDING_SSS_REAL_UP_TO", "10000")),
+                    help="up to this many files the peer also runs from a checkpoint its own query built")
     ap.add_argument("--data-dir", default=_env("BENCH_DATA_DIR", str(REPO / ".bench" / "data")))
     ap.add_argument("--out", default=str(REPO / ".bench" / "results.json"))
     ap.add_argument("--plot", default=None, help="PNG path (default: bench.png beside --out)")
@@ -527,6 +570,17 @@ def parse_args(argv=None) -> argparse.Namespace:
         ap.error("--sizes / SIZES: at least one positive record count")
     if args.plan_late_batches < 11:
         ap.error("--plan-late-batches / PLAN_LATE_BATCHES must be more than 10")
+    for opt in ("landing_sizes", "landing_s3_sizes", "landing_sss_sizes"):
+        text = getattr(args, opt)
+        if opt == "landing_sss_sizes" and not text.strip():
+            args.landing_sss_sizes = args.landing_sizes
+            continue
+        try:
+            setattr(args, opt, sorted({int(s.replace("_", "")) for s in text.split(",") if s.strip()} - {0}))
+        except ValueError:
+            ap.error(f"--{opt.replace('_', '-')} / {opt.upper()}: comma-separated file counts (0: skipped), got {text!r}")
+        if any(n <= 10 for n in getattr(args, opt)):
+            ap.error(f"--{opt.replace('_', '-')} / {opt.upper()}: more than 10 files (10 are the new batch)")
     return args
 
 
@@ -556,7 +610,8 @@ def main(argv=None) -> int:
         "cpus": os.cpu_count(), "sizes": args.sizes, "single_file_gb": args.single_file_gb,
         "plan_late_batches": args.plan_late_batches, "kafka_records": args.kafka_records,
         "merge_records": args.merge_records, "catchup": args.catchup, "scheduler_runs": args.scheduler_runs,
-        "delta_records": args.delta_records,
+        "delta_records": args.delta_records, "landing_sizes": args.landing_sizes,
+        "landing_s3_sizes": args.landing_s3_sizes, "landing_sss_sizes": args.landing_sss_sizes,
         "stage_seconds": "wall time of the stage task's spark-submit process (fork to exit, from /proc)",
         "peers_seconds": "wall time of each peer's spark-submit process",
         "driver_peak_rss_mib": "VmHWM of the Spark driver JVM (org.apache.spark.deploy.SparkSubmit)",
@@ -656,6 +711,8 @@ def main(argv=None) -> int:
             res["delta_source_over_sss_note"] = "skipped: DELTA_RECORDS=0"
         res["delta_source_over_sss"] = delta["delta_source_over_sss"] if delta else None
         res["delta_source_details"] = delta
+
+        landing_figures(res, args, work)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -669,6 +726,42 @@ def main(argv=None) -> int:
     print(table(res))
     print(f"\n(written to {out}; plot {png}; work folder {work}{'' if args.keep else ', removed'})")
     return 0
+
+
+def landing_figures(res: dict, args, work: Path) -> None:
+    """``landing_zone``, ``plan_1m_over_1k``, ``plan_task_over_sss_trigger`` and ``landing_zone_s3``
+    (``landing_zone.py``), each guarded: a failure is its ``_note`` and the bench goes on."""
+    if args.landing_sizes:
+        _log(f"landing zones of {', '.join(f'{n:,}' for n in args.landing_sizes)} files, all consumed but 10: plan "
+             f"and recover task; Structured Streaming at {args.landing_sss_sizes or 'no size'}")
+        lz = _guarded(res, "plan_1m_over_1k", lambda: landing_zone.figures(
+            work / "landing", args.landing_sizes, sss_sizes=args.landing_sss_sizes, master=args.master,
+            sss_real_up_to=args.landing_sss_real_up_to, driver_memory=args.driver_memory))
+        shutil.rmtree(work / "landing", ignore_errors=True)
+    else:
+        lz = None
+        res["plan_1m_over_1k_note"] = "skipped: LANDING_SIZES=0"
+    res["landing_zone"] = (lz or {}).get("landing_zone")
+    res["plan_1m_over_1k"] = (lz or {}).get("plan_1m_over_1k")
+    if lz and res["plan_1m_over_1k"] is None:
+        res["plan_1m_over_1k_note"] = "one landing size only"
+    elif lz:
+        small, big = lz["plan_1m_over_1k_sizes"]
+        res["plan_1m_over_1k_note"] = f"plan task seconds at {big:,} files over {small:,}"
+    res["plan_task_over_sss_trigger"] = (lz or {}).get("plan_task_over_sss_trigger")
+    if lz and res["plan_task_over_sss_trigger"] is not None:
+        res["plan_task_over_sss_trigger_note"] = f"at {lz['plan_task_over_sss_trigger_files']:,} files"
+    elif lz:
+        errors = [r["sss_error"] for r in lz["landing_zone"] if r.get("sss_error")]
+        res["plan_task_over_sss_trigger_note"] = errors[-1][:300] if errors else "skipped: LANDING_SSS_SIZES=0"
+    if args.landing_s3_sizes:
+        _log(f"landing zones on the S3 server: {', '.join(f'{n:,}' for n in args.landing_s3_sizes)} objects")
+        s3 = _guarded(res, "landing_zone_s3", lambda: landing_zone.s3_figures(work / "landing-s3", args.landing_s3_sizes))
+        shutil.rmtree(work / "landing-s3", ignore_errors=True)
+        res["landing_zone_s3"] = (s3 or {}).get("landing_zone_s3")
+    else:
+        res["landing_zone_s3"] = None
+        res["landing_zone_s3_note"] = "skipped: LANDING_S3_SIZES=0"
 
 
 def _ordered(res: dict) -> dict:

@@ -38,6 +38,9 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     env = base_env({"SIZES": "1000", "SINGLE_FILE_GB": "0", "PLAN_LATE_BATCHES": "200", "KAFKA_RECORDS": "0",
                     "MERGE_RECORDS": "0", "CATCHUP": "2x1000", "CATCHUP_ONE_PER_RUN": "0", "DELTA_RECORDS": "2000",
                     "SCHEDULER_RUNS": "0",  # its timing runs in test_scheduler.py, on that module's Airflow
+                    # the landing zone's plan and recover tasks at two small sizes; S3 and the peer in
+                    # test_landing_zone_figures (its Spark peer is the other contenders' spark-submit)
+                    "LANDING_SIZES": "200,400", "LANDING_S3_SIZES": "0", "LANDING_SSS_SIZES": "0",
 
                     "MASTER": "local[*]"})
     r = subprocess.run([sys.executable, str(BENCH / "run_bench.py"), "--out", str(out),
@@ -76,6 +79,12 @@ def test_bench_smoke_writes_every_contract_key(tmp_path):
     assert res["eo_scheduler_seconds"] is None and "SCHEDULER_RUNS=0" in res["eo_scheduler_seconds_note"]
     assert (tmp_path / "bench.png").stat().st_size > 1000
     assert "eo/sss" in r.stdout and "plan_late_over_early" in r.stdout
+    # the landing zone: each size's plan planned the 10 new files, its recover found the newest batch committed
+    assert [(z["files"], z["planned_files"], z["recover_found"]["committed"]) for z in res["landing_zone"]] == [
+        (200, 10, 1), (400, 10, 1)]
+    assert _number(res["plan_1m_over_1k"]) and "400 files over 200" in res["plan_1m_over_1k_note"]
+    assert res["landing_zone_s3"] is None and "LANDING_S3_SIZES=0" in res["landing_zone_s3_note"]
+    assert "landing zone: a 10-file batch among N local files" in r.stdout
 
 
 @pytest.mark.integration
@@ -90,6 +99,30 @@ def test_bench_kafka_figure():
     # the read phase, from the stage job's line per read task: every record read once, in the consumer
     assert res["read_records"] == 3000 and res["read_tasks"] >= 3
     assert _number(res["read_over_consume_floor"]) and len(res["read_consumer_s"]) == 3
+
+
+@pytest.mark.integration
+def test_landing_zone_figures(tmp_path):
+    """tests/bench/landing_zone.py at its smallest: 200 landing files, locally and on the S3 server
+    (the peer is left out: a spark-submit is the other contenders' and takes longer than all this)."""
+    out = tmp_path / "lz.json"
+    r = subprocess.run([sys.executable, str(BENCH / "landing_zone.py"), "--sizes", "200", "--s3-sizes", "200",
+                        "--sss-sizes", "0", "--repeat", "1", "--work", str(tmp_path / "work"), "--out", str(out)],
+                       env=base_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-5000:]
+    res = json.loads(out.read_text())
+    for row in res["landing_zone"] + res["landing_zone_s3"]:
+        assert (row["files"], row["ledger_batches"], row["planned_files"], row["backlog_files"]) == (200, 1, 10, 0), row
+        assert row["recover_found"] == {"latest": 1, "committed": 1, "pending": None}, row
+        assert _number(row["plan_task_seconds"]) and _number(row["recover_task_seconds"]) and row["plan_max_rss_mib"] > 50
+        assert _number(row["plan_full_seconds"]), row  # discovery full, on the same files
+    [s3] = res["landing_zone_s3"]
+    # lexical: the landing folder's check, the listing after the position, the replay folder (and the ledger's)
+    landing = {k: v for k, v in s3["s3_lists_per_plan"].items() if "/landing/" in k}
+    assert sum(landing.values()) == 3 and any("part-000000189.jsonl" in k for k in landing), s3["s3_lists_per_plan"]
+    assert s3["list_calls_per_plan"] >= 3 and s3["list_calls_per_plan_full"] >= 3
+    assert s3["s3_calls_per_plan"]["PutObject"] == 1  # the plan record
+    assert "landing_zone_s3" in res and "sss_trigger_seconds" not in res["landing_zone"][0]
 
 
 # -- the pieces, without Spark -----------------------------------------------------------

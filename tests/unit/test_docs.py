@@ -62,3 +62,21 @@ def test_the_benchmark_page_shows_the_last_results_or_says_how_to_get_them(tmp_p
     assert "bench.png" not in page
     (tmp_path / "bench.png").write_bytes(b"\x89PNG")
     assert "](bench.png)" in hooks.render_bench(tmp_path)
+
+
+def test_the_benchmark_page_shows_the_landing_zone_figures(tmp_path):
+    hooks = _hooks()
+    assert "no landing-zone figures" in hooks.render_landing(tmp_path)
+    results = {"sizes": [], "single_file": None, "environment": {"cpus": 2},
+               "landing_zone": [{"files": 1000, "plan_task_seconds": 0.05, "plan_max_rss_mib": 130.2,
+                                 "recover_task_seconds": 0.04, "sss_trigger_seconds": 9.5,
+                                 "plan_task_over_sss_trigger": 0.0053}],
+               "landing_zone_s3": None, "landing_zone_s3_note": "skipped: LANDING_S3_SIZES=0",
+               "plan_1m_over_1k": None, "plan_1m_over_1k_note": "one landing size only",
+               "plan_task_over_sss_trigger": 0.0053}
+    (tmp_path / "results.json").write_text(json.dumps(results))
+    page = hooks.render_landing(tmp_path)
+    assert "| 1,000 | 0.05 | 130.20 | 0.04 | — | — | 9.50 | — | 0.0053 |" in page
+    assert "On the S3 server: no figures (skipped: LANDING_S3_SIZES=0)." in page
+    assert "| `plan_1m_over_1k` | — | one landing size only |" in page
+    assert "| `plan_task_over_sss_trigger` | 0.0053 |" in hooks.render_bench(tmp_path)

@@ -851,8 +851,13 @@ def lexical_pipeline(make_cfg, monkeypatch, max_records: int):
     landing = Path(cfg.source.path)
     afters: list = []
     real = LocalStorage.list_files
-    monkeypatch.setattr(LocalStorage, "list_files", lambda self, prefix, *a, **kw: (
-        prefix == str(landing) and afters.append(kw.get("after"))) or real(self, prefix, *a, **kw))
+
+    def recorded(self, prefix, *a, **kw):
+        if prefix == str(landing):
+            afters.append(kw.get("after"))
+        return real(self, prefix, *a, **kw)
+
+    monkeypatch.setattr(LocalStorage, "list_files", recorded)
     return cfg, landing, afters
 
 
