@@ -31,10 +31,8 @@ The stage job's limits and waits, as actors
                         time: between two verbs, while another run acts at one of its interleave
                         points, or acting at one of another run's interleave points (a stage, an
                         abort, a commit or a recover in flight; a zombie attempt of a batch it
-                        forgets stages and verifies late). Not explored at random: a replan's reset
-                        and a verify or a plan interleaved, the two product bugs this model found
-                        (``test_found_replan_pending_*``, xfail): such a verify or plan is killed at
-                        its start, such a replan waits for the end of that verb.
+                        forgets stages and verifies late), a verify or a plan of several batches
+                        among them (the two product bugs this model found, ``test_replan_pending_*``).
 
 Invariants (after every step, on top of those of ``ProtocolModel``; independent readers only)
     7. every batch a table holds published exactly the records of its planned range (read from
@@ -111,9 +109,6 @@ class RunActor(Actor):
                 f"{' replan' if self.params.replan_pending else ''}{' zombie' if self.zombie else ''}>")
 
 
-GUARDED = ("plan_batches",)  # the verbs a replan_pending's reset is not interleaved with at random
-
-
 class RunLimitsModel(ProtocolModel):
     def __init__(self) -> None:
         self.by_file: dict[str, tuple[set[str], list[str]]] = {}  # landing file -> (good order_ids, bad lines)
@@ -121,33 +116,8 @@ class RunLimitsModel(ProtocolModel):
         self.zombie_jobs: list[dict] = []  # jobs that outlived their killed stage task
         self.range_checked: set[tuple[str, int]] = set()  # (participant, batch) whose published range was checked
         self.replans = 0
-        # Not explored at random: a plan of several batches and a replan_pending's reset interleaved
-        # (either one acting inside the other), the product bug of test_found_replan_pending_during_a_plan_*:
-        # a plan that would start inside a replan's reset is killed there instead (Crash), a replan that
-        # would run inside one runs after it. The found test sets this False. (A verify and a replan are
-        # explored: the reset wins each attempt's decision first, test_replan_pending_during_a_verify_*.)
-        self.guard_found_bug = True
-        self.in_guarded = 0
         self.replanning: list[str] = []  # the replan_pending runs whose recover runs now
         super().__init__()
-
-    def protocol(self, actor: str, cfg=None) -> Protocol:
-        proto = super().protocol(actor, cfg)
-        for verb in GUARDED:
-            setattr(proto, verb, self._guarded(verb, getattr(proto, verb)))
-        return proto
-
-    def _guarded(self, verb: str, real):
-        def call(*args, **kwargs):
-            if self.guard_found_bug and self.replanning and self._current() not in self.replanning:
-                event(f"{verb} inside a replan_pending: killed (the found bugs)")
-                raise Crash(f"a {verb} inside replan_pending's reset (not explored: the found bugs)")
-            self.in_guarded += 1
-            try:
-                return real(*args, **kwargs)
-            finally:
-                self.in_guarded -= 1
-        return call
 
     # -- actors ----------------------------------------------------------------------------------
     def _new_actor(self, slot: int) -> Actor:
@@ -220,9 +190,6 @@ class RunLimitsModel(ProtocolModel):
         if not self._dag(a):
             return super()._do_recover(a, pick)
         assert isinstance(a, RunActor)
-        if a.params.replan_pending and self.in_guarded and self.guard_found_bug:
-            event("replan_pending inside a verify or plan: deferred (the found bugs)")
-            return  # it stays idle: its recover runs after that verb (replan_pending rule)
         if a.params.replan_pending:
             self.replanning.append(a.name)
         try:
@@ -665,7 +632,7 @@ def test_a_run_whose_job_met_a_limit_keeps_what_it_staged_and_the_next_run_publi
     assert APP  # the drain: nothing left, not stuck
 
 
-# -- the product bugs this model found (not fixed here: product code is another change) ---------------
+# -- the product bugs this model found, each fixed since ----------------------------------------------
 @pytest.fixture
 def quiet(monkeypatch):
     for m in (sys.modules[__name__], sys.modules[ProtocolModel.__module__]):  # outside a hypothesis test
@@ -688,7 +655,6 @@ def test_replan_pending_during_a_verify_in_flight_never_prepares_a_forgotten_bat
     and the reset are check-then-act across processes; the plain ``reset-batch`` runs with the
     pipeline paused, ``replan_pending`` is a run's recover task.) Fixed: ``Repairs._decide_forgotten``."""
     m = RunLimitsModel()
-    m.guard_found_bug = False
     try:
         m.land(3, 0, False)
         m.step(1, 0)  # r1: recover
@@ -702,9 +668,7 @@ def test_replan_pending_during_a_verify_in_flight_never_prepares_a_forgotten_bat
         m._release()
 
 
-@pytest.mark.xfail(strict=True, reason="replan_pending's reset and a plan of several batches in flight: the plan "
-                                       "writes batch 2 after the reset forgot batch 1, and every later recover fails")
-def test_found_replan_pending_during_a_plan_of_several_batches_leaves_a_gap_no_run_gets_past(quiet):
+def test_replan_pending_during_a_plan_of_several_batches_leaves_no_gap(quiet):
     """Found by this model (the CI profile, shrunk by hand): run r1 plans a run of three batches
     (``plan_batches``: put-if-absent plan 1, then plan 2 from where plan 1 ends, ...). Between its
     record of plan 1 and that of plan 2, an operator's run with replan_pending=true starts (the plan
@@ -713,9 +677,10 @@ def test_found_replan_pending_during_a_plan_of_several_batches_leaves_a_gap_no_r
     every later run's recover fails with "batch 1 has no plan" (a ProtocolError that names no
     repair), ``find_stuck`` says nothing (``first_open`` reads the missing plan as one forgotten
     while it looked), and a later replan_pending or reset-batch fails with a raw FileNotFoundError.
-    Invariant (10) fails: the plan records have a gap."""
+    Invariant (10) failed: the plan records had a gap. Fixed: plan 2 names plan 1's record (``base``);
+    written after plan 1 was forgotten, it is void, and the run forgets it (``Ledger.is_void``,
+    ``Repairs.forget_void``)."""
     m = RunLimitsModel()
-    m.guard_found_bug = False
     try:
         for _ in range(3):
             m.land(3, 0, False)  # three batches of one file each

@@ -365,6 +365,10 @@ class BatchPlan(Record):
     # the first batch of the run's reservation when a run planned several batches at once (plans
     # n..m, each with run_first n); None: a run's only batch
     run_first: int | None = None
+    # the sha256 of the plan record of the batch before it, when the same run planned that one
+    # (its range starts where that one ends): the plan is VOID when that record is not the one the
+    # ledger holds now (a reset forgot it while this run planned); None: a run's first batch
+    base: str | None = None
     format: int = FORMAT_VERSION
 
     @property

@@ -74,6 +74,17 @@ class Ledger:
         except FileNotFoundError:
             return None
 
+    @staticmethod
+    def record_digest(plan: BatchPlan) -> str:
+        """sha256 of the record ``put_plan`` writes for ``plan`` (what ``plan_digest`` reads back)."""
+        return hashlib.sha256(plan.to_json()).hexdigest()
+
+    def is_void(self, plan: BatchPlan) -> bool:
+        """A plan planned after a record that is no longer the batch before it (``BatchPlan.base``):
+        a reset forgot that batch while the run that planned this one went on. A void plan is never
+        verified or committed, and the next recover or plan forgets it (``Repairs.forget_void``)."""
+        return plan.base is not None and self.plan_digest(plan.batch_id - 1) != plan.base
+
     def _decision(self, batch_id: int) -> JSON | None:
         try:
             d: JSON = json.loads(self.fs.read_bytes(self.layout.prepared(batch_id)))

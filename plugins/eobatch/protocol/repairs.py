@@ -300,6 +300,18 @@ class Repairs:
         self._decide_forgotten(forgotten)
         if lost:
             self._record_loss("reset-batch", forgotten, lost, None)
+        moved = self._forget(from_batch, latest)
+        # A run of several batches may write the plan after ``latest`` while this reset forgets the
+        # ones before it: that plan is void (``Ledger.is_void``) and goes too (the run, checking
+        # its plan after writing it, forgets it as well when it wrote it after this look).
+        moved += self.forget_void(from_batch - 1, probe=latest + 1)
+        return sorted(moved)
+
+    def _forget(self, from_batch: int, latest: int) -> list[int]:
+        """Move the ledger records of batches ``from_batch``..``latest`` to
+        ``_eo_ledger/archive/<time>/`` (an attempt's decision stays in place) and remove their
+        staged files. Their attempts are decided already (``_decide_forgotten``,
+        ``forget_void``). Returns the batches whose plan was moved."""
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")
         archive = join(self.layout.ledger, "archive", stamp)
         fs = self.ledger.fs
@@ -311,19 +323,16 @@ class Repairs:
         moved = []
         for b in range(latest, from_batch - 1, -1):  # newest first: a crash leaves a consistent prefix
             for path, name in ((self.layout.committed(b), "committed"), (self.layout.prepared(b), "prepared")):
-                if fs.exists(path):
-                    fs.write_atomic(join(archive, name, path.rsplit("/", 1)[-1]), fs.read_bytes(path))
-                    fs.delete(path)
+                self._archive(path, join(archive, name, path.rsplit("/", 1)[-1]))
             for folder in (self.layout.attempts_dir(b), self.layout.run_tries_dir(b)):
                 for f in list(fs.list_files(folder)):
-                    fs.write_atomic(join(archive, relpath(f.path, self.layout.ledger)), fs.read_bytes(f.path))
-                    if f.path.rsplit("/", 1)[-1] != DECISION_FILE:  # an attempt's decision stays: see below
-                        fs.delete(f.path)
+                    # an attempt's decision stays in place: a late verify of it finds "abort"
+                    self._archive(f.path, join(archive, relpath(f.path, self.layout.ledger)),
+                                  keep=f.path.rsplit("/", 1)[-1] == DECISION_FILE)
                 fs.remove_empty_dirs(folder)
             plan = self.layout.plan(b)
-            fs.write_atomic(join(archive, "plans", plan.rsplit("/", 1)[-1]), fs.read_bytes(plan))
-            fs.delete(plan)
-            moved.append(b)
+            if self._archive(plan, join(archive, "plans", plan.rsplit("/", 1)[-1])):
+                moved.append(b)
         for b in self._staged_batches():
             if b >= from_batch:
                 self._sweep_batch(b, everything=True)
@@ -345,6 +354,57 @@ class Repairs:
                     raise ProtocolError(f"cannot reset to batch {batches[0]}: batch {b} attempt {attempt} was "
                                         f"decided for PREPARE by a verify that has not written PREPARED yet; it "
                                         f"is committed first (a run's recover finishes it). Nothing was forgotten")
+
+    def _archive(self, path: str, to: str, keep: bool = False) -> bool:
+        """Copy ``path`` to ``to`` and delete it (unless ``keep``); False when it is gone (another
+        process forgetting the same batch: a reset and a void plan's run)."""
+        try:
+            self.ledger.fs.write_atomic(to, self.ledger.fs.read_bytes(path))
+        except FileNotFoundError:
+            return False
+        if not keep:
+            self.ledger.fs.delete(path)
+        return True
+
+    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
+        """Forget the first void plan after batch ``after`` and every plan after it; returns
+        those batches (none: the plans after ``after`` are one chain).
+
+        A plan is void when the record it was planned after is not the batch before it any more
+        (``Ledger.is_void``), or when the batch before it has no plan (a gap: a reset forgot it
+        while a run planned on, or a crash between the two). Its range starts where no live plan
+        ends, so it is never verified or committed (both check), and nothing of it is published:
+        its attempts are decided "abort" (a verify that won "prepare" first still cannot commit
+        it) and its records are archived like a reset's. The walk reads the plans after ``after``
+        until the first missing one, then ``probe`` (a batch id the caller saw, e.g. the newest
+        listed) and the one after the gap; a void plan further on is found by the plan that would
+        take its id (``plan_batches``)."""
+        first = self._first_void(after, probe)
+        if first is None:
+            return []
+        last = first
+        while self.ledger.fs.exists(self.layout.plan(last + 1)):
+            last += 1
+        for b in range(first, last + 1):
+            for attempt in self.ledger.attempts(b):
+                self.ledger.decide(b, attempt, "abort", {"reason": "its plan is void (planned after a batch a "
+                                                                   "reset forgot)", "aborted_at": utcnow()})
+        log.warning("batches %s were planned after a batch that a reset forgot (void plans): forgotten, nothing "
+                    "of them was published; their range is planned again", st.ranges(range(first, last + 1)))
+        return self._forget(first, last)
+
+    def _first_void(self, after: int, probe: int | None) -> int | None:
+        b = after + 1
+        while (plan := self.ledger.plan(b)) is not None:
+            if self.ledger.is_void(plan):
+                return b
+            b += 1
+        for p in (probe, b + 1):  # batch b has no plan: any plan after it is void
+            if p is not None and p > b and self.ledger.fs.exists(self.layout.plan(p)):
+                while p - 1 > b and self.ledger.fs.exists(self.layout.plan(p - 1)):
+                    p -= 1
+                return p
+        return None
 
     # -- a repair over expired landing files -------------------------------------------
     def _gone(self, batches: list[int], verb: str, accept: bool, args: str, consequence: str,

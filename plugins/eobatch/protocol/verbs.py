@@ -174,9 +174,15 @@ class Protocol(Repairs):
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
+        void = self.forget_void(min(versions.values()), probe=latest)
+        if void:
+            latest = self.ledger.latest_batch_id()
         self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         actions: list[str] = self._complete_rewinds()
+        if void:
+            actions.append(f"batches {st.ranges(void)} were planned after a batch that a reset forgot (void plans): "
+                           f"forgotten, nothing of them was published; their range is planned again")
         pending = None
         in_flight = None
         undecided = self._undecided_ids(latest, versions)
@@ -273,8 +279,10 @@ class Protocol(Repairs):
         """
         t0 = time.time()
         hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
-        latest = hist.latest
         versions = self.committed_versions()
+        if self.forget_void(min(versions.values()), probe=hist.latest):
+            hist = self.ledger.history()
+        latest = hist.latest
         self._check_config(latest, versions)
         self._check_consistent(latest, versions)
         undecided = self._undecided_ids(latest, versions)
@@ -321,7 +329,10 @@ class Protocol(Repairs):
                 break
             if plan is None:
                 break
-            if not self.ledger.put_plan(plan):
+            if plans:  # planned after this run's previous batch: void if a reset forgets that one
+                plan.base = self.ledger.record_digest(plans[-1])
+            if not self.ledger.put_plan(plan) and not (self.forget_void(plan.batch_id - 1)
+                                                       and self.ledger.put_plan(plan)):
                 if not plans:
                     raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
                                          f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
@@ -329,6 +340,9 @@ class Protocol(Repairs):
                             st.ranges(p.batch_id for p in plans))
                 break
             faults.crash_point("plan.after_record")
+            if self.ledger.is_void(plan):  # a reset forgot the batch before it since: so is this one
+                plans = self._forgotten_while_planned(plan, plans)
+                break
             plans.append(plan)
             reading = reading.with_plan(plan)
             t0 = time.time()
@@ -338,6 +352,25 @@ class Protocol(Repairs):
         # each batch's planning says what it left out: the run's inputs skipped, each once
         self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
         return plans, bool(plans)
+
+    def _forgotten_while_planned(self, plan: BatchPlan, plans: list[BatchPlan]) -> list[BatchPlan]:
+        """``plan`` was written after a reset (an operator's, a run's replan_pending) forgot the
+        batch before it: forget it, and keep the run's batches the reset left (a prefix), or
+        raise ConcurrentPlan when it left none."""
+        self.forget_void(plan.batch_id - 1)
+        kept: list[BatchPlan] = []
+        for p in plans:
+            if self.ledger.plan_digest(p.batch_id) != self.ledger.record_digest(p):
+                break
+            kept.append(p)
+        text = (f"a reset forgot batch {plan.batch_id - 1} while this run planned the batches after it: batches "
+                f"{st.ranges(p.batch_id for p in plans[len(kept):])}{' and ' if len(plans) > len(kept) else ''}"
+                f"{plan.batch_id} of this run are forgotten")
+        if not kept:
+            raise ConcurrentPlan(text + "; this run planned nothing (the next run plans their range again)")
+        self.last_warnings.append(text + f"; this run carries batches {st.ranges(p.batch_id for p in kept)}")
+        log.warning(self.last_warnings[-1])
+        return kept
 
     def _keep_discovery(self, source: Planner, hist: History) -> None:
         """A plan that planned nothing keeps where its discovery got to, when it moved
@@ -597,6 +630,10 @@ class Protocol(Repairs):
             self._complete_rewinds()
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        if self.ledger.is_void(plan):
+            if not dry_run:
+                self.ledger.decide(batch_id, attempt, "abort", {"reason": "its plan is void", "aborted_at": utcnow()})
+            raise VerifyFailed(self._void_text(batch_id) + f"; attempt {attempt} cannot be prepared")
         self._check_config(batch_id, plan=plan)
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
@@ -640,6 +677,10 @@ class Protocol(Repairs):
         return prepared
 
     # -- commit ----------------------------------------------------------------------
+    def _void_text(self, batch_id: int) -> str:
+        return (f"batch {batch_id}'s plan is void: it was planned after a plan of batch {batch_id - 1} that a reset "
+                f"forgot (nothing of it is published; the next run's recover forgets it and plans its range again)")
+
     def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
         found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
         if found is None:
@@ -701,6 +742,8 @@ class Protocol(Repairs):
             if v != prev:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
                                      f"committed after it (it needs batch {prev})")
+            if self.ledger.is_void(plan):  # the table holds batch prev: its plan can no longer change
+                raise ProtocolError(self._void_text(batch_id) + ": it is never committed")
             faults.fail_point("commit.before_delta_commit")
             faults.crash_point("commit.before_delta_commit")
             try:

@@ -9,6 +9,7 @@ import pytest
 
 from eobatch.core import checkpoint as ckpt
 from eobatch.protocol import ConcurrentPlan, Protocol, ProtocolError
+from eobatch.protocol.verify import VerifyFailed
 from support.protocol_runs import empty_plan as _plan
 from support.protocol_runs import land_ids as _land
 from support.protocol_runs import prepare_by_hand as _prepare
@@ -271,3 +272,80 @@ def test_a_rewind_over_expired_files_is_refused_naming_them_unless_the_loss_is_a
     assert "accepted the loss" in " ".join(proto.ledger.plan(4).notes)
     _drain(proto)
     assert _published(proto) == ["o0", "o1", "o20", "o21"]
+
+
+# -- a reset while a run plans several batches: the plans after a forgotten one are void --------------
+# A run of several batches writes plan n+1 from where its plan n ends. A reset that forgets plan n
+# meanwhile (an operator's reset-batch, another run's replan_pending) makes plan n+1 void: whichever
+# of the two looks last forgets it, and a recover forgets one a crash left behind.
+
+
+def _three_batches(make_cfg):
+    cfg = make_cfg(source={"kind": "files", "path": str(Path(make_cfg().source.path)), "max_records_per_batch": 3})
+    for i in range(3):
+        _land(cfg, f"f{i}.jsonl", range(10 * i, 10 * i + 3))
+    return cfg
+
+
+_ALL = sorted(f"o{i}" for i in (0, 1, 2, 10, 11, 12, 20, 21, 22))
+
+
+def test_a_reset_between_two_plans_of_a_run_makes_the_run_forget_the_plan_it_wrote_after_it(make_cfg, monkeypatch):
+    cfg = _three_batches(make_cfg)
+    proto, operator = Protocol(cfg), Protocol(cfg)
+    real = proto.ledger.put_plan
+
+    def reset_first(plan):  # the run wrote plan 1 and is about to write plan 2: the operator's reset
+        if plan.batch_id == 2:
+            assert operator.reset(1) == [1]
+        return real(plan)
+
+    monkeypatch.setattr(proto.ledger, "put_plan", reset_first)
+    with pytest.raises(ConcurrentPlan, match="a reset forgot batch 1 while this run planned .* planned nothing"):
+        proto.plan_batches(run_id="r1", max_batches=3)
+    monkeypatch.undo()
+    assert proto.ledger.batch_ids() == []  # no gap: plan 2 was forgotten by the run that wrote it
+    _drain(proto)
+    assert _published(proto) == _ALL
+
+
+def test_a_reset_that_looked_before_a_runs_next_plan_forgets_that_plan_after_its_own(make_cfg, monkeypatch):
+    cfg = _three_batches(make_cfg)
+    proto, operator = Protocol(cfg), Protocol(cfg)
+    first, _ = proto.plan(run_id="r1")
+    real = operator.ledger.latest_batch_id
+    calls = []
+
+    def the_run_plans_on(*a, **k):  # the reset read the newest batch (1); then the run writes plan 2
+        latest = real(*a, **k)
+        if not calls:
+            calls.append(latest)
+            nxt = _plan(2, run_id="r1")
+            nxt.base = proto.ledger.record_digest(first)
+            assert proto.ledger.put_plan(nxt) and not proto.ledger.is_void(nxt)  # the run's check passes
+        return latest
+
+    monkeypatch.setattr(operator.ledger, "latest_batch_id", the_run_plans_on)
+    assert operator.reset(1) == [1, 2]
+    monkeypatch.undo()
+    assert calls == [1] and proto.ledger.batch_ids() == []
+    _drain(proto)
+    assert _published(proto) == _ALL
+
+
+def test_a_void_plan_a_crash_left_is_never_prepared_and_the_next_recover_forgets_it(make_cfg):
+    cfg = _three_batches(make_cfg)
+    proto = Protocol(cfg)
+    plans, _ = proto.plan_batches(run_id="r1", max_batches=3)
+    assert [p.batch_id for p in plans] == [1, 2, 3] and plans[1].base == proto.ledger.record_digest(plans[0])
+    staged = _stage(proto, 2, "a2")
+    proto._forget(1, 1)  # a reset forgot batch 1 and died before it looked for plans after it
+    assert proto.ledger.batch_ids() == [2, 3] and proto.ledger.is_void(proto.ledger.plan(2))
+    with pytest.raises(VerifyFailed, match="batch 2's plan is void"):
+        proto.verify(2, "a2")
+    assert proto.ledger.decision(2, "a2")["decision"] == "abort"
+    rec = proto.recover(run_id="r2")
+    assert any("batches 2..3 were planned after a batch that a reset forgot" in a for a in rec.actions), rec.actions
+    assert proto.ledger.batch_ids() == [] and not (set(staged) & _left(proto))
+    _drain(proto)
+    assert _published(proto) == _ALL
