@@ -47,8 +47,11 @@ with its own (Rust) client: those requests are not counted. With lexical discove
 after its position (a handful of calls: the folder's check, the listing after the position, the
 replay folder); with ``discovery: full`` (``list_calls_per_plan_full``, up to ``--full-up-to``)
 ⌈N/1000⌉ and the same handful. Uploading is the cost of this part: S3Proxy took about
-``upload_seconds`` / N per object here (see the figures), so 1,000,000 objects take about ten
-times the 100,000 figure (about an hour on the 2-core machine): the default S3 sizes stop at 100,000.
+``upload_seconds`` / N per object here (see the figures), so 1,000,000 objects would take about an
+hour on the 2-core machine. Above ``--s3-put-up-to`` objects (100,000) only the first object and
+the ``--new`` newest are PUT; the others are written into the server's filesystem backend as its
+PUT of the first left it (the object's file at its key, the same bytes and metadata attributes),
+and the listing that follows checks that the server serves all N (``landed_by`` says which).
 
 **The peer** (``sss``, on the same local folder): Spark Structured Streaming's file source, one
 ``trigger(availableNow=True)`` of ``peer_sss.py`` (same JSON schema, Delta sink) whose checkpoint
@@ -144,16 +147,26 @@ def land_local(landing: Path, files: int) -> list[dict]:
     return out
 
 
-def land_s3(client, bucket: str, prefix: str, files: int, threads: int = UPLOAD_THREADS) -> list[dict]:
+def land_s3(client, bucket: str, prefix: str, files: int, threads: int = UPLOAD_THREADS,
+            server_data: Path | None = None, new: int = 0) -> list[dict]:
     """The same files as objects under ``s3a://bucket/prefix`` (PUTs from ``threads`` threads), then
-    one listing for their sizes and LastModified, the planner's."""
+    one listing for their sizes and LastModified, the planner's.
+
+    ``server_data`` (the S3 server's data folder): the first object and the newest ``new`` are PUT,
+    every other one is written into the server's folder as the PUT of the first left it (the same
+    bytes, the same metadata attributes: ``_seed_like``), an hour's upload in a minute at 1,000,000."""
     def put(lo: int, hi: int) -> None:
         for i in range(lo, hi):
             client.put_object(Bucket=bucket, Key=f"{prefix}/{rel_path(i)}", Body=BODY)
 
-    step = max(1, -(-files // (threads * 8)))
+    todo = (0, files)
+    if server_data is not None and files - new > 1:
+        put(0, 1)
+        _seed_like(server_data / bucket / prefix, range(1, files - new))
+        todo = (files - new, files)
+    step = max(1, -(-(todo[1] - todo[0]) // (threads * 8)))
     with ThreadPoolExecutor(threads) as pool:
-        for f in [pool.submit(put, lo, min(files, lo + step)) for lo in range(0, files, step)]:
+        for f in [pool.submit(put, lo, min(todo[1], lo + step)) for lo in range(*todo, step)]:
             f.result()
     from eobatch.storage.fs import storage_for
 
@@ -165,6 +178,25 @@ def land_s3(client, bucket: str, prefix: str, files: int, threads: int = UPLOAD_
     if len(out) != files:
         raise RuntimeError(f"s3a://{bucket}/{prefix}: {len(out)} objects listed after {files} uploads")
     return out
+
+
+def _seed_like(folder: Path, ids: range) -> None:
+    """Objects ``ids`` written straight into the S3 server's filesystem backend (S3Proxy keeps an
+    object as a file at its key, its metadata in extended attributes), each a copy of object 0,
+    which a real PUT made: the server then lists, HEADs and GETs them as objects it stored."""
+    first = folder / rel_path(0)
+    attrs = {a: os.getxattr(first, a) for a in os.listxattr(first)}
+    if not attrs:
+        raise RuntimeError(f"{first}: no metadata attributes (not S3Proxy's filesystem backend?)")
+    made: set[Path] = set()
+    for i in ids:
+        path = folder / rel_path(i)
+        if path.parent not in made:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            made.add(path.parent)
+        path.write_bytes(BODY)
+        for a, v in attrs.items():
+            os.setxattr(path, a, v)
 
 
 def pipeline(root: Path, name: str, discovery: str, landing: str | None = None, lake: str | None = None) -> Path:
@@ -414,15 +446,20 @@ def measure(work: Path, files: int, new: int, per_batch: int, repeat: int, full:
     return row
 
 
-def measure_s3(work: Path, server, files: int, new: int, per_batch: int, repeat: int, full: bool) -> dict:
+def measure_s3(work: Path, server, files: int, new: int, per_batch: int, repeat: int, full: bool,
+               seed_over: int = 100_000) -> dict:
     """The figures at ``files`` objects on the S3 server ``server`` (``support.services.S3Server``)."""
     row: dict = {"files": files, "new_files": new}
     prefix = f"lz-{files}"
     client = _upload_client(server)
     t = time.perf_counter()
-    landed = land_s3(client, S3_BUCKET, f"{prefix}/landing", files)
+    seed = files > seed_over
+    landed = land_s3(client, S3_BUCKET, f"{prefix}/landing", files, new=new,
+                     server_data=Path(server.home) / "data" if seed else None)
     row["upload_seconds"] = round(time.perf_counter() - t, 1)
-    row["upload_objects_per_second"] = round(files / max(row["upload_seconds"], 0.1))
+    row["landed_by"] = "put" if not seed else f"put: the first and the {new} newest; the others written as the server stores them"
+    if not seed:
+        row["upload_objects_per_second"] = round(files / max(row["upload_seconds"], 0.1))
     t = time.perf_counter()
     landing, lake = f"s3a://{S3_BUCKET}/{prefix}/landing", f"s3a://{S3_BUCKET}/{prefix}/lake"
     yaml = pipeline(work / f"s3-lexical-{files}", "lz", "lexical", landing=landing, lake=lake)
@@ -634,7 +671,7 @@ def figures(work: Path, sizes: list[int], new: int = 10, per_batch: int = 1000, 
 
 
 def s3_figures(work: Path, sizes: list[int], new: int = 10, per_batch: int = 1000, repeat: int = 3,
-               full_up_to: int = 100_000) -> dict:
+               full_up_to: int = 100_000, seed_over: int = 100_000) -> dict:
     """``landing_zone_s3``: the figures on an S3 server of its own (S3Proxy, data under ``work``)."""
     _paths()
     from eobatch.storage.s3conf import ENV_KEYS
@@ -650,7 +687,7 @@ def s3_figures(work: Path, sizes: list[int], new: int = 10, per_batch: int = 100
         os.environ.update(server.env())  # the product's S3 settings, here and in the children
         for n in sizes:
             _log(f"{n:,} objects on the S3 server ({new} new)")
-            rows.append(measure_s3(work, server, n, new, per_batch, repeat, full=n <= full_up_to))
+            rows.append(measure_s3(work, server, n, new, per_batch, repeat, full=n <= full_up_to, seed_over=seed_over))
             _log(json.dumps(rows[-1]))
     finally:
         for k, v in saved.items():
@@ -682,6 +719,8 @@ def main(argv=None) -> int:
     ap.add_argument("--per-batch", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--full-up-to", type=int, default=100_000)
+    ap.add_argument("--s3-put-up-to", type=int, default=100_000,
+                    help="above this many objects, all but the first and the newest are written as the S3 server stores them")
     ap.add_argument("--work", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
@@ -699,7 +738,8 @@ def main(argv=None) -> int:
                        sss_sizes=sss_sizes, master=args.master, sss_real_up_to=args.sss_real_up_to,
                        driver_memory=args.driver_memory)
     if s3_sizes:
-        res |= s3_figures(work / "s3", s3_sizes, args.new, args.per_batch, args.repeat, args.full_up_to)
+        res |= s3_figures(work / "s3", s3_sizes, args.new, args.per_batch, args.repeat, args.full_up_to,
+                          seed_over=args.s3_put_up_to)
     text = json.dumps(res, indent=2)
     if args.out:
         Path(args.out).write_text(text)
