@@ -229,205 +229,285 @@ def transform_slices(tmod, valid, ctx, slices: list[str], slice_col: str):
     return reduce(lambda a, b: a.unionByName(b), outs)
 
 
-def run(spec: dict) -> dict:
-    from pyspark import SparkConf, SparkContext, StorageLevel
-    from pyspark.sql import Observation, SparkSession
-    from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_schema
+class StageJob:
+    """One attempt of one batch, staged in named steps, each a method a test can call on its own:
 
-    from eobatch.config.contract import contract_refusal
-    from eobatch.config.schemas import schema_to_b64
-    from eobatch.core.formats import QUARANTINE, SINK, SLICE_COL, Layout, StageSummary
-    from eobatch.core.ledger import Ledger
-    from eobatch.sinks import job_module
-    from eobatch.sources import kind_for, range_summary
-    from eobatch.sources.base import local_frame
-    from eobatch.storage import s3conf
-    from eobatch.storage.fs import storage_for
-    from spark_jobs import worker_daemon
-    from spark_jobs.classify import (
-        answers_twice_alike,
-        bound_partition_values,
-        classify,
-        expect,
-        kept_records,
-        quarantined_records,
-        valid_records,
-    )
-    from spark_jobs.stage_write import stage_dataframe
+    ``check`` (the plan, the contract, the range still readable) -> ``session`` -> ``read`` (the
+    kind's records of exactly the range, each classified and checked once) -> ``transform`` (the
+    pipeline's transform and the sink kind's step over the valid records, with the counts observed
+    by the read that feeds the write, or by a read of their own) -> ``write_sink`` -> ``counted``
+    (the counts; an expectation with action fail stops here) -> ``write_quarantine`` (at the exact
+    source positions) -> ``report`` (the stage summary, last: the attempt is STAGED)."""
 
-    t0 = time.time()
-    batch_id, attempt = int(spec["batch_id"]), spec["attempt"]
-    layout = Layout(spec["sink_table"], spec["quarantine_table"])
-    ledger = Ledger(layout)
-    digest = ledger.plan_digest(batch_id)  # before the plan: the record verify compares against
-    plan = ledger.plan(batch_id)
-    if plan is None or digest is None:
-        raise SystemExit(f"batch {batch_id} has no plan at {layout.plan(batch_id)}")
-    if ledger.prepared(batch_id) is not None:
-        raise SystemExit(f"batch {batch_id} is already PREPARED; refusing to stage attempt {attempt}")
-    refused = contract_refusal(plan, spec.get("contract"), attempt)
-    if refused:
-        raise SystemExit(refused)
-    log = lambda msg: print(f"[eobatch] {spec['pipeline']} batch {batch_id} attempt {attempt} "  # noqa: E731
-                            f"+{time.time() - t0:.1f}s: {msg}", flush=True)
+    def __init__(self, spec: dict):
+        from eobatch.core.formats import Layout
+        from eobatch.core.ledger import Ledger
 
-    # the kind's job source, and the bound of a record (files: the longest line the reader holds)
-    src = {**(spec.get("source") or {}), "max_record_bytes": int(spec["max_record_bytes"])}
-    try:
-        kind = kind_for(plan.source_kind)
-    except KeyError:
-        raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job") from None
-    _HELD.append((kind, plan.range))  # released when this batch is staged or has failed (``main``)
-    problems = kind.unreadable(plan.range, src)
-    if problems:
-        raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
-                         "can no longer be read exactly: " + "; ".join(problems))
+        self.spec, self.t0 = spec, time.time()
+        self.batch_id, self.attempt = int(spec["batch_id"]), spec["attempt"]
+        self.layout = Layout(spec["sink_table"], spec["quarantine_table"])
+        self.ledger = Ledger(self.layout)
+        self.expectations = list(spec.get("expectations") or [])
+        self.xcols = [f"_eo_x{i}" for i in range(len(self.expectations))]
+        # the kind's job source, and the bound of a record (files: the longest line the reader holds)
+        self.src = {**(spec.get("source") or {}), "max_record_bytes": int(spec["max_record_bytes"])}
 
-    builder = SparkSession.builder.appName(f"eobatch:{spec['pipeline']}:b{batch_id}:{attempt}")
-    for k, v in executor_env(spec, plan).items():
-        builder = builder.config(f"spark.executorEnv.{k}", v)
-    if SparkSession.getActiveSession() is None:  # the first batch of the application starts it
-        SparkContext._ensure_initialized()  # the JVM of spark-submit, whose settings SparkConf then reads
-        submitted = dict(SparkConf().getAll())
-        for k, v in worker_daemon.conf(submitted.get("spark.master", ""), submitted).items():
-            builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for k, v in s3conf.bucket_hadoop_conf().items():  # a bucket in another store (a delta source's conn_id)
-        hadoop.set(k, v)
-    log("Spark session ready")
-    for k, v in {"spark.sql.session.timeZone": "UTC"}.items():
-        spark.conf.set(k, v)
-    log(f"reading {range_summary(plan)} ({plan.rows_in} records by the plan's count)")
+    def log(self, msg: str) -> None:
+        print(f"[eobatch] {self.spec['pipeline']} batch {self.batch_id} attempt {self.attempt} "
+              f"+{time.time() - self.t0:.1f}s: {msg}", flush=True)
 
-    # 1. read the kind's records of exactly the planned range; 2. classify them (one typed parse
-    # each). Both outputs, the counts and the source positions come from one read: either the
-    # sink is written straight from it while the counts and the records to quarantine are
-    # observed (a kind that can read its range again, numbered the same way: beyond the
-    # observation's cap, a second read classifies every record again), or what the job keeps of
-    # the classified records is cached on local disk (a Kafka range must not be asked of the
-    # broker twice; a classification that could answer otherwise the second time; a transform
-    # that reads its input more than once). Memory stays bounded either way.
-    expectations = list(spec.get("expectations") or [])
+    # -- check: what is staged is exactly the plan, under the configuration that planned it -------
+    def check(self) -> None:
+        from eobatch.config.contract import contract_refusal
+        from eobatch.sources import kind_for
 
-    def read_checked():
-        """The kind's records of the range, each with its interval slice, classified and checked."""
-        lines = kind.read(spark, plan.range, src)
+        b, layout, ledger = self.batch_id, self.layout, self.ledger
+        self.digest = ledger.plan_digest(b)  # before the plan: the record verify compares against
+        self.plan = plan = ledger.plan(b)
+        if plan is None or self.digest is None:
+            raise SystemExit(f"batch {b} has no plan at {layout.plan(b)}")
+        if ledger.prepared(b) is not None:
+            raise SystemExit(f"batch {b} is already PREPARED; refusing to stage attempt {self.attempt}")
+        refused = contract_refusal(plan, self.spec.get("contract"), self.attempt)
+        if refused:
+            raise SystemExit(refused)
+        try:
+            self.kind = kind_for(plan.source_kind)
+        except KeyError:
+            raise SystemExit(f"source kind {plan.source_kind!r} is not supported by this job") from None
+        _HELD.append((self.kind, plan.range))  # released when this batch is staged or has failed (``main``)
+        problems = self.kind.unreadable(plan.range, self.src)
+        if problems:
+            raise SystemExit("the planned source range changed or cannot be read since the plan; the batch range "
+                             "can no longer be read exactly: " + "; ".join(problems))
+
+    # -- session: the application's, started by its first batch ----------------------------------
+    def session(self) -> None:
+        from pyspark import SparkConf, SparkContext
+        from pyspark.sql import SparkSession
+
+        from eobatch.storage import s3conf
+        from spark_jobs import worker_daemon
+
+        builder = SparkSession.builder.appName(f"eobatch:{self.spec['pipeline']}:b{self.batch_id}:{self.attempt}")
+        for k, v in executor_env(self.spec, self.plan).items():
+            builder = builder.config(f"spark.executorEnv.{k}", v)
+        if SparkSession.getActiveSession() is None:  # the first batch of the application starts it
+            SparkContext._ensure_initialized()  # the JVM of spark-submit, whose settings SparkConf then reads
+            submitted = dict(SparkConf().getAll())
+            for k, v in worker_daemon.conf(submitted.get("spark.master", ""), submitted).items():
+                builder = builder.config(k, v)
+        self.spark = spark = builder.getOrCreate()
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        for k, v in s3conf.bucket_hadoop_conf().items():  # a bucket in another store (a delta source's conn_id)
+            hadoop.set(k, v)
+        self.log("Spark session ready")
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+
+    # -- read: the records of exactly the planned range, classified and checked (one typed parse) --
+    def read(self):
+        """(checked records, interval slices, the kind's own slicing or None): a new read each call."""
+        from pyspark.sql import functions as F
+
+        from eobatch.core.formats import SLICE_COL
+        from eobatch.sources.base import local_frame
+        from spark_jobs.classify import bound_partition_values, classify, expect
+
+        spec, plan, spark = self.spec, self.plan, self.spark
+        lines = self.kind.read(spark, plan.range, self.src)
         slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
         if slices:  # interval mode: each record's interval slice, by the planned file it came from
             of_file = local_frame(spark, f"source string, {SLICE_COL} string",
                                   [(f["path"], f["slice"]) for f in plan.range["files"]])
             lines = lines.join(F.broadcast(of_file), "source")
-        by_time = getattr(kind, "interval_slices", None)
+        by_time = getattr(self.kind, "interval_slices", None)
         assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
         if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others not this batch's
             lines, slices = assigned
         classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"],
                                                      int(spec["max_record_bytes"])),
                                             spec["schema"], list(spec["partition_by"]))
-        return expect(classified, spec["schema"], expectations), slices, assigned
+        return expect(classified, spec["schema"], self.expectations), slices, assigned
 
-    checked, slices, assigned = read_checked()
-    extra = [SLICE_COL] if slices else []
-    xcols = [f"_eo_x{i}" for i in range(len(expectations))]
+    def kept_of(self, checked):
+        """What the job keeps of the checked records: all but those dropped, without the record's
+        fields of those to quarantine (``classify.kept_records``)."""
+        from pyspark.sql import functions as F
 
-    def kept_of(checked):
-        return kept_records(checked.where(~F.col("_eo_drop")).drop("_eo_drop", *xcols), spec["schema"],
-                            kind.located_columns, kind.quarantine_columns)
+        from spark_jobs.classify import kept_records
 
-    cached = ("the source kind cannot read its range again" if not getattr(kind, "reads_alike", False)
-              or assigned is not None else answers_twice_alike(spark, spec["schema"], expectations))
-    counts = Observation(COUNTS)  # taken once, by the one read
-    bad_lines = [] if cached else [observe_bad(spark, kept_of(checked)).alias(BAD_LINES)]
-    kept = kept_of(checked.observe(counts, *count_columns(xcols), *bad_lines))
+        return kept_records(checked.where(~F.col("_eo_drop")).drop("_eo_drop", *self.xcols), self.spec["schema"],
+                            self.kind.located_columns, self.kind.quarantine_columns)
 
-    # 3. the sink: the pipeline's transform of the valid records, staged
-    tmod = load_transform(spec)
-    ctx = TransformContext(spark, spec["pipeline"], batch_id, spec.get("transform_options") or {})
-    sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step (eobatch.sinks)
+    # -- transform: the sink's rows, and where the counts come from --------------------------------
+    def output(self, kept):
+        """The pipeline's transform of the valid records of ``kept``, then the sink kind's step."""
+        from eobatch.core.formats import SLICE_COL
+        from spark_jobs.classify import valid_records
 
-    def output(kept):
-        out = transform_slices(tmod, valid_records(kept, spec["schema"], extra), ctx, slices, SLICE_COL)
-        return sink_step.step(out, spec["sink"], extra)
+        out = transform_slices(self.tmod, valid_records(kept, self.spec["schema"], self.extra), self.ctx,
+                               self.slices, SLICE_COL)
+        return self.sink_step.step(out, self.spec["sink"], self.extra)
 
-    out, got, cache = output(kept), None, kept
-    apart = counts_not_by_the_write(spark, counts, out)
-    if apart:  # the counts by a read of their own, of the checked records cached on local disk
-        log(f"the counts take a read of their own: {apart}")
-        cache = read_checked()[0].persist(StorageLevel.DISK_ONLY)  # a new read: what the kind observes of it too
-        got = cache.agg(*count_columns(xcols)).first().asDict()
-        kept, cached = kept_of(cache), apart
-        out = output(kept)  # the transform again, over the cached records
-    elif not cached and reads_of(out, COUNTS) > 1:  # decided on the analysis only: the cache can still serve it
-        cached = "the transform reads its input more than once"
-    if cached and not apart:
-        kept.persist(StorageLevel.DISK_ONLY)
-    log("the records to quarantine: " + (f"cached on local disk with the rest of the read ({cached})" if cached
-                                         else "observed by the read, in bounded memory"))
-    ledger_spec = {"sink_table": layout.sink_table, "quarantine_table": layout.quarantine_table}
-    common = dict(ledger_spec=ledger_spec, batch_id=batch_id, attempt=attempt,
-                  slice_col=SLICE_COL if slices else None)
-    pby = {SINK: list(spec["partition_by"]), QUARANTINE: []}
-    manifests = {SINK: stage_dataframe(out, participant=SINK, table_root=layout.sink_table,
-                                       partition_by=pby[SINK], **common)}
-    got = got or observed_counts(spark, counts)
-    rows_in, rows_bad, rows_dropped = int(got["rows_in"]), int(got["rows_bad"]), int(got["rows_dropped"])
-    failed = {e["name"]: int(got[c]) for e, c in zip(expectations, xcols)}
-    rows_valid = rows_in - rows_bad - rows_dropped
-    log(f"read {rows_in} records: {rows_valid} valid, {rows_bad} to quarantine, {rows_dropped} dropped; "
-        f"sink staged: {sum(m['rows'] for m in manifests[SINK])} rows"
-        + (f"; expectations failed: {failed}" if expectations else ""))
-    fatal = [e["name"] for e in expectations if e["action"] == "fail" and failed[e["name"]]]
-    if fatal:  # before any quarantine file and any summary: nothing of this attempt can be prepared
-        example = kind.locate(spark, kept.where(F.col("reason").endswith("(action fail)")).limit(1), plan.range,
-                              src).select("source", "position", "raw", "reason").first()
-        cache.unpersist()  # when cached
-        raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
-                         f"{batch_id}; nothing is published. First: {example['reason']}, at {example['source']} "
-                         f"position {example['position']}: {str(example['raw'])[:300]}")
+    def transform(self) -> None:
+        """Read once and transform. Both outputs, the counts and the source positions come from one
+        read: either the sink is written straight from it while the counts and the records to
+        quarantine are observed (a kind that can read its range again, numbered the same way:
+        beyond the observation's cap, a second read classifies every record again), or what the job
+        keeps of the classified records is cached on local disk (a Kafka range must not be asked of
+        the broker twice; a classification that could answer otherwise the second time; a
+        transform that reads its input more than once, or whose output the read's observation
+        cannot count: then the counts take a read of their own). Memory stays bounded either way."""
+        from pyspark import StorageLevel
+        from pyspark.sql import Observation
 
-    # 4. the quarantine, only when there is something to quarantine, at the exact source positions
-    tasks = max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK))  # one file for up to a million of them
-    seen_bad = None if cached or not rows_bad else got[BAD_LINES]
-    if seen_bad is not None:  # no second read
-        of_bad = bad_of(spark, kept, seen_bad)
-    else:  # from the cache; or too many to hold: a second read that classifies every record again
-        if not cached and rows_bad:
-            log(f"{rows_bad} records to quarantine, more than {BAD_LINES_CONF} characters: a second read "
-                f"classifies every record again")
-        of_bad = kept.where(F.col("reason").isNotNull())
-    bad = quarantined_records(kind.locate(spark, of_bad, plan.range, src), batch_id, extra)
-    # a few bad records spread over every piece of the read: not one file per piece (the cache's
-    # per-batch statistics skip the pieces without any); without the cache, a shuffle of the
-    # bad records only (a coalesce would read the whole source again in that many tasks)
-    bad = bad.coalesce(tasks) if cached else bad.repartition(tasks)
-    manifests[QUARANTINE] = (stage_dataframe(bad, participant=QUARANTINE, table_root=layout.quarantine_table,
-                                             partition_by=[], **common) if rows_bad else [])
-    staged_bad = sum(m["rows"] for m in manifests[QUARANTINE])
-    if staged_bad != rows_bad:  # a second read that did not find what the one before counted
-        raise SystemExit(f"batch {batch_id}: the read found {rows_bad} records to quarantine, the quarantine "
-                         f"staged {staged_bad}: the source read differently the second time; nothing of this "
-                         f"attempt is prepared")
-    positions = kind.positions(kept)
-    cache.unpersist()  # when cached
-    schemas = {SINK: to_arrow_schema(out.drop(SLICE_COL).schema, timezone="UTC"),
-               QUARANTINE: to_arrow_schema(bad.drop(SLICE_COL).schema, timezone="UTC")}
-    summary = StageSummary(
-        batch_id=batch_id, attempt=attempt, rows_in=rows_in, rows_valid=rows_valid,
-        rows_quarantined=rows_bad,
-        row_preserving=bool(getattr(tmod, "ROW_PRESERVING", False)) and sink_step.KEEPS_ROWS,
-        partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
-        arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=pby,
-        stage_seconds=round(time.time() - t0, 3), spark_app_id=spark.sparkContext.applicationId,
-        config_fingerprint=spec.get("config_fingerprint", ""), source_positions=positions, plan_digest=digest,
-        rows_dropped=rows_dropped, expectations=failed, contract=spec["contract"],
-    )
-    storage_for(layout.sink_table).write_atomic(layout.stage_summary(batch_id, attempt), summary.to_json())
-    nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)
-    log(f"STAGED in {summary.stage_seconds:.1f}s: {sum(m['rows'] for m in manifests[SINK])} rows to publish, "
-        f"{rows_bad} quarantined, {nfiles} files over {summary.partitions} partitions")
-    return summary.__dict__
+        from eobatch.core.formats import SLICE_COL
+        from eobatch.sinks import job_module
+        from eobatch.sources import range_summary
+        from spark_jobs.classify import answers_twice_alike
+
+        spec, spark, kind = self.spec, self.spark, self.kind
+        self.log(f"reading {range_summary(self.plan)} ({self.plan.rows_in} records by the plan's count)")
+        checked, self.slices, assigned = self.read()
+        self.extra = [SLICE_COL] if self.slices else []
+        cached = ("the source kind cannot read its range again" if not getattr(kind, "reads_alike", False)
+                  or assigned is not None else answers_twice_alike(spark, spec["schema"], self.expectations))
+        self.counts = counts = Observation(COUNTS)  # taken once, by the one read
+        bad_lines = [] if cached else [observe_bad(spark, self.kept_of(checked)).alias(BAD_LINES)]
+        kept = self.kept_of(checked.observe(counts, *count_columns(self.xcols), *bad_lines))
+        self.tmod = load_transform(spec)
+        self.ctx = TransformContext(spark, spec["pipeline"], self.batch_id, spec.get("transform_options") or {})
+        self.sink_step = importlib.import_module(job_module(spec["sink"]["kind"]))  # the sink kind's step
+        out, self.got, cache = self.output(kept), None, kept
+        apart = counts_not_by_the_write(spark, counts, out)
+        if apart:  # the counts by a read of their own, of the checked records cached on local disk
+            self.log(f"the counts take a read of their own: {apart}")
+            cache = self.read()[0].persist(StorageLevel.DISK_ONLY)  # a new read: what the kind observes of it too
+            self.got = cache.agg(*count_columns(self.xcols)).first().asDict()
+            kept, cached = self.kept_of(cache), apart
+            out = self.output(kept)  # the transform again, over the cached records
+        elif not cached and reads_of(out, COUNTS) > 1:  # decided on the analysis only: the cache can still serve it
+            cached = "the transform reads its input more than once"
+        if cached and not apart:
+            kept.persist(StorageLevel.DISK_ONLY)
+        self.log("the records to quarantine: " + (f"cached on local disk with the rest of the read ({cached})"
+                                                  if cached else "observed by the read, in bounded memory"))
+        self.kept, self.out, self.cache, self.cached = kept, out, cache, cached
+
+    # -- write: the sink's rows, then the counts, then the quarantine -----------------------------
+    def _stage(self, df, participant: str, table_root: str, partition_by: list[str]) -> list[dict]:
+        from eobatch.core.formats import SLICE_COL
+        from spark_jobs.stage_write import stage_dataframe
+
+        ledger_spec = {"sink_table": self.layout.sink_table, "quarantine_table": self.layout.quarantine_table}
+        return stage_dataframe(df, participant=participant, table_root=table_root, partition_by=partition_by,
+                               ledger_spec=ledger_spec, batch_id=self.batch_id, attempt=self.attempt,
+                               slice_col=SLICE_COL if self.slices else None)
+
+    def write_sink(self) -> None:
+        from eobatch.core.formats import QUARANTINE, SINK
+
+        self.partition_by = {SINK: list(self.spec["partition_by"]), QUARANTINE: []}
+        self.manifests = {SINK: self._stage(self.out, SINK, self.layout.sink_table, self.partition_by[SINK])}
+
+    def counted(self) -> None:
+        """The batch's counts (the write's read observed them, or a read of their own); SystemExit
+        when an expectation whose action is fail failed, before any quarantine file or summary."""
+        from pyspark.sql import functions as F
+
+        from eobatch.core.formats import SINK
+
+        got = self.got = self.got or observed_counts(self.spark, self.counts)
+        self.rows_in, self.rows_bad, self.rows_dropped = int(got["rows_in"]), int(got["rows_bad"]), int(got["rows_dropped"])
+        self.failed = failed = {e["name"]: int(got[c]) for e, c in zip(self.expectations, self.xcols)}
+        self.rows_valid = self.rows_in - self.rows_bad - self.rows_dropped
+        self.log(f"read {self.rows_in} records: {self.rows_valid} valid, {self.rows_bad} to quarantine, "
+                 f"{self.rows_dropped} dropped; sink staged: {sum(m['rows'] for m in self.manifests[SINK])} rows"
+                 + (f"; expectations failed: {failed}" if self.expectations else ""))
+        fatal = [e["name"] for e in self.expectations if e["action"] == "fail" and failed[e["name"]]]
+        if fatal:  # nothing of this attempt can be prepared
+            example = self.kind.locate(self.spark, self.kept.where(F.col("reason").endswith("(action fail)")).limit(1),
+                                       self.plan.range, self.src).select("source", "position", "raw", "reason").first()
+            self.cache.unpersist()  # when cached
+            raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
+                             f"{self.batch_id}; nothing is published. First: {example['reason']}, at "
+                             f"{example['source']} position {example['position']}: {str(example['raw'])[:300]}")
+
+    def write_quarantine(self) -> None:
+        """The quarantine, only when there is something to quarantine, at the exact source positions."""
+        from pyspark.sql import functions as F
+
+        from eobatch.core.formats import QUARANTINE
+        from spark_jobs.classify import quarantined_records
+
+        rows_bad, cached, kept = self.rows_bad, self.cached, self.kept
+        tasks = max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK))  # one file for up to a million of them
+        seen_bad = None if cached or not rows_bad else self.got[BAD_LINES]
+        if seen_bad is not None:  # no second read
+            of_bad = bad_of(self.spark, kept, seen_bad)
+        else:  # from the cache; or too many to hold: a second read that classifies every record again
+            if not cached and rows_bad:
+                self.log(f"{rows_bad} records to quarantine, more than {BAD_LINES_CONF} characters: a second read "
+                         f"classifies every record again")
+            of_bad = kept.where(F.col("reason").isNotNull())
+        bad = quarantined_records(self.kind.locate(self.spark, of_bad, self.plan.range, self.src), self.batch_id,
+                                  self.extra)
+        # a few bad records spread over every piece of the read: not one file per piece (the cache's
+        # per-batch statistics skip the pieces without any); without the cache, a shuffle of the
+        # bad records only (a coalesce would read the whole source again in that many tasks)
+        self.bad = bad = bad.coalesce(tasks) if cached else bad.repartition(tasks)
+        self.manifests[QUARANTINE] = (self._stage(bad, QUARANTINE, self.layout.quarantine_table, [])
+                                      if rows_bad else [])
+        staged_bad = sum(m["rows"] for m in self.manifests[QUARANTINE])
+        if staged_bad != rows_bad:  # a second read that did not find what the one before counted
+            raise SystemExit(f"batch {self.batch_id}: the read found {rows_bad} records to quarantine, the "
+                             f"quarantine staged {staged_bad}: the source read differently the second time; "
+                             f"nothing of this attempt is prepared")
+
+    # -- report: the stage summary, last --------------------------------------------------------
+    def report(self) -> dict:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from eobatch.config.schemas import schema_to_b64
+        from eobatch.core.formats import QUARANTINE, SINK, SLICE_COL, StageSummary
+        from eobatch.storage.fs import storage_for
+
+        positions = self.kind.positions(self.kept)
+        self.cache.unpersist()  # when cached
+        schemas = {SINK: to_arrow_schema(self.out.drop(SLICE_COL).schema, timezone="UTC"),
+                   QUARANTINE: to_arrow_schema(self.bad.drop(SLICE_COL).schema, timezone="UTC")}
+        manifests = self.manifests
+        summary = StageSummary(
+            batch_id=self.batch_id, attempt=self.attempt, rows_in=self.rows_in, rows_valid=self.rows_valid,
+            rows_quarantined=self.rows_bad,
+            row_preserving=bool(getattr(self.tmod, "ROW_PRESERVING", False)) and self.sink_step.KEEPS_ROWS,
+            partitions={p: len(m) for p, m in manifests.items()}, manifests=manifests,
+            arrow_schema={p: schema_to_b64(s) for p, s in schemas.items()}, partition_by=self.partition_by,
+            stage_seconds=round(time.time() - self.t0, 3), spark_app_id=self.spark.sparkContext.applicationId,
+            config_fingerprint=self.spec.get("config_fingerprint", ""), source_positions=positions,
+            plan_digest=self.digest, rows_dropped=self.rows_dropped, expectations=self.failed,
+            contract=self.spec["contract"],
+        )
+        storage_for(self.layout.sink_table).write_atomic(self.layout.stage_summary(self.batch_id, self.attempt),
+                                                         summary.to_json())
+        nfiles = sum(len(m["files"]) for ms in manifests.values() for m in ms)
+        self.log(f"STAGED in {summary.stage_seconds:.1f}s: {sum(m['rows'] for m in manifests[SINK])} rows to "
+                 f"publish, {self.rows_bad} quarantined, {nfiles} files over {summary.partitions} partitions")
+        return summary.__dict__
+
+    def run(self) -> dict:
+        self.check()
+        self.session()
+        self.transform()
+        self.write_sink()
+        self.counted()
+        self.write_quarantine()
+        return self.report()
+
+
+def run(spec: dict) -> dict:
+    """Stage one attempt of one batch (``StageJob``); its stage summary."""
+    return StageJob(spec).run()
 
 
 _HELD: list = []  # (kind, range) of the batch being staged: what its read holds (open files)
