@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from . import __version__
@@ -234,6 +234,14 @@ def parser() -> argparse.ArgumentParser:
         helps[name] = help
         return sub.add_parser(name, description=help, help=help)
 
+    for group in (_pipeline_commands, _repair_commands, _setup_commands):
+        group(add_parser)
+    ap.description = _overview(helps)
+    return ap
+
+
+def _pipeline_commands(add_parser: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """`parser`'s commands that read a pipeline, and the protocol's steps."""
     lp = add_parser("ledger", "the batches of a pipeline: state, range, counts, versions, timings")
     lp.add_argument("pipeline")
     lp.add_argument("--format", choices=["table", "json"], default="table")
@@ -263,6 +271,9 @@ def parser() -> argparse.ArgumentParser:
             vp.add_argument("--interval", nargs=2, metavar=("START", "END"),
                             help="interval mode: the data interval (ISO times, UTC)")
             vp.add_argument("--run-id", default=None, help="interval mode: the owner of the batch")
+
+def _repair_commands(add_parser: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """`parser`'s commands that move a pipeline or repair it."""
     dp = add_parser("run-date", "the logical date `airflow dags test` needs so that the run covers "
                                          "DATE's interval (interval mode) or DATE (continuous mode)")
     dp.add_argument("pipeline")
@@ -289,6 +300,9 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("batch", type=int)
     rp.add_argument("--accept-loss", action="store_true", help="go ahead although landing files of the forgotten "
                                                                "batches are gone (the ledger records the loss)")
+
+def _setup_commands(add_parser: Callable[[str, str], argparse.ArgumentParser]) -> None:
+    """`parser`'s commands that set up and check a deployment."""
     ap_ = add_parser("class-archive", "build the stage job's JVM class-data archive (make setup runs it): "
                                               "one small stage job, a faster start for every later one")
     ap_.add_argument("--master", default="local[*]")
@@ -323,8 +337,6 @@ def parser() -> argparse.ArgumentParser:
     dcp = add_parser("docs", "the documentation of this version, installed with it: its pages (title and file), "
                              "or where PAGE is")
     dcp.add_argument("page", nargs="?", default=None, help="a page's name, e.g. getting-started or operations")
-    ap.description = _overview(helps)
-    return ap
 
 
 def _log_to_stderr() -> None:
@@ -468,55 +480,85 @@ def _batch_of_upstream_version(proto: Protocol, args) -> int | None:
     return batch
 
 
+def _print_ledger(proto: Protocol, fmt: str) -> int:
+    """`eobatch ledger`: the batches, as a table or JSON."""
+    cfg = proto.cfg
+    rows = ledger_rows(proto)
+    if fmt == "json":
+        print(rows_json(rows))
+    else:
+        versions = proto.committed_versions()
+        print(f"pipeline {cfg.name} ({cfg.mode}): {cfg.source.describe()} -> {cfg.sink_table}; committed txn "
+              f"versions {versions}")
+        for r in proto.ledger.rewinds():
+            print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
+                  f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
+        for k in sorted(proto.ledger.cancelled_rewinds()):
+            c = proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}
+            print(f"rewind after batch {k.after_batch} to before batch {k.to_batch} CANCELLED at "
+                  f"{c.get('cancelled_at')}: {c.get('why')}")
+        last = last_report(proto)
+        if last:
+            print(summary_line(last, proto.names))
+        stuck = find_stuck(proto.ledger, cfg)
+        for line in stuck.lines() if stuck else []:
+            print(f"stuck: {line}")
+        found = proto.ledger.checkpoint_files()
+        if found:
+            print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "
+                  f"{len(found)} kept); every batch is listed below")
+        print(render_table(rows) if rows else "(no batches yet)")
+    return 0
+
+
+def _print_as_of(proto: Protocol, batch: int, fmt: str) -> int:
+    """`eobatch as-of`: each table's version at the commit that carried ``batch``."""
+    cfg = proto.cfg
+    cut = proto.as_of(batch)
+    if fmt == "json":
+        print(json.dumps({"pipeline": cfg.name, "batch_id": batch, "tables": cut}, indent=1, sort_keys=True))
+        return 0
+    print(f"{cfg.name} as of batch {batch}: every table at the version of the commit that carried it")
+    for name, t in cut.items():
+        print(f"  {name:12} version {t['version']:>6}  {t['table']}")
+    sink = cut["sink"]
+    print("\nread them at that cut, e.g.:\n"
+          f"  Spark:    spark.read.format(\"delta\").option(\"versionAsOf\", {sink['version']}).load(\"{sink['table']}\")\n"
+          f"  delta-rs: DeltaTable(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']}).to_pyarrow_table()\n"
+          f"  Polars:   pl.read_delta(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']})\n"
+          f"  DuckDB:   SELECT * FROM delta_scan('{s3conf.table_uri(sink['table'])}')  -- after checking that "
+          f"the table's version is {sink['version']}")
+    return 0
+
+
+def _print_replay(proto: Protocol, batch: int, reason: str | None) -> int:
+    """`eobatch replay`: a batch's quarantined records written back as a landing file."""
+    done = replay(proto, batch, reason)
+    for f in done["finished"]:
+        print(f"finished replay {f['replay']} of batch {f['batch_id']} ({f['records']} record(s)) as {f['file']}: "
+              f"recorded by a replay that had not written it (it stopped before, or runs at the same time)")
+    skipped = "".join(f"; {n} skipped: {why}" for n, why in (
+        (done["already"], f"already replayed ({', '.join(done['already_in'])})"),
+        (done["skipped"], "their raw text was not kept exactly")) if n)
+    if done["replay"] is None:
+        print(f"nothing new to replay of batch {batch}{skipped}")
+    else:
+        print(f"replayed {done['records']} quarantined record(s) of batch {batch} as {done['file']} "
+              f"(replay {done['replay']}, lineage: {done['record']}); the next run publishes them once (one "
+              f"still failing is quarantined again){skipped}")
+    return 0
+
+
 def _command(args) -> int:
     cfg = find_pipeline(args.pipeline)
     proto = Protocol(cfg)
     if args.cmd == "ledger":
-        rows = ledger_rows(proto)
-        if args.format == "json":
-            print(rows_json(rows))
-        else:
-            versions = proto.committed_versions()
-            print(f"pipeline {cfg.name} ({cfg.mode}): {cfg.source.describe()} -> {cfg.sink_table}; committed txn "
-                  f"versions {versions}")
-            for r in proto.ledger.rewinds():
-                print(f"rewind after batch {r.after_batch} to before batch {r.to_batch} at {r.requested_at} "
-                      f"(run {r.run_id}): batches {r.to_batch}..{r.after_batch} REWOUND")
-            for k in sorted(proto.ledger.cancelled_rewinds()):
-                c = proto.ledger.rewind_cancelled(k.after_batch, k.to_batch) or {}
-                print(f"rewind after batch {k.after_batch} to before batch {k.to_batch} CANCELLED at "
-                      f"{c.get('cancelled_at')}: {c.get('why')}")
-            last = last_report(proto)
-            if last:
-                print(summary_line(last, proto.names))
-            stuck = find_stuck(proto.ledger, cfg)
-            for line in stuck.lines() if stuck else []:
-                print(f"stuck: {line}")
-            found = proto.ledger.checkpoint_files()
-            if found:
-                print(f"ledger checkpoint: batches 1..{found[0][0]} (a plan reads it and the plans after it; "
-                      f"{len(found)} kept); every batch is listed below")
-            print(render_table(rows) if rows else "(no batches yet)")
-        return 0
+        return _print_ledger(proto, args.format)
     if args.cmd == "show":
         show(proto, args.limit)
         return 0
     if args.cmd == "as-of":
-        cut = proto.as_of(args.batch)
-        if args.format == "json":
-            print(json.dumps({"pipeline": cfg.name, "batch_id": args.batch, "tables": cut}, indent=1, sort_keys=True))
-            return 0
-        print(f"{cfg.name} as of batch {args.batch}: every table at the version of the commit that carried it")
-        for name, t in cut.items():
-            print(f"  {name:12} version {t['version']:>6}  {t['table']}")
-        sink = cut["sink"]
-        print("\nread them at that cut, e.g.:\n"
-              f"  Spark:    spark.read.format(\"delta\").option(\"versionAsOf\", {sink['version']}).load(\"{sink['table']}\")\n"
-              f"  delta-rs: DeltaTable(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']}).to_pyarrow_table()\n"
-              f"  Polars:   pl.read_delta(\"{s3conf.table_uri(sink['table'])}\", version={sink['version']})\n"
-              f"  DuckDB:   SELECT * FROM delta_scan('{s3conf.table_uri(sink['table'])}')  -- after checking that "
-              f"the table's version is {sink['version']}")
-        return 0
+        return _print_as_of(proto, args.batch, args.format)
     if args.cmd in ("recover", "plan", "verify", "commit", "abort"):
         return run_verb(proto, args)
     if args.cmd == "run-date":
@@ -542,20 +584,7 @@ def _command(args) -> int:
               f"them again from the end of batch {args.batch - 1}")
         return 0
     if args.cmd == "replay":
-        done = replay(proto, args.batch, args.reason)
-        for f in done["finished"]:
-            print(f"finished replay {f['replay']} of batch {f['batch_id']} ({f['records']} record(s)) as {f['file']}: "
-                  f"recorded by a replay that had not written it (it stopped before, or runs at the same time)")
-        skipped = "".join(f"; {n} skipped: {why}" for n, why in (
-            (done["already"], f"already replayed ({', '.join(done['already_in'])})"),
-            (done["skipped"], "their raw text was not kept exactly")) if n)
-        if done["replay"] is None:
-            print(f"nothing new to replay of batch {args.batch}{skipped}")
-        else:
-            print(f"replayed {done['records']} quarantined record(s) of batch {args.batch} as {done['file']} "
-                  f"(replay {done['replay']}, lineage: {done['record']}); the next run publishes them once (one "
-                  f"still failing is quarantined again){skipped}")
-        return 0
+        return _print_replay(proto, args.batch, args.reason)
     if args.cmd == "maintain":
         report = maintain(proto)
         print(summary_line(report, proto.names).replace("last maintenance", "maintenance", 1))

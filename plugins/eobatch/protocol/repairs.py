@@ -104,19 +104,7 @@ class Repairs:
             raise ProtocolError(f"cannot rewind while {which}: let a normal run commit "
                                 f"{'it' if first == newest else 'them'} first, or `make reset-batch "
                                 f"PIPELINE={self.app_id} BATCH={first}`")
-        restore = {}
-        for p in self.names:
-            point = self.participants[p].restore_point(self.app_id, to_batch)
-            if point is None:
-                raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
-                                    f"commit (log cleaned up)")
-            restore[p] = point
-            missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
-            if missing:
-                raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
-                                    f"(before that batch) can no longer be restored: {len(missing)} of its files "
-                                    f"were removed (VACUUM, e.g. after a compaction), such as {missing[0]}; "
-                                    f"nothing was rewound")
+        restore = self._restore_points(to_batch)
         gone = [b for b in live if b >= to_batch]
         prepared = [self.ledger.prepared(b) for b in gone]
         rows = sum(p.rows_published for p in prepared if p is not None)
@@ -153,6 +141,23 @@ class Repairs:
         if cancelled is not None:
             raise ProtocolError(f"the rewind to before batch {to_batch} was cancelled: {cancelled['why']}")
         return [what + f"; batch {plan.batch_id} is planned: {range_summary(plan)}"] + restores
+
+    def _restore_points(self, to_batch: int) -> dict[str, int]:
+        """Each table's version before batch ``to_batch``'s commit, checked to be restorable."""
+        restore = {}
+        for p in self.names:
+            point = self.participants[p].restore_point(self.app_id, to_batch)
+            if point is None:
+                raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
+                                    f"commit (log cleaned up)")
+            restore[p] = point
+            missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
+            if missing:
+                raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
+                                    f"(before that batch) can no longer be restored: {len(missing)} of its files "
+                                    f"were removed (VACUUM, e.g. after a compaction), such as {missing[0]}; "
+                                    f"nothing was rewound")
+        return restore
 
     def _replay_plan(self, rec: RewindRecord, max_records: int | None, run_id: str | None) -> BatchPlan:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""

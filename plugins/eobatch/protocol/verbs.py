@@ -287,25 +287,7 @@ class Protocol(Repairs):
         self._check_consistent(latest, versions)
         undecided = self._undecided_ids(latest, versions)
         if undecided:
-            first = undecided[0]
-            pending = self.ledger.require_plan(first)
-            if self.ledger.prepared(first) is not None:
-                if pending.run_id == run_id:
-                    raise ProtocolError(f"batch {first} of this run is PREPARED and must be committed before "
-                                        f"a new plan: clear the run from its `recover` (or `commit`) task")
-                # another run's batch between its verify and the end of its commit (runs overlap:
-                # interval mode, backfills): wait. A batch whose committer died is committed by
-                # the commit task's retries or the next run's recover.
-                raise BatchInFlight(f"batch {first} of run {pending.run_id} is PREPARED and not yet committed "
-                                    f"everywhere ({versions}); batches are strictly ordered, so this run waits "
-                                    f"for its commit (a run's recover commits it if its run is gone)")
-            if self.cfg.mode == "interval" and pending.run_id != run_id:
-                raise BatchInFlight(f"batch {first} (interval {pending.interval_key}) of run {pending.run_id} "
-                                    f"is not decided yet; batches are strictly ordered, so this run waits. "
-                                    f"If that run is gone without its abort (marked failed or deleted by "
-                                    f"hand), clear it so it finishes or abandons its batch, or pause the "
-                                    f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={first}`")
-            return [pending] + [self.ledger.require_plan(b) for b in undecided[1:]], False
+            return self._pending_plans(undecided, versions, run_id), False
         if max_batches < 1:
             raise ProtocolError(f"a run plans at least one batch, not {max_batches}")
         if self.cfg.mode == "interval" and max_batches > 1:
@@ -352,6 +334,29 @@ class Protocol(Repairs):
         # each batch's planning says what it left out: the run's inputs skipped, each once
         self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
         return plans, bool(plans)
+
+    def _pending_plans(self, undecided: list[int], versions: dict[str, int], run_id: str | None) -> list[BatchPlan]:
+        """The plans of the batches still to decide (a plan never plans past them), or BatchInFlight
+        when the first belongs to another run that is deciding it (PREPARED; interval mode)."""
+        first = undecided[0]
+        pending = self.ledger.require_plan(first)
+        if self.ledger.prepared(first) is not None:
+            if pending.run_id == run_id:
+                raise ProtocolError(f"batch {first} of this run is PREPARED and must be committed before "
+                                    f"a new plan: clear the run from its `recover` (or `commit`) task")
+            # another run's batch between its verify and the end of its commit (runs overlap:
+            # interval mode, backfills): wait. A batch whose committer died is committed by
+            # the commit task's retries or the next run's recover.
+            raise BatchInFlight(f"batch {first} of run {pending.run_id} is PREPARED and not yet committed "
+                                f"everywhere ({versions}); batches are strictly ordered, so this run waits "
+                                f"for its commit (a run's recover commits it if its run is gone)")
+        if self.cfg.mode == "interval" and pending.run_id != run_id:
+            raise BatchInFlight(f"batch {first} (interval {pending.interval_key}) of run {pending.run_id} "
+                                f"is not decided yet; batches are strictly ordered, so this run waits. "
+                                f"If that run is gone without its abort (marked failed or deleted by "
+                                f"hand), clear it so it finishes or abandons its batch, or pause the "
+                                f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={first}`")
+        return [pending] + [self.ledger.require_plan(b) for b in undecided[1:]]
 
     def _forgotten_while_planned(self, plan: BatchPlan, plans: list[BatchPlan]) -> list[BatchPlan]:
         """``plan`` was written after a reset (an operator's, a run's replan_pending) forgot the

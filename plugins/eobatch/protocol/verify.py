@@ -63,15 +63,7 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
         raise NotReady(f"batch {batch_id} attempt {attempt}: no stage summary yet at "
                        f"{layout.stage_summary(batch_id, attempt)}")
     problems: list[str] = []
-    if summary.plan_digest and summary.plan_digest != ledger.plan_digest(batch_id):
-        raise VerifyFailed(f"batch {batch_id} attempt {attempt} staged another plan of batch {batch_id} than the one "
-                           f"recorded now (the batch was reset and planned again while this attempt ran): "
-                           f"its output is not this batch's range")
-    other = staged_under_plan(plan, summary)
-    if other:  # nothing else of it counts: files of another configuration are never committed
-        raise VerifyFailed(f"batch {batch_id} attempt {attempt} was not staged under its plan's configuration: "
-                           + "; ".join(other) + ". Its files are aborted and the batch is staged again under the "
-                           "configuration that planned it")
+    _check_same_plan(ledger, plan, summary, attempt)
     adds: dict[str, list[JSON]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
@@ -109,38 +101,15 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
                     problems.append(f"{participant}: manifest {p} lists {rel!r} outside its attempt folder or twice")
                     continue
                 seen_paths.add(rel)
-                full = join(table_root, rel)
-                st = fs.stat(full)
-                if st is None:
-                    problems.append(f"{participant}: {rel} is listed in manifest {p} but missing")
-                    continue
-                if st.size != f["size"]:
-                    problems.append(f"{participant}: {rel} has {st.size} bytes, manifest {p} says {f['size']}")
-                    continue
-                try:
-                    with fs.open_read(full) as fh:
-                        pf = pq.ParquetFile(fh)
-                        meta, fschema = pf.metadata, pf.schema_arrow
-                except Exception as e:  # unreadable footer
-                    problems.append(f"{participant}: {rel}: unreadable Parquet footer: {e}")
-                    continue
-                if meta.num_rows != f["rows"]:
-                    problems.append(f"{participant}: {rel} holds {meta.num_rows} rows, manifest {p} says {f['rows']}")
-                    continue
-                if schema_signature(fschema) != data_sig:
-                    problems.append(f"{participant}: {rel} has schema {schema_signature(fschema)}, expected {data_sig}")
-                    continue
-                if set((f.get("partition_values") or {}).keys()) != set(pcols):
-                    problems.append(f"{participant}: {rel} partition values {f.get('partition_values')} do not match {pcols}")
+                add, problem = _checked_file(fs, table_root, rel, f, f"{participant}: {rel}", f"manifest {p}",
+                                             expected, data_sig, pcols)
+                if add is None:
+                    problems.append(problem)
                     continue
                 mrows += f["rows"]
-                nbytes += st.size
+                nbytes += add["size"]
                 nfiles += 1
-                adds[participant].append({
-                    "path": rel, "size": st.size, "partition_values": f.get("partition_values") or {},
-                    "modification_time": st.mtime_ms,
-                    "stats": footer_stats(meta, expected, nan_free=f.get("nan_free")),
-                })
+                adds[participant].append(add)
             if mrows != m.rows:
                 problems.append(f"{participant}: manifest {p} says {m.rows} rows, its files hold {mrows}")
             rows[participant] += mrows
@@ -149,7 +118,33 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
         # the table, when it exists, must take this schema: as it is, or with the new columns the
         # commit adds (schema_evolution); the schema the commit produces, not the old table's
         problems += participants[participant].accepts(expected, pcols, schema_evolution, f"{participant} ({table_root}): ")
-    # reconciliation
+    problems += _reconciled(plan, summary, rows)
+    if problems:
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} failed verification: " + "; ".join(problems))
+    totals = {"rows_published": rows.get(SINK, 0), "bytes": nbytes, "files": nfiles}
+    return summary, adds, totals
+
+
+def _check_same_plan(ledger: Ledger, plan: BatchPlan, summary: StageSummary, attempt: str) -> None:
+    """VerifyFailed when the attempt staged another plan of the batch than the one recorded now, or
+    under another configuration than its plan's: nothing else of it counts."""
+    batch_id = plan.batch_id
+    if summary.plan_digest and summary.plan_digest != ledger.plan_digest(batch_id):
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} staged another plan of batch {batch_id} than the one "
+                           f"recorded now (the batch was reset and planned again while this attempt ran): "
+                           f"its output is not this batch's range")
+    other = staged_under_plan(plan, summary)
+    if other:  # files of another configuration are never committed
+        raise VerifyFailed(f"batch {batch_id} attempt {attempt} was not staged under its plan's configuration: "
+                           + "; ".join(other) + ". Its files are aborted and the batch is staged again under the "
+                           "configuration that planned it")
+
+
+def _reconciled(plan: BatchPlan, summary: StageSummary, rows: dict[str, int]) -> list[str]:
+    """The problems of the counts: the source kind's check of what was read against the planned
+    range, rows in = valid + quarantined + dropped, the staged files' rows (``rows``) against the
+    job's counts."""
+    problems: list[str] = []
     problems += kind_for(plan.source_kind).range(plan.range).check_stage(summary)
     if plan.rows_in is not None and summary.rows_in != plan.rows_in:
         problems.append(f"the job read {summary.rows_in} records, the source range holds {plan.rows_in}")
@@ -160,10 +155,34 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
         problems.append(f"quarantine files hold {rows[QUARANTINE]} rows, the job quarantined {summary.rows_quarantined}")
     if summary.row_preserving and SINK in rows and rows[SINK] != summary.rows_valid:
         problems.append(f"sink files hold {rows[SINK]} rows, the row-preserving transform had {summary.rows_valid} valid rows")
-    if problems:
-        raise VerifyFailed(f"batch {batch_id} attempt {attempt} failed verification: " + "; ".join(problems))
-    totals = {"rows_published": rows.get(SINK, 0), "bytes": nbytes, "files": nfiles}
-    return summary, adds, totals
+    return problems
+
+
+def _checked_file(fs: Storage, table_root: str, rel: str, f: JSON, what: str, manifest: str, expected: pa.Schema,
+                  data_sig: list[tuple[str, str]], pcols: list[str]) -> tuple[JSON | None, str]:
+    """(its AddAction, "") for staged file ``rel`` that a manifest lists as ``f``, or (None, the
+    problem): it exists with the listed size, its footer's rows and schema are the listed ones,
+    its partition values are the table's partition columns."""
+    full = join(table_root, rel)
+    st = fs.stat(full)
+    if st is None:
+        return None, f"{what} is listed in {manifest} but missing"
+    if st.size != f["size"]:
+        return None, f"{what} has {st.size} bytes, {manifest} says {f['size']}"
+    try:
+        with fs.open_read(full) as fh:
+            pf = pq.ParquetFile(fh)
+            meta, fschema = pf.metadata, pf.schema_arrow
+    except Exception as e:  # unreadable footer
+        return None, f"{what}: unreadable Parquet footer: {e}"
+    if meta.num_rows != f["rows"]:
+        return None, f"{what} holds {meta.num_rows} rows, {manifest} says {f['rows']}"
+    if schema_signature(fschema) != data_sig:
+        return None, f"{what} has schema {schema_signature(fschema)}, expected {data_sig}"
+    if set((f.get("partition_values") or {}).keys()) != set(pcols):
+        return None, f"{what} partition values {f.get('partition_values')} do not match {pcols}"
+    return {"path": rel, "size": st.size, "partition_values": f.get("partition_values") or {},
+            "modification_time": st.mtime_ms, "stats": footer_stats(meta, expected, nan_free=f.get("nan_free"))}, ""
 
 
 def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:

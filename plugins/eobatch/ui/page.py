@@ -120,6 +120,22 @@ def _nice_max(v: float) -> float:
     return float(10 * exp)
 
 
+def _legend(x0: float, y1: float, y2: float) -> list[str]:
+    """The timeline's legends: the phases above the first panel, the rows above the second."""
+    out: list[str] = []
+    lx = x0
+    for _key, name, colour in PHASES:
+        out.append(f'<rect x="{lx}" y="{y1 - 17}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{y1 - 8}">{esc(name)}</text>')
+        lx += 70
+    lx = x0
+    for name, colour in (("published", "#43a047"), ("quarantined", "#e53935")):
+        out.append(f'<rect x="{lx}" y="{y2 - 17}" width="10" height="10" fill="{colour}"/>'
+                   f'<text x="{lx + 14}" y="{y2 - 8}">{esc(name)}</text>')
+        lx += 100
+    return out
+
+
 def timeline_svg(rows: Sequence[dict], width: int = 960) -> str:
     """Two panels over the same batches (oldest left): seconds per phase (stacked) and rows
     published / quarantined (stacked; a batch not yet verified shows its planned rows in
@@ -191,17 +207,7 @@ def timeline_svg(rows: Sequence[dict], width: int = 960) -> str:
                    f'<title>batch {esc(b)}: {esc(r.get("state"))}</title></rect>')
         if i % label_every == 0 or i == len(rows) - 1:
             out.append(f'<text x="{x + bar_w / 2:.1f}" y="{base + 22}" text-anchor="middle">{esc(b)}</text>')
-    # legend
-    lx = left + 260
-    for _key, name, colour in PHASES:
-        out.append(f'<rect x="{lx}" y="{y1 - 17}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{lx + 14}" y="{y1 - 8}">{esc(name)}</text>')
-        lx += 70
-    lx = left + 260
-    for name, colour in (("published", "#43a047"), ("quarantined", "#e53935")):
-        out.append(f'<rect x="{lx}" y="{y2 - 17}" width="10" height="10" fill="{colour}"/>'
-                   f'<text x="{lx + 14}" y="{y2 - 8}">{esc(name)}</text>')
-        lx += 100
+    out += _legend(left + 260, y1, y2)
     out.append(f'<text x="{width - right}" y="{height - 4}" text-anchor="end">batch id</text>')
     out.append("</svg>")
     return "\n".join(out)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from ...core.formats import slice_name
 from ...errors import IntervalNotSettled, ProtocolError, TerminalError
@@ -194,15 +194,7 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
         iv_start = (new or {"start": start_ms})["start"]
         held = holder(name) if (name == own or name in scanned) else None
         if held is not None and "slices" not in held.range:
-            if new is None:  # a re-run of an interval published before this planner: as it was then
-                raise ProtocolError(
-                    f"interval {name} was published by batch {held.batch_id}, planned by offsets-for-times (a "
-                    f"planner before intervals were assigned by record timestamps); it cannot be republished "
-                    f"exactly: its records stay as published")
-            raise ProtocolError(
-                f"records of interval {name} arrived after batch {held.batch_id} published it by offsets-for-times "
-                f"(a planner before intervals were assigned by record timestamps): it cannot be republished "
-                f"exactly. Rewind the pipeline to before that batch (make rewind) to publish it again")
+            _refuse_republish(held, name, new)
         before = held.range["slices"].get(name) if held is not None else None
         c = merged(before, new)
         if c is None:
@@ -218,27 +210,12 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
                              f"had not run or was empty; published by this batch")
         else:
             pending[name] = c
-    kept_back = sum(scanned[n]["records"] for n in pending if n in scanned)
-    if kept_back:
-        notes.append(f"{kept_back} record(s) scanned for intervals that have not run are kept for their runs "
-                     f"({len(pending)} interval(s) pending)")
+    notes += _kept_back(scanned, pending)
 
-    # 5. retention against what must be read again
-    for name, c in slices.items():
-        for p, (lo, hi) in c["partitions"].items():
-            low = offsets[int(p)][0]
-            if lo < low:
-                judge_loss(src, f"data loss: topic {topic!r} partition {p}: offsets [{lo}, {min(hi, low)}) of interval {name} "
-                     f"were deleted (retention) before the interval could be published (again) whole",
-                           "publish what is left", notes)
-                c["partitions"][p] = [low, max(low, hi)]
-                c["records"] = None
+    _judge_retention(src, topic, slices, offsets, notes)  # 5. retention against what must be read again
 
     scan = {str(p): [cursor[p], offsets[p][1]] for p in sorted(offsets)}
-    hull: dict[str, list[int]] = {}
-    for p in sorted(offsets):
-        rs = [c["partitions"][str(p)] for c in slices.values() if str(p) in c["partitions"]]
-        hull[str(p)] = ([min(r[0] for r in rs), max(r[1] for r in rs)] if rs else [offsets[p][1], offsets[p][1]])
+    hull = _hull(slices, offsets)
     counts = [c["records"] for c in slices.values()]
     n = None if None in counts else sum(counts)
     if not slices and not lost and all(a == b for a, b in scan.values()) and pending == pending_before:
@@ -253,6 +230,52 @@ def plan_interval(src, broker: Broker, cron: str, start_ms: int, end_ms: int, li
     if lost:
         rng["lost"] = lost
     return rng, n, notes
+
+
+def _kept_back(scanned: dict[str, dict], pending: dict[str, dict]) -> list[str]:
+    """The note of the records scanned for intervals that have not run yet (kept for their runs)."""
+    kept_back = sum(scanned[n]["records"] for n in pending if n in scanned)
+    return [f"{kept_back} record(s) scanned for intervals that have not run are kept for their runs "
+            f"({len(pending)} interval(s) pending)"] if kept_back else []
+
+
+def _hull(slices: dict[str, dict], offsets: dict[int, tuple[int, int]]) -> dict[str, list[int]]:
+    """Per partition, the offsets from the first to the last that ``slices`` publish (an empty
+    range at the partition's end when they publish none of it)."""
+    hull: dict[str, list[int]] = {}
+    for p in sorted(offsets):
+        rs = [c["partitions"][str(p)] for c in slices.values() if str(p) in c["partitions"]]
+        hull[str(p)] = ([min(r[0] for r in rs), max(r[1] for r in rs)] if rs else [offsets[p][1], offsets[p][1]])
+    return hull
+
+
+def _refuse_republish(held, name: str, new: dict | None) -> NoReturn:
+    """Interval ``name`` was published by ``held``, a plan of the planner before intervals were
+    assigned by record timestamps: it cannot be published again exactly."""
+    if new is None:  # a re-run of an interval published before this planner: as it was then
+        raise ProtocolError(
+            f"interval {name} was published by batch {held.batch_id}, planned by offsets-for-times (a "
+            f"planner before intervals were assigned by record timestamps); it cannot be republished "
+            f"exactly: its records stay as published")
+    raise ProtocolError(
+        f"records of interval {name} arrived after batch {held.batch_id} published it by offsets-for-times "
+        f"(a planner before intervals were assigned by record timestamps): it cannot be republished "
+        f"exactly. Rewind the pipeline to before that batch (make rewind) to publish it again")
+
+
+def _judge_retention(src, topic: str, slices: dict[str, dict], offsets: dict[int, tuple[int, int]],
+                     notes: list[str]) -> None:
+    """Offsets of ``slices`` that retention deleted before they could be read: the source's
+    ``on_data_loss`` decides (``judge_loss``); the slice then starts at the low watermark."""
+    for name, c in slices.items():
+        for p, (lo, hi) in c["partitions"].items():
+            low = offsets[int(p)][0]
+            if lo < low:
+                judge_loss(src, f"data loss: topic {topic!r} partition {p}: offsets [{lo}, {min(hi, low)}) of interval {name} "
+                     f"were deleted (retention) before the interval could be published (again) whole",
+                           "publish what is left", notes)
+                c["partitions"][p] = [low, max(low, hi)]
+                c["records"] = None
 
 
 def _wait_for_open_transactions(src, broker: Broker, offsets: dict[int, tuple[int, int]], end_ms: int,

@@ -205,12 +205,7 @@ class _View:
                 if p is not None and p >= 0 and p > pos:
                     pos = min(p, end)
             if pos == before and failed is None:
-                # a response larger than receive.message.max.bytes: the client drops it and asks again
-                # for the same offset, forever; it says so only in its own error reports
-                big = [e for e in self.errors if e.code() == KafkaError._BAD_MSG and "receive.message.max.bytes"
-                       in e.str()]
-                if big:
-                    failed = (pos, f"{big[-1].name()}: {big[-1].str()}")
+                failed = self._too_large(pos)
             if failed is not None and pos <= failed[0]:
                 at, why = failed
                 strikes = (at, strikes[1] + 1 if strikes[0] == at else 1)
@@ -232,6 +227,14 @@ class _View:
             elif time.time() - last_progress > self.timeout:
                 raise KafkaReadError(f"kafka {self.servers}: no progress reading {self.topic}/{self.partition} at "
                                      f"offset {pos} of [{start}, {end}) for {self.timeout:.0f}s")
+
+    def _too_large(self, pos: int) -> tuple[int, str] | None:
+        """(pos, why) when the client reported a response larger than receive.message.max.bytes: it
+        drops it and asks again for the same offset, forever; it says so only in its own error reports."""
+        from confluent_kafka import KafkaError
+
+        big = [e for e in self.errors if e.code() == KafkaError._BAD_MSG and "receive.message.max.bytes" in e.str()]
+        return (pos, f"{big[-1].name()}: {big[-1].str()}") if big else None
 
     def close(self) -> None:
         self.c.close()
