@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
@@ -49,6 +50,13 @@ def missing_members(obj: object, protocol: type) -> list[str]:
     return sorted(m for m in members if not hasattr(obj, m))
 
 
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path or ".").st_mtime_ns
+    except OSError:
+        return -1
+
+
 class Registry(Generic[K]):
     """The kinds of ``package`` (a ``protocol`` each; ``what``: "source", "sink"). ``check``: what a
     kind that is not built in must also pass (ValueError or TypeError saying why not), e.g. its part
@@ -59,15 +67,12 @@ class Registry(Generic[K]):
         self.package, self.builtin, self.protocol, self.what = package, builtin, protocol, what
         self.check, self.group = check, group or package
         self.registered: dict[str, K] = {}
-        self._scan: tuple[tuple[str, ...], dict[str, list[EntryPoint]]] | None = None
+        self._scan: tuple[tuple[tuple[str, int], ...], dict[str, list[EntryPoint]]] | None = None
         self._broken: dict[str, KindUnavailable] = {}
 
     def register(self, kind: K) -> K:
         """Make ``kind`` known under ``kind.name`` (a second kind of the same name replaces the first)."""
-        if not isinstance(kind, self.protocol):
-            missing = missing_members(kind, self.protocol)
-            raise TypeError(f"{kind!r} does not implement {self.package}.{self.protocol.__name__}"
-                            + (f" (it has no {', '.join(missing)})" if missing else ""))
+        self._conforms(kind)
         name: str = kind.name  # type: ignore[attr-defined]
         if name not in self.builtin and self.check is not None:
             self.check(kind)
@@ -75,8 +80,9 @@ class Registry(Generic[K]):
         return kind
 
     def published(self) -> dict[str, list[EntryPoint]]:
-        """The entry points of the registry's group, by name: read again when ``sys.path`` changed."""
-        key = tuple(sys.path)
+        """The entry points of the registry's group, by name: read again when ``sys.path`` or one
+        of its folders changed (a distribution installed or removed since)."""
+        key = tuple((p, _mtime(p)) for p in sys.path)
         if self._scan is None or self._scan[0] != key:
             found: dict[str, list[EntryPoint]] = {}
             for ep in entry_points(group=self.group):
@@ -128,6 +134,13 @@ class Registry(Generic[K]):
         clashes = {n: str(self._clash(n, found[n])) for n in found if n in self.builtin}
         return {**clashes, **{n: str(e) for n, e in sorted(self._broken.items())}}
 
+    def _conforms(self, kind: object) -> None:
+        """TypeError when ``kind`` does not implement the registry's protocol, naming what it lacks."""
+        if not isinstance(kind, self.protocol):
+            missing = missing_members(kind, self.protocol)
+            raise TypeError(f"{kind!r} does not implement {self.package}.{self.protocol.__name__}"
+                            + (f" (it has no {', '.join(missing)})" if missing else ""))
+
     def _clash(self, name: str, published: list[EntryPoint]) -> KindUnavailable:
         return KindUnavailable(f"{entry_point_text(published[0])} is not used: {name!r} is a built-in {self.what} "
                                f"kind of eobatch; a plug-in kind needs a name of its own")
@@ -143,9 +156,13 @@ class Registry(Generic[K]):
         except Exception as e:  # noqa: BLE001 - whatever a plug-in's import raises: that kind alone is unusable
             raise KindUnavailable(f"{self.what} kind {name!r} cannot be loaded: {where}: "
                                   f"{type(e).__name__}: {e}") from e
-        if getattr(kind, "name", None) != name:
-            raise KindUnavailable(f"{self.what} kind {name!r} cannot be used: {where} names an object called "
-                                  f"{getattr(kind, 'name', None)!r}; the entry point's name is the kind's")
+        try:
+            self._conforms(kind)
+        except TypeError as e:
+            raise KindUnavailable(f"{self.what} kind {name!r} cannot be used: {where}: {e}") from e
+        if kind.name != name:
+            raise KindUnavailable(f"{self.what} kind {name!r} cannot be used: {where} names a kind called "
+                                  f"{kind.name!r}; the entry point's name is the kind's")
         try:
             return self.register(kind)
         except (TypeError, ValueError) as e:
