@@ -165,5 +165,5 @@ class Registry(Generic[K]):
                                   f"{kind.name!r}; the entry point's name is the kind's")
         try:
             return self.register(kind)
-        except (TypeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - the check's refusal, or what the plug-in's attributes raise
             raise KindUnavailable(f"{self.what} kind {name!r} cannot be used: {where}: {e}") from e
