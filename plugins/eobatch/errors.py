@@ -125,7 +125,7 @@ class CommitBlocked(ProtocolError):
 
 class ConfigChanged(ProtocolError):
     """The pipeline's file changed a key that the tables, or a pending batch, depend on
-    (``config.CONTRACT``): refused until the edit is undone or the batch is decided."""
+    (``config.contract``): refused until the edit is undone or the batch is decided."""
 
 
 class SliceRewritten(ProtocolError):

@@ -49,6 +49,8 @@ class NumbersKind:
     """A toy kind: the records {"n": 1} .. {"n": count}, one batch."""
 
     name, config_keys = "numbers", frozenset({"kind", "count"})
+    contract_keys = {"source.count": (sources.base.PENDING, lambda s: s.count)}  # its part of config.contract
+    harmless_keys: dict[str, str] = {}
     position_based, checks_late_files, located_columns, quarantine_columns = False, False, (), ()
     interval_by_record_time = replayable = False
 

@@ -6,8 +6,8 @@ keys each sink kind adds under ``sink:`` from the kind's own model (``KIND.confi
 models check each key with the product's wording (every problem of a file is reported at once, in
 the order of the file's keys: ``ConfigError.problems``), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
 ``pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
-be ...``; an unknown key names the allowed ones. The roles of the keys in the configuration
-contract (``CONTRACT``, ``HARMLESS``) are here too; what a YAML may never do (Spark settings,
+be ...``; an unknown key names the allowed ones. The configuration contract of the keys is
+``config.contract``'s, with each kind's part (``contract`` puts them together); what a YAML may never do (Spark settings,
 ``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
 the models ``json_schema``'s, reading a file's bytes into a YAML mapping (every cost bounded, any
 bytes a ``ConfigError``) ``yamlfile``'s.
@@ -33,11 +33,12 @@ from .. import settings, sinks
 from ..errors import ConfigError, UsageError
 from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
-from ..sources import ConfigContext, SourceConfig, kind_for, kind_names
+from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
+from ..sources import kinds as source_kinds
 from . import model as cm
 from . import notifiers, sql_guard, transforms
 from .access import check_access
-from .contract import PASSTHROUGH, Edit, contract_edits
+from .contract import PASSTHROUGH, Contract, Edit, assemble, contract_edits, kind_part
 from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
 from .model import (
     NAME_RE,
@@ -138,7 +139,10 @@ def _source(v: Any, info: ValidationInfo) -> SourceConfig:
         raise Invalid("is required", at="kind")
     if v["kind"] not in kind_names():
         raise Invalid(f"{v['kind']!r} must be one of {', '.join(kind_names())}", at="kind")
-    kind = kind_for(v["kind"])
+    try:
+        kind = kind_for(v["kind"])
+    except KindUnavailable as e:  # an installed kind that cannot be used: the message names its distribution
+        raise Invalid(str(e), at="kind") from None
     extra = sorted(set(v) - kind.config_keys)
     if extra:
         raise Invalid(f"unknown key (allowed: {', '.join(sorted(kind.config_keys))})", at=str(extra[0]))
@@ -680,75 +684,25 @@ RETRY_KEYS = RetriesSection.yaml_keys()
 
 
 # -- a configuration edit is an event of the protocol ---------------------------------------------
-# Every key of a pipeline YAML has one of three roles, defined here once (a test enumerates every key
-# the loader accepts and checks it has one). Each plan records the values of the TABLE and PENDING
-# keys (``BatchPlan.config``); plan, recover, verify and commit compare them with the file's now
-# (``config_edits``) and refuse (``ConfigChanged``), naming the key, the old and the new value:
-#   TABLE    what the tables' rows mean and where they are: fixed while the tables hold batches
-#   PENDING  what a batch is staged, verified or committed with: a batch that is PLANNED, STAGED or
-#            PREPARED finishes under the values that planned it (the edit waits until it has)
-#   FREE     read only when a batch is planned or scheduled, or by no batch at all (the reason says)
+# Every key of a pipeline YAML has one of three roles (TABLE, PENDING, harmless: ``config.contract``);
+# the keys every pipeline has are the contract's, each kind declares the roles of its own keys
+# (``contract_keys``, ``harmless_keys``), and a test enumerates every key the loader accepts and
+# checks it has one.
 TABLE, PENDING = sinks.TABLE, sinks.PENDING
 
 
-def _source_value(attr: str):
-    return lambda c: getattr(c.source, attr, None)
+def contract() -> Contract:
+    """The configuration contract of every key: the keys of every pipeline and of each section
+    here, and the part of each source and sink kind the registries know (built in or plug-in; a
+    pipeline of another kind records None for a kind's keys)."""
+    parts = [kind_part("source", k) for k in source_kinds()] + [kind_part("sink", k) for k in sinks.kinds()]
+    return assemble(parts, {"spark": SPARK_KEYS, "retries": RETRY_KEYS, "alerts": ALERT_KEYS,
+                            "maintenance": MAINTENANCE_KEYS})
 
 
-CONTRACT: dict[str, tuple[str, Any]] = {
-    "name": (TABLE, lambda c: c.name),  # the tables' txn appId
-    "sink.partition_by": (TABLE, lambda c: list(c.partition_by)),  # a Delta table's partitioning is fixed
-    "sink.mode": (TABLE, lambda c: c.sink_mode),  # and each sink kind's keys (contract)
-    "mode": (PENDING, lambda c: c.mode),
-    "schema": (PENDING, lambda c: c.schema),
-    "transform": (PENDING, lambda c: c.transform),
-    "transform.options": (PENDING, lambda c: c.transform_options),
-    "transform.code": (PENDING, lambda c: c.transform_code),  # the own file's SHA-256 (config.transforms)
-    "max_record_bytes": (PENDING, lambda c: c.max_record_bytes),
-    "expectations": (PENDING, lambda c: [[e.name, e.expr, e.action] for e in c.expectations]),
-    "schema_evolution": (PENDING, lambda c: c.schema_evolution),
-    "source.kind": (PENDING, lambda c: c.source.kind),
-    **{f"source.{k}": (PENDING, _source_value(k)) for k in
-       ("path", "bootstrap_servers", "conn_id", "topic", "table")},
-}
-HARMLESS: dict[str, str] = {
-    "description": "text for people",
-    "schedule": "when runs start; a pending batch's interval is in its plan",
-    "aws_conn_id": "credentials, not what is read or written",
-    "max_batches_per_run": "how many batches a run plans; each batch's range is in its plan",
-    # the tables' txn says what they hold: a table moved with the ledger under it goes on, a new empty one
-    # under an existing ledger is a gap that recover and plan refuse (LedgerMismatch)
-    "sink.table": "where the tables are, not what they mean",
-    "quarantine.table": "where the tables are, not what they mean",
-    **{f"spark.{k}": "where and with what resources the stage job runs" for k in SPARK_KEYS},
-    **{f"retries.{k}": "how often and how long a run tries" for k in RETRY_KEYS},
-    **{f"alerts.{k}": "who is told what" for k in ALERT_KEYS},
-    **{f"maintenance.{k}": "maintenance keeps exactly-once under any settings" for k in MAINTENANCE_KEYS},
-    **{f"source.{k}": "read when the next range is planned; a pending batch's range is in its plan" for k in
-       ("max_records_per_batch", "interval_prefix", "settle_seconds", "late_files", "late_lookback_intervals",
-        "starting_offsets", "max_file_bytes", "isolation_level", "starting_version", "max_versions_per_batch",
-        "max_files_per_batch", "include", "discovery", "full_listing_hours", "notifications")},
-    "source.on_change_commit": "the policy for upstream versions that change rows, read when a range is planned",
-    "source.change_feed": "whether a range reads the upstream's change data; each range records it",
-    "sink.merge.change_data_feed": "whether the sink's commits also write change data; its rows are the same",
-    "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
-    "source.consumer_timeout_seconds": "how long a read waits for progress",
-    "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",
-    "source.open_transaction_wait_seconds": "how long a plan waits for an open transaction; the range is in the plan",
-}
-
-
-def contract() -> dict[str, tuple[str, Any]]:
-    """CONTRACT and the keys each sink kind adds (``SinkKind.contract_keys``, roles of its
-    ``sink:`` keys): a pipeline of another kind records None for them."""
-    out = dict(CONTRACT)
-    for kind in sinks.kinds():
-        out.update({key: (role, _sink_value(kind.name, get)) for key, (role, get) in kind.contract_keys.items()})
-    return out
-
-
-def _sink_value(kind: str, get):
-    return lambda c: get(c.sink) if c.sink.kind == kind else None
+def harmless() -> dict[str, str]:
+    """The keys no batch depends on, each with the reason (``contract().harmless``)."""
+    return dict(contract().harmless)
 
 
 def sink_keys() -> frozenset[str]:
@@ -758,7 +712,7 @@ def sink_keys() -> frozenset[str]:
 
 def config_values(cfg: PipelineConfig) -> dict[str, Any]:
     """The values of the TABLE and PENDING keys, as JSON (what a plan records)."""
-    return json.loads(json.dumps({k: get(cfg) for k, (_role, get) in contract().items()}, sort_keys=True))
+    return json.loads(json.dumps(contract().values(cfg), sort_keys=True))
 
 
 def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> list[Edit]:
@@ -769,7 +723,7 @@ def config_edits(recorded: dict | None, cfg: PipelineConfig, pending: bool) -> l
 
 def contract_roles() -> dict[str, str]:
     """Each contract key's role (TABLE or PENDING), for ``contract.contract_edits``."""
-    return {k: role for k, (role, _get) in contract().items()}
+    return contract().roles()
 
 
 def load_pipeline(file: str) -> PipelineConfig:

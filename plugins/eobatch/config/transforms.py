@@ -7,7 +7,7 @@
 * **Shipped** with eobatch: ``spark_jobs/transforms/<name>.py`` (``passthrough``, ...).
 
 A name of both is refused (which one runs would depend on a folder's content). The own file's
-SHA-256 is recorded in each plan (the ``transform.code`` key of ``loader.CONTRACT``): a batch is
+SHA-256 is recorded in each plan (the ``transform.code`` key of ``config.contract.PIPELINE_KEYS``): a batch is
 staged only by the code it was planned with, and the code zip holds exactly the bytes that were
 hashed (``job.launch.pyfiles_zip``). A shipped transform is the installed product's code: its
 hash is not recorded (an upgrade does not refuse the batches planned before it).

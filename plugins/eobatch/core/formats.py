@@ -361,7 +361,7 @@ class BatchPlan(Record):
     rewind: JSON | None = None  # the RewindRecord that reserved this batch as its first replay
     late: list[JSON] = field(default_factory=list)  # interval mode: [{"interval", "files", "action"}] found late
     sink: str | None = None  # what the sink's rows mean (PipelineConfig.sink_contract); None: append
-    config: JSON | None = None  # the values of the keys the batch depends on (config.CONTRACT); None: older plans
+    config: JSON | None = None  # the values of the keys the batch depends on (config.contract); None: older plans
     # the first batch of the run's reservation when a run planned several batches at once (plans
     # n..m, each with run_first n); None: a run's only batch
     run_first: int | None = None

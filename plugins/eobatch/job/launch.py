@@ -80,7 +80,7 @@ def job_spec(cfg: PipelineConfig, batch_id: int, attempt: str) -> dict:
         "expectations": [{"name": e.name, "expr": e.expr, "action": e.action} for e in cfg.expectations],
         "sink": sink_for(cfg).job_spec(cfg),
         # the values of the keys the batch depends on, of the same file as the rest of the spec: the
-        # job stages only when they are its plan's, and records them for verify (config.CONTRACT)
+        # job stages only when they are its plan's, and records them for verify (config.contract)
         "contract": config_values(cfg),
     }
 

@@ -451,7 +451,7 @@ class Protocol(Repairs):
 
     def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
                       plan: BatchPlan | None = None) -> None:
-        """A configuration edit is an event of the protocol (``config.CONTRACT``): refuse
+        """A configuration edit is an event of the protocol (``config.contract``): refuse
         (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
         when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
         if not batch_id:
@@ -602,7 +602,7 @@ class Protocol(Repairs):
     # -- stage -----------------------------------------------------------------------
     def check_stage(self, batch_id: int) -> BatchPlan | None:
         """The stage task's check before it starts the job: the pipeline's file must say what
-        batch ``batch_id``'s plan recorded (``config.CONTRACT``), since the job is built from the
+        batch ``batch_id``'s plan recorded (``config.contract``), since the job is built from the
         file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
         committed, only under the configuration that planned it (the job checks its spec again,
         verify checks what the job recorded). None when the batch has no plan (the job says so).

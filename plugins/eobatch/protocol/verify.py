@@ -187,7 +187,7 @@ def _checked_file(fs: Storage, table_root: str, rel: str, f: JSON, what: str, ma
 
 def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
     """What says that an attempt was staged under another configuration than its plan's
-    (``config.CONTRACT``): the values its job recorded differ, or it recorded none, or its sink
+    (``config.contract``): the values its job recorded differ, or it recorded none, or its sink
     files do not hold the columns the plan's schema gives them (``contract.staged_columns``)."""
     if plan.config is None:  # planned before plans recorded it: nothing to compare
         return []

@@ -8,8 +8,12 @@ launch, maintenance and the Spark job ask ``kind_for`` / ``kind_for_mode``.
 Built in: ``delta`` (``sink.mode: append``: the stage job's files added to a Delta table) and
 ``delta_merge`` (``sink.mode: merge``: an upsert or running aggregates, applied with a Delta
 MERGE). They are imported on first use (a process imports the kinds it uses); a kind's YAML
-model (``KIND.config_model``, pydantic) only where pipeline files are loaded. Another kind is one package with a ``KIND`` object, registered with
-``register(KIND)`` before pipelines are loaded; its ``job_module`` is shipped with the job's code.
+model (``KIND.config_model``, pydantic) only where pipeline files are loaded. Another kind is one
+package with a ``KIND`` object, published by its distribution as an entry point of the group
+``eobatch.sinks`` (``<name> = <module>:KIND``: ``core.registry``), or registered with
+``register(KIND)`` before pipelines are loaded; its ``job_module`` is installed where the job
+runs. A kind that is not built in declares the roles of its keys agreeing with the other kinds
+(``config.contract.kind_part``), or it is refused.
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, pyarrow; deltalake and
 pyspark inside functions.
@@ -19,7 +23,8 @@ Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobat
 
 from __future__ import annotations
 
-from ..core.registry import Registry
+from ..config.contract import kind_part, part_clashes
+from ..core.registry import KindUnavailable, Registry
 from .base import (
     LEGACY_CONTRACT,
     PENDING,
@@ -35,7 +40,22 @@ from .base import (
 
 BUILTIN = ("delta", "delta_merge")  # sub-packages of this one, in the order their modes are listed
 DEFAULT = "delta"  # the kind of a pipeline whose sink: has no mode
-REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink")
+
+
+def check_kind(kind: SinkKind) -> None:
+    """A kind that is not built in: a mode of its own, its keys' roles (``contract_keys``,
+    ``harmless_keys``) none that another kind known gives another role. ValueError saying what is wrong."""
+    others = [k for k in (*(kind_for(n) for n in BUILTIN), *REGISTRY.registered.values()) if k.name != kind.name]
+    same = [k.name for k in others if k.mode == kind.mode]
+    if same:
+        raise ValueError(f"sink.mode {kind.mode!r} is sink kind {same[0]!r}'s")
+    clashes = part_clashes(kind_part("sink", kind), [kind_part("sink", k) for k in others])
+    if clashes:
+        raise ValueError(f"its keys' roles in the configuration contract are not those of the other kinds: "
+                         f"{'; '.join(clashes)}")
+
+
+REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink", check=check_kind)
 register = REGISTRY.register
 kind_names = REGISTRY.names
 
@@ -46,7 +66,8 @@ def kind_for(name: str) -> SinkKind:
 
 
 def kinds() -> list[SinkKind]:
-    return [kind_for(n) for n in kind_names()]
+    """Every kind that can be used: the built-in ones, then the others by name."""
+    return REGISTRY.kinds()
 
 
 def modes() -> list[str]:
@@ -76,5 +97,5 @@ def job_module(name: str) -> str:
 
 
 __all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
-           "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
+           "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "KindUnavailable", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
            "modes", "sink_for", "job_module"]

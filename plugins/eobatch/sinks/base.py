@@ -28,6 +28,9 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+# the roles of the configuration contract's keys (``config.contract``), for the kinds' ``contract_keys``
+from ..config.contract import PENDING as PENDING
+from ..config.contract import TABLE as TABLE
 from ..errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
@@ -35,8 +38,6 @@ if TYPE_CHECKING:
 
     from ..storage.fs import Storage
 
-# The roles of the keys of the configuration contract (``config.CONTRACT``, ``SinkKind.contract_keys``)
-TABLE, PENDING = "table", "pending"
 # What a plan without a ``sink`` record means (plans written before there was a choice of sink)
 LEGACY_CONTRACT = "append"
 
@@ -148,9 +149,11 @@ class SinkKind(Protocol):
     mode: str  # the YAML's sink.mode
     config_keys: frozenset[str]  # the keys it adds under sink: (besides table, partition_by, mode)
     job_module: str  # Spark side: the module of ``step(df, job, within)`` and ``KEEPS_ROWS``
-    # config.contract's keys of this kind: key -> (role, value of the kind's SinkConfig); a pipeline of
-    # another kind records None for them
+    # its part of the configuration contract (``config.contract``), keys ``sink.<...>``: those a plan
+    # records, key -> (TABLE or PENDING, the value of the kind's SinkConfig; a pipeline of another kind
+    # records None), and the others, key -> why a pending batch does not depend on it
     contract_keys: dict[str, tuple[str, Callable[[Any], Any]]]
+    harmless_keys: dict[str, str]
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, section: dict, ctx: SinkContext) -> SinkConfig:

@@ -6,9 +6,12 @@ launch and the Spark job ask ``kind_for(name)``.
 
 The built-in kinds are imported on first use (a process imports the kinds it uses: the Spark job
 the one it reads); a kind's YAML model (``KIND.config_model``, pydantic) only where pipeline files
-are loaded. Another kind is one package with a ``KIND`` object, registered with
-``register(KIND)`` before pipelines are loaded (e.g. in an Airflow plugin module); the Spark
-job finds it by the same name when the package is shipped with the job's code.
+are loaded. Another kind is one package with a ``KIND`` object, published by its distribution as
+an entry point of the group ``eobatch.sources`` (``<name> = <module>:KIND``), which
+``core.registry`` finds when a pipeline names it, or registered with ``register(KIND)`` before
+pipelines are loaded; the Spark job finds it by the same name when the package is installed
+where the job runs. A kind that is not built in declares a role for each of its keys, agreeing
+with the other kinds (``config.contract.kind_part``), or it is refused.
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage`` (``storage.lineage``: the OpenLineage names of
 a range's datasets), ``eobatch.job.jvm`` (the
@@ -22,7 +25,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..core.registry import Registry
+from ..config.contract import kind_part, part_clashes
+from ..core.registry import KindUnavailable, Registry
 from ..storage import lineage
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
 
@@ -31,7 +35,20 @@ if TYPE_CHECKING:
     from ..storage.lineage import LineageDataset
 
 BUILTIN = ("files", "kafka", "parquet", "delta")  # sub-packages of this one
-REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source")
+
+
+def check_kind(kind: SourceKind) -> None:
+    """A kind that is not built in: a role for each of its keys (``contract_keys``, ``harmless_keys``),
+    none that another kind known gives another role. ValueError saying what is wrong."""
+    part = kind_part("source", kind, kind.config_keys)
+    others = [kind_part("source", k) for k in (*(kind_for(n) for n in BUILTIN), *REGISTRY.registered.values())]
+    clashes = part_clashes(part, others)
+    if clashes:
+        raise ValueError(f"its keys' roles in the configuration contract are not those of the other kinds: "
+                         f"{'; '.join(clashes)}")
+
+
+REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source", check=check_kind)
 register = REGISTRY.register
 
 
@@ -41,8 +58,14 @@ def kind_names() -> list[str]:
 
 
 def kind_for(name: str) -> SourceKind:
-    """The kind called ``name``. Raises KeyError for a name no kind has."""
+    """The kind called ``name``. Raises KeyError for a name no kind has (KindUnavailable, a KeyError,
+    for an installed kind that cannot be used: the message names its distribution)."""
     return REGISTRY.get(name)
+
+
+def kinds() -> list[SourceKind]:
+    """Every kind that can be used: the built-in ones, then the others by name."""
+    return REGISTRY.kinds()
 
 
 def source_for(cfg) -> Planner:
@@ -80,5 +103,5 @@ def compact_offsets(plan: BatchPlan) -> Any:
 
 
 __all__ = ["SourceKind", "SourceConfig", "SourceRange", "Planner", "ConfigContext", "IntervalTooLarge",
-           "register", "kind_for", "kind_names", "source_for", "range_summary", "compact_offsets",
+           "KindUnavailable", "register", "kind_for", "kind_names", "kinds", "source_for", "range_summary", "compact_offsets",
            "lineage_inputs"]

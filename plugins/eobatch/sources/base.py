@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
+from ..config.contract import PENDING, TABLE
 from ..errors import TerminalError
 from ..storage import s3conf
 from ..storage.fs import printable
@@ -139,6 +141,26 @@ class SourceConfig:
 def fields_as_keys(config: type[SourceConfig]) -> frozenset[str]:
     """The ``source:`` keys of a kind whose config's fields are its keys (the built-in kinds)."""
     return frozenset(f.name for f in fields(config))
+
+
+# -- each kind's part of the configuration contract (``config.contract``): its ``source:`` keys' roles
+PLANNED = "read when the next range is planned; a pending batch's range is in its plan"
+
+
+def pinned(*keys: str, role: str = PENDING) -> dict[str, tuple[str, Callable[[Any], Any]]]:
+    """``contract_keys`` of the keys ``source.<key>`` whose value is the config's attribute of that
+    name: what a pending batch depends on (PENDING) or what the tables' rows mean (TABLE)."""
+    assert role in (PENDING, TABLE), role
+    return {f"source.{k}": (role, attrgetter(k)) for k in keys}
+
+
+def harmless(why: str, *keys: str) -> dict[str, str]:
+    """``harmless_keys`` of the keys ``source.<key>``, for the reason ``why``."""
+    return {f"source.{k}": why for k in keys}
+
+
+# every kind's own (SourceConfig): ``max_records_per_batch``, ``settle_seconds``
+COMMON_HARMLESS = harmless(PLANNED, "max_records_per_batch", "settle_seconds")
 
 
 @runtime_checkable
@@ -279,6 +301,12 @@ class SourceKind(Protocol):
 
     name: str  # the YAML's source.kind
     config_keys: frozenset[str]  # the keys allowed under source:
+    # its part of the configuration contract (``config.contract``), each of its keys with a role, as
+    # ``source.<key>``: those a plan records, key -> (PENDING or TABLE, its value of the kind's
+    # SourceConfig; a pipeline of another kind records None), e.g. ``pinned("path")``; and the others,
+    # key -> why a pending batch does not depend on it (``harmless``)
+    contract_keys: dict[str, tuple[str, Callable[[Any], Any]]]
+    harmless_keys: dict[str, str]
     position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
     checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
     interval_by_record_time: bool  # interval mode assigns records by their timestamps (Kafka: ``interval_slices``)

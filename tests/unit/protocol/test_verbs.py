@@ -517,7 +517,7 @@ def test_a_dry_run_verify_after_a_compaction_refuses_like_the_real_one(by_prefix
     assert published(proto) == collections.Counter(["a1", "b1"])
 
 
-# -- a configuration edit is an event of the protocol (config.CONTRACT): a pending batch commits under
+# -- a configuration edit is an event of the protocol (config.contract): a pending batch commits under
 # the configuration that planned it, or the edit is refused, naming the key, the old value and the new one
 
 EDIT_SCHEMA = "order_id STRING NOT NULL, seq BIGINT NOT NULL, seq2 BIGINT NOT NULL, status STRING, op STRING"

@@ -30,7 +30,8 @@ class DeltaKind:
     mode = "append"
     config_keys: frozenset[str] = frozenset()
     job_module = "eobatch.sinks.delta.job"
-    contract_keys: dict = {}
+    contract_keys: dict = {}  # no keys of its own (config.contract)
+    harmless_keys: dict[str, str] = {}
 
     def changes(self, commit_info: dict, staged_rows: int | None) -> dict[str, int]:
         return {}  # an append inserts every staged row: the batch's rows_published

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ...core.formats import SINK, STAGED
 from ..base import Participant
 from ..delta import DeltaKind
-from .config import CONTRACT, MergeConfig
+from .config import CONTRACT, HARMLESS, MergeConfig
 from .participants import (
     CDF,
     PARTIALS,
@@ -37,6 +37,7 @@ class DeltaMergeKind(DeltaKind):
     config_keys = frozenset({"merge"})  # under sink: (section.MergeSinkSection)
     job_module = "eobatch.sinks.delta_merge.job"
     contract_keys = CONTRACT
+    harmless_keys = HARMLESS
 
     @property
     def config_model(self) -> type[MergeSinkSection]:

@@ -70,3 +70,6 @@ CONTRACT: dict[str, tuple[str, Any]] = {
     "sink.merge.accumulate": (TABLE, _accumulate_value),
     "sink.merge.delete_when": (PENDING, lambda m: m.delete_when),
 }
+HARMLESS: dict[str, str] = {
+    "sink.merge.change_data_feed": "whether the sink's commits also write change data; its rows are the same",
+}

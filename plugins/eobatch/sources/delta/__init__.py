@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ...errors import TerminalError
 from ...storage import lineage, s3conf
 from ...storage.lineage import LineageDataset
-from ..base import fields_as_keys
+from ..base import COMMON_HARMLESS, PLANNED, fields_as_keys, harmless, pinned
 from ..files.planner import changed_since_plan
 from ..parquet import ParquetKind
 from .config import DeltaConfig
@@ -35,6 +35,15 @@ class DeltaKind(ParquetKind):
 
     name = "delta"
     config_keys = fields_as_keys(DeltaConfig)
+    # its part of config.contract: the upstream table (``path`` too, the table again: recorded since before
+    # kinds were packages) and the connection to its store
+    contract_keys = pinned("path", "table", "conn_id")
+    harmless_keys = {
+        **COMMON_HARMLESS, **harmless(PLANNED, "starting_version", "max_versions_per_batch", "max_files_per_batch"),
+        "source.on_change_commit": "the policy for upstream versions that change rows, read when a range is planned",
+        "source.change_feed": "whether a range reads the upstream's change data; each range records it",
+        "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
+    }
     position_based = True  # a rewind reads again from a batch's first upstream version
     checks_late_files = False
     interval_by_record_time = False

@@ -10,7 +10,17 @@ from typing import TYPE_CHECKING
 
 from ...storage import lineage
 from ...storage.lineage import MAX_FILES_LISTED, LineageDataset
-from ..base import ConfigContext, IntervalTooLarge, LandingUnreadable, SourceConfig, fields_as_keys
+from ..base import (
+    COMMON_HARMLESS,
+    PLANNED,
+    ConfigContext,
+    IntervalTooLarge,
+    LandingUnreadable,
+    SourceConfig,
+    fields_as_keys,
+    harmless,
+    pinned,
+)
 from .config import FilesConfig
 from .planner import FilesSource, FileTooLarge, LateFiles, changed_since_plan, count_records, gone_files
 from .range import FilesRange, PlannedFile
@@ -19,10 +29,17 @@ from .read import locate, observed_pieces, read_lines, release, seen
 if TYPE_CHECKING:
     from ..section import SourceSection
 
+# the keys of the landing kinds (files, parquet) that bound how a range is planned, not what it holds
+LANDING_HARMLESS = {**COMMON_HARMLESS, **harmless(
+    PLANNED, "include", "interval_prefix", "late_files", "late_lookback_intervals", "max_files_per_batch", "discovery",
+    "full_listing_hours", "notifications")}
+
 
 class FilesKind:
     name = "files"
     config_keys = fields_as_keys(FilesConfig)  # the config's fields are the source: keys (the section's, a test checks)
+    contract_keys = pinned("path")  # its part of config.contract: the landing folder
+    harmless_keys = {**LANDING_HARMLESS, **harmless(PLANNED, "max_file_bytes")}
     position_based = False
     checks_late_files = True
     interval_by_record_time = False  # interval mode: by landing folder or mtime

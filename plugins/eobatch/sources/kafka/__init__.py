@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING
 
 from ...core.formats import SLICE_COL
 from ...storage.lineage import LineageDataset, kafka_namespace
-from ..base import ConfigContext, IntervalTooLarge, SourceConfig, fields_as_keys
+from ..base import (
+    COMMON_HARMLESS,
+    PLANNED,
+    ConfigContext,
+    IntervalTooLarge,
+    SourceConfig,
+    fields_as_keys,
+    harmless,
+    pinned,
+)
 from .client import for_job, job_env, settings
 from .config import KafkaConfig
 from .intervals import slice_column
@@ -27,6 +36,14 @@ if TYPE_CHECKING:
 class KafkaKind:
     name = "kafka"
     config_keys = fields_as_keys(KafkaConfig)  # the config's fields are the source: keys (the section's, a test checks)
+    contract_keys = pinned("bootstrap_servers", "conn_id", "topic")  # its part of config.contract: the topic and its cluster
+    harmless_keys = {
+        **COMMON_HARMLESS, **harmless(PLANNED, "starting_offsets", "isolation_level"),
+        "source.on_data_loss": "the policy when records are gone before they are read: changing it is a repair",
+        "source.consumer_timeout_seconds": "how long a read waits for progress",
+        "source.read_batch_bytes": "how much a read task buffers before Spark takes it, not what is read",
+        "source.open_transaction_wait_seconds": "how long a plan waits for an open transaction; the range is in the plan",
+    }
     position_based = True
     checks_late_files = False
     interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..base import fields_as_keys
-from ..files import FilesKind
+from ..files import LANDING_HARMLESS, FilesKind
 from .config import ParquetConfig
 from .planner import ParquetSource, UnreadableParquet, footer_rows
 from .range import ParquetRange
@@ -26,6 +26,7 @@ class ParquetKind(FilesKind):
 
     name = "parquet"
     config_keys = fields_as_keys(ParquetConfig)
+    harmless_keys = LANDING_HARMLESS  # and files' contract_keys: its folder
     replayable = False  # a replay writes JSON lines, which a Parquet source does not read
     located_columns = ()
     quarantine_columns = ()
