@@ -262,10 +262,11 @@ class StageJob:
         from eobatch.sources import kind_for
 
         b, layout, ledger = self.batch_id, self.layout, self.ledger
-        self.digest = ledger.plan_digest(b)  # before the plan: the record verify compares against
-        self.plan = plan = ledger.plan(b)
-        if plan is None or self.digest is None:
+        digest = ledger.plan_digest(b)  # before the plan: the record verify compares against
+        plan = ledger.plan(b)
+        if plan is None or digest is None:
             raise SystemExit(f"batch {b} has no plan at {layout.plan(b)}")
+        self.plan, self.digest = plan, digest
         if ledger.prepared(b) is not None:
             raise SystemExit(f"batch {b} is already PREPARED; refusing to stage attempt {self.attempt}")
         refused = contract_refusal(plan, self.spec.get("contract"), self.attempt)
@@ -417,7 +418,8 @@ class StageJob:
 
         from eobatch.core.formats import SINK
 
-        got = self.got = self.got or observed_counts(self.spark, self.counts)
+        got: dict = self.got or observed_counts(self.spark, self.counts)
+        self.observed = got
         self.rows_in, self.rows_bad, self.rows_dropped = int(got["rows_in"]), int(got["rows_bad"]), int(got["rows_dropped"])
         self.failed = failed = {e["name"]: int(got[c]) for e, c in zip(self.expectations, self.xcols)}
         self.rows_valid = self.rows_in - self.rows_bad - self.rows_dropped
@@ -442,7 +444,7 @@ class StageJob:
 
         rows_bad, cached, kept = self.rows_bad, self.cached, self.kept
         tasks = max(1, -(-rows_bad // QUARANTINE_ROWS_PER_TASK))  # one file for up to a million of them
-        seen_bad = None if cached or not rows_bad else self.got[BAD_LINES]
+        seen_bad = None if cached or not rows_bad else self.observed[BAD_LINES]
         if seen_bad is not None:  # no second read
             of_bad = bad_of(self.spark, kept, seen_bad)
         else:  # from the cache; or too many to hold: a second read that classifies every record again
