@@ -32,18 +32,27 @@ class EobatchError(Exception):
     """Base of every error the product raises on purpose."""
 
     kind: ClassVar[Kind] = "terminal"
-    exit_code: ClassVar[int | None] = None  # a CLI exit code of its own; None: the kind's
+    """What the caller should do: ``wait`` (not yet: poke again), ``retry`` (transient) or
+    ``terminal`` (a person must act); a subclass may change it (``ConcurrentPlan`` waits)."""
+    exit_code: ClassVar[int | None] = None
+    """The CLI's exit code for this error; None: its kind's (``EXIT_BY_KIND``)."""
 
 
 class WaitError(EobatchError):
+    """Not yet: another party (a stage job, another run, the clock) will make it true; nothing is wrong."""
+
     kind: ClassVar[Kind] = "wait"
 
 
 class RetryableError(EobatchError):
+    """Transient: the same call may succeed later (a broker or a store that is down, a lost commit race)."""
+
     kind: ClassVar[Kind] = "retry"
 
 
 class TerminalError(EobatchError):
+    """A person must act: bad input, a broken invariant, a repair to run; the message says which."""
+
     kind: ClassVar[Kind] = "terminal"
 
 

@@ -53,6 +53,9 @@ class Report:
 
 
 class BatchRun:
+    """One DAG run of pipeline ``proto`` (its ``run_id``, asked for ``params``), step by step: each
+    method calls the protocol and returns a ``Report``; errors are those of ``eobatch.errors``."""
+
     def __init__(self, proto: Protocol, run_id: str | None = None, params: RunParams | None = None):
         self.proto = proto
         self.run_id = run_id
@@ -60,10 +63,13 @@ class BatchRun:
 
     @property
     def interval_mode(self) -> bool:
+        """Whether the pipeline runs in interval mode (a batch per data interval)."""
         return self.proto.cfg.mode == "interval"
 
     # -- recover ---------------------------------------------------------------------
     def recover(self) -> Report:
+        """``Protocol.recover`` at the start of the run, then the rewind the params ask for;
+        Report.value: ``latest``, ``committed``, ``pending`` and ``actions``."""
         t0 = time.time()
         p = self.params
         replanned = self._replan_pending() if p.replan_pending else []
@@ -193,6 +199,8 @@ class BatchRun:
 
     # -- verify ----------------------------------------------------------------------
     def verify(self, batch_id: int, attempt: str) -> Report:
+        """``Protocol.verify`` of one attempt (a dry run records nothing); NotReady (wait) while it
+        is not staged yet, VerifyFailed when what it staged is wrong."""
         dry = self.params.dry_run
         p: PreparedBatch = self.proto.verify(batch_id, attempt, dry_run=dry)
         return Report(

@@ -67,6 +67,8 @@ SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactio
 
 @dataclass
 class Recovery:
+    """What ``Protocol.recover`` found and did."""
+
     latest: int  # highest planned batch id (0: none)
     committed: int  # highest batch committed in every participant
     pending: int | None  # the first batch still to decide (PLANNED/STAGED, to re-stage), if any
@@ -172,6 +174,10 @@ class Protocol(Repairs):
 
     # -- recover ---------------------------------------------------------------------
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
+        """The start of every run: check that the ledger and the tables agree (LedgerMismatch when
+        they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
+        False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
+        and, with ``sweep``, remove the staged files of dead or zombie attempts."""
         latest = self.ledger.latest_batch_id()
         versions = self.committed_versions()
         void = self.forget_void(min(versions.values()), probe=latest)
@@ -702,6 +708,10 @@ class Protocol(Repairs):
         return version
 
     def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        """Commit PREPARED batch ``batch_id``: one Delta transaction per participant, in commit order,
+        each carrying the batch's txn version and fingerprint (a table that holds the batch already
+        is checked, not committed again), then the ledger's COMMITTED record. ``recovered``: done by
+        ``recover``, not by the batch's own commit task. CommitBlocked when its staged files are gone."""
         t0 = time.time()
         plan = self.ledger.plan(batch_id)
         prepared = self.ledger.prepared(batch_id)

@@ -57,7 +57,11 @@ def check_kind(kind: SinkKind) -> None:
 
 REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink", check=check_kind)
 register = REGISTRY.register
+"""``register(kind)``: make a kind known in this process under ``kind.name`` (before pipelines load),
+replacing a kind of that name: TypeError when it does not implement the interface, ValueError
+when a kind that is not built in fails ``check_kind`` (a mode of its own). Returns ``kind``."""
 kind_names = REGISTRY.names
+"""``kind_names()``: the built-in kinds, in their order, then the others by name."""
 
 
 def kind_for(name: str) -> SinkKind:

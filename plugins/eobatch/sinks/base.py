@@ -93,12 +93,19 @@ class Participant(Protocol):
     """One table of a batch's commit (the sink, the quarantine, a sink's own tables)."""
 
     name: str
+    """The participant's name (``sink``, ``quarantine``, a sink's own table), as the ledger records it."""
     uri: str
-    storage_options: dict | None  # how a reader opens the table (S3: endpoint, region, credentials; None: local)
-    reads_from: str | None  # the participant whose staged files its commit takes (None: its own)
-    keeps_staged_files: bool  # False: its commit reads them (merge), so they can go once every table holds the batch
+    """Where the table is (a local path or an ``s3://`` URI)."""
+    storage_options: dict | None
+    """How a reader opens the table (S3: endpoint, region, credentials); None for a local table."""
+    reads_from: str | None
+    """The participant whose staged files its commit takes; None: its own."""
+    keeps_staged_files: bool
+    """False: its commit reads the staged files (merge), so they can go once every table holds the batch."""
 
-    def exists(self) -> bool: ...
+    def exists(self) -> bool:
+        """Whether the table exists yet (its first commit creates it)."""
+        ...
 
     def committed_batch(self, app_id: str) -> int:
         """The last batch of ``app_id`` the table holds (0: none, or no table yet)."""
@@ -112,7 +119,9 @@ class Participant(Protocol):
     def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None:
         """(version, commit metadata) of the commit that carried batch ``batch_id``, or None."""
 
-    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None: ...
+    def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None:
+        """The version of the newest commit (of the last ``limit``) whose commit info has ``key == value``."""
+        ...
 
     def restore_point(self, app_id: str, batch_id: int) -> int | None:
         """Where ``roll_back`` goes to be before batch ``batch_id`` (None: no longer known)."""
@@ -123,14 +132,21 @@ class Participant(Protocol):
     def roll_back(self, point: int, metadata: dict, mark: str) -> int:
         """Bring the table back to ``point``, durably marked with ``mark`` (``rolled_back``)."""
 
-    def rolled_back(self, mark: str) -> bool: ...
+    def rolled_back(self, mark: str) -> bool:
+        """Whether a ``roll_back`` carrying ``mark`` is in the table."""
+        ...
 
     def accepts(self, staged: pa.Schema, partition_by: list[str], evolution: str, where: str = "") -> list[str]:
         """Problems of committing staged files of ``staged`` partitioned by ``partition_by`` (verify)."""
 
-    def live_files(self) -> set[str]: ...
+    def live_files(self) -> set[str]:
+        """The paths of the table's current files (relative to its root); empty when there is no table."""
+        ...
 
-    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str: ...
+    def rewritten_text(self, replace: Replace, missing: AbstractSet[str], app_id: str) -> str:
+        """Interval mode, for ``SliceRewritten``: what happened to the ``missing`` files of ``replace``
+        (how many are gone, and the table's recent commits by writers other than ``app_id``)."""
+        ...
 
     def slice_files(self, proto, batch_id: int, slice_: str, published: set[str],
                     live: Callable[[], set[str]]) -> set[str]:
@@ -145,15 +161,20 @@ class Participant(Protocol):
 class SinkKind(Protocol):
     """One sink kind. Register an instance with ``eobatch.sinks.register``."""
 
-    name: str  # the package's name
-    mode: str  # the YAML's sink.mode
-    config_keys: frozenset[str]  # the keys it adds under sink: (besides table, partition_by, mode)
-    job_module: str  # Spark side: the module of ``step(df, job, within)`` and ``KEEPS_ROWS``
-    # its part of the configuration contract (``config.contract``), keys ``sink.<...>``: those a plan
-    # records, key -> (TABLE or PENDING, the value of the kind's SinkConfig; a pipeline of another kind
-    # records None), and the others, key -> why a pending batch does not depend on it
+    name: str
+    """The kind's name: its package's."""
+    mode: str
+    """What a pipeline YAML gives as ``sink.mode`` to choose it (no two kinds share one)."""
+    config_keys: frozenset[str]
+    """The keys it adds under ``sink:`` (besides ``table``, ``partition_by``, ``mode``)."""
+    job_module: str
+    """Spark side: the module (by name) of ``step(df, job, within)`` and ``KEEPS_ROWS``."""
     contract_keys: dict[str, tuple[str, Callable[[Any], Any]]]
+    """Its keys that a plan records, in the configuration contract (``config.contract``): ``sink.<...>``
+    -> (``TABLE`` or ``PENDING``, the key's value of the kind's ``SinkConfig``); a pipeline of another
+    kind records None for them."""
     harmless_keys: dict[str, str]
+    """Its other keys: ``sink.<...>`` -> why a pending batch does not depend on it."""
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, section: dict, ctx: SinkContext) -> SinkConfig:

@@ -50,6 +50,9 @@ def check_kind(kind: SourceKind) -> None:
 
 REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source", check=check_kind)
 register = REGISTRY.register
+"""``register(kind)``: make a kind known in this process under ``kind.name`` (before pipelines load),
+replacing a kind of that name: TypeError when it does not implement the interface, ValueError
+when a kind that is not built in fails ``check_kind``. Returns ``kind``."""
 
 
 def kind_names() -> list[str]:

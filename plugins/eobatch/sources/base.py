@@ -230,11 +230,21 @@ class Planner(Protocol):
     """
 
     late: list
+    """After ``interval_range``: what it found late, ``[{"interval", "files", "action"}]``."""
 
-    def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int | None, list[str]]: ...
+    def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int | None, list[str]]:
+        """Continuous mode: ``(range, records, notes)`` of the next batch, starting where the ranges of
+        ``previous_plans`` end, of at most ``limit`` records; range None when there is nothing new."""
+        ...
 
     def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
-                       **late_files) -> tuple[dict | None, int | None, list[str]]: ...
+                       **late_files) -> tuple[dict | None, int | None, list[str]]:
+        """Interval mode: ``(range, records, notes)`` of the records of ``[start_ms, end_ms)``, at most
+        ``limit`` (more is ``IntervalTooLarge``); ``earlier``: the plan of the interval before it. The
+        protocol passes more keywords by the kind's flags: ``lookback`` and ``published`` when it
+        ``checks_late_files``, ``previous``, ``holder``, ``cron``, ``first_start_ms`` when its
+        ``interval_by_record_time``."""
+        ...
 
     def check_readable(self) -> str:
         """What ``eobatch doctor`` says of this source when it can be read (a landing folder that can
@@ -267,7 +277,9 @@ class Planner(Protocol):
 class SourceRange(Protocol):
     """A recorded range, typed. ``kind.range(d).to_json() == d`` for every range a ledger holds."""
 
-    def to_json(self) -> dict: ...
+    def to_json(self) -> dict:
+        """The range as the ledger records it (JSON): the dict it was made from."""
+        ...
 
     def summary(self) -> str:
         """One line for logs and ``make ledger``."""
@@ -299,20 +311,29 @@ class SourceKind(Protocol):
     the records to quarantine as it goes (beyond the observation's cap it reads the range again);
     the others are cached on local disk (spark_jobs/stage_batch.py)."""
 
-    name: str  # the YAML's source.kind
-    config_keys: frozenset[str]  # the keys allowed under source:
-    # its part of the configuration contract (``config.contract``), each of its keys with a role, as
-    # ``source.<key>``: those a plan records, key -> (PENDING or TABLE, its value of the kind's
-    # SourceConfig; a pipeline of another kind records None), e.g. ``pinned("path")``; and the others,
-    # key -> why a pending batch does not depend on it (``harmless``)
+    name: str
+    """The kind's name: what a pipeline YAML gives as ``source.kind``."""
+    config_keys: frozenset[str]
+    """The keys allowed under ``source:`` (any other is refused, naming the file and the key)."""
     contract_keys: dict[str, tuple[str, Callable[[Any], Any]]]
+    """Its keys that a plan records, in the configuration contract (``config.contract``): ``source.<key>``
+    -> (``PENDING`` or ``TABLE``, the key's value of the kind's ``SourceConfig``), e.g. ``pinned("path")``;
+    a pipeline of another kind records None for them."""
     harmless_keys: dict[str, str]
-    position_based: bool  # a rewind restarts at a recorded start position (Kafka offsets)
-    checks_late_files: bool  # interval mode looks back for files that landed in planned intervals
-    interval_by_record_time: bool  # interval mode assigns records by their timestamps (Kafka: ``interval_slices``)
-    replayable: bool  # ``make replay`` can land selected records again as a JSON-lines file this kind reads
-    located_columns: tuple[str, ...]  # columns of ``read`` that ``locate`` recomputes: not kept per record
-    quarantine_columns: tuple[str, ...]  # columns of ``read`` only ``locate`` needs: kept for quarantined records only
+    """Its other keys: ``source.<key>`` -> why a pending batch does not depend on it, e.g.
+    ``harmless(PLANNED, "max_records_per_batch")``."""
+    position_based: bool
+    """A rewind restarts at a recorded start position (Kafka offsets; see ``start_marker``)."""
+    checks_late_files: bool
+    """Interval mode looks back for files that landed in intervals already planned."""
+    interval_by_record_time: bool
+    """Interval mode assigns records to intervals by their own timestamps (Kafka: ``interval_slices``)."""
+    replayable: bool
+    """``make replay`` can land selected records again as a JSON-lines file that this kind reads."""
+    located_columns: tuple[str, ...]
+    """Columns of ``read`` that ``locate`` recomputes: not kept per record."""
+    quarantine_columns: tuple[str, ...]
+    """Columns of ``read`` that only ``locate`` needs: kept for the quarantined records only."""
 
     # -- Airflow side --------------------------------------------------------------------
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:
