@@ -430,6 +430,8 @@ class StageJob:
         if fatal:  # nothing of this attempt can be prepared
             example = self.kind.locate(self.spark, self.kept.where(F.col("reason").endswith("(action fail)")).limit(1),
                                        self.plan.range, self.src).select("source", "position", "raw", "reason").first()
+            # the failed count is of these records (a quarantined record of each expectation that failed)
+            assert example is not None, f"expectation {fatal[0]} failed, yet no record is quarantined for it"
             self.cache.unpersist()  # when cached
             raise SystemExit(f"expectation {fatal[0]} (action fail) failed for {failed[fatal[0]]} record(s) of batch "
                              f"{self.batch_id}; nothing is published. First: {example['reason']}, at "

@@ -17,7 +17,8 @@ checked, so that a new edge the wrong way fails here and not in a Spark job or a
   ``ui/``, the CLI.
 * ``airflow``: anything but ``ui/`` and the CLI.
 * ``errors`` (a module: the exception types every layer raises): nothing of eobatch.
-* Nowhere in eobatch a module-level pyspark import (the Airflow side imports these modules).
+* Nowhere in eobatch a module-level pyspark import (the Airflow side imports these modules); one
+  under ``if TYPE_CHECKING:`` never runs (the types of the kinds' Spark side, in annotations only).
 
 The packages are floors (``LAYERS``, bottom up): an import between two of them goes down, never
 up nor sideways, but for the arrows still named in ``UP``; and no import circle, between
@@ -32,6 +33,7 @@ import re
 import sys
 import tokenize
 from pathlib import Path
+from typing import TypeGuard
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "plugins" / "eobatch"
@@ -98,9 +100,17 @@ def absolute(package: str, node: ast.ImportFrom) -> str:
     return f"{anchor}.{base}" if base else anchor
 
 
+def _type_checking(node: ast.AST) -> TypeGuard[ast.If]:
+    """Whether ``node`` is ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): its body never runs."""
+    return isinstance(node, ast.If) and (
+        (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+        or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING"))
+
+
 def imports(path: Path) -> list[tuple[str, int, bool]]:
     """(absolute module name, line, at module level) of each import statement of ``path``: ``from x
-    import y`` gives x and x.y (y may be a submodule)."""
+    import y`` gives x and x.y (y may be a submodule). An import under ``if TYPE_CHECKING:`` is not
+    at module level (it never runs), but counts for the packages' rules as any other."""
     module = _module(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out: list[tuple[str, int, bool]] = []
@@ -113,6 +123,10 @@ def imports(path: Path) -> list[tuple[str, int, bool]]:
                 base = absolute(package, child)
                 out.append((base, child.lineno, top))
                 out.extend((f"{base}.{a.name}", child.lineno, top) for a in child.names)
+            if _type_checking(child):
+                visit(ast.Module(body=child.body, type_ignores=[]), False)
+                visit(ast.Module(body=child.orelse, type_ignores=[]), top)
+                continue
             visit(child, top and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
 
     visit(ast.parse(path.read_text(), str(path)), True)
@@ -155,13 +169,19 @@ def test_every_package_imports_only_what_its_docstring_allows():
 def test_the_check_finds_a_forbidden_import_in_a_function(tmp_path):
     probe = PACKAGE / "core" / "_probe_forbidden.py"
     probe.write_text("def f():\n    from ..airflow import operators\n    import pyspark\n    return operators\n"
-                     "import pyspark.sql\n")
+                     "import pyspark.sql\n"
+                     "if TYPE_CHECKING:\n    from pyspark.sql import DataFrame\nelse:\n    import pyspark.ml\n")
     try:
         assert violations(probe) == ["plugins/eobatch/core/_probe_forbidden.py:2: core/ imports eobatch.airflow",
                                      "plugins/eobatch/core/_probe_forbidden.py:2: core/ imports eobatch.airflow.operators",
                                      "plugins/eobatch/core/_probe_forbidden.py:3: core/ imports pyspark",
                                      "plugins/eobatch/core/_probe_forbidden.py:5: pyspark.sql at module level",
-                                     "plugins/eobatch/core/_probe_forbidden.py:5: core/ imports pyspark.sql"]
+                                     "plugins/eobatch/core/_probe_forbidden.py:5: core/ imports pyspark.sql",
+                                     # under TYPE_CHECKING: not at module level, still forbidden to core
+                                     "plugins/eobatch/core/_probe_forbidden.py:7: core/ imports pyspark.sql",
+                                     "plugins/eobatch/core/_probe_forbidden.py:7: core/ imports pyspark.sql.DataFrame",
+                                     "plugins/eobatch/core/_probe_forbidden.py:9: pyspark.ml at module level",
+                                     "plugins/eobatch/core/_probe_forbidden.py:9: core/ imports pyspark.ml"]
     finally:
         probe.unlink()
 

@@ -35,7 +35,9 @@ from .base import (
     Replace,
     SinkConfig,
     SinkContext,
+    SinkDriver,
     SinkKind,
+    SinkPipeline,
 )
 
 BUILTIN = ("delta", "delta_merge")  # sub-packages of this one, in the order their modes are listed
@@ -87,7 +89,7 @@ def kind_for_mode(mode: str) -> SinkKind:
     raise KeyError(f"unknown sink mode {mode!r} (known: {', '.join(modes())})")
 
 
-def sink_for(cfg) -> SinkKind:
+def sink_for(cfg: SinkPipeline) -> SinkKind:
     """The sink kind of pipeline ``cfg``."""
     return kind_for(cfg.sink.kind)
 
@@ -100,6 +102,6 @@ def job_module(name: str) -> str:
     return kind_for(name).job_module
 
 
-__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "Participant", "Replace", "CommitConflict",
+__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "SinkPipeline", "SinkDriver", "Participant", "Replace", "CommitConflict",
            "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "KindUnavailable", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
            "modes", "sink_for", "job_module"]

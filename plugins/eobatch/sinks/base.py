@@ -36,6 +36,9 @@ from ..errors import RetryableError, TerminalError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from ..config.ddl import Column
+    from ..core.formats import JSON, Layout
+    from ..core.ledger import Ledger
     from ..storage.fs import Storage
 
 # What a plan without a ``sink`` record means (plans written before there was a choice of sink)
@@ -55,8 +58,8 @@ class Replace:
     """Interval mode: the exact live files a commit removes in the same transaction (slice
     replace), and the slices they hold (for the log, the commit info and the errors)."""
 
-    paths: frozenset = frozenset()
-    slices: tuple = ()
+    paths: frozenset[str] = frozenset()
+    slices: tuple[str, ...] = ()
 
     def describe(self) -> str:
         return ", ".join(self.slices)
@@ -74,7 +77,7 @@ class SinkConfig:
         change under a table. ``mode`` is the pipeline's (continuous, interval)."""
         return LEGACY_CONTRACT
 
-    def fingerprint_dict(self) -> dict:
+    def fingerprint_dict(self) -> JSON:
         """What ``PipelineConfig.fingerprint`` adds for the sink ({}: nothing)."""
         return {}
 
@@ -86,7 +89,28 @@ class SinkContext:
 
     file: str
     transform: str
-    columns: tuple  # of config.Column
+    columns: tuple[Column, ...]
+
+
+class SinkPipeline(Protocol):
+    """The pipeline a sink kind is asked about (``SinkKind.participant_names`` and the others): a
+    ``config.pipeline.PipelineConfig`` is one. A structural type: the pipeline's config holds the
+    kind's ``SinkConfig`` (``config`` imports the kinds), so the kinds name only what they read of it."""
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name."""
+        ...
+
+    @property
+    def mode(self) -> str:
+        """The pipeline's mode: ``continuous`` or ``interval``."""
+        ...
+
+    @property
+    def sink(self) -> SinkConfig:
+        """Its ``sink:`` keys, as this kind's ``parse_config`` returned them."""
+        ...
 
 
 class Participant(Protocol):
@@ -96,7 +120,7 @@ class Participant(Protocol):
     """The participant's name (``sink``, ``quarantine``, a sink's own table), as the ledger records it."""
     uri: str
     """Where the table is (a local path or an ``s3://`` URI)."""
-    storage_options: dict | None
+    storage_options: dict[str, str] | None
     """How a reader opens the table (S3: endpoint, region, credentials); None for a local table."""
     reads_from: str | None
     """The participant whose staged files its commit takes; None: its own."""
@@ -110,13 +134,13 @@ class Participant(Protocol):
     def committed_batch(self, app_id: str) -> int:
         """The last batch of ``app_id`` the table holds (0: none, or no table yet)."""
 
-    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, partition_by: list[str],
-               metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int:
+    def commit(self, app_id: str, batch_id: int, adds: list[JSON], schema: pa.Schema, partition_by: list[str],
+               metadata: JSON, expected_prev: int | None = None, replace: Replace | None = None) -> int:
         """One atomic commit of batch ``batch_id``'s staged output ``adds`` (of ``schema``) with
         ``metadata``, only on top of batch ``expected_prev`` (default ``batch_id - 1``):
         CommitConflict otherwise. Returns the table's new version."""
 
-    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, dict] | None:
+    def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, JSON] | None:
         """(version, commit metadata) of the commit that carried batch ``batch_id``, or None."""
 
     def find_commit(self, key: str, value: str, limit: int | None = None) -> int | None:
@@ -129,7 +153,7 @@ class Participant(Protocol):
     def missing_files_at(self, point: int, fs: Storage) -> list[str]:
         """Files that rolling back to ``point`` needs and storage no longer holds."""
 
-    def roll_back(self, point: int, metadata: dict, mark: str) -> int:
+    def roll_back(self, point: int, metadata: JSON, mark: str) -> int:
         """Bring the table back to ``point``, durably marked with ``mark`` (``rolled_back``)."""
 
     def rolled_back(self, mark: str) -> bool:
@@ -148,13 +172,48 @@ class Participant(Protocol):
         (how many are gone, and the table's recent commits by writers other than ``app_id``)."""
         ...
 
-    def slice_files(self, proto, batch_id: int, slice_: str, published: set[str],
+    def slice_files(self, proto: SinkDriver, batch_id: int, slice_: str, published: set[str],
                     live: Callable[[], set[str]]) -> set[str]:
         """Interval mode: the files holding ``slice_`` of ``batch_id`` now (``published``, or
         what a compaction of it rewrote them into)."""
 
     def dataset(self) -> Any:
         """The table's current rows (a pyarrow dataset), or None when there is no table yet."""
+
+
+class SinkDriver(Protocol):
+    """The protocol driving a pipeline's tables, as a sink kind's ``maintain_table`` and a
+    participant's ``slice_files`` read it: ``protocol.verbs.Protocol`` is one (a structural type:
+    the kinds import nothing of the protocol, the layer above them)."""
+
+    @property
+    def cfg(self) -> SinkPipeline:
+        """The pipeline (its ``PipelineConfig``)."""
+        ...
+
+    @property
+    def app_id(self) -> str:
+        """The pipeline's id in the tables' commits (Delta's ``txn`` appId)."""
+        ...
+
+    @property
+    def layout(self) -> Layout:
+        """Where the pipeline's tables and ledger are."""
+        ...
+
+    @property
+    def ledger(self) -> Ledger:
+        """The pipeline's ledger."""
+        ...
+
+    @property
+    def participants(self) -> dict[str, Participant]:
+        """The participant of each table of a batch's commit, by name (``SinkKind.participants``)."""
+        ...
+
+    def fs_for(self, participant: str) -> Storage:
+        """The storage of a participant's table."""
+        ...
 
 
 @runtime_checkable
@@ -177,27 +236,28 @@ class SinkKind(Protocol):
     """Its other keys: ``sink.<...>`` -> why a pending batch does not depend on it."""
 
     # -- Airflow side --------------------------------------------------------------------
-    def parse_config(self, section: dict, ctx: SinkContext) -> SinkConfig:
+    def parse_config(self, section: dict[str, Any], ctx: SinkContext) -> SinkConfig:
         """The ``sink:`` mapping (unknown keys already refused); ConfigError naming file and key."""
 
-    def participant_names(self, cfg) -> tuple[str, ...]:
+    def participant_names(self, cfg: SinkPipeline) -> tuple[str, ...]:
         """The tables a batch of pipeline ``cfg`` is committed to, in commit order."""
 
-    def participants(self, cfg, layout, fs_for: Callable[[str], Storage],
-                     storage_options: dict | None) -> dict[str, Participant]:
+    def participants(self, cfg: SinkPipeline, layout: Layout, fs_for: Callable[[str], Storage],
+                     storage_options: dict[str, str] | None) -> dict[str, Participant]:
         """The participant of each of ``participant_names(cfg)``."""
 
-    def check_staged(self, cfg, fs: Storage, table_root: str, adds: list[dict], staged: pa.Schema) -> list[str]:
+    def check_staged(self, cfg: SinkPipeline, fs: Storage, table_root: str, adds: list[JSON],
+                     staged: pa.Schema) -> list[str]:
         """Problems of the sink's staged rows (verify), beyond files, counts and schema."""
 
-    def job_spec(self, cfg) -> dict:
+    def job_spec(self, cfg: SinkPipeline) -> JSON:
         """What the Spark job needs of the sink (the job spec's ``sink``), ``kind`` included."""
 
-    def changes(self, commit_info: dict, staged_rows: int | None) -> dict[str, int]:
+    def changes(self, commit_info: JSON, staged_rows: int | None) -> dict[str, int]:
         """What a batch's commit did to the sink table, per kind of change ({"inserted": n, ...}),
         from the commit's Delta ``commit_info`` and the rows the batch staged (``staged_rows``);
         {} when its published count says it all (an append inserts every staged row)."""
 
-    def maintain_table(self, proto, participant: str, *, compact: bool, retention_hours: float,
-                       checkpoint: bool) -> tuple[dict | None, list[str]]:
+    def maintain_table(self, proto: SinkDriver, participant: str, *, compact: bool, retention_hours: float,
+                       checkpoint: bool) -> tuple[JSON | None, list[str]]:
         """One maintenance pass over one table: (its report entry, None when there is no table; notes)."""

@@ -23,15 +23,16 @@ of ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config.contract import kind_part, part_clashes
 from ..core.registry import KindUnavailable, Registry
 from ..storage import lineage
-from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourceRange
+from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourcePipeline, SourceRange
 
 if TYPE_CHECKING:
-    from ..core.formats import BatchPlan
+    from ..core.formats import JSON, BatchPlan
     from ..storage.lineage import LineageDataset
 
 BUILTIN = ("files", "kafka", "parquet", "delta")  # sub-packages of this one
@@ -71,7 +72,7 @@ def kinds() -> list[SourceKind]:
     return REGISTRY.kinds()
 
 
-def source_for(cfg) -> Planner:
+def source_for(cfg: SourcePipeline) -> Planner:
     """The planner of pipeline ``cfg``: ``next_range``, ``interval_range``, ``late``."""
     return kind_for(cfg.source.kind).planner(cfg)
 
@@ -93,7 +94,7 @@ def lineage_inputs(source: SourceConfig, plan: BatchPlan) -> list[LineageDataset
         kind = kind_for(plan.source_kind)
     except KeyError:
         kind = None
-    method = getattr(kind, "lineage_inputs", None)
+    method: Callable[[SourceConfig, JSON], list[LineageDataset]] | None = getattr(kind, "lineage_inputs", None)
     if method is not None:
         return method(source, plan.range or {})
     path = getattr(source, "path", None)
@@ -105,6 +106,6 @@ def compact_offsets(plan: BatchPlan) -> Any:
     return kind_for(plan.source_kind).range(plan.range).commit_offsets()
 
 
-__all__ = ["SourceKind", "SourceConfig", "SourceRange", "Planner", "ConfigContext", "IntervalTooLarge",
+__all__ = ["SourceKind", "SourceConfig", "SourceRange", "Planner", "SourcePipeline", "ConfigContext", "IntervalTooLarge",
            "KindUnavailable", "register", "kind_for", "kind_names", "kinds", "source_for", "range_summary", "compact_offsets",
            "lineage_inputs"]

@@ -19,7 +19,8 @@ add ``_eo_unreadable`` (string): for a record it could not read at that position
 why; the record is quarantined with that reason. Everything after the read (parse, schema check, quarantine, transform,
 manifests) is one code path for every kind.
 
-No pyspark and no Airflow at module level, here and in every kind's package.
+No pyspark and no Airflow at module level, here and in every kind's package (pyspark's types for
+the annotations under ``if TYPE_CHECKING:`` only, which never runs).
 """
 
 from __future__ import annotations
@@ -31,13 +32,18 @@ from dataclasses import asdict, dataclass, fields
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from ..config.contract import PENDING, TABLE
+# the roles of the configuration contract's keys (``config.contract``), for the kinds' ``contract_keys``
+from ..config.contract import PENDING as PENDING
+from ..config.contract import TABLE as TABLE
 from ..errors import TerminalError
 from ..storage import s3conf
 from ..storage.fs import printable
 
 if TYPE_CHECKING:
-    from ..core.formats import StageSummary
+    # pyspark: types for the annotations only (never imported here: the Airflow side imports this module)
+    from pyspark.sql import DataFrame, SparkSession
+
+    from ..core.formats import JSON, BatchPlan, StageSummary
 
 
 class LandingUnreadable(TerminalError):
@@ -118,7 +124,7 @@ class SourceConfig:
     # set them (or sets the default) keeps the fingerprint it always had
     HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {}
 
-    def fingerprint_dict(self) -> dict:
+    def fingerprint_dict(self) -> JSON:
         """What ``PipelineConfig.fingerprint`` hashes of the source."""
         return unless_default(self, {k: v for k, v in asdict(self).items() if k not in NOT_FINGERPRINTED})
 
@@ -181,7 +187,7 @@ LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def unless_default(cfg: SourceConfig, d: dict) -> dict:
+def unless_default(cfg: SourceConfig, d: JSON) -> JSON:
     """``d`` (a fingerprint dict of ``cfg``) without the keys of ``HASHED_UNLESS_DEFAULT`` whose value
     is the default; the others as JSON has them (a tuple as a list)."""
     out = {k: v for k, v in d.items() if k not in cfg.HASHED_UNLESS_DEFAULT}
@@ -192,7 +198,7 @@ def unless_default(cfg: SourceConfig, d: dict) -> dict:
     return out
 
 
-def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> dict:
+def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> JSON:
     """``cfg`` over LEGACY_SOURCE_DEFAULTS; ``added``: fields newer than those, hashed only when
     set (not None), so a YAML that does not use them keeps its fingerprint; ``HASHED_UNLESS_DEFAULT``
     ones only when not their default (``unless_default``)."""
@@ -217,6 +223,22 @@ class BacklogAsk:
     timeout: float = 5.0
 
 
+class SourcePipeline(Protocol):
+    """The pipeline a source kind plans for (``SourceKind.planner``): a ``config.pipeline.PipelineConfig``
+    is one. A structural type: the pipeline's config holds the kind's ``SourceConfig`` (``config``
+    imports the kinds), so the kinds name only what they read of it."""
+
+    @property
+    def name(self) -> str:
+        """The pipeline's name."""
+        ...
+
+    @property
+    def source(self) -> SourceConfig:
+        """Its ``source:`` mapping, as this kind's ``parse_config`` returned it."""
+        ...
+
+
 class Planner(Protocol):
     """What ``source_for(cfg)`` returns: the Airflow side's planner of one pipeline.
 
@@ -229,16 +251,16 @@ class Planner(Protocol):
     the ledger's checkpoint (any other use reads every plan of the ledger).
     """
 
-    late: list
+    late: list[JSON]
     """After ``interval_range``: what it found late, ``[{"interval", "files", "action"}]``."""
 
-    def next_range(self, previous_plans: Sequence, limit: int) -> tuple[dict | None, int | None, list[str]]:
+    def next_range(self, previous_plans: Sequence[BatchPlan], limit: int) -> tuple[JSON | None, int | None, list[str]]:
         """Continuous mode: ``(range, records, notes)`` of the next batch, starting where the ranges of
         ``previous_plans`` end, of at most ``limit`` records; range None when there is nothing new."""
         ...
 
-    def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier=None,
-                       **late_files) -> tuple[dict | None, int | None, list[str]]:
+    def interval_range(self, start_ms: int, end_ms: int, limit: int, earlier: BatchPlan | None = None,
+                       **late_files: Any) -> tuple[JSON | None, int | None, list[str]]:
         """Interval mode: ``(range, records, notes)`` of the records of ``[start_ms, end_ms)``, at most
         ``limit`` (more is ``IntervalTooLarge``); ``earlier``: the plan of the interval before it. The
         protocol passes more keywords by the kind's flags: ``lookback`` and ``published`` when it
@@ -258,14 +280,14 @@ class Planner(Protocol):
         before it (the protocol calls it before each run's plans); a planner may read its source
         once for all of them and for the ``backlog`` after them (a landing folder's listing)."""
 
-    def discovered(self) -> dict | None:
+    def discovered(self) -> JSON | None:
         """After a ``next_range`` that planned nothing: where its discovery got to, for the next plan
         to start from (the ledger keeps it, advisory: ``Ledger.put_discovery``), or None when there is
         nothing to keep (``source.discovery: lexical`` keeps its position and full listing time, so an
         idle pipeline does not list its whole landing zone at every plan once a full listing is due)."""
         ...
 
-    def backlog(self, previous_plans: Sequence, unpublished: dict | None, ask: BacklogAsk) -> dict[str, Any]:
+    def backlog(self, previous_plans: Sequence[BatchPlan], unpublished: JSON | None, ask: BacklogAsk) -> dict[str, Any]:
         """What waits to be read after ``previous_plans`` (as for ``next_range``), for the backlog
         page and the plan task's alert; ``unpublished``: the range of the newest batch when it is
         not committed yet. Any of ``files``, ``bytes``, ``records`` (None: not counted),
@@ -277,7 +299,7 @@ class Planner(Protocol):
 class SourceRange(Protocol):
     """A recorded range, typed. ``kind.range(d).to_json() == d`` for every range a ledger holds."""
 
-    def to_json(self) -> dict:
+    def to_json(self) -> JSON:
         """The range as the ledger records it (JSON): the dict it was made from."""
         ...
 
@@ -336,24 +358,24 @@ class SourceKind(Protocol):
     """Columns of ``read`` that only ``locate`` needs: kept for the quarantined records only."""
 
     # -- Airflow side --------------------------------------------------------------------
-    def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:
+    def parse_config(self, src: dict[str, Any], ctx: ConfigContext) -> SourceConfig:
         """The ``source:`` mapping (unknown keys already refused); ConfigError naming file and key."""
 
-    def planner(self, cfg) -> Planner:
+    def planner(self, cfg: SourcePipeline) -> Planner:
         """The planner of pipeline ``cfg`` (a PipelineConfig whose ``source`` this kind parsed)."""
 
-    def range(self, data: dict) -> SourceRange:
+    def range(self, data: JSON) -> SourceRange:
         """The typed view of a range recorded in the ledger."""
 
-    def gone(self, rng: dict) -> list[str]:
+    def gone(self, rng: JSON) -> list[str]:
         """What of a recorded range is no longer in the source (a landing file expired since):
         a repair that would read the range again names it (``Protocol.reset``, ``rewind``)."""
 
-    def start_marker(self, rng: dict) -> dict | None:
+    def start_marker(self, rng: JSON) -> JSON | None:
         """An empty range at ``rng``'s first positions (where a rewind to it reads again from);
         None for a kind that is not position based."""
 
-    def job_source(self, source: SourceConfig) -> dict:
+    def job_source(self, source: SourceConfig) -> JSON:
         """What the Spark job needs of the source config (the job spec's ``source``), ``kind`` included."""
 
     def job_env(self, source: SourceConfig) -> dict[str, str]:
@@ -361,26 +383,26 @@ class SourceKind(Protocol):
         spark-submit's environment variables, masked in Airflow's logs; {} for none."""
 
     # -- Spark side (the job spec's ``source`` is ``job``) ---------------------------------------
-    def unreadable(self, rng: dict, job: dict) -> list[str]:
+    def unreadable(self, rng: JSON, job: JSON) -> list[str]:
         """Why the range can no longer be read exactly (checked before the read); [] when it can."""
 
-    def read(self, spark, rng: dict, job: dict):
+    def read(self, spark: SparkSession, rng: JSON, job: JSON) -> DataFrame:
         """The lines DataFrame of exactly this range (see the module docstring)."""
 
-    def locate(self, spark, records, rng: dict, job: dict):
+    def locate(self, spark: SparkSession, records: DataFrame, rng: JSON, job: JSON) -> DataFrame:
         """``records`` (rows of ``read``, the quarantined ones) with their final ``position``; a
         kind whose ``read`` gives exact positions already returns ``records`` unchanged."""
 
-    def positions(self, lines) -> dict:
+    def positions(self, lines: DataFrame) -> JSON:
         """``StageSummary.source_positions`` from the lines DataFrame; {} when the kind checks none."""
 
-    def release(self, rng: dict) -> None:
+    def release(self, rng: JSON) -> None:
         """Give back what the job holds for this range (open files, clients) once its batch is
         staged or has failed: one application stages a run's batches one after another, and its
         resources must not grow with the run."""
 
 
-def consumed_skip(entry: dict) -> dict:
+def consumed_skip(entry: JSON) -> JSON:
     """A planned entry the kind will not read (``skipped``), as one of ``Protocol.last_skipped``'s
     landing inputs (path, reason, note): the plan task's gauge and alert count both kinds."""
     note = (f"skipped {entry['path']} ({entry['size']} bytes): {entry['skipped']}; not published. Land a corrected "
@@ -392,7 +414,7 @@ NOT_TAKEN_NOTE = "not taken: "  # a plan's note of the landing files whose names
 NOT_TAKEN_SHOWN = 10  # names a note, a log line and an alert name at most (the count says the rest)
 
 
-def not_taken_skip(folder: str, paths: Sequence[str], include: Sequence[str]) -> dict:
+def not_taken_skip(folder: str, paths: Sequence[str], include: Sequence[str]) -> JSON:
     """The landing files below ``folder`` a landing kind sees but whose names ``source.include``
     does not take, as ONE of ``Protocol.last_skipped``'s landing inputs (its ``count``: how many
     files; ``not_taken``: True): logged, in every plan's notes while they are there (``NOT_TAKEN_NOTE``,
@@ -408,13 +430,13 @@ def not_taken_skip(folder: str, paths: Sequence[str], include: Sequence[str]) ->
     return {"path": printable(folder), "reason": reason, "retried": True, "note": note, "count": n, "not_taken": True}
 
 
-def skipped_count(skipped: Sequence[dict]) -> int:
+def skipped_count(skipped: Sequence[JSON]) -> int:
     """The landing inputs ``skipped`` (``Protocol.last_skipped``) stands for: an entry of files not
     taken counts each of its files."""
     return sum(int(s.get("count", 1)) for s in skipped)
 
 
-def local_frame(spark, ddl: str, rows: list[tuple]):
+def local_frame(spark: SparkSession, ddl: str, rows: list[tuple[Any, ...]]) -> DataFrame:
     """A DataFrame of the driver's ``rows`` (schema ``ddl``), handed to the JVM as Arrow: unlike
     ``createDataFrame`` of a list, which re-pickles the rows in a Python worker of its own (a
     second workers' daemon in the stage job), nothing of it runs in Python."""
