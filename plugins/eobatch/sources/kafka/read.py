@@ -231,6 +231,7 @@ class _View:
     def _too_large(self, pos: int) -> tuple[int, str] | None:
         """(pos, why) when the client reported a response larger than receive.message.max.bytes: it
         drops it and asks again for the same offset, forever; it says so only in its own error reports."""
+        # confluent-kafka: a Kafka source only
         from confluent_kafka import KafkaError
 
         big = [e for e in self.errors if e.code() == KafkaError._BAD_MSG and "receive.message.max.bytes" in e.str()]
