@@ -127,7 +127,7 @@ class Ledger:
 
     def cancelled_rewinds(self) -> set[RewindKey]:
         """The rewinds decided not to happen: their restore became impossible before any table was
-        restored (``Protocol._complete_rewinds``)."""
+        restored (``Repairs.complete_rewinds``)."""
         return self._rewind_names()[1]
 
     def _rewind_names(self) -> tuple[set[RewindKey], set[RewindKey]]:

@@ -40,7 +40,8 @@ The tables' txn version is the source of truth for "which batch committed"; the 
 the truth for "what that batch contained". Nothing lives only in Airflow's database.
 
 Where it lives: ``state`` holds the decisions as pure functions (no I/O); ``verbs`` the
-Protocol class with plan, verify, commit, abort, recover; ``repairs`` rewind, reset and sweep;
+Protocol class with plan, verify, commit, abort, recover and the queries they decide by;
+``repairs`` the objects a Protocol holds beside them: ``Repairs`` (rewind, reset) and ``Sweeper``;
 ``verify`` verify's checks of a staged attempt; ``batch_run`` one DAG run's batches, step by
 step (what the Airflow tasks and the CLI verbs drive); ``replay`` quarantined records back into
 the landing zone; ``backlog`` what a pipeline has not published yet; ``maintenance`` a pass over

@@ -1,7 +1,15 @@
-"""The repairs: rewind (read again from a batch), reset (forget batches no table holds), sweep.
+"""The operator's repairs beside the protocol's phases, as objects the protocol holds.
 
-They move the pipeline's position explicitly, through the ledger, never by editing a table
-behind its back. ``Repairs`` is the half of ``Protocol`` (``verbs.py``) that holds them.
+``Repairs``: rewind (read again from a batch), reset (forget batches no table holds) and the
+void plans a reset leaves behind (``forget_void``); ``Sweeper``: the staged files no commit
+will reference. They move the pipeline's position explicitly, through the ledger, never by
+editing a table behind its back.
+
+``verbs.Protocol`` builds one of each (``proto.repairs``, ``proto.sweeper``) and its verbs
+``rewind``, ``reset``, ``forget_void`` and ``sweep`` hand over to them. ``Repairs`` reads the
+protocol only through its public queries (``Queries``: a structural type, so this module
+imports nothing of ``verbs``, which imports it); ``Sweeper`` needs no query, only the ledger
+and the tables.
 """
 
 from __future__ import annotations
@@ -10,7 +18,8 @@ import datetime as _dt
 import json
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from ..config.loader import config_values
 from ..core import faults
@@ -38,7 +47,10 @@ def rewind_mark(app_id: str, key: str) -> str:
     return f"{app_id}.rewind.{key}"
 
 
-class Repairs:
+class Queries(Protocol):
+    """What the repairs use of the pipeline's protocol (``verbs.Protocol`` is one): its
+    configuration, ledger and tables, and the questions it answers over them. Public names only."""
+
     cfg: PipelineConfig
     app_id: str
     layout: Layout
@@ -46,21 +58,40 @@ class Repairs:
     participants: dict[str, Participant]
     names: tuple[str, ...]
 
-    if TYPE_CHECKING:  # the verbs' half (verbs.Protocol) provides these
-        def committed_versions(self) -> dict[str, int]: ...
-        def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
-        def fs_for(self, participant: str) -> Storage: ...
-        def _check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
-        def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
-                          plan: BatchPlan | None = None) -> None: ...
-        def read_so_far(self, pending_rewind: RewindRecord | None = None,
-                         hist: History | None = None) -> ReadSoFar: ...
-        def _start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
-        def _sink_record(self) -> str | None: ...
-        def _is_abandoned(self, batch_id: int) -> bool: ...
-        def _prev_live(self, batch_id: int) -> int: ...
-        def _undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]: ...
-        def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
+    def fs_for(self, participant: str) -> Storage: ...
+
+    def committed_versions(self) -> dict[str, int]: ...
+
+    def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
+
+    def is_abandoned(self, batch_id: int) -> bool: ...
+
+    def prev_live(self, batch_id: int) -> int: ...
+
+    def undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]: ...
+
+    def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                     plan: BatchPlan | None = None) -> None: ...
+
+    def check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
+
+    def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar: ...
+
+    def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
+
+    def start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
+
+    def sink_record(self) -> str | None: ...
+
+
+class Repairs:
+    """The operator's repairs of one pipeline: ``rewind``, ``reset``, ``forget_void``, and
+    ``complete_rewinds``, which recover, verify and commit run first."""
+
+    def __init__(self, proto: Queries, sweeper: Sweeper) -> None:
+        self.proto = proto  # its queries (``Queries``); the rest is what it holds:
+        self.cfg, self.app_id, self.layout, self.ledger = proto.cfg, proto.app_id, proto.layout, proto.ledger
+        self.participants, self.names, self.sweeper = proto.participants, proto.names, sweeper
 
     # -- rewind ----------------------------------------------------------------------
     def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
@@ -84,23 +115,23 @@ class Repairs:
         done = [r for r in asked if r is not None and r.run_id == run_id]
         if done:  # this run asked for it before (a retried or cleared run): once is enough
             return [f"the rewind to before batch {to_batch} was already done by run {run_id}"] + \
-                self._complete_rewinds()
+                self.complete_rewinds()
         latest = self.ledger.latest_batch_id()
-        versions = self.committed_versions()
-        self._check_config(latest, versions)
-        self._check_consistent(latest, versions)
+        versions = self.proto.committed_versions()
+        self.proto.check_config(latest, versions)
+        self.proto.check_consistent(latest, versions)
         rewound = self.ledger.rewound_ids()
-        live = [b for b in range(1, latest + 1) if b not in rewound and not self._is_abandoned(b)]
+        live = [b for b in range(1, latest + 1) if b not in rewound and not self.proto.is_abandoned(b)]
         if to_batch not in live:
             raise ProtocolError(f"cannot rewind to batch {to_batch}: the committed batches that can be rewound "
                                 f"are {st.ranges(live) or 'none'}")
-        newest = self._prev_live(latest + 1)  # an ABANDONED newest batch (a cancelled rewind's) holds nothing
+        newest = self.proto.prev_live(latest + 1)  # an ABANDONED newest batch (a cancelled rewind's) holds nothing
         if min(versions.values()) < newest or self.ledger.committed(newest) is None:
             # the first batch still to decide (a run may have planned several): reset from it forgets them all
-            first = next(iter(self._undecided_ids(latest, versions)), newest)
-            which = (f"batch {first} is {self.state(first, versions)}" if first == newest else
+            first = next(iter(self.proto.undecided_ids(latest, versions)), newest)
+            which = (f"batch {first} is {self.proto.state(first, versions)}" if first == newest else
                      f"batches {first}..{newest} of a run are not all committed (batch {first} is "
-                     f"{self.state(first, versions)})")
+                     f"{self.proto.state(first, versions)})")
             raise ProtocolError(f"cannot rewind while {which}: let a normal run commit "
                                 f"{'it' if first == newest else 'them'} first, or `make reset-batch "
                                 f"PIPELINE={self.app_id} BATCH={first}`")
@@ -112,7 +143,7 @@ class Repairs:
                 f"{st.ranges(gone)} ({rows} published rows) become REWOUND and batch {latest + 1} reads again "
                 f"from batch {to_batch}'s start")
         # the files of the replays this rewind voids are not read again, so nothing of theirs is lost
-        voided = void_files(self.cfg, self.layout, sorted({*self.rewinds_in_effect(), RewindKey(latest, to_batch)}))
+        voided = void_files(self.cfg, self.layout, sorted({*self.proto.rewinds_in_effect(), RewindKey(latest, to_batch)}))
         lost = self._gone(gone, "rewind", accept_loss or dry_run, f"BATCH={to_batch}",
                           "their published rows would be taken back and never published again", set(voided))
         if dry_run:
@@ -136,7 +167,7 @@ class Repairs:
         if lost:
             self._record_loss("rewind", gone, lost, run_id)
         faults.crash_point("rewind.before_restore")
-        restores = self._complete_rewinds()
+        restores = self.complete_rewinds()
         cancelled = self.ledger.rewind_cancelled(rec.after_batch, rec.to_batch)
         if cancelled is not None:
             raise ProtocolError(f"the rewind to before batch {to_batch} was cancelled: {cancelled['why']}")
@@ -151,7 +182,7 @@ class Repairs:
                 raise ProtocolError(f"cannot rewind: the {p} table's history no longer has batch {to_batch}'s "
                                     f"commit (log cleaned up)")
             restore[p] = point
-            missing = self.participants[p].missing_files_at(restore[p], self.fs_for(p))
+            missing = self.participants[p].missing_files_at(restore[p], self.proto.fs_for(p))
             if missing:
                 raise ProtocolError(f"cannot rewind to batch {to_batch}: the {p} table's version {restore[p]} "
                                     f"(before that batch) can no longer be restored: {len(missing)} of its files "
@@ -163,25 +194,25 @@ class Repairs:
         """Batch ``rec.after_batch + 1``: the first range read again from ``rec.to_batch``'s start."""
         t0 = time.time()
         source = source_for(self.cfg)
-        rng, n, notes = source.next_range(self.read_so_far(pending_rewind=rec),
+        rng, n, notes = source.next_range(self.proto.read_so_far(pending_rewind=rec),
                                           max_records or self.cfg.source.max_records_per_batch)
         if rng is None:  # nothing to read again (e.g. the landing files are gone): an empty batch
             k = self.ledger.plan(rec.to_batch)
             if k is None:
                 raise LedgerMismatch(f"cannot rewind to batch {rec.to_batch}: its plan is gone from the ledger "
                                      f"({self.ledger.describe(rec.to_batch)}); nothing was rewound")
-            marker = self._start_marker(k)
+            marker = self.proto.start_marker(k)
             rng, n = (marker.range, None) if marker is not None else ({"files": []}, 0)
         return BatchPlan(
             pipeline=self.cfg.name, batch_id=rec.after_batch + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), run_id=run_id, rewind=json.loads(rec.to_json()),
-            sink=self._sink_record(), config=config_values(self.cfg),
+            sink=self.proto.sink_record(), config=config_values(self.cfg),
             notes=[f"rewind after batch {rec.after_batch} to before batch {rec.to_batch}: reads again from batch "
                    f"{rec.to_batch}'s start"] + notes,
         )
 
-    def _complete_rewinds(self) -> list[str]:
+    def complete_rewinds(self) -> list[str]:
         """Finish a recorded rewind whose RESTORE did not happen yet in some table (a crash), or
         cancel it when it cannot happen any more (``_cancel_rewind``).
 
@@ -208,7 +239,7 @@ class Repairs:
             part = self.participants[p]
             held = part.committed_batch(self.app_id)
             for key in keys:
-                if key in cancelled or self._prev_live(key.after_batch + 1) != held:
+                if key in cancelled or self.proto.prev_live(key.after_batch + 1) != held:
                     continue
                 found = self.ledger.rewind(key.after_batch, key.to_batch)
                 if found is None:
@@ -252,7 +283,7 @@ class Repairs:
         completes a batch's rewind first), so the pipeline goes on from the batches the rewind
         would have undone, as if it had never been asked. Returns what was done, or None when the
         rewind cannot be cancelled (the caller stops with the repair)."""
-        missing = self.participants[table].missing_files_at(rec.restore_versions[table], self.fs_for(table))
+        missing = self.participants[table].missing_files_at(rec.restore_versions[table], self.proto.fs_for(table))
         restored = [p for p in self.names if self._restored_for(self.participants[p], rec)]
         if not missing or restored:
             return None
@@ -261,7 +292,7 @@ class Repairs:
                f"longer be restored: {len(missing)} of its files were removed after the rewind was checked (another "
                f"tool's VACUUM after a compaction), such as {missing[0]}. Nothing was rewound: batch {reserved}, "
                f"which the rewind reserved, is ABANDONED and the next batch reads on after batch "
-               f"{self._prev_live(reserved)}. Ask again for a rewind to a batch whose version is whole, or restore "
+               f"{self.proto.prev_live(reserved)}. Ask again for a rewind to a batch whose version is whole, or restore "
                f"the files from a backup first")
         self.ledger.put_rewind_cancelled(rec.after_batch, rec.to_batch,
                                          {"why": why, "table": table, "error": str(error)[:2000],
@@ -292,7 +323,7 @@ class Repairs:
         those batches are gone (nothing would publish their records), unless ``accept_loss``: then
         the ledger records the loss.
         """
-        versions = self.committed_versions()
+        versions = self.proto.committed_versions()
         if max(versions.values()) >= from_batch:
             raise ProtocolError(f"cannot reset to batch {from_batch}: the tables hold batches up to {versions}; "
                                 f"resetting would publish them twice")
@@ -305,14 +336,14 @@ class Repairs:
         self._decide_forgotten(forgotten)
         if lost:
             self._record_loss("reset-batch", forgotten, lost, None)
-        moved = self._forget(from_batch, latest)
+        moved = self.forget(from_batch, latest)
         # A run of several batches may write the plan after ``latest`` while this reset forgets the
         # ones before it: that plan is void (``Ledger.is_void``) and goes too (the run, checking
         # its plan after writing it, forgets it as well when it wrote it after this look).
         moved += self.forget_void(from_batch - 1, probe=latest + 1)
         return sorted(moved)
 
-    def _forget(self, from_batch: int, latest: int) -> list[int]:
+    def forget(self, from_batch: int, latest: int) -> list[int]:
         """Move the ledger records of batches ``from_batch``..``latest`` to
         ``_eo_ledger/archive/<time>/`` (an attempt's decision stays in place) and remove their
         staged files. Their attempts are decided already (``_decide_forgotten``,
@@ -338,10 +369,10 @@ class Repairs:
             plan = self.layout.plan(b)
             if self._archive(plan, join(archive, "plans", plan.rsplit("/", 1)[-1])):
                 moved.append(b)
-        for b in self._staged_batches():
+        for b in self.sweeper.staged_batches():
             if b >= from_batch:
-                self._sweep_batch(b, everything=True)
-        self.sweep(recent=None)
+                self.sweeper.sweep_batch(b, everything=True)
+        self.sweeper.sweep(recent=None)
         return sorted(moved)
 
     def _decide_forgotten(self, batches: list[int]) -> None:
@@ -396,7 +427,7 @@ class Repairs:
                                                                    "reset forgot)", "aborted_at": utcnow()})
         log.warning("batches %s were planned after a batch that a reset forgot (void plans): forgotten, nothing "
                     "of them was published; their range is planned again", st.ranges(range(first, last + 1)))
-        return self._forget(first, last)
+        return self.forget(first, last)
 
     def _first_void(self, after: int, probe: int | None) -> int | None:
         b = after + 1
@@ -420,7 +451,7 @@ class Repairs:
         lost: list[str] = []
         for b in batches:
             plan = self.ledger.plan(b)
-            if plan is not None and not self._is_abandoned(b):
+            if plan is not None and not self.proto.is_abandoned(b):
                 lost += kind_for(plan.source_kind).gone(plan.range)
         lost = sorted(set(lost) - not_read)
         if lost and not accept:
@@ -448,7 +479,16 @@ class Repairs:
             log.warning("%s", note)
         return note
 
-    # -- sweep -----------------------------------------------------------------------
+
+
+class Sweeper:
+    """The sweep of one pipeline's staged files: what no commit will ever reference goes."""
+
+    def __init__(self, app_id: str, layout: Layout, ledger: Ledger, participants: Mapping[str, Participant],
+                 fs_for: Callable[[str], Storage]) -> None:
+        self.app_id, self.layout, self.ledger = app_id, layout, ledger
+        self.participants, self.fs_for = participants, fs_for
+
     def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
         """Delete staged files no commit will ever reference.
 
@@ -457,18 +497,18 @@ class Repairs:
         PREPARED): for a PREPARED (or committed) batch every file outside its prepared set goes
         (failed attempts, zombies that finished late); for an ABANDONED batch everything goes;
         for an undecided batch only ABORTED attempts go. The dead attempts of an undecided batch
-        stay until it is decided: the commit removes them (``_sweep_batch``).
+        stay until it is decided: the commit removes them (``sweep_batch``).
         """
         latest = self.ledger.latest_batch_id()
         removed: list[str] = []
         first = max(latest - recent, 1) if recent is not None else None
-        for b in self._staged_batches(after=first - 1 if first and first > 1 else None):
+        for b in self.staged_batches(after=first - 1 if first and first > 1 else None):
             if b > latest or b == skip or (recent is not None and b < latest - recent):
                 continue  # planned after this sweep began (a live run's), or out of scope
-            removed += self._sweep_batch(b)
+            removed += self.sweep_batch(b)
         return removed
 
-    def _staged_batches(self, after: int | None = None) -> list[int]:
+    def staged_batches(self, after: int | None = None) -> list[int]:
         """Batches with a staging folder (``b<id>``) in some table; only those after batch
         ``after`` when given (a start-after listing: not every batch the table ever held)."""
         ids = set()
@@ -483,11 +523,11 @@ class Repairs:
         """Whether the PREPARED files ``staged`` wrote for batch ``b`` are of no use any more: no
         table adds them as its own files (they are a merge's input), and every table that reads
         them holds the batch."""
-        readers = [p for p in self.names if (self.participants[p].reads_from or p) == staged]
+        readers = [p for p, part in self.participants.items() if (part.reads_from or p) == staged]
         return (all(not self.participants[p].keeps_staged_files for p in readers)
                 and all(self.participants[p].committed_batch(self.app_id) >= b for p in readers))
 
-    def _sweep_batch(self, b: int, everything: bool = False) -> list[str]:
+    def sweep_batch(self, b: int, everything: bool = False) -> list[str]:
         """The staged files of batch ``b`` that no commit will reference (see ``sweep``);
         ``everything``: all of them (batches that ``reset`` forgot)."""
         prepared = None if everything else self.ledger.prepared(b)  # immutable once read

@@ -2,7 +2,9 @@
 
 Each reads the ledger and the tables, decides with ``state``'s pure functions, and writes what
 it decided put-if-absent (see the package's docstring for the state machine). The repairs
-(rewind, reset, sweep) are the ``Repairs`` half of the same class, in ``repairs.py``.
+(rewind, reset, forget_void) and the sweep are objects beside the verbs (``repairs.py``): a
+``Protocol`` holds one of each (``repairs``, ``sweeper``) and hands those verbs over to them;
+they ask it only its public queries (``repairs.Queries``).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ from ..sources import compact_offsets, kind_for, source_for
 from ..sources.base import LateFilesConfig, Planner, consumed_skip
 from ..storage.fs import Storage, join, storage_for
 from . import state as st
-from .repairs import Repairs
+from .repairs import Repairs, Sweeper
 from .replay import void_files
 from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 
@@ -79,8 +81,10 @@ class Recovery:
     pending_batches: list[int] = field(default_factory=list)
 
 
-class Protocol(Repairs):
-    """One pipeline's protocol: its ledger, its participants (tables) and their storages."""
+class Protocol:
+    """One pipeline's protocol: its ledger, its participants (tables) and their storages; the
+    phases (plan, verify, commit, abort, abandon) and recover, the queries they decide by, and
+    the repairs and sweep beside them (``repairs``, ``sweeper``)."""
 
     def __init__(self, cfg: PipelineConfig, storage_options: JSON | None = None):
         self.cfg = cfg
@@ -98,23 +102,30 @@ class Protocol(Repairs):
         # the planner of the last plan_batches(): after a plan, the backlog asks it (a landing folder is
         # listed once per plan task, not again for the count)
         self.last_planner: Planner | None = None
+        self.sweeper = Sweeper(self.app_id, self.layout, self.ledger, self.participants, self.fs_for)
+        self.repairs = Repairs(self, self.sweeper)
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
         return self.participants[participant].reads_from or participant
 
+    # -- queries (what the verbs and the repairs decide by) ------------------------------
     def fs_for(self, participant: str) -> Storage:
+        """The storage of ``participant``'s table."""
         return self._fs[participant]
 
     def committed_versions(self) -> dict[str, int]:
+        """{participant: the newest batch its table holds} (its txn version for this pipeline)."""
         return {p: part.committed_batch(self.app_id) for p, part in self.participants.items()}
 
     def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None:
+        """Batch ``batch_id``'s state (``state.batch_state``), None when it has no plan; ``versions``:
+        ``committed_versions()`` when the caller read them already."""
         versions = versions if versions is not None else self.committed_versions()
         if not self.ledger.has_plan(batch_id):
             return None
         facts = st.BatchFacts(
-            planned=True, abandoned=self._is_abandoned(batch_id),
+            planned=True, abandoned=self.is_abandoned(batch_id),
             prepared=self.ledger.prepared(batch_id) is not None,
             staged=any(self.ledger.stage_summary(batch_id, a) and not self.ledger.aborted_info(batch_id, a)
                        for a in self.ledger.attempts(batch_id)),
@@ -155,22 +166,47 @@ class Protocol(Repairs):
                 return a
         return None
 
-    def _is_abandoned(self, batch_id: int) -> bool:
+    def is_abandoned(self, batch_id: int) -> bool:
+        """Was batch ``batch_id`` ABANDONED (its record decided put-if-absent)?"""
         return self.ledger.abandoned(batch_id) is not None
 
-    def _prev_live(self, batch_id: int) -> int:
-        return st.prev_live(batch_id, self._is_abandoned)
+    def prev_live(self, batch_id: int) -> int:
+        """The batch the tables must hold before ``batch_id`` commits (``state.prev_live``)."""
+        return st.prev_live(batch_id, self.is_abandoned)
 
     def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
-        return st.undecided(latest, versions, bool(latest) and self._is_abandoned(latest))
+        return st.undecided(latest, versions, bool(latest) and self.is_abandoned(latest))
 
-    def _undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]:
-        return st.undecided_ids(latest, versions, self._is_abandoned) if self._undecided(latest, versions) else []
+    def undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]:
+        """The batches still to decide, oldest first (``state.undecided_ids``); none when the newest
+        batch ``latest`` is decided."""
+        return st.undecided_ids(latest, versions, self.is_abandoned) if self._undecided(latest, versions) else []
 
-    def _check_consistent(self, latest: int, versions: dict[str, int]) -> None:
-        need = st.need_held(self.ledger.require_plan(latest) if latest else None, self._is_abandoned)
+    def check_consistent(self, latest: int, versions: dict[str, int]) -> None:
+        """LedgerMismatch unless the ledger (newest batch ``latest``) and the tables (``versions``)
+        agree (``state.check_consistent``)."""
+        need = st.need_held(self.ledger.require_plan(latest) if latest else None, self.is_abandoned)
         st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
                             need, versions)
+
+    # -- the repairs and the sweep (``repairs.py``): handed over -------------------------
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
+               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
+        """``Repairs.rewind``: bring the tables back to before batch ``to_batch`` and read again from its start."""
+        return self.repairs.rewind(to_batch, run_id=run_id, dry_run=dry_run, max_records=max_records,
+                                   accept_loss=accept_loss)
+
+    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
+        """``Repairs.reset``: forget batches ``from_batch``.. that no table holds."""
+        return self.repairs.reset(from_batch, accept_loss=accept_loss)
+
+    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
+        """``Repairs.forget_void``: forget the first void plan after batch ``after`` and the plans after it."""
+        return self.repairs.forget_void(after, probe=probe)
+
+    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
+        """``Sweeper.sweep``: delete staged files no commit will ever reference."""
+        return self.sweeper.sweep(recent=recent, skip=skip)
 
     # -- recover ---------------------------------------------------------------------
     def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
@@ -183,15 +219,15 @@ class Protocol(Repairs):
         void = self.forget_void(min(versions.values()), probe=latest)
         if void:
             latest = self.ledger.latest_batch_id()
-        self._check_config(latest, versions)
-        self._check_consistent(latest, versions)
-        actions: list[str] = self._complete_rewinds()
+        self.check_config(latest, versions)
+        self.check_consistent(latest, versions)
+        actions: list[str] = self.repairs.complete_rewinds()
         if void:
             actions.append(f"batches {st.ranges(void)} were planned after a batch that a reset forgot (void plans): "
                            f"forgotten, nothing of them was published; their range is planned again")
         pending = None
         in_flight = None
-        undecided = self._undecided_ids(latest, versions)
+        undecided = self.undecided_ids(latest, versions)
         # the newest batch every table holds (the newest batch, or one of the run still deciding)
         held = min(versions.values()) if latest else 0
         if held and (held == latest or (undecided and held >= self.ledger.require_plan(latest).first_of_run)) \
@@ -289,9 +325,9 @@ class Protocol(Repairs):
         if self.forget_void(min(versions.values()), probe=hist.latest):
             hist = self.ledger.history()
         latest = hist.latest
-        self._check_config(latest, versions)
-        self._check_consistent(latest, versions)
-        undecided = self._undecided_ids(latest, versions)
+        self.check_config(latest, versions)
+        self.check_consistent(latest, versions)
+        undecided = self.undecided_ids(latest, versions)
         if undecided:
             return self._pending_plans(undecided, versions, run_id), False
         if max_batches < 1:
@@ -443,20 +479,20 @@ class Protocol(Repairs):
             pipeline=self.cfg.name, batch_id=hist.latest + 1, source_kind=self.cfg.source.kind, range=rng,
             rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=late, sink=self._sink_record(), config=config_values(self.cfg), run_first=run_first,
+            late=late, sink=self.sink_record(), config=config_values(self.cfg), run_first=run_first,
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         # the task's gauge and alert: the planned files the kind will not read
         self.last_skipped += [consumed_skip(f) for f in rng.get("files", []) if f.get("skipped")]
         return plan
 
-    def _sink_record(self) -> str | None:
+    def sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
         contract = self.cfg.sink_contract
         return None if contract == LEGACY_CONTRACT else contract
 
-    def _check_config(self, batch_id: int, versions: dict[str, int] | None = None,
-                      plan: BatchPlan | None = None) -> None:
+    def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                     plan: BatchPlan | None = None) -> None:
         """A configuration edit is an event of the protocol (``config.contract``): refuse
         (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
         when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
@@ -568,7 +604,7 @@ class Protocol(Repairs):
 
         def every_record() -> list[BatchPlan]:
             rewinds: list[RewindRecord] = self.ledger.rewinds() + ([pending_rewind] if pending_rewind else [])
-            return st.read_so_far(self.ledger.plans(), rewinds, self._is_abandoned, self._start_marker)
+            return st.read_so_far(self.ledger.plans(), rewinds, self.is_abandoned, self.start_marker)
 
         void: dict[str, str] | None = None
         held: list[tuple[str, str]] = []  # replay lineages that cannot be read: skipped by the plan
@@ -579,14 +615,14 @@ class Protocol(Repairs):
                 void = void_files(self.cfg, self.layout, self.rewinds_in_effect(hist=hist), held)
             return void.get(path)
 
-        reads = hist.read_so_far(self._start_marker, every_record, void_file)
+        reads = hist.read_so_far(self.start_marker, every_record, void_file)
         reads.skipped_inputs = held
         reads.kept_discovery = lambda: self.ledger.discovery(hist.newest_digest)
         return reads
 
     def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]:
         """Every rewind recorded (with the one being planned now, when ``hist`` counts it), and the
-        rewind that reserved the newest batch and died before its record (``_complete_rewinds``
+        rewind that reserved the newest batch and died before its record (``Repairs.complete_rewinds``
         records it): what undoes batches (``state.undoing``), from the moment its reservation is
         written. From ``hist`` when given (no listing: what a plan reads anyway)."""
         if hist is not None:
@@ -602,7 +638,8 @@ class Protocol(Repairs):
         return sorted(keys)
 
     @staticmethod
-    def _start_marker(k: BatchPlan) -> BatchPlan | None:
+    def start_marker(k: BatchPlan) -> BatchPlan | None:
+        """Batch ``k``'s start as an empty range of its source kind (``state.start_marker``)."""
         return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
 
     # -- stage -----------------------------------------------------------------------
@@ -617,7 +654,7 @@ class Protocol(Repairs):
         advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
         plan = self.ledger.plan(batch_id)
         if plan is not None:
-            self._check_config(batch_id, self.committed_versions(), plan=plan)
+            self.check_config(batch_id, self.committed_versions(), plan=plan)
         return plan
 
     # -- verify (pre-commit) ---------------------------------------------------------
@@ -638,14 +675,14 @@ class Protocol(Repairs):
         if plan.rewind:
             # the first batch after a rewind is PREPARED only once every table was restored for it
             # (so its commit is always possible), or never when the rewind was cancelled
-            self._complete_rewinds()
+            self.repairs.complete_rewinds()
         if self.ledger.abandoned(batch_id) is not None:
             raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
         if self.ledger.is_void(plan):
             if not dry_run:
                 self.ledger.decide(batch_id, attempt, "abort", {"reason": "its plan is void", "aborted_at": utcnow()})
             raise VerifyFailed(self._void_text(batch_id) + f"; attempt {attempt} cannot be prepared")
-        self._check_config(batch_id, plan=plan)
+        self.check_config(batch_id, plan=plan)
         if self.ledger.aborted_info(batch_id, attempt) is not None:
             raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
                                f"be prepared: the next run stages the batch again")
@@ -720,8 +757,8 @@ class Protocol(Repairs):
         # a batch every table holds (a late commit task, after a recover or a rewind) is decided:
         # an edit of a PENDING key since its plan is no reason to refuse (its advice, putting the old
         # value back, would make the next batches fail against the tables' new columns)
-        self._check_config(batch_id, self.committed_versions(), plan=plan)
-        self._complete_rewinds()
+        self.check_config(batch_id, self.committed_versions(), plan=plan)
+        self.repairs.complete_rewinds()
         # Every participant that does not hold the batch yet is checked before the first Delta
         # commit: a batch is published in all its tables or in none (a VACUUM that removed the
         # quarantine's staged files must not leave the sink holding the batch alone).
@@ -749,7 +786,7 @@ class Protocol(Repairs):
                 log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
                          participant, batch_id, versions[participant])
                 continue
-            prev = self._prev_live(batch_id)
+            prev = self.prev_live(batch_id)
             if v < prev and plan.first_of_run <= prev:  # an earlier batch of its run: strictly in order
                 raise BatchInFlight(f"batch {batch_id} commits after batch {prev} of its run, which the "
                                     f"{participant} table does not hold yet (it holds batch {v}): batch "
@@ -779,7 +816,7 @@ class Protocol(Repairs):
         faults.crash_point("commit.after_delta_commit")
         rec = self._write_committed(batch_id, recovered, versions, time.time() - t0)
         try:  # the batch is decided: what its losing and dead attempts left can go now
-            swept = self._sweep_batch(batch_id)
+            swept = self.sweeper.sweep_batch(batch_id)
             if swept:
                 log.info("batch %s: swept %d staged file(s) of other attempts", batch_id, len(swept))
         except Exception as e:  # noqa: BLE001 - clean-up only; the next run's sweep retries it

@@ -165,8 +165,8 @@ def test_sweep_lists_the_staging_folders_of_the_newest_batches_only(make_cfg):
     proto = Protocol(make_cfg())
     for b in range(1, 13):
         (Path(proto.layout.staging_root("sink")) / f"b{b:010d}").mkdir(parents=True)
-    assert proto._staged_batches() == list(range(1, 13))
-    assert proto._staged_batches(after=7) == [8, 9, 10, 11, 12]
+    assert proto.sweeper.staged_batches() == list(range(1, 13))
+    assert proto.sweeper.staged_batches(after=7) == [8, 9, 10, 11, 12]
 
 
 # -- reset and the ledger's checkpoints -----------------------------------------------------------------
@@ -339,7 +339,7 @@ def test_a_void_plan_a_crash_left_is_never_prepared_and_the_next_recover_forgets
     plans, _ = proto.plan_batches(run_id="r1", max_batches=3)
     assert [p.batch_id for p in plans] == [1, 2, 3] and plans[1].base == proto.ledger.record_digest(plans[0])
     staged = _stage(proto, 2, "a2")
-    proto._forget(1, 1)  # a reset forgot batch 1 and died before it looked for plans after it
+    proto.repairs.forget(1, 1)  # a reset forgot batch 1 and died before it looked for plans after it
     assert proto.ledger.batch_ids() == [2, 3] and proto.ledger.is_void(proto.ledger.plan(2))
     with pytest.raises(VerifyFailed, match="batch 2's plan is void"):
         proto.verify(2, "a2")
