@@ -3,7 +3,7 @@ group ``eobatch.sinks`` as ``labelled = eobatch_labelled:KIND``: an append sink 
 carries a label (``sink.mode: labelled``, ``sink.labelled.label``) in its Delta commit info.
 
 It uses eobatch's public API only (``eobatch.sinks``, ``eobatch.sinks.delta``, ``eobatch.errors``)
-and changes no file of the product (tests/unit/test_plugin_kinds.py installs and runs it).
+and changes no file of the product (tests/unit/core/test_registry.py installs and runs it).
 
     sink:
       table: /data/lake/orders

@@ -3,7 +3,7 @@ group ``eobatch.sources`` as ``numbers = eobatch_numbers:KIND``: the integers ``
 each the record ``{<field>: n}``, at most ``max_records_per_batch`` of them a batch.
 
 It uses eobatch's public API only (``eobatch.sources``, ``eobatch.sources.base``, ``eobatch.errors``)
-and changes no file of the product (tests/unit/test_plugin_kinds.py installs and runs it).
+and changes no file of the product (tests/unit/core/test_registry.py installs and runs it).
 
     source:
       kind: numbers

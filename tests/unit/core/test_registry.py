@@ -25,7 +25,7 @@ from eobatch.sources import KindUnavailable
 from support.protocol_runs import land_ids, run_next
 from support.pyarrow_stager import stage
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PRODUCT = [REPO / "plugins", REPO / "spark_jobs", REPO / "dags"]
 TOYS = REPO / "tests" / "support" / "toy_kinds"
 
