@@ -2,9 +2,9 @@
 cost for a 10-file batch when the landing folder holds N files, all consumed but the newest 10, on
 the local disk and on the S3 server, against Structured Streaming's file source on the same folder.
 
-    .venv/bin/python tests/bench/landing_zone.py [--sizes 1000,1000000] [--s3-sizes 1000,100000]
+    .venv/bin/python tests/bench/landing_zone.py [--sizes 1000,1000000] [--s3-sizes 1000,10000]
         [--sss-sizes 1000,1000000] [--sss-real-up-to 10000] [--new 10] [--per-batch 1000]
-        [--full-up-to 100000] [--repeat 3] [--master 'local[*]'] [--driver-memory 1g] [--work DIR] [--out FILE.json]
+        [--full-up-to 100000] [--s3-put-up-to 100000] [--repeat 3] [--master 'local[*]'] [--driver-memory 1g] [--work DIR] [--out FILE.json]
 
 (``--s3-sizes 0`` or ``--sss-sizes 0`` skips that part; ``--sss-sizes`` defaults to ``--sizes``.)
 
@@ -48,7 +48,10 @@ after its position (a handful of calls: the folder's check, the listing after th
 replay folder); with ``discovery: full`` (``list_calls_per_plan_full``, up to ``--full-up-to``)
 ⌈N/1000⌉ and the same handful. Uploading is the cost of this part: S3Proxy took about
 ``upload_seconds`` / N per object here (see the figures), so 1,000,000 objects would take about an
-hour on the 2-core machine. Above ``--s3-put-up-to`` objects (100,000) only the first object and
+hour on the 2-core machine; and S3Proxy's filesystem backend walks the bucket's folder for every
+ListObjectsV2 (about 45 µs an object, whatever ``StartAfter`` and ``MaxKeys`` say), so its times
+grow with N where S3's do not: the calls per plan are the figure that carries over. Above
+``--s3-put-up-to`` objects (100,000) only the first object and
 the ``--new`` newest are PUT; the others are written into the server's filesystem backend as its
 PUT of the first left it (the object's file at its key, the same bytes and metadata attributes),
 and the listing that follows checks that the server serves all N (``landed_by`` says which).

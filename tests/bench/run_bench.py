@@ -3,7 +3,7 @@
     .venv/bin/python tests/bench/run_bench.py [--sizes 1000,1000000,5000000] [--single-file-gb 1]
         [--master 'local[*]'] [--plan-late-batches 100000] [--kafka-records 1000000]
         [--merge-records 1000000] [--delta-records 1000000] [--driver-memory 3g] [--catchup 10x500000] [--catchup-one-per-run 1]
-        [--scheduler-runs 3] [--landing-sizes 1000,1000000] [--landing-s3-sizes 1000,1000000]
+        [--scheduler-runs 3] [--landing-sizes 1000,1000000] [--landing-s3-sizes 1000,10000]
         [--landing-sss-sizes <landing sizes>] [--landing-sss-real-up-to 10000]
         [--out .bench/results.json] [--plot .bench/bench.png]
 
@@ -550,7 +550,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="DAG runs triggered through the REST API of a running Airflow (0: skipped)")
     ap.add_argument("--landing-sizes", default=_env("LANDING_SIZES", "1000,1000000"),
                     help="landing zones of that many files, all consumed but 10: plan and recover task (0: skipped)")
-    ap.add_argument("--landing-s3-sizes", default=_env("LANDING_S3_SIZES", "1000,1000000"),
+    ap.add_argument("--landing-s3-sizes", default=_env("LANDING_S3_SIZES", "1000,10000"),
                     help="the same on the S3 server, objects uploaded first (0: skipped)")
     ap.add_argument("--landing-sss-sizes", default=_env("LANDING_SSS_SIZES", ""),
                     help="landing sizes at which Structured Streaming's file source runs too (default: every "
