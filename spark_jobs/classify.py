@@ -56,7 +56,7 @@ def utf8_from_json(raw, schema, options: dict):
     values; a record that is not valid UTF-8 may parse differently, so callers check validity)."""
     from pyspark.sql import Column, SparkSession
 
-    from eobatch.job.jvm import jvm_class
+    from eobatch.core.jvm import jvm_class
 
     spark = SparkSession.getActiveSession()
     assert spark is not None, "utf8_from_json needs an active Spark session"

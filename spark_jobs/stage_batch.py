@@ -124,7 +124,7 @@ def observe_bad(spark, kept):
     the cap's characters (``bad_of`` reads it back)."""
     from pyspark.sql import functions as F
 
-    from eobatch.job.jvm import jvm_class
+    from eobatch.core.jvm import jvm_class
 
     text = spark.conf.get(BAD_LINES_CONF, str(BAD_LINES_CAP))
     if not text.isdigit() or int(text) > BAD_LINES_MAX:

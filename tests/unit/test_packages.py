@@ -10,7 +10,7 @@ checked, so that a new edge the wrong way fails here and not in a Spark job or a
 * ``storage``: files and credentials; nothing of ``core/``, ``config/``,
   the kinds, ``protocol/``, ``airflow/``, ``job/``, ``ui/``, the CLI.
 * ``sources``, ``sinks``: the kinds; no Airflow; nothing of ``protocol/`` (the layer above),
-  ``airflow/``, ``ui/``, the CLI, and of ``job/`` only ``job.jvm`` (the Spark side's JVM classes).
+  ``airflow/``, ``job/``, ``ui/``, the CLI.
 * ``protocol``: the protocol that drives the kinds (verbs, repairs, verify, replay, runs,
   maintenance); no Airflow, no pyspark; nothing of ``airflow/``, ``job/``, ``ui/``, the CLI.
 * ``job``: builds and launches the Spark job; no Airflow, no pyspark; nothing of ``airflow/``,
@@ -46,8 +46,8 @@ RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "config": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.storage", "eobatch.protocol", "eobatch.job") + UP, ()),
     "storage": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.config", "eobatch.sources", "eobatch.sinks",
                            "eobatch.protocol", "eobatch.job") + UP, ()),
-    "sources": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ("eobatch.job.jvm",)),
-    "sinks": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ("eobatch.job.jvm",)),
+    "sources": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ()),
+    "sinks": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ()),
     "protocol": (AIRFLOW + ("pyspark", "eobatch.job") + UP, ()),
     "job": (AIRFLOW + ("pyspark",) + UP, ()),
     "airflow": (("pyspark", "eobatch.ui", "eobatch.cli"), ()),
@@ -72,7 +72,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 _SECTIONS = ("the pipeline file's loader and its JSON Schema take the kinds' sections, and the loader puts the "
              "configuration contract together from each kind's part (config.contract, which imports no kind)")
-_JVM = "eobatch.job.jvm only: the Spark side's JVM classes, which import nothing of eobatch (RULES above)"
 # The imports that still run up a floor, by module, and why: none may be added, and each goes from
 # here with the import (the test fails while one is named that is no longer there).
 ARROWS_UP: dict[tuple[str, str], str] = {
@@ -82,7 +81,6 @@ ARROWS_UP: dict[tuple[str, str], str] = {
     ("eobatch.config.loader", "sources"): _SECTIONS,
     ("eobatch.config.pipeline", "sinks"): _SECTIONS,
     ("eobatch.config.pipeline", "sources"): _SECTIONS,
-    ("eobatch.sources.files.read", "job"): _JVM,
 }
 
 

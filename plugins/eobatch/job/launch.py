@@ -150,7 +150,8 @@ SHIPPED = (
     # the ledger's records and the staged files' statistics (table_files, ledger -> checkpoint)
     "eobatch.errors", "eobatch.core.faults", "eobatch.core.formats", "eobatch.core.ledger",
     "eobatch.core.checkpoint", "eobatch.core.registry", "eobatch.core.table_files",
-    "eobatch.job.jvm",
+    # the stage job's own JVM classes (eobatch-jvm.jar), as the driver reaches them
+    "eobatch.core.jvm",
     # whole packages: local and S3 files; every source and sink kind (the spec names one at run time)
     "eobatch.storage", "eobatch.sources", "eobatch.sinks",
     "spark_jobs.classify", "spark_jobs.stage_write", "spark_jobs.transforms", "spark_jobs.worker_daemon",

@@ -14,10 +14,9 @@ where the job runs. A kind that is not built in declares a role for each of its 
 with the other kinds (``config.contract.kind_part``), or it is refused.
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage`` (``storage.lineage``: the OpenLineage names of
-a range's datasets), ``eobatch.job.jvm`` (the
-Spark side's JVM classes), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
-Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``, the rest
-of ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
+a range's datasets), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
+Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``,
+``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ import resource
 from urllib.parse import urlparse
 
 from ...config.lines import BLANK_BYTES, SPARK_BLANK_LINE, max_line_bytes
-from ...job.jvm import jvm_class
+from ...core.jvm import jvm_class
 from ...storage.fs import NotARegularFile, S3StorageError, storage_for
 from ..base import local_frame
 from .planner import changed_since_plan, files_now, identity_problem, read_files
