@@ -197,6 +197,15 @@ def part_clashes(part: KindPart, others: Iterable[KindPart]) -> list[str]:
     return out
 
 
+def check_agrees(part: KindPart, others: Iterable[KindPart]) -> None:
+    """ValueError when ``part`` gives a key another role than one of ``others`` (``part_clashes``):
+    a kind that is not built in is refused then."""
+    clashes = part_clashes(part, others)
+    if clashes:
+        raise ValueError(f"its keys' roles in the configuration contract are not those of the other kinds: "
+                         f"{'; '.join(clashes)}")
+
+
 @dataclass(frozen=True)
 class Contract:
     """The roles of every key: ``keys`` (key -> (role, its value of a PipelineConfig)) and

@@ -79,11 +79,12 @@ class Ledger:
         """sha256 of the record ``put_plan`` writes for ``plan`` (what ``plan_digest`` reads back)."""
         return hashlib.sha256(plan.to_json()).hexdigest()
 
-    def is_void(self, plan: BatchPlan) -> bool:
+    def is_void(self, plan: BatchPlan, before: str | None = None) -> bool:
         """A plan planned after a record that is no longer the batch before it (``BatchPlan.base``):
         a reset forgot that batch while the run that planned this one went on. A void plan is never
-        verified or committed, and the next recover or plan forgets it (``Repairs.forget_void``)."""
-        return plan.base is not None and self.plan_digest(plan.batch_id - 1) != plan.base
+        verified or committed, and the next recover or plan forgets it (``Repairs.forget_void``).
+        ``before``: the digest of the plan before it, when the caller has just read it."""
+        return plan.base is not None and (before or self.plan_digest(plan.batch_id - 1)) != plan.base
 
     def _decision(self, batch_id: int) -> JSON | None:
         try:
@@ -319,7 +320,7 @@ class Ledger:
         digests: dict[int, str] = {}
         if base is not None:
             b = base.batch_id + 1
-            while (got := self._plan_and_digest(b)) is not None:  # ids have no gaps: the first missing ends them
+            while (got := self.plan_and_digest(b)) is not None:  # ids have no gaps: the first missing ends them
                 tail.append(got[0])
                 digests[b] = got[1]
                 b += 1
@@ -335,13 +336,13 @@ class Ledger:
         plans: list[BatchPlan] = []
         digests: dict[int, str] = {}
         for b in ids:
-            got = self._plan_and_digest(b)
+            got = self.plan_and_digest(b)
             if got is not None:
                 plans.append(got[0])
                 digests[b] = got[1]
         return plans, digests
 
-    def _plan_and_digest(self, batch_id: int) -> tuple[BatchPlan, str] | None:
+    def plan_and_digest(self, batch_id: int) -> tuple[BatchPlan, str] | None:
         """The plan of ``batch_id`` and the sha256 of its record, or None when it has none."""
         try:
             data = self.fs.read_bytes(self.layout.plan(batch_id))

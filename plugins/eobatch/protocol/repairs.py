@@ -430,11 +430,12 @@ class Repairs:
         return self.forget(first, last)
 
     def _first_void(self, after: int, probe: int | None) -> int | None:
-        b = after + 1
-        while (plan := self.ledger.plan(b)) is not None:
-            if self.ledger.is_void(plan):
+        b, before = after + 1, None  # the digest of the plan before b, once the walk has read it
+        while (got := self.ledger.plan_and_digest(b)) is not None:
+            plan, digest = got
+            if self.ledger.is_void(plan, before):  # each plan read once
                 return b
-            b += 1
+            b, before = b + 1, digest
         for p in (probe, b + 1):  # batch b has no plan: any plan after it is void
             if p is not None and p > b and self.ledger.fs.exists(self.layout.plan(p)):
                 while p - 1 > b and self.ledger.fs.exists(self.layout.plan(p - 1)):

@@ -23,7 +23,7 @@ Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobat
 
 from __future__ import annotations
 
-from ..config.contract import kind_part, part_clashes
+from ..config.contract import check_agrees, kind_part
 from ..core.registry import KindUnavailable, Registry
 from .base import (
     LEGACY_CONTRACT,
@@ -51,10 +51,7 @@ def check_kind(kind: SinkKind) -> None:
     same = [k.name for k in others if k.mode == kind.mode]
     if same:
         raise ValueError(f"sink.mode {kind.mode!r} is sink kind {same[0]!r}'s")
-    clashes = part_clashes(kind_part("sink", kind), [kind_part("sink", k) for k in others])
-    if clashes:
-        raise ValueError(f"its keys' roles in the configuration contract are not those of the other kinds: "
-                         f"{'; '.join(clashes)}")
+    check_agrees(kind_part("sink", kind), [kind_part("sink", k) for k in others])
 
 
 REGISTRY: Registry[SinkKind] = Registry(__name__, BUILTIN, SinkKind, "sink", check=check_kind)

@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..config.contract import kind_part, part_clashes
+from ..config.contract import check_agrees, kind_part
 from ..core.registry import KindUnavailable, Registry
 from ..storage import lineage
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourcePipeline, SourceRange
@@ -42,10 +42,7 @@ def check_kind(kind: SourceKind) -> None:
     none that another kind known gives another role. ValueError saying what is wrong."""
     part = kind_part("source", kind, kind.config_keys)
     others = [kind_part("source", k) for k in (*(kind_for(n) for n in BUILTIN), *REGISTRY.registered.values())]
-    clashes = part_clashes(part, others)
-    if clashes:
-        raise ValueError(f"its keys' roles in the configuration contract are not those of the other kinds: "
-                         f"{'; '.join(clashes)}")
+    check_agrees(part, others)
 
 
 REGISTRY: Registry[SourceKind] = Registry(__name__, BUILTIN, SourceKind, "source", check=check_kind)
