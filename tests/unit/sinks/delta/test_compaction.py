@@ -185,7 +185,7 @@ def test_another_tools_optimize_inside_a_re_run_commits_window_is_reported_loudl
     monkeypatch.setattr(DeltaParticipant, "_begin", begin_then_optimize)
     with caplog.at_level(logging.ERROR, logger="eobatch.sinks.delta.participant"):
         proto.commit(plan.batch_id)
-    assert any("may now be published twice" in r.message for r in caplog.records), caplog.text
+    assert any("may now be published twice" in r.getMessage() for r in caplog.records), caplog.text
     assert published(proto) - collections.Counter(ids + ["h0-late"]) == collections.Counter(
         ["h0-a", "h0-b", "h0-c"])  # what the message warns of: hour 0's old rows, twice
 
