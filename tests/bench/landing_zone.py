@@ -44,8 +44,8 @@ inside the child by wrapping botocore's ``BaseClient._make_api_call`` (every bot
 product, ``eobatch.storage.s3conf.boto3_client``, calls S3 through it); ``s3_calls_per_plan`` every
 boto3 call by operation (the ledger reads are GETs and HEADs). Delta-rs reads the two tables' logs
 with its own (Rust) client: those requests are not counted. With lexical discovery a plan lists
-after its position (a handful of calls: the folder's check, the listing after the position, the
-replay folder); with ``discovery: full`` (``list_calls_per_plan_full``, up to ``--full-up-to``)
+after its position (a handful of calls: the listing after the position and the replay folder; the
+folder's own check only when they find nothing); with ``discovery: full`` (``list_calls_per_plan_full``, up to ``--full-up-to``)
 ⌈N/1000⌉ and the same handful. Uploading is the cost of this part: S3Proxy took about
 ``upload_seconds`` / N per object here (see the figures), so 1,000,000 objects would take about an
 hour on the 2-core machine; and S3Proxy's filesystem backend walks the bucket's folder for every

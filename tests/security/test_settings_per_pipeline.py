@@ -104,6 +104,7 @@ def test_an_s3_landing_bucket_that_is_missing_or_denied_fails_the_plan_an_empty_
     (it used to list as empty: NoSuchBucket was "nothing new")."""
     from eobatch.config.loader import load_pipeline
     from eobatch.protocol import Protocol
+    from eobatch.sources import source_for
     from eobatch.sources.base import LandingUnreadable
 
     one, _two = servers
@@ -126,4 +127,23 @@ def test_an_s3_landing_bucket_that_is_missing_or_denied_fails_the_plan_an_empty_
             and "which does not exist (NoSuchBucket)" in str(e.value) and "create the bucket" in str(e.value)), e.value
     with pytest.raises(LandingUnreadable) as e:
         plan("s3a://lake/alpha/landing", secret="not-" + one.secret_key)
+    assert "cannot be listed: access denied (" in str(e.value) and one.secret_key not in str(e.value), e.value
+    # discovery lexical, after a first plan: the listing after its position is the check (no LIST of its
+    # own while files are found), and a bucket missing or denied then is still said as such
+    one.client().put_object(Bucket="lake", Key="lexical/landing/a.jsonl", Body=b'{"order_id": "a"}\n')
+    path = tmp_path / "lexical.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "lexical", "schema": "order_id STRING NOT NULL",
+        "source": {"kind": "files", "path": "s3a://lake/lexical/landing", "discovery": "lexical"},
+        "sink": {"table": str(tmp_path / "lake" / "lexical")}, "quarantine": {"table": str(tmp_path / "lake" / "lbad")}}))
+    good = s3conf.S3Settings(one.endpoint, one.access_key, one.secret_key, None, "us-east-1")
+    cfg = load_pipeline(str(path))
+    with s3conf.using(s3conf.Store(good)):
+        first = Protocol(cfg).plan()[0]
+        assert [f["path"] for f in first.range["files"]] == ["s3a://lake/lexical/landing/a.jsonl"]
+        assert first.range["listed_after"] == "s3a://lake/lexical/landing/a.jsonl"
+        assert source_for(cfg).next_range([first], 100)[0] is None  # nothing after it: nothing new
+    denied = s3conf.S3Settings(one.endpoint, one.access_key, "not-" + one.secret_key, None, "us-east-1")
+    with s3conf.using(s3conf.Store(denied)), pytest.raises(LandingUnreadable) as e:
+        source_for(cfg).next_range([first], 100)
     assert "cannot be listed: access denied (" in str(e.value) and one.secret_key not in str(e.value), e.value

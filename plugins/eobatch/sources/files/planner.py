@@ -31,6 +31,7 @@ following any link below the landing folder); the stage job reads that identity 
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import logging
@@ -130,6 +131,46 @@ class _Batch:
         return True
 
 
+class _Ahead:
+    """The new files of a listing measured (``FilesSource._entry``: on S3 a HEAD and a GET each) a few
+    at a time ahead of the walk that takes them in order, in threads, on S3 only: one after the other,
+    their round trips were most of a plan task's time there. Bounded: ``AHEAD`` in flight, none past
+    the batch's room in files, none of a file over ``AHEAD_MAX_BYTES`` (its read costs more than a
+    round trip: measured when the walk reaches it). What the walk never takes was measured for
+    nothing: at most ``AHEAD`` small files a plan."""
+
+    AHEAD, AHEAD_MAX_BYTES = 8, 1 << 20
+
+    def __init__(self, measure, files, room: int):
+        self._measure = s3conf.carried(measure)  # the pipeline's S3 settings in the threads too
+        self._files = iter(files)
+        self._room = room
+        self._pending: dict[str, Any] = {}
+        self._pool = ThreadPoolExecutor(self.AHEAD, thread_name_prefix="eobatch-plan")
+
+    def entry(self, f: FileInfo) -> dict:
+        """``measure(f)``: its result, or the exception it raised, as a call of it would."""
+        fut = self._pending.pop(f.path, None)
+        self._fill()
+        return fut.result() if fut is not None else self._measure(f)
+
+    def _fill(self) -> None:
+        while len(self._pending) < min(self.AHEAD, self._room):
+            f = next(self._files, None)
+            if f is None:
+                return
+            if f.size <= self.AHEAD_MAX_BYTES:
+                self._pending[f.path] = self._pool.submit(self._measure, f)
+                self._room -= 1
+
+    def __enter__(self) -> _Ahead:
+        self._fill()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _visible(root: str, path: str) -> bool:
     rel = path[len(root.rstrip("/")) + 1:]
     return not any(part.startswith((".", "_")) for part in rel.split("/"))
@@ -151,6 +192,7 @@ class FilesSource:
         self._one_listing = False
         self._discovered: dict | None = None  # ``discovered``
         self._run_events: tuple[list[Event], dict[int, int], bool] | None = None  # ``begin_run``: the run's one read
+        self._ahead: _Ahead | None = None  # ``_measuring``
 
     def list_landing(self, folders: Sequence[str] | None = None, after: str | None = None) -> list[FileInfo]:
         """The landing files to read, oldest first (``discovery: lexical``: in path order), of the whole
@@ -166,13 +208,20 @@ class FilesSource:
         links: list[str] = []
         unreadable: list[tuple[str, str]] = []
         self.skipped = []
-        self.check_landing()
         sources = [(folder, None) for folder in folders] if folders is not None else [(self.root, after)]
         if folders is None and after is not None:  # discovery lexical: a replay's names do not grow with the layout's
             sources.append((join(self.root, REPLAY_DIR), None))
-        visible = list({f.path: f for folder, start in sources
-                        for f in self.fs.list_files(folder, links=links, unreadable=unreadable, after=start)
-                        if _visible(self.root, f.path)}.values())
+        try:
+            visible = list({f.path: f for folder, start in sources
+                            for f in self.fs.list_files(folder, links=links, unreadable=unreadable, after=start)
+                            if _visible(self.root, f.path)}.values())
+        except OSError:  # a bucket that is gone or denied: said as such (LandingUnreadable), else as it failed
+            self.check_landing()
+            raise
+        if not visible:
+            # the listing of a folder that is not there, or cannot be read, is empty too: only then is the
+            # folder itself looked at (on S3 a LIST call fewer per plan that finds files)
+            self.check_landing()
         listed = [f for f in visible if self.takes(f.path)]
         self.not_taken = [f.path for f in visible if not self.takes(f.path) and not _own_file(self.root, f.path)]
         if self.not_taken:
@@ -264,7 +313,7 @@ class FilesSource:
     def _entry_or_skip(self, f: FileInfo) -> dict | None:
         """``_entry``, or None when the file cannot be opened now (skipped, or gone since the listing)."""
         try:
-            return self._entry(f)
+            return self._ahead.entry(f) if self._ahead is not None else self._entry(f)
         except NotARegularFile as e:
             self.skip(f.path, f"{e.strerror}; not read (it is planned if a regular file is there again)")
         except FileNotFoundError:
@@ -339,15 +388,31 @@ class FilesSource:
         path order that the next listing may start after (``_advanced``), whether the batch filled
         before the listing's end)."""
         held = False  # a file that could not be taken now stops the position
-        for f in listed:
-            got = self._consider(f, read, batch, notes)
-            if got == "stop":
-                return position, True
-            if got == "held":
-                held = True
-                continue
-            position = _advanced(self.root, position, f.path, held)
+        new = (f for f in listed if read.consumed(f.path) is None and read.void(f.path) is None)
+        with self._measuring(new, batch):
+            for f in listed:
+                got = self._consider(f, read, batch, notes)
+                if got == "stop":
+                    return position, True
+                if got == "held":
+                    held = True
+                    continue
+                position = _advanced(self.root, position, f.path, held)
         return position, False
+
+    @contextlib.contextmanager
+    def _measuring(self, new, batch: _Batch):
+        """``_entry_or_skip`` measures ``new`` (files in the walk's order) ahead of the walk (``_Ahead``,
+        S3 only) while the block runs."""
+        if self.fs.scheme != "s3":
+            yield
+            return
+        with _Ahead(self._entry, new, batch.max_files - len(batch.chosen)) as ahead:
+            self._ahead = ahead
+            try:
+                yield
+            finally:
+                self._ahead = None
 
     def _discovery_state(self, read) -> dict:
         """Where the newest plan's discovery got to (its range's ``DISCOVERY_KEYS``), or what a plan
