@@ -29,6 +29,7 @@ from ..sources.base import BacklogAsk, Planner
 from ..storage.credentials import scrub
 
 if TYPE_CHECKING:
+    from ..core.formats import BatchPlan
     from .verbs import Protocol
 
 UNPUBLISHED = ("PLANNED", "STAGED", "PREPARED")
@@ -36,6 +37,16 @@ UNPUBLISHED = ("PLANNED", "STAGED", "PREPARED")
 
 def _iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _first_unpublished(proto: Protocol) -> BatchPlan | None:
+    """The plan of the first batch not yet published (a run may carry several): planned first, its
+    files the oldest."""
+    latest = proto.ledger.latest_batch_id()
+    versions = proto.committed_versions()
+    first = next((b for b in range(min(versions.values()) + 1, latest + 1)
+                  if proto.state(b, versions) in UNPUBLISHED), None) if latest else None
+    return proto.ledger.plan(first) if first else None
 
 
 def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | None = None,
@@ -65,13 +76,14 @@ def backlog(proto: Protocol, count_bytes_limit: int = 64 << 20, now_ms: int | No
                      count_files_limit=count_files_limit, timeout=kafka_timeout)
     try:
         source = planner or source_for(cfg)
-        read = proto.read_so_far()  # what the next plan would start from (the planner's own view)
-        latest = proto.ledger.latest_batch_id()
-        versions = proto.committed_versions()
-        # the first batch not yet published (a run may carry several): planned first, its files the oldest
-        first = next((b for b in range(min(versions.values()) + 1, latest + 1)
-                      if proto.state(b, versions) in UNPUBLISHED), None) if latest else None
-        plan = proto.ledger.plan(first) if first else None
+        if planner is not None and proto.last_reading is not None:
+            # the plan task's: the history its plans were planned from, with them (no second read of the
+            # ledger); its first new batch is the oldest not yet published (it plans none while one is)
+            hist, plan = proto.last_reading
+            read = proto.read_so_far(hist=hist)
+        else:
+            read = proto.read_so_far()  # what the next plan would start from (the planner's own view)
+            plan = _first_unpublished(proto)
         figures = source.backlog(read, plan.range if plan else None, ask)
     except Exception as e:  # noqa: BLE001 - the page shows why, the ledger is still shown
         out["error"] = scrub(f"{type(e).__name__}: {e}")  # shown on the page: never a connection's password

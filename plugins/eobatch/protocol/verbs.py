@@ -102,6 +102,9 @@ class Protocol:
         # the planner of the last plan_batches(): after a plan, the backlog asks it (a landing folder is
         # listed once per plan task, not again for the count)
         self.last_planner: Planner | None = None
+        # ``plan_batches``' new plans: the history they were planned from with them, and the first (the
+        # oldest batch not yet published); what the plan task's backlog reads instead of the ledger
+        self.last_reading: tuple[History, BatchPlan | None] | None = None
         self.sweeper = Sweeper(self.app_id, self.layout, self.ledger, self.participants, self.fs_for)
         self.repairs = Repairs(self, self.sweeper)
 
@@ -320,6 +323,7 @@ class Protocol:
         uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
         """
         t0 = time.time()
+        self.last_reading = None
         hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
         versions = self.committed_versions()
         if self.forget_void(min(versions.values()), probe=hist.latest):
@@ -338,7 +342,7 @@ class Protocol:
         hist = hist.bound(held)
         self.last_late, self.last_skipped, self.last_warnings = [], [], []
         plans: list[BatchPlan] = []
-        reading = hist
+        reading, exact = hist, True
         source = self.last_planner = source_for(self.cfg)
         source.begin_run()  # it may read its source once for the run's batches, and the backlog after them
         while len(plans) < max_batches:
@@ -366,10 +370,13 @@ class Protocol:
             faults.crash_point("plan.after_record")
             if self.ledger.is_void(plan):  # a reset forgot the batch before it since: so is this one
                 plans = self._forgotten_while_planned(plan, plans)
+                exact = False  # ``reading`` holds batches forgotten since
                 break
             plans.append(plan)
             reading = reading.with_plan(plan)
             t0 = time.time()
+        if exact:
+            self.last_reading = (reading, plans[0] if plans else None)
         if not plans:
             self._keep_discovery(source, hist)
         self._checkpoint(hist, held)

@@ -107,8 +107,10 @@ def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, 
     """Issue 44: the plan task listed the whole landing folder twice, the plan and then the backlog
     count (19.7 s of a plan task at 1M files). The backlog after a plan asks the plan's own planner
     (``Protocol.last_planner``), which answers from the run's one listing; a plan of one batch too."""
+    from eobatch.core.ledger import Ledger
     from eobatch.sources.files.planner import FilesSource
 
+    real_history = Ledger.history
     listings: list[str] = []
     real = FilesSource.list_landing
     monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a, **kw: listings.append("x") or real(self, *a, **kw))
@@ -123,8 +125,13 @@ def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, 
         proto.recover()
         listings.clear()
         plans, _ = proto.plan_batches(max_batches=max_batches)
+        histories = []  # nor the ledger's history read again: the plan's own, with its plans
+        monkeypatch.setattr(Ledger, "history", lambda self, *a, **kw: histories.append("x") or real_history(self, *a, **kw))
         left = backlog(proto, count_records=False, planner=proto.last_planner, now_ms=T * 1000)
-        assert len(listings) == 1 and len(plans) == max_batches, (listings, plans)
+        assert len(listings) == 1 and len(plans) == max_batches and histories == [], (listings, plans, histories)
         assert (left["files"], left["unpublished"], left["oldest_unpublished_age_s"]) == (3 - max_batches, True, 600.0)
         listings.clear()
-        assert backlog(proto, count_records=False)["files"] == 3 - max_batches and len(listings) == 1  # the page's own
+        fresh = backlog(proto, count_records=False, now_ms=T * 1000)  # the page's own: the same figures
+        assert len(listings) == 1 and histories, (listings, histories)
+        monkeypatch.setattr(Ledger, "history", real_history)
+        assert fresh == left
