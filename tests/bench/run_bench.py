@@ -181,14 +181,19 @@ def run_peer(kind: str, ds: dict, cfg, master: str, work: Path) -> dict:
 
 
 def airflow_home(work: Path) -> Path:
-    """A new Airflow home (SQLite), migrated once for the whole bench run (not timed)."""
+    """A new Airflow home (SQLite) whose database is a copy of one migrated once for the whole bench
+    run (not timed), beside ``work``."""
+    template = work.parent / ".airflow-template"
+    if not (template / "airflow.db").exists():
+        template.mkdir(parents=True, exist_ok=True)
+        env = airflow_env(template, work.parent, _airflow_paths(template))
+        r = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
+                           timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"airflow db migrate failed:\n{(r.stdout + r.stderr)[-3000:]}")
     home = work / "airflow"
     home.mkdir(parents=True)
-    env = airflow_env(home, work, _airflow_paths(home))
-    r = subprocess.run([str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True,
-                       timeout=900)
-    if r.returncode != 0:
-        raise RuntimeError(f"airflow db migrate failed:\n{(r.stdout + r.stderr)[-3000:]}")
+    shutil.copy2(template / "airflow.db", home / "airflow.db")
     return home
 
 
