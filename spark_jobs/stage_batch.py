@@ -316,10 +316,10 @@ class StageJob:
 
         spec, plan, spark = self.spec, self.plan, self.spark
         lines = self.kind.read(spark, plan.range, self.src)
-        slices = sorted({f["slice"] for f in plan.range.get("files", []) if f.get("slice")})
-        if slices:  # interval mode: each record's interval slice, by the planned file it came from
-            of_file = local_frame(spark, f"source string, {SLICE_COL} string",
-                                  [(f["path"], f["slice"]) for f in plan.range["files"]])
+        sliced = [(f.path, f.slice) for f in plan.files() or () if f.slice]
+        slices = sorted({name for _path, name in sliced})
+        if sliced:  # interval mode: each record's interval slice, by the planned file it came from
+            of_file = local_frame(spark, f"source string, {SLICE_COL} string", sliced)
             lines = lines.join(F.broadcast(of_file), "source")
         by_time = getattr(self.kind, "interval_slices", None)
         assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None

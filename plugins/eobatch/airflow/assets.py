@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias
 
+from ..core.formats import planned_files
 from ..sources import range_summary
 from ..storage import lineage
 
@@ -64,9 +65,9 @@ def range_extra(plan: BatchPlan) -> dict[str, Any]:
     says when there are more), the interval in interval mode, and the ledger's one-line summary."""
     rng = dict(plan.range or {})
     out: dict[str, Any] = {"kind": plan.source_kind, "summary": range_summary(plan)}
-    files = rng.get("files")
+    files = planned_files(rng)
     if files is not None:
-        paths = [f.get("path") if isinstance(f, dict) else str(f) for f in files]
+        paths = [f.path for f in files]
         out["file_count"] = len(paths)
         out["files"] = paths[:MAX_FILES_IN_EXTRA]
         if len(paths) > MAX_FILES_IN_EXTRA:

@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, NamedTuple, Protocol, TypeVar, overload
 
 from ..storage.fs import Storage
-from .formats import JSON, BatchPlan, PreparedBatch, PublishedFile, RewindRecord
+from .formats import JSON, BatchPlan, PreparedBatch, PublishedFile, RewindRecord, planned_files
 
 log = logging.getLogger("eobatch")
 
@@ -323,8 +323,8 @@ class ReadSoFar(Sequence[BatchPlan]):
         reported: set[str] = set()
         links: set[str] = set()
         for p in plans:
-            for f in p.range.get("files", []):
-                consumed[f["path"]] = f
+            for f in planned_files(p.range) or ():
+                consumed[f.path] = f.entry
             reported.update(changed_paths(p.notes))
             links.update(n for n in p.notes if n.startswith(ONCE_NOTES))
         view = cls(plans[-1] if plans else None, consumed.get, reported.__contains__, links.__contains__,
@@ -558,8 +558,8 @@ class History:
             reported: set[str] = set()
             links: set[str] = set()
             for p in self.kept_tail() + ([marker] if marker is not None else []):
-                for f in p.range.get("files", []):
-                    consumed[f["path"]] = f
+                for f in planned_files(p.range) or ():
+                    consumed[f.path] = f.entry
                 reported.update(changed_paths(p.notes))
                 links.update(n for n in p.notes if n.startswith(ONCE_NOTES))
             self._overlay = (marker, consumed, reported, links)
@@ -679,9 +679,9 @@ class History:
         kept = [p for p in upto if not self.gone(p.batch_id) and not self.is_abandoned(p.batch_id)]
         updates: dict[str, Any] = {}
         for p in kept:
-            for f in p.range.get("files", []):
-                e = updates.setdefault("f:" + f["path"], [None, None, False])
-                e[0], e[1] = f["size"], f["mtime_ms"]
+            for f in planned_files(p.range) or ():
+                e = updates.setdefault("f:" + f.path, [None, None, False])
+                e[0], e[1] = f.size, f.mtime_ms
             for path in changed_paths(p.notes):
                 updates.setdefault("f:" + path, [None, None, False])[2] = True
             if p.interval:

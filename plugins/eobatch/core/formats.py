@@ -340,6 +340,44 @@ class Record:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file a recorded range reads, typed: what the landing kinds (files, parquet) and the delta
+    source record of each file under their range's ``files`` (``planned_files`` reads them). Code
+    outside those kinds asks for these, never for the range's JSON."""
+
+    path: str
+    size: int | None
+    mtime_ms: int | None
+    records: int | None
+    slice: str | None = None  # interval mode: the interval slice the file's records publish in
+    skipped: str | None = None  # why the kind will not read it (it was planned, so it counts as consumed)
+    entry: JSON = field(default_factory=dict, compare=False, repr=False)  # the range's own entry (not a copy)
+
+    @classmethod
+    def of(cls, entry: JSON) -> PlannedFile:
+        return cls(str(entry["path"]), entry.get("size"), entry.get("mtime_ms"), entry.get("records"),
+                   entry.get("slice"), entry.get("skipped"), entry)
+
+
+def planned_files(rng: object) -> tuple[PlannedFile, ...] | None:
+    """The files a recorded range (its JSON) reads, in the plan's order; None for a range that
+    names no files (Kafka's offsets, or anything that is not a range of files)."""
+    files = rng.get("files") if isinstance(rng, dict) else None
+    if not isinstance(files, list):
+        return None
+    return tuple(PlannedFile.of(f) if isinstance(f, dict) else PlannedFile(str(f), None, None, None) for f in files)
+
+
+def files_shown(rng: JSON, limit: int) -> JSON:
+    """``rng`` as a page shows it: at most ``limit`` of its files, and ``files_not_shown`` saying how
+    many more there are (the range itself when it names no more than that)."""
+    files = rng.get("files")
+    if not isinstance(files, list) or len(files) <= limit:
+        return dict(rng)
+    return {**rng, "files": files[:limit], "files_not_shown": len(files) - limit}
+
+
 @dataclass
 class BatchPlan(Record):
     """PLANNED: what a batch contains, written before any data is."""
@@ -386,17 +424,21 @@ class BatchPlan(Record):
         interval's (with no files for a range without files)."""
         if not self.interval:
             return {}
-        files = self.range.get("files")
+        files = self.files()
         if files is None:  # Kafka: its slices by record time, or (planned before them) one slice
             if "slices" in self.range:
                 return {name: [] for name in self.range["slices"]}
             return {slice_name(_epoch_ms(self.interval["start"])): []}
-        if files and all("slice" in f for f in files):
+        if files and all(f.slice is not None for f in files):
             out: dict[str, list[JSON]] = {}
             for f in files:
-                out.setdefault(f["slice"], []).append(f)
+                out.setdefault(str(f.slice), []).append(f.entry)
             return out
-        return {slice_name(_epoch_ms(self.interval["start"])): list(files)}
+        return {slice_name(_epoch_ms(self.interval["start"])): [f.entry for f in files]}
+
+    def files(self) -> tuple[PlannedFile, ...] | None:
+        """The files its range reads (``planned_files``); None for a range that names none."""
+        return planned_files(self.range)
 
 
 @dataclass

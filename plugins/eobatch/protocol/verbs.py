@@ -37,6 +37,7 @@ from ..core.formats import (
     RewindRecord,
     commit_metadata,
     fingerprint_of,
+    planned_files,
     slice_name,
     utcnow,
 )
@@ -490,7 +491,7 @@ class Protocol:
         )
         self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
         # the task's gauge and alert: the planned files the kind will not read
-        self.last_skipped += [consumed_skip(f) for f in rng.get("files", []) if f.get("skipped")]
+        self.last_skipped += [consumed_skip(f.entry) for f in planned_files(rng) or () if f.skipped]
         return plan
 
     def sink_record(self) -> str | None:

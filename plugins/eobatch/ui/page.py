@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.formats import changes_text
+from ..core.formats import changes_text, planned_files
 
 PHASES = (("plan_s", "plan", "#8e7cc3"), ("stage_s", "stage", "#3d85c6"), ("verify_s", "verify", "#e69138"),
           ("commit_s", "commit", "#6aa84f"))
@@ -290,10 +290,10 @@ def _range_cell(r: dict, airflow_base: str = "") -> str:
         more = f" and {len(ids) - MAX_UPSTREAM_LINKS} more" if len(ids) > MAX_UPSTREAM_LINKS else ""
         items.append(f'<li>read upstream <span class="mono">{esc(up)}</span> batch{"es" if len(ids) > 1 else ""} '
                      f'{", ".join(links)}{more}</li>')
-    for f in rng.get("files", []) if isinstance(rng, dict) else []:
-        items.append(f'<li><span class="mono">{esc(f.get("path"))}</span> '
-                     f'<span class="muted">({esc(fmt_int(f.get("records")))} records, '
-                     f'{esc(fmt_bytes(f.get("size")))})</span></li>')
+    for f in planned_files(rng) or ():
+        items.append(f'<li><span class="mono">{esc(f.path)}</span> '
+                     f'<span class="muted">({esc(fmt_int(f.records))} records, '
+                     f'{esc(fmt_bytes(f.size))})</span></li>')
     if isinstance(rng, dict) and rng.get("files_not_shown"):  # the page lists a few (eobatch.ui.view.PAGE_FILES)
         items.append(f'<li class="muted">... and {esc(fmt_int(rng["files_not_shown"]))} more files (the JSON lists '
                      f'them all)</li>')

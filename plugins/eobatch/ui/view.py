@@ -40,7 +40,7 @@ from typing import Any, cast
 from ..airflow import pipelines_dir
 from ..cli import ledger_row, ledger_rows, rows_json
 from ..config.loader import LoadCache, PipelineConfig, load_all
-from ..core.formats import BatchPlan
+from ..core.formats import BatchPlan, files_shown
 from ..core.ledger import Ledger
 from ..core.stuck import find_stuck
 from ..errors import EobatchError
@@ -150,10 +150,7 @@ def page_plan(plan: BatchPlan) -> tuple[BatchPlan, str]:
     """(``plan`` as the page shows it, its range's summary): at most ``PAGE_FILES`` of its files
     (``files_not_shown`` says how many more) and ``PAGE_NOTES`` of its notes, each cut short."""
     rng = plan.range
-    small = dict(rng) if isinstance(rng, dict) else rng
-    files = rng.get("files") if isinstance(rng, dict) else None
-    if isinstance(files, list) and len(files) > PAGE_FILES:
-        small = {**rng, "files": files[:PAGE_FILES], "files_not_shown": len(files) - PAGE_FILES}
+    small = files_shown(rng, PAGE_FILES) if isinstance(rng, dict) else rng
     notes = [n if len(n) <= PAGE_NOTE_CHARS else n[:PAGE_NOTE_CHARS] + " [...]" for n in plan.notes[:PAGE_NOTES]]
     if len(plan.notes) > PAGE_NOTES:
         notes.append(f"... and {len(plan.notes) - PAGE_NOTES} more notes (the JSON and `eobatch ledger` show them all)")

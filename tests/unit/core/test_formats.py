@@ -20,7 +20,9 @@ from eobatch.core.formats import (
     check_attempt,
     check_batch_id,
     commit_metadata,
+    files_shown,
     fingerprint_of,
+    planned_files,
 )
 from support.records import plan_record as _plan
 from support.records import prepared_record as _prepared
@@ -36,6 +38,35 @@ def test_batch_plan_roundtrip():
     assert d["format"] == 1 and d["batch_id"] == 1 and d["range"]["files"][0]["path"] == "/landing/a.jsonl"
     assert BatchPlan.from_json(data) == plan
     assert BatchPlan.from_json(data.decode()) == plan
+
+
+def test_the_files_of_a_range_are_typed_values_read_in_one_place():
+    entry = {"path": "/landing/a.jsonl", "size": 10, "mtime_ms": 5, "records": 2, "slice": "iv=1", "extra": 1}
+    plan = _plan(files=[entry, {"path": "/landing/b.jsonl", "size": 3, "mtime_ms": 6, "records": 0,
+                                "skipped": "a forged footer"}])
+    a, b = plan.files() or ()
+    assert (a.path, a.size, a.mtime_ms, a.records, a.slice, a.skipped) == ("/landing/a.jsonl", 10, 5, 2, "iv=1", None)
+    assert a.entry is entry and b.skipped == "a forged footer" and b.slice is None  # the record's own entry
+    assert planned_files({"topic": "t", "partitions": {"0": [0, 5]}}) is None  # Kafka: a range with no files
+    assert planned_files(None) is None and planned_files({"files": "?"}) is None
+    shown = files_shown({"files": [entry] * 5, "topic": "x"}, 2)
+    assert shown == {"files": [entry] * 2, "files_not_shown": 3, "topic": "x"}
+    assert files_shown({"files": [entry]}, 2) == {"files": [entry]}
+
+
+def test_no_code_outside_the_kinds_indexes_a_range_s_files():
+    """A range's files are read through ``planned_files`` (``BatchPlan.files``): only the kinds that
+    record them and core.formats name the range's ``files`` key."""
+    import re
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    pattern = re.compile(r"""(range|rng)(\.get\(|\[)["']files["']""")
+    found = [f"{p.relative_to(repo)}:{i}" for root in ("plugins/eobatch", "spark_jobs", "dags")
+             for p in sorted((repo / root).rglob("*.py"))
+             if "sources" not in p.relative_to(repo).parts and p.name != "formats.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    assert found == []
 
 
 def test_prepared_batch_roundtrip():

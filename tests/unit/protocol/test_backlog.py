@@ -112,6 +112,7 @@ def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, 
 
     real_history = Ledger.history
     listings: list[str] = []
+    histories: list[str] = []
     real = FilesSource.list_landing
     monkeypatch.setattr(FilesSource, "list_landing", lambda self, *a, **kw: listings.append("x") or real(self, *a, **kw))
     for max_batches in (1, 2):
@@ -125,7 +126,7 @@ def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, 
         proto.recover()
         listings.clear()
         plans, _ = proto.plan_batches(max_batches=max_batches)
-        histories = []  # nor the ledger's history read again: the plan's own, with its plans
+        histories.clear()  # nor the ledger's history read again: the plan's own, with its plans
         monkeypatch.setattr(Ledger, "history", lambda self, *a, **kw: histories.append("x") or real_history(self, *a, **kw))
         left = backlog(proto, count_records=False, planner=proto.last_planner, now_ms=T * 1000)
         assert len(listings) == 1 and len(plans) == max_batches and histories == [], (listings, plans, histories)
