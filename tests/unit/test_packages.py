@@ -80,7 +80,6 @@ ARROWS_UP: dict[tuple[str, str], str] = {
     ("eobatch.config.loader", "sinks"): _SECTIONS,
     ("eobatch.config.loader", "sources"): _SECTIONS,
     ("eobatch.config.pipeline", "sinks"): _SECTIONS,
-    ("eobatch.config.pipeline", "sources"): _SECTIONS,
 }
 
 

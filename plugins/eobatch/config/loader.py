@@ -35,6 +35,7 @@ from ..paths import default_pipelines_dir
 from ..sinks import SinkContext
 from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
 from ..sources import kinds as source_kinds
+from ..sources.base import bucket_shared_with
 from . import model as cm
 from . import notifiers, sql_guard, transforms
 from .access import check_access
@@ -607,7 +608,7 @@ class PipelineFile(Section):
                 for b, pb in paths.items():
                     if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                         raise Invalid(f"{pb!r} overlaps {a} {pa!r}; they must be separate folders", key=b)
-            shared = info.data["source"].bucket_shared_with({k: p for k, p in paths.items() if k != "source.path"})
+            shared = bucket_shared_with(info.data["source"], {k: p for k, p in paths.items() if k != "source.path"})
             if shared:
                 key, bucket, conn = shared
                 raise Invalid(f"{conn!r} serves bucket {bucket!r}, which also holds this pipeline's {key}: a bucket "

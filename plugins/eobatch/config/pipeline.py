@@ -17,10 +17,9 @@ from croniter import croniter
 
 from .. import sinks
 from ..errors import ConfigError
-from ..sinks import SinkConfig
-from ..sources import SourceConfig
 from .ddl import Column
 from .schedule import PRESET_CRON
+from .sections import SinkConfig, SourceConfig
 
 # Continuous mode: how many batches one run plans, stages in one Spark application and commits
 # one after another (YAML max_batches_per_run, the run param of that name up to the maximum).
