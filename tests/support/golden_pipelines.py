@@ -126,7 +126,9 @@ def sources() -> dict[str, str]:
 def attributes(cfg) -> dict:
     """Every attribute of the loaded pipeline (but its file, and which values came from the environment:
     what is shown of it, not what it is), as JSON: what load_pipeline returns."""
-    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k not in ("file", "concealed")}
+    # sink_mode and participants: the sink kind's answers the loader records (participants is a value of
+    # its own below), not attributes of the file
+    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k not in ("file", "concealed", "sink_mode", "participants")}
     for k in ("source", "sink", "spark", "alerts", "maintenance"):
         out[k] = {"type": type(out[k]).__name__, **dataclasses.asdict(out[k])}
     return json.loads(json.dumps(out, default=_json))

@@ -79,7 +79,6 @@ ARROWS_UP: dict[tuple[str, str], str] = {
     ("eobatch.config.json_schema", "sources"): _SECTIONS,
     ("eobatch.config.loader", "sinks"): _SECTIONS,
     ("eobatch.config.loader", "sources"): _SECTIONS,
-    ("eobatch.config.pipeline", "sinks"): _SECTIONS,
 }
 
 

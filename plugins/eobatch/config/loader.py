@@ -648,7 +648,7 @@ class PipelineFile(Section):
     def value(self, file: str) -> PipelineConfig:
         schema, columns = self.schema_
         code = self.transform.name.code
-        return PipelineConfig(
+        cfg = PipelineConfig(
             name=self.name, file=os.path.abspath(file), mode=self.mode,
             schedule=self.schedule if not isinstance(self.schedule, dict) else None,
             schedule_asset=self.schedule["asset"] if isinstance(self.schedule, dict) else None, source=self.source,
@@ -662,6 +662,9 @@ class PipelineFile(Section):
             alerts=self.alerts.value() if self.alerts else AlertsConfig(), aws_conn_id=self.aws_conn_id,
             expectations=tuple(Expectation(e.name, e.expr, e.action) for e in self.expectations),
             schema_evolution=self.schema_evolution, maintenance=self.maintenance.value(), sink=self.sink.config)
+        # what the sink's kind answers for the pipeline (its participants: of the config built)
+        kind = sinks.kind_for(cfg.sink.kind)
+        return dataclasses.replace(cfg, sink_mode=kind.mode, participants=kind.participant_names(cfg))
 
 
 def _check_partition_columns(partition_by: tuple[str, ...], columns: tuple[Column, ...]) -> None:
