@@ -4,7 +4,7 @@ conftest's, and one of each section and kind), loaded with fixed locations.
 
 ``python tests/support/golden_pipelines.py`` prints the values of the code as it is now; the golden
 file pipeline_golden.json beside this one holds the values recorded before configuration became
-typed models (tests/unit/config/test_loader.py compares them)."""
+typed models (tests/unit/pipelines/test_loader.py compares them)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def _json(v):
 def values(directory: str) -> dict[str, dict]:
     """{label: the values that must not change} of every golden pipeline, loaded from ``directory``
     (the caller sets ENV)."""
-    from eobatch.config.loader import config_values, load_pipeline
+    from eobatch.pipelines.loader import config_values, load_pipeline
 
     out = {}
     for label, text in sources().items():

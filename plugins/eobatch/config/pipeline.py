@@ -1,6 +1,6 @@
-"""A loaded pipeline (``PipelineConfig``, what ``config.load_pipeline`` returns) and the values of
-its sections: what a batch is planned, staged, verified and committed with, and its fingerprint
-(pure Python, no pydantic: the loader's models are ``config``'s).
+"""A loaded pipeline (``PipelineConfig``, what ``pipelines.loader.load_pipeline`` returns) and the values
+of its sections: what a batch is planned, staged, verified and committed with, and its fingerprint
+(pure Python, no pydantic: the loader's models are ``pipelines.loader``'s).
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class PipelineConfig:
     # description or an error shows is ``shown(text)``, the name in place of the value (never compared,
     # never hashed: the locations themselves are the expanded values)
     concealed: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
-    # the sink kind's answers for this pipeline, which the loader (load_pipeline) records when it
+    # the sink kind's answers for this pipeline, which the loader (pipelines.loader) records when it
     # builds the config (config imports no kind): derived from ``sink`` and ``mode``, so never compared
     # nor shown. sink_mode: the YAML's ``sink.mode``, the mode of the sink's kind
     sink_mode: str = field(default="", compare=False, repr=False)

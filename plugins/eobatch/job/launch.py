@@ -25,10 +25,10 @@ import zipfile
 from collections.abc import Mapping
 
 from ..config import transforms
-from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
 from ..errors import RetryableError
 from ..paths import PACKAGE, SPARK_JOBS, STAGE_APP
+from ..pipelines.loader import PipelineConfig, config_values, load_pipeline
 from ..protocol import Protocol
 from ..sinks import sink_for
 from ..sources import kind_for

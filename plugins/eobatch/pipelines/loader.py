@@ -5,12 +5,12 @@ A pipeline file is a typed model (pydantic v2): ``PipelineFile``, one model per 
 keys each sink kind adds under ``sink:`` from the kind's own model (``KIND.config_model``). The
 models check each key with the product's wording (every problem of a file is reported at once, in
 the order of the file's keys: ``ConfigError.problems``), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
-``pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
+``config.pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
 be ...``; an unknown key names the allowed ones. The configuration contract of the keys is
 ``config.contract``'s, with each kind's part (``contract`` puts them together); what a YAML may never do (Spark settings,
-``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
-the models ``json_schema``'s, reading a file's bytes into a YAML mapping (every cost bounded, any
-bytes a ``ConfigError``) ``yamlfile``'s.
+``${VAR}``) is ``config.policy``'s, schedules ``config.schedule``'s, Spark DDL ``config.ddl``'s, the JSON Schema of
+the models ``json_schema``'s (beside this module), reading a file's bytes into a YAML mapping (every cost bounded, any
+bytes a ``ConfigError``) ``config.yamlfile``'s.
 """
 
 from __future__ import annotations
@@ -30,18 +30,12 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_v
 from pydantic.json_schema import SkipJsonSchema
 
 from .. import settings, sinks
-from ..errors import ConfigError, UsageError
-from ..paths import default_pipelines_dir
-from ..sinks import SinkContext
-from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
-from ..sources import kinds as source_kinds
-from ..sources.base import bucket_shared_with
-from . import model as cm
-from . import notifiers, sql_guard, transforms
-from .access import check_access
-from .contract import PASSTHROUGH, Contract, Edit, assemble, contract_edits, kind_part
-from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
-from .model import (
+from ..config import model as cm
+from ..config import notifiers, sql_guard, transforms
+from ..config.access import check_access
+from ..config.contract import PASSTHROUGH, Contract, Edit, assemble, contract_edits, kind_part
+from ..config.ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
+from ..config.model import (
     NAME_RE,
     Bool,
     Check,
@@ -57,7 +51,7 @@ from .model import (
     table_path,
     validate,
 )
-from .pipeline import (
+from ..config.pipeline import (
     DEFAULT_BATCHES_PER_RUN,
     EXPECTATION_ACTIONS,
     LOG_LEVELS,
@@ -73,9 +67,15 @@ from .pipeline import (
     SparkConfig,
     conceal,
 )
-from .policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
-from .schedule import check_schedule
-from .yamlfile import clip, read_mapping
+from ..config.policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
+from ..config.schedule import check_schedule
+from ..config.yamlfile import clip, read_mapping
+from ..errors import ConfigError, UsageError
+from ..paths import default_pipelines_dir
+from ..sinks import SinkContext
+from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
+from ..sources import kinds as source_kinds
+from ..sources.base import bucket_shared_with
 
 MODES = ("continuous", "interval")
 
