@@ -126,7 +126,8 @@ def test_a_plan_and_the_backlog_after_it_list_the_landing_folder_once(make_cfg, 
         listings.clear()
         plans, _ = proto.plan_batches(max_batches=max_batches)
         histories = []  # nor the ledger's history read again: the plan's own, with its plans
-        monkeypatch.setattr(Ledger, "history", lambda self, *a, **kw: histories.append("x") or real_history(self, *a, **kw))
+        monkeypatch.setattr(Ledger, "history",  # this iteration's list, bound now
+                            lambda self, *a, seen=histories, **kw: seen.append("x") or real_history(self, *a, **kw))
         left = backlog(proto, count_records=False, planner=proto.last_planner, now_ms=T * 1000)
         assert len(listings) == 1 and len(plans) == max_batches and histories == [], (listings, plans, histories)
         assert (left["files"], left["unpublished"], left["oldest_unpublished_age_s"]) == (3 - max_batches, True, 600.0)
