@@ -136,7 +136,7 @@ test: setup
 # The JSON Schema of a pipeline YAML, from the typed models (checked in; a unit test fails when it is
 # not current). docs/site/reference.md "Pipeline files in an editor".
 schema: venv
-	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.config.json_schema docs/pipeline.schema.json
+	PYTHONPATH=plugins $(VENV)/bin/python -m eobatch.pipelines.json_schema docs/pipeline.schema.json
 
 # The documentation site (docs/mkdocs.yml, pages in docs/site/) into docs/_build/ (git-ignored),
 # strict: a broken link or anchor fails it. Its YAML reference is generated from

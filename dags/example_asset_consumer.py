@@ -28,7 +28,7 @@ if _PLUGINS not in sys.path:  # Airflow adds plugins/ itself; `python dags/...` 
 from airflow.sdk import DAG, task  # noqa: E402
 
 from eobatch.airflow import assets  # noqa: E402
-from eobatch.config.loader import PipelineConfig, load_all  # noqa: E402
+from eobatch.pipelines.loader import PipelineConfig, load_all  # noqa: E402
 
 SUFFIX = "_downstream_example"
 

@@ -38,7 +38,6 @@ from typing import Any
 from . import __version__
 from . import airflow as _reads_airflow_cfg  # noqa: F401 - the settings as the DAG file reads them
 from .airflow.runs import airflow_bin, run_dags_test, run_date
-from .config.loader import find_pipeline, load_all, pipelines_dir
 from .core.formats import BatchPlan, changes_text
 from .core.stuck import find_stuck
 from .doctor import run as doctor
@@ -46,6 +45,7 @@ from .errors import NOTHING_TO_DO, EobatchError, exit_code
 from .job.jars import SETTINGS_ENV, resolve
 from .job.launch import build_class_archive, uses_s3
 from .paths import DOCS
+from .pipelines.loader import find_pipeline, load_all, pipelines_dir
 from .protocol import Protocol, utcnow
 from .protocol.batch_run import BatchRun
 from .protocol.maintenance import last_report, maintain, summary_line

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from . import __version__, paths, preflight
 from . import airflow as _reads_airflow_cfg  # noqa: F401 - the settings as the DAG file reads them
 from .config import access
-from .config.loader import PipelineConfig, load_all, pipelines_dir
 from .config.policy import ALLOW_SPARK_CONF_ENV
 from .core.formats import Layout
 from .core.ledger import Ledger
@@ -29,6 +28,7 @@ from .core.stuck import find_stuck
 from .errors import EobatchError, TerminalError
 from .job import jars
 from .job.launch import uses_s3
+from .pipelines.loader import PipelineConfig, load_all, pipelines_dir
 from .preflight import Check
 from .sources import source_for
 from .storage.credentials import scrub

@@ -230,9 +230,9 @@ def write_ledger(yaml_path: Path, consumed: list[dict], per_batch: int) -> int:
     _paths()
     from protocol_costs import QSCHEMA, SCHEMA
 
-    from eobatch.config.loader import load_pipeline
     from eobatch.config.schemas import schema_to_b64
     from eobatch.core.formats import QUARANTINE, SINK, BatchPlan, CommittedBatch, PreparedBatch
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from eobatch.sinks.delta import DeltaParticipant
 
@@ -314,8 +314,8 @@ def child(task: str, pipeline_file: str) -> dict:
     _paths()
     # botocore only where the product imports it (an S3 pipeline): max RSS is the task's
     calls = _count_s3_calls() if "s3a://" in Path(pipeline_file).read_text() else collections.Counter()
-    from eobatch.config.loader import load_pipeline
     from eobatch.core.stuck import find_stuck
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from eobatch.protocol.backlog import backlog
     from eobatch.protocol.batch_run import BatchRun
@@ -368,7 +368,7 @@ def run_child(task: str, pipeline_file: Path) -> dict:
 def plan_task(pipeline_file: Path, repeat: int) -> list[dict]:
     """``repeat`` plan tasks of the same batch (each one's record removed after it)."""
     _paths()
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
 
     lay = Protocol(load_pipeline(str(pipeline_file))).layout
@@ -605,7 +605,7 @@ def sss_figures(work: Path, yaml: Path, landing: Path, files: int, new: int, per
                 master: str = "local[*]", real_up_to: int = 10_000, driver_memory: str | None = None) -> dict:
     """The peer at ``files`` landing files (see the module); a failure is the row's ``sss_error``."""
     _paths()
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
 
     cfg = load_pipeline(str(yaml))
     work.mkdir(parents=True, exist_ok=True)

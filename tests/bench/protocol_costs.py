@@ -30,7 +30,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eobatch.config.loader import config_values
 from eobatch.config.schemas import schema_to_b64
 from eobatch.core.formats import (
     QUARANTINE,
@@ -42,6 +41,7 @@ from eobatch.core.formats import (
     StagedFile,
     StageSummary,
 )
+from eobatch.pipelines.loader import config_values
 from eobatch.protocol import Protocol
 from eobatch.sinks.delta import DeltaParticipant
 from support.harness import write_pipeline

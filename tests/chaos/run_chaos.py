@@ -244,7 +244,7 @@ def kinds_for(backend: str, mode: str) -> list[str]:
 # (ABANDONED and PREPARED share one put-if-absent record). The CLI has no `abandon` verb.
 ABORT_TASK = r"""
 import json, sys
-from eobatch.config.loader import find_pipeline
+from eobatch.pipelines.loader import find_pipeline
 from eobatch.protocol import AttemptPrepared, Protocol
 proto = Protocol(find_pipeline(sys.argv[1]))
 batch, attempt = int(sys.argv[2]), sys.argv[3]
@@ -1457,8 +1457,8 @@ class Chaos:
     def stuck(self) -> str | None:
         """What the product's stuck detector (``eobatch.core.stuck.find_stuck``, the recover task's
         alert) says of the chaos pipeline at the end: None when no batch is stuck."""
-        from eobatch.config.loader import load_pipeline
         from eobatch.core.stuck import find_stuck
+        from eobatch.pipelines.loader import load_pipeline
         from eobatch.protocol import Protocol
 
         proto = Protocol(load_pipeline(str(self.p.yaml_path)))

@@ -53,7 +53,7 @@ CDF_OPS = ("partition_delete", "truncate", "overwrite", "update")
 # (eobatch.airflow.operators): argv = pipeline, run id, step, [JSON argument]; prints JSON.
 SIDE_TASK = r"""
 import json, sys
-from eobatch.config.loader import find_pipeline
+from eobatch.pipelines.loader import find_pipeline
 from eobatch.protocol.batch_run import BatchRun, RunParams
 from eobatch.protocol import Protocol
 from eobatch.job import launch

@@ -131,7 +131,7 @@ def test_two_attempts_of_one_batch_racing_to_commit(pipeline):
 
     # two committers in two processes at once
     script = ("import sys; sys.path.insert(0, sys.argv[1]);"
-              "from eobatch.config.loader import load_pipeline; from eobatch.protocol import Protocol;"
+              "from eobatch.pipelines.loader import load_pipeline; from eobatch.protocol import Protocol;"
               "print(Protocol(load_pipeline(sys.argv[2])).commit(1).delta_versions)")
     cmds = [subprocess.Popen([sys.executable, "-c", script, str(REPO / "plugins"), str(p.yaml_path)],
                              env=base_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -15,8 +15,8 @@ from urllib.parse import quote_plus
 
 import pytest
 
-from eobatch.config.loader import load_pipeline
 from eobatch.errors import TerminalError
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.protocol import Protocol
 from eobatch.sources import source_for
 from eobatch.storage.fs import S3Storage

@@ -12,7 +12,7 @@ import threading
 import pytest
 import yaml
 
-from eobatch.config.loader import load_pipeline
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.sources import source_for
 from eobatch.sources.files import FilesSource
 from support.services import S3Server

@@ -36,7 +36,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from eobatch.config.loader import load_pipeline
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.protocol import Protocol
 from eobatch.sources.delta import UpstreamRefused
 from support.protocol_runs import commit_dying_at, model_settings

@@ -33,8 +33,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eobatch.config.loader import load_pipeline
 from eobatch.core import faults
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.protocol import Protocol
 from eobatch.protocol.maintenance import maintain
 from eobatch.sinks import CommitConflict

@@ -31,9 +31,9 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from eobatch.config.loader import load_pipeline
 from eobatch.core.formats import slice_name
 from eobatch.errors import IntervalNotSettled
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.protocol import Protocol
 from support.kafka_model import Log, model_broker, stage_kafka
 from support.protocol_runs import T0, H, commit_dying_at, iv, model_settings

@@ -117,11 +117,11 @@ from hypothesis import HealthCheck, event, note, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from eobatch.config.loader import load_pipeline
 from eobatch.core import checkpoint as ckpt
 from eobatch.core import faults
 from eobatch.core.formats import BatchPlan
 from eobatch.errors import UsageError
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.protocol import (
     AttemptPrepared,
     BatchInFlight,

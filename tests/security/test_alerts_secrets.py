@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from eobatch.airflow import alerts
-from eobatch.config.loader import ConfigError, load_pipeline
+from eobatch.pipelines.loader import ConfigError, load_pipeline
 from support.smtp_sink import SmtpSink, body
 
 SMTP = "eobatch_sec_smtp"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import yaml
 
 from eobatch.airflow import assets
-from eobatch.config.loader import ConfigError, load_all, load_pipeline
+from eobatch.pipelines.loader import ConfigError, load_all, load_pipeline
 
 from .conftest import good_pipeline
 
@@ -98,7 +98,7 @@ def test_a_default_written_in_the_file_is_the_files_own_text(tmp_path, monkeypat
 
 def test_an_error_past_the_checks_shows_the_variable_not_its_value(tmp_path, monkeypatch):
     """Even an error no check of ours wrote (a library's) is shown through the same filter."""
-    from eobatch.config import loader
+    from eobatch.pipelines import loader
 
     monkeypatch.setenv(VAR, str(tmp_path / SECRET))
     doc = good_pipeline(tmp_path, "orders", table_root="${%s}/lake" % VAR)

@@ -15,8 +15,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eobatch.config import loader, yamlfile
-from eobatch.config.loader import ConfigError, load_all, load_pipeline
+from eobatch.config import yamlfile
+from eobatch.pipelines import loader
+from eobatch.pipelines.loader import ConfigError, load_all, load_pipeline
 
 from .conftest import GOOD
 

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from eobatch.config import access
-from eobatch.config.loader import load_all, load_pipeline
 from eobatch.errors import ConfigError
+from eobatch.pipelines.loader import load_all, load_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
 

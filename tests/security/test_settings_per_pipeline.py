@@ -102,7 +102,7 @@ def test_an_s3_landing_bucket_that_is_missing_or_denied_fails_the_plan_an_empty_
     """S3 has no folders: a prefix without objects is an empty landing folder (nothing new). A bucket
     that does not exist, or that the pipeline's credentials may not list, fails the plan naming it
     (it used to list as empty: NoSuchBucket was "nothing new")."""
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from eobatch.sources import source_for
     from eobatch.sources.base import LandingUnreadable

@@ -18,9 +18,9 @@ import uuid
 import pytest
 
 from eobatch.config import sql_guard
-from eobatch.config.loader import load_pipeline
 from eobatch.errors import ConfigError
 from eobatch.job import launch
+from eobatch.pipelines.loader import load_pipeline
 from support.harness import REPO, base_env, orders, write_pipeline
 
 SECRET_VAR = "AIRFLOW_CONN_SECRET_DB"

@@ -4,7 +4,7 @@ conftest's, and one of each section and kind), loaded with fixed locations.
 
 ``python tests/support/golden_pipelines.py`` prints the values of the code as it is now; the golden
 file pipeline_golden.json beside this one holds the values recorded before configuration became
-typed models (tests/unit/config/test_loader.py compares them)."""
+typed models (tests/unit/pipelines/test_loader.py compares them)."""
 
 from __future__ import annotations
 
@@ -126,7 +126,9 @@ def sources() -> dict[str, str]:
 def attributes(cfg) -> dict:
     """Every attribute of the loaded pipeline (but its file, and which values came from the environment:
     what is shown of it, not what it is), as JSON: what load_pipeline returns."""
-    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k not in ("file", "concealed")}
+    # sink_mode and participants: the sink kind's answers the loader records (participants is a value of
+    # its own below), not attributes of the file
+    out = {k: getattr(cfg, k) for k in sorted(vars(cfg)) if k not in ("file", "concealed", "sink_mode", "participants")}
     for k in ("source", "sink", "spark", "alerts", "maintenance"):
         out[k] = {"type": type(out[k]).__name__, **dataclasses.asdict(out[k])}
     return json.loads(json.dumps(out, default=_json))
@@ -139,7 +141,7 @@ def _json(v):
 def values(directory: str) -> dict[str, dict]:
     """{label: the values that must not change} of every golden pipeline, loaded from ``directory``
     (the caller sets ENV)."""
-    from eobatch.config.loader import config_values, load_pipeline
+    from eobatch.pipelines.loader import config_values, load_pipeline
 
     out = {}
     for label, text in sources().items():

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "plugins"))
 sys.path.insert(0, str(REPO / "tests"))
 
-from eobatch.config.loader import load_pipeline  # noqa: E402
 from eobatch.job import launch  # noqa: E402
+from eobatch.pipelines.loader import load_pipeline  # noqa: E402
 from eobatch.protocol import Protocol  # noqa: E402
 
 VENV_BIN = Path(sys.executable).parent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import textwrap
 
-from eobatch.config.loader import load_pipeline
+from eobatch.pipelines.loader import load_pipeline
 
 SCHEMA = "order_id STRING NOT NULL, amount DOUBLE"
 

@@ -21,10 +21,10 @@ import pyarrow as pa
 
 from eobatch.config.contract import contract_refusal
 from eobatch.config.lines import split_records
-from eobatch.config.loader import config_values
 from eobatch.config.schemas import schema_to_b64
 from eobatch.core.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
 from eobatch.core.table_files import TableFileWriter
+from eobatch.pipelines.loader import config_values
 from eobatch.sinks.delta_merge import MergeConfig
 from eobatch.sinks.delta_merge.job import DELETE_COL
 from eobatch.storage.fs import join, storage_for

@@ -120,7 +120,7 @@ class S3Pipeline:
 
     @property
     def cfg(self):
-        from eobatch.config.loader import load_pipeline
+        from eobatch.pipelines.loader import load_pipeline
 
         return load_pipeline(str(self.yaml_path))
 

@@ -588,7 +588,7 @@ def _ui(args) -> int:
 
     sys.path.insert(0, os.path.join(REPO, "tests"))
     sys.path.insert(0, os.path.join(REPO, "plugins"))
-    from eobatch.config.loader import load_all, pipelines_dir
+    from eobatch.pipelines.loader import load_all, pipelines_dir
     from support.airflow_stack import running, stop_processes, ui_env, ui_stack
 
     root = Path(args.dir) / "ui"

@@ -52,7 +52,7 @@ def write_yaml(tmp_path):
 @pytest.fixture
 def make_cfg(tmp_path, write_yaml):
     """A real PipelineConfig (via load_pipeline) whose landing folder is tmp_path/landing."""
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
 
     def _make(**overrides):
         doc = base_pipeline(tmp_path)

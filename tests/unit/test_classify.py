@@ -18,7 +18,6 @@ import re
 
 import pytest
 
-from eobatch.config.loader import EXPECTATION_ACTIONS, PARTITION_TYPES, ConfigError
 from eobatch.core.formats import (
     HIVE_NULL,
     PARTITION_PATH_MAX_BYTES,
@@ -27,6 +26,7 @@ from eobatch.core.formats import (
     partition_path,
     partition_segment,
 )
+from eobatch.pipelines.loader import EXPECTATION_ACTIONS, PARTITION_TYPES, ConfigError
 from spark_jobs import classify as cl
 
 # -- the parse options ---------------------------------------------------------------------------

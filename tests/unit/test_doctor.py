@@ -69,7 +69,7 @@ def test_a_landing_folder_that_cannot_be_read_fails_its_pipelines_source_check_w
 
 
 def test_a_stuck_pipeline_is_named_with_its_batch_its_last_error_and_the_repair_command(tmp_path):
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from support.protocol_runs import failing_run, land_ids
 
@@ -94,7 +94,7 @@ def test_a_delta_source_says_its_upstream_version_or_that_there_is_none_yet(tmp_
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
     from support.harness import write_delta_pipeline
 
     upstream = tmp_path / "lake" / "orders"

@@ -4,13 +4,15 @@ checked, so that a new edge the wrong way fails here and not in a Spark job or a
 
 * ``core``: the vocabulary the kinds and the protocol build on (formats, ledger, checkpoint, table
   files, registry, faults); no Airflow, no pyspark; nothing of the layers above it (``sources/``,
-  ``sinks/``, ``protocol/``), nor of ``airflow/``, ``job/``, ``ui/``, the CLI.
-* ``config``: the pipeline file; nothing of ``core/``, ``storage/``, ``protocol/``,
-  ``airflow/``, ``job/``, ``ui/``, the CLI; its ``__init__`` imports nothing.
+  ``sinks/``, ``pipelines/``, ``protocol/``), nor of ``airflow/``, ``job/``, ``ui/``, the CLI.
+* ``config``: the pipeline file; nothing of ``core/``, ``storage/``, the kinds, ``pipelines/``,
+  ``protocol/``, ``airflow/``, ``job/``, ``ui/``, the CLI; its ``__init__`` imports nothing.
 * ``storage``: files and credentials; nothing of ``core/``, ``config/``,
-  the kinds, ``protocol/``, ``airflow/``, ``job/``, ``ui/``, the CLI.
-* ``sources``, ``sinks``: the kinds; no Airflow; nothing of ``protocol/`` (the layer above),
-  ``airflow/``, ``job/``, ``ui/``, the CLI.
+  the kinds, ``pipelines/``, ``protocol/``, ``airflow/``, ``job/``, ``ui/``, the CLI.
+* ``sources``, ``sinks``: the kinds; no Airflow; nothing of ``pipelines/`` and ``protocol/`` (the
+  layers above), ``airflow/``, ``job/``, ``ui/``, the CLI.
+* ``pipelines``: the pipeline files read (the loader, with the kinds' sections); no Airflow, no
+  pyspark; nothing of ``protocol/``, ``airflow/``, ``job/``, ``ui/``, the CLI.
 * ``protocol``: the protocol that drives the kinds (verbs, repairs, verify, replay, runs,
   maintenance); no Airflow, no pyspark; nothing of ``airflow/``, ``job/``, ``ui/``, the CLI.
 * ``job``: builds and launches the Spark job; no Airflow, no pyspark; nothing of ``airflow/``,
@@ -21,8 +23,8 @@ checked, so that a new edge the wrong way fails here and not in a Spark job or a
   under ``if TYPE_CHECKING:`` never runs (the types of the kinds' Spark side, in annotations only).
 
 The packages are floors (``LAYERS``, bottom up): an import between two of them goes down, never
-up nor sideways, but for the arrows still named in ``UP``; and no import circle, between
-packages nor between modules, whatever the kind of import.
+up nor sideways; and no import circle, between packages nor between modules, whatever the kind
+of import.
 """
 
 from __future__ import annotations
@@ -42,12 +44,15 @@ AIRFLOW = ("airflow",)  # Apache Airflow
 UP = ("eobatch.airflow", "eobatch.ui", "eobatch.cli")
 # package -> (names it must not import, exceptions: names it may import although a rule above covers them)
 RULES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "core": (AIRFLOW + ("pyspark", "eobatch.sources", "eobatch.sinks", "eobatch.protocol", "eobatch.job") + UP, ()),
-    "config": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.storage", "eobatch.protocol", "eobatch.job") + UP, ()),
+    "core": (AIRFLOW + ("pyspark", "eobatch.sources", "eobatch.sinks", "eobatch.pipelines", "eobatch.protocol",
+                        "eobatch.job") + UP, ()),
+    "config": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.storage", "eobatch.sources", "eobatch.sinks",
+                          "eobatch.pipelines", "eobatch.protocol", "eobatch.job") + UP, ()),
     "storage": (AIRFLOW + ("pyspark", "eobatch.core", "eobatch.config", "eobatch.sources", "eobatch.sinks",
-                           "eobatch.protocol", "eobatch.job") + UP, ()),
-    "sources": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ()),
-    "sinks": (AIRFLOW + ("eobatch.protocol", "eobatch.job") + UP, ()),
+                           "eobatch.pipelines", "eobatch.protocol", "eobatch.job") + UP, ()),
+    "sources": (AIRFLOW + ("eobatch.pipelines", "eobatch.protocol", "eobatch.job") + UP, ()),
+    "sinks": (AIRFLOW + ("eobatch.pipelines", "eobatch.protocol", "eobatch.job") + UP, ()),
+    "pipelines": (AIRFLOW + ("pyspark", "eobatch.protocol", "eobatch.job") + UP, ()),
     "protocol": (AIRFLOW + ("pyspark", "eobatch.job") + UP, ()),
     "job": (AIRFLOW + ("pyspark",) + UP, ()),
     "airflow": (("pyspark", "eobatch.ui", "eobatch.cli"), ()),
@@ -62,6 +67,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("core",),  # the vocabulary
     ("sources", "sinks"),  # the kinds
+    ("pipelines",),  # the pipeline files read, with the kinds' sections
     ("protocol",),  # what drives the kinds
     ("job",),
     ("preflight",),
@@ -70,18 +76,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("ui",),
 )
-_SECTIONS = ("the pipeline file's loader and its JSON Schema take the kinds' sections, and the loader puts the "
-             "configuration contract together from each kind's part (config.contract, which imports no kind)")
-# The imports that still run up a floor, by module, and why: none may be added, and each goes from
-# here with the import (the test fails while one is named that is no longer there).
-ARROWS_UP: dict[tuple[str, str], str] = {
-    ("eobatch.config.json_schema", "sinks"): _SECTIONS,
-    ("eobatch.config.json_schema", "sources"): _SECTIONS,
-    ("eobatch.config.loader", "sinks"): _SECTIONS,
-    ("eobatch.config.loader", "sources"): _SECTIONS,
-    ("eobatch.config.pipeline", "sinks"): _SECTIONS,
-    ("eobatch.config.pipeline", "sources"): _SECTIONS,
-}
 
 
 def _module(path: Path) -> str:
@@ -269,27 +263,24 @@ def test_no_import_circle_between_modules_not_even_through_a_function_level_or_t
 
 
 def test_every_import_between_two_packages_goes_down_a_floor():
-    """The layer order: the vocabulary (``core``) under the kinds, the kinds under the protocol
-    that drives them, and so on up (``LAYERS``); an import up a floor or sideways is one of
-    ``ARROWS_UP``, exactly."""
+    """The layer order: the vocabulary (``core``) under the kinds, the kinds under the pipeline
+    files' loader that asks them for their sections, the protocol that drives them above it, and so
+    on up (``LAYERS``); no import goes up a floor or sideways."""
     graph = import_graph()
     assert {package_of(m) for m in graph} == {n for names in LAYERS for n in names}, \
         "every package of eobatch (and every top-level module) stands on one floor of LAYERS"
-    found = arrows_up(graph)
-    assert sorted(found - set(ARROWS_UP)) == [], "an import of a package on the importer's floor or above it"
-    assert sorted(set(ARROWS_UP) - found) == [], "an arrow up named in ARROWS_UP is gone: take it out"
+    assert sorted(arrows_up(graph)) == [], "an import of a package on the importer's floor or above it"
     assert arrows_up({"eobatch.core.x": {"eobatch.sources", "eobatch.errors"}, "eobatch.sources": {"eobatch.core.x"},
                       "eobatch.sinks.y": {"eobatch.sources"}, "eobatch.errors": set()}) == {
         ("eobatch.core.x", "sources"), ("eobatch.sinks.y", "sources")}
 
 
 def test_no_import_circle_between_packages():
-    """The graph of the packages (an import of one module of a package by one of another), but for
-    the arrows still named in ``ARROWS_UP``, has no circle."""
+    """The graph of the packages (an import of one module of a package by one of another) has no circle."""
     packages: dict[str, set[str]] = {}
     for m, deps in import_graph().items():
         packages.setdefault(package_of(m), set()).update(
-            package_of(d) for d in deps if package_of(d) != package_of(m) and (m, package_of(d)) not in ARROWS_UP)
+            package_of(d) for d in deps if package_of(d) != package_of(m))
     assert {"core", "sources", "sinks", "protocol"} <= packages.keys()
     assert cycles(packages) == []
 

@@ -36,7 +36,8 @@ def test_the_override_then_airflows_variable_then_airflow_cfg(airflow_cfg, monke
 
 
 def test_every_setting_is_read_the_same_way_and_is_what_airflow_is_told(airflow_cfg):
-    from eobatch.config import access, loader, notifiers
+    from eobatch.config import access, notifiers
+    from eobatch.pipelines import loader
 
     airflow_cfg.update({("eobatch", "pipelines_dir"): "/p", ("eobatch", "access_policy"): "/etc/policy.yaml",
                         ("eobatch", "allowed_notifiers"): "a.B, c.D"})

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import pytest
 
 from eobatch import sources
-from eobatch.config.loader import ConfigError, load_pipeline
 from eobatch.core.formats import PreparedBatch, commit_metadata
+from eobatch.pipelines.loader import ConfigError, load_pipeline
 from eobatch.sources import (
     ConfigContext,
     SourceConfig,

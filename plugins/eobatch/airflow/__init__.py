@@ -44,9 +44,9 @@ settings.register_reader(airflow_option)
 
 
 def pipelines_dir() -> str:
-    """The folder of pipeline files (``eobatch.config.loader.pipelines_dir``: the setting
+    """The folder of pipeline files (``eobatch.pipelines.loader.pipelines_dir``: the setting
     ``[eobatch] pipelines_dir`` of ``eobatch.settings``, else a checkout's demo folder)."""
-    from ..config.loader import pipelines_dir as loader_pipelines_dir  # pydantic: only when asked (the module docstring)
+    from ..pipelines.loader import pipelines_dir as loader_pipelines_dir  # pydantic: only when asked (the module docstring)
 
     return loader_pipelines_dir()
 

@@ -56,7 +56,7 @@ from airflow.sdk.definitions.callback import SyncCallback
 from airflow.sdk.definitions.deadline import DeadlineAlert, DeadlineReference
 
 from ..config import notifiers
-from ..config.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
+from ..pipelines.loader import ConfigError, Notifier, PipelineConfig, load_pipeline
 from ..sources.base import skipped_count
 from ..storage.credentials import scrub
 from . import connections as _masker  # noqa: F401 - registers Airflow's secrets masker with scrub

@@ -12,11 +12,11 @@ from typing import Any
 
 from airflow.sdk import DAG, BaseOperator, Param, TaskGroup
 
-from ..config.loader import ConfigError, PipelineConfig, load_all, load_pipeline
-from ..config.loader import pipelines_dir as loader_pipelines_dir
 from ..config.model import NAME_RE
 from ..config.pipeline import MAX_BATCHES_PER_RUN
 from ..config.yamlfile import clip
+from ..pipelines.loader import ConfigError, PipelineConfig, load_all, load_pipeline
+from ..pipelines.loader import pipelines_dir as loader_pipelines_dir
 from . import alerts, assets
 from .operators import (
     ABORT_TASK,

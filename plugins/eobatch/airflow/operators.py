@@ -20,11 +20,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from .. import preflight
 from ..config.access import Use, check_access
-from ..config.loader import PipelineConfig, load_pipeline
 from ..core import faults
 from ..core.stuck import find_stuck
 from ..errors import ConfigError, EobatchError, TerminalError
 from ..job import driver_jvm, launch
+from ..pipelines.loader import PipelineConfig, load_pipeline
 from ..protocol import Protocol, interval_of
 from ..protocol import lineage as batch_lineage
 from ..protocol.backlog import backlog

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 
-from ..config.loader import PipelineConfig, find_pipeline
+from ..pipelines.loader import PipelineConfig, find_pipeline
 
 # the lines of a run's log worth showing: the protocol's steps and the job's progress
 SHOWN = re.compile(r"\] (recover|plan|stage|verify|commit|abort): |\[eobatch\]|AirflowSkipException|nothing new")

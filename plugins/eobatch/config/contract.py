@@ -4,7 +4,7 @@ and PENDING keys, which a plan records as ``config``).
 
 Every key of a pipeline file has one of three roles. Each plan records the values of the TABLE and
 PENDING keys (``BatchPlan.config``); plan, recover, verify and commit compare them with the file's
-now (``config.config_edits``) and refuse (``ConfigChanged``), naming the key, the old and the new value:
+now (``pipelines.loader.config_edits``) and refuse (``ConfigChanged``), naming the key, the old and the new value:
 
 * TABLE: what the tables' rows mean and where they are: fixed while the tables hold batches;
 * PENDING: what a batch is staged, verified or committed with: a batch that is PLANNED, STAGED or
@@ -13,11 +13,11 @@ now (``config.config_edits``) and refuse (``ConfigChanged``), naming the key, th
 
 The keys every pipeline has are here (``PIPELINE_KEYS``, ``PIPELINE_HARMLESS``, ``SECTION_HARMLESS``);
 each source and sink kind declares the roles of its own keys (``contract_keys``, ``harmless_keys``:
-``kind_part``), and ``assemble`` puts them together (``config.loader.contract``, with every kind the
+``kind_part``), and ``assemble`` puts them together (``pipelines.loader.contract``, with every kind the
 registries know, built-in or plug-in).
 
 No pydantic, no YAML, no kind: the stage job imports this to compare its spec's ``contract`` (the
-values its task read from the pipeline file) with the plan, and the Airflow side (``config.config_edits``,
+values its task read from the pipeline file) with the plan, and the Airflow side (``pipelines.loader.config_edits``,
 ``verify``) compares with the roles of the running code's contract."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A loaded pipeline (``PipelineConfig``, what ``config.load_pipeline`` returns) and the values of
-its sections: what a batch is planned, staged, verified and committed with, and its fingerprint
-(pure Python, no pydantic: the loader's models are ``config``'s).
+"""A loaded pipeline (``PipelineConfig``, what ``pipelines.loader.load_pipeline`` returns) and the values
+of its sections: what a batch is planned, staged, verified and committed with, and its fingerprint
+(pure Python, no pydantic: the loader's models are ``pipelines.loader``'s).
 """
 
 from __future__ import annotations
@@ -15,12 +15,10 @@ from dataclasses import dataclass, field
 
 from croniter import croniter
 
-from .. import sinks
 from ..errors import ConfigError
-from ..sinks import SinkConfig
-from ..sources import SourceConfig
 from .ddl import Column
 from .schedule import PRESET_CRON
+from .sections import SinkConfig, SourceConfig
 
 # Continuous mode: how many batches one run plans, stages in one Spark application and commits
 # one after another (YAML max_batches_per_run, the run param of that name up to the maximum).
@@ -145,26 +143,22 @@ class PipelineConfig:
     # description or an error shows is ``shown(text)``, the name in place of the value (never compared,
     # never hashed: the locations themselves are the expanded values)
     concealed: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # the sink kind's answers for this pipeline, which the loader (pipelines.loader) records when it
+    # builds the config (config imports no kind): derived from ``sink`` and ``mode``, so never compared
+    # nor shown. sink_mode: the YAML's ``sink.mode``, the mode of the sink's kind
+    sink_mode: str = field(default="", compare=False, repr=False)
+    # the tables a batch is committed to, in commit order (the sink kind's ``participant_names``)
+    participants: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def shown(self, text: str) -> str:
         """``text`` for people: each value that came from the environment replaced by its ``${NAME}``."""
         return conceal(text, self.concealed)
 
     @property
-    def sink_mode(self) -> str:
-        """The YAML's ``sink.mode``: the mode of the sink's kind."""
-        return sinks.kind_for(self.sink.kind).mode
-
-    @property
     def sink_contract(self) -> str:
         """What a row of the sink means: appended records, or one row per key (an upsert's latest
         version, or running aggregates). Recorded in each plan: it cannot change under a table."""
         return self.sink.contract(self.mode)
-
-    @property
-    def participants(self) -> tuple[str, ...]:
-        """The tables a batch is committed to, in commit order (the sink kind's ``participant_names``)."""
-        return sinks.kind_for(self.sink.kind).participant_names(self)
 
     def fingerprint(self) -> str:
         """Hash of everything that changes what a batch publishes."""

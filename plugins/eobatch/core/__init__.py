@@ -11,6 +11,6 @@ and ``sinks`` are built on, and the stage job's own JVM classes as its Spark dri
 May import: ``eobatch.errors``, ``eobatch.config``, ``eobatch.storage``, pyarrow and deltalake
 (deltalake inside functions).
 Must not import: Apache Airflow, pyspark, the layers above it (``eobatch.sources``,
-``eobatch.sinks``, ``eobatch.protocol``), ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
+``eobatch.sinks``, ``eobatch.pipelines``, ``eobatch.protocol``), ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
 ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """

@@ -490,7 +490,7 @@ class StageSummary(Record):
     plan_digest: str = ""  # Ledger.plan_digest of the plan the attempt read ("" from older stage jobs)
     rows_dropped: int = 0  # valid records an expectation with action drop removed
     expectations: dict[str, int] = field(default_factory=dict)  # expectation name -> records that failed it
-    # the values of the configuration keys the job ran with (config.config_values, its spec's
+    # the values of the configuration keys the job ran with (pipelines.loader.config_values, its spec's
     # "contract"): verify refuses an attempt staged under other values than its plan's
     contract: JSON | None = None
     format: int = FORMAT_VERSION

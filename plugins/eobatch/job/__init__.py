@@ -8,7 +8,7 @@ driver (the one module of this package shipped to Spark). The job itself is
 ``spark_jobs/stage_batch.py``.
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, ``eobatch.sources``,
-``eobatch.sinks``, ``eobatch.protocol``.
+``eobatch.sinks``, ``eobatch.pipelines``, ``eobatch.protocol``.
 Must not import: Apache Airflow, pyspark, ``eobatch.airflow``, ``eobatch.ui``, ``eobatch.cli``
 (tests/unit/test_packages.py checks every import statement).
 """

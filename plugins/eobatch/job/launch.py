@@ -25,10 +25,10 @@ import zipfile
 from collections.abc import Mapping
 
 from ..config import transforms
-from ..config.loader import PipelineConfig, config_values, load_pipeline
 from ..core.formats import Layout
 from ..errors import RetryableError
 from ..paths import PACKAGE, SPARK_JOBS, STAGE_APP
+from ..pipelines.loader import PipelineConfig, config_values, load_pipeline
 from ..protocol import Protocol
 from ..sinks import sink_for
 from ..sources import kind_for
@@ -143,6 +143,8 @@ CODE_ROOTS = {"eobatch": PACKAGE, "spark_jobs": SPARK_JOBS}
 SHIPPED = (
     # the pipeline file as the job sees it: no pydantic, no YAML
     "eobatch.config.contract", "eobatch.config.ddl", "eobatch.config.lines", "eobatch.config.schemas",
+    # the bases of the kinds' configs (the kinds import them)
+    "eobatch.config.sections",
     # the refusal of YAML SQL that reaches the JVM (on Spark's own parse, in the job)
     "eobatch.config.sql_guard",
     # named only inside the kinds' section() (their YAML models), which the job never calls

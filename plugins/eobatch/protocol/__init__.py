@@ -53,7 +53,8 @@ build on the vocabulary of ``eobatch.core`` (the ledger and its records, checkpo
 files) and never import this package.
 
 May import: ``eobatch.errors``, ``eobatch.config``, ``eobatch.storage``, ``eobatch.core``,
-``eobatch.sources``, ``eobatch.sinks`` (the kinds, through their registries), pyarrow and
+``eobatch.sources``, ``eobatch.sinks`` (the kinds, through their registries), ``eobatch.pipelines``
+(the pipeline file's contract: what a plan records), pyarrow and
 deltalake (deltalake inside functions).
 Must not import: Apache Airflow, pyspark, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
 ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
-from ..config.loader import config_values
 from ..core import faults
 from ..core.checkpoint import RewindKey
 from ..core.formats import DECISION_FILE, STAGED, BatchPlan, RewindRecord, utcnow
 from ..errors import ConcurrentPlan, LedgerMismatch, ProtocolError
+from ..pipelines.loader import config_values
 from ..sources import kind_for, range_summary, source_for
 from ..storage.fs import join, relpath
 from . import state as st

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.contract import Edit, edits_text
-from ..config.loader import TABLE, config_edits, config_values
 from ..config.pipeline import PipelineConfig
 from ..config.schemas import schema_from_b64
 from ..core import faults
@@ -55,6 +54,7 @@ from ..errors import (
     ProtocolError,
     SliceRewritten,
 )
+from ..pipelines.loader import TABLE, config_edits, config_values
 from ..sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
 from ..sources import compact_offsets, kind_for, source_for
 from ..sources.base import LateFilesConfig, Planner, consumed_skip

@@ -17,8 +17,9 @@ runs. A kind that is not built in declares the roles of its keys agreeing with t
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage``, pyarrow; deltalake and
 pyspark inside functions.
-Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``,
-``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
+Must not import: Apache Airflow, ``eobatch.pipelines`` and ``eobatch.protocol`` (the layers above),
+``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every
+import statement).
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 # the roles of the configuration contract's keys (``config.contract``), for the kinds' ``contract_keys``
 from ..config.contract import PENDING as PENDING
 from ..config.contract import TABLE as TABLE
+
+# the base of every kind's ``sink:`` config, under the kinds (``config.pipeline`` holds one), and what a
+# plan without a ``sink`` record means (plans written before there was a choice of sink)
+from ..config.sections import LEGACY_CONTRACT as LEGACY_CONTRACT
+from ..config.sections import SinkConfig as SinkConfig
 from ..errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
@@ -40,10 +45,6 @@ if TYPE_CHECKING:
     from ..core.formats import JSON, Layout
     from ..core.ledger import Ledger
     from ..storage.fs import Storage
-
-# What a plan without a ``sink`` record means (plans written before there was a choice of sink)
-LEGACY_CONTRACT = "append"
-
 
 class CommitConflict(RetryableError):
     """Another writer committed first; re-read the table and decide again."""
@@ -65,23 +66,6 @@ class Replace:
         return ", ".join(self.slices)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SinkConfig:
-    """Base of every kind's parsed ``sink:`` keys (beyond ``table`` and ``partition_by``, which
-    every pipeline has: ``PipelineConfig.sink_table``, ``partition_by``)."""
-
-    kind: str
-
-    def contract(self, mode: str) -> str:
-        """What a row of the sink means, recorded in each plan (``BatchPlan.sink``): it cannot
-        change under a table. ``mode`` is the pipeline's (continuous, interval)."""
-        return LEGACY_CONTRACT
-
-    def fingerprint_dict(self) -> JSON:
-        """What ``PipelineConfig.fingerprint`` adds for the sink ({}: nothing)."""
-        return {}
-
-
 @dataclass(frozen=True)
 class SinkContext:
     """What a kind's parser needs besides its ``sink:`` mapping: the file (for ConfigError), the
@@ -95,7 +79,8 @@ class SinkContext:
 class SinkPipeline(Protocol):
     """The pipeline a sink kind is asked about (``SinkKind.participant_names`` and the others): a
     ``config.pipeline.PipelineConfig`` is one. A structural type: the pipeline's config holds the
-    kind's ``SinkConfig`` (``config`` imports the kinds), so the kinds name only what they read of it."""
+    kind's ``SinkConfig`` (a subclass of ``config.sections.SinkConfig``), and the kinds name only what
+    they read of it."""
 
     @property
     def name(self) -> str:

@@ -15,8 +15,9 @@ with the other kinds (``config.contract.kind_part``), or it is refused.
 
 May import: ``eobatch.core``, ``eobatch.config``, ``eobatch.storage`` (``storage.lineage``: the OpenLineage names of
 a range's datasets), pyarrow; pyspark and the kinds' clients (confluent-kafka) inside functions.
-Must not import: Apache Airflow, ``eobatch.protocol`` (the layer above), ``eobatch.airflow``,
-``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
+Must not import: Apache Airflow, ``eobatch.pipelines`` and ``eobatch.protocol`` (the layers above),
+``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``, ``eobatch.cli`` (tests/unit/test_packages.py checks every
+import statement).
 """
 
 from __future__ import annotations

@@ -25,16 +25,20 @@ the annotations under ``if TYPE_CHECKING:`` only, which never runs).
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 # the roles of the configuration contract's keys (``config.contract``), for the kinds' ``contract_keys``
 from ..config.contract import PENDING as PENDING
 from ..config.contract import TABLE as TABLE
+
+# the base of every kind's ``source:`` config, under the kinds (``config.pipeline`` holds one)
+from ..config.sections import NOT_FINGERPRINTED as NOT_FINGERPRINTED
+from ..config.sections import SourceConfig as SourceConfig
+from ..config.sections import unless_default as unless_default
 from ..errors import TerminalError
 from ..storage import s3conf
 from ..storage.fs import printable
@@ -72,9 +76,6 @@ class ConfigContext:
 TOPIC_RE = re.compile(r"^[A-Za-z0-9._\-]{1,249}$")  # a Kafka topic's name
 DEFAULT_MAX_FILES_PER_BATCH = 1000
 MAX_FILES_PER_BATCH = 3000
-# keys that bound how a range is planned, not what it holds (a pending batch's range is in its plan):
-# not in the fingerprint, so a pipeline keeps its fingerprint when they came
-NOT_FINGERPRINTED = ("max_files_per_batch", "discovery", "full_listing_hours", "notifications")
 # ``source.discovery`` of the landing kinds: list the whole folder at each plan, or (names that grow in
 # byte order) only the paths after the last one a plan passed, or the objects the store's event
 # notifications name (``source.notifications``), each with a full listing every ``full_listing_hours``
@@ -92,56 +93,15 @@ class NotificationsConfig:
     conn_id: str | None = None  # an Airflow connection (Kafka provider) whose extra is the client config
 
 
-@dataclass(frozen=True, kw_only=True)
-class SourceConfig:
-    """Base of every kind's parsed ``source:`` mapping. ``path`` is the source's folder, or None for
-    a kind that has none: config checks it against the tables, launch looks for s3a:// in it."""
-
-    kind: str
-    max_records_per_batch: int = 100_000
-    settle_seconds: int = 60  # interval mode: an interval is planned only this long after its end
-    if TYPE_CHECKING:  # read-only to callers: a kind with a folder makes it a field (files, parquet)
-        @property
-        def path(self) -> str | None: ...
-
-        @property
-        def include(self) -> tuple[str, ...]: ...
-    else:
-        path: ClassVar[str | None] = None
-        include: ClassVar[tuple[str, ...]] = ()  # a landing kind makes it a field: the names it reads
-
-    def describe(self) -> str:
-        return str(self.path)
-
-    def takes_name(self, path: str) -> bool:
-        """Whether this source reads a landing file of this name: ``source.include``, globs of the
-        file's name (not its folder), case-sensitive (``*.jsonl`` is what ``.jsonl`` always meant);
-        every name for a kind without landing files."""
-        name = path.rsplit("/", 1)[-1]
-        return not self.include or any(fnmatch.fnmatchcase(name, g) for g in self.include)
-
-    # keys newer than the kind, hashed only when they differ from these defaults: a YAML that does not
-    # set them (or sets the default) keeps the fingerprint it always had
-    HASHED_UNLESS_DEFAULT: ClassVar[dict[str, Any]] = {}
-
-    def fingerprint_dict(self) -> JSON:
-        """What ``PipelineConfig.fingerprint`` hashes of the source."""
-        return unless_default(self, {k: v for k, v in asdict(self).items() if k not in NOT_FINGERPRINTED})
-
-    def bucket_connections(self) -> dict[str, str]:
-        """S3 buckets this source reads with credentials of their own: bucket -> the Airflow
-        connection (the Amazon provider's type) that serves it (``s3conf.Store.buckets``)."""
-        return {}
-
-    def bucket_shared_with(self, locations: dict[str, str]) -> tuple[str, str, str] | None:
-        """(key, bucket, connection) when a bucket of ``bucket_connections`` also holds one of
-        ``locations`` (key -> path: the pipeline's own tables), which one bucket's one set of
-        settings (``s3conf.settings_for``) cannot serve both ways; None when none does."""
-        for bucket, conn in self.bucket_connections().items():
-            for key, path in locations.items():
-                if s3conf.is_s3(path) and s3conf.split(path)[0] == bucket:
-                    return key, bucket, conn
-        return None
+def bucket_shared_with(source: SourceConfig, locations: dict[str, str]) -> tuple[str, str, str] | None:
+    """(key, bucket, connection) when a bucket of ``source.bucket_connections()`` also holds one of
+    ``locations`` (key -> path: the pipeline's own tables), which one bucket's one set of
+    settings (``s3conf.settings_for``) cannot serve both ways; None when none does."""
+    for bucket, conn in source.bucket_connections().items():
+        for key, path in locations.items():
+            if s3conf.is_s3(path) and s3conf.split(path)[0] == bucket:
+                return key, bucket, conn
+    return None
 
 
 def fields_as_keys(config: type[SourceConfig]) -> frozenset[str]:
@@ -187,17 +147,6 @@ LEGACY_SOURCE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def unless_default(cfg: SourceConfig, d: JSON) -> JSON:
-    """``d`` (a fingerprint dict of ``cfg``) without the keys of ``HASHED_UNLESS_DEFAULT`` whose value
-    is the default; the others as JSON has them (a tuple as a list)."""
-    out = {k: v for k, v in d.items() if k not in cfg.HASHED_UNLESS_DEFAULT}
-    for k, default in cfg.HASHED_UNLESS_DEFAULT.items():
-        v = getattr(cfg, k)
-        if v != default:
-            out[k] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
 def legacy_fingerprint_dict(cfg: SourceConfig, added: tuple[str, ...] = ()) -> JSON:
     """``cfg`` over LEGACY_SOURCE_DEFAULTS; ``added``: fields newer than those, hashed only when
     set (not None), so a YAML that does not use them keeps its fingerprint; ``HASHED_UNLESS_DEFAULT``
@@ -225,8 +174,8 @@ class BacklogAsk:
 
 class SourcePipeline(Protocol):
     """The pipeline a source kind plans for (``SourceKind.planner``): a ``config.pipeline.PipelineConfig``
-    is one. A structural type: the pipeline's config holds the kind's ``SourceConfig`` (``config``
-    imports the kinds), so the kinds name only what they read of it."""
+    is one. A structural type: the pipeline's config holds the kind's ``SourceConfig`` (a subclass
+    of ``config.sections.SourceConfig``), and the kinds name only what they read of it."""
 
     @property
     def name(self) -> str:

@@ -9,6 +9,6 @@ importing Airflow. Shipped to the Spark job whole.
 May import: ``eobatch.errors`` (the exception types), pyarrow,
 boto3 (inside functions).
 Must not import: Apache Airflow, pyspark, the rest of ``eobatch.core``, ``eobatch.config``,
-``eobatch.sources``, ``eobatch.sinks``, ``eobatch.protocol``, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
+``eobatch.sources``, ``eobatch.sinks``, ``eobatch.pipelines``, ``eobatch.protocol``, ``eobatch.airflow``, ``eobatch.job``, ``eobatch.ui``,
 ``eobatch.cli`` (tests/unit/test_packages.py checks every import statement).
 """

@@ -39,11 +39,11 @@ from typing import Any, cast
 
 from ..airflow import pipelines_dir
 from ..cli import ledger_row, ledger_rows, rows_json
-from ..config.loader import LoadCache, PipelineConfig, load_all
 from ..core.formats import BatchPlan, files_shown
 from ..core.ledger import Ledger
 from ..core.stuck import find_stuck
 from ..errors import EobatchError
+from ..pipelines.loader import LoadCache, PipelineConfig, load_all
 from ..protocol import Protocol
 from ..protocol.backlog import backlog
 from ..protocol.maintenance import last_report, summary_line

@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 
 from eobatch.airflow import alerts, metrics
-from eobatch.config.loader import AlertsConfig, ConfigError, Notifier, load_pipeline
+from eobatch.pipelines.loader import AlertsConfig, ConfigError, Notifier, load_pipeline
 from support.smtp_sink import SmtpSink, body
 
 CONN = "eobatch_test_smtp"
@@ -155,13 +155,13 @@ def test_the_dag_carries_failure_callbacks_and_a_deadline_alert(make_cfg):
 def test_a_notifier_class_that_cannot_be_built_is_an_error_of_its_file_only(write_yaml, base_cfg, tmp_path, allow):
     from eobatch.airflow.dag_factory import build_all
 
-    allow("eobatch.config.loader.Column")  # allowed by the platform, yet not a notifier
+    allow("eobatch.pipelines.loader.Column")  # allowed by the platform, yet not a notifier
 
     good = dict(base_cfg)
     write_yaml(good, "good.yaml")
     bad = dict(base_cfg, name="bad", sink={"table": str(tmp_path / "lake" / "bad")},
                quarantine={"table": str(tmp_path / "lake" / "bad_q")},
-               alerts={"notify": [{"notifier": "eobatch.config.loader.Column"}]})
+               alerts={"notify": [{"notifier": "eobatch.pipelines.loader.Column"}]})
     write_yaml(bad, "bad.yaml")
     dags, errors = build_all(str(tmp_path / "pipelines"))
     assert set(dags) == {good["name"], good["name"] + "_maintenance"}

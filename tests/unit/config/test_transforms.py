@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from eobatch.config.loader import config_values, load_pipeline
 from eobatch.errors import ConfigChanged, ConfigError, RetryableError
 from eobatch.job import launch
+from eobatch.pipelines.loader import config_values, load_pipeline
 from eobatch.protocol import Protocol
 from support.protocol_runs import land_ids, run_next
 

@@ -18,8 +18,8 @@ import yaml
 from deltalake import DeltaTable
 
 from eobatch import sinks, sources
-from eobatch.config.loader import config_values, contract, harmless, load_pipeline
 from eobatch.errors import ConfigChanged, ConfigError
+from eobatch.pipelines.loader import config_values, contract, harmless, load_pipeline
 from eobatch.protocol import Protocol
 from eobatch.sources import KindUnavailable
 from support.protocol_runs import land_ids, run_next

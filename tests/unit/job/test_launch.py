@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from eobatch import paths
-from eobatch.config.loader import load_pipeline
 from eobatch.job import jars as jar_check
 from eobatch.job import launch
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.sources import kind_names
 from support.pipeline_yaml import PINNED
 from support.pipeline_yaml import write_named as _write
@@ -235,7 +235,7 @@ for name in SINKS:
     importlib.import_module(job_module(name))
 importlib.import_module("spark_jobs.classify")
 importlib.import_module("spark_jobs.stage_write")
-print(json.dumps(sorted(m for m in ("pydantic", "yaml", "eobatch.config.loader") if m in sys.modules)))
+print(json.dumps(sorted(m for m in ("pydantic", "yaml", "eobatch.pipelines.loader") if m in sys.modules)))
 """
 
 

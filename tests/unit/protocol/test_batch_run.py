@@ -97,8 +97,8 @@ def test_a_transform_fixed_while_its_batch_is_pending_goes_on_with_the_replan_pe
     holds and plans their range again under the file as it is now; a PREPARED one is refused."""
     import pytest
 
-    from eobatch.config.loader import load_pipeline
     from eobatch.errors import ConfigChanged
+    from eobatch.pipelines.loader import load_pipeline
     from support.protocol_runs import published_ids
 
     cfg = make_cfg()

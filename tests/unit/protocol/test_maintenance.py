@@ -87,7 +87,7 @@ def test_a_pool_named_by_the_pipeline_is_taken_by_its_commit_and_maintenance_tas
 
     from eobatch import cli
     from eobatch.airflow.dag_factory import build_all
-    from eobatch.config.loader import ConfigError
+    from eobatch.pipelines.loader import ConfigError
 
     cfg = make_cfg(maintenance={"pool": "eobatch_orders"})
     dags, errors = build_all(str(Path(cfg.file).parent))

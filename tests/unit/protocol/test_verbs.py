@@ -15,9 +15,9 @@ import pytest
 from deltalake import DeltaTable
 
 import eobatch
-from eobatch.config.loader import config_values
 from eobatch.core.formats import InvalidId
 from eobatch.errors import ConfigChanged, ConfigError, SliceRewritten, TerminalError
+from eobatch.pipelines.loader import config_values
 from eobatch.protocol import (
     AttemptPrepared,
     BatchInFlight,

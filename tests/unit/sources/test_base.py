@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from eobatch.config.loader import load_pipeline
+from eobatch.pipelines.loader import load_pipeline
 from eobatch.sources import kind_for
 from support.pipeline_yaml import PINNED
 from support.pipeline_yaml import write_named as _write

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from eobatch.config.loader import ConfigError
+from eobatch.pipelines.loader import ConfigError
 from eobatch.sources import kind_for, range_summary, source_for
 from eobatch.sources.delta import DeltaConfig, UpstreamChanged, UpstreamDataLoss, UpstreamRefused
 from eobatch.sources.delta.log import DeltaLog, parse_commit

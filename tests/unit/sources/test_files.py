@@ -472,7 +472,7 @@ def test_a_landing_file_larger_than_the_pipelines_own_limit_is_refused_at_plan_t
 
 
 def test_a_file_of_any_size_is_planned_by_default_and_max_file_bytes_must_be_positive(make_cfg, tmp_path):
-    from eobatch.config.loader import ConfigError
+    from eobatch.pipelines.loader import ConfigError
     from eobatch.protocol import Protocol
 
     cfg = make_cfg(source={"kind": "files", "path": str(tmp_path / "landing")})

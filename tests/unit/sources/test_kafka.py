@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from eobatch.config.loader import ConfigError
+from eobatch.pipelines.loader import ConfigError
 from eobatch.sources import kind_for
 from eobatch.sources.kafka import range_summary, spread
 from eobatch.sources.kafka.read import FIELDS, Columns, slices
@@ -300,7 +300,7 @@ def test_the_reported_backfill_is_published_by_record_time(tmp_path):
 
     import yaml
 
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from support.kafka_model import Log, model_broker, stage_kafka
     from support.protocol_runs import T0, H, iv, published

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eobatch.config.loader import ConfigError
+from eobatch.pipelines.loader import ConfigError
 from eobatch.sources import IntervalTooLarge, kind_for, source_for
 from eobatch.sources.files import LateFiles
 from eobatch.sources.parquet import ParquetConfig, ParquetSource, UnreadableParquet

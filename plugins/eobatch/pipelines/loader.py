@@ -5,12 +5,12 @@ A pipeline file is a typed model (pydantic v2): ``PipelineFile``, one model per 
 keys each sink kind adds under ``sink:`` from the kind's own model (``KIND.config_model``). The
 models check each key with the product's wording (every problem of a file is reported at once, in
 the order of the file's keys: ``ConfigError.problems``), and ``load_pipeline`` turns the file into the ``PipelineConfig`` of
-``pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
+``config.pipeline``. Every error names the file and the key path, e.g. ``orders.yaml: source.path: must
 be ...``; an unknown key names the allowed ones. The configuration contract of the keys is
 ``config.contract``'s, with each kind's part (``contract`` puts them together); what a YAML may never do (Spark settings,
-``${VAR}``) is ``policy``'s, schedules ``schedule``'s, Spark DDL ``ddl``'s, the JSON Schema of
-the models ``json_schema``'s, reading a file's bytes into a YAML mapping (every cost bounded, any
-bytes a ``ConfigError``) ``yamlfile``'s.
+``${VAR}``) is ``config.policy``'s, schedules ``config.schedule``'s, Spark DDL ``config.ddl``'s, the JSON Schema of
+the models ``json_schema``'s (beside this module), reading a file's bytes into a YAML mapping (every cost bounded, any
+bytes a ``ConfigError``) ``config.yamlfile``'s.
 """
 
 from __future__ import annotations
@@ -30,17 +30,12 @@ from pydantic import BeforeValidator, ConfigDict, Field, ValidationInfo, field_v
 from pydantic.json_schema import SkipJsonSchema
 
 from .. import settings, sinks
-from ..errors import ConfigError, UsageError
-from ..paths import default_pipelines_dir
-from ..sinks import SinkContext
-from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
-from ..sources import kinds as source_kinds
-from . import model as cm
-from . import notifiers, sql_guard, transforms
-from .access import check_access
-from .contract import PASSTHROUGH, Contract, Edit, assemble, contract_edits, kind_part
-from .ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
-from .model import (
+from ..config import model as cm
+from ..config import notifiers, sql_guard, transforms
+from ..config.access import check_access
+from ..config.contract import PASSTHROUGH, Contract, Edit, assemble, contract_edits, kind_part
+from ..config.ddl import PARTITION_PATH_MAX_BYTES, PARTITION_TYPES, Column, parse_schema, partition_min_bytes
+from ..config.model import (
     NAME_RE,
     Bool,
     Check,
@@ -56,7 +51,7 @@ from .model import (
     table_path,
     validate,
 )
-from .pipeline import (
+from ..config.pipeline import (
     DEFAULT_BATCHES_PER_RUN,
     EXPECTATION_ACTIONS,
     LOG_LEVELS,
@@ -72,9 +67,15 @@ from .pipeline import (
     SparkConfig,
     conceal,
 )
-from .policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
-from .schedule import check_schedule
-from .yamlfile import clip, read_mapping
+from ..config.policy import BUILTIN_VARS, EXPANDED_KEYS, VAR_RE, check_spark_conf, expand_vars
+from ..config.schedule import check_schedule
+from ..config.yamlfile import clip, read_mapping
+from ..errors import ConfigError, UsageError
+from ..paths import default_pipelines_dir
+from ..sinks import SinkContext
+from ..sources import ConfigContext, KindUnavailable, SourceConfig, kind_for, kind_names
+from ..sources import kinds as source_kinds
+from ..sources.base import bucket_shared_with
 
 MODES = ("continuous", "interval")
 
@@ -607,7 +608,7 @@ class PipelineFile(Section):
                 for b, pb in paths.items():
                     if a < b and (pa == pb or pa.startswith(pb.rstrip("/") + "/") or pb.startswith(pa.rstrip("/") + "/")):
                         raise Invalid(f"{pb!r} overlaps {a} {pa!r}; they must be separate folders", key=b)
-            shared = info.data["source"].bucket_shared_with({k: p for k, p in paths.items() if k != "source.path"})
+            shared = bucket_shared_with(info.data["source"], {k: p for k, p in paths.items() if k != "source.path"})
             if shared:
                 key, bucket, conn = shared
                 raise Invalid(f"{conn!r} serves bucket {bucket!r}, which also holds this pipeline's {key}: a bucket "
@@ -647,7 +648,7 @@ class PipelineFile(Section):
     def value(self, file: str) -> PipelineConfig:
         schema, columns = self.schema_
         code = self.transform.name.code
-        return PipelineConfig(
+        cfg = PipelineConfig(
             name=self.name, file=os.path.abspath(file), mode=self.mode,
             schedule=self.schedule if not isinstance(self.schedule, dict) else None,
             schedule_asset=self.schedule["asset"] if isinstance(self.schedule, dict) else None, source=self.source,
@@ -661,6 +662,9 @@ class PipelineFile(Section):
             alerts=self.alerts.value() if self.alerts else AlertsConfig(), aws_conn_id=self.aws_conn_id,
             expectations=tuple(Expectation(e.name, e.expr, e.action) for e in self.expectations),
             schema_evolution=self.schema_evolution, maintenance=self.maintenance.value(), sink=self.sink.config)
+        # what the sink's kind answers for the pipeline (its participants: of the config built)
+        kind = sinks.kind_for(cfg.sink.kind)
+        return dataclasses.replace(cfg, sink_mode=kind.mode, participants=kind.participant_names(cfg))
 
 
 def _check_partition_columns(partition_by: tuple[str, ...], columns: tuple[Column, ...]) -> None:

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from eobatch.config import json_schema as pipeline_schema
+from eobatch.pipelines import json_schema as pipeline_schema
 from support import golden_pipelines
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))

@@ -1,4 +1,4 @@
-"""eobatch.config.loader: loading, expansion and validation of pipeline YAML files."""
+"""eobatch.pipelines.loader: loading, expansion and validation of pipeline YAML files."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import os
 import pytest
 
 from eobatch import paths
-from eobatch.config import loader as config
-from eobatch.config.loader import Column, ConfigError, load_all, load_pipeline, parse_schema
+from eobatch.pipelines import loader as config
+from eobatch.pipelines.loader import Column, ConfigError, load_all, load_pipeline, parse_schema
 from support import golden_pipelines
 from support.pipeline_yaml import kafka_doc as _kafka
 from support.pipeline_yaml import load_doc as _load
@@ -375,7 +375,7 @@ def test_a_typo_in_a_key_names_the_file_the_key_path_and_what_is_allowed(write_y
 
 
 def test_expectations_load_in_order_and_change_the_fingerprint_only_when_present(write_yaml, base_cfg):
-    from eobatch.config.loader import Expectation
+    from eobatch.pipelines.loader import Expectation
 
     plain = load_pipeline(write_yaml(base_cfg))
     doc = copy.deepcopy(base_cfg)
@@ -770,7 +770,7 @@ def test_interval_mode_loads(write_yaml, base_cfg):
 
 
 def test_interval_starting(write_yaml, base_cfg):
-    from eobatch.config.loader import load_pipeline
+    from eobatch.pipelines.loader import load_pipeline
 
     cfg = load_pipeline(write_yaml(dict(base_cfg, mode="interval", schedule="@hourly")))
     utc = dt.timezone.utc
@@ -965,8 +965,8 @@ def test_an_accumulating_merge_sink_loads_without_tombstones(write_yaml, base_cf
 def test_every_key_of_a_pipeline_file_is_in_the_contract_or_declared_harmless():
     """A key added to the loader without a role here fails this test: a pending batch could not
     forget it."""
-    from eobatch.config import loader as c
-    from eobatch.config.loader import SINK_KEYS, TOP_KEYS, contract, harmless
+    from eobatch.pipelines import loader as c
+    from eobatch.pipelines.loader import SINK_KEYS, TOP_KEYS, contract, harmless
     from eobatch.sinks.delta_merge.section import MERGE_KEYS
     from eobatch.sources import kind_for, kind_names
 

@@ -1,4 +1,4 @@
-"""The JSON Schema of a pipeline YAML, generated from its typed models (``config.PipelineFile``)
+"""The JSON Schema of a pipeline YAML, generated from its typed models (``loader.PipelineFile``)
 and the section models of every registered source and sink kind (``config_model`` of a kind; a
 kind without one is described by its keys alone).
 
@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from .. import sinks, sources
-from . import transforms
+from ..config import transforms
 from .loader import PipelineFile, SinkSection, TransformSection
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
