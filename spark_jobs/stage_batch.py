@@ -321,8 +321,7 @@ class StageJob:
         if sliced:  # interval mode: each record's interval slice, by the planned file it came from
             of_file = local_frame(spark, f"source string, {SLICE_COL} string", sliced)
             lines = lines.join(F.broadcast(of_file), "source")
-        by_time = getattr(self.kind, "interval_slices", None)
-        assigned = by_time(lines, plan.range) if by_time is not None and plan.interval else None
+        assigned = self.kind.interval_slices(lines, plan.range) if plan.interval else None
         if assigned is not None:  # Kafka: each record's interval slice, by its own timestamp; others not this batch's
             lines, slices = assigned
         classified = bound_partition_values(classify(lines, spec["schema"], spec["not_null"],
@@ -371,7 +370,7 @@ class StageJob:
         self.log(f"reading {range_summary(self.plan)} ({self.plan.rows_in} records by the plan's count)")
         checked, self.slices, assigned = self.read()
         self.extra = [SLICE_COL] if self.slices else []
-        cached = ("the source kind cannot read its range again" if not getattr(kind, "reads_alike", False)
+        cached = ("the source kind cannot read its range again" if not kind.reads_alike
                   or assigned is not None else answers_twice_alike(spark, spec["schema"], self.expectations))
         self.counts = counts = Observation(COUNTS)  # taken once, by the one read
         bad_lines = [] if cached else [observe_bad(spark, self.kept_of(checked)).alias(BAD_LINES)]

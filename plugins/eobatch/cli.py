@@ -461,7 +461,8 @@ def _batch_of_upstream_version(proto: Protocol, args) -> int | None:
     """``rewind --upstream-version V``: the first live batch that read upstream version V or a later
     one (said on stdout), or None after saying why there is none (on stderr)."""
     src = proto.cfg.source
-    finder = getattr(kind_for(src.kind), "first_batch_reading", None)  # kinds whose offsets are versions
+    kind = kind_for(src.kind)
+    finder = kind.first_batch_reading if kind.reads_table_versions else None
     if args.batch is not None or finder is None or args.upstream_version < 0:
         why = ("give BATCH or --upstream-version, not both" if args.batch is not None else
                f"--upstream-version is for a source that reads another table's versions (kind: delta); "

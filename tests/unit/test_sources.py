@@ -52,7 +52,16 @@ class NumbersKind:
     contract_keys = {"source.count": (sources.base.PENDING, lambda s: s.count)}  # its part of config.contract
     harmless_keys: dict[str, str] = {}
     position_based, checks_late_files, located_columns, quarantine_columns = False, False, (), ()
-    interval_by_record_time = replayable = False
+    interval_by_record_time = replayable = reads_alike = reads_table_versions = False
+
+    def lineage_inputs(self, source, rng):
+        return []
+
+    def first_batch_reading(self, plans, version):
+        return None
+
+    def interval_slices(self, lines, rng):
+        return None
 
     def parse_config(self, src, ctx: ConfigContext):
         if not isinstance(src.get("count", 3), int):

@@ -23,7 +23,6 @@ import statement).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..config.contract import check_agrees, kind_part
@@ -32,7 +31,7 @@ from ..storage import lineage
 from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourcePipeline, SourceRange
 
 if TYPE_CHECKING:
-    from ..core.formats import JSON, BatchPlan
+    from ..core.formats import BatchPlan
     from ..storage.lineage import LineageDataset
 
 BUILTIN = ("files", "kafka", "parquet", "delta")  # sub-packages of this one
@@ -85,17 +84,12 @@ def range_summary(plan: BatchPlan) -> str:
 
 
 def lineage_inputs(source: SourceConfig, plan: BatchPlan) -> list[LineageDataset]:
-    """The datasets the batch's range reads, in its kind's words (``SourceKind.lineage_inputs``); a
-    kind without it (another package's), or that this code does not know, by its ``source.path``."""
+    """The datasets the batch's range reads, in its kind's words (``SourceKind.lineage_inputs``); of
+    a kind this process does not know (a plug-in no longer installed), by its ``source.path``."""
     try:
-        kind = kind_for(plan.source_kind)
+        return kind_for(plan.source_kind).lineage_inputs(source, plan.range or {})
     except KeyError:
-        kind = None
-    method: Callable[[SourceConfig, JSON], list[LineageDataset]] | None = getattr(kind, "lineage_inputs", None)
-    if method is not None:
-        return method(source, plan.range or {})
-    path = getattr(source, "path", None)
-    return [lineage.at(path, detail={"kind": plan.source_kind})] if path else []
+        return [lineage.at(source.path, detail={"kind": plan.source_kind})] if source.path else []
 
 
 def compact_offsets(plan: BatchPlan) -> Any:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from ..core.formats import JSON, BatchPlan, StageSummary
+    from ..storage.lineage import LineageDataset
 
 
 class LandingUnreadable(TerminalError):
@@ -269,18 +270,8 @@ class SourceRange(Protocol):
 
 @runtime_checkable
 class SourceKind(Protocol):
-    """One source kind. Register an instance with ``eobatch.sources.register``.
-
-    Optional: ``lineage_inputs(source, rng) -> list[LineageDataset]``, the datasets a recorded
-    range read, named the OpenLineage way (``eobatch.storage.lineage``), each with the range's own
-    facts in ``detail`` (bounded: never one dataset per file); the Airflow tasks report them
-    (``eobatch.protocol.lineage``). A kind without it is reported by its ``source.path``, when it has one.
-
-    Optional: ``reads_alike = True``, a kind whose ``read`` of a range gives the same rows,
-    numbered the same way, every time it runs. The stage job writes the sink of such a kind
-    straight from the read when the job's classification gives the same answers twice, observing
-    the records to quarantine as it goes (beyond the observation's cap it reads the range again);
-    the others are cached on local disk (spark_jobs/stage_batch.py)."""
+    """One source kind. Register an instance with ``eobatch.sources.register``. Every capability is a
+    member it declares (a flag, or a method whose answer may be "none"): nothing of a kind is probed."""
 
     name: str
     """The kind's name: what a pipeline YAML gives as ``source.kind``."""
@@ -305,8 +296,27 @@ class SourceKind(Protocol):
     """Columns of ``read`` that ``locate`` recomputes: not kept per record."""
     quarantine_columns: tuple[str, ...]
     """Columns of ``read`` that only ``locate`` needs: kept for the quarantined records only."""
+    reads_alike: bool
+    """Its ``read`` of a range gives the same rows, numbered the same way, every time it runs. The
+    stage job writes the sink of such a kind straight from the read when the job's classification
+    gives the same answers twice, observing the records to quarantine as it goes (beyond the
+    observation's cap it reads the range again); the others are cached on local disk
+    (spark_jobs/stage_batch.py)."""
+    reads_table_versions: bool
+    """Its offsets are another table's versions: ``first_batch_reading`` answers, and
+    ``eobatch rewind --upstream-version`` applies to its pipelines."""
 
     # -- Airflow side --------------------------------------------------------------------
+    def lineage_inputs(self, source: SourceConfig, rng: JSON) -> list[LineageDataset]:
+        """The datasets a recorded range read, named the OpenLineage way (``eobatch.storage.lineage``),
+        each with the range's own facts in ``detail`` (bounded: never one dataset per file); the
+        Airflow tasks report them (``eobatch.protocol.lineage``)."""
+
+    def first_batch_reading(self, plans: Sequence[BatchPlan], version: int) -> tuple[int, list[int]] | None:
+        """A kind that ``reads_table_versions``: (batch, its versions [from, to)) of the first of
+        ``plans`` (the pipeline's live plans, in batch order) that read ``version`` or a later one,
+        or None when none has; the other kinds: None."""
+
     def parse_config(self, src: dict[str, Any], ctx: ConfigContext) -> SourceConfig:
         """The ``source:`` mapping (unknown keys already refused); ConfigError naming file and key."""
 
@@ -337,6 +347,11 @@ class SourceKind(Protocol):
 
     def read(self, spark: SparkSession, rng: JSON, job: JSON) -> DataFrame:
         """The lines DataFrame of exactly this range (see the module docstring)."""
+
+    def interval_slices(self, lines: DataFrame, rng: JSON) -> tuple[DataFrame, list[str]] | None:
+        """Interval mode, a kind that ``interval_by_record_time``: (the lines this batch publishes,
+        each with its slice in ``core.formats.SLICE_COL``, the slice names); None for a range without
+        slices, and always for the other kinds (a record's slice is its planned file's)."""
 
     def locate(self, spark: SparkSession, records: DataFrame, rng: JSON, job: JSON) -> DataFrame:
         """``records`` (rows of ``read``, the quarantined ones) with their final ``position``; a

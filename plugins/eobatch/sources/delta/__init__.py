@@ -34,6 +34,7 @@ class DeltaKind(ParquetKind):
     and reader (partition columns); rows per file checked as the parquet kind checks them."""
 
     name = "delta"
+    reads_table_versions = True  # its offsets are the upstream table's versions (``first_batch_reading``)
     config_keys = fields_as_keys(DeltaConfig)
     # its part of config.contract: the upstream table (``path`` too, the table again: recorded since before
     # kinds were packages) and the connection to its store

@@ -45,6 +45,7 @@ class FilesKind:
     interval_by_record_time = False  # interval mode: by landing folder or mtime
     replayable = True  # a replayed record lands as a JSON-lines file in the landing folder
     reads_alike = True  # the opened, pinned files read again as the same lines, numbered alike (``read_lines``)
+    reads_table_versions = False
     located_columns: tuple[str, ...] = ("source",)  # the planned path, from _eo_file, for quarantined records only
     quarantine_columns: tuple[str, ...] = ("_eo_file", "_eo_split", "position")  # what locate numbers lines by
 
@@ -55,6 +56,14 @@ class FilesKind:
         from .section import FilesSection
 
         return FilesSection
+
+    def first_batch_reading(self, plans, version: int) -> tuple[int, list[int]] | None:
+        """Its offsets are files, not versions (``SourceKind.first_batch_reading``)."""
+        return None
+
+    def interval_slices(self, lines, rng: dict) -> None:
+        """A record's interval slice is its planned file's (``SourceKind.interval_slices``)."""
+        return None
 
     def parse_config(self, src: dict, ctx: ConfigContext) -> SourceConfig:  # FilesConfig; ParquetKind returns its own
         return self.config_model.parse(src, ctx)

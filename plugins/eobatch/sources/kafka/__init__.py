@@ -48,6 +48,8 @@ class KafkaKind:
     checks_late_files = False
     interval_by_record_time = True  # interval mode: records go to intervals by their own timestamps
     replayable = False  # records are produced again upstream, not landed by a replay
+    reads_alike = False  # not declared alike: the stage job caches what it read (spark_jobs/stage_batch.py)
+    reads_table_versions = False
     located_columns = ()
     quarantine_columns = ()
     _accounts = None  # the accumulator of the read in this process (the stage job)
@@ -100,6 +102,10 @@ class KafkaKind:
 
     def gone(self, rng: dict) -> list[str]:
         return []  # records deleted by retention: the plan that reads them again fails (on_data_loss)
+
+    def first_batch_reading(self, plans, version: int) -> None:
+        """Its offsets are a topic's, not a table's versions (``SourceKind.first_batch_reading``)."""
+        return None
 
     def read(self, spark, rng: dict, job: dict):
         self._outside = None

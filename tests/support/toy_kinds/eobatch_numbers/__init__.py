@@ -112,6 +112,8 @@ class NumbersKind:
     checks_late_files = False
     interval_by_record_time = False
     replayable = False
+    reads_alike = False  # the stage job caches what it read (True would let it write straight from the read)
+    reads_table_versions = False
     located_columns: tuple[str, ...] = ()
     quarantine_columns: tuple[str, ...] = ()
 
@@ -148,6 +150,12 @@ class NumbersKind:
     def job_env(self, source: NumbersConfig) -> dict[str, str]:
         return {}
 
+    def lineage_inputs(self, source: NumbersConfig, rng: dict) -> list:
+        return []  # the integers are no dataset
+
+    def first_batch_reading(self, plans, version: int) -> None:
+        return None
+
     # -- Spark side ----------------------------------------------------------------------------------
     def unreadable(self, rng: dict, job: dict) -> list[str]:
         return []
@@ -160,6 +168,9 @@ class NumbersKind:
         return spark.range(r.first, r.end).select(
             F.lit("numbers").alias("source"), F.col("id").alias("position"),
             F.to_json(F.struct(F.col("id").alias(job["field"]))).alias("raw"))
+
+    def interval_slices(self, lines, rng: dict) -> None:
+        return None  # continuous mode only
 
     def locate(self, spark, records, rng: dict, job: dict):
         return records  # the positions are exact already
