@@ -4,7 +4,7 @@ Each reads the ledger and the tables, decides with ``state``'s pure functions, a
 it decided put-if-absent (see the package's docstring for the state machine). The repairs
 (rewind, reset, forget_void) and the sweep are objects beside the verbs (``repairs.py``): a
 ``Protocol`` holds one of each (``repairs``, ``sweeper``) and hands those verbs over to them;
-they ask it only its public queries (``repairs.Queries``).
+they ask it only its public queries (``queries.Queries``).
 """
 
 from __future__ import annotations
