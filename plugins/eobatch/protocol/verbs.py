@@ -13,7 +13,6 @@ import datetime as _dt
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +60,7 @@ from ..sources.base import LateFilesConfig, Planner, consumed_skip
 from ..storage.fs import Storage, join, storage_for
 from . import state as st
 from .repairs import Repairs, Sweeper
+from .replacing import Replacing
 from .replay import void_files
 from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
 
@@ -108,6 +108,7 @@ class Protocol:
         self.last_reading: tuple[History, BatchPlan | None] | None = None
         self.sweeper = Sweeper(self.app_id, self.layout, self.ledger, self.participants, self.fs_for)
         self.repairs = Repairs(self, self.sweeper)
+        self.replacing = Replacing(self)  # interval mode: the files a batch's commit replaces
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -489,7 +490,7 @@ class Protocol:
             plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
             late=late, sink=self.sink_record(), config=config_values(self.cfg), run_first=run_first,
         )
-        self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
+        self.replacing.check_replaceable(plan, self.replacing.replaces(plan, hist, held), "plan")
         # the task's gauge and alert: the planned files the kind will not read
         self.last_skipped += [consumed_skip(f.entry) for f in planned_files(rng) or () if f.skipped]
         return plan
@@ -711,7 +712,7 @@ class Protocol:
             verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
             rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
         )
-        self._check_replaceable(plan, self._replaces(plan), "verify")
+        self.replacing.check_replaceable(plan, self.replacing.replaces(plan), "verify")
         if dry_run:
             return prepared
         # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
@@ -784,7 +785,7 @@ class Protocol:
                                 f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
         versions: dict[str, int] = {}
         done_now = 0
-        replaces = self._replaces(plan)
+        replaces = self.replacing.replaces(plan)
         for participant in self.names:
             part = self.participants[participant]
             staged = self.inputs(participant)
@@ -853,10 +854,10 @@ class Protocol:
                                 replace=(replaces or {}).get(participant))
                 return v, replaces
             except SliceRewritten as e:
-                fresh = self._replaces(plan)
+                fresh = self.replacing.replaces(plan)
                 if (fresh or {}).get(participant) == (replaces or {}).get(participant):
                     held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= plan.batch_id]
-                    raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
+                    raise SliceRewritten(self.replacing.rewritten_message(plan, str(e), "commit", held)) from e
                 if n == SLICE_RECOMPUTES:
                     raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
                                          f"by a compaction {n + 1} times while it was committed; the commit is "
@@ -922,71 +923,6 @@ class Protocol:
                                     f"though another process wrote it first; run again")
             rec = first
         return rec
-
-    def _replaces(self, plan: BatchPlan, hist: History | None = None,
-                  held: int | None = None) -> dict[str, Replace] | None:
-        """Interval mode, per participant: the files this batch's commit removes, named one by
-        one: those its slices' newest committed batches published (``state.replaced_files``)."""
-        if plan.interval is None:
-            return None
-        held = min(self.committed_versions().values()) if held is None else held
-        hist = (hist or self.ledger.history()).bound(held)
-        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
-        # a table of staged files replaces its slices' files, named; a merge table is told the
-        # batch's slices only (an upsert re-applies its rows, running aggregates replace their
-        # partials by slice: the participant says which, keeps_staged_files)
-        return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
-                              slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
-                if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
-                for part in self.names}
-
-    def _current_slice_files(self) -> Callable[[int, str, str, set[str]], set[str]]:
-        """For ``state.replaced_files``: the files holding a slice now, after compactions of it
-        (the participant's ``slice_files``); each table's live files are read once, when needed."""
-        live: dict[str, set[str]] = {}
-
-        def current(batch_id: int, participant: str, slice_: str, published: set[str]) -> set[str]:
-            if participant not in STAGED:
-                return published
-
-            def live_files() -> set[str]:
-                if participant not in live:
-                    live[participant] = self.participants[participant].live_files()
-                return live[participant]
-            return self.participants[participant].slice_files(self, batch_id, slice_, published, live_files)
-        return current
-
-    def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
-        """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""
-        problems = []
-        for part, rep in (replaces or {}).items():
-            missing = rep.paths - self.participants[part].live_files() if rep.paths else set()
-            if missing:
-                problems.append(self.participants[part].rewritten_text(rep, missing, self.app_id))
-        if problems:
-            raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
-
-    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str, held: list[str] | None = None) -> str:
-        what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
-                "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
-        text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
-                f"rewritten ones also hold that interval's records (mixed with other intervals' rows), so "
-                f"publishing it again would publish them twice. Nothing was published. Interval tables must "
-                f"not be compacted by other writers (documentation: Concepts, \"What exactly once means\"). To publish late files of it, "
-                f"move them into the folder of a later interval (without interval_prefix: touch them, so "
-                f"their time falls in a later interval): that interval's run publishes them; or set "
-                f"`late_files: ignore`. The interval itself cannot be re-run")
-        late = [f for x in plan.late for f in x.get("files", [])]
-        if late:
-            text += f". The late files this batch would have published: {', '.join(late[:20])}"
-        if step == "commit" and held:
-            text += (f". The {', '.join(held)} table already holds batch {plan.batch_id}, so it cannot be planned "
-                     f"again. Repair: undo the other writer's rewrite named above (a Delta RESTORE of that table to the "
-                     f"version before it), then run again")
-        elif step == "commit":
-            text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
-                     f"published nowhere), then as above")
-        return text
 
     # -- abort -----------------------------------------------------------------------
     def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
