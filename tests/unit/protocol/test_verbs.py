@@ -399,7 +399,7 @@ def test_the_look_back_is_bounded_and_starts_at_the_pipelines_first_interval(mak
     land(cfg, "dt=2026-01-01/hour=04/g.jsonl", ["g"])
     run(proto, 4)
     assert published(proto) == collections.Counter(["a1", "f1", "f2", "f3", "late2", "g"])
-    assert proto._lookback(iv(4)["start"])[-1][0] == (T0 + 2 * H) * 1000
+    assert proto.planning.lookback(iv(4)["start"])[-1][0] == (T0 + 2 * H) * 1000
 
 
 def test_an_interval_is_planned_only_settle_seconds_after_its_end(make_cfg):
