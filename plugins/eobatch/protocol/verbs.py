@@ -31,7 +31,6 @@ from ..core.formats import (
     PreparedBatch,
     RewindRecord,
     commit_metadata,
-    fingerprint_of,
     utcnow,
 )
 from ..core.ledger import Ledger
@@ -55,7 +54,7 @@ from .planning import Planning
 from .repairs import Repairs, Sweeper
 from .replacing import Replacing
 from .replay import void_files
-from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
+from .verify import NotReady, VerifyFailed, Verifying, recheck_files, void_text
 
 log = logging.getLogger("eobatch")
 SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
@@ -103,6 +102,7 @@ class Protocol:
         self.repairs = Repairs(self, self.sweeper)
         self.replacing = Replacing(self)  # interval mode: the files a batch's commit replaces
         self.planning = Planning(self, self.replacing)
+        self.verifying = Verifying(self, self.repairs, self.replacing)
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -443,76 +443,15 @@ class Protocol:
 
     # -- verify (pre-commit) ---------------------------------------------------------
     def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
-        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
+        """Pre-commit: check every manifest, file, size, footer, count and schema of a staged
+        attempt, then write PREPARED put-if-absent (after winning the attempt's decision against
+        an abort): from then on the batch must commit. PREPARED or an exception: NotReady (wait),
+        VerifyFailed (abort the attempt).
 
         ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
-        t0 = time.time()
-        existing = self.ledger.prepared(batch_id)
-        if existing is not None:
-            if existing.attempt != attempt:
-                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
-                            "will be swept", batch_id, existing.attempt, attempt)
-            return existing
-        plan = self.ledger.plan(batch_id)
-        if plan is None:
-            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
-        if plan.rewind:
-            # the first batch after a rewind is PREPARED only once every table was restored for it
-            # (so its commit is always possible), or never when the rewind was cancelled
-            self.repairs.complete_rewinds()
-        if self.ledger.abandoned(batch_id) is not None:
-            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
-        if self.ledger.is_void(plan):
-            if not dry_run:
-                self.ledger.decide(batch_id, attempt, "abort", {"reason": "its plan is void", "aborted_at": utcnow()})
-            raise VerifyFailed(self._void_text(batch_id) + f"; attempt {attempt} cannot be prepared")
-        self.check_config(batch_id, plan=plan)
-        if self.ledger.aborted_info(batch_id, attempt) is not None:
-            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
-                               f"be prepared: the next run stages the batch again")
-        try:
-            summary, adds, totals = verify_attempt(
-                self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
-                lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
-        except VerifyFailed as e:  # this attempt can never be PREPARED: decided so, its files are the abort's
-            if not dry_run:
-                self.ledger.decide(batch_id, attempt, "abort", {"reason": f"verify: {e}"[:2000], "aborted_at": utcnow()})
-            raise
-        prepared = PreparedBatch(
-            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
-            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
-            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
-            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
-            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
-            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
-            rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
-        )
-        self.replacing.check_replaceable(plan, self.replacing.replaces(plan), "verify")
-        if dry_run:
-            return prepared
-        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
-        # verify, a task marked failed) either won first, and then this attempt is never
-        # prepared, or loses, and then it never removes the files that PREPARED names.
-        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
-        if decided["decision"] != "prepare":
-            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
-                               f"files are being removed); it cannot be prepared: the next run stages the "
-                               f"batch again")
-        if not self.ledger.put_prepared(prepared):
-            winner = self.ledger.prepared(batch_id)
-            if winner is None:
-                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
-            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
-                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
-            return winner
-        faults.crash_point("verify.after_prepared")
-        return prepared
+        return self.verifying.verify(batch_id, attempt, dry_run=dry_run)
 
     # -- commit ----------------------------------------------------------------------
-    def _void_text(self, batch_id: int) -> str:
-        return (f"batch {batch_id}'s plan is void: it was planned after a plan of batch {batch_id - 1} that a reset "
-                f"forgot (nothing of it is published; the next run's recover forgets it and plans its range again)")
-
     def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
         found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
         if found is None:
@@ -579,7 +518,7 @@ class Protocol:
                 raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
                                      f"committed after it (it needs batch {prev})")
             if self.ledger.is_void(plan):  # the table holds batch prev: its plan can no longer change
-                raise ProtocolError(self._void_text(batch_id) + ": it is never committed")
+                raise ProtocolError(void_text(batch_id) + ": it is never committed")
             faults.fail_point("commit.before_delta_commit")
             faults.crash_point("commit.before_delta_commit")
             try:
