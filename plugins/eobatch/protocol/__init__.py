@@ -72,8 +72,9 @@ from ..errors import (
     ProtocolError,
 )
 from ..sinks import FingerprintMismatch
+from .recovery import Recovery
 from .state import interval_of
-from .verbs import Protocol, Recovery
+from .verbs import Protocol
 from .verify import NotReady, VerifyFailed
 
 __all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared",

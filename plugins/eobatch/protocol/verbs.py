@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.contract import Edit, edits_text
@@ -33,7 +32,6 @@ from ..core.stuck import command
 from ..errors import (
     AttemptPrepared,
     ConfigChanged,
-    LedgerMismatch,
     ProtocolError,
 )
 from ..pipelines.loader import TABLE, config_edits
@@ -44,26 +42,13 @@ from ..storage.fs import Storage, join, storage_for
 from . import state as st
 from .committing import Committing
 from .planning import Planning
+from .recovery import Recovering, Recovery, prepare_decided
 from .repairs import Repairs, Sweeper
 from .replacing import Replacing
 from .replay import void_files
-from .verify import NotReady, VerifyFailed, Verifying
+from .verify import Verifying
 
 log = logging.getLogger("eobatch")
-
-
-@dataclass
-class Recovery:
-    """What ``Protocol.recover`` found and did."""
-
-    latest: int  # highest planned batch id (0: none)
-    committed: int  # highest batch committed in every participant
-    pending: int | None  # the first batch still to decide (PLANNED/STAGED, to re-stage), if any
-    actions: list[str]  # what recovery did, for the task log
-    in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
-    # every batch still to decide, from ``pending`` on (a run that planned several: some may be
-    # STAGED or PREPARED already, and commit after the ones before them)
-    pending_batches: list[int] = field(default_factory=list)
 
 
 class Protocol:
@@ -96,6 +81,7 @@ class Protocol:
         self.planning = Planning(self, self.replacing)
         self.verifying = Verifying(self, self.repairs, self.replacing)
         self.committing = Committing(self, self.repairs, self.sweeper, self.replacing)
+        self.recovering = Recovering(self, self.repairs, self.committing)
 
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
@@ -206,90 +192,7 @@ class Protocol:
         they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
         False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
         and, with ``sweep``, remove the staged files of dead or zombie attempts."""
-        latest = self.ledger.latest_batch_id()
-        versions = self.committed_versions()
-        void = self.forget_void(min(versions.values()), probe=latest)
-        if void:
-            latest = self.ledger.latest_batch_id()
-        self.check_config(latest, versions)
-        self.check_consistent(latest, versions)
-        actions: list[str] = self.repairs.complete_rewinds()
-        if void:
-            actions.append(f"batches {st.ranges(void)} were planned after a batch that a reset forgot (void plans): "
-                           f"forgotten, nothing of them was published; their range is planned again")
-        pending = None
-        in_flight = None
-        undecided = self.undecided_ids(latest, versions)
-        # the newest batch every table holds (the newest batch, or one of the run still deciding)
-        held = min(versions.values()) if latest else 0
-        if held and (held == latest or (undecided and held >= self.ledger.require_plan(latest).first_of_run)) \
-                and self.ledger.committed(held) is None and self.ledger.abandoned(held) is None:
-            self.committing.write_committed(held, recovered=True, actions=actions)
-            actions.append(f"batch {held} was committed in every table but its ledger entry was missing "
-                           f"(crash after the Delta commit): ledger completed")
-        for b in undecided:  # in order: the PREPARED ones until the first that is not, committed
-            prepared = self.ledger.prepared(b)
-            if prepared is None and commit_prepared:
-                prepared = self._finish_decided_prepare(b, actions)
-            if prepared is not None and not commit_prepared:
-                actions.append(f"batch {b} is PREPARED and waits for its commit (not done in a dry run)")
-                pending = b
-                break
-            if prepared is not None:
-                actions.append(f"batch {b} was PREPARED but not committed everywhere "
-                               f"({versions}): committing it now")
-                self.commit(b, recovered=True)
-                continue
-            ahead = [p for p, v in versions.items() if v >= b]
-            if ahead:
-                raise LedgerMismatch(f"batch {b} is committed in {ahead} but was never PREPARED; "
-                                     f"this ledger was not written by this pipeline's commit path")
-            plan = self.ledger.require_plan(b)
-            if self.cfg.mode == "interval" and plan.run_id != run_id:
-                in_flight = plan
-                actions.append(f"batch {b} (interval {plan.interval_key}) is "
-                               f"{self.state(b, versions)} by run {plan.run_id}")
-            else:
-                pending = b
-                later = [x for x in undecided if x > b]
-                actions.append(f"batch {b} is {self.state(b, versions)}: it will be re-staged with the same "
-                               f"source range" + (f", with batches {st.ranges(later)} of its run after it"
-                                                  if later else ""))
-            break
-        if sweep:
-            removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
-            if removed:
-                actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
-        committed = min(self.committed_versions().values()) if latest else 0
-        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
-                        in_flight=in_flight, pending_batches=[b for b in undecided if pending and b >= pending])
-
-    def _prepare_decided(self, batch_id: int) -> str | None:
-        """The attempt of ``batch_id`` that a verify decided for PREPARE (put-if-absent), if any."""
-        for attempt in self.ledger.attempts(batch_id):
-            d = self.ledger.decision(batch_id, attempt)
-            if d is not None and d["decision"] == "prepare":
-                return attempt
-        return None
-
-    def _finish_decided_prepare(self, batch_id: int, actions: list[str]) -> PreparedBatch | None:
-        """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
-        the attempt's files are kept (abort can no longer remove them), so verify it again and
-        write PREPARED now. None when no such attempt verifies."""
-        for attempt in self.ledger.attempts(batch_id):
-            d = self.ledger.decision(batch_id, attempt)
-            if d is None or d["decision"] != "prepare":
-                continue
-            try:
-                prepared = self.verify(batch_id, attempt)
-            except (VerifyFailed, NotReady) as e:
-                actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE but does not verify "
-                               f"any more ({e}); the batch is staged again")
-                continue
-            actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE by a verify that did not "
-                           f"finish: PREPARED now")
-            return prepared
-        return None
+        return self.recovering.recover(sweep=sweep, run_id=run_id, commit_prepared=commit_prepared)
 
     # -- plan (begin) ----------------------------------------------------------------
     def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
@@ -350,7 +253,7 @@ class Protocol:
                  f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
         if held:
             return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
-        deciding = self._prepare_decided(b)
+        deciding = prepare_decided(self.ledger, b)
         if deciding is not None and self.ledger.prepared(b) is None:  # reset refuses it (Repairs._decide_forgotten)
             return text + (f" (a verify decided attempt {deciding} for PREPARE and has not written PREPARED: the "
                            f"batch is being committed and cannot be planned again; a run's recover finishes it "
@@ -491,3 +394,5 @@ class Protocol:
             return True
         return self.ledger.abandoned(batch_id) is not None
 
+
+__all__ = ["Protocol", "Recovery"]  # Recovery: what recover hands back (recovery.py)
