@@ -9,11 +9,9 @@ they ask it only its public queries (``queries.Queries``).
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
-from ..config.contract import Edit, edits_text
 from ..config.pipeline import PipelineConfig
 from ..core.checkpoint import History, ReadSoFar, RewindKey
 from ..core.formats import (
@@ -28,21 +26,19 @@ from ..core.formats import (
     utcnow,
 )
 from ..core.ledger import Ledger
-from ..core.stuck import command
 from ..errors import (
     AttemptPrepared,
-    ConfigChanged,
     ProtocolError,
 )
-from ..pipelines.loader import TABLE, config_edits
 from ..sinks import LEGACY_CONTRACT, Participant, sink_for
 from ..sources import kind_for
 from ..sources.base import Planner
 from ..storage.fs import Storage, join, storage_for
+from . import config_check
 from . import state as st
 from .committing import Committing
 from .planning import Planning
-from .recovery import Recovering, Recovery, prepare_decided
+from .recovery import Recovering, Recovery
 from .repairs import Repairs, Sweeper
 from .replacing import Replacing
 from .replay import void_files
@@ -152,13 +148,12 @@ class Protocol:
         """The batch the tables must hold before ``batch_id`` commits (``state.prev_live``)."""
         return st.prev_live(batch_id, self.is_abandoned)
 
-    def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
-        return st.undecided(latest, versions, bool(latest) and self.is_abandoned(latest))
-
     def undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]:
         """The batches still to decide, oldest first (``state.undecided_ids``); none when the newest
-        batch ``latest`` is decided."""
-        return st.undecided_ids(latest, versions, self.is_abandoned) if self._undecided(latest, versions) else []
+        batch ``latest`` is decided (``state.undecided``)."""
+        if not st.undecided(latest, versions, bool(latest) and self.is_abandoned(latest)):
+            return []
+        return st.undecided_ids(latest, versions, self.is_abandoned)
 
     def check_consistent(self, latest: int, versions: dict[str, int]) -> None:
         """LedgerMismatch unless the ledger (newest batch ``latest``) and the tables (``versions``)
@@ -226,55 +221,9 @@ class Protocol:
                      plan: BatchPlan | None = None) -> None:
         """A configuration edit is an event of the protocol (``config.contract``): refuse
         (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
-        when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
-        if not batch_id:
-            return
-        plan = plan or self.ledger.require_plan(batch_id)
-        pending = True if versions is None else self._undecided(batch_id, versions)
-        edits = config_edits(plan.config, self.cfg, pending)
-        if edits:
-            raise ConfigChanged(self._edits_message(plan, edits, versions))
-        self._check_sink(plan)
-
-    def _edits_message(self, plan: BatchPlan, edits: list[Edit], versions: dict[str, int] | None) -> str:
-        b = plan.batch_id
-        what = edits_text(edits, b)
-        keys = ", ".join(k for k, *_ in edits)
-        text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
-        if any(role == TABLE for _k, role, *_ in edits):
-            return text + ("These keys say what the rows of the tables mean and where they are: they cannot change "
-                           "under an existing table that holds batches (they would publish wrong rows, or no batch could "
-                           "commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
-                           "new sink.table (and quarantine.table) to start new tables from the source's beginning")
-        versions = versions if versions is not None else self.committed_versions()
-        held = [p for p, v in versions.items() if v >= b]
-        text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
-                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. Repair: "
-                 f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
-        if held:
-            return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
-        deciding = prepare_decided(self.ledger, b)
-        if deciding is not None and self.ledger.prepared(b) is None:  # reset refuses it (Repairs._decide_forgotten)
-            return text + (f" (a verify decided attempt {deciding} for PREPARE and has not written PREPARED: the "
-                           f"batch is being committed and cannot be planned again; a run's recover finishes it "
-                           f"under the old values)")
-        return text + (f"; or plan it again under the new configuration (nothing of it is published): trigger a run "
-                       f"with the param replan_pending=true "
-                       f"(`{command('run', self.app_id, conf=json.dumps({'replan_pending': True}))}`), or "
-                       f"`{command('reset-batch', self.app_id, b)}` and the next run plans its range again")
-
-    def _check_sink(self, plan: BatchPlan) -> None:
-        """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
-        pipeline's now is never planned past, staged or committed: an appended table read as one
-        row per key, or rows folded under other keys, would be wrong rows, silently."""
-        was = plan.sink or LEGACY_CONTRACT
-        if was != self.cfg.sink_contract:
-            raise ProtocolError(
-                f"the tables of {self.app_id!r} hold batches written for a sink of kind {was!r} (batch "
-                f"{plan.batch_id}'s plan), and {self.cfg.file} now says {self.cfg.sink_contract!r}: the kind of "
-                f"sink (sink.mode, merge keys, aggregates) cannot change under an existing table. Put it back, or "
-                f"give the pipeline a new sink.table (and quarantine.table) to start a new table from the source's "
-                f"beginning")
+        when that batch is not decided yet (``plan`` given: it is, for verify and commit); and a
+        sink of another kind than the plan's (``config_check.check_config``)."""
+        config_check.check_config(self, batch_id, versions, plan)
 
     def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
         """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
