@@ -1,15 +1,31 @@
-"""The verbs of the protocol: recover, plan, verify (pre-commit), commit, abort, abandon.
+"""The facade of one pipeline's protocol: ``Protocol``, which the Airflow tasks, the CLI and the
+tests drive.
 
-Each reads the ledger and the tables, decides with ``state``'s pure functions, and writes what
-it decided put-if-absent (see the package's docstring for the state machine). The repairs
-(rewind, reset, forget_void) and the sweep are objects beside the verbs (``repairs.py``): a
-``Protocol`` holds one of each (``repairs``, ``sweeper``) and hands those verbs over to them;
-they ask it only its public queries (``queries.Queries``).
+Its verbs walk a batch through the state machine (the package's docstring draws it), as
+Flink's two-phase commit does a transaction: begin, pre-commit, commit, abort, and a commit
+issued again on restore. Each verb hands over to the object of its phase, which ``Protocol``
+builds and holds::
+
+    verb                        phase                                  object (module)
+    plan, plan_batches          begin: a batch's exact source range    planning     (planning.py)
+    verify                      pre-commit: an attempt PREPARED        verifying    (verify.py)
+    commit                      commit: every table, then COMMITTED    committing   (committing.py)
+    abort, abandon              abort: an attempt's files; an          here
+                                interval's batch given up
+    recover                     the start of every run                 recovering   (recovery.py)
+    rewind, reset, forget_void  the operator's repairs                 repairs      (repairs.py)
+    sweep                       the staged files no commit references  sweeper      (repairs.py)
+
+``check_stage`` is the stage task's check (the Spark job stages). Beside the phases:
+``replacing.py`` (interval mode: the files a commit replaces, which plan, verify and commit
+check), ``config_check.py`` (the configuration check every phase runs first) and ``state.py``
+(the decisions, pure functions). Each object reads ``Protocol`` only through its public
+queries (``queries.Queries``, a structural type): none imports this module, none calls a
+private method of another object.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from ..config.pipeline import PipelineConfig
@@ -26,10 +42,7 @@ from ..core.formats import (
     utcnow,
 )
 from ..core.ledger import Ledger
-from ..errors import (
-    AttemptPrepared,
-    ProtocolError,
-)
+from ..errors import AttemptPrepared, ProtocolError
 from ..sinks import LEGACY_CONTRACT, Participant, sink_for
 from ..sources import kind_for
 from ..sources.base import Planner
@@ -44,13 +57,13 @@ from .replacing import Replacing
 from .replay import void_files
 from .verify import Verifying
 
-log = logging.getLogger("eobatch")
-
 
 class Protocol:
-    """One pipeline's protocol: its ledger, its participants (tables) and their storages; the
-    phases (plan, verify, commit, abort, abandon) and recover, the queries they decide by, and
-    the repairs and sweep beside them (``repairs``, ``sweeper``)."""
+    """One pipeline's protocol, the facade of its objects: its ledger, its participants (tables)
+    and their storages; the phases of a batch (``plan``, ``verify``, ``commit``, ``abort``,
+    ``abandon``) and ``recover``, each handed over to the object of its phase (``planning``,
+    ``verifying``, ``committing``, ``recovering``); the repairs and the sweep beside them
+    (``repairs``, ``sweeper``); and the queries they all decide by."""
 
     def __init__(self, cfg: PipelineConfig, storage_options: JSON | None = None):
         self.cfg = cfg
@@ -62,6 +75,7 @@ class Protocol:
         self.sink = sink_for(cfg)  # the sink's kind: its tables, its check of staged rows
         self.participants: dict[str, Participant] = self.sink.participants(cfg, self.layout, self.fs_for,
                                                                            storage_options)
+        # what the last plan found, which ``planning`` sets (the plan task and the backlog read them):
         self.last_late: list[JSON] = []  # late files the last plan() found (interval mode)
         self.last_skipped: list[JSON] = []  # landing inputs the last plan() skipped, and planned files it will not read
         self.last_warnings: list[str] = []  # why the last plan_batches() carries fewer batches than it could
@@ -79,11 +93,128 @@ class Protocol:
         self.committing = Committing(self, self.repairs, self.sweeper, self.replacing)
         self.recovering = Recovering(self, self.repairs, self.committing)
 
+    # -- the phases of a batch: begin (plan), pre-commit (verify), commit, abort ----------
+    def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
+             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new): ``plan_batches`` of one batch; the first batch still to decide when
+        there is one."""
+        return self.planning.plan(max_records=max_records, interval=interval, run_id=run_id)
+
+    def plan_batches(self, max_records: int | None = None, interval: dict[str, str] | None = None,
+                     run_id: str | None = None, max_batches: int = 1) -> tuple[list[BatchPlan], bool]:
+        """(plans, are_new). The batches still to decide are returned as they are, in order (never
+        planned past); otherwise up to ``max_batches`` new batches, each with its own plan record
+        (put-if-absent, in order, each range starting where the one before ends), until the
+        source has nothing more. A run that plans several marks them as one run's
+        (``BatchPlan.run_first``): they commit in order, and until they have, every table holds
+        at least the batch before the first of them. What the plan found is left in ``last_late``,
+        ``last_skipped``, ``last_warnings``, ``last_planner`` and ``last_reading``.
+
+        Interval mode (``interval`` = {"start", "end"}): one batch, the interval's records; an
+        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
+        """
+        return self.planning.plan_batches(max_records=max_records, interval=interval, run_id=run_id,
+                                          max_batches=max_batches)
+
+    def check_stage(self, batch_id: int) -> BatchPlan | None:
+        """The stage task's check before it starts the job: the pipeline's file must say what
+        batch ``batch_id``'s plan recorded (``config.contract``), since the job is built from the
+        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
+        committed, only under the configuration that planned it (the job checks its spec again,
+        verify checks what the job recorded). None when the batch has no plan (the job says so).
+        A batch every table holds (a late stage task, after a recover committed it) is decided, as
+        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
+        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
+        plan = self.ledger.plan(batch_id)
+        if plan is not None:
+            self.check_config(batch_id, self.committed_versions(), plan=plan)
+        return plan
+
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """Pre-commit: check every manifest, file, size, footer, count and schema of a staged
+        attempt, then write PREPARED put-if-absent (after winning the attempt's decision against
+        an abort): from then on the batch must commit. PREPARED or an exception: NotReady (wait),
+        VerifyFailed (abort the attempt).
+
+        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
+        return self.verifying.verify(batch_id, attempt, dry_run=dry_run)
+
+    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        """Commit PREPARED batch ``batch_id``: one Delta transaction per participant, in commit order,
+        each carrying the batch's txn version and fingerprint (a table that holds the batch already
+        is checked, not committed again), then the ledger's COMMITTED record. ``recovered``: done by
+        ``recover``, not by the batch's own commit task. CommitBlocked when its staged files are gone."""
+        return self.committing.commit(batch_id, recovered=recovered)
+
+    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        """Remove one attempt's staged files, after winning its decision ("abort").
+
+        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
+        (or will be) PREPARED and must be committed; nothing is removed."""
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None and prepared.attempt == attempt:
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                  f"never aborted")
+        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
+        if decided["decision"] != "abort":
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
+                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
+                                  f"and commits it)")
+        removed = []
+        for participant in STAGED:
+            fs = self.fs_for(participant)
+            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
+            for f in list(fs.list_files(folder)):
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        return removed
+
+    def abandon(self, batch_id: int, reason: str) -> bool:
+        """Give up a batch that was never PREPARED, so later batches can go ahead.
+
+        Only in interval mode: the batch's range is its interval, which can simply run again.
+        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
+        False when the batch was PREPARED first: then it must, and will, be committed.
+        """
+        if self.cfg.mode != "interval":
+            raise ProtocolError("only interval-mode batches can be abandoned")
+        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
+            return True
+        return self.ledger.abandoned(batch_id) is not None
+
+    # -- recover: the start of every run ---------------------------------------------------
+    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
+        """The start of every run: check that the ledger and the tables agree (LedgerMismatch when
+        they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
+        False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
+        and, with ``sweep``, remove the staged files of dead or zombie attempts."""
+        return self.recovering.recover(sweep=sweep, run_id=run_id, commit_prepared=commit_prepared)
+
+    # -- the repairs and the sweep (``repairs.py``): handed over ---------------------------
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
+               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
+        """``Repairs.rewind``: bring the tables back to before batch ``to_batch`` and read again from its start."""
+        return self.repairs.rewind(to_batch, run_id=run_id, dry_run=dry_run, max_records=max_records,
+                                   accept_loss=accept_loss)
+
+    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
+        """``Repairs.reset``: forget batches ``from_batch``.. that no table holds."""
+        return self.repairs.reset(from_batch, accept_loss=accept_loss)
+
+    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
+        """``Repairs.forget_void``: forget the first void plan after batch ``after`` and the plans after it."""
+        return self.repairs.forget_void(after, probe=probe)
+
+    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
+        """``Sweeper.sweep``: delete staged files no commit will ever reference."""
+        return self.sweeper.sweep(recent=recent, skip=skip)
+
+    # -- queries: what the phases and the repairs decide by (``queries.Queries``) ----------
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
         return self.participants[participant].reads_from or participant
 
-    # -- queries (what the verbs and the repairs decide by) ------------------------------
     def fs_for(self, participant: str) -> Storage:
         """The storage of ``participant``'s table."""
         return self._fs[participant]
@@ -162,61 +293,6 @@ class Protocol:
         st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
                             need, versions)
 
-    # -- the repairs and the sweep (``repairs.py``): handed over -------------------------
-    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
-               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
-        """``Repairs.rewind``: bring the tables back to before batch ``to_batch`` and read again from its start."""
-        return self.repairs.rewind(to_batch, run_id=run_id, dry_run=dry_run, max_records=max_records,
-                                   accept_loss=accept_loss)
-
-    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
-        """``Repairs.reset``: forget batches ``from_batch``.. that no table holds."""
-        return self.repairs.reset(from_batch, accept_loss=accept_loss)
-
-    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
-        """``Repairs.forget_void``: forget the first void plan after batch ``after`` and the plans after it."""
-        return self.repairs.forget_void(after, probe=probe)
-
-    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
-        """``Sweeper.sweep``: delete staged files no commit will ever reference."""
-        return self.sweeper.sweep(recent=recent, skip=skip)
-
-    # -- recover ---------------------------------------------------------------------
-    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
-        """The start of every run: check that the ledger and the tables agree (LedgerMismatch when
-        they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
-        False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
-        and, with ``sweep``, remove the staged files of dead or zombie attempts."""
-        return self.recovering.recover(sweep=sweep, run_id=run_id, commit_prepared=commit_prepared)
-
-    # -- plan (begin) ----------------------------------------------------------------
-    def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
-             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
-        """(plan, is_new): ``plan_batches`` of one batch; the first batch still to decide when
-        there is one."""
-        return self.planning.plan(max_records=max_records, interval=interval, run_id=run_id)
-
-    def plan_batches(self, max_records: int | None = None, interval: dict[str, str] | None = None,
-                     run_id: str | None = None, max_batches: int = 1) -> tuple[list[BatchPlan], bool]:
-        """(plans, are_new). The batches still to decide are returned as they are, in order (never
-        planned past); otherwise up to ``max_batches`` new batches, each with its own plan record
-        (put-if-absent, in order, each range starting where the one before ends), until the
-        source has nothing more. A run that plans several marks them as one run's
-        (``BatchPlan.run_first``): they commit in order, and until they have, every table holds
-        at least the batch before the first of them. What the plan found is left in ``last_late``,
-        ``last_skipped``, ``last_warnings``, ``last_planner`` and ``last_reading``.
-
-        Interval mode (``interval`` = {"start", "end"}): one batch, the interval's records; an
-        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
-        """
-        return self.planning.plan_batches(max_records=max_records, interval=interval, run_id=run_id,
-                                          max_batches=max_batches)
-
-    def sink_record(self) -> str | None:
-        """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
-        contract = self.cfg.sink_contract
-        return None if contract == LEGACY_CONTRACT else contract
-
     def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
                      plan: BatchPlan | None = None) -> None:
         """A configuration edit is an event of the protocol (``config.contract``): refuse
@@ -224,6 +300,11 @@ class Protocol:
         when that batch is not decided yet (``plan`` given: it is, for verify and commit); and a
         sink of another kind than the plan's (``config_check.check_config``)."""
         config_check.check_config(self, batch_id, versions, plan)
+
+    def sink_record(self) -> str | None:
+        """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
+        contract = self.cfg.sink_contract
+        return None if contract == LEGACY_CONTRACT else contract
 
     def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
         """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
@@ -270,78 +351,6 @@ class Protocol:
     def start_marker(k: BatchPlan) -> BatchPlan | None:
         """Batch ``k``'s start as an empty range of its source kind (``state.start_marker``)."""
         return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
-
-    # -- stage -----------------------------------------------------------------------
-    def check_stage(self, batch_id: int) -> BatchPlan | None:
-        """The stage task's check before it starts the job: the pipeline's file must say what
-        batch ``batch_id``'s plan recorded (``config.contract``), since the job is built from the
-        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
-        committed, only under the configuration that planned it (the job checks its spec again,
-        verify checks what the job recorded). None when the batch has no plan (the job says so).
-        A batch every table holds (a late stage task, after a recover committed it) is decided, as
-        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
-        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
-        plan = self.ledger.plan(batch_id)
-        if plan is not None:
-            self.check_config(batch_id, self.committed_versions(), plan=plan)
-        return plan
-
-    # -- verify (pre-commit) ---------------------------------------------------------
-    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
-        """Pre-commit: check every manifest, file, size, footer, count and schema of a staged
-        attempt, then write PREPARED put-if-absent (after winning the attempt's decision against
-        an abort): from then on the batch must commit. PREPARED or an exception: NotReady (wait),
-        VerifyFailed (abort the attempt).
-
-        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
-        return self.verifying.verify(batch_id, attempt, dry_run=dry_run)
-
-    # -- commit ----------------------------------------------------------------------
-    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
-        """Commit PREPARED batch ``batch_id``: one Delta transaction per participant, in commit order,
-        each carrying the batch's txn version and fingerprint (a table that holds the batch already
-        is checked, not committed again), then the ledger's COMMITTED record. ``recovered``: done by
-        ``recover``, not by the batch's own commit task. CommitBlocked when its staged files are gone."""
-        return self.committing.commit(batch_id, recovered=recovered)
-
-    # -- abort -----------------------------------------------------------------------
-    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
-        """Remove one attempt's staged files, after winning its decision ("abort").
-
-        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
-        (or will be) PREPARED and must be committed; nothing is removed."""
-        prepared = self.ledger.prepared(batch_id)
-        if prepared is not None and prepared.attempt == attempt:
-            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
-                                  f"never aborted")
-        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
-        if decided["decision"] != "abort":
-            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
-                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
-                                  f"and commits it)")
-        removed = []
-        for participant in STAGED:
-            fs = self.fs_for(participant)
-            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
-            for f in list(fs.list_files(folder)):
-                fs.delete(f.path)
-                removed.append(f.path)
-            fs.remove_empty_dirs(folder)
-        return removed
-
-    # -- abandon (interval mode) -------------------------------------------------------
-    def abandon(self, batch_id: int, reason: str) -> bool:
-        """Give up a batch that was never PREPARED, so later batches can go ahead.
-
-        Only in interval mode: the batch's range is its interval, which can simply run again.
-        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
-        False when the batch was PREPARED first: then it must, and will, be committed.
-        """
-        if self.cfg.mode != "interval":
-            raise ProtocolError("only interval-mode batches can be abandoned")
-        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
-            return True
-        return self.ledger.abandoned(batch_id) is not None
 
 
 __all__ = ["Protocol", "Recovery"]  # Recovery: what recover hands back (recovery.py)
