@@ -39,12 +39,16 @@ record, so exactly one of them is ever decided) and the interval can simply run 
 The tables' txn version is the source of truth for "which batch committed"; the batch plan is
 the truth for "what that batch contained". Nothing lives only in Airflow's database.
 
-Where it lives: ``state`` holds the decisions as pure functions (no I/O); ``verbs`` the
-Protocol class with plan, verify, commit, abort, recover and the queries they decide by;
-``repairs`` the objects a Protocol holds beside them: ``Repairs`` (rewind, reset) and ``Sweeper``;
-``verify`` verify's checks of a staged attempt; ``batch_run`` one DAG run's batches, step by
-step (what the Airflow tasks and the CLI verbs drive); ``replay`` quarantined records back into
-the landing zone; ``backlog`` what a pipeline has not published yet; ``maintenance`` a pass over
+Where it lives, one module per phase: ``verbs`` the ``Protocol`` facade, whose verbs each hand
+over to the object of their phase; ``planning`` plan (begin); ``verify`` verify (pre-commit)
+and its checks of a staged attempt; ``committing`` commit; ``recovery`` recover; abort and
+abandon on the facade itself; ``repairs`` the operator's repairs (``Repairs``: rewind, reset)
+and the sweep (``Sweeper``). Shared by the phases: ``state`` the decisions as pure functions
+(no I/O); ``queries`` the facade's public queries as the phases read it (a structural type);
+``replacing`` the files an interval's commit replaces; ``config_check`` the configuration
+check every phase runs first. Around them: ``batch_run`` one DAG run's batches, step by step
+(what the Airflow tasks and the CLI verbs drive); ``replay`` quarantined records back into the
+landing zone; ``backlog`` what a pipeline has not published yet; ``maintenance`` a pass over
 each table by its sink kind; ``lineage`` a run's batches as lineage datasets.
 The errors are the taxonomy of ``eobatch.errors`` (wait, retry, terminal).
 
@@ -72,8 +76,9 @@ from ..errors import (
     ProtocolError,
 )
 from ..sinks import FingerprintMismatch
+from .recovery import Recovery
 from .state import interval_of
-from .verbs import Protocol, Recovery
+from .verbs import Protocol
 from .verify import NotReady, VerifyFailed
 
 __all__ = ["Protocol", "Recovery", "ProtocolError", "BatchInFlight", "IntervalNotSettled", "AttemptPrepared",

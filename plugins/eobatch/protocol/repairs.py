@@ -7,7 +7,7 @@ editing a table behind its back.
 
 ``verbs.Protocol`` builds one of each (``proto.repairs``, ``proto.sweeper``) and its verbs
 ``rewind``, ``reset``, ``forget_void`` and ``sweep`` hand over to them. ``Repairs`` reads the
-protocol only through its public queries (``Queries``: a structural type, so this module
+protocol only through its public queries (``queries.Queries``: a structural type, so this module
 imports nothing of ``verbs``, which imports it); ``Sweeper`` needs no query, only the ledger
 and the tables.
 """
@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from ..core import faults
 from ..core.checkpoint import RewindKey
@@ -34,54 +34,16 @@ from .replay import void_files
 log = logging.getLogger("eobatch")
 
 if TYPE_CHECKING:
-    from ..config.pipeline import PipelineConfig
-    from ..core.checkpoint import History, ReadSoFar
-    from ..core.formats import BatchState, Layout
+    from ..core.formats import Layout
     from ..core.ledger import Ledger
     from ..sinks import Participant
     from ..storage.fs import Storage
+    from .queries import Queries
 
 
 def rewind_mark(app_id: str, key: str) -> str:
     """The txn appId a table's RESTORE for rewind ``key`` carries (version 1): its durable record."""
     return f"{app_id}.rewind.{key}"
-
-
-class Queries(Protocol):
-    """What the repairs use of the pipeline's protocol (``verbs.Protocol`` is one): its
-    configuration, ledger and tables, and the questions it answers over them. Public names only."""
-
-    cfg: PipelineConfig
-    app_id: str
-    layout: Layout
-    ledger: Ledger
-    participants: dict[str, Participant]
-    names: tuple[str, ...]
-
-    def fs_for(self, participant: str) -> Storage: ...
-
-    def committed_versions(self) -> dict[str, int]: ...
-
-    def state(self, batch_id: int, versions: dict[str, int] | None = None) -> BatchState | None: ...
-
-    def is_abandoned(self, batch_id: int) -> bool: ...
-
-    def prev_live(self, batch_id: int) -> int: ...
-
-    def undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]: ...
-
-    def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
-                     plan: BatchPlan | None = None) -> None: ...
-
-    def check_consistent(self, latest: int, versions: dict[str, int]) -> None: ...
-
-    def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar: ...
-
-    def rewinds_in_effect(self, hist: History | None = None) -> list[RewindKey]: ...
-
-    def start_marker(self, k: BatchPlan) -> BatchPlan | None: ...
-
-    def sink_record(self) -> str | None: ...
 
 
 class Repairs:

@@ -1,91 +1,69 @@
-"""The verbs of the protocol: recover, plan, verify (pre-commit), commit, abort, abandon.
+"""The facade of one pipeline's protocol: ``Protocol``, which the Airflow tasks, the CLI and the
+tests drive.
 
-Each reads the ledger and the tables, decides with ``state``'s pure functions, and writes what
-it decided put-if-absent (see the package's docstring for the state machine). The repairs
-(rewind, reset, forget_void) and the sweep are objects beside the verbs (``repairs.py``): a
-``Protocol`` holds one of each (``repairs``, ``sweeper``) and hands those verbs over to them;
-they ask it only its public queries (``repairs.Queries``).
+Its verbs walk a batch through the state machine (the package's docstring draws it), as
+Flink's two-phase commit does a transaction: begin, pre-commit, commit, abort, and a commit
+issued again on restore. Each verb hands over to the object of its phase, which ``Protocol``
+builds and holds::
+
+    verb                        phase                                  object (module)
+    plan, plan_batches          begin: a batch's exact source range    planning     (planning.py)
+    verify                      pre-commit: an attempt PREPARED        verifying    (verify.py)
+    commit                      commit: every table, then COMMITTED    committing   (committing.py)
+    abort, abandon              abort: an attempt's files; an          here
+                                interval's batch given up
+    recover                     the start of every run                 recovering   (recovery.py)
+    rewind, reset, forget_void  the operator's repairs                 repairs      (repairs.py)
+    sweep                       the staged files no commit references  sweeper      (repairs.py)
+
+``check_stage`` is the stage task's check (the Spark job stages). Beside the phases:
+``replacing.py`` (interval mode: the files a commit replaces, which plan, verify and commit
+check), ``config_check.py`` (the configuration check every phase runs first) and ``state.py``
+(the decisions, pure functions). Each object reads ``Protocol`` only through its public
+queries (``queries.Queries``, a structural type): none imports this module, none calls a
+private method of another object.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
-import logging
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..config.contract import Edit, edits_text
 from ..config.pipeline import PipelineConfig
-from ..config.schemas import schema_from_b64
-from ..core import faults
 from ..core.checkpoint import History, ReadSoFar, RewindKey
-from ..core.checkpoint import ms as _ms
 from ..core.formats import (
     JSON,
-    SINK,
     STAGED,
     BatchPlan,
     BatchState,
     CommittedBatch,
     Layout,
     PreparedBatch,
-    PublishedFile,
     RewindRecord,
-    commit_metadata,
-    fingerprint_of,
-    planned_files,
-    slice_name,
     utcnow,
 )
 from ..core.ledger import Ledger
-from ..core.stuck import command
-from ..errors import (
-    AttemptPrepared,
-    BatchInFlight,
-    CommitBlocked,
-    ConcurrentPlan,
-    ConfigChanged,
-    EobatchError,
-    IntervalNotSettled,
-    LedgerMismatch,
-    ProtocolError,
-    SliceRewritten,
-)
-from ..pipelines.loader import TABLE, config_edits, config_values
-from ..sinks import LEGACY_CONTRACT, CommitConflict, FingerprintMismatch, Participant, Replace, sink_for
-from ..sources import compact_offsets, kind_for, source_for
-from ..sources.base import LateFilesConfig, Planner, consumed_skip
+from ..errors import AttemptPrepared, ProtocolError
+from ..sinks import LEGACY_CONTRACT, Participant, sink_for
+from ..sources import kind_for
+from ..sources.base import Planner
 from ..storage.fs import Storage, join, storage_for
+from . import config_check
 from . import state as st
+from .committing import Committing
+from .planning import Planning
+from .recovery import Recovering, Recovery
 from .repairs import Repairs, Sweeper
+from .replacing import Replacing
 from .replay import void_files
-from .verify import NotReady, VerifyFailed, recheck_files, verify_attempt
-
-log = logging.getLogger("eobatch")
-SLICE_RECOMPUTES = 3  # a commit's replaced files computed again after compactions rewrote them (see _commit_replacing)
-
-
-@dataclass
-class Recovery:
-    """What ``Protocol.recover`` found and did."""
-
-    latest: int  # highest planned batch id (0: none)
-    committed: int  # highest batch committed in every participant
-    pending: int | None  # the first batch still to decide (PLANNED/STAGED, to re-stage), if any
-    actions: list[str]  # what recovery did, for the task log
-    in_flight: BatchPlan | None = None  # interval mode: another run's batch being staged
-    # every batch still to decide, from ``pending`` on (a run that planned several: some may be
-    # STAGED or PREPARED already, and commit after the ones before them)
-    pending_batches: list[int] = field(default_factory=list)
+from .verify import Verifying
 
 
 class Protocol:
-    """One pipeline's protocol: its ledger, its participants (tables) and their storages; the
-    phases (plan, verify, commit, abort, abandon) and recover, the queries they decide by, and
-    the repairs and sweep beside them (``repairs``, ``sweeper``)."""
+    """One pipeline's protocol, the facade of its objects: its ledger, its participants (tables)
+    and their storages; the phases of a batch (``plan``, ``verify``, ``commit``, ``abort``,
+    ``abandon``) and ``recover``, each handed over to the object of its phase (``planning``,
+    ``verifying``, ``committing``, ``recovering``); the repairs and the sweep beside them
+    (``repairs``, ``sweeper``); and the queries they all decide by."""
 
     def __init__(self, cfg: PipelineConfig, storage_options: JSON | None = None):
         self.cfg = cfg
@@ -97,6 +75,7 @@ class Protocol:
         self.sink = sink_for(cfg)  # the sink's kind: its tables, its check of staged rows
         self.participants: dict[str, Participant] = self.sink.participants(cfg, self.layout, self.fs_for,
                                                                            storage_options)
+        # what the last plan found, which ``planning`` sets (the plan task and the backlog read them):
         self.last_late: list[JSON] = []  # late files the last plan() found (interval mode)
         self.last_skipped: list[JSON] = []  # landing inputs the last plan() skipped, and planned files it will not read
         self.last_warnings: list[str] = []  # why the last plan_batches() carries fewer batches than it could
@@ -108,12 +87,134 @@ class Protocol:
         self.last_reading: tuple[History, BatchPlan | None] | None = None
         self.sweeper = Sweeper(self.app_id, self.layout, self.ledger, self.participants, self.fs_for)
         self.repairs = Repairs(self, self.sweeper)
+        self.replacing = Replacing(self)  # interval mode: the files a batch's commit replaces
+        self.planning = Planning(self, self.replacing)
+        self.verifying = Verifying(self, self.repairs, self.replacing)
+        self.committing = Committing(self, self.repairs, self.sweeper, self.replacing)
+        self.recovering = Recovering(self, self.repairs, self.committing)
 
+    # -- the phases of a batch: begin (plan), pre-commit (verify), commit, abort ----------
+    def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
+             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
+        """(plan, is_new): ``plan_batches`` of one batch; the first batch still to decide when
+        there is one."""
+        return self.planning.plan(max_records=max_records, interval=interval, run_id=run_id)
+
+    def plan_batches(self, max_records: int | None = None, interval: dict[str, str] | None = None,
+                     run_id: str | None = None, max_batches: int = 1) -> tuple[list[BatchPlan], bool]:
+        """(plans, are_new). The batches still to decide are returned as they are, in order (never
+        planned past); otherwise up to ``max_batches`` new batches, each with its own plan record
+        (put-if-absent, in order, each range starting where the one before ends), until the
+        source has nothing more. A run that plans several marks them as one run's
+        (``BatchPlan.run_first``): they commit in order, and until they have, every table holds
+        at least the batch before the first of them. What the plan found is left in ``last_late``,
+        ``last_skipped``, ``last_warnings``, ``last_planner`` and ``last_reading``.
+
+        Interval mode (``interval`` = {"start", "end"}): one batch, the interval's records; an
+        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
+        """
+        return self.planning.plan_batches(max_records=max_records, interval=interval, run_id=run_id,
+                                          max_batches=max_batches)
+
+    def check_stage(self, batch_id: int) -> BatchPlan | None:
+        """The stage task's check before it starts the job: the pipeline's file must say what
+        batch ``batch_id``'s plan recorded (``config.contract``), since the job is built from the
+        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
+        committed, only under the configuration that planned it (the job checks its spec again,
+        verify checks what the job recorded). None when the batch has no plan (the job says so).
+        A batch every table holds (a late stage task, after a recover committed it) is decided, as
+        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
+        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
+        plan = self.ledger.plan(batch_id)
+        if plan is not None:
+            self.check_config(batch_id, self.committed_versions(), plan=plan)
+        return plan
+
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """Pre-commit: check every manifest, file, size, footer, count and schema of a staged
+        attempt, then write PREPARED put-if-absent (after winning the attempt's decision against
+        an abort): from then on the batch must commit. PREPARED or an exception: NotReady (wait),
+        VerifyFailed (abort the attempt).
+
+        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
+        return self.verifying.verify(batch_id, attempt, dry_run=dry_run)
+
+    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
+        """Commit PREPARED batch ``batch_id``: one Delta transaction per participant, in commit order,
+        each carrying the batch's txn version and fingerprint (a table that holds the batch already
+        is checked, not committed again), then the ledger's COMMITTED record. ``recovered``: done by
+        ``recover``, not by the batch's own commit task. CommitBlocked when its staged files are gone."""
+        return self.committing.commit(batch_id, recovered=recovered)
+
+    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
+        """Remove one attempt's staged files, after winning its decision ("abort").
+
+        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
+        (or will be) PREPARED and must be committed; nothing is removed."""
+        prepared = self.ledger.prepared(batch_id)
+        if prepared is not None and prepared.attempt == attempt:
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
+                                  f"never aborted")
+        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
+        if decided["decision"] != "abort":
+            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
+                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
+                                  f"and commits it)")
+        removed = []
+        for participant in STAGED:
+            fs = self.fs_for(participant)
+            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
+            for f in list(fs.list_files(folder)):
+                fs.delete(f.path)
+                removed.append(f.path)
+            fs.remove_empty_dirs(folder)
+        return removed
+
+    def abandon(self, batch_id: int, reason: str) -> bool:
+        """Give up a batch that was never PREPARED, so later batches can go ahead.
+
+        Only in interval mode: the batch's range is its interval, which can simply run again.
+        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
+        False when the batch was PREPARED first: then it must, and will, be committed.
+        """
+        if self.cfg.mode != "interval":
+            raise ProtocolError("only interval-mode batches can be abandoned")
+        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
+            return True
+        return self.ledger.abandoned(batch_id) is not None
+
+    # -- recover: the start of every run ---------------------------------------------------
+    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
+        """The start of every run: check that the ledger and the tables agree (LedgerMismatch when
+        they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
+        False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
+        and, with ``sweep``, remove the staged files of dead or zombie attempts."""
+        return self.recovering.recover(sweep=sweep, run_id=run_id, commit_prepared=commit_prepared)
+
+    # -- the repairs and the sweep (``repairs.py``): handed over ---------------------------
+    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
+               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
+        """``Repairs.rewind``: bring the tables back to before batch ``to_batch`` and read again from its start."""
+        return self.repairs.rewind(to_batch, run_id=run_id, dry_run=dry_run, max_records=max_records,
+                                   accept_loss=accept_loss)
+
+    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
+        """``Repairs.reset``: forget batches ``from_batch``.. that no table holds."""
+        return self.repairs.reset(from_batch, accept_loss=accept_loss)
+
+    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
+        """``Repairs.forget_void``: forget the first void plan after batch ``after`` and the plans after it."""
+        return self.repairs.forget_void(after, probe=probe)
+
+    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
+        """``Sweeper.sweep``: delete staged files no commit will ever reference."""
+        return self.sweeper.sweep(recent=recent, skip=skip)
+
+    # -- queries: what the phases and the repairs decide by (``queries.Queries``) ----------
     def inputs(self, participant: str) -> str:
         """The participant whose staged files ``participant``'s commit takes."""
         return self.participants[participant].reads_from or participant
 
-    # -- queries (what the verbs and the repairs decide by) ------------------------------
     def fs_for(self, participant: str) -> Storage:
         """The storage of ``participant``'s table."""
         return self._fs[participant]
@@ -178,13 +279,12 @@ class Protocol:
         """The batch the tables must hold before ``batch_id`` commits (``state.prev_live``)."""
         return st.prev_live(batch_id, self.is_abandoned)
 
-    def _undecided(self, latest: int, versions: dict[str, int]) -> bool:
-        return st.undecided(latest, versions, bool(latest) and self.is_abandoned(latest))
-
     def undecided_ids(self, latest: int, versions: dict[str, int]) -> list[int]:
         """The batches still to decide, oldest first (``state.undecided_ids``); none when the newest
-        batch ``latest`` is decided."""
-        return st.undecided_ids(latest, versions, self.is_abandoned) if self._undecided(latest, versions) else []
+        batch ``latest`` is decided (``state.undecided``)."""
+        if not st.undecided(latest, versions, bool(latest) and self.is_abandoned(latest)):
+            return []
+        return st.undecided_ids(latest, versions, self.is_abandoned)
 
     def check_consistent(self, latest: int, versions: dict[str, int]) -> None:
         """LedgerMismatch unless the ledger (newest batch ``latest``) and the tables (``versions``)
@@ -193,416 +293,18 @@ class Protocol:
         st.check_consistent(self.app_id, {p: self.layout.table(p) for p in versions}, self.layout.ledger, latest,
                             need, versions)
 
-    # -- the repairs and the sweep (``repairs.py``): handed over -------------------------
-    def rewind(self, to_batch: int, run_id: str | None = None, dry_run: bool = False,
-               max_records: int | None = None, accept_loss: bool = False) -> list[str]:
-        """``Repairs.rewind``: bring the tables back to before batch ``to_batch`` and read again from its start."""
-        return self.repairs.rewind(to_batch, run_id=run_id, dry_run=dry_run, max_records=max_records,
-                                   accept_loss=accept_loss)
-
-    def reset(self, from_batch: int, accept_loss: bool = False) -> list[int]:
-        """``Repairs.reset``: forget batches ``from_batch``.. that no table holds."""
-        return self.repairs.reset(from_batch, accept_loss=accept_loss)
-
-    def forget_void(self, after: int, probe: int | None = None) -> list[int]:
-        """``Repairs.forget_void``: forget the first void plan after batch ``after`` and the plans after it."""
-        return self.repairs.forget_void(after, probe=probe)
-
-    def sweep(self, recent: int | None = 5, skip: int | None = None) -> list[str]:
-        """``Sweeper.sweep``: delete staged files no commit will ever reference."""
-        return self.sweeper.sweep(recent=recent, skip=skip)
-
-    # -- recover ---------------------------------------------------------------------
-    def recover(self, sweep: bool = True, run_id: str | None = None, commit_prepared: bool = True) -> Recovery:
-        """The start of every run: check that the ledger and the tables agree (LedgerMismatch when
-        they do not), finish a rewind, commit the PREPARED batches (not when ``commit_prepared`` is
-        False: a dry run), hand back the first batch still to decide for re-staging (``pending``)
-        and, with ``sweep``, remove the staged files of dead or zombie attempts."""
-        latest = self.ledger.latest_batch_id()
-        versions = self.committed_versions()
-        void = self.forget_void(min(versions.values()), probe=latest)
-        if void:
-            latest = self.ledger.latest_batch_id()
-        self.check_config(latest, versions)
-        self.check_consistent(latest, versions)
-        actions: list[str] = self.repairs.complete_rewinds()
-        if void:
-            actions.append(f"batches {st.ranges(void)} were planned after a batch that a reset forgot (void plans): "
-                           f"forgotten, nothing of them was published; their range is planned again")
-        pending = None
-        in_flight = None
-        undecided = self.undecided_ids(latest, versions)
-        # the newest batch every table holds (the newest batch, or one of the run still deciding)
-        held = min(versions.values()) if latest else 0
-        if held and (held == latest or (undecided and held >= self.ledger.require_plan(latest).first_of_run)) \
-                and self.ledger.committed(held) is None and self.ledger.abandoned(held) is None:
-            self._write_committed(held, recovered=True, actions=actions)
-            actions.append(f"batch {held} was committed in every table but its ledger entry was missing "
-                           f"(crash after the Delta commit): ledger completed")
-        for b in undecided:  # in order: the PREPARED ones until the first that is not, committed
-            prepared = self.ledger.prepared(b)
-            if prepared is None and commit_prepared:
-                prepared = self._finish_decided_prepare(b, actions)
-            if prepared is not None and not commit_prepared:
-                actions.append(f"batch {b} is PREPARED and waits for its commit (not done in a dry run)")
-                pending = b
-                break
-            if prepared is not None:
-                actions.append(f"batch {b} was PREPARED but not committed everywhere "
-                               f"({versions}): committing it now")
-                self.commit(b, recovered=True)
-                continue
-            ahead = [p for p, v in versions.items() if v >= b]
-            if ahead:
-                raise LedgerMismatch(f"batch {b} is committed in {ahead} but was never PREPARED; "
-                                     f"this ledger was not written by this pipeline's commit path")
-            plan = self.ledger.require_plan(b)
-            if self.cfg.mode == "interval" and plan.run_id != run_id:
-                in_flight = plan
-                actions.append(f"batch {b} (interval {plan.interval_key}) is "
-                               f"{self.state(b, versions)} by run {plan.run_id}")
-            else:
-                pending = b
-                later = [x for x in undecided if x > b]
-                actions.append(f"batch {b} is {self.state(b, versions)}: it will be re-staged with the same "
-                               f"source range" + (f", with batches {st.ranges(later)} of its run after it"
-                                                  if later else ""))
-            break
-        if sweep:
-            removed = self.sweep(skip=in_flight.batch_id if in_flight else None)
-            if removed:
-                actions.append(f"swept {len(removed)} orphan file(s) of dead or zombie attempts")
-        committed = min(self.committed_versions().values()) if latest else 0
-        return Recovery(latest=latest, committed=committed, pending=pending, actions=actions,
-                        in_flight=in_flight, pending_batches=[b for b in undecided if pending and b >= pending])
-
-    def _prepare_decided(self, batch_id: int) -> str | None:
-        """The attempt of ``batch_id`` that a verify decided for PREPARE (put-if-absent), if any."""
-        for attempt in self.ledger.attempts(batch_id):
-            d = self.ledger.decision(batch_id, attempt)
-            if d is not None and d["decision"] == "prepare":
-                return attempt
-        return None
-
-    def _finish_decided_prepare(self, batch_id: int, actions: list[str]) -> PreparedBatch | None:
-        """A verify that won an attempt's "prepare" decision and died before writing PREPARED:
-        the attempt's files are kept (abort can no longer remove them), so verify it again and
-        write PREPARED now. None when no such attempt verifies."""
-        for attempt in self.ledger.attempts(batch_id):
-            d = self.ledger.decision(batch_id, attempt)
-            if d is None or d["decision"] != "prepare":
-                continue
-            try:
-                prepared = self.verify(batch_id, attempt)
-            except (VerifyFailed, NotReady) as e:
-                actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE but does not verify "
-                               f"any more ({e}); the batch is staged again")
-                continue
-            actions.append(f"batch {batch_id} attempt {attempt} was decided for PREPARE by a verify that did not "
-                           f"finish: PREPARED now")
-            return prepared
-        return None
-
-    # -- plan (begin) ----------------------------------------------------------------
-    def plan(self, max_records: int | None = None, interval: dict[str, str] | None = None,
-             run_id: str | None = None) -> tuple[BatchPlan | None, bool]:
-        """(plan, is_new): ``plan_batches`` of one batch; the first batch still to decide when
-        there is one."""
-        plans, new = self.plan_batches(max_records=max_records, interval=interval, run_id=run_id)
-        return (plans[0] if plans else None), new
-
-    def plan_batches(self, max_records: int | None = None, interval: dict[str, str] | None = None,
-                     run_id: str | None = None, max_batches: int = 1) -> tuple[list[BatchPlan], bool]:
-        """(plans, are_new). The batches still to decide are returned as they are, in order (never
-        planned past); otherwise up to ``max_batches`` new batches, each with its own plan record
-        (put-if-absent, in order, each range starting where the one before ends), until the
-        source has nothing more. A run that plans several marks them as one run's
-        (``BatchPlan.run_first``): they commit in order, and until they have, every table holds
-        at least the batch before the first of them.
-
-        Interval mode (``interval`` = {"start", "end"}): one batch, the interval's records; an
-        uncommitted batch of another run raises BatchInFlight (wait for it to be decided).
-        """
-        t0 = time.time()
-        self.last_reading = None
-        hist = self.ledger.history()  # the newest usable checkpoint and the plans after it
-        versions = self.committed_versions()
-        if self.forget_void(min(versions.values()), probe=hist.latest):
-            hist = self.ledger.history()
-        latest = hist.latest
-        self.check_config(latest, versions)
-        self.check_consistent(latest, versions)
-        undecided = self.undecided_ids(latest, versions)
-        if undecided:
-            return self._pending_plans(undecided, versions, run_id), False
-        if max_batches < 1:
-            raise ProtocolError(f"a run plans at least one batch, not {max_batches}")
-        if self.cfg.mode == "interval" and max_batches > 1:
-            raise ProtocolError("interval mode: a run's batch is its data interval; it plans one batch")
-        held = min(versions.values())
-        hist = hist.bound(held)
-        self.last_late, self.last_skipped, self.last_warnings = [], [], []
-        plans: list[BatchPlan] = []
-        reading, exact = hist, True
-        source = self.last_planner = source_for(self.cfg)
-        source.begin_run()  # it may read its source once for the run's batches, and the backlog after them
-        while len(plans) < max_batches:
-            try:
-                plan = self._plan_next(source, reading, held, max_records, interval, run_id, t0,
-                                       run_first=latest + 1 if max_batches > 1 else None)
-            except EobatchError as e:
-                if not plans:
-                    raise
-                self.last_warnings.append(self._stopped_text(reading.latest + 1, plans, e))
-                log.warning(self.last_warnings[-1])
-                break
-            if plan is None:
-                break
-            if plans:  # planned after this run's previous batch: void if a reset forgets that one
-                plan.base = self.ledger.record_digest(plans[-1])
-            if not self.ledger.put_plan(plan) and not (self.forget_void(plan.batch_id - 1)
-                                                       and self.ledger.put_plan(plan)):
-                if not plans:
-                    raise ConcurrentPlan(f"another planner wrote batch {plan.batch_id} first "
-                                         f"({self.layout.plan(plan.batch_id)}); this run planned nothing")
-                log.warning("another planner wrote batch %s first: this run carries batches %s", plan.batch_id,
-                            st.ranges(p.batch_id for p in plans))
-                break
-            faults.crash_point("plan.after_record")
-            if self.ledger.is_void(plan):  # a reset forgot the batch before it since: so is this one
-                plans = self._forgotten_while_planned(plan, plans)
-                exact = False  # ``reading`` holds batches forgotten since
-                break
-            plans.append(plan)
-            reading = reading.with_plan(plan)
-            t0 = time.time()
-        if exact:
-            self.last_reading = (reading, plans[0] if plans else None)
-        if not plans:
-            self._keep_discovery(source, hist)
-        self._checkpoint(hist, held)
-        # each batch's planning says what it left out: the run's inputs skipped, each once
-        self.last_skipped = list({(s["path"], s["reason"]): s for s in self.last_skipped}.values())
-        return plans, bool(plans)
-
-    def _pending_plans(self, undecided: list[int], versions: dict[str, int], run_id: str | None) -> list[BatchPlan]:
-        """The plans of the batches still to decide (a plan never plans past them), or BatchInFlight
-        when the first belongs to another run that is deciding it (PREPARED; interval mode)."""
-        first = undecided[0]
-        pending = self.ledger.require_plan(first)
-        if self.ledger.prepared(first) is not None:
-            if pending.run_id == run_id:
-                raise ProtocolError(f"batch {first} of this run is PREPARED and must be committed before "
-                                    f"a new plan: clear the run from its `recover` (or `commit`) task")
-            # another run's batch between its verify and the end of its commit (runs overlap:
-            # interval mode, backfills): wait. A batch whose committer died is committed by
-            # the commit task's retries or the next run's recover.
-            raise BatchInFlight(f"batch {first} of run {pending.run_id} is PREPARED and not yet committed "
-                                f"everywhere ({versions}); batches are strictly ordered, so this run waits "
-                                f"for its commit (a run's recover commits it if its run is gone)")
-        if self.cfg.mode == "interval" and pending.run_id != run_id:
-            raise BatchInFlight(f"batch {first} (interval {pending.interval_key}) of run {pending.run_id} "
-                                f"is not decided yet; batches are strictly ordered, so this run waits. "
-                                f"If that run is gone without its abort (marked failed or deleted by "
-                                f"hand), clear it so it finishes or abandons its batch, or pause the "
-                                f"pipeline and forget the batch: `make reset-batch PIPELINE={self.app_id} BATCH={first}`")
-        return [pending] + [self.ledger.require_plan(b) for b in undecided[1:]]
-
-    def _forgotten_while_planned(self, plan: BatchPlan, plans: list[BatchPlan]) -> list[BatchPlan]:
-        """``plan`` was written after a reset (an operator's, a run's replan_pending) forgot the
-        batch before it: forget it, and keep the run's batches the reset left (a prefix), or
-        raise ConcurrentPlan when it left none."""
-        self.forget_void(plan.batch_id - 1)
-        kept: list[BatchPlan] = []
-        for p in plans:
-            if self.ledger.plan_digest(p.batch_id) != self.ledger.record_digest(p):
-                break
-            kept.append(p)
-        text = (f"a reset forgot batch {plan.batch_id - 1} while this run planned the batches after it: batches "
-                f"{st.ranges(p.batch_id for p in plans[len(kept):])}{' and ' if len(plans) > len(kept) else ''}"
-                f"{plan.batch_id} of this run are forgotten")
-        if not kept:
-            raise ConcurrentPlan(text + "; this run planned nothing (the next run plans their range again)")
-        self.last_warnings.append(text + f"; this run carries batches {st.ranges(p.batch_id for p in kept)}")
-        log.warning(self.last_warnings[-1])
-        return kept
-
-    def _keep_discovery(self, source: Planner, hist: History) -> None:
-        """A plan that planned nothing keeps where its discovery got to, when it moved
-        (``Planner.discovered``): the next plan starts there (``Ledger.discovery``)."""
-        state = source.discovered()
-        if state is None:
-            return
-        try:
-            self.ledger.put_discovery(hist.newest_digest, state)
-        except Exception as e:  # noqa: BLE001 - advisory: the next plan lists from the newest plan's range
-            log.warning("discovery state not kept (%s: %s)", type(e).__name__, e)
-
-    @staticmethod
-    def _stopped_text(batch_id: int, plans: list[BatchPlan], e: EobatchError) -> str:
-        """Why a run carries fewer batches than it could: planning batch ``batch_id`` raised ``e``
-        (a refusal, a store that is down) after ``plans`` were planned (and recorded)."""
-        return (f"batch {batch_id} was not planned: {e} (this run carries batch"
-                f"{'es' if len(plans) > 1 else ''} {st.ranges(p.batch_id for p in plans)}, planned before it; the "
-                f"next run plans batch {batch_id} again and meets this {e.kind} error first if it still holds)")
-
-    def _plan_next(self, source: Planner, hist: History, held: int, max_records: int | None,
-                   interval: dict[str, str] | None, run_id: str | None, t0: float,
-                   run_first: int | None) -> BatchPlan | None:
-        """The plan of the batch after ``hist.latest`` (not written yet), or None: nothing to read."""
-        limit = max_records or self.cfg.source.max_records_per_batch
-        if self.cfg.mode == "interval":
-            if interval is None:
-                raise ProtocolError("interval mode: the run has no data interval")
-            if _ms(interval["end"]) <= _ms(interval["start"]):
-                raise ProtocolError(f"interval mode needs a data interval of non-zero length, got "
-                                    f"[{interval['start']}, {interval['end']}) (use a cron schedule, whose "
-                                    f"runs cover the time between two ticks)")
-            self._check_settled(interval)
-            kw: JSON = {}
-            kind = kind_for(self.cfg.source.kind)
-            if kind.checks_late_files:  # look back at the intervals already planned
-                lookback = self._lookback(interval["start"], hist)
-                kw = {"lookback": lookback, "published": self._published_slices(hist, held, lookback)}
-            if kind.interval_by_record_time:  # scans on from the newest live plan (sources/kafka/intervals.py)
-                reads = self.read_so_far(hist=hist)
-                kw = {"previous": reads[-1] if reads else None, "cron": self.cfg.require_interval_cron(),
-                      "holder": lambda name: hist.slice_holder(name, held),
-                      "first_start_ms": hist.first_interval_start_ms()}
-            rng, n, notes = source.interval_range(_ms(interval["start"]), _ms(interval["end"]), limit,
-                                                  earlier=self._last_interval_before(interval["start"], hist), **kw)
-        else:
-            interval = None
-            rng, n, notes = source.next_range(self.read_so_far(hist=hist), limit)  # may raise DataLossError
-        late, skipped = list(getattr(source, "late", [])), list(getattr(source, "skipped", []))
-        self.last_late += late  # for the task's log and metrics
-        self.last_skipped += skipped  # for the task's metric and alert
-        if rng is None:
-            if interval is not None:
-                notes += self._emptied(interval, hist, held)
-            for msg in notes:
-                log.warning(msg)
-            return None
-        plan = BatchPlan(
-            pipeline=self.cfg.name, batch_id=hist.latest + 1, source_kind=self.cfg.source.kind, range=rng,
-            rows_in=n, config_fingerprint=self.cfg.fingerprint(), planned_at=utcnow(),
-            plan_seconds=round(time.time() - t0, 3), notes=notes, interval=interval, run_id=run_id,
-            late=late, sink=self.sink_record(), config=config_values(self.cfg), run_first=run_first,
-        )
-        self._check_replaceable(plan, self._replaces(plan, hist, held), "plan")
-        # the task's gauge and alert: the planned files the kind will not read
-        self.last_skipped += [consumed_skip(f.entry) for f in planned_files(rng) or () if f.skipped]
-        return plan
+    def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
+                     plan: BatchPlan | None = None) -> None:
+        """A configuration edit is an event of the protocol (``config.contract``): refuse
+        (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
+        when that batch is not decided yet (``plan`` given: it is, for verify and commit); and a
+        sink of another kind than the plan's (``config_check.check_config``)."""
+        config_check.check_config(self, batch_id, versions, plan)
 
     def sink_record(self) -> str | None:
         """The plan's ``sink``: None for an append sink (as plans written before merge sinks)."""
         contract = self.cfg.sink_contract
         return None if contract == LEGACY_CONTRACT else contract
-
-    def check_config(self, batch_id: int, versions: dict[str, int] | None = None,
-                     plan: BatchPlan | None = None) -> None:
-        """A configuration edit is an event of the protocol (``config.contract``): refuse
-        (ConfigChanged) a TABLE key that differs from batch ``batch_id``'s plan, and a PENDING key
-        when that batch is not decided yet (``plan`` given: it is, for verify and commit)."""
-        if not batch_id:
-            return
-        plan = plan or self.ledger.require_plan(batch_id)
-        pending = True if versions is None else self._undecided(batch_id, versions)
-        edits = config_edits(plan.config, self.cfg, pending)
-        if edits:
-            raise ConfigChanged(self._edits_message(plan, edits, versions))
-        self._check_sink(plan)
-
-    def _edits_message(self, plan: BatchPlan, edits: list[Edit], versions: dict[str, int] | None) -> str:
-        b = plan.batch_id
-        what = edits_text(edits, b)
-        keys = ", ".join(k for k, *_ in edits)
-        text = f"{self.cfg.file} changed {keys} of pipeline {self.app_id!r}: {what}. "
-        if any(role == TABLE for _k, role, *_ in edits):
-            return text + ("These keys say what the rows of the tables mean and where they are: they cannot change "
-                           "under an existing table that holds batches (they would publish wrong rows, or no batch could "
-                           "commit again). Nothing was changed. Repair: put the old values back, or give the pipeline a "
-                           "new sink.table (and quarantine.table) to start new tables from the source's beginning")
-        versions = versions if versions is not None else self.committed_versions()
-        held = [p for p, v in versions.items() if v >= b]
-        text += (f"Batch {b} is {self.state(b, versions) or 'PLANNED'} and a pending batch is committed under the "
-                 f"configuration that planned it, so the edit waits until it is. Nothing was changed. Repair: "
-                 f"put the old value(s) back and let a run commit batch {b}, then make the edit again")
-        if held:
-            return text + f" (the {', '.join(held)} table already holds batch {b}: it cannot be planned again)"
-        deciding = self._prepare_decided(b)
-        if deciding is not None and self.ledger.prepared(b) is None:  # reset refuses it (Repairs._decide_forgotten)
-            return text + (f" (a verify decided attempt {deciding} for PREPARE and has not written PREPARED: the "
-                           f"batch is being committed and cannot be planned again; a run's recover finishes it "
-                           f"under the old values)")
-        return text + (f"; or plan it again under the new configuration (nothing of it is published): trigger a run "
-                       f"with the param replan_pending=true "
-                       f"(`{command('run', self.app_id, conf=json.dumps({'replan_pending': True}))}`), or "
-                       f"`{command('reset-batch', self.app_id, b)}` and the next run plans its range again")
-
-    def _check_sink(self, plan: BatchPlan) -> None:
-        """A batch planned for another kind of sink (``PipelineConfig.sink_contract``) than the
-        pipeline's now is never planned past, staged or committed: an appended table read as one
-        row per key, or rows folded under other keys, would be wrong rows, silently."""
-        was = plan.sink or LEGACY_CONTRACT
-        if was != self.cfg.sink_contract:
-            raise ProtocolError(
-                f"the tables of {self.app_id!r} hold batches written for a sink of kind {was!r} (batch "
-                f"{plan.batch_id}'s plan), and {self.cfg.file} now says {self.cfg.sink_contract!r}: the kind of "
-                f"sink (sink.mode, merge keys, aggregates) cannot change under an existing table. Put it back, or "
-                f"give the pipeline a new sink.table (and quarantine.table) to start a new table from the source's "
-                f"beginning")
-
-    def _checkpoint(self, hist: History, held: int) -> None:
-        """Write the ledger checkpoint of batches 1..``held`` when one is due (``Ledger.write_checkpoint``).
-        An optimisation only: when it fails, the next plan reads a few more records and tries again."""
-        try:
-            ck = self.ledger.write_checkpoint(hist, held)
-        except Exception as e:  # noqa: BLE001 - see above; the batch plan is not affected
-            log.warning("ledger checkpoint of batches 1..%s not written (%s); the next plan tries again", held, e)
-            return
-        if ck is not None:
-            log.info("ledger checkpoint: batches 1..%s (%d index entries)", ck.batch_id, ck.entries)
-
-    def _check_settled(self, interval: dict[str, str]) -> None:
-        """Interval mode: plan an interval only ``source.settle_seconds`` after its end, so that
-        files and records still arriving for it (renames, clock skew, slow uploads) are on time."""
-        ready = _ms(interval["end"]) + 1000 * self.cfg.source.settle_seconds
-        wait = ready - int(time.time() * 1000)
-        if wait > 0:
-            raise IntervalNotSettled(f"interval {interval['start']}/{interval['end']} is planned "
-                                     f"{self.cfg.source.settle_seconds}s after its end (source.settle_seconds): "
-                                     f"{wait / 1000:.0f}s to go")
-
-    def _lookback(self, start: str | _dt.datetime, hist: History | None = None) -> list[tuple[int, int]]:
-        """Interval mode: the intervals before ``start`` checked for late files (``state.lookback``)."""
-        source = self.cfg.source
-        if not isinstance(source, LateFilesConfig):  # only kinds that check late files look back
-            raise ProtocolError(f"source kind {source.kind!r} has no late_lookback_intervals: it does not "
-                                f"check late files")
-        first = (hist or self.ledger.history()).first_interval_start_ms()
-        return st.lookback(self.cfg.require_interval_cron(), source.late_lookback_intervals, first, start)
-
-    def _emptied(self, interval: dict[str, str], hist: History, held: int) -> list[str]:
-        """Interval mode, nothing planned: what to say when the interval was published before
-        (its files were all taken out of the landing zone since): its rows stay published."""
-        name = slice_name(_ms(interval["start"]))
-        files = hist.published({name}, held).get(name) or set()
-        if not files:
-            return []
-        return [f"interval {interval['start']}/{interval['end']} was published with {len(files)} file(s) and none "
-                f"is in the landing zone now: nothing was planned, so the rows it published stay (a run publishes "
-                f"what its interval holds; an emptied interval has nothing to read). To take them back, land the "
-                f"corrected records in the interval's folder and run it again, or rewind the pipeline "
-                f"(`make rewind`) to before that interval's batch"]
-
-    def _published_slices(self, hist: History, held: int,
-                          lookback: list[tuple[int, int]]) -> dict[str, set[PublishedFile]]:
-        """``state.published_slices`` for the look-back intervals' slices."""
-        return hist.published({slice_name(lo) for lo, _hi in lookback}, held)
-
-    def _last_interval_before(self, start: str | _dt.datetime, hist: History | None = None) -> BatchPlan | None:
-        return (hist or self.ledger.history()).last_interval_before(start)
 
     def read_so_far(self, pending_rewind: RewindRecord | None = None, hist: History | None = None) -> ReadSoFar:
         """The plans whose ranges count as read (``state.read_so_far``), from the newest usable
@@ -650,380 +352,5 @@ class Protocol:
         """Batch ``k``'s start as an empty range of its source kind (``state.start_marker``)."""
         return st.start_marker(k, kind_for(k.source_kind).start_marker(k.range))
 
-    # -- stage -----------------------------------------------------------------------
-    def check_stage(self, batch_id: int) -> BatchPlan | None:
-        """The stage task's check before it starts the job: the pipeline's file must say what
-        batch ``batch_id``'s plan recorded (``config.contract``), since the job is built from the
-        file: ConfigChanged (its repair) otherwise. A batch is staged, like it is verified and
-        committed, only under the configuration that planned it (the job checks its spec again,
-        verify checks what the job recorded). None when the batch has no plan (the job says so).
-        A batch every table holds (a late stage task, after a recover committed it) is decided, as
-        for ``commit``: an edit since its plan is taken by the next batches, and the refusal's
-        advice, putting the old value back, would hold them up (the job refuses a PREPARED batch)."""
-        plan = self.ledger.plan(batch_id)
-        if plan is not None:
-            self.check_config(batch_id, self.committed_versions(), plan=plan)
-        return plan
 
-    # -- verify (pre-commit) ---------------------------------------------------------
-    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
-        """PREPARED or an exception: NotReady (wait), VerifyFailed (abort the attempt).
-
-        ``dry_run``: the same checks, but nothing is recorded (the batch stays PLANNED)."""
-        t0 = time.time()
-        existing = self.ledger.prepared(batch_id)
-        if existing is not None:
-            if existing.attempt != attempt:
-                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
-                            "will be swept", batch_id, existing.attempt, attempt)
-            return existing
-        plan = self.ledger.plan(batch_id)
-        if plan is None:
-            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
-        if plan.rewind:
-            # the first batch after a rewind is PREPARED only once every table was restored for it
-            # (so its commit is always possible), or never when the rewind was cancelled
-            self.repairs.complete_rewinds()
-        if self.ledger.abandoned(batch_id) is not None:
-            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
-        if self.ledger.is_void(plan):
-            if not dry_run:
-                self.ledger.decide(batch_id, attempt, "abort", {"reason": "its plan is void", "aborted_at": utcnow()})
-            raise VerifyFailed(self._void_text(batch_id) + f"; attempt {attempt} cannot be prepared")
-        self.check_config(batch_id, plan=plan)
-        if self.ledger.aborted_info(batch_id, attempt) is not None:
-            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
-                               f"be prepared: the next run stages the batch again")
-        try:
-            summary, adds, totals = verify_attempt(
-                self.layout, self.ledger, self.fs_for, plan, attempt, self.participants, self.cfg.schema_evolution,
-                lambda fs, root, adds, schema: self.sink.check_staged(self.cfg, fs, root, adds, schema))
-        except VerifyFailed as e:  # this attempt can never be PREPARED: decided so, its files are the abort's
-            if not dry_run:
-                self.ledger.decide(batch_id, attempt, "abort", {"reason": f"verify: {e}"[:2000], "aborted_at": utcnow()})
-            raise
-        prepared = PreparedBatch(
-            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
-            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
-            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
-            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
-            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
-            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
-            rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
-        )
-        self._check_replaceable(plan, self._replaces(plan), "verify")
-        if dry_run:
-            return prepared
-        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
-        # verify, a task marked failed) either won first, and then this attempt is never
-        # prepared, or loses, and then it never removes the files that PREPARED names.
-        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
-        if decided["decision"] != "prepare":
-            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
-                               f"files are being removed); it cannot be prepared: the next run stages the "
-                               f"batch again")
-        if not self.ledger.put_prepared(prepared):
-            winner = self.ledger.prepared(batch_id)
-            if winner is None:
-                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
-            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
-                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
-            return winner
-        faults.crash_point("verify.after_prepared")
-        return prepared
-
-    # -- commit ----------------------------------------------------------------------
-    def _void_text(self, batch_id: int) -> str:
-        return (f"batch {batch_id}'s plan is void: it was planned after a plan of batch {batch_id - 1} that a reset "
-                f"forgot (nothing of it is published; the next run's recover forgets it and plans its range again)")
-
-    def _check_committed(self, participant: str, batch_id: int, prepared: PreparedBatch) -> int:
-        found = self.participants[participant].find_batch_commit(self.app_id, batch_id)
-        if found is None:
-            log.warning("%s: txn says batch %s is committed but its commit info is no longer in the "
-                        "log history (log cleaned up?); fingerprint not checked", participant, batch_id)
-            return -1
-        version, info = found
-        if info.get("eo.fingerprint") != prepared.fingerprint:
-            raise FingerprintMismatch(
-                f"{participant} table {self.layout.table(participant)} version {version} holds batch "
-                f"{batch_id} with file-set fingerprint {info.get('eo.fingerprint')}, but the PREPARED "
-                f"batch has {prepared.fingerprint} (attempt {prepared.attempt}). Another writer "
-                f"committed a different file set for this batch; stop and inspect.")
-        return version
-
-    def commit(self, batch_id: int, recovered: bool = False) -> CommittedBatch:
-        """Commit PREPARED batch ``batch_id``: one Delta transaction per participant, in commit order,
-        each carrying the batch's txn version and fingerprint (a table that holds the batch already
-        is checked, not committed again), then the ledger's COMMITTED record. ``recovered``: done by
-        ``recover``, not by the batch's own commit task. CommitBlocked when its staged files are gone."""
-        t0 = time.time()
-        plan = self.ledger.plan(batch_id)
-        prepared = self.ledger.prepared(batch_id)
-        if plan is None or prepared is None:
-            raise ProtocolError(f"batch {batch_id} is not PREPARED; nothing to commit")
-        # a batch every table holds (a late commit task, after a recover or a rewind) is decided:
-        # an edit of a PENDING key since its plan is no reason to refuse (its advice, putting the old
-        # value back, would make the next batches fail against the tables' new columns)
-        self.check_config(batch_id, self.committed_versions(), plan=plan)
-        self.repairs.complete_rewinds()
-        # Every participant that does not hold the batch yet is checked before the first Delta
-        # commit: a batch is published in all its tables or in none (a VACUUM that removed the
-        # quarantine's staged files must not leave the sink holding the batch alone).
-        todo = {self.inputs(p): prepared.adds[self.inputs(p)] for p in self.names
-                if self.participants[p].committed_batch(self.app_id) < batch_id}
-        problems = recheck_files(self.layout, self.fs_for, todo)
-        if problems:
-            held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= batch_id]
-            repair = (f"`make reset-batch PIPELINE={self.app_id} BATCH={batch_id}` to plan and stage it again"
-                      if not held else
-                      f"the {', '.join(held)} table already holds it, so it cannot be planned again: restore the "
-                      f"missing files from a backup (or the table to the version before batch {batch_id} and then "
-                      f"reset-batch)")
-            raise CommitBlocked(f"PREPARED batch {batch_id} cannot be committed: " + "; ".join(problems) +
-                                f". Its staged files were removed (VACUUM or by hand). Repair: {repair}.")
-        versions: dict[str, int] = {}
-        done_now = 0
-        replaces = self._replaces(plan)
-        for participant in self.names:
-            part = self.participants[participant]
-            staged = self.inputs(participant)
-            v = part.committed_batch(self.app_id)
-            if v >= batch_id:
-                versions[participant] = self._check_committed(participant, batch_id, prepared)
-                log.info("%s: batch %s already committed at version %s (fingerprint checked): no-op",
-                         participant, batch_id, versions[participant])
-                continue
-            prev = self.prev_live(batch_id)
-            if v < prev and plan.first_of_run <= prev:  # an earlier batch of its run: strictly in order
-                raise BatchInFlight(f"batch {batch_id} commits after batch {prev} of its run, which the "
-                                    f"{participant} table does not hold yet (it holds batch {v}): batch "
-                                    f"{v + 1} commits first")
-            if v != prev:
-                raise LedgerMismatch(f"{participant} table is at batch {v}; batch {batch_id} cannot be "
-                                     f"committed after it (it needs batch {prev})")
-            if self.ledger.is_void(plan):  # the table holds batch prev: its plan can no longer change
-                raise ProtocolError(self._void_text(batch_id) + ": it is never committed")
-            faults.fail_point("commit.before_delta_commit")
-            faults.crash_point("commit.before_delta_commit")
-            try:
-                versions[participant], replaces = self._commit_replacing(plan, prepared, participant, prev, replaces)
-            except CommitConflict as e:
-                log.info("%s", e)
-                if part.committed_batch(self.app_id) >= batch_id:
-                    versions[participant] = self._check_committed(participant, batch_id, prepared)
-                    log.info("%s: a concurrent committer published batch %s first (same fingerprint)",
-                             participant, batch_id)
-                    continue
-                raise
-            done_now += 1
-            log.info("%s: committed batch %s as Delta version %s (%d staged files)", participant, batch_id,
-                     versions[participant], len(prepared.adds[staged]))
-            if done_now == 1:
-                faults.crash_point("commit.after_first_participant")
-        faults.crash_point("commit.after_delta_commit")
-        rec = self._write_committed(batch_id, recovered, versions, time.time() - t0)
-        try:  # the batch is decided: what its losing and dead attempts left can go now
-            swept = self.sweeper.sweep_batch(batch_id)
-            if swept:
-                log.info("batch %s: swept %d staged file(s) of other attempts", batch_id, len(swept))
-        except Exception as e:  # noqa: BLE001 - clean-up only; the next run's sweep retries it
-            log.warning("batch %s committed; sweeping other attempts' files failed (%s); the next run "
-                        "retries", batch_id, e)
-        return rec
-
-    def _commit_replacing(self, plan: BatchPlan, prepared: PreparedBatch, participant: str, prev: int,
-                          replaces: dict[str, Replace] | None) -> tuple[int, dict[str, Replace] | None]:
-        """``participant``'s Delta commit of the batch; (its version, the replaces it used).
-
-        Interval mode: the files the batch replaces were computed before the commit's snapshot. A
-        compaction of the pipeline's own (``make maintain``) that lands in between rewrote some of
-        them: they are computed again (the compaction's record names the new ones) and the commit
-        is built again, up to ``SLICE_RECOMPUTES`` times (then CommitConflict: the task retries).
-        SliceRewritten only when the computation, done again, still names files that are gone:
-        another writer rewrote them."""
-        staged = self.inputs(participant)
-        part = self.participants[participant]
-        for n in range(SLICE_RECOMPUTES + 1):
-            try:
-                v = part.commit(self.app_id, plan.batch_id, prepared.adds[staged],
-                                schema_from_b64(prepared.arrow_schema[staged]),
-                                list(prepared.partition_by.get(staged, [])),
-                                commit_metadata(plan, prepared, participant, compact_offsets(plan)), expected_prev=prev,
-                                replace=(replaces or {}).get(participant))
-                return v, replaces
-            except SliceRewritten as e:
-                fresh = self._replaces(plan)
-                if (fresh or {}).get(participant) == (replaces or {}).get(participant):
-                    held = [p for p in self.names if self.participants[p].committed_batch(self.app_id) >= plan.batch_id]
-                    raise SliceRewritten(self._rewritten_message(plan, str(e), "commit", held)) from e
-                if n == SLICE_RECOMPUTES:
-                    raise CommitConflict(f"{participant}: the files batch {plan.batch_id} replaces were rewritten "
-                                         f"by a compaction {n + 1} times while it was committed; the commit is "
-                                         f"retried") from e
-                log.info("%s: a compaction rewrote files batch %s replaces after they were computed; computed "
-                         "again, the commit is built again", participant, plan.batch_id)
-                replaces = fresh
-        raise AssertionError("unreachable")
-
-    def _write_committed(self, batch_id: int, recovered: bool, versions: dict[str, int] | None = None,
-                         seconds: float = 0.0, actions: list[str] | None = None) -> CommittedBatch:
-        """The ledger's COMMITTED record of a batch every table holds (put-if-absent).
-
-        Its fingerprint is the PREPARED record's, checked against each table's commit info. A
-        batch whose PREPARED record is missing (lost by a crash after the commit started, or a
-        ledger copied without it) is completed from the tables' Delta commit info instead, only
-        when every table holds this pipeline's commit of the batch with one and the same
-        fingerprint; otherwise LedgerMismatch, and nothing is written."""
-        prepared = self.ledger.prepared(batch_id)
-        fingerprint: str | None
-        if prepared is not None:
-            fingerprint = prepared.fingerprint
-            if versions is None:
-                versions = {p: self._check_committed(p, batch_id, prepared) for p in self.names}
-        else:
-            found = {p: self.participants[p].find_batch_commit(self.app_id, batch_id) for p in self.names}
-            prints = {p: (f[1].get("eo.fingerprint") if f else None) for p, f in found.items()}
-            fingerprint = prints[SINK]
-            if not fingerprint or any(fp != fingerprint for fp in prints.values()):
-                held = "; ".join(
-                    f"the {p} table {self.layout.table(p)} " + (
-                        f"holds it at version {f[0]} (attempt {f[1].get('eo.attempt')}, fingerprint "
-                        f"{f[1].get('eo.fingerprint') or 'none'})" if f else
-                        "holds it without a commit carrying this pipeline's batch metadata in its history "
-                        "(log cleaned up, or another writer)")
-                    for p, f in found.items())
-                staged = ", ".join(self.ledger.attempts(batch_id)) or "none left"
-                raise LedgerMismatch(
-                    f"batch {batch_id} of {self.app_id!r} is committed in every table but its PREPARED record "
-                    f"({self.layout.prepared(batch_id)}) is missing (lost by a crash?), and the tables' Delta "
-                    f"commit info cannot stand in for it: {held}. Nothing was changed. Repair: put the PREPARED "
-                    f"record back from a backup of the ledger, or write it again from the attempt the tables "
-                    f"hold (attempts in the ledger: {staged}): `python -m eobatch.cli verify {self.app_id} "
-                    f"{batch_id} <attempt>`; then run again: recover checks it against every table (a table "
-                    f"holding another file set stops with FingerprintMismatch: inspect its history).")
-            if versions is None:
-                versions = {p: f[0] for p, f in found.items() if f is not None}  # every one (checked above)
-            note = (f"PREPARED record of batch {batch_id} was missing (lost by a crash?); completed from the "
-                    f"Delta commit info (fingerprint {fingerprint}, versions {versions})")
-            log.warning("%s", note)
-            if actions is not None:
-                actions.append(note)
-        sink_commit = self.participants[SINK].find_batch_commit(self.app_id, batch_id)
-        changes = sink_for(self.cfg).changes(sink_commit[1], prepared.rows_published if prepared else None) \
-            if sink_commit else {}
-        rec = CommittedBatch(pipeline=self.cfg.name, batch_id=batch_id, fingerprint=fingerprint,
-                             delta_versions=versions, committed_at=utcnow(),
-                             commit_seconds=round(seconds, 3), recovered=recovered, changes=changes)
-        if not self.ledger.put_committed(rec):
-            first = self.ledger.committed(batch_id)
-            if first is None:
-                raise ProtocolError(f"batch {batch_id} has no COMMITTED record at {self.layout.committed(batch_id)}, "
-                                    f"though another process wrote it first; run again")
-            rec = first
-        return rec
-
-    def _replaces(self, plan: BatchPlan, hist: History | None = None,
-                  held: int | None = None) -> dict[str, Replace] | None:
-        """Interval mode, per participant: the files this batch's commit removes, named one by
-        one: those its slices' newest committed batches published (``state.replaced_files``)."""
-        if plan.interval is None:
-            return None
-        held = min(self.committed_versions().values()) if held is None else held
-        hist = (hist or self.ledger.history()).bound(held)
-        by_slice = st.replaced_files(plan, hist.replace_sources(plan, held), self._current_slice_files())
-        # a table of staged files replaces its slices' files, named; a merge table is told the
-        # batch's slices only (an upsert re-applies its rows, running aggregates replace their
-        # partials by slice: the participant says which, keeps_staged_files)
-        return {part: Replace(paths=frozenset().union(*(v.get(part, set()) for v in by_slice.values())),
-                              slices=tuple(sorted(n for n, v in by_slice.items() if v.get(part))))
-                if self.participants[part].keeps_staged_files else Replace(slices=tuple(sorted(plan.slices())))
-                for part in self.names}
-
-    def _current_slice_files(self) -> Callable[[int, str, str, set[str]], set[str]]:
-        """For ``state.replaced_files``: the files holding a slice now, after compactions of it
-        (the participant's ``slice_files``); each table's live files are read once, when needed."""
-        live: dict[str, set[str]] = {}
-
-        def current(batch_id: int, participant: str, slice_: str, published: set[str]) -> set[str]:
-            if participant not in STAGED:
-                return published
-
-            def live_files() -> set[str]:
-                if participant not in live:
-                    live[participant] = self.participants[participant].live_files()
-                return live[participant]
-            return self.participants[participant].slice_files(self, batch_id, slice_, published, live_files)
-        return current
-
-    def _check_replaceable(self, plan: BatchPlan, replaces: dict[str, Replace] | None, step: str) -> None:
-        """Interval mode: refuse (SliceRewritten) a batch whose replace is no longer exact."""
-        problems = []
-        for part, rep in (replaces or {}).items():
-            missing = rep.paths - self.participants[part].live_files() if rep.paths else set()
-            if missing:
-                problems.append(self.participants[part].rewritten_text(rep, missing, self.app_id))
-        if problems:
-            raise SliceRewritten(self._rewritten_message(plan, "; ".join(problems), step))
-
-    def _rewritten_message(self, plan: BatchPlan, problem: str, step: str, held: list[str] | None = None) -> str:
-        what = {"plan": "was not planned", "verify": f"(batch {plan.batch_id}) was not PREPARED",
-                "commit": f"(batch {plan.batch_id}, PREPARED) was not committed"}[step]
-        text = (f"interval {plan.interval_key} {what}: {problem}. Its commit would replace those files, and the "
-                f"rewritten ones also hold that interval's records (mixed with other intervals' rows), so "
-                f"publishing it again would publish them twice. Nothing was published. Interval tables must "
-                f"not be compacted by other writers (documentation: Concepts, \"What exactly once means\"). To publish late files of it, "
-                f"move them into the folder of a later interval (without interval_prefix: touch them, so "
-                f"their time falls in a later interval): that interval's run publishes them; or set "
-                f"`late_files: ignore`. The interval itself cannot be re-run")
-        late = [f for x in plan.late for f in x.get("files", [])]
-        if late:
-            text += f". The late files this batch would have published: {', '.join(late[:20])}"
-        if step == "commit" and held:
-            text += (f". The {', '.join(held)} table already holds batch {plan.batch_id}, so it cannot be planned "
-                     f"again. Repair: undo the other writer's rewrite named above (a Delta RESTORE of that table to the "
-                     f"version before it), then run again")
-        elif step == "commit":
-            text += (f". Repair: `make reset-batch PIPELINE={self.app_id} BATCH={plan.batch_id}` (the batch is "
-                     f"published nowhere), then as above")
-        return text
-
-    # -- abort -----------------------------------------------------------------------
-    def abort(self, batch_id: int, attempt: str, reason: str) -> list[str]:
-        """Remove one attempt's staged files, after winning its decision ("abort").
-
-        Raises AttemptPrepared when verify won the decision first: then the attempt's files are
-        (or will be) PREPARED and must be committed; nothing is removed."""
-        prepared = self.ledger.prepared(batch_id)
-        if prepared is not None and prepared.attempt == attempt:
-            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} is PREPARED: it must be committed, "
-                                  f"never aborted")
-        decided = self.ledger.decide(batch_id, attempt, "abort", {"reason": reason[:2000], "aborted_at": utcnow()})
-        if decided["decision"] != "abort":
-            raise AttemptPrepared(f"batch {batch_id} attempt {attempt} was verified and decided for PREPARE "
-                                  f"first; it is not aborted (the next run's recover finishes its PREPARE "
-                                  f"and commits it)")
-        removed = []
-        for participant in STAGED:
-            fs = self.fs_for(participant)
-            folder = join(self.layout.table(participant), self.layout.attempt_staging_rel(batch_id, attempt))
-            for f in list(fs.list_files(folder)):
-                fs.delete(f.path)
-                removed.append(f.path)
-            fs.remove_empty_dirs(folder)
-        return removed
-
-    # -- abandon (interval mode) -------------------------------------------------------
-    def abandon(self, batch_id: int, reason: str) -> bool:
-        """Give up a batch that was never PREPARED, so later batches can go ahead.
-
-        Only in interval mode: the batch's range is its interval, which can simply run again.
-        (In continuous mode the next batch starts where this one ends: it is re-staged instead.)
-        False when the batch was PREPARED first: then it must, and will, be committed.
-        """
-        if self.cfg.mode != "interval":
-            raise ProtocolError("only interval-mode batches can be abandoned")
-        if self.ledger.put_abandoned(batch_id, {"reason": reason[:2000], "abandoned_at": utcnow()}):
-            return True
-        return self.ledger.abandoned(batch_id) is not None
-
+__all__ = ["Protocol", "Recovery"]  # Recovery: what recover hands back (recovery.py)

@@ -1,5 +1,15 @@
-"""Pre-commit verification of one staged attempt: reads manifests and Parquet footers (and what
-the sink kind checks of its staged rows: a merge sink reads their key and sequence columns).
+"""The pre-commit phase (preCommit, in Flink's two-phase commit): a staged attempt verified, then
+PREPARED put-if-absent. From then on the batch must commit; it is never aborted.
+
+``Verifying.verify`` checks the batch may still be PREPARED (not ABANDONED, its plan not void, the
+pipeline's file what its plan recorded), runs ``verify_attempt``, checks the files an interval's
+commit replaces are still there (``replacing``), then wins the attempt's "prepare" decision
+against an abort and writes PREPARED. ``verbs.Protocol`` builds one (``proto.verifying``) and its
+``verify`` hands over to it; it reads the protocol through its public queries
+(``queries.Queries``).
+
+``verify_attempt``, the checks of one staged attempt, reads manifests and Parquet footers (and
+what the sink kind checks of its staged rows: a merge sink reads their key and sequence columns).
 
 Checks, for every participant and every Spark partition of the attempt:
 * the stage summary is there (else: not ready yet);
@@ -17,6 +27,8 @@ fingerprint of the file set: what PREPARED records and commit publishes.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, ClassVar
 
@@ -25,9 +37,21 @@ import pyarrow.parquet as pq
 
 from ..config.contract import contract_edits, edits_text, staged_columns
 from ..config.schemas import schema_from_b64, schema_signature
-from ..core.formats import JSON, QUARANTINE, SINK, STAGED, BatchPlan, Layout, StageSummary, fingerprint_of
+from ..core import faults
+from ..core.formats import (
+    JSON,
+    QUARANTINE,
+    SINK,
+    STAGED,
+    BatchPlan,
+    Layout,
+    PreparedBatch,
+    StageSummary,
+    fingerprint_of,
+    utcnow,
+)
 from ..core.table_files import footer_stats
-from ..errors import TerminalError, WaitError
+from ..errors import ProtocolError, TerminalError, WaitError
 from ..sources import kind_for
 from ..storage.fs import join
 
@@ -35,6 +59,11 @@ if TYPE_CHECKING:
     from ..core.ledger import Ledger
     from ..sinks import Participant
     from ..storage.fs import Storage
+    from .queries import Queries
+    from .repairs import Repairs
+    from .replacing import Replacing
+
+log = logging.getLogger("eobatch")
 
 
 class NotReady(WaitError):
@@ -224,4 +253,101 @@ def recheck_files(layout: Layout, fs_for: Callable[[str], Storage], adds: Mappin
     return problems
 
 
-__all__ = ["NotReady", "VerifyFailed", "verify_attempt", "recheck_files", "fingerprint_of"]
+def void_text(batch_id: int) -> str:
+    """Why batch ``batch_id`` is never PREPARED nor committed: its plan is void."""
+    return (f"batch {batch_id}'s plan is void: it was planned after a plan of batch {batch_id - 1} that a reset "
+            f"forgot (nothing of it is published; the next run's recover forgets it and plans its range again)")
+
+
+class Verifying:
+    """The pre-commit phase of one pipeline (``verify``): a staged attempt checked
+    (``verify_attempt``), then PREPARED, put-if-absent, after winning the attempt's decision."""
+
+    def __init__(self, proto: Queries, repairs: Repairs, replacing: Replacing) -> None:
+        self.proto = proto  # its queries; the rest is what it holds:
+        self.cfg, self.layout, self.ledger = proto.cfg, proto.layout, proto.ledger
+        self.repairs, self.replacing = repairs, replacing
+
+    def verify(self, batch_id: int, attempt: str, dry_run: bool = False) -> PreparedBatch:
+        """PREPARED or an exception, as ``Protocol.verify`` says: the batch's PREPARED record when
+        there is one already (another attempt's, which won); else the attempt's checks, the
+        attempt's "prepare" decision won, and its PREPARED record written."""
+        t0 = time.time()
+        existing = self.ledger.prepared(batch_id)
+        if existing is not None:
+            if existing.attempt != attempt:
+                log.warning("batch %s was already PREPARED by attempt %s; attempt %s lost and its files "
+                            "will be swept", batch_id, existing.attempt, attempt)
+            return existing
+        plan = self._verifiable_plan(batch_id, attempt, dry_run)
+        try:
+            summary, adds, totals = verify_attempt(
+                self.layout, self.ledger, self.proto.fs_for, plan, attempt, self.proto.participants,
+                self.cfg.schema_evolution,
+                lambda fs, root, adds, schema: self.proto.sink.check_staged(self.cfg, fs, root, adds, schema))
+        except VerifyFailed as e:  # this attempt can never be PREPARED: decided so, its files are the abort's
+            if not dry_run:
+                self.ledger.decide(batch_id, attempt, "abort", {"reason": f"verify: {e}"[:2000], "aborted_at": utcnow()})
+            raise
+        prepared = PreparedBatch(
+            pipeline=self.cfg.name, batch_id=batch_id, attempt=attempt, adds=adds,
+            arrow_schema=summary.arrow_schema, partition_by=summary.partition_by,
+            fingerprint=fingerprint_of(adds), rows_in=summary.rows_in, rows_valid=summary.rows_valid,
+            rows_quarantined=summary.rows_quarantined, rows_published=totals["rows_published"],
+            bytes=totals["bytes"], files=totals["files"], prepared_at=utcnow(),
+            verify_seconds=round(time.time() - t0, 3), stage_seconds=summary.stage_seconds,
+            rows_dropped=summary.rows_dropped, expectations=dict(summary.expectations),
+        )
+        self.replacing.check_replaceable(plan, self.replacing.replaces(plan), "verify")
+        if dry_run:
+            return prepared
+        return self._prepare(prepared)
+
+    def _verifiable_plan(self, batch_id: int, attempt: str, dry_run: bool) -> BatchPlan:
+        """The plan of batch ``batch_id``, when ``attempt`` may still be PREPARED: the batch is not
+        ABANDONED, its plan not void (then the attempt is decided "abort"), the pipeline's file says
+        what the plan recorded, the attempt was not aborted. ProtocolError, VerifyFailed or
+        ConfigChanged otherwise."""
+        plan = self.ledger.plan(batch_id)
+        if plan is None:
+            raise ProtocolError(f"batch {batch_id} has no plan at {self.layout.plan(batch_id)}")
+        if plan.rewind:
+            # the first batch after a rewind is PREPARED only once every table was restored for it
+            # (so its commit is always possible), or never when the rewind was cancelled
+            self.repairs.complete_rewinds()
+        if self.ledger.abandoned(batch_id) is not None:
+            raise VerifyFailed(f"batch {batch_id} was ABANDONED; attempt {attempt} cannot be prepared")
+        if self.ledger.is_void(plan):
+            if not dry_run:
+                self.ledger.decide(batch_id, attempt, "abort", {"reason": "its plan is void", "aborted_at": utcnow()})
+            raise VerifyFailed(void_text(batch_id) + f"; attempt {attempt} cannot be prepared")
+        self.proto.check_config(batch_id, plan=plan)
+        if self.ledger.aborted_info(batch_id, attempt) is not None:
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED (its files removed); it cannot "
+                               f"be prepared: the next run stages the batch again")
+        return plan
+
+    def _prepare(self, prepared: PreparedBatch) -> PreparedBatch:
+        """Write PREPARED for a verified attempt, after winning its decision: the batch's PREPARED
+        record (another attempt's when that one was PREPARED first)."""
+        batch_id, attempt = prepared.batch_id, prepared.attempt
+        # Win the attempt's decision before PREPARED: an abort racing this verify (a zombie
+        # verify, a task marked failed) either won first, and then this attempt is never
+        # prepared, or loses, and then it never removes the files that PREPARED names.
+        decided = self.ledger.decide(batch_id, attempt, "prepare", {"decided_at": utcnow()})
+        if decided["decision"] != "prepare":
+            raise VerifyFailed(f"batch {batch_id} attempt {attempt} was ABORTED while it was verified (its "
+                               f"files are being removed); it cannot be prepared: the next run stages the "
+                               f"batch again")
+        if not self.ledger.put_prepared(prepared):
+            winner = self.ledger.prepared(batch_id)
+            if winner is None:
+                raise VerifyFailed(f"batch {batch_id} was ABANDONED while attempt {attempt} was verified")
+            log.warning("batch %s: attempt %s verified, but attempt %s was PREPARED first; this "
+                        "attempt's files will be swept", batch_id, attempt, winner.attempt)
+            return winner
+        faults.crash_point("verify.after_prepared")
+        return prepared
+
+
+__all__ = ["NotReady", "VerifyFailed", "Verifying", "verify_attempt", "recheck_files", "void_text", "fingerprint_of"]

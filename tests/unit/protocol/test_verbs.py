@@ -27,7 +27,7 @@ from eobatch.protocol import (
     Protocol,
     ProtocolError,
 )
-from eobatch.protocol import verbs as protocol_module
+from eobatch.protocol import verify as verify_module
 from eobatch.protocol.verify import VerifyFailed
 from eobatch.sources.files import LateFiles
 from support.protocol_runs import T0, H, iv, land, land_ids, published, published_ids, run, run_next
@@ -59,17 +59,17 @@ def test_an_abort_between_verify_checks_and_prepared_wins_and_nothing_is_prepare
     proto = Protocol(cfg)
     plan, _ = proto.plan()
     attempt = stage(proto, plan.batch_id)
-    real = protocol_module.verify_attempt
+    real = verify_module.verify_attempt
 
     def checks_then_abort_runs(*args, **kw):  # verify has checked every file ... then abort runs
         out = real(*args, **kw)
         Protocol(cfg).abort(plan.batch_id, attempt, "the verify task was marked failed")
         return out
 
-    monkeypatch.setattr(protocol_module, "verify_attempt", checks_then_abort_runs)
+    monkeypatch.setattr(verify_module, "verify_attempt", checks_then_abort_runs)
     with pytest.raises(VerifyFailed, match="ABORTED while it was verified"):
         proto.verify(plan.batch_id, attempt)
-    monkeypatch.setattr(protocol_module, "verify_attempt", real)
+    monkeypatch.setattr(verify_module, "verify_attempt", real)
     assert proto.ledger.prepared(plan.batch_id) is None  # never PREPARED without its files
     assert _staged_files(proto, plan.batch_id, attempt) == []
     # the batch keeps its range; the next attempt publishes it once
@@ -399,7 +399,7 @@ def test_the_look_back_is_bounded_and_starts_at_the_pipelines_first_interval(mak
     land(cfg, "dt=2026-01-01/hour=04/g.jsonl", ["g"])
     run(proto, 4)
     assert published(proto) == collections.Counter(["a1", "f1", "f2", "f3", "late2", "g"])
-    assert proto._lookback(iv(4)["start"])[-1][0] == (T0 + 2 * H) * 1000
+    assert proto.planning.lookback(iv(4)["start"])[-1][0] == (T0 + 2 * H) * 1000
 
 
 def test_an_interval_is_planned_only_settle_seconds_after_its_end(make_cfg):
