@@ -105,7 +105,7 @@ class NumbersKind:
 @dataclass
 class NumbersPlanner:
     count: int
-    late = ()
+    late = skipped = ()
 
     def next_range(self, previous_plans, limit):
         return (None, 0, []) if previous_plans else ({"upto": self.count}, self.count, [])

@@ -229,7 +229,7 @@ class Planning:
         else:
             interval = None
             rng, n, notes = source.next_range(self.proto.read_so_far(hist=hist), limit)  # may raise DataLossError
-        late, skipped = list(getattr(source, "late", [])), list(getattr(source, "skipped", []))
+        late, skipped = list(source.late), list(source.skipped)
         self.proto.last_late += late  # for the task's log and metrics
         self.proto.last_skipped += skipped  # for the task's metric and alert
         if rng is None:

@@ -203,6 +203,9 @@ class Planner(Protocol):
 
     late: list[JSON]
     """After ``interval_range``: what it found late, ``[{"interval", "files", "action"}]``."""
+    skipped: list[JSON]
+    """After a plan: the inputs it left out (``{"path", "reason", "retried", "note"}``: a landing
+    file it cannot read now, a name it never reads); [] for a kind that leaves none out."""
 
     def next_range(self, previous_plans: Sequence[BatchPlan], limit: int) -> tuple[JSON | None, int | None, list[str]]:
         """Continuous mode: ``(range, records, notes)`` of the next batch, starting where the ranges of

@@ -77,6 +77,7 @@ class DeltaSource:
         self.src = cfg.source
         self.fs = storage_for(self.src.table)
         self.late: list = []
+        self.skipped: list = []  # versions passed over are the range's ``skipped``, with their notes
         # versions read so far by this planner (a version's commit file never changes): the batches of one
         # run each walk from their start to the newest version, the log is read once
         self._commits: dict[int, Commit | None] = {}

@@ -186,6 +186,7 @@ class FilesSource:
         self.include: tuple[str, ...] = tuple(cfg.source.include)  # the names it reads (``takes``)
         self.not_taken: list[str] = []  # ``list_landing``: the visible files whose names it does not take
         self.skipped: list[dict] = []  # ``skip``: the landing inputs a plan left out (``list_landing`` starts them)
+        self.late: list[dict] = []  # interval mode: what the last ``interval_range`` found late
         self.links: list[str] = []  # ``list_landing``: the symbolic links it saw
         self.link_notes: list[str] = []
         self._run_listing: tuple[list[FileInfo], list[dict]] | None = None  # ``begin_run``

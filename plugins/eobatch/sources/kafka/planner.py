@@ -35,6 +35,7 @@ class KafkaSource:
         self.cfg = cfg
         self.src = cfg.source
         self.late: list = []  # late records are told in the plan's notes (intervals.plan_interval)
+        self.skipped: list = []  # a topic's records are never left out (lost ones are the range's ``lost``)
 
     @functools.cached_property
     def client(self) -> dict:

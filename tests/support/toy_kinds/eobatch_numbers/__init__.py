@@ -71,6 +71,7 @@ class NumbersRange:
 
 class NumbersPlanner:
     late: list = []
+    skipped: list = []
 
     def __init__(self, cfg) -> None:
         self.source: NumbersConfig = cfg.source
