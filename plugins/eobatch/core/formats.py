@@ -342,22 +342,41 @@ class Record:
 
 @dataclass(frozen=True)
 class PlannedFile:
-    """One file a recorded range reads, typed: what the landing kinds (files, parquet) and the delta
-    source record of each file under their range's ``files`` (``planned_files`` reads them). Code
-    outside those kinds asks for these, never for the range's JSON."""
+    """One file a recorded range reads, typed: what the landing kinds (files, parquet: their
+    ``FilesRange``) and the delta source record of each file under their range's ``files``
+    (``planned_files`` reads them). Code outside those kinds asks for these, never for the range's
+    JSON. ``identity``: [device, inode, mtime in ns] of a local file, [ETag, VersionId, LastModified
+    in ms] of an S3 object (plans written before them have none)."""
 
     path: str
-    size: int | None
-    mtime_ms: int | None
-    records: int | None
+    size: int
+    mtime_ms: int
+    records: int | None = None  # None only in ranges that never counted (kept as recorded)
     slice: str | None = None  # interval mode: the interval slice the file's records publish in
     skipped: str | None = None  # why the kind will not read it (it was planned, so it counts as consumed)
+    identity: tuple[Any, ...] | None = None
     entry: JSON = field(default_factory=dict, compare=False, repr=False)  # the range's own entry (not a copy)
 
     @classmethod
     def of(cls, entry: JSON) -> PlannedFile:
-        return cls(str(entry["path"]), entry.get("size"), entry.get("mtime_ms"), entry.get("records"),
-                   entry.get("slice"), entry.get("skipped"), entry)
+        """The file of a range's entry (the entry itself kept: ``entry``)."""
+        identity = entry.get("identity")
+        return cls(str(entry["path"]), int(entry.get("size") or 0), int(entry.get("mtime_ms") or 0),
+                   entry.get("records"), entry.get("slice"), entry.get("skipped"),
+                   tuple(identity) if identity is not None else None, entry)
+
+    def to_json(self) -> JSON:
+        """The entry a range records of it."""
+        d: JSON = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
+        if self.records is not None:
+            d["records"] = self.records
+        if self.slice is not None:
+            d["slice"] = self.slice
+        if self.skipped is not None:
+            d["skipped"] = self.skipped
+        if self.identity is not None:
+            d["identity"] = list(self.identity)
+        return d
 
 
 def planned_files(rng: object) -> tuple[PlannedFile, ...] | None:
@@ -366,7 +385,7 @@ def planned_files(rng: object) -> tuple[PlannedFile, ...] | None:
     files = rng.get("files") if isinstance(rng, dict) else None
     if not isinstance(files, list):
         return None
-    return tuple(PlannedFile.of(f) if isinstance(f, dict) else PlannedFile(str(f), None, None, None) for f in files)
+    return tuple(PlannedFile.of(f) if isinstance(f, dict) else PlannedFile(str(f), 0, 0) for f in files)
 
 
 def files_shown(rng: JSON, limit: int) -> JSON:

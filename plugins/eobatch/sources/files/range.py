@@ -13,31 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from ...core.formats import PlannedFile
+
 if TYPE_CHECKING:
     from ...core.formats import StageSummary
-
-
-@dataclass(frozen=True)
-class PlannedFile:
-    path: str
-    size: int
-    mtime_ms: int
-    records: int | None = None  # None only in ranges that never counted (kept as recorded)
-    slice: str | None = None  # interval mode: formats.slice_name of the file's interval
-    skipped: str | None = None  # why the kind does not read it (consumed, never published; records 0)
-    identity: tuple | None = None  # (device, inode, mtime_ns) of a local file, (ETag, VersionId, mtime_ms) of an S3 object
-
-    def to_json(self) -> dict:
-        d: dict[str, Any] = {"path": self.path, "size": self.size, "mtime_ms": self.mtime_ms}
-        if self.records is not None:
-            d["records"] = self.records
-        if self.slice is not None:
-            d["slice"] = self.slice
-        if self.skipped is not None:
-            d["skipped"] = self.skipped
-        if self.identity is not None:
-            d["identity"] = list(self.identity)
-        return d
 
 
 @dataclass(frozen=True)
@@ -54,9 +33,7 @@ class FilesRange:
 
     @classmethod
     def from_json(cls, data: dict) -> Self:
-        return cls(tuple(PlannedFile(f["path"], f["size"], f["mtime_ms"], f.get("records"), f.get("slice"), f.get("skipped"),
-                                     tuple(f["identity"]) if f.get("identity") is not None else None)
-                         for f in data.get("files", [])), data.get("listed_after"), data.get("full_listing_ms"),
+        return cls(tuple(PlannedFile.of(f) for f in data.get("files", [])), data.get("listed_after"), data.get("full_listing_ms"),
                    data.get("listing_done"), data.get("events"))
 
     def to_json(self) -> dict:
