@@ -103,6 +103,7 @@ def ledger_row(proto: Protocol, plan: BatchPlan, versions: dict[str, int]) -> di
         "run_id": plan.run_id,
         "run_first": plan.first_of_run,  # the first batch its run planned with it (itself: a run of one)
         "notes": list(plan.notes),
+        "source_kind": plan.source_kind,  # whose words ``offsets`` are in
         "offsets": plan.range,
     }
     if state == "COMMITTED" and committed is None:

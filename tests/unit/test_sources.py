@@ -127,6 +127,9 @@ class NumbersRange:
     def locations(self):
         return []
 
+    def detail(self):
+        return sources.base.RangeDetail()
+
     def check_stage(self, summary):
         return []
 

@@ -26,12 +26,23 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ..config.contract import check_agrees, kind_part
+from ..core.formats import planned_files
 from ..core.registry import KindUnavailable, Registry
+from ..errors import LedgerMismatch
 from ..storage import lineage
-from .base import ConfigContext, IntervalTooLarge, Planner, SourceConfig, SourceKind, SourcePipeline, SourceRange
+from .base import (
+    ConfigContext,
+    IntervalTooLarge,
+    Planner,
+    RangeDetail,
+    SourceConfig,
+    SourceKind,
+    SourcePipeline,
+    SourceRange,
+)
 
 if TYPE_CHECKING:
-    from ..core.formats import BatchPlan
+    from ..core.formats import JSON, BatchPlan
     from ..storage.lineage import LineageDataset
 
 BUILTIN = ("files", "kafka", "parquet", "delta")  # sub-packages of this one
@@ -90,6 +101,15 @@ def lineage_inputs(source: SourceConfig, plan: BatchPlan) -> list[LineageDataset
         return kind_for(plan.source_kind).lineage_inputs(source, plan.range or {})
     except KeyError:
         return [lineage.at(source.path, detail={"kind": plan.source_kind})] if source.path else []
+
+
+def range_detail(source_kind: str, rng: JSON) -> RangeDetail:
+    """What the ledger page lists of a recorded range (``SourceRange.detail``); of a kind this
+    process does not know, or a range its kind cannot read, its files if it names any."""
+    try:
+        return kind_for(source_kind).range(rng).detail()
+    except (KeyError, LedgerMismatch):
+        return RangeDetail(files=planned_files(rng) or ())
 
 
 def compact_offsets(plan: BatchPlan) -> Any:

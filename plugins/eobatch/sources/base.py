@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     # pyspark: types for the annotations only (never imported here: the Airflow side imports this module)
     from pyspark.sql import DataFrame, SparkSession
 
-    from ..core.formats import JSON, BatchPlan, StageSummary
+    from ..core.formats import JSON, BatchPlan, PlannedFile, StageSummary
     from ..storage.lineage import LineageDataset
 
 
@@ -249,6 +249,16 @@ class Planner(Protocol):
         missing); a key left out is not known for this kind."""
 
 
+@dataclass(frozen=True)
+class RangeDetail:
+    """What the ledger page lists of a recorded range below its one-line summary, in its kind's
+    words (``SourceRange.detail``)."""
+
+    files: tuple[PlannedFile, ...] = ()  # the files it reads
+    partitions: tuple[tuple[str, str, int, int], ...] = ()  # (topic, partition, first offset, end offset)
+    upstream: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (upstream pipeline, its batches this range read)
+
+
 class SourceRange(Protocol):
     """A recorded range, typed. ``kind.range(d).to_json() == d`` for every range a ledger holds."""
 
@@ -264,6 +274,9 @@ class SourceRange(Protocol):
 
     def locations(self) -> list[str]:
         """Paths or URIs the Spark job reads (for the S3 credentials of the executors)."""
+
+    def detail(self) -> RangeDetail:
+        """What the ledger page lists of it below its summary (``RangeDetail``)."""
 
     def check_stage(self, summary: StageSummary) -> list[str]:
         """Problems of the stage summary against this range (verify), beyond the record count

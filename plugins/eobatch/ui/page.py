@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.formats import changes_text, planned_files
+from ..core.formats import changes_text
+from ..sources import range_detail
+from ..sources.base import RangeDetail
 
 PHASES = (("plan_s", "plan", "#8e7cc3"), ("stage_s", "stage", "#3d85c6"), ("verify_s", "verify", "#e69138"),
           ("commit_s", "commit", "#6aa84f"))
@@ -283,23 +285,24 @@ def _range_cell(r: dict, airflow_base: str = "") -> str:
     """The batch's range: its one-line summary, then every file or partition in a <details>; a
     delta source's batch links each upstream batch it read to that batch in the upstream's ledger."""
     rng = r.get("offsets") or {}
+    detail = range_detail(str(r.get("source_kind")), rng) if isinstance(rng, dict) else RangeDetail()
     items: list[str] = []
-    for up, ids in sorted((rng.get("upstream") or {}).items()) if isinstance(rng, dict) else []:
+    for up, ids in detail.upstream:
         links = [f'<a href="{esc(airflow_base)}/eobatch/pipelines/{esc(url_path(up))}?batch={int(b)}#batch-{int(b)}">'
                  f'{int(b)}</a>' for b in list(ids)[:MAX_UPSTREAM_LINKS]]
         more = f" and {len(ids) - MAX_UPSTREAM_LINKS} more" if len(ids) > MAX_UPSTREAM_LINKS else ""
         items.append(f'<li>read upstream <span class="mono">{esc(up)}</span> batch{"es" if len(ids) > 1 else ""} '
                      f'{", ".join(links)}{more}</li>')
-    for f in planned_files(rng) or ():
+    for f in detail.files:
         items.append(f'<li><span class="mono">{esc(f.path)}</span> '
                      f'<span class="muted">({esc(fmt_int(f.records))} records, '
                      f'{esc(fmt_bytes(f.size))})</span></li>')
     if isinstance(rng, dict) and rng.get("files_not_shown"):  # the page lists a few (eobatch.ui.view.PAGE_FILES)
         items.append(f'<li class="muted">... and {esc(fmt_int(rng["files_not_shown"]))} more files (the JSON lists '
                      f'them all)</li>')
-    for p, span in sorted((rng.get("partitions") or {}).items()) if isinstance(rng, dict) else []:
-        items.append(f'<li>topic <span class="mono">{esc(rng.get("topic"))}</span> partition {esc(p)}: '
-                     f'offsets [{esc(span[0])}, {esc(span[1])})</li>')
+    for topic, p, first, end in detail.partitions:
+        items.append(f'<li>topic <span class="mono">{esc(topic)}</span> partition {esc(p)}: '
+                     f'offsets [{esc(first)}, {esc(end)})</li>')
     summary = esc(r.get("source_range"))
     if not items:
         return summary

@@ -37,6 +37,8 @@ def row(b: int, state: str = "COMMITTED", **kw) -> dict:
         "offsets": {"files": [{"path": f"/landing/f{b}.jsonl", "size": 4096, "mtime_ms": 1, "records": 100 + b}]},
     }
     r.update(kw)
+    if "source_kind" not in kw:  # the kind whose words the offsets are in (a delta range names its table)
+        r["source_kind"] = "delta" if "table" in (r["offsets"] or {}) else "kafka" if "topic" in (r["offsets"] or {}) else "files"
     return r
 
 

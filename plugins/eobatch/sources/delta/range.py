@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...core.formats import planned_files
 from ...errors import LedgerMismatch
+from ..base import RangeDetail
 from ..parquet.range import ParquetRange
 
 if TYPE_CHECKING:
@@ -66,6 +68,11 @@ class DeltaRange:
 
     def locations(self) -> list[str]:
         return [f["path"] for f in self.data.get("files", [])]
+
+    def detail(self) -> RangeDetail:
+        ups = self.data.get("upstream") or {}
+        return RangeDetail(files=planned_files(self.data) or (),
+                           upstream=tuple((p, tuple(int(b) for b in ids)) for p, ids in sorted(ups.items())))
 
     def start_marker(self) -> DeltaRange:
         """An empty range at this range's first version: where a rewind to it reads again from."""

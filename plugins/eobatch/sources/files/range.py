@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from ...core.formats import PlannedFile
+from ..base import RangeDetail
 
 if TYPE_CHECKING:
     from ...core.formats import StageSummary
@@ -61,6 +62,9 @@ class FilesRange:
 
     def locations(self) -> list[str]:
         return [f.path for f in self.files]
+
+    def detail(self) -> RangeDetail:
+        return RangeDetail(files=self.files)
 
     def check_stage(self, summary: StageSummary) -> list[str]:
         """JSON lines: the record count (``rows_in``, checked by verify for every kind), and each

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...errors import LedgerMismatch
+from ..base import RangeDetail
 from . import account
 
 if TYPE_CHECKING:
@@ -74,6 +75,10 @@ class KafkaRange:
 
     def locations(self) -> list[str]:
         return []
+
+    def detail(self) -> RangeDetail:
+        return RangeDetail(partitions=tuple((self.topic, p, f, t) for p, (f, t) in
+                                            sorted(self.partitions.items(), key=lambda x: int(x[0]))))
 
     def start_marker(self) -> KafkaRange:
         """An empty range at this range's first offsets: where a rewind to it reads again from."""

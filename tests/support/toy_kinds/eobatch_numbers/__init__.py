@@ -20,7 +20,7 @@ from typing import Any
 
 from eobatch.errors import ConfigError
 from eobatch.sources import ConfigContext, SourceConfig
-from eobatch.sources.base import COMMON_HARMLESS, PLANNED, BacklogAsk, harmless, pinned
+from eobatch.sources.base import COMMON_HARMLESS, PLANNED, BacklogAsk, RangeDetail, harmless, pinned
 
 KEYS = frozenset({"kind", "start", "stop", "field", "max_records_per_batch"})
 
@@ -61,6 +61,9 @@ class NumbersRange:
 
     def locations(self) -> list[str]:
         return []
+
+    def detail(self) -> RangeDetail:
+        return RangeDetail()  # the summary says it all
 
     def check_stage(self, summary) -> list[str]:
         """The job read exactly the range: its first and last position (``NumbersKind.positions``)."""
