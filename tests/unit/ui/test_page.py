@@ -38,7 +38,8 @@ def row(b: int, state: str = "COMMITTED", **kw) -> dict:
     }
     r.update(kw)
     if "source_kind" not in kw:  # the kind whose words the offsets are in (a delta range names its table)
-        r["source_kind"] = "delta" if "table" in (r["offsets"] or {}) else "kafka" if "topic" in (r["offsets"] or {}) else "files"
+        offsets = kw.get("offsets") or {}
+        r["source_kind"] = "delta" if "table" in offsets else "kafka" if "topic" in offsets else "files"
     return r
 
 
