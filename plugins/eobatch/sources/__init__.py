@@ -98,9 +98,10 @@ def lineage_inputs(source: SourceConfig, plan: BatchPlan) -> list[LineageDataset
     """The datasets the batch's range reads, in its kind's words (``SourceKind.lineage_inputs``); of
     a kind this process does not know (a plug-in no longer installed), by its ``source.path``."""
     try:
-        return kind_for(plan.source_kind).lineage_inputs(source, plan.range or {})
+        kind = kind_for(plan.source_kind)
     except KeyError:
         return [lineage.at(source.path, detail={"kind": plan.source_kind})] if source.path else []
+    return kind.lineage_inputs(source, plan.range or {})  # a KeyError of the kind's own is its bug: raised
 
 
 def range_detail(source_kind: str, rng: JSON) -> RangeDetail:
