@@ -55,7 +55,7 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
     """
     import pyspark
 
-    from eobatch.core.formats import Layout, PartitionManifest, StagedFile
+    from eobatch.core.formats import Layout, ManifestFile, PartitionManifest
     from eobatch.storage.fs import join, storage_for
 
     layout = Layout(**ledger_spec)
@@ -109,9 +109,9 @@ def stage_dataframe(df, *, participant: str, table_root: str, ledger_spec: dict,
             info = fs.stat(join(table_root, f["path"]))
             if info is None:  # the task fails and Spark runs it again
                 raise FileNotFoundError(f"{join(table_root, f['path'])}: staged file missing right after it was written")
-            # nan_free: the float columns the writer saw no NaN in (see StagedFile)
-            staged.append(StagedFile(path=f["path"], size=info.size, rows=writers[key].rows,
-                                     partition_values=f["partition_values"], nan_free=writers[key].nan_free).__dict__)
+            # nan_free: the float columns the writer saw no NaN in (see ManifestFile)
+            staged.append(ManifestFile(path=f["path"], size=info.size, rows=writers[key].rows,
+                                       partition_values=f["partition_values"], nan_free=writers[key].nan_free).__dict__)
         m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                               task_attempt=tattempt, rows=total, files=sorted(staged, key=lambda x: x["path"]))
         mfs = storage_for(layout.sink_table)

@@ -36,9 +36,9 @@ from eobatch.core.formats import (
     SINK,
     BatchPlan,
     CommittedBatch,
+    ManifestFile,
     PartitionManifest,
     PreparedBatch,
-    StagedFile,
     StageSummary,
 )
 from eobatch.pipelines.loader import config_values
@@ -84,8 +84,8 @@ def synthetic_batch(p, n_files: int, rows_per_file: int, text_bytes: int) -> dic
         pq.write_table(tbl, full, compression="snappy")
         schema = tbl.schema
         m = PartitionManifest(batch_id=b, attempt=attempt, participant=SINK, partition=i, task_attempt=0,
-                              rows=tbl.num_rows, files=[StagedFile(path=rel, size=full.stat().st_size,
-                                                                   rows=tbl.num_rows).__dict__])
+                              rows=tbl.num_rows, files=[ManifestFile(path=rel, size=full.stat().st_size,
+                                                                     rows=tbl.num_rows).__dict__])
         proto.ledger.fs.write_atomic(lay.manifest(b, attempt, SINK, i), m.to_json())
         manifests.append(json.loads(m.to_json()))
     qm = PartitionManifest(batch_id=b, attempt=attempt, participant=QUARANTINE, partition=0, task_attempt=0,

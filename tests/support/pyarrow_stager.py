@@ -22,7 +22,7 @@ import pyarrow as pa
 from eobatch.config.contract import contract_refusal
 from eobatch.config.lines import split_records
 from eobatch.config.schemas import schema_to_b64
-from eobatch.core.formats import QUARANTINE, SINK, PartitionManifest, StagedFile, StageSummary
+from eobatch.core.formats import QUARANTINE, SINK, ManifestFile, PartitionManifest, StageSummary
 from eobatch.core.table_files import TableFileWriter
 from eobatch.pipelines.loader import config_values
 from eobatch.sinks.delta_merge import MergeConfig
@@ -205,7 +205,7 @@ def stage(proto, batch_id: int, attempt: str | None = None, partitions: int = 2,
                 w.close()
                 info = fs.stat(full)
                 assert info is not None, f"{full}: written but not found"
-                files.append(StagedFile(path=rel, size=info.size, rows=len(part), nan_free=w.nan_free).__dict__)
+                files.append(ManifestFile(path=rel, size=info.size, rows=len(part), nan_free=w.nan_free).__dict__)
             m = PartitionManifest(batch_id=batch_id, attempt=attempt, participant=participant, partition=pid,
                                   task_attempt=0, rows=len(mine), files=files)
             proto.ledger.fs.write_atomic(proto.layout.manifest(batch_id, attempt, participant, pid), m.to_json())

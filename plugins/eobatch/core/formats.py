@@ -461,7 +461,10 @@ class BatchPlan(Record):
 
 
 @dataclass
-class StagedFile(Record):
+class ManifestFile(Record):
+    """One file a Spark task wrote, as its ``PartitionManifest`` lists it (verify checks it and
+    makes it an AddFile of the PREPARED record)."""
+
     path: str  # relative to the participant table's root
     size: int
     rows: int
@@ -481,7 +484,7 @@ class PartitionManifest(Record):
     partition: int
     task_attempt: int
     rows: int
-    files: list[JSON]  # of StagedFile dicts
+    files: list[JSON]  # of ManifestFile dicts
     format: int = FORMAT_VERSION
 
 
