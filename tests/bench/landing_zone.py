@@ -231,7 +231,7 @@ def write_ledger(yaml_path: Path, consumed: list[dict], per_batch: int) -> int:
     from protocol_costs import QSCHEMA, SCHEMA
 
     from eobatch.config.schemas import schema_to_b64
-    from eobatch.core.formats import QUARANTINE, SINK, BatchPlan, CommittedBatch, PreparedBatch
+    from eobatch.core.formats import QUARANTINE, SINK, BatchPlan, CommittedBatch, PreparedBatch, StagedFile
     from eobatch.pipelines.loader import load_pipeline
     from eobatch.protocol import Protocol
     from eobatch.sinks.delta import DeltaParticipant
@@ -254,8 +254,8 @@ def write_ledger(yaml_path: Path, consumed: list[dict], per_batch: int) -> int:
         records.append((lay.plan(b), BatchPlan(pipeline=cfg.name, batch_id=b, source_kind="files",
                                                rows_in=len(chunk), config_fingerprint=fp, planned_at=at,
                                                range=rng).to_json()))
-        add = {"path": f"{lay.attempt_staging_rel(b, attempt)}/part-00000-0.snappy.parquet", "size": 1000,
-               "partition_values": {}, "modification_time": 1_767_225_600_000, "stats": "{}"}
+        add = StagedFile(f"{lay.attempt_staging_rel(b, attempt)}/part-00000-0.snappy.parquet", 1000, {},
+                         1_767_225_600_000, "{}")
         records.append((lay.prepared(b), PreparedBatch(
             pipeline=cfg.name, batch_id=b, attempt=attempt, adds={SINK: [add], QUARANTINE: []},
             arrow_schema=schemas, partition_by={SINK: [], QUARANTINE: []}, fingerprint=fp, rows_in=len(chunk),

@@ -39,6 +39,7 @@ from eobatch.core.formats import (
     ManifestFile,
     PartitionManifest,
     PreparedBatch,
+    StagedFile,
     StageSummary,
 )
 from eobatch.pipelines.loader import config_values
@@ -159,8 +160,8 @@ def synthetic_ledger(root: Path, name: str, batches: int):
             pipeline=cfg.name, batch_id=b, source_kind="files", rows_in=1, config_fingerprint=fp,
             planned_at=at, range={"files": [{"path": f.path, "size": f.size, "mtime_ms": f.mtime_ms,
                                              "records": 1}]}).to_json())
-        add = {"path": f"{lay.attempt_staging_rel(b, attempt)}/part-00000-0.snappy.parquet", "size": 1000,
-               "partition_values": {}, "modification_time": 1_767_225_600_000, "stats": "{}"}
+        add = StagedFile(f"{lay.attempt_staging_rel(b, attempt)}/part-00000-0.snappy.parquet", 1000, {},
+                         1_767_225_600_000, "{}")
         _put(lay.prepared(b), PreparedBatch(
             pipeline=cfg.name, batch_id=b, attempt=attempt, adds={SINK: [add], QUARANTINE: []},
             arrow_schema=schemas, partition_by={SINK: [], QUARANTINE: []}, fingerprint=fp, rows_in=1,

@@ -20,7 +20,7 @@ import uuid
 import pytest
 
 from eobatch.job import launch
-from eobatch.sinks import CommitConflict
+from eobatch.sinks import CommitConflict, StagedFile
 from eobatch.sinks.delta import DeltaParticipant
 from eobatch.storage.fs import S3Storage, S3StorageError
 from support.delta_races import race_first_commit
@@ -208,7 +208,7 @@ def test_two_committers_racing_on_one_s3_table_never_lose_a_commit(s3, reader):
                 return
             try:
                 versions.append(part.commit(
-                    app, batch, [{"path": f"eo_batches/{app}-{batch}.parquet", "size": 1}], schema, [],
+                    app, batch, [StagedFile(f"eo_batches/{app}-{batch}.parquet", 1)], schema, [],
                     {"eo.pipeline": app, "eo.batchId": str(batch)}))
                 return
             except Exception as e:  # noqa: BLE001
@@ -631,7 +631,7 @@ def test_two_committers_creating_a_new_s3_table_at_once(s3, reader):
 
         def commit():  # the threads run, and are joined, within this iteration (B023 does not apply)
             try:
-                Racing("sink", table).commit("app", 1, [{"path": "eo_batches/f.parquet", "size": 1}],
+                Racing("sink", table).commit("app", 1, [StagedFile("eo_batches/f.parquet", 1)],
                                              schema, [], {"eo.pipeline": "app", "eo.batchId": "1"})
             except Exception as e:  # noqa: BLE001
                 errors.append(e)

@@ -26,6 +26,7 @@ import pytest
 from deltalake import DeltaTable, QueryBuilder
 
 from eobatch.core.table_files import footer_stats
+from eobatch.sinks import StagedFile
 from eobatch.sinks.delta import DeltaParticipant
 
 D = decimal.Decimal
@@ -59,8 +60,7 @@ def delta_table(root: Path, table: pa.Table, stats_of, parquet_stats: bool = Tru
     if not parquet_stats:
         pq.write_table(table, full, write_statistics=False)
     p = DeltaParticipant("sink", str(root), storage_options={})
-    p.commit("app", 1, [{"path": rel, "size": full.stat().st_size, "partition_values": {},
-                         "modification_time": 1, "stats": stats}], table.schema, [], {"eo.batchId": "1"})
+    p.commit("app", 1, [StagedFile(rel, full.stat().st_size, {}, 1, stats)], table.schema, [], {"eo.batchId": "1"})
     dt = DeltaTable(str(root))
     assert pa.table(dt.get_add_actions(flatten=True)).column("num_records").to_pylist() == [table.num_rows]
     return dt

@@ -16,7 +16,7 @@ def race_first_commit(table: str, delta_log_commits: Callable[[str], list[dict]]
     import deltalake.transaction  # noqa: F401 - partially initialised module, which is not the race here)
     import pyarrow as pa
 
-    from eobatch.sinks import CommitConflict
+    from eobatch.sinks import CommitConflict, StagedFile
     from eobatch.sinks.delta import DeltaParticipant
 
     schema = pa.schema([("x", pa.int64())])
@@ -25,7 +25,7 @@ def race_first_commit(table: str, delta_log_commits: Callable[[str], list[dict]]
     def commit():
         try:
             outcomes.append(DeltaParticipant("sink", table).commit(
-                "app", 1, [{"path": "eo_batches/app-1.parquet", "size": 1}], schema, [],
+                "app", 1, [StagedFile("eo_batches/app-1.parquet", 1)], schema, [],
                 {"eo.pipeline": "app", "eo.batchId": "1"}))
         except CommitConflict as e:
             outcomes.append(("conflict", str(e)[:400]))

@@ -9,7 +9,7 @@ import json
 import random
 from pathlib import Path
 
-from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
+from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, StagedFile, fingerprint_of, slice_name
 from eobatch.core.ledger import Ledger
 from eobatch.protocol import state as st
 from eobatch.storage.fs import LocalStorage
@@ -63,8 +63,7 @@ class Book:
         b = self.pending
         assert b is not None
         plan = self.ledger.require_plan(b)
-        adds = {"sink": [{"path": f"eo_batches/b{b:010d}/a1/{name}/part-0.parquet", "size": 10,
-                          "partition_values": {}, "modification_time": 0, "stats": "{}"}
+        adds = {"sink": [StagedFile(f"eo_batches/b{b:010d}/a1/{name}/part-0.parquet", 10, {}, 0, "{}")
                          for name in (plan.slices() or {"": []})], "quarantine": []}
         assert self.ledger.put_prepared(PreparedBatch(
             pipeline="orders", batch_id=b, attempt="a1", adds=adds, arrow_schema={}, partition_by={},

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
+from eobatch.core.formats import BatchPlan, PreparedBatch, StagedFile, fingerprint_of
 from eobatch.protocol import Protocol
 from support.pyarrow_stager import stage
 
@@ -156,8 +156,8 @@ def staged_left(proto: Protocol) -> set[str]:
 
 def prepare_by_hand(proto: Protocol, batch_id: int, attempt: str, rels: list[str]) -> None:
     """The PREPARED record of ``attempt`` whose files are ``rels`` (as ``stage_by_hand`` returned them)."""
-    adds = {p: [{"path": r.split(":", 1)[1], "size": 1, "partition_values": {}, "modification_time": 0,
-                 "stats": "{}"} for r in rels if r.startswith(p + ":")] for p in ("sink", "quarantine")}
+    adds = {p: [StagedFile(r.split(":", 1)[1], 1, {}, 0, "{}") for r in rels if r.startswith(p + ":")]
+            for p in ("sink", "quarantine")}
     assert proto.ledger.put_prepared(PreparedBatch(
         pipeline="orders", batch_id=batch_id, attempt=attempt, adds=adds, arrow_schema={}, partition_by={},
         fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,

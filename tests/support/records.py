@@ -3,7 +3,7 @@ and its PREPARED record, the plan of a range of any kind, a stage summary's sour
 
 from __future__ import annotations
 
-from eobatch.core.formats import BatchPlan, PreparedBatch, StageSummary, fingerprint_of
+from eobatch.core.formats import BatchPlan, PreparedBatch, StagedFile, StageSummary, fingerprint_of
 
 
 def plan_record(batch_id=1, files=None, notes=None) -> BatchPlan:
@@ -19,9 +19,7 @@ def plan_record(batch_id=1, files=None, notes=None) -> BatchPlan:
 
 def prepared_record(batch_id=1) -> PreparedBatch:
     """The PREPARED record of attempt a1 of batch ``batch_id``: one sink file."""
-    adds = {"sink": [{"path": "eo_batches/b0000000001/a1/part-0.parquet", "size": 123,
-                      "partition_values": {}, "modification_time": 5, "stats": "{}"}],
-            "quarantine": []}
+    adds = {"sink": [StagedFile("eo_batches/b0000000001/a1/part-0.parquet", 123, {}, 5, "{}")], "quarantine": []}
     return PreparedBatch(pipeline="orders", batch_id=batch_id, attempt="a1", adds=adds,
                          arrow_schema={"sink": "QUJD", "quarantine": "REVG"}, partition_by={"sink": []},
                          fingerprint=fingerprint_of(adds), rows_in=5, rows_valid=4, rows_quarantined=1,

@@ -45,7 +45,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import Field, asdict, dataclass, field, fields
+from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar, Literal, Self
 
 from ..config.ddl import PARTITION_PATH_MAX_BYTES as PARTITION_PATH_MAX_BYTES
@@ -326,18 +326,28 @@ class Layout:
 
 
 class Record:
-    """JSON (de)serialisation for the dataclass records below."""
+    """JSON (de)serialisation for the dataclass records below: each field as JSON holds it, but for
+    the fields a record keeps as typed values (``_json_fields``, ``_typed_fields``: its own)."""
 
     __dataclass_fields__: ClassVar[dict[str, Field[Any]]]  # every subclass is a dataclass
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True, indent=1, default=str).encode()
+        return json.dumps(self._json_fields(), sort_keys=True, indent=1, default=str).encode()
+
+    def _json_fields(self) -> JSON:
+        """Its fields as its JSON holds them."""
+        return asdict(self)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Self:
         d = json.loads(data)
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        return cls(**cls._typed_fields({k: v for k, v in d.items() if k in names}))
+
+    @classmethod
+    def _typed_fields(cls, d: JSON) -> JSON:
+        """``d`` (the fields its JSON holds) with the values it keeps typed made so."""
+        return d
 
 
 @dataclass(frozen=True)
@@ -463,7 +473,7 @@ class BatchPlan(Record):
 @dataclass
 class ManifestFile(Record):
     """One file a Spark task wrote, as its ``PartitionManifest`` lists it (verify checks it and
-    makes it an AddFile of the PREPARED record)."""
+    makes it a ``StagedFile`` of the PREPARED record)."""
 
     path: str  # relative to the participant table's root
     size: int
@@ -518,6 +528,41 @@ class StageSummary(Record):
     format: int = FORMAT_VERSION
 
 
+@dataclass(frozen=True)
+class StagedFile:
+    """One staged file of a PREPARED batch, typed: the Delta AddFile its table's commit adds
+    (``PreparedBatch.adds``, ``Participant.commit``), as verify made it from the file's footer
+    (``table_files.add_action``). Code outside this module asks for these, never for the record's
+    JSON (``to_json``, ``from_json``). ``modification_time`` and ``stats`` are None only when a
+    record does not hold them; a commit then takes its own time (as for 0) and no statistics
+    (``"{}"``)."""
+
+    path: str  # relative to the participant table's root
+    size: int
+    # the Delta log's spelling of each partition column's value (``partition_text``)
+    partition_values: dict[str, str | None] = field(default_factory=dict, hash=False)
+    modification_time: int | None = None  # ms since the epoch
+    stats: str | None = None  # the Delta statistics, JSON text (``table_files.footer_stats``)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> StagedFile:
+        """The file a PREPARED record lists as ``d``: ``path`` and ``size`` are required; without
+        ``partition_values`` it has none, without ``modification_time`` or ``stats`` (or null) None."""
+        mtime, stats = d.get("modification_time"), d.get("stats")
+        return cls(str(d["path"]), int(d["size"]), dict(d.get("partition_values") or {}),
+                   None if mtime is None else int(mtime), None if stats is None else str(stats))
+
+    def to_json(self) -> JSON:
+        """The entry a PREPARED record holds of it: ``path``, ``size``, ``partition_values``,
+        and ``modification_time`` and ``stats`` unless None (a record that had none gets none)."""
+        d: JSON = {"path": self.path, "size": self.size, "partition_values": dict(self.partition_values)}
+        if self.modification_time is not None:
+            d["modification_time"] = self.modification_time
+        if self.stats is not None:
+            d["stats"] = self.stats
+        return d
+
+
 @dataclass
 class PreparedBatch(Record):
     """PREPARED: the verified file set of one attempt. From here on the commit must succeed."""
@@ -525,7 +570,7 @@ class PreparedBatch(Record):
     pipeline: str
     batch_id: int
     attempt: str
-    adds: dict[str, list[JSON]]  # participant -> list of {"path","size","partition_values","modification_time","stats"}
+    adds: dict[str, list[StagedFile]]  # participant -> its staged files (the record's JSON: each one's to_json())
     arrow_schema: dict[str, str]  # participant -> base64 Arrow IPC schema
     partition_by: dict[str, list[str]]
     fingerprint: str
@@ -541,6 +586,17 @@ class PreparedBatch(Record):
     rows_dropped: int = 0
     expectations: dict[str, int] = field(default_factory=dict)  # expectation name -> records that failed it
     format: int = FORMAT_VERSION
+
+    def _json_fields(self) -> JSON:
+        adds = {participant: [f.to_json() for f in files] for participant, files in self.adds.items()}
+        return {**asdict(replace(self, adds={})), "adds": adds}
+
+    @classmethod
+    def _typed_fields(cls, d: JSON) -> JSON:
+        if not isinstance(d.get("adds"), dict):
+            return d  # the constructor says what is missing
+        return {**d, "adds": {participant: [StagedFile.from_json(a) for a in files]
+                              for participant, files in d["adds"].items()}}
 
 
 @dataclass
@@ -623,12 +679,14 @@ def _epoch_ms(iso: str) -> int:
     return int(d.timestamp() * 1000)
 
 
-def fingerprint_of(adds: Mapping[str, Iterable[Mapping[str, Any]]]) -> str:
-    """Fingerprint of a file set: participant, relative path and size of every file."""
+def fingerprint_of(adds: Mapping[str, Iterable[StagedFile | Mapping[str, Any]]]) -> str:
+    """Fingerprint of a file set: participant, relative path and size of every file (a
+    ``StagedFile``, or its JSON entry)."""
     h = hashlib.sha256()
     for participant in sorted(adds):
-        for a in sorted(adds[participant], key=lambda x: x["path"]):
-            h.update(f"{participant}\0{a['path']}\0{a['size']}\n".encode())
+        pairs = [(f.path, f.size) if isinstance(f, StagedFile) else (f["path"], f["size"]) for f in adds[participant]]
+        for path, size in sorted(pairs, key=lambda x: x[0]):
+            h.update(f"{participant}\0{path}\0{size}\n".encode())
     return h.hexdigest()
 
 

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from .formats import JSON
+from .formats import StagedFile
 
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
@@ -251,10 +251,10 @@ class TableFileWriter:
 
 
 def add_action(meta: pq.FileMetaData, table_schema: pa.Schema, nan_free: list[str] | None, *, path: str,
-               size: int, partition_values: JSON, modification_time: int) -> JSON:
-    """The AddFile (as ``PreparedBatch.adds`` holds them) of a written file, from its footer."""
-    return {"path": path, "size": size, "partition_values": partition_values, "modification_time": modification_time,
-            "stats": footer_stats(meta, table_schema, nan_free)}
+               size: int, partition_values: dict[str, str | None], modification_time: int) -> StagedFile:
+    """The AddFile of a written file (a ``StagedFile``, as ``PreparedBatch.adds`` holds them), its
+    statistics from its footer."""
+    return StagedFile(path, size, partition_values, modification_time, footer_stats(meta, table_schema, nan_free))
 
 
 def delta_rs_writer_properties(schema: pa.Schema) -> WriterProperties:

@@ -77,8 +77,8 @@ def _table_output(proto: Protocol, participant: str, version: int, prepared: Pre
     if prepared is not None:
         rows = {SINK: prepared.rows_published, QUARANTINE: prepared.rows_quarantined}.get(participant)
         if proto.inputs(participant) == participant and participant in prepared.adds:
-            adds = prepared.adds[participant]
-            files, size = len(adds), sum(int(a.get("size") or 0) for a in adds)
+            staged = prepared.adds[participant]
+            files, size = len(staged), sum(f.size for f in staged)
     return lineage.at(proto.layout.table(participant), version=str(version), storage="delta", rows=rows, bytes=size,
                       files=files, detail={"participant": participant, "delta_version": version})
 

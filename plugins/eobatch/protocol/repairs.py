@@ -504,7 +504,7 @@ class Sweeper:
         for participant in STAGED:
             fs = self.fs_for(participant)
             table = self.layout.table(participant)
-            keep = {a["path"] for a in prepared.adds.get(participant, [])} if prepared else set()
+            keep = {f.path for f in prepared.adds.get(participant, [])} if prepared else set()
             if keep and self._consumed(participant, b):
                 keep = set()  # a merge's staged rows, applied by every table that reads them: no longer needed
             folder = join(table, self.layout.batch_staging_rel(b))

@@ -188,8 +188,8 @@ def replaced_files(plan: BatchPlan, committed: Iterable[tuple[BatchPlan, Prepare
             continue
         own = set(held.slices())
         for name in sorted((wanted & own) - out.keys()):
-            out[name] = {part: {a["path"] for a in adds if len(own) == 1 or slice_of(a["path"]) == name}
-                         for part, adds in prepared.adds.items()}
+            out[name] = {part: {f.path for f in files if len(own) == 1 or slice_of(f.path) == name}
+                         for part, files in prepared.adds.items()}
             if current is not None:
                 out[name] = {part: current(held.batch_id, part, name, paths) for part, paths in out[name].items()}
     return out

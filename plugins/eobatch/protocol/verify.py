@@ -21,8 +21,8 @@ Checks, for every participant and every Spark partition of the attempt:
   what was read against the planned range (Kafka: offsets per partition; parquet: rows per file);
 * the sink kind's own check of the sink's staged rows (``SinkKind.check_staged``; a merge sink:
   one staged row per key, none with a null key or sequence).
-The result is the AddAction list per participant (with stats from the footers) and a
-fingerprint of the file set: what PREPARED records and commit publishes.
+The result is the staged files per participant (``StagedFile``: each one's Delta AddFile, with
+stats from its footer) and a fingerprint of the file set: what PREPARED records and commit publishes.
 """
 
 from __future__ import annotations
@@ -46,11 +46,12 @@ from ..core.formats import (
     BatchPlan,
     Layout,
     PreparedBatch,
+    StagedFile,
     StageSummary,
     fingerprint_of,
     utcnow,
 )
-from ..core.table_files import footer_stats
+from ..core.table_files import add_action
 from ..errors import ProtocolError, TerminalError, WaitError
 from ..sources import kind_for
 from ..storage.fs import join
@@ -78,8 +79,8 @@ class VerifyFailed(TerminalError):
 
 def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Storage], plan: BatchPlan, attempt: str,
                    participants: Mapping[str, Participant], schema_evolution: str = "add_columns",
-                   check_staged: Callable[[Storage, str, list[JSON], pa.Schema], list[str]] | None = None,
-                   ) -> tuple[StageSummary, dict[str, list[JSON]], dict[str, int]]:
+                   check_staged: Callable[[Storage, str, list[StagedFile], pa.Schema], list[str]] | None = None,
+                   ) -> tuple[StageSummary, dict[str, list[StagedFile]], dict[str, int]]:
     """Verify one attempt. Returns (summary, adds per participant, totals).
 
     ``fs_for(participant)`` gives the storage of that participant's table; ``participants``
@@ -93,7 +94,7 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
                        f"{layout.stage_summary(batch_id, attempt)}")
     problems: list[str] = []
     _check_same_plan(ledger, plan, summary, attempt)
-    adds: dict[str, list[JSON]] = {}
+    adds: dict[str, list[StagedFile]] = {}
     rows: dict[str, int] = {}
     nbytes = nfiles = 0
     for participant in STAGED:
@@ -136,7 +137,7 @@ def verify_attempt(layout: Layout, ledger: Ledger, fs_for: Callable[[str], Stora
                     problems.append(problem)
                     continue
                 mrows += f["rows"]
-                nbytes += add["size"]
+                nbytes += add.size
                 nfiles += 1
                 adds[participant].append(add)
             if mrows != m.rows:
@@ -188,8 +189,8 @@ def _reconciled(plan: BatchPlan, summary: StageSummary, rows: dict[str, int]) ->
 
 
 def _checked_file(fs: Storage, table_root: str, rel: str, f: JSON, what: str, manifest: str, expected: pa.Schema,
-                  data_sig: list[tuple[str, str]], pcols: list[str]) -> tuple[JSON | None, str]:
-    """(its AddAction, "") for staged file ``rel`` that a manifest lists as ``f``, or (None, the
+                  data_sig: list[tuple[str, str]], pcols: list[str]) -> tuple[StagedFile | None, str]:
+    """(its AddFile, "") for staged file ``rel`` that a manifest lists as ``f``, or (None, the
     problem): it exists with the listed size, its footer's rows and schema are the listed ones,
     its partition values are the table's partition columns."""
     full = join(table_root, rel)
@@ -210,8 +211,8 @@ def _checked_file(fs: Storage, table_root: str, rel: str, f: JSON, what: str, ma
         return None, f"{what} has schema {schema_signature(fschema)}, expected {data_sig}"
     if set((f.get("partition_values") or {}).keys()) != set(pcols):
         return None, f"{what} partition values {f.get('partition_values')} do not match {pcols}"
-    return {"path": rel, "size": st.size, "partition_values": f.get("partition_values") or {},
-            "modification_time": st.mtime_ms, "stats": footer_stats(meta, expected, nan_free=f.get("nan_free"))}, ""
+    return add_action(meta, expected, f.get("nan_free"), path=rel, size=st.size,
+                      partition_values=f.get("partition_values") or {}, modification_time=st.mtime_ms), ""
 
 
 def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
@@ -239,17 +240,17 @@ def staged_under_plan(plan: BatchPlan, summary: StageSummary) -> list[str]:
             f"{', '.join(sorted(want - got)) or 'none'})"]
 
 
-def recheck_files(layout: Layout, fs_for: Callable[[str], Storage], adds: Mapping[str, list[JSON]]) -> list[str]:
+def recheck_files(layout: Layout, fs_for: Callable[[str], Storage], adds: Mapping[str, list[StagedFile]]) -> list[str]:
     """Before commit: every prepared file is still there with its size (VACUUM, manual deletes)."""
     problems = []
-    for participant, lst in adds.items():
+    for participant, files in adds.items():
         fs = fs_for(participant)
-        for a in lst:
-            st = fs.stat(join(layout.table(participant), a["path"]))
+        for f in files:
+            st = fs.stat(join(layout.table(participant), f.path))
             if st is None:
-                problems.append(f"{participant}: {a['path']} is gone")
-            elif st.size != a["size"]:
-                problems.append(f"{participant}: {a['path']} now has {st.size} bytes, prepared with {a['size']}")
+                problems.append(f"{participant}: {f.path} is gone")
+            elif st.size != f.size:
+                problems.append(f"{participant}: {f.path} now has {st.size} bytes, prepared with {f.size}")
     return problems
 
 

@@ -39,6 +39,7 @@ from .base import (
     SinkDriver,
     SinkKind,
     SinkPipeline,
+    StagedFile,
 )
 
 BUILTIN = ("delta", "delta_merge")  # sub-packages of this one, in the order their modes are listed
@@ -100,6 +101,6 @@ def job_module(name: str) -> str:
     return kind_for(name).job_module
 
 
-__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "SinkPipeline", "SinkDriver", "Participant", "Replace", "CommitConflict",
+__all__ = ["TABLE", "PENDING", "SinkKind", "SinkConfig", "SinkContext", "SinkPipeline", "SinkDriver", "Participant", "Replace", "StagedFile", "CommitConflict",
            "FingerprintMismatch", "LEGACY_CONTRACT", "DEFAULT", "KindUnavailable", "register", "kind_for", "kind_for_mode", "kind_names", "kinds",
            "modes", "sink_for", "job_module"]

@@ -36,6 +36,9 @@ from ..config.contract import TABLE as TABLE
 # plan without a ``sink`` record means (plans written before there was a choice of sink)
 from ..config.sections import LEGACY_CONTRACT as LEGACY_CONTRACT
 from ..config.sections import SinkConfig as SinkConfig
+
+# a batch's staged files as a participant's commit and the kind's check of them get them
+from ..core.formats import StagedFile as StagedFile
 from ..errors import RetryableError, TerminalError
 
 if TYPE_CHECKING:
@@ -119,11 +122,12 @@ class Participant(Protocol):
     def committed_batch(self, app_id: str) -> int:
         """The last batch of ``app_id`` the table holds (0: none, or no table yet)."""
 
-    def commit(self, app_id: str, batch_id: int, adds: list[JSON], schema: pa.Schema, partition_by: list[str],
+    def commit(self, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, partition_by: list[str],
                metadata: JSON, expected_prev: int | None = None, replace: Replace | None = None) -> int:
-        """One atomic commit of batch ``batch_id``'s staged output ``adds`` (of ``schema``) with
-        ``metadata``, only on top of batch ``expected_prev`` (default ``batch_id - 1``):
-        CommitConflict otherwise. Returns the table's new version."""
+        """One atomic commit of batch ``batch_id``'s staged output ``adds`` (of ``schema``; the
+        staged files of its participant, or of the one it ``reads_from``) with ``metadata``, only
+        on top of batch ``expected_prev`` (default ``batch_id - 1``): CommitConflict otherwise.
+        Returns the table's new version."""
 
     def find_batch_commit(self, app_id: str, batch_id: int) -> tuple[int, JSON] | None:
         """(version, commit metadata) of the commit that carried batch ``batch_id``, or None."""
@@ -231,7 +235,7 @@ class SinkKind(Protocol):
                      storage_options: dict[str, str] | None) -> dict[str, Participant]:
         """The participant of each of ``participant_names(cfg)``."""
 
-    def check_staged(self, cfg: SinkPipeline, fs: Storage, table_root: str, adds: list[JSON],
+    def check_staged(self, cfg: SinkPipeline, fs: Storage, table_root: str, adds: list[StagedFile],
                      staged: pa.Schema) -> list[str]:
         """Problems of the sink's staged rows (verify), beyond files, counts and schema."""
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from eobatch import errors
-from eobatch.core.formats import BatchPlan, PreparedBatch, fingerprint_of
+from eobatch.core.formats import BatchPlan, PreparedBatch, StagedFile, fingerprint_of
 from eobatch.core.ledger import Ledger
 from eobatch.job import launch
 from eobatch.job.jars import checked as REAL_CHECKED
@@ -90,8 +90,7 @@ def test_commit_of_a_prepared_batch_whose_files_are_gone_fails_without_retry(mak
     proto = Protocol(cfg)
     assert proto.ledger.put_plan(BatchPlan(pipeline="orders", batch_id=1, source_kind="files", range={"files": []},
                                            rows_in=1, config_fingerprint="f", planned_at="t"))
-    adds = {"sink": [{"path": "eo_batches/b0000000001/a1/part-0.parquet", "size": 10, "partition_values": {},
-                      "modification_time": 0, "stats": "{}"}], "quarantine": []}
+    adds = {"sink": [StagedFile("eo_batches/b0000000001/a1/part-0.parquet", 10, {}, 0, "{}")], "quarantine": []}
     assert proto.ledger.put_prepared(PreparedBatch(
         pipeline="orders", batch_id=1, attempt="a1", adds=adds, arrow_schema={}, partition_by={},
         fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from eobatch.core import checkpoint as ckpt
-from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, fingerprint_of, slice_name
+from eobatch.core.formats import BatchPlan, Layout, PreparedBatch, RewindRecord, StagedFile, fingerprint_of, slice_name
 from eobatch.protocol import state as st
 from support.counting import Counting
 from support.ledger_book import STARTS, T0, Book, H
@@ -393,8 +393,7 @@ def add_committed(p, first: int, last: int, prune_landing: bool = True) -> None:
                                     config_fingerprint=fingerprint, planned_at="t",
                                     range={"files": [{"path": str(f), "size": info.st_size,
                                                       "mtime_ms": int(info.st_mtime * 1000), "records": 1}]}).to_json())
-        adds = {"sink": [{"path": f"eo_batches/b{b:010d}/a/p.parquet", "size": 1, "partition_values": {},
-                          "modification_time": 0, "stats": "{}"}], "quarantine": []}
+        adds = {"sink": [StagedFile(f"eo_batches/b{b:010d}/a/p.parquet", 1, {}, 0, "{}")], "quarantine": []}
         _put(lay.prepared(b), PreparedBatch(
             pipeline="orders", batch_id=b, attempt="a", adds=adds, arrow_schema={}, partition_by={},
             fingerprint=fingerprint_of(adds), rows_in=1, rows_valid=1, rows_quarantined=0, rows_published=1,

@@ -59,7 +59,7 @@ def test_a_prepared_batch_survives_vacuum_and_a_compaction_before_its_commit(mak
     assert plan is not None
     attempt = stage(proto, plan.batch_id)
     prepared = proto.verify(plan.batch_id, attempt)
-    staged = [Path(proto.cfg.sink_table, a["path"]) for a in prepared.adds["sink"]]
+    staged = [Path(proto.cfg.sink_table, f.path) for f in prepared.adds["sink"]]
     assert staged and all(p.exists() for p in staged)
 
     maintain(proto, vacuum_retention_hours=0)

@@ -15,7 +15,7 @@ import datetime as dt
 import pytest
 
 from eobatch.core import checkpoint as ckpt
-from eobatch.core.formats import BatchPlan, PreparedBatch, RewindRecord, slice_name
+from eobatch.core.formats import BatchPlan, PreparedBatch, RewindRecord, StagedFile, slice_name
 from eobatch.errors import LedgerMismatch
 from eobatch.protocol import state as st
 
@@ -251,11 +251,11 @@ def test_last_interval_before(plans, start, want, why):
     assert (got.batch_id if got is not None else None) == want, why
 
 
-def _staged(b: int, slices: list[str], participant: str = "sink") -> list[dict]:
+def _staged(b: int, slices: list[str], participant: str = "sink") -> list[StagedFile]:
     """Batch ``b``'s staged files of ``participant``, one per slice ("": a file without a slice folder)."""
     folder = f"eo_batches/b{b:010d}/t{b}"
-    return [{"path": f"{folder}/{slice_name(T0 + int(h) * H) + '/' if h else ''}{participant}-{h or 'all'}.parquet",
-             "size": 1} for h in slices]
+    return [StagedFile(f"{folder}/{slice_name(T0 + int(h) * H) + '/' if h else ''}{participant}-{h or 'all'}.parquet", 1)
+            for h in slices]
 
 
 def _prepared(b: int, sink: list[str], quarantine: list[str]) -> PreparedBatch:
@@ -266,8 +266,8 @@ def _prepared(b: int, sink: list[str], quarantine: list[str]) -> PreparedBatch:
 
 
 def _names(b: int, sink: list[str], quarantine: list[str]) -> dict[str, set[str]]:
-    return {"sink": {a["path"] for a in _staged(b, sink)},
-            "quarantine": {a["path"] for a in _staged(b, quarantine, "quarantine")}}
+    return {"sink": {f.path for f in _staged(b, sink)},
+            "quarantine": {f.path for f in _staged(b, quarantine, "quarantine")}}
 
 
 REPLACED = [

@@ -178,7 +178,7 @@ def test_every_manifest_is_checked_against_storage_before_prepared(make_cfg, cha
     if problem is None:
         prepared = proto.verify(plan.batch_id, attempt, dry_run=True)
         assert (prepared.rows_published, prepared.rows_quarantined, prepared.files) == (4, 2, 4), why
-        assert sorted(a["path"] for a in prepared.adds["sink"]) == sorted(
+        assert sorted(f.path for f in prepared.adds["sink"]) == sorted(
             f["path"] for pid in (0, 1) for f in proto.ledger.manifest(plan.batch_id, attempt, "sink", pid).files)
         return
     with pytest.raises(VerifyFailed, match=problem):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...core.formats import STAGED
+from ...core.formats import STAGED, StagedFile
 from ..base import Participant, SinkConfig, SinkContext
 from .maintenance import maintain_table
 from .participant import NO_TABLE_YET, DeltaParticipant
@@ -48,7 +48,7 @@ class DeltaKind:
                                        for p in self.participant_names(cfg)}
         return out
 
-    def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:
+    def check_staged(self, cfg, fs, table_root: str, adds: list[StagedFile], staged) -> list[str]:
         return []
 
     def job_spec(self, cfg) -> dict:

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...core.formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, partition_text, slice_of, utcnow
+from ...core.formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, StagedFile, partition_text, slice_of, utcnow
 from ...core.table_files import TableFileWriter, add_action
 from ...storage.fs import join
 
@@ -82,7 +82,7 @@ def _published(proto, batch_id: int, participant: str, slice_: str) -> set[str] 
     if plan is None or prepared is None or slice_ not in plan.slices():
         return None
     one = len(plan.slices()) == 1
-    return {a["path"] for a in prepared.adds.get(participant, []) if one or slice_of(a["path"]) == slice_}
+    return {f.path for f in prepared.adds.get(participant, []) if one or slice_of(f.path) == slice_}
 
 
 def compact_slices(proto, participant: str, dt, target_bytes: int) -> dict:
@@ -154,15 +154,16 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
         rel = f"{proto.layout.compacted_rel(b, s, token)}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
         added.append(rewrite(fs, root, dt, group, rel, live[group[0]]["partition_values"]))
         removed += group
-    files = sorted((current - set(removed)) | {a["path"] for a in added})
+    files = sorted((current - set(removed)) | {a.path for a in added})
     rec = SliceCompaction(pipeline=proto.cfg.name, batch_id=b, participant=participant, slice=s,
-                          replaces=sorted(removed), files=files, added=added, written_at=utcnow())
+                          replaces=sorted(removed), files=files, added=[a.to_json() for a in added],
+                          written_at=utcnow())
     path = join(proto.layout.compactions_dir(b, participant, s), token + ".json")
     if not proto.ledger.fs.put_if_absent(path, rec.to_json()):
         raise RuntimeError(f"compaction record {path} exists already")
     now = int(time.time() * 1000)
     actions: list = [RemoveAction(p, False, now, live[p]["size"], live[p]["partition_values"]) for p in removed]
-    actions += [AddAction(a["path"], a["size"], a["partition_values"], a["modification_time"], False, a["stats"])
+    actions += [AddAction(a.path, a.size, a.partition_values, a.modification_time or now, False, a.stats or "{}")
                 for a in added]
     meta = {"eo.maintenance": proto.cfg.name, "eo.compacted": _tag(b, s, path)}
     try:
@@ -180,7 +181,7 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
     return len(removed), len(added)
 
 
-def rewrite(fs, root: str, dt, group: list[str], rel: str, partition_values: dict) -> dict:
+def rewrite(fs, root: str, dt, group: list[str], rel: str, partition_values: dict) -> StagedFile:
     """Rewrite the rows of table files ``group`` (paths relative to ``root``, the table ``dt``)
     into one file ``rel``, file by file (memory holds about one row group, ``ROW_GROUP_BYTES``), with the
     product's statistics rules (``table_files``); returns its AddFile, stats from its footer."""
@@ -264,7 +265,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
         rel = f"{COMPACTED_DIR}/{CONTINUOUS}/{token}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
         added.append(rewrite(fs, root, dt, [f["path"] for f in group], rel, group[0]["partition_values"]))
         actions += [RemoveAction(f["path"], False, now, f["size"], f["partition_values"]) for f in group]
-    actions += [AddAction(a["path"], a["size"], a["partition_values"], a["modification_time"], False, a["stats"])
+    actions += [AddAction(a.path, a.size, a.partition_values, a.modification_time or now, False, a.stats or "{}")
                 for a in added]
     app = f"{proto.app_id}.compaction"
     try:
@@ -275,7 +276,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
                                         app_transactions=[Transaction(app, (dt.transaction_version(app) or 0) + 1)]))
     except CommitFailedError as e:
         for a in added:
-            fs.delete(join(root, a["path"]))
+            fs.delete(join(root, a.path))
         out["notes"].append(f"{participant}: compaction lost to a concurrent commit ({e}); left for the next pass")
         return out
     out["files_removed"] = sum(len(b) for b in bins)

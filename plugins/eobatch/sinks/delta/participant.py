@@ -19,7 +19,7 @@ from collections.abc import Set as AbstractSet
 
 import pyarrow as pa
 
-from ...core.formats import partition_text
+from ...core.formats import StagedFile, partition_text
 from ...errors import SliceRewritten
 from ...storage import s3conf
 from ...storage.fs import join
@@ -160,7 +160,7 @@ class DeltaParticipant:
         dt.alter.set_table_properties(missing, raise_if_not_exists=False)
         return self._table()
 
-    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
+    def commit(self, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,
                replace: Replace | None = None) -> int:
         """One Delta transaction: the files, txn(app_id, batch_id), and ``metadata``.
@@ -175,9 +175,8 @@ class DeltaParticipant:
 
         dt = self._begin(app_id, batch_id, schema, partition_by, expected_prev)
         now = int(time.time() * 1000)
-        actions = [AddAction(a["path"], int(a["size"]), a.get("partition_values") or {},
-                             int(a.get("modification_time") or now), True, a.get("stats") or "{}")
-                   for a in adds]
+        actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time or now, True, f.stats or "{}")
+                   for f in adds]
         removes = self._removes(dt, replace, now, app_id) if replace else []
         if replace and removes:
             log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ...core.formats import SINK, STAGED
+from ...core.formats import SINK, STAGED, StagedFile
 from ..base import Participant
 from ..delta import DeltaKind
 from .config import CONTRACT, HARMLESS, MergeConfig
@@ -84,7 +84,7 @@ class DeltaMergeKind(DeltaKind):
         out[SINK] = sink
         return out
 
-    def check_staged(self, cfg, fs, table_root: str, adds: list[dict], staged) -> list[str]:
+    def check_staged(self, cfg, fs, table_root: str, adds: list[StagedFile], staged) -> list[str]:
         return merge_problems(fs, table_root, adds, staged, cfg.sink)
 
     def job_spec(self, cfg) -> dict:

@@ -31,7 +31,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...core.formats import SINK, SLICE_COL, slice_of
+from ...core.formats import SINK, SLICE_COL, StagedFile, slice_of
 from ...core.table_files import delta_rs_writer_properties
 from ...errors import LedgerMismatch, ProtocolError
 from ...storage.fs import Storage
@@ -98,7 +98,7 @@ class _MergeCommit(DeltaParticipant):
         self.seq = merge.sequence_by or ""  # an upsert's sequence column (the accumulating sink has none)
         self.staged_fs, self.staged_root = staged_fs, staged_root
 
-    def commit(self, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema,
+    def commit(self, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema,
                partition_by: list[str], metadata: dict, expected_prev: int | None = None,
                replace: Replace | None = None) -> int:
         """The batch's MERGE, with txn(app_id, batch_id) and ``metadata``; retried on a new
@@ -156,7 +156,7 @@ class _MergeCommit(DeltaParticipant):
         """The table's partition columns, from the staged rows' ones."""
         return staged
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
         """The batch's Delta commit on ``dt`` (with ``self._properties``); returns its metrics.
         ``replace.slices``: interval mode, the slices this batch publishes."""
@@ -171,7 +171,7 @@ class MergeParticipant(_MergeCommit):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.tombstones = tombstones
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
         m = self.merge
         if not m.upsert:
@@ -187,7 +187,7 @@ class MergeParticipant(_MergeCommit):
                 .when_not_matched_insert(updates=values, predicate=f"NOT s.{q(DELETE_COL)}")
                 .execute())
 
-    def _accumulate(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict) -> dict:
+    def _accumulate(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict) -> dict:
         """Running aggregates: each staged row (one per key, the batch's partials) folded into its
         key's row, or inserted. Exactly once because the fold and the txn are one commit."""
         source = read_staged(self.staged_fs, self.staged_root, adds, schema)
@@ -234,7 +234,7 @@ class TombstoneParticipant(_MergeCommit):
     def partitioning(self, staged: list[str]) -> list[str]:
         return []
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
         m = self.merge
         cols = [*m.keys, self.seq]
@@ -280,7 +280,7 @@ class PartialsParticipant(_MergeCommit):
     def partitioning(self, staged: list[str]) -> list[str]:
         return [SLICE_COL]
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
         # deltalake: the commit side only, never the Spark job
         from deltalake import write_deltalake
@@ -308,16 +308,16 @@ class PartialsParticipant(_MergeCommit):
         return {"num_target_rows_partials": new.num_rows, "num_target_rows_gone": gone.num_rows,
                 "num_target_rows_slices": len(slices)}
 
-    def _staged_rows(self, adds: list[dict], schema: pa.Schema, slices: list[str]) -> pa.Table:
+    def _staged_rows(self, adds: list[StagedFile], schema: pa.Schema, slices: list[str]) -> pa.Table:
         """The staged partials with their slice: the folder of each staged file (a range without
         files, e.g. Kafka offsets, is one slice: the batch's)."""
         out = []
-        for a in adds:
-            name = slice_of(a["path"]) or (slices[0] if len(slices) == 1 else None)
+        for f in adds:
+            name = slice_of(f.path) or (slices[0] if len(slices) == 1 else None)
             if name not in slices:
-                raise ProtocolError(f"{self.name}: staged file {a['path']} is in no slice of this batch "
+                raise ProtocolError(f"{self.name}: staged file {f.path} is in no slice of this batch "
                                     f"({', '.join(slices)})")
-            t = read_staged(self.staged_fs, self.staged_root, [a], published_schema(schema))
+            t = read_staged(self.staged_fs, self.staged_root, [f], published_schema(schema))
             out.append(t.append_column(pa.field(SLICE_COL, pa.string(), nullable=False),
                                        pa.array([name] * t.num_rows, pa.string())))
         if not out:
@@ -337,7 +337,7 @@ class RefoldParticipant(_MergeCommit):
         super().__init__(name, table_uri, storage_options, merge, staged_fs, staged_root)
         self.partials = partials
 
-    def _apply(self, dt, app_id: str, batch_id: int, adds: list[dict], schema: pa.Schema, metadata: dict,
+    def _apply(self, dt, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, metadata: dict,
                replace: Replace) -> dict:
         source = self._refolded(app_id, batch_id, schema, sorted(replace.slices))
         cols = {q(c): f"s.{q(c)}" for c in published_schema(schema).names}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...core.formats import slice_of
+from ...core.formats import StagedFile, slice_of
 from ...storage.fs import Storage, join
 from .config import MergeConfig
 from .job import DELETE_COL
@@ -17,7 +17,7 @@ def published_schema(staged: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in staged if f.name != DELETE_COL])
 
 
-def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schema,
+def read_staged(fs: Storage, table_root: str, adds: list[StagedFile], schema: pa.Schema,
                 columns: list[str] | None = None) -> pa.Table:
     """The rows of staged files ``adds`` (relative to ``table_root``), ``columns`` of ``schema``
     (all by default). Partition columns are not in the files: they come from each file's
@@ -25,9 +25,9 @@ def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schem
     columns = list(columns or schema.names)
     afs = fs.arrow_fs()
     out = []
-    for a in adds:
-        pv = a.get("partition_values") or {}
-        t = pq.read_table(fs.arrow_path(join(table_root, a["path"])), filesystem=afs,
+    for f in adds:
+        pv = f.partition_values
+        t = pq.read_table(fs.arrow_path(join(table_root, f.path)), filesystem=afs,
                           columns=[c for c in columns if c not in pv])
         for c in columns:
             if c in pv:
@@ -40,7 +40,8 @@ def read_staged(fs: Storage, table_root: str, adds: list[dict], schema: pa.Schem
     return pa.concat_tables(out)
 
 
-def merge_problems(fs: Storage, table_root: str, adds: list[dict], staged: pa.Schema, merge: MergeConfig) -> list[str]:
+def merge_problems(fs: Storage, table_root: str, adds: list[StagedFile], staged: pa.Schema,
+                   merge: MergeConfig) -> list[str]:
     """A merge sink's staged rows (``MergeConfig``): one row per key, no null key or
     sequence, and the delete flag. Reads the key and sequence columns of the staged files."""
     cols = [*merge.keys, *([merge.sequence_by] if merge.upsert and merge.sequence_by is not None else [])]
@@ -51,9 +52,9 @@ def merge_problems(fs: Storage, table_root: str, adds: list[dict], staged: pa.Sc
         return [f"sink: the staged column {DELETE_COL} is {staged.field(DELETE_COL).type}, not boolean"]
     # running aggregates stage one row per key and interval slice (the slice folder of the file;
     # none in continuous mode), an upsert one row per key of the whole batch
-    groups: dict[str | None, list[dict]] = {}
-    for a in adds:
-        groups.setdefault(None if merge.upsert else slice_of(a["path"]), []).append(a)
+    groups: dict[str | None, list[StagedFile]] = {}
+    for f in adds:
+        groups.setdefault(None if merge.upsert else slice_of(f.path), []).append(f)
     t = read_staged(fs, table_root, adds, staged, cols)
     problems = [f"sink: {t[c].null_count} staged row(s) have a null {c!r}: a merge needs the key (and an upsert the "
                 f"sequence) of every row (the transform must not output null ones)" for c in cols if t[c].null_count]

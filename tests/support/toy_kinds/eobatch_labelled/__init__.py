@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
+
 from eobatch.errors import ConfigError
-from eobatch.sinks import TABLE, Participant, SinkConfig, SinkContext
+from eobatch.sinks import TABLE, Participant, Replace, SinkConfig, SinkContext, StagedFile
 from eobatch.sinks.delta import DeltaKind, DeltaParticipant
 
 LABEL = "toy.label"  # the commit info key of the label
@@ -41,7 +43,9 @@ class LabelledParticipant(DeltaParticipant):
         super().__init__(name, table_uri, storage_options)
         self.label = label
 
-    def commit(self, app_id, batch_id, adds, schema, partition_by, metadata, expected_prev=None, replace=None) -> int:
+    def commit(self, app_id: str, batch_id: int, adds: list[StagedFile], schema: pa.Schema, partition_by: list[str],
+               metadata: dict, expected_prev: int | None = None, replace: Replace | None = None) -> int:
+        """The append sink's commit of the batch's staged files (``StagedFile`` values), labelled."""
         return super().commit(app_id, batch_id, adds, schema, partition_by, {**metadata, LABEL: self.label},
                               expected_prev, replace)
 
