@@ -3,6 +3,7 @@ fingerprints, commit metadata, partition values."""
 
 from __future__ import annotations
 
+import ast
 import json
 
 import pytest
@@ -15,6 +16,7 @@ from eobatch.core.formats import (
     ManifestFile,
     PartitionManifest,
     PreparedBatch,
+    StagedFile,
     StageSummary,
     bid,
     check_attempt,
@@ -69,10 +71,130 @@ def test_no_code_outside_the_kinds_indexes_a_range_s_files():
     assert found == []
 
 
+STAGED_KEYS = frozenset({"path", "size", "partition_values", "modification_time", "stats"})
+
+
+def _indexed_name(n: ast.AST) -> str | None:
+    """The variable ``n`` indexes with a staged file's key (``x["path"]``, ``x.get("size")``), or None."""
+    if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and isinstance(n.slice, ast.Constant):
+        return n.value.id if n.slice.value in STAGED_KEYS else None
+    if (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "get"
+            and isinstance(n.func.value, ast.Name) and n.args and isinstance(n.args[0], ast.Constant)):
+        return n.func.value.id if n.args[0].value in STAGED_KEYS else None
+    return None
+
+
+def _staged_files_indexed(tree: ast.AST) -> list[int]:
+    """Lines that index as a dict (``f["path"]``, ``f.get("size")``) a variable bound by a loop or a
+    comprehension over a PREPARED batch's staged files (an iterable that names ``adds``)."""
+    found: set[int] = set()
+    for node in ast.walk(tree):
+        loops: list[ast.For | ast.AsyncFor | ast.comprehension]
+        scope: list[ast.AST]
+        if isinstance(node, ast.For | ast.AsyncFor):
+            loops, scope = [node], list(node.body)
+        elif isinstance(node, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            loops = list(node.generators)
+            scope = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+            scope += [c for g in node.generators for c in g.ifs]
+        else:
+            continue
+        names = {n.id for loop in loops
+                 if any(isinstance(m, ast.Name) and m.id == "adds" or isinstance(m, ast.Attribute) and m.attr == "adds"
+                        for m in ast.walk(loop.iter))
+                 for n in ast.walk(loop.target) if isinstance(n, ast.Name)}
+        found |= {n.lineno for part in scope for n in ast.walk(part)
+                  if isinstance(n, ast.expr) and names and _indexed_name(n) in names}
+    return sorted(found)
+
+
+def test_no_code_but_core_formats_indexes_a_staged_file_as_json():
+    """A PREPARED batch's staged files are ``StagedFile`` values (``f.path``, ``f.size``): only
+    core.formats reads and writes their JSON entries. (The Delta source reads another table's log,
+    whose add actions are JSON.)"""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    found = [f"{p.relative_to(repo)}:{i}" for root in ("plugins/eobatch", "spark_jobs", "dags")
+             for p in sorted((repo / root).rglob("*.py")) if p.name != "formats.py"
+             for i in _staged_files_indexed(ast.parse(p.read_text()))]
+    assert found == []
+
+
+def test_the_staged_file_scan_finds_a_dict_use():
+    src = """
+keep = {a["path"] for a in prepared.adds.get(participant, [])}
+total = sum(int(a.get("size") or 0) for a in adds)
+for part, files in prepared.adds.items():
+    for f in files:
+        pass
+for a in adds:
+    pv = a.get("partition_values") or {}
+ok = {f.path for f in prepared.adds[p]} | {c["path"] for c in commits}
+"""
+    assert _staged_files_indexed(ast.parse(src)) == [2, 3, 8]
+
 def test_prepared_batch_roundtrip():
     p = _prepared()
     assert PreparedBatch.from_json(p.to_json()) == p
 
+
+
+# -- staged files: typed in memory, the PREPARED record's JSON as it always was -------------------
+
+ADD = {"path": "eo_batches/b0000000001/a1/day=2024-01-01/part-0.parquet", "size": 123,
+       "partition_values": {"day": "2024-01-01", "region": None}, "modification_time": 1_700_000_000_000,
+       "stats": '{"numRecords":2}'}
+
+
+def test_a_staged_file_reads_and_writes_the_entry_a_prepared_record_holds():
+    f = StagedFile.from_json(ADD)
+    assert f == StagedFile(ADD["path"], 123, {"day": "2024-01-01", "region": None}, 1_700_000_000_000,
+                           '{"numRecords":2}')
+    assert f.to_json() == ADD and list(f.to_json()) == list(ADD)  # the same keys, values and order
+    assert hash(f) == hash(StagedFile.from_json(dict(ADD)))  # a value (partition values are not hashed)
+    with pytest.raises(AttributeError):
+        setattr(f, "path", "elsewhere")  # noqa: B010 - frozen
+
+
+def test_a_staged_file_of_an_older_or_hand_written_record_keeps_what_it_lacks_lacking():
+    """Without ``partition_values`` it has none; without ``modification_time`` or ``stats`` they are
+    None (its commit takes its own time and no statistics, as it always did), and its entry is
+    written back without them."""
+    bare = StagedFile.from_json({"path": "eo_batches/b1/a/x.parquet", "size": 7})
+    assert bare == StagedFile("eo_batches/b1/a/x.parquet", 7)
+    assert (bare.partition_values, bare.modification_time, bare.stats) == ({}, None, None)
+    assert bare.to_json() == {"path": "eo_batches/b1/a/x.parquet", "size": 7, "partition_values": {}}
+    zero = {**ADD, "modification_time": 0, "partition_values": None, "stats": None}
+    assert StagedFile.from_json(zero).modification_time == 0  # kept: the commit takes its own time for 0 too
+    assert StagedFile.from_json(zero).partition_values == {} and StagedFile.from_json(zero).stats is None
+    with pytest.raises(KeyError):
+        StagedFile.from_json({"path": "x"})  # no size: no staged file
+
+
+def test_a_prepared_record_s_json_is_byte_for_byte_the_one_before_staged_files_were_typed():
+    """PREPARED holds ``StagedFile`` values; its JSON is the dict it held before (``asdict``, sorted)."""
+    p = _prepared()
+    assert all(isinstance(f, StagedFile) for files in p.adds.values() for f in files)
+    before = {**vars(p), "adds": {k: [f.to_json() for f in v] for k, v in p.adds.items()}}
+    assert p.to_json() == json.dumps(before, sort_keys=True, indent=1, default=str).encode()
+    d = json.loads(p.to_json())
+    d["adds"]["sink"].append(ADD)
+    # a hand-written entry, with no time nor statistics
+    d["adds"]["quarantine"].append({"path": "eo_batches/b0000000001/a1/q.parquet", "size": 1, "partition_values": {}})
+    data = json.dumps(d, sort_keys=True, indent=1).encode()
+    again = PreparedBatch.from_json(data)
+    assert again.adds["sink"][1] == StagedFile.from_json(ADD) and again.adds["quarantine"][0].modification_time is None
+    assert again.to_json() == data
+
+
+def test_the_fingerprint_of_staged_files_is_the_one_of_their_entries():
+    entries = {"sink": [ADD, {"path": "eo_batches/b1/a/b.parquet", "size": 5}], "quarantine": []}
+    typed = {p: [StagedFile.from_json(a) for a in files] for p, files in entries.items()}
+    assert fingerprint_of(typed) == fingerprint_of(entries) == fingerprint_of(json.loads(json.dumps(entries)))
+    # the golden value: participant, path and size, as every ledger's PREPARED and Delta commits hold it
+    assert fingerprint_of({"sink": [StagedFile("x/a.parquet", 10)]}) == \
+        "ebaf6d86b250cc4e727e091017f1e30b3bb4e3252ffe45ab0138b50a7684a02b"
 
 @pytest.mark.parametrize("record", [
     CommittedBatch(pipeline="orders", batch_id=3, fingerprint="ab", delta_versions={"sink": 4, "quarantine": 2},
