@@ -18,9 +18,9 @@ PYTEST_ARGS ?=
 # `make test` runs the test files on this many pytest workers (each file on one worker, so that a
 # file's module fixtures, a broker or a cluster, are started once), in the order tests/conftest.py
 # gives them (the long files first; xdist would otherwise start with the files of most tests, the
-# short unit ones, and end on one long file); 1 runs them in one process. Default: one per core,
-# at least 2 and at most 4 (each worker's Spark, Airflow and broker processes fill about a core).
-TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; [ "$$n" -lt 2 ] && n=2; echo $$n)
+# short unit ones, and end on one long file); 1 runs them in one process. Default: one per core
+# this machine lets the tests use, at least 2 and at most 4 (include/test_workers.py).
+TEST_WORKERS ?= $(shell python3 include/test_workers.py 2>/dev/null || echo 2)
 # MASTER, BATCH, DRY_RUN: no default (unset unless given; an empty MASTER would mislead spark-submit)
 
 # The values of these variables reach the recipes only through the environment ("$$CONF" in a
