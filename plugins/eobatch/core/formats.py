@@ -679,14 +679,12 @@ def _epoch_ms(iso: str) -> int:
     return int(d.timestamp() * 1000)
 
 
-def fingerprint_of(adds: Mapping[str, Iterable[StagedFile | Mapping[str, Any]]]) -> str:
-    """Fingerprint of a file set: participant, relative path and size of every file (a
-    ``StagedFile``, or its JSON entry)."""
+def fingerprint_of(adds: Mapping[str, Iterable[StagedFile]]) -> str:
+    """Fingerprint of a file set: participant, relative path and size of every file."""
     h = hashlib.sha256()
     for participant in sorted(adds):
-        pairs = [(f.path, f.size) if isinstance(f, StagedFile) else (f["path"], f["size"]) for f in adds[participant]]
-        for path, size in sorted(pairs, key=lambda x: x[0]):
-            h.update(f"{participant}\0{path}\0{size}\n".encode())
+        for f in sorted(adds[participant], key=lambda x: x.path):
+            h.update(f"{participant}\0{f.path}\0{f.size}\n".encode())
     return h.hexdigest()
 
 

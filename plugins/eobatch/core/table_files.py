@@ -35,6 +35,7 @@ from .formats import StagedFile
 if TYPE_CHECKING:
     import pyarrow.fs as pafs
     from deltalake import WriterProperties
+    from deltalake.transaction import AddAction
 
 COMPRESSION = "snappy"
 
@@ -257,6 +258,15 @@ def add_action(meta: pq.FileMetaData, table_schema: pa.Schema, nan_free: list[st
     return StagedFile(path, size, partition_values, modification_time, footer_stats(meta, table_schema, nan_free))
 
 
+def delta_add(f: StagedFile, *, data_change: bool, now: int) -> AddAction:
+    """The delta-rs ``AddAction`` of staged file ``f`` in a commit at ``now`` (ms): a file with no
+    time takes the commit's, one with no statistics none (``"{}"``)."""
+    # deltalake: the commit side only, never the Spark job
+    from deltalake.transaction import AddAction
+
+    return AddAction(f.path, f.size, f.partition_values, f.modification_time or now, data_change, f.stats or "{}")
+
+
 def delta_rs_writer_properties(schema: pa.Schema) -> WriterProperties:
     """``WriterProperties`` for files delta-rs writes into a table of ``schema``: no statistics
     for the columns whose bounds delta-rs gets wrong (floating-point, decimals; all columns when
@@ -274,5 +284,5 @@ def delta_rs_writer_properties(schema: pa.Schema) -> WriterProperties:
         f.name: ColumnProperties(statistics_enabled="NONE") for f in unsafe})
 
 
-__all__ = ["TableFileWriter", "add_action", "delta_rs_writer_properties", "nan_checked", "without_nan", "footer_stats",
+__all__ = ["TableFileWriter", "add_action", "delta_add", "delta_rs_writer_properties", "nan_checked", "without_nan", "footer_stats",
            "writer_statistics"]

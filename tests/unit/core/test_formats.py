@@ -188,10 +188,15 @@ def test_a_prepared_record_s_json_is_byte_for_byte_the_one_before_staged_files_w
     assert again.to_json() == data
 
 
+def _fp(entries) -> str:
+    """The fingerprint of staged files given as the PREPARED record's entries."""
+    return fingerprint_of({p: [StagedFile.from_json(a) for a in files] for p, files in entries.items()})
+
+
 def test_the_fingerprint_of_staged_files_is_the_one_of_their_entries():
     entries = {"sink": [ADD, {"path": "eo_batches/b1/a/b.parquet", "size": 5}], "quarantine": []}
     typed = {p: [StagedFile.from_json(a) for a in files] for p, files in entries.items()}
-    assert fingerprint_of(typed) == fingerprint_of(entries) == fingerprint_of(json.loads(json.dumps(entries)))
+    assert fingerprint_of(typed) == _fp(entries) == _fp(json.loads(json.dumps(entries)))
     # the golden value: participant, path and size, as every ledger's PREPARED and Delta commits hold it
     assert fingerprint_of({"sink": [StagedFile("x/a.parquet", 10)]}) == \
         "ebaf6d86b250cc4e727e091017f1e30b3bb4e3252ffe45ab0138b50a7684a02b"
@@ -246,21 +251,21 @@ def test_fingerprint_of_is_order_independent():
     a = {"path": "eo_batches/b1/t/a.parquet", "size": 10, "stats": "x"}
     b = {"path": "eo_batches/b1/t/b.parquet", "size": 20}
     q = {"path": "eo_batches/b1/t/q.parquet", "size": 5}
-    fp = fingerprint_of({"sink": [a, b], "quarantine": [q]})
-    assert fingerprint_of({"quarantine": [q], "sink": [b, a]}) == fp
+    fp = _fp({"sink": [a, b], "quarantine": [q]})
+    assert _fp({"quarantine": [q], "sink": [b, a]}) == fp
     assert len(fp) == 64
     # only participant, path and size count
-    assert fingerprint_of({"sink": [dict(a, stats="other", modification_time=9), b], "quarantine": [q]}) == fp
+    assert _fp({"sink": [dict(a, stats="other", modification_time=9), b], "quarantine": [q]}) == fp
 
 
 def test_fingerprint_of_changes_with_size_path_or_participant():
     a = {"path": "x/a.parquet", "size": 10}
-    fp = fingerprint_of({"sink": [a]})
-    assert fingerprint_of({"sink": [dict(a, size=11)]}) != fp
-    assert fingerprint_of({"sink": [dict(a, path="x/b.parquet")]}) != fp
-    assert fingerprint_of({"quarantine": [a]}) != fp
-    assert fingerprint_of({"sink": [a, {"path": "x/c.parquet", "size": 1}]}) != fp
-    assert fingerprint_of({"sink": []}) == fingerprint_of({})
+    fp = _fp({"sink": [a]})
+    assert _fp({"sink": [dict(a, size=11)]}) != fp
+    assert _fp({"sink": [dict(a, path="x/b.parquet")]}) != fp
+    assert _fp({"quarantine": [a]}) != fp
+    assert _fp({"sink": [a, {"path": "x/c.parquet", "size": 1}]}) != fp
+    assert _fp({"sink": []}) == _fp({})
 
 
 # -- layout ------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...core.formats import COMPACTED_DIR, STAGING_DIR, InvalidId, SliceCompaction, StagedFile, partition_text, slice_of, utcnow
-from ...core.table_files import TableFileWriter, add_action
+from ...core.table_files import TableFileWriter, add_action, delta_add
 from ...storage.fs import join
 
 log = logging.getLogger(__name__)
@@ -144,7 +144,7 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
     restating ``txn``. (removed, added), or None when that commit lost to a batch commit."""
     # deltalake: the commit side only, never the Spark job
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+    from deltalake.transaction import CommitProperties, RemoveAction, Transaction
 
     fs = proto.fs_for(participant)
     root = proto.layout.table(participant)
@@ -163,8 +163,7 @@ def _compact_one(proto, participant: str, dt, txn: int, b: int, s: str, current:
         raise RuntimeError(f"compaction record {path} exists already")
     now = int(time.time() * 1000)
     actions: list = [RemoveAction(p, False, now, live[p]["size"], live[p]["partition_values"]) for p in removed]
-    actions += [AddAction(a.path, a.size, a.partition_values, a.modification_time or now, False, a.stats or "{}")
-                for a in added]
+    actions += [delta_add(a, data_change=False, now=now) for a in added]
     meta = {"eo.maintenance": proto.cfg.name, "eo.compacted": _tag(b, s, path)}
     try:
         dt.create_write_transaction(actions, mode="append", schema=dt.schema(),
@@ -227,7 +226,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
     Returns {"files_removed": r, "files_added": a, "notes": [...]}."""
     # deltalake: the commit side only, never the Spark job
     from deltalake.exceptions import CommitFailedError
-    from deltalake.transaction import AddAction, CommitProperties, RemoveAction, Transaction
+    from deltalake.transaction import CommitProperties, RemoveAction, Transaction
 
     out: dict = {"files_removed": 0, "files_added": 0, "notes": []}
     fs = proto.fs_for(participant)
@@ -265,8 +264,7 @@ def compact_table(proto, participant: str, dt, target_bytes: int) -> dict:
         rel = f"{COMPACTED_DIR}/{CONTINUOUS}/{token}/part-{i:05d}-{uuid.uuid4().hex[:12]}.snappy.parquet"
         added.append(rewrite(fs, root, dt, [f["path"] for f in group], rel, group[0]["partition_values"]))
         actions += [RemoveAction(f["path"], False, now, f["size"], f["partition_values"]) for f in group]
-    actions += [AddAction(a.path, a.size, a.partition_values, a.modification_time or now, False, a.stats or "{}")
-                for a in added]
+    actions += [delta_add(a, data_change=False, now=now) for a in added]
     app = f"{proto.app_id}.compaction"
     try:
         dt.create_write_transaction(actions, mode="append", schema=dt.schema(),

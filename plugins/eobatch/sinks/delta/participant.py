@@ -20,6 +20,7 @@ from collections.abc import Set as AbstractSet
 import pyarrow as pa
 
 from ...core.formats import StagedFile, partition_text
+from ...core.table_files import delta_add
 from ...errors import SliceRewritten
 from ...storage import s3conf
 from ...storage.fs import join
@@ -170,13 +171,9 @@ class DeltaParticipant:
         transaction, so the batch replaces its interval slices of the table.
         Returns the new table version. Raises CommitConflict when another writer won.
         """
-        # deltalake: the commit side only, never the Spark job
-        from deltalake.transaction import AddAction
-
         dt = self._begin(app_id, batch_id, schema, partition_by, expected_prev)
         now = int(time.time() * 1000)
-        actions = [AddAction(f.path, f.size, f.partition_values, f.modification_time or now, True, f.stats or "{}")
-                   for f in adds]
+        actions = [delta_add(f, data_change=True, now=now) for f in adds]
         removes = self._removes(dt, replace, now, app_id) if replace else []
         if replace and removes:
             log.info("%s: batch %s replaces %d file(s) of %s", self.name, batch_id, len(removes), replace.describe())
